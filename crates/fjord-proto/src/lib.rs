@@ -1,0 +1,15 @@
+//! fjord's wire layer, sans-IO: bytes and values in, bytes and values out.
+//!
+//! No sockets, clocks or threads live here; every function is pure and never
+//! panics on any input. Parsers bound the memory they use.
+//!
+//! - [`rtsp`]: request framing, responses, the `Transport`/`Range`/`RTP-Info`
+//!   headers, request-URI to title mapping and the per-session state machine.
+//! - [`sdp`]: the DESCRIBE body.
+//! - [`rtp`]: the 12-byte RTP header (hot path) and a parser for clients.
+//! - [`rtcp`]: sender reports out, receiver reports in.
+
+pub mod rtcp;
+pub mod rtp;
+pub mod rtsp;
+pub mod sdp;
