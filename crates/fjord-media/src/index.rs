@@ -1,0 +1,632 @@
+//! The packetization index: everything serving needs, computed once by ingest.
+//!
+//! Serving mmaps this file and the media file and never parses media. The file
+//! is written to a temporary name and renamed into place, so a crash never
+//! leaves a half index; it is tied to the media file by size, mtime and hashes,
+//! so a changed file is re-ingested, not mis-served.
+//!
+//! # Layout (version 1, little-endian, all tables 8-byte aligned)
+//!
+//! ```text
+//! 0    magic "FJORDIDX"
+//! 8    version u32 = 1
+//! 12   track_count u32
+//! 16   source size u64, mtime_ns i64, content_hash [32], sample_hash [32]
+//! 96   duration_ns u64
+//! 104  ts_per_rtp u8, timing u8 (0 PCR, 1 measured from PTS, 2 assumed), 6 × 0
+//! 112  ts_packets, rtp_packets, resyncs, skipped_bytes, truncated_tail_bytes,
+//!      pcr_count, bitrate_bps: 7 × u64
+//! 168  warnings_off u64, warnings_len u64 (UTF-8, one warning per line)
+//! 184  track entries, 64 bytes each:
+//!        kind u8 (0 video, 1 audio, 2 data), payload_type u8, 2 × 0,
+//!        clock_rate u32, packets_off u64, packets_count u64,
+//!        sync_off u64, sync_count u64, encoding_off u32, encoding_len u32,
+//!        fmtp_off u32, fmtp_len u32, 8 × 0
+//! ...  strings, packet tables, sync tables (offsets are from the file start)
+//! end  blake3 of every preceding byte [32]
+//! ```
+//!
+//! A packet record is 24 bytes: `send_time_ns u64, offset u48, flags u8,
+//! 0 u8, len u32, rtp_ts u32`. A sync record is 16 bytes: `packet u32, 0 u32,
+//! time_ns u64`.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use memmap2::Mmap;
+
+use crate::ts::{IngestReport, PacketRecord, Packetization, SyncPoint, TimingSource};
+
+pub const MAGIC: [u8; 8] = *b"FJORDIDX";
+pub const VERSION: u32 = 1;
+/// Bytes per packet record.
+pub const PACKET_RECORD_LEN: usize = 24;
+/// Bytes per sync record.
+pub const SYNC_RECORD_LEN: usize = 16;
+
+const HEADER_LEN: usize = 184;
+const TRACK_ENTRY_LEN: usize = 64;
+const TRAILER_LEN: usize = 32;
+const MAX_TRACKS: usize = 256;
+/// Media offsets are stored in 48 bits (256 TiB), the top bytes hold flags.
+const OFFSET_MASK: u64 = (1 << 48) - 1;
+const SAMPLE_EDGE: usize = 1 << 20;
+const SAMPLE_BLOCK: usize = 4096;
+const SAMPLE_BLOCKS: usize = 32;
+
+/// Identity of the media file an index was made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceId {
+    pub size: u64,
+    pub mtime_ns: i64,
+    /// blake3 of the whole file.
+    pub content_hash: [u8; 32],
+    /// blake3 of the first and last MiB and 32 evenly spaced 4 KiB blocks:
+    /// cheap enough to recheck at every open.
+    pub sample_hash: [u8; 32],
+}
+
+impl SourceId {
+    /// Identity of `data`, the contents of a file with this metadata. Hashes
+    /// the whole file (multi-threaded).
+    pub fn of(data: &[u8], meta: &std::fs::Metadata) -> SourceId {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update_rayon(data);
+        SourceId {
+            size: data.len() as u64,
+            mtime_ns: mtime_ns(meta),
+            content_hash: *hasher.finalize().as_bytes(),
+            sample_hash: sample_hash(data),
+        }
+    }
+}
+
+/// Modification time in nanoseconds since the Unix epoch (0 if unknown).
+pub fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    match meta.modified().map(|t| t.duration_since(UNIX_EPOCH)) {
+        Ok(Ok(d)) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Ok(Err(e)) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+        Err(_) => 0,
+    }
+}
+
+/// blake3 over the length, first and last MiB and 32 evenly spaced 4 KiB blocks.
+pub fn sample_hash(data: &[u8]) -> [u8; 32] {
+    let len = data.len();
+    let mut h = blake3::Hasher::new();
+    h.update(&(len as u64).to_le_bytes());
+    h.update(data.get(..SAMPLE_EDGE.min(len)).unwrap_or_default());
+    h.update(
+        data.get(len.saturating_sub(SAMPLE_EDGE)..)
+            .unwrap_or_default(),
+    );
+    let last_start = len.saturating_sub(SAMPLE_BLOCK);
+    for i in 0..SAMPLE_BLOCKS {
+        let start = (last_start as u128 * i as u128 / (SAMPLE_BLOCKS - 1) as u128) as usize;
+        h.update(
+            data.get(start..(start + SAMPLE_BLOCK).min(len))
+                .unwrap_or_default(),
+        );
+    }
+    *h.finalize().as_bytes()
+}
+
+/// Where the index of `media` lives: next to it, `.fjidx` appended.
+pub fn index_path_for(media: &Path) -> PathBuf {
+    let mut s = media.as_os_str().to_owned();
+    s.push(".fjidx");
+    PathBuf::from(s)
+}
+
+/// Map a media file read-only for serving.
+pub fn map_media(path: &Path) -> io::Result<Mmap> {
+    let file = File::open(path)?;
+    // SAFETY: the mapping is read-only; fjord never writes media files, and a
+    // file truncated underneath a server is an operator error it cannot guard.
+    unsafe { Mmap::map(&file) }
+}
+
+/// What a track carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrackKind {
+    Video,
+    Audio,
+    Data,
+}
+
+impl TrackKind {
+    fn code(self) -> u8 {
+        match self {
+            TrackKind::Video => 0,
+            TrackKind::Audio => 1,
+            TrackKind::Data => 2,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<TrackKind> {
+        Some(match c {
+            0 => TrackKind::Video,
+            1 => TrackKind::Audio,
+            2 => TrackKind::Data,
+            _ => return None,
+        })
+    }
+}
+
+/// Codec parameters of a track, for SDP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackDesc {
+    pub kind: TrackKind,
+    pub payload_type: u8,
+    pub clock_rate: u32,
+    pub encoding: String,
+    pub fmtp: String,
+}
+
+impl TrackDesc {
+    /// MPEG-TS over RTP (RFC 2250): static payload type 33, 90 kHz.
+    pub fn mpeg_ts() -> TrackDesc {
+        TrackDesc {
+            kind: TrackKind::Video,
+            payload_type: 33,
+            clock_rate: 90_000,
+            encoding: "MP2T".to_owned(),
+            fmtp: String::new(),
+        }
+    }
+}
+
+/// Why an index can't be used (the caller usually just re-ingests).
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("cannot read index: {0}")]
+    Io(#[from] io::Error),
+    #[error("not a fjord index (bad magic)")]
+    Magic,
+    #[error("index version {found}, this fjord reads version {VERSION}")]
+    Version { found: u32 },
+    #[error("index is corrupt: {0}")]
+    Corrupt(&'static str),
+}
+
+/// Write the index of one track atomically (temp file, fsync, rename).
+pub fn write(path: &Path, p: &Packetization, src: &SourceId, track: &TrackDesc) -> io::Result<()> {
+    let bytes = encode(p, src, track)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".fjidx.tmp")
+        .tempfile_in(dir)?;
+    tmp.write_all(&bytes)?;
+    // Temp files are created 0600; an index is as readable as its media.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    }
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    // Make the rename itself durable; not all filesystems allow syncing a directory.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+fn pad8(buf: &mut Vec<u8>) {
+    buf.resize(buf.len().next_multiple_of(8), 0);
+}
+
+fn too_big(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("index: {what} too large"),
+    )
+}
+
+fn encode(p: &Packetization, src: &SourceId, track: &TrackDesc) -> io::Result<Vec<u8>> {
+    let r = &p.report;
+    let warnings = r.warnings.join("\n");
+    let mut buf = Vec::with_capacity(
+        HEADER_LEN + TRACK_ENTRY_LEN + p.packets.len() * PACKET_RECORD_LEN + 4096,
+    );
+    buf.extend_from_slice(&MAGIC);
+    buf.extend_from_slice(&VERSION.to_le_bytes());
+    buf.extend_from_slice(&1u32.to_le_bytes());
+    buf.extend_from_slice(&src.size.to_le_bytes());
+    buf.extend_from_slice(&src.mtime_ns.to_le_bytes());
+    buf.extend_from_slice(&src.content_hash);
+    buf.extend_from_slice(&src.sample_hash);
+    buf.extend_from_slice(&p.duration_ns.to_le_bytes());
+    let timing = match r.timing {
+        TimingSource::Pcr => 0u8,
+        TimingSource::MeasuredFromPts => 1,
+        TimingSource::AssumedBitrate => 2,
+    };
+    buf.extend_from_slice(&[p.ts_per_rtp, timing, 0, 0, 0, 0, 0, 0]);
+    for v in [
+        r.ts_packets,
+        r.rtp_packets,
+        r.resyncs,
+        r.skipped_bytes,
+        r.truncated_tail_bytes,
+        r.pcr_count,
+        r.bitrate_bps,
+    ] {
+        buf.extend_from_slice(&v.to_le_bytes());
+    }
+    let entry_at = HEADER_LEN;
+    let strings_at = entry_at + TRACK_ENTRY_LEN;
+    let warnings_off = strings_at;
+    let encoding_off = warnings_off + warnings.len();
+    let fmtp_off = encoding_off + track.encoding.len();
+    buf.extend_from_slice(&(warnings_off as u64).to_le_bytes());
+    buf.extend_from_slice(&(warnings.len() as u64).to_le_bytes());
+    debug_assert_eq!(buf.len(), HEADER_LEN);
+    buf.resize(strings_at, 0);
+    buf.extend_from_slice(warnings.as_bytes());
+    buf.extend_from_slice(track.encoding.as_bytes());
+    buf.extend_from_slice(track.fmtp.as_bytes());
+    pad8(&mut buf);
+    let packets_off = buf.len();
+    for rec in &p.packets {
+        if rec.offset > OFFSET_MASK {
+            return Err(too_big("media offset"));
+        }
+        buf.extend_from_slice(&rec.send_time_ns.to_le_bytes());
+        let mut off = rec.offset.to_le_bytes();
+        off[6] = rec.flags;
+        off[7] = 0;
+        buf.extend_from_slice(&off);
+        buf.extend_from_slice(&rec.len.to_le_bytes());
+        buf.extend_from_slice(&rec.rtp_ts.to_le_bytes());
+    }
+    let sync_off = buf.len();
+    for s in &p.sync {
+        buf.extend_from_slice(&s.packet.to_le_bytes());
+        buf.extend_from_slice(&0u32.to_le_bytes());
+        buf.extend_from_slice(&s.time_ns.to_le_bytes());
+    }
+    let u32_of = |v: usize| u32::try_from(v).map_err(|_| too_big("string table"));
+    let mut entry = Vec::with_capacity(TRACK_ENTRY_LEN);
+    entry.extend_from_slice(&[track.kind.code(), track.payload_type, 0, 0]);
+    entry.extend_from_slice(&track.clock_rate.to_le_bytes());
+    entry.extend_from_slice(&(packets_off as u64).to_le_bytes());
+    entry.extend_from_slice(&(p.packets.len() as u64).to_le_bytes());
+    entry.extend_from_slice(&(sync_off as u64).to_le_bytes());
+    entry.extend_from_slice(&(p.sync.len() as u64).to_le_bytes());
+    entry.extend_from_slice(&u32_of(encoding_off)?.to_le_bytes());
+    entry.extend_from_slice(&u32_of(track.encoding.len())?.to_le_bytes());
+    entry.extend_from_slice(&u32_of(fmtp_off)?.to_le_bytes());
+    entry.extend_from_slice(&u32_of(track.fmtp.len())?.to_le_bytes());
+    entry.resize(TRACK_ENTRY_LEN, 0);
+    buf.get_mut(entry_at..strings_at)
+        .ok_or_else(|| too_big("header"))?
+        .copy_from_slice(&entry);
+    let sum = blake3::hash(&buf);
+    buf.extend_from_slice(sum.as_bytes());
+    Ok(buf)
+}
+
+/// Validated location of one track's tables inside the index.
+#[derive(Debug, Clone)]
+struct TrackInfo {
+    kind: TrackKind,
+    payload_type: u8,
+    clock_rate: u32,
+    encoding: String,
+    fmtp: String,
+    packets: std::ops::Range<usize>,
+    sync: std::ops::Range<usize>,
+}
+
+/// An open, validated index (memory-mapped).
+#[derive(Debug)]
+pub struct Index {
+    map: Mmap,
+    tracks: Vec<TrackInfo>,
+}
+
+/// Little-endian reads that fail instead of panicking.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn bytes<const N: usize>(&self, at: usize) -> Result<[u8; N], IndexError> {
+        self.0
+            .get(
+                at..at
+                    .checked_add(N)
+                    .ok_or(IndexError::Corrupt("offset overflow"))?,
+            )
+            .and_then(|s| s.try_into().ok())
+            .ok_or(IndexError::Corrupt("field beyond end of file"))
+    }
+    fn u8(&self, at: usize) -> Result<u8, IndexError> {
+        Ok(self.bytes::<1>(at)?[0])
+    }
+    fn u32(&self, at: usize) -> Result<u32, IndexError> {
+        self.bytes(at).map(u32::from_le_bytes)
+    }
+    fn u64(&self, at: usize) -> Result<u64, IndexError> {
+        self.bytes(at).map(u64::from_le_bytes)
+    }
+    /// A table of `count` records of `size` bytes at `off`, inside the body and aligned.
+    fn table(
+        &self,
+        off: u64,
+        count: u64,
+        size: usize,
+    ) -> Result<std::ops::Range<usize>, IndexError> {
+        let body = self.0.len().saturating_sub(TRAILER_LEN) as u64;
+        let end = count
+            .checked_mul(size as u64)
+            .and_then(|n| n.checked_add(off))
+            .filter(|&e| e <= body && off.is_multiple_of(8))
+            .ok_or(IndexError::Corrupt("table out of bounds"))?;
+        Ok(off as usize..end as usize)
+    }
+    fn string(&self, off: u64, len: u64) -> Result<String, IndexError> {
+        let body = self.0.len().saturating_sub(TRAILER_LEN) as u64;
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= body)
+            .ok_or(IndexError::Corrupt("string out of bounds"))?;
+        let bytes = self.0.get(off as usize..end as usize).unwrap_or_default();
+        String::from_utf8(bytes.to_vec()).map_err(|_| IndexError::Corrupt("string not UTF-8"))
+    }
+}
+
+impl Index {
+    /// Open and validate an index: magic, version, checksum, every table bound
+    /// and every packet record against the source size. Never panics on a
+    /// corrupt file.
+    pub fn open(index_path: &Path) -> Result<Index, IndexError> {
+        let file = File::open(index_path)?;
+        if file.metadata()?.len() < (HEADER_LEN + TRAILER_LEN) as u64 {
+            return Err(IndexError::Corrupt("file too short"));
+        }
+        // SAFETY: index files are only ever replaced by rename, never written
+        // in place, so the mapped bytes do not change under us.
+        let map = unsafe { Mmap::map(&file)? };
+        let tracks = validate(&map)?;
+        Ok(Index { map, tracks })
+    }
+
+    fn reader(&self) -> Reader<'_> {
+        Reader(&self.map)
+    }
+
+    fn u64_at(&self, at: usize) -> u64 {
+        self.reader().u64(at).unwrap_or_default()
+    }
+
+    /// Identity of the media file this index describes.
+    pub fn source(&self) -> SourceId {
+        let r = self.reader();
+        SourceId {
+            size: self.u64_at(16),
+            mtime_ns: self.u64_at(24) as i64,
+            content_hash: r.bytes(32).unwrap_or_default(),
+            sample_hash: r.bytes(64).unwrap_or_default(),
+        }
+    }
+
+    /// Whether `media` is still the file this index was made from: same size,
+    /// mtime and sample hash.
+    pub fn matches(&self, media: &Path) -> io::Result<bool> {
+        let src = self.source();
+        let meta = std::fs::metadata(media)?;
+        if meta.len() != src.size || mtime_ns(&meta) != src.mtime_ns {
+            return Ok(false);
+        }
+        if src.size == 0 {
+            return Ok(src.sample_hash == sample_hash(&[]));
+        }
+        let map = map_media(media)?;
+        Ok(map.len() as u64 == src.size && sample_hash(&map) == src.sample_hash)
+    }
+
+    pub fn duration_ns(&self) -> u64 {
+        self.u64_at(96)
+    }
+
+    pub fn ts_per_rtp(&self) -> u8 {
+        self.reader().u8(104).unwrap_or_default()
+    }
+
+    /// The ingest report as recorded in the index.
+    pub fn report(&self) -> IngestReport {
+        let r = self.reader();
+        let warnings_off = self.u64_at(168);
+        let warnings_len = self.u64_at(176);
+        let warnings = r.string(warnings_off, warnings_len).unwrap_or_default();
+        IngestReport {
+            ts_packets: self.u64_at(112),
+            rtp_packets: self.u64_at(120),
+            resyncs: self.u64_at(128),
+            skipped_bytes: self.u64_at(136),
+            truncated_tail_bytes: self.u64_at(144),
+            pcr_count: self.u64_at(152),
+            timing: match r.u8(105).unwrap_or_default() {
+                0 => TimingSource::Pcr,
+                1 => TimingSource::MeasuredFromPts,
+                _ => TimingSource::AssumedBitrate,
+            },
+            warnings: warnings
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            bitrate_bps: self.u64_at(160),
+        }
+    }
+
+    pub fn track_count(&self) -> usize {
+        self.tracks.len()
+    }
+
+    pub fn track(&self, i: usize) -> Option<Track<'_>> {
+        let info = self.tracks.get(i)?;
+        Some(Track {
+            info,
+            packets: self.map.get(info.packets.clone()).unwrap_or_default(),
+            sync: self.map.get(info.sync.clone()).unwrap_or_default(),
+        })
+    }
+
+    pub fn tracks(&self) -> impl Iterator<Item = Track<'_>> {
+        (0..self.tracks.len()).filter_map(|i| self.track(i))
+    }
+}
+
+fn validate(bytes: &[u8]) -> Result<Vec<TrackInfo>, IndexError> {
+    let r = Reader(bytes);
+    if r.bytes::<8>(0)? != MAGIC {
+        return Err(IndexError::Magic);
+    }
+    let version = r.u32(8)?;
+    if version != VERSION {
+        return Err(IndexError::Version { found: version });
+    }
+    let body_len = bytes
+        .len()
+        .checked_sub(TRAILER_LEN)
+        .ok_or(IndexError::Corrupt("file too short"))?;
+    let (body, trailer) = bytes.split_at(body_len);
+    if blake3::hash(body).as_bytes() != trailer {
+        return Err(IndexError::Corrupt("checksum mismatch"));
+    }
+    let source_size = r.u64(16)?;
+    let track_count = r.u32(12)? as usize;
+    if track_count > MAX_TRACKS {
+        return Err(IndexError::Corrupt("too many tracks"));
+    }
+    r.string(r.u64(168)?, r.u64(176)?)?;
+    let mut tracks = Vec::with_capacity(track_count);
+    for t in 0..track_count {
+        let e = HEADER_LEN + t * TRACK_ENTRY_LEN;
+        let kind =
+            TrackKind::from_code(r.u8(e)?).ok_or(IndexError::Corrupt("unknown track kind"))?;
+        let packets = r.table(r.u64(e + 8)?, r.u64(e + 16)?, PACKET_RECORD_LEN)?;
+        let sync = r.table(r.u64(e + 24)?, r.u64(e + 32)?, SYNC_RECORD_LEN)?;
+        let info = TrackInfo {
+            kind,
+            payload_type: r.u8(e + 1)?,
+            clock_rate: r.u32(e + 4)?,
+            encoding: r.string(r.u32(e + 40)?.into(), r.u32(e + 44)?.into())?,
+            fmtp: r.string(r.u32(e + 48)?.into(), r.u32(e + 52)?.into())?,
+            packets,
+            sync,
+        };
+        let track = Track {
+            info: &info,
+            packets: bytes.get(info.packets.clone()).unwrap_or_default(),
+            sync: bytes.get(info.sync.clone()).unwrap_or_default(),
+        };
+        let in_media = |p: PacketRecord| {
+            p.offset
+                .checked_add(p.len.into())
+                .is_some_and(|end| end <= source_size)
+        };
+        if !(0..track.packet_count()).all(|i| track.packet(i).is_some_and(in_media)) {
+            return Err(IndexError::Corrupt("packet record outside the media file"));
+        }
+        let count = track.packet_count() as u64;
+        if !track
+            .sync_points()
+            .all(|s| u64::from(s.packet) < count.max(1))
+        {
+            return Err(IndexError::Corrupt("sync point beyond the packet table"));
+        }
+        tracks.push(info);
+    }
+    Ok(tracks)
+}
+
+/// One track of an open index: cheap to copy, decodes records on demand.
+#[derive(Debug, Clone, Copy)]
+pub struct Track<'a> {
+    info: &'a TrackInfo,
+    packets: &'a [u8],
+    sync: &'a [u8],
+}
+
+impl<'a> Track<'a> {
+    pub fn kind(&self) -> TrackKind {
+        self.info.kind
+    }
+    pub fn payload_type(&self) -> u8 {
+        self.info.payload_type
+    }
+    pub fn clock_rate(&self) -> u32 {
+        self.info.clock_rate
+    }
+    pub fn encoding(&self) -> &'a str {
+        &self.info.encoding
+    }
+    pub fn fmtp(&self) -> &'a str {
+        &self.info.fmtp
+    }
+
+    pub fn packet_count(&self) -> usize {
+        self.packets.len() / PACKET_RECORD_LEN
+    }
+
+    /// Packet record `i` (hot path: no allocation).
+    #[inline]
+    pub fn packet(&self, i: usize) -> Option<PacketRecord> {
+        let at = i.checked_mul(PACKET_RECORD_LEN)?;
+        let rec = self.packets.get(at..at.checked_add(PACKET_RECORD_LEN)?)?;
+        let (time, rest) = rec.split_first_chunk::<8>()?;
+        let (offset, rest) = rest.split_first_chunk::<8>()?;
+        let (len, rest) = rest.split_first_chunk::<4>()?;
+        let (rtp_ts, _) = rest.split_first_chunk::<4>()?;
+        Some(PacketRecord {
+            send_time_ns: u64::from_le_bytes(*time),
+            offset: u64::from_le_bytes(*offset) & OFFSET_MASK,
+            flags: offset[6],
+            len: u32::from_le_bytes(*len),
+            rtp_ts: u32::from_le_bytes(*rtp_ts),
+        })
+    }
+
+    pub fn sync_count(&self) -> usize {
+        self.sync.len() / SYNC_RECORD_LEN
+    }
+
+    pub fn sync_point(&self, i: usize) -> Option<SyncPoint> {
+        let at = i.checked_mul(SYNC_RECORD_LEN)?;
+        let rec = self.sync.get(at..at.checked_add(SYNC_RECORD_LEN)?)?;
+        let (packet, rest) = rec.split_first_chunk::<8>()?;
+        let (time, _) = rest.split_first_chunk::<8>()?;
+        Some(SyncPoint {
+            packet: u32::from_le_bytes([packet[0], packet[1], packet[2], packet[3]]),
+            time_ns: u64::from_le_bytes(*time),
+        })
+    }
+
+    pub fn sync_points(&self) -> impl Iterator<Item = SyncPoint> + 'a {
+        let this = *self;
+        (0..self.sync_count()).filter_map(move |i| this.sync_point(i))
+    }
+
+    /// The last sync point at or before `time_ns`; the first one if `time_ns`
+    /// is before all (and `{0, 0}` for a track without any).
+    pub fn sync_before(&self, time_ns: u64) -> SyncPoint {
+        let (mut lo, mut hi) = (0, self.sync_count());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.sync_point(mid).is_some_and(|s| s.time_ns <= time_ns) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        self.sync_point(lo.saturating_sub(1)).unwrap_or_default()
+    }
+}

@@ -1,0 +1,120 @@
+//! Ingest glue: file in, index out, with errors an operator can act on.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use crate::index::{self, Index, SourceId, TrackDesc};
+use crate::ts::{self, IngestReport, TsError, TsOptions};
+
+pub use crate::ts::looks_like_ts;
+
+/// Why a media file could not be ingested. Every variant names the file and
+/// says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error("{}: cannot open ({source}); check the path and its permissions", path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: is a directory, not a media file; give the path of a .ts file", path.display())]
+    NotAFile { path: PathBuf },
+    #[error("{}: the file is empty; nothing to serve", path.display())]
+    Empty { path: PathBuf },
+    #[error(
+        "{}: not an MPEG transport stream (no 0x47 sync byte pattern in the first 1 MiB); fjord serves .ts files with 188-byte packets",
+        path.display()
+    )]
+    NotTs { path: PathBuf },
+    #[error(
+        "{}: too large to index (over 256 TiB or 2^32 RTP packets); split the file",
+        path.display()
+    )]
+    TooLarge { path: PathBuf },
+    #[error(
+        "{}: cannot write the index ({source}); the index is written next to the media file, so its directory must be writable",
+        path.display()
+    )]
+    WriteIndex {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: the index just written cannot be read back ({source})", path.display())]
+    ReadBack {
+        path: PathBuf,
+        source: index::IndexError,
+    },
+}
+
+/// Parse `path`, hash it and write its index next to it. `progress` gets
+/// (bytes done, bytes total) every few MiB.
+pub fn ingest_file(
+    path: &Path,
+    opts: &TsOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<IngestReport, IngestError> {
+    let open_err = |source| IngestError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let file = File::open(path).map_err(open_err)?;
+    let meta = file.metadata().map_err(open_err)?;
+    if meta.is_dir() {
+        return Err(IngestError::NotAFile {
+            path: path.to_owned(),
+        });
+    }
+    if meta.len() == 0 {
+        return Err(IngestError::Empty {
+            path: path.to_owned(),
+        });
+    }
+    // SAFETY: read-only mapping of a file fjord never writes; see `index::map_media`.
+    let data = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(open_err)?;
+    // Hash on other cores while this one parses: both are a pass over the file.
+    let (packetization, source) = std::thread::scope(|s| {
+        let hasher = s.spawn(|| SourceId::of(&data, &meta));
+        let p = ts::packetize_with_progress(&data, opts, progress);
+        (p, hasher.join())
+    });
+    let packetization = packetization.map_err(|e| {
+        let path = path.to_owned();
+        match e {
+            TsError::Empty => IngestError::Empty { path },
+            TsError::NotTs => IngestError::NotTs { path },
+            TsError::TooLarge => IngestError::TooLarge { path },
+        }
+    })?;
+    let source = source.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let index_path = index::index_path_for(path);
+    index::write(&index_path, &packetization, &source, &TrackDesc::mpeg_ts()).map_err(
+        |source| IngestError::WriteIndex {
+            path: index_path,
+            source,
+        },
+    )?;
+    Ok(packetization.report)
+}
+
+/// The index of `media`: the existing one if it opens, was made with the same
+/// options and still matches the file; else a fresh ingest (whose report is
+/// returned too). Missing, stale, corrupt and old-version indexes are replaced.
+pub fn open_or_ingest(
+    media: &Path,
+    opts: &TsOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(Index, Option<IngestReport>), IngestError> {
+    let index_path = index::index_path_for(media);
+    if let Ok(idx) = Index::open(&index_path)
+        && idx.ts_per_rtp() == opts.ts_per_rtp.clamp(1, 7)
+        && idx.matches(media).unwrap_or(false)
+    {
+        return Ok((idx, None));
+    }
+    let report = ingest_file(media, opts, progress)?;
+    let idx = Index::open(&index_path).map_err(|source| IngestError::ReadBack {
+        path: index_path,
+        source,
+    })?;
+    Ok((idx, Some(report)))
+}

@@ -1,0 +1,17 @@
+//! fjord-media: ingest (the prefabrication step) and the packetization index.
+//!
+//! [`ts`] turns an MPEG transport stream into a plan of RTP packets (pure, no
+//! I/O), [`index`] stores that plan in a checksummed, mmap-able file, and
+//! [`ingest`] glues the two to the filesystem. Serving never parses media: it
+//! reads records from the index and sends byte ranges of the media file.
+
+pub mod index;
+pub mod ingest;
+pub mod ts;
+
+pub use index::{Index, IndexError, SourceId, Track, TrackDesc, TrackKind};
+pub use ingest::{IngestError, ingest_file, open_or_ingest};
+pub use ts::{
+    IngestReport, PacketRecord, Packetization, SyncPoint, TimingSource, TsOptions, looks_like_ts,
+    packetize,
+};

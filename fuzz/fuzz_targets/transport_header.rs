@@ -1,0 +1,40 @@
+//! `transport::choose` on arbitrary strings: never panics; a UDP choice has
+//! non-zero ports, and our own reply for it is chosen back identically.
+#![no_main]
+
+use fjord_proto::rtsp::transport::{TransportRequest, choose, reply_tcp, reply_udp};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    match choose(s) {
+        Ok(TransportRequest::Udp {
+            client_rtp,
+            client_rtcp,
+            ..
+        }) => {
+            assert!(client_rtp != 0 && client_rtcp != 0);
+            let back = choose(&reply_udp(client_rtp, client_rtcp, 6970, 6971, 1));
+            assert!(
+                matches!(back, Ok(TransportRequest::Udp { client_rtp: a, client_rtcp: b, .. })
+                if a == client_rtp && b == client_rtcp)
+            );
+        }
+        Ok(TransportRequest::Tcp {
+            rtp_channel,
+            rtcp_channel,
+        }) => {
+            let back = choose(&reply_tcp(rtp_channel, rtcp_channel, 1));
+            assert_eq!(
+                back,
+                Ok(TransportRequest::Tcp {
+                    rtp_channel,
+                    rtcp_channel
+                })
+            );
+        }
+        Err(e) => assert!(e.status() == 400 || e.status() == 461),
+    }
+});
