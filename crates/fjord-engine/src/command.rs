@@ -1,0 +1,90 @@
+//! Messages from the control plane to an engine thread.
+
+use std::{net::SocketAddr, os::fd::OwnedFd, sync::Arc};
+
+use crate::Title;
+
+/// Everything the engine needs to stream one track to one client.
+pub struct SessionSpec {
+    pub id: u64,
+    pub title: Arc<Title>,
+    pub track: usize,
+    pub ssrc: u32,
+    /// Sequence number of the first packet ever sent.
+    pub seq0: u16,
+    /// Random RTP timestamp offset added to the index's timestamps.
+    pub ts0: u32,
+    pub output: Output,
+}
+
+pub enum Output {
+    /// RTP on a socket connected to the client's RTP port; RTCP on a second
+    /// socket (shared with the control plane, which reads receiver reports).
+    Udp {
+        rtp: socket2::Socket,
+        rtcp: socket2::Socket,
+        rtcp_peer: SocketAddr,
+    },
+    /// `$`-framed on the client's RTSP connection, attached with
+    /// [`Command::AttachConnection`].
+    Interleaved {
+        conn: u64,
+        rtp_channel: u8,
+        rtcp_channel: u8,
+    },
+}
+
+/// Where a PLAY starts.
+#[derive(Clone, Copy, Debug)]
+pub enum Start {
+    /// At this packet index (a seek; the control plane chose a sync point).
+    Packet(u32),
+    /// Where the session stopped (resume after PAUSE), or at the beginning.
+    Resume,
+}
+
+/// What the RTSP PLAY reply reports: the first packet the session will send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlayInfo {
+    pub packet: u32,
+    pub seq: u16,
+    pub rtptime: u32,
+    /// Media time of that packet in the index, in nanoseconds.
+    pub time_ns: u64,
+}
+
+pub enum Command {
+    Add(Box<SessionSpec>),
+    /// Position the session and stop sending; reply with where it will start.
+    /// Sending begins with [`Command::Start`], after the control plane has
+    /// written the PLAY reply, so a client never sees data before its reply.
+    Play {
+        id: u64,
+        start: Start,
+        reply: Box<dyn FnOnce(Option<PlayInfo>) + Send>,
+    },
+    Start {
+        id: u64,
+    },
+    Pause {
+        id: u64,
+    },
+    Remove {
+        id: u64,
+    },
+    /// Hand the write side of an RTSP connection to this engine thread: from
+    /// now on every byte to that client (RTSP replies included) goes through
+    /// the engine so replies and `$` frames never interleave mid-frame.
+    AttachConnection {
+        conn: u64,
+        fd: OwnedFd,
+    },
+    /// Bytes of an RTSP reply for an attached connection.
+    Write {
+        conn: u64,
+        bytes: Vec<u8>,
+    },
+    DetachConnection {
+        conn: u64,
+    },
+}

@@ -1,0 +1,18 @@
+//! The engine: the data path of fjord.
+//!
+//! Engine threads own the playing sessions. Each thread paces its sessions'
+//! packets by the send times of the packetization index and hands them to a
+//! [`DataPath`](datapath::DataPath). The control plane never touches a socket
+//! of a playing session: it sends [`Command`]s — the seeds' `mediastream`
+//! call, made a queue.
+
+pub mod command;
+pub mod datapath;
+mod interleaved;
+mod session;
+mod thread;
+pub mod title;
+
+pub use command::{Command, Output, PlayInfo, SessionSpec, Start};
+pub use thread::{Engine, EngineConfig};
+pub use title::Title;

@@ -1,0 +1,33 @@
+//! A title as the engine sees it: the packetization index and the media bytes,
+//! both mapped read-only. Sessions share it through an `Arc`; a re-ingested
+//! title is a new `Title`, so playing sessions keep the mapping they started with.
+
+use std::{io, path::Path};
+
+use fjord_media::{index::Index, ts::PacketRecord};
+use memmap2::Mmap;
+
+pub struct Title {
+    index: Index,
+    media: Mmap,
+}
+
+impl Title {
+    pub fn new(index: Index, media_path: &Path) -> io::Result<Self> {
+        let media = fjord_media::index::map_media(media_path)?;
+        Ok(Self { index, media })
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// The payload bytes of a packet, by reference into the mapped file.
+    /// `None` when the record points past the mapping (the file shrank since
+    /// it was mapped; the engine stops the session rather than fault).
+    pub fn payload(&self, rec: &PacketRecord) -> Option<&[u8]> {
+        let start = usize::try_from(rec.offset).ok()?;
+        let end = start.checked_add(rec.len as usize)?;
+        self.media.get(start..end)
+    }
+}

@@ -1,0 +1,142 @@
+//! The titles under the media root: path resolution that cannot escape the
+//! root, and on-demand ingest with one ingest per title however many clients
+//! ask at once (the others wait; clients of other titles are not blocked).
+
+use std::{
+    collections::HashMap,
+    io,
+    path::{Component, Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::SystemTime,
+};
+
+use fjord_engine::Title;
+use fjord_media::ts::TsOptions;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("no such title")]
+    NotFound,
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CatalogError {
+    pub fn status(&self) -> u16 {
+        match self {
+            CatalogError::NotFound => 404,
+            CatalogError::Unsupported(_) => 415,
+            CatalogError::Failed(_) => 500,
+        }
+    }
+}
+
+pub struct Catalog {
+    root: PathBuf,
+    options: TsOptions,
+    slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Loaded>>>>>,
+}
+
+struct Loaded {
+    title: Arc<Title>,
+    size: u64,
+    mtime: SystemTime,
+}
+
+impl Catalog {
+    pub fn new(root: &Path, options: TsOptions) -> io::Result<Self> {
+        let root = root
+            .canonicalize()
+            .map_err(|e| io::Error::new(e.kind(), format!("media root {}: {e}", root.display())))?;
+        Ok(Self {
+            root,
+            options,
+            slots: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file of a title, or `NotFound` for anything outside the root:
+    /// `..`, absolute paths and symlinks leading out are refused before any
+    /// file is opened (canonicalize only stats and reads links).
+    pub fn resolve(&self, title: &str) -> Result<PathBuf, CatalogError> {
+        let rel = Path::new(title);
+        let plain = rel.components().all(|c| matches!(c, Component::Normal(_)));
+        let is_ts = rel
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("ts"));
+        if title.is_empty() || !plain || !is_ts {
+            return Err(CatalogError::NotFound);
+        }
+        let path = self
+            .root
+            .join(rel)
+            .canonicalize()
+            .map_err(|_| CatalogError::NotFound)?;
+        if !path.starts_with(&self.root) || !path.is_file() {
+            return Err(CatalogError::NotFound);
+        }
+        Ok(path)
+    }
+
+    /// The title, ingesting it first when it is new or its file changed.
+    pub async fn open(&self, title: &str) -> Result<Arc<Title>, CatalogError> {
+        let path = self.resolve(title)?;
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.entry(title.to_owned()).or_default().clone()
+        };
+        let mut loaded = slot.lock().await;
+        let meta = std::fs::metadata(&path).map_err(|_| CatalogError::NotFound)?;
+        let mtime = meta
+            .modified()
+            .map_err(|e| CatalogError::Failed(e.to_string()))?;
+        if let Some(l) = loaded.as_ref()
+            && l.size == meta.len()
+            && l.mtime == mtime
+        {
+            return Ok(l.title.clone());
+        }
+        let options = self.options;
+        let name = title.to_owned();
+        let title = tokio::task::spawn_blocking(move || load(&path, &options))
+            .await
+            .map_err(|e| CatalogError::Failed(e.to_string()))??;
+        tracing::info!(title = %name, "title ready");
+        let title = Arc::new(title);
+        *loaded = Some(Loaded {
+            title: title.clone(),
+            size: meta.len(),
+            mtime,
+        });
+        Ok(title)
+    }
+}
+
+fn load(path: &Path, options: &TsOptions) -> Result<Title, CatalogError> {
+    let (index, report) =
+        fjord_media::ingest::open_or_ingest(path, options, &mut |_, _| {}).map_err(classify)?;
+    if let Some(r) = report {
+        for w in &r.warnings {
+            tracing::warn!(file = %path.display(), "{w}");
+        }
+    }
+    Title::new(index, path).map_err(|e| CatalogError::Failed(format!("{}: {e}", path.display())))
+}
+
+/// What a client is told when a title cannot be served.
+fn classify(e: fjord_media::ingest::IngestError) -> CatalogError {
+    use fjord_media::ingest::IngestError as E;
+    match e {
+        E::Open { .. } | E::NotAFile { .. } => CatalogError::NotFound,
+        E::Empty { .. } | E::NotTs { .. } | E::TooLarge { .. } => {
+            CatalogError::Unsupported(e.to_string())
+        }
+        E::WriteIndex { .. } | E::ReadBack { .. } => CatalogError::Failed(e.to_string()),
+    }
+}

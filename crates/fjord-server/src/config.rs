@@ -1,0 +1,161 @@
+//! `fjord serve` settings: one TOML file, every key optional, CLI flags on top.
+
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+/// The documented defaults are the `Default` impl below; README.md lists them.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Directory of the titles: every `.ts` below it, by relative path.
+    pub root: PathBuf,
+    pub bind: IpAddr,
+    pub port: u16,
+    /// Engine threads; 0 = one per available core.
+    pub threads: usize,
+    /// A session with no RTSP request and no RTCP for this long is torn down.
+    pub session_timeout_s: u64,
+    /// A request must be complete this long after its first byte.
+    pub request_timeout_s: u64,
+    /// A connection without sessions and without requests is closed after this.
+    pub idle_timeout_s: u64,
+    pub max_header_bytes: usize,
+    pub max_body_bytes: usize,
+    pub max_connections: usize,
+    pub max_sessions: usize,
+    /// Server RTP/RTCP ports for UDP sessions come from this range.
+    pub rtp_port_min: u16,
+    pub rtp_port_max: u16,
+    /// How far ahead of its scheduled time a packet may leave.
+    pub burst_ms: u64,
+    pub rtcp_interval_s: u64,
+    /// TS packets per RTP packet when titles are ingested on demand (1..=7).
+    pub ts_per_rtp: u8,
+    /// Networks a SETUP `destination=` may name besides the client's own
+    /// address. Empty: RTP goes only to the client that asked for it.
+    pub destination_allow: Vec<IpNet>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            root: PathBuf::from("./media"),
+            bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port: 8554,
+            threads: 0,
+            session_timeout_s: 60,
+            request_timeout_s: 10,
+            idle_timeout_s: 60,
+            max_header_bytes: 16 * 1024,
+            max_body_bytes: 64 * 1024,
+            max_connections: 1024,
+            max_sessions: 1024,
+            rtp_port_min: 40000,
+            rtp_port_max: 59999,
+            burst_ms: 40,
+            rtcp_interval_s: 5,
+            ts_per_rtp: 7,
+            destination_allow: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid setting: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if !(1..=7).contains(&self.ts_per_rtp) {
+            return bad("ts_per_rtp must be between 1 and 7");
+        }
+        if self.rtp_port_min < 1024 || self.rtp_port_max <= self.rtp_port_min {
+            return bad(
+                "rtp_port_min..rtp_port_max must be a range above 1023 holding at least one port pair",
+            );
+        }
+        if self.session_timeout_s == 0 || self.request_timeout_s == 0 || self.idle_timeout_s == 0 {
+            return bad("timeouts must be at least 1 second");
+        }
+        if self.rtcp_interval_s == 0 {
+            return bad("rtcp_interval_s must be at least 1");
+        }
+        if self.max_header_bytes < 256 {
+            return bad("max_header_bytes must be at least 256");
+        }
+        if self.max_connections == 0 || self.max_sessions == 0 {
+            return bad("max_connections and max_sessions must be at least 1");
+        }
+        Ok(())
+    }
+
+    pub fn threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
+    pub fn session_timeout(&self) -> Duration {
+        Duration::from_secs(self.session_timeout_s)
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_s)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_documented_defaults() {
+        let c: Config = toml::from_str("").unwrap();
+        assert_eq!(c.port, 8554);
+        assert_eq!(c.session_timeout_s, 60);
+        assert_eq!(c.max_header_bytes, 16384);
+        assert_eq!(c.max_body_bytes, 65536);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        assert!(toml::from_str::<Config>("prot = 1").is_err());
+        let c: Config = toml::from_str("ts_per_rtp = 9").unwrap();
+        assert!(c.validate().is_err());
+        let c: Config = toml::from_str("destination_allow = [\"10.0.0.0/8\"]").unwrap();
+        assert!(c.destination_allow[0].contains(&"10.1.2.3".parse::<IpAddr>().unwrap()));
+    }
+}

@@ -1,0 +1,187 @@
+//! One RTSP connection: framing under limits, timeouts against silent or
+//! trickling clients, replies in order, and cleanup when it closes.
+
+use std::{
+    net::SocketAddr,
+    os::fd::AsFd,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use fjord_engine::Command;
+use fjord_proto::rtsp::{
+    framing::{Frame, next_frame},
+    response::Response,
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{
+        TcpStream,
+        tcp::{OwnedReadHalf, OwnedWriteHalf},
+    },
+};
+
+use crate::{Server, control};
+
+/// Where replies go. Once a session streams interleaved on this connection
+/// the engine owns the write side, so replies queue behind its `$` frames.
+enum Out {
+    Direct(OwnedWriteHalf),
+    /// The write half stays alive (dropping it would shut the socket's write
+    /// side down under the engine) but is no longer used.
+    Engine(#[allow(dead_code)] OwnedWriteHalf),
+}
+
+pub(crate) struct Conn {
+    pub id: u64,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    rd: OwnedReadHalf,
+    out: Option<Out>,
+    /// Interleaved channels already in use on this connection.
+    pub channels: Vec<u8>,
+}
+
+impl Conn {
+    pub fn attached(&self) -> bool {
+        matches!(self.out, Some(Out::Engine(_)))
+    }
+
+    /// Hands the write side to the engine thread of this connection.
+    pub fn attach(&mut self, server: &Server) -> std::io::Result<()> {
+        if self.attached() {
+            return Ok(());
+        }
+        let fd = self.rd.as_ref().as_fd().try_clone_to_owned()?;
+        server
+            .engine
+            .send(self.id, Command::AttachConnection { conn: self.id, fd });
+        if let Some(Out::Direct(w)) = self.out.take() {
+            self.out = Some(Out::Engine(w));
+        }
+        Ok(())
+    }
+
+    async fn write(&mut self, server: &Server, bytes: Vec<u8>) -> bool {
+        match &mut self.out {
+            Some(Out::Direct(w)) => {
+                let timeout = server.config.request_timeout();
+                matches!(
+                    tokio::time::timeout(timeout, w.write_all(&bytes)).await,
+                    Ok(Ok(()))
+                )
+            }
+            Some(Out::Engine(_)) => {
+                server.engine.send(
+                    self.id,
+                    Command::Write {
+                        conn: self.id,
+                        bytes,
+                    },
+                );
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+pub(crate) async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: SocketAddr) {
+    let Ok(local) = stream.local_addr() else {
+        return;
+    };
+    let _ = stream.set_nodelay(true);
+    let (rd, wr) = stream.into_split();
+    let mut conn = Conn {
+        id: server.next_id(),
+        peer,
+        local,
+        rd,
+        out: Some(Out::Direct(wr)),
+        channels: Vec::new(),
+    };
+    tracing::debug!(%peer, conn = conn.id, "connected");
+    run(&server, &mut conn).await;
+    for s in server.sessions.of_connection(conn.id) {
+        server.sessions.remove(&s.id, &server.engine);
+    }
+    if conn.attached() {
+        server
+            .engine
+            .send(conn.id, Command::DetachConnection { conn: conn.id });
+    }
+    tracing::debug!(%peer, conn = conn.id, "closed");
+}
+
+async fn run(server: &Server, conn: &mut Conn) {
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut partial_since: Option<Instant> = None;
+    // Until its first request a connection gets the request timeout, not
+    // the idle timeout: a client that connects and says nothing goes soon.
+    let mut last_request: Option<Instant> = None;
+    let connected = Instant::now();
+    loop {
+        loop {
+            match next_frame(&buf, &server.limits) {
+                Ok(Some((frame, used))) => {
+                    buf.drain(..used);
+                    partial_since = None;
+                    last_request = Some(Instant::now());
+                    match frame {
+                        Frame::Request(req) => {
+                            let reply = control::handle(server, conn, &req).await;
+                            let close = reply.close;
+                            if !conn
+                                .write(server, reply.response.to_bytes(req.cseq()))
+                                .await
+                            {
+                                return;
+                            }
+                            for (shard, cmd) in reply.after {
+                                server.engine.send(shard, cmd);
+                            }
+                            if close {
+                                return;
+                            }
+                        }
+                        Frame::Interleaved { channel, payload } => {
+                            control::on_interleaved(server, conn, channel, &payload);
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(peer = %conn.peer, "bad request: {e}");
+                    let _ = conn
+                        .write(server, Response::new(e.status()).to_bytes(None))
+                        .await;
+                    return;
+                }
+            }
+        }
+        let now = Instant::now();
+        if !buf.is_empty() && partial_since.is_none() {
+            partial_since = Some(now);
+        }
+        let deadline = match partial_since {
+            Some(since) => since + server.config.request_timeout(),
+            None if server.sessions.of_connection(conn.id).is_empty() => match last_request {
+                Some(at) => at + server.config.idle_timeout(),
+                None => connected + server.config.request_timeout(),
+            },
+            // Sessions keep the connection; the session timeout ends them.
+            None => now + Duration::from_secs(1),
+        };
+        match tokio::time::timeout_at(deadline.into(), conn.rd.read_buf(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(_)) => {}
+            Err(_)
+                if partial_since.is_some() || server.sessions.of_connection(conn.id).is_empty() =>
+            {
+                tracing::debug!(peer = %conn.peer, "dropping a silent or slow client");
+                return;
+            }
+            Err(_) => {}
+        }
+    }
+}

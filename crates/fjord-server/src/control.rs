@@ -1,0 +1,495 @@
+//! RTSP methods (RFC 2326 §10): what each request does to sessions and the
+//! engine, and the reply it gets.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+};
+
+use fjord_engine::{Command, Output, PlayInfo, SessionSpec, Start};
+use fjord_media::index::TrackKind;
+use fjord_proto::{
+    rtsp::{
+        framing::{Method, Request, Version},
+        range,
+        response::Response,
+        rtp_info,
+        session::{State, allowed_methods, next_state},
+        transport::{self, TransportRequest},
+        url::title_path,
+    },
+    sdp,
+};
+
+use crate::{
+    Server,
+    conn::Conn,
+    session::{ReceiverStats, Session, Stream, rtcp_reader},
+};
+
+pub(crate) struct Reply {
+    pub response: Response,
+    /// Commands to send once the reply is written (PLAY's `Start`).
+    pub after: Vec<(u64, Command)>,
+    pub close: bool,
+}
+
+impl From<Response> for Reply {
+    fn from(response: Response) -> Self {
+        Reply {
+            response,
+            after: Vec::new(),
+            close: false,
+        }
+    }
+}
+
+fn status(code: u16) -> Reply {
+    Response::new(code).into()
+}
+
+/// An error reply with a one-line reason in a text body.
+fn refuse(code: u16, reason: &str) -> Reply {
+    Response::new(code)
+        .body("text/plain", format!("{reason}\r\n"))
+        .into()
+}
+
+pub(crate) async fn handle(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
+    if req.version != Version::V1_0 {
+        return status(505);
+    }
+    if req.cseq().is_none() {
+        return refuse(400, "missing or invalid CSeq");
+    }
+    match &req.method {
+        Method::Options => Response::new(200)
+            .header("Public", allowed_methods())
+            .into(),
+        Method::Describe => describe(server, conn, req).await,
+        Method::Setup => setup(server, conn, req).await,
+        Method::Play => play(server, conn, req).await,
+        Method::Pause => pause(server, conn, req),
+        Method::Teardown => teardown(server, conn, req),
+        Method::GetParameter | Method::SetParameter => keepalive(server, conn, req),
+        Method::Announce | Method::Record | Method::Redirect => {
+            Response::new(405).header("Allow", allowed_methods()).into()
+        }
+        Method::Other(_) => status(501),
+    }
+}
+
+async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
+    let Ok(target) = title_path(&req.uri) else {
+        return status(404);
+    };
+    if target.track.is_some() {
+        return status(404);
+    }
+    let title = match server.catalog.open(&target.title).await {
+        Ok(t) => t,
+        Err(e) => return refuse(e.status(), &e.to_string()),
+    };
+    let index = title.index();
+    let controls: Vec<String> = (0..index.track_count()).map(track_control).collect();
+    let tracks: Vec<sdp::SdpTrack> = index
+        .tracks()
+        .enumerate()
+        .map(|(i, t)| sdp::SdpTrack {
+            media: sdp_media(t.kind()),
+            payload_type: t.payload_type(),
+            encoding: t.encoding(),
+            clock_rate: t.clock_rate(),
+            fmtp: Some(t.fmtp()).filter(|f| !f.is_empty()),
+            control: &controls[i],
+        })
+        .collect();
+    let body = sdp::describe(&sdp::SdpTitle {
+        name: &target.title,
+        origin_addr: conn.local.ip(),
+        session_id: rand::random::<u32>() as u64,
+        duration_s: index.duration_ns() as f64 / 1e9,
+        tracks: &tracks,
+    });
+    let base = format!(
+        "{}/",
+        req.uri
+            .split('?')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches('/')
+    );
+    Response::new(200)
+        .header("Content-Base", &base)
+        .body("application/sdp", body)
+        .into()
+}
+
+fn sdp_media(kind: TrackKind) -> &'static str {
+    match kind {
+        TrackKind::Video => "video",
+        TrackKind::Audio => "audio",
+        TrackKind::Data => "application",
+    }
+}
+
+fn track_control(i: usize) -> String {
+    format!("track{}", i + 1)
+}
+
+fn track_number(control: Option<&str>, count: usize) -> Option<usize> {
+    match control {
+        None if count == 1 => Some(0),
+        None => None,
+        Some(c) => {
+            let n: usize = c
+                .strip_prefix("trackID=")
+                .or_else(|| c.strip_prefix("track"))
+                .or_else(|| c.strip_prefix("streamid="))?
+                .parse()
+                .ok()?;
+            (1..=count).contains(&n).then(|| n - 1)
+        }
+    }
+}
+
+async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
+    let Ok(target) = title_path(&req.uri) else {
+        return status(404);
+    };
+    let existing = match req.session_id() {
+        Some(id) => match server.sessions.get(id) {
+            Some(s) if s.conn == conn.id && s.title_name == target.title => Some(s),
+            Some(_) => return refuse(459, "a session serves one title"),
+            None => return status(454),
+        },
+        None => None,
+    };
+    let title = match &existing {
+        Some(s) => s.title.clone(),
+        None => match server.catalog.open(&target.title).await {
+            Ok(t) => t,
+            Err(e) => return refuse(e.status(), &e.to_string()),
+        },
+    };
+    let Some(track) = track_number(target.track.as_deref(), title.index().track_count()) else {
+        return status(404);
+    };
+    let Some(header) = req.header("Transport") else {
+        return refuse(400, "SETUP needs a Transport header");
+    };
+    let request = match transport::choose(header) {
+        Ok(t) => t,
+        Err(e) => return refuse(e.status(), &e.to_string()),
+    };
+    if existing.is_none() && server.sessions.count() >= server.config.max_sessions {
+        return refuse(453, "session limit reached");
+    }
+    if let Some(s) = &existing {
+        let inner = s.lock();
+        if inner.state == State::Playing {
+            return refuse(455, "cannot add a track while playing");
+        }
+        if inner.streams.iter().any(|st| st.track == track) {
+            return refuse(455, "track already set up in this session");
+        }
+    }
+    let session = existing.clone().unwrap_or_else(|| {
+        Arc::new(Session::new(
+            format!("{:016X}", rand::random::<u64>()),
+            conn.id,
+            target.title.clone(),
+            title.clone(),
+        ))
+    });
+    let engine_id = server.next_id();
+    let ssrc = rand::random::<u32>();
+    let (output, shard, transport_reply, interleaved, rtcp) = match request {
+        TransportRequest::Udp {
+            client_rtp,
+            client_rtcp,
+            destination,
+        } => {
+            let dest = destination.unwrap_or(conn.peer.ip());
+            if dest != conn.peer.ip()
+                && !server
+                    .config
+                    .destination_allow
+                    .iter()
+                    .any(|n| n.contains(&dest))
+            {
+                return refuse(403, "RTP goes only to the requesting client's address");
+            }
+            let pair = match udp_output(server, conn.local.ip(), dest, client_rtp) {
+                Ok(p) => p,
+                Err(e) => return refuse(453, &e.to_string()),
+            };
+            let rtcp_peer = SocketAddr::new(dest, client_rtcp);
+            let reader = match pair.rtcp.try_clone() {
+                Ok(r) => r,
+                Err(e) => return refuse(500, &e.to_string()),
+            };
+            let reply = transport::reply_udp(
+                client_rtp,
+                client_rtcp,
+                pair.rtp_port,
+                pair.rtp_port + 1,
+                ssrc,
+            );
+            let output = Output::Udp {
+                rtp: pair.rtp,
+                rtcp: pair.rtcp,
+                rtcp_peer,
+            };
+            (output, engine_id, reply, None, Some((reader, rtcp_peer)))
+        }
+        TransportRequest::Tcp {
+            rtp_channel,
+            rtcp_channel,
+        } => {
+            if conn.channels.contains(&rtp_channel) || conn.channels.contains(&rtcp_channel) {
+                return refuse(
+                    461,
+                    "interleaved channels already in use on this connection",
+                );
+            }
+            if let Err(e) = conn.attach(server) {
+                return refuse(500, &e.to_string());
+            }
+            conn.channels.extend([rtp_channel, rtcp_channel]);
+            let output = Output::Interleaved {
+                conn: conn.id,
+                rtp_channel,
+                rtcp_channel,
+            };
+            let reply = transport::reply_tcp(rtp_channel, rtcp_channel, ssrc);
+            (
+                output,
+                conn.id,
+                reply,
+                Some((rtp_channel, rtcp_channel)),
+                None,
+            )
+        }
+    };
+    server.engine.send(
+        shard,
+        Command::Add(Box::new(SessionSpec {
+            id: engine_id,
+            title: title.clone(),
+            track,
+            ssrc,
+            seq0: rand::random(),
+            ts0: rand::random(),
+            output,
+        })),
+    );
+    let rtcp_task = rtcp.and_then(|(socket, peer)| {
+        socket.set_nonblocking(true).ok()?;
+        let socket = tokio::net::UdpSocket::from_std(socket.into()).ok()?;
+        Some(tokio::spawn(rtcp_reader(socket, peer, session.clone(), engine_id)).abort_handle())
+    });
+    {
+        let mut inner = session.lock();
+        inner.streams.push(Stream {
+            track,
+            engine_id,
+            shard,
+            url: req.uri.clone(),
+            interleaved,
+            rtcp_task,
+            reports: ReceiverStats::default(),
+        });
+        if inner.state == State::Init {
+            inner.state = State::Ready;
+        }
+    }
+    if existing.is_none() {
+        server.sessions.insert(session.clone());
+    }
+    session.touch();
+    Response::new(200)
+        .header("Transport", &transport_reply)
+        .header("Session", session_header(server, &session.id))
+        .into()
+}
+
+fn udp_output(
+    server: &Server,
+    local: IpAddr,
+    dest: IpAddr,
+    client_rtp: u16,
+) -> std::io::Result<crate::ports::PortPair> {
+    let pair = server.ports.bind(local)?;
+    pair.rtp
+        .connect(&SocketAddr::new(dest, client_rtp).into())?;
+    pair.rtp.set_nonblocking(true)?;
+    Ok(pair)
+}
+
+fn session_header(server: &Server, id: &str) -> String {
+    format!("{id};timeout={}", server.config.session_timeout_s)
+}
+
+/// The session a request names, with its state advanced by `method`.
+fn session_for(server: &Server, conn: &Conn, req: &Request) -> Result<Arc<Session>, Reply> {
+    let Some(id) = req.session_id() else {
+        // No session yet: SETUP has not happened (RFC 2326 §A.1).
+        return Err(refuse(455, "SETUP first"));
+    };
+    let Some(session) = server.sessions.get(id) else {
+        return Err(status(454));
+    };
+    if session.conn != conn.id {
+        return Err(status(454));
+    }
+    session.touch();
+    Ok(session)
+}
+
+async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
+    let session = match session_for(server, conn, req) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    // `Range: npt=X-` seeks; no Range (or `npt=now-`) resumes.
+    let seek_ns = match req.header("Range").map(range::parse_npt) {
+        None => None,
+        Some(Err(e)) => return refuse(457, &e.to_string()),
+        Some(Ok(r)) => match r.start {
+            None => None,
+            Some(s) => {
+                let ns = (s * 1e9) as u64;
+                if ns > session.title.index().duration_ns() {
+                    return refuse(457, "start beyond the end of the title");
+                }
+                Some(ns)
+            }
+        },
+    };
+    let streams: Vec<(u64, u64, usize, String)> = {
+        let mut inner = session.lock();
+        match next_state(inner.state, &Method::Play) {
+            Ok(s) => inner.state = s,
+            Err(code) => return status(code),
+        }
+        inner
+            .streams
+            .iter()
+            .map(|s| (s.shard, s.engine_id, s.track, s.url.clone()))
+            .collect()
+    };
+    let mut infos = Vec::with_capacity(streams.len());
+    let mut after = Vec::with_capacity(streams.len());
+    for (shard, id, track, url) in streams {
+        // Start at the random-access point at or before the requested time.
+        let start = match seek_ns {
+            Some(ns) => Start::Packet(
+                session
+                    .title
+                    .index()
+                    .track(track)
+                    .map_or(0, |t| t.sync_before(ns).packet),
+            ),
+            None => Start::Resume,
+        };
+        let Some(info) = engine_play(server, shard, id, start).await else {
+            return status(454);
+        };
+        infos.push((url, info));
+        after.push((shard, Command::Start { id }));
+    }
+    let start_s = infos.first().map_or(0.0, |(_, i)| i.time_ns as f64 / 1e9);
+    let duration_s = session.title.index().duration_ns() as f64 / 1e9;
+    let rtp_info: Vec<(String, u16, u32)> = infos
+        .into_iter()
+        .map(|(u, i)| (u, i.seq, i.rtptime))
+        .collect();
+    Reply {
+        response: Response::new(200)
+            .header("Range", range::format_npt(start_s, Some(duration_s)))
+            .header("RTP-Info", rtp_info::format(&rtp_info))
+            .header("Session", session_header(server, &session.id)),
+        after,
+        close: false,
+    }
+}
+
+/// Positions an engine stream and waits for where it will start.
+async fn engine_play(server: &Server, shard: u64, id: u64, start: Start) -> Option<PlayInfo> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    server.engine.send(
+        shard,
+        Command::Play {
+            id,
+            start,
+            reply: Box::new(move |info| {
+                let _ = tx.send(info);
+            }),
+        },
+    );
+    rx.await.ok().flatten()
+}
+
+fn pause(server: &Server, conn: &Conn, req: &Request) -> Reply {
+    let session = match session_for(server, conn, req) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let mut inner = session.lock();
+    match next_state(inner.state, &Method::Pause) {
+        Ok(s) => inner.state = s,
+        Err(code) => return status(code),
+    }
+    for s in &inner.streams {
+        server
+            .engine
+            .send(s.shard, Command::Pause { id: s.engine_id });
+    }
+    Response::new(200)
+        .header("Session", session_header(server, &session.id))
+        .into()
+}
+
+fn teardown(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
+    let session = match session_for(server, conn, req) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    for st in session.lock().streams.iter() {
+        if let Some((a, b)) = st.interleaved {
+            conn.channels.retain(|c| *c != a && *c != b);
+        }
+    }
+    server.sessions.remove(&session.id, &server.engine);
+    status(200)
+}
+
+/// GET_PARAMETER and SET_PARAMETER: keepalive; no parameters are settable.
+fn keepalive(server: &Server, conn: &Conn, req: &Request) -> Reply {
+    if req.session_id().is_some()
+        && let Err(r) = session_for(server, conn, req)
+    {
+        return r;
+    }
+    if req.method == Method::SetParameter && !req.body.is_empty() {
+        return refuse(451, "no parameter of this server can be set");
+    }
+    status(200)
+}
+
+/// A `$` frame from the client: RTCP of an interleaved stream.
+pub(crate) fn on_interleaved(server: &Server, conn: &Conn, channel: u8, payload: &[u8]) {
+    for s in server.sessions.of_connection(conn.id) {
+        let stream = s
+            .lock()
+            .streams
+            .iter()
+            .find(|st| st.interleaved.is_some_and(|(_, rtcp)| rtcp == channel))
+            .map(|st| st.engine_id);
+        if let Some(id) = stream {
+            let infos = fjord_proto::rtcp::parse_compound(payload).unwrap_or_default();
+            s.on_rtcp(Some(id), &infos);
+        }
+    }
+}

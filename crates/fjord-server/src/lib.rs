@@ -1,0 +1,140 @@
+//! The control plane of `fjord serve`: RTSP connections, the catalog of
+//! titles, and sessions. Playing happens in the engine threads; this side
+//! only sends them commands.
+
+mod catalog;
+pub mod config;
+mod conn;
+mod control;
+mod ports;
+mod session;
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use fjord_engine::{Engine, EngineConfig};
+use fjord_proto::rtsp::framing::Limits;
+use tokio::{net::TcpListener, sync::Semaphore};
+
+pub use catalog::{Catalog, CatalogError};
+pub use config::{Config, ConfigError};
+use ports::PortPool;
+use session::Sessions;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub(crate) struct Server {
+    config: Config,
+    limits: Limits,
+    catalog: Catalog,
+    engine: Engine,
+    sessions: Sessions,
+    ports: PortPool,
+    ids: AtomicU64,
+}
+
+impl Server {
+    fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Runs the server until SIGINT or SIGTERM. Prints the listening address on
+/// stdout once the socket is bound (tests and scripts read it from there).
+pub async fn serve(config: Config) -> Result<(), ServeError> {
+    config.validate()?;
+    let catalog = Catalog::new(
+        &config.root,
+        fjord_media::ts::TsOptions {
+            ts_per_rtp: config.ts_per_rtp,
+            ..Default::default()
+        },
+    )?;
+    let listener = TcpListener::bind(SocketAddr::new(config.bind, config.port))
+        .await
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot listen on {}:{}: {e} (is another server using the port? try --port)",
+                    config.bind, config.port
+                ),
+            )
+        })?;
+    let local = listener.local_addr()?;
+    let engine = Engine::start(EngineConfig {
+        threads: config.threads(),
+        burst: Duration::from_millis(config.burst_ms),
+        rtcp_interval: Duration::from_secs(config.rtcp_interval_s),
+        cname: format!("fjord@{local}"),
+    })?;
+    let server = Arc::new(Server {
+        limits: Limits {
+            max_header_bytes: config.max_header_bytes,
+            max_body_bytes: config.max_body_bytes,
+        },
+        ports: PortPool::new(config.rtp_port_min, config.rtp_port_max),
+        catalog,
+        engine,
+        sessions: Sessions::default(),
+        ids: AtomicU64::new(1),
+        config,
+    });
+    println!("fjord: listening on rtsp://{local}/");
+    tracing::info!(root = %server.catalog.root().display(), "serving");
+
+    tokio::spawn(reap_idle_sessions(server.clone()));
+    let slots = Arc::new(Semaphore::new(server.config.max_connections));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, peer)) = accepted else { continue };
+                // Over the limit the connection is closed at once: no reply
+                // can be sent before a request arrives.
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, "connection limit reached; refusing");
+                    continue;
+                };
+                let server = server.clone();
+                tokio::spawn(async move {
+                    conn::serve_connection(server, stream, peer).await;
+                    drop(permit);
+                });
+            }
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+        }
+    }
+    tracing::info!("shutting down");
+    Ok(())
+}
+
+/// Tears down sessions that sent no RTSP request and no RTCP for the
+/// session timeout.
+async fn reap_idle_sessions(server: Arc<Server>) {
+    let timeout = server.config.session_timeout();
+    let mut tick = tokio::time::interval(Duration::from_millis(500).min(timeout / 2));
+    loop {
+        tick.tick().await;
+        let Some(deadline) = Instant::now().checked_sub(timeout) else {
+            continue;
+        };
+        for s in server.sessions.idle_since(deadline) {
+            tracing::info!(session = %s.id, "session timed out");
+            server.sessions.remove(&s.id, &server.engine);
+        }
+    }
+}

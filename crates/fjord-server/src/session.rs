@@ -1,0 +1,175 @@
+//! RTSP sessions as the control plane keeps them: protocol state, liveness,
+//! receiver reports, and the engine streams (one per set-up track).
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Instant,
+};
+
+use fjord_engine::{Command, Engine, Title};
+use fjord_proto::{rtcp::RtcpInfo, rtsp::session::State};
+
+pub struct Session {
+    pub id: String,
+    /// The RTSP connection that created the session; when it closes, the
+    /// session ends (players keep their connection open while they play).
+    pub conn: u64,
+    pub title_name: String,
+    pub title: Arc<Title>,
+    inner: Mutex<Inner>,
+}
+
+pub struct Inner {
+    pub state: State,
+    pub last_activity: Instant,
+    pub streams: Vec<Stream>,
+}
+
+pub struct Stream {
+    pub track: usize,
+    /// Session id inside the engine, and the shard it lives on.
+    pub engine_id: u64,
+    pub shard: u64,
+    /// The URL the client set the track up with; RTP-Info names it.
+    pub url: String,
+    pub interleaved: Option<(u8, u8)>,
+    pub rtcp_task: Option<tokio::task::AbortHandle>,
+    pub reports: ReceiverStats,
+}
+
+/// The latest RTCP receiver report about a stream (RFC 3550 §6.4.2).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReceiverStats {
+    pub reports: u64,
+    pub fraction_lost: u8,
+    pub cumulative_lost: u32,
+    pub highest_seq: u32,
+    pub jitter: u32,
+}
+
+impl Session {
+    pub fn new(id: String, conn: u64, title_name: String, title: Arc<Title>) -> Self {
+        Self {
+            id,
+            conn,
+            title_name,
+            title,
+            inner: Mutex::new(Inner {
+                state: State::Init,
+                last_activity: Instant::now(),
+                streams: Vec::new(),
+            }),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn touch(&self) {
+        self.lock().last_activity = Instant::now();
+    }
+
+    /// Records RTCP from the client: it is alive, and how it receives.
+    pub fn on_rtcp(&self, engine_id: Option<u64>, infos: &[RtcpInfo]) {
+        let mut inner = self.lock();
+        inner.last_activity = Instant::now();
+        for info in infos {
+            let RtcpInfo::ReceiverReport { blocks, .. } = info else {
+                continue;
+            };
+            for b in blocks {
+                for s in inner.streams.iter_mut() {
+                    if engine_id.is_none_or(|id| id == s.engine_id) {
+                        let r = &mut s.reports;
+                        r.reports += 1;
+                        r.fraction_lost = b.fraction_lost;
+                        r.cumulative_lost = b.cumulative_lost;
+                        r.highest_seq = b.highest_seq;
+                        r.jitter = b.jitter;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every live session, by id.
+#[derive(Default)]
+pub struct Sessions {
+    map: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl Sessions {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        self.map().get(id).cloned()
+    }
+
+    pub fn count(&self) -> usize {
+        self.map().len()
+    }
+
+    pub fn insert(&self, s: Arc<Session>) {
+        self.map().insert(s.id.clone(), s);
+    }
+
+    pub fn of_connection(&self, conn: u64) -> Vec<Arc<Session>> {
+        self.map()
+            .values()
+            .filter(|s| s.conn == conn)
+            .cloned()
+            .collect()
+    }
+
+    pub fn idle_since(&self, deadline: Instant) -> Vec<Arc<Session>> {
+        self.map()
+            .values()
+            .filter(|s| s.lock().last_activity < deadline)
+            .cloned()
+            .collect()
+    }
+
+    /// Ends a session: its engine streams stop, its sockets close, its ports
+    /// return to the pool.
+    pub fn remove(&self, id: &str, engine: &Engine) -> bool {
+        let Some(s) = self.map().remove(id) else {
+            return false;
+        };
+        let streams = std::mem::take(&mut s.lock().streams);
+        for st in streams {
+            engine.send(st.shard, Command::Remove { id: st.engine_id });
+            if let Some(t) = st.rtcp_task {
+                t.abort();
+            }
+        }
+        true
+    }
+}
+
+/// Reads RTCP from a UDP client for as long as the stream lives; only the
+/// client's own address counts.
+pub async fn rtcp_reader(
+    socket: tokio::net::UdpSocket,
+    client: SocketAddr,
+    session: Arc<Session>,
+    engine_id: u64,
+) {
+    let mut buf = [0u8; 1500];
+    loop {
+        let Ok((n, from)) = socket.recv_from(&mut buf).await else {
+            return;
+        };
+        if from.ip() != client.ip() {
+            continue;
+        }
+        if let Ok(infos) = fjord_proto::rtcp::parse_compound(&buf[..n]) {
+            session.on_rtcp(Some(engine_id), &infos);
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! `fjord`: a video-on-demand server for stored media.
+
+use std::{
+    path::PathBuf,
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use clap::{Parser, Subcommand};
+use fjord_media::{ingest, ts::TsOptions};
+use fjord_server::Config;
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(Parser)]
+#[command(
+    name = "fjord",
+    version,
+    about = "Stream stored audio and video over RTSP/RTP, at the lowest cost per stream"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve every .ts file under the media root over RTSP.
+    ///
+    /// Play with e.g. `ffplay rtsp://HOST:8554/NAME.ts`. Settings come from
+    /// --config (TOML, see README.md) with these flags on top.
+    Serve {
+        /// Directory of titles [default: ./media]
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// RTSP port [default: 8554]; 0 picks a free one
+        #[arg(long)]
+        port: Option<u16>,
+        /// Address to listen on [default: 0.0.0.0]
+        #[arg(long)]
+        bind: Option<std::net::IpAddr>,
+        /// Engine threads [default: one per core]
+        #[arg(long)]
+        threads: Option<usize>,
+        /// TOML file with the settings documented in README.md
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Packetize media files once, writing FILE.fjidx beside each.
+    ///
+    /// `serve` does this on demand; ingesting ahead keeps the first client
+    /// from waiting.
+    Ingest {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// MPEG-TS packets per RTP packet
+        #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u8).range(1..=7))]
+        ts_per_rtp: u8,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FJORD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Serve {
+            root,
+            port,
+            bind,
+            threads,
+            config,
+        } => serve(root, port, bind, threads, config),
+        Cmd::Ingest { paths, ts_per_rtp } => ingest_all(&paths, ts_per_rtp),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fjord: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(
+    root: Option<PathBuf>,
+    port: Option<u16>,
+    bind: Option<std::net::IpAddr>,
+    threads: Option<usize>,
+    config: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let mut cfg = match config {
+        Some(path) => Config::load(&path)?,
+        None => Config::default(),
+    };
+    if let Some(r) = root {
+        cfg.root = r;
+    }
+    if let Some(p) = port {
+        cfg.port = p;
+    }
+    if let Some(b) = bind {
+        cfg.bind = b;
+    }
+    if let Some(t) = threads {
+        cfg.threads = t;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(fjord_server::serve(cfg))?;
+    Ok(())
+}
+
+fn ingest_all(paths: &[PathBuf], ts_per_rtp: u8) -> anyhow::Result<()> {
+    let options = TsOptions {
+        ts_per_rtp,
+        ..Default::default()
+    };
+    let mut failed = 0;
+    for path in paths {
+        let started = Instant::now();
+        let mut bar: Option<ProgressBar> = None;
+        let mut progress = |done: u64, total: u64| {
+            // A bar only when the file takes more than a moment.
+            if bar.is_none() && started.elapsed() > Duration::from_millis(300) {
+                let b = ProgressBar::new(total).with_style(
+                    ProgressStyle::with_template(
+                        "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                    )
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                );
+                b.set_message(path.display().to_string());
+                bar = Some(b);
+            }
+            if let Some(b) = &bar {
+                b.set_position(done);
+            }
+        };
+        let result = ingest::ingest_file(path, &options, &mut progress);
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        match result {
+            Ok(r) => {
+                let secs = started.elapsed().as_secs_f64();
+                let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+                let duration_ns =
+                    fjord_media::index::Index::open(&fjord_media::index::index_path_for(path))
+                        .map(|i| i.duration_ns())
+                        .unwrap_or(0);
+                println!(
+                    "{}: {} RTP packets, {:.3} s of media, {:.2} Mbit/s, timing from {:?}; ingested in {:.3} s ({:.0} MB/s)",
+                    path.display(),
+                    r.rtp_packets,
+                    duration_ns as f64 / 1e9,
+                    r.bitrate_bps as f64 / 1e6,
+                    r.timing,
+                    secs,
+                    size as f64 / 1e6 / secs.max(1e-9),
+                );
+                for w in &r.warnings {
+                    println!("{}: warning: {w}", path.display());
+                }
+            }
+            Err(e) => {
+                eprintln!("fjord: {e}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} files could not be ingested", paths.len());
+    }
+    Ok(())
+}
