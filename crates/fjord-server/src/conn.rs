@@ -21,7 +21,7 @@ use tokio::{
     },
 };
 
-use crate::{Server, control};
+use crate::{Server, control, session::Session};
 
 /// Where replies go. Once a session streams interleaved on this connection
 /// the engine owns the write side, so replies queue behind its `$` frames.
@@ -40,9 +40,18 @@ pub(crate) struct Conn {
     out: Option<Out>,
     /// Interleaved channels already in use on this connection.
     pub channels: Vec<u8>,
+    /// Sessions made on this connection (some may have timed out since).
+    pub sessions: Vec<Arc<Session>>,
 }
 
 impl Conn {
+    /// The sessions of this connection that are still alive.
+    pub fn live_sessions(&mut self, server: &Server) -> &[Arc<Session>] {
+        self.sessions
+            .retain(|s| server.sessions.get(&s.id).is_some());
+        &self.sessions
+    }
+
     pub fn attached(&self) -> bool {
         matches!(self.out, Some(Out::Engine(_)))
     }
@@ -99,10 +108,11 @@ pub(crate) async fn serve_connection(server: Arc<Server>, stream: TcpStream, pee
         rd,
         out: Some(Out::Direct(wr)),
         channels: Vec::new(),
+        sessions: Vec::new(),
     };
     tracing::debug!(%peer, conn = conn.id, "connected");
     run(&server, &mut conn).await;
-    for s in server.sessions.of_connection(conn.id) {
+    for s in conn.live_sessions(&server).to_vec() {
         server.sessions.remove(&s.id, &server.engine);
     }
     if conn.attached() {
@@ -165,7 +175,7 @@ async fn run(server: &Server, conn: &mut Conn) {
         }
         let deadline = match partial_since {
             Some(since) => since + server.config.request_timeout(),
-            None if server.sessions.of_connection(conn.id).is_empty() => match last_request {
+            None if conn.live_sessions(server).is_empty() => match last_request {
                 Some(at) => at + server.config.idle_timeout(),
                 None => connected + server.config.request_timeout(),
             },
@@ -175,9 +185,7 @@ async fn run(server: &Server, conn: &mut Conn) {
         match tokio::time::timeout_at(deadline.into(), conn.rd.read_buf(&mut buf)).await {
             Ok(Ok(0)) | Ok(Err(_)) => return,
             Ok(Ok(_)) => {}
-            Err(_)
-                if partial_since.is_some() || server.sessions.of_connection(conn.id).is_empty() =>
-            {
+            Err(_) if partial_since.is_some() || conn.live_sessions(server).is_empty() => {
                 tracing::debug!(peer = %conn.peer, "dropping a silent or slow client");
                 return;
             }

@@ -306,6 +306,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     }
     if existing.is_none() {
         server.sessions.insert(session.clone());
+        conn.sessions.push(session.clone());
     }
     session.touch();
     Response::new(200)
@@ -479,8 +480,8 @@ fn keepalive(server: &Server, conn: &Conn, req: &Request) -> Reply {
 }
 
 /// A `$` frame from the client: RTCP of an interleaved stream.
-pub(crate) fn on_interleaved(server: &Server, conn: &Conn, channel: u8, payload: &[u8]) {
-    for s in server.sessions.of_connection(conn.id) {
+pub(crate) fn on_interleaved(server: &Server, conn: &mut Conn, channel: u8, payload: &[u8]) {
+    for s in conn.live_sessions(server) {
         let stream = s
             .lock()
             .streams

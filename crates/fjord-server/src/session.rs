@@ -9,7 +9,10 @@ use std::{
 };
 
 use fjord_engine::{Command, Engine, Title};
-use fjord_proto::{rtcp::RtcpInfo, rtsp::session::State};
+use fjord_proto::{
+    rtcp::{ReportBlock, RtcpInfo},
+    rtsp::session::State,
+};
 
 pub struct Session {
     pub id: String,
@@ -49,6 +52,16 @@ pub struct ReceiverStats {
     pub jitter: u32,
 }
 
+impl ReceiverStats {
+    pub fn record(&mut self, b: &ReportBlock) {
+        self.reports += 1;
+        self.fraction_lost = b.fraction_lost;
+        self.cumulative_lost = b.cumulative_lost;
+        self.highest_seq = b.highest_seq;
+        self.jitter = b.jitter;
+    }
+}
+
 impl Session {
     pub fn new(id: String, conn: u64, title_name: String, title: Arc<Title>) -> Self {
         Self {
@@ -83,12 +96,7 @@ impl Session {
             for b in blocks {
                 for s in inner.streams.iter_mut() {
                     if engine_id.is_none_or(|id| id == s.engine_id) {
-                        let r = &mut s.reports;
-                        r.reports += 1;
-                        r.fraction_lost = b.fraction_lost;
-                        r.cumulative_lost = b.cumulative_lost;
-                        r.highest_seq = b.highest_seq;
-                        r.jitter = b.jitter;
+                        s.reports.record(b);
                     }
                 }
             }
@@ -119,14 +127,6 @@ impl Sessions {
         self.map().insert(s.id.clone(), s);
     }
 
-    pub fn of_connection(&self, conn: u64) -> Vec<Arc<Session>> {
-        self.map()
-            .values()
-            .filter(|s| s.conn == conn)
-            .cloned()
-            .collect()
-    }
-
     pub fn idle_since(&self, deadline: Instant) -> Vec<Arc<Session>> {
         self.map()
             .values()
@@ -143,6 +143,15 @@ impl Sessions {
         };
         let streams = std::mem::take(&mut s.lock().streams);
         for st in streams {
+            let r = st.reports;
+            tracing::info!(
+                session = %s.id,
+                track = st.track,
+                receiver_reports = r.reports,
+                lost = r.cumulative_lost,
+                jitter = r.jitter,
+                "session ended"
+            );
             engine.send(st.shard, Command::Remove { id: st.engine_id });
             if let Some(t) = st.rtcp_task {
                 t.abort();
@@ -171,5 +180,30 @@ pub async fn rtcp_reader(
         if let Ok(infos) = fjord_proto::rtcp::parse_compound(&buf[..n]) {
             session.on_rtcp(Some(engine_id), &infos);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receiver_stats_keep_the_latest_report() {
+        let mut r = ReceiverStats::default();
+        let block = |lost, jitter| ReportBlock {
+            ssrc: 7,
+            fraction_lost: 3,
+            cumulative_lost: lost,
+            highest_seq: 70_000,
+            jitter,
+            lsr: 0,
+            dlsr: 0,
+        };
+        r.record(&block(5, 90));
+        r.record(&block(9, 45));
+        assert_eq!(
+            (r.reports, r.cumulative_lost, r.jitter, r.highest_seq),
+            (2, 9, 45, 70_000)
+        );
     }
 }
