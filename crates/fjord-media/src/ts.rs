@@ -288,6 +288,45 @@ impl Groups {
         self.open = false;
     }
 
+    /// The same TS packets regrouped so that each of `starts` (sorted TS
+    /// ordinals) begins an RTP packet, counting `per_rtp` afresh from there.
+    /// Runs broken by lost sync stay broken.
+    fn regroup(self, starts: &[u64], per_rtp: u32) -> Groups {
+        let mut out = Groups {
+            offsets: Vec::with_capacity(self.offsets.len() + starts.len()),
+            counts: Vec::with_capacity(self.counts.len() + starts.len()),
+            first_ordinals: Vec::with_capacity(self.first_ordinals.len() + starts.len()),
+            open: false,
+        };
+        let mut cuts = starts.iter().copied().peekable();
+        let mut run_end: Option<(u64, u64)> = None;
+        for ((&offset, &count), &first) in self
+            .offsets
+            .iter()
+            .zip(&self.counts)
+            .zip(&self.first_ordinals)
+        {
+            let contiguous = run_end == Some((offset, first));
+            for k in 0..u64::from(count) {
+                let ordinal = first + k;
+                let mut cut = k == 0 && !contiguous;
+                while let Some(c) = cuts.next_if(|&c| c <= ordinal) {
+                    cut |= c == ordinal;
+                }
+                if cut {
+                    out.open = false;
+                }
+                out.push(offset + k * TS_PACKET_LEN as u64, ordinal, per_rtp);
+            }
+            run_end = Some((
+                offset + u64::from(count) * TS_PACKET_LEN as u64,
+                first + u64::from(count),
+            ));
+        }
+        out.open = false;
+        out
+    }
+
     /// Index of the RTP packet holding TS packet `ordinal`.
     fn containing(&self, ordinal: u64) -> u32 {
         self.first_ordinals
@@ -660,6 +699,44 @@ fn finish(
         ns.round().max(0.0) as u64
     };
 
+    // Random access points: RAI-flagged PES starts on the video PID (or any
+    // PID if there is no video), else every PAT. Playback from one starts at
+    // the PAT before it when that is near, so a joining player gets PAT and
+    // PMT first.
+    let video = scan.pmt.and_then(|p| p.video_pid);
+    let mut raps: Vec<u64> = scan
+        .raps
+        .iter()
+        .filter(|&&(_, pid)| video.is_none_or(|v| v == pid))
+        .map(|&(o, _)| o)
+        .collect();
+    if raps.is_empty() {
+        warnings.push(
+            "no random access indicators on the video stream; seeking snaps to PAT positions"
+                .to_owned(),
+        );
+        raps.clone_from(&scan.pats);
+    }
+    let entries: Vec<(u64, u64)> = raps
+        .iter()
+        .map(|&rap| {
+            let rap_time = time_ns(rap);
+            let start = scan
+                .pats
+                .partition_point(|&p| p <= rap)
+                .checked_sub(1)
+                .and_then(|i| scan.pats.get(i))
+                .filter(|&&p| rap_time - time_ns(p).min(rap_time) <= 1_000_000_000)
+                .map_or(rap, |&p| p);
+            (start, rap)
+        })
+        .collect();
+    // An RTP packet begins at every entry point: a seek then delivers from
+    // exactly there, never the tail of the previous picture.
+    let mut starts: Vec<u64> = entries.iter().map(|&(s, _)| s).collect();
+    starts.sort_unstable();
+    let groups = groups.regroup(&starts, u32::from(opts.ts_per_rtp.clamp(1, 7)));
+
     let mut packets = Vec::with_capacity(groups.offsets.len());
     let mut last_time = 0;
     for ((&offset, &count), &first) in groups
@@ -679,39 +756,14 @@ fn finish(
         });
     }
 
-    // Random access points: RAI-flagged PES starts on the video PID (or any
-    // PID if there is no video), else every PAT.
-    let video = scan.pmt.and_then(|p| p.video_pid);
-    let mut raps: Vec<u64> = scan
-        .raps
-        .iter()
-        .filter(|&&(_, pid)| video.is_none_or(|v| v == pid))
-        .map(|&(o, _)| o)
-        .collect();
-    if raps.is_empty() {
-        warnings.push(
-            "no random access indicators on the video stream; seeking snaps to PAT positions"
-                .to_owned(),
-        );
-        raps.clone_from(&scan.pats);
-    }
     let mut sync = vec![SyncPoint::default()];
-    for &rap in &raps {
-        let rap_time = time_ns(rap);
-        let idx = groups.containing(rap);
-        if let Some(p) = packets.get_mut(idx as usize) {
+    for &(start, rap) in &entries {
+        if let Some(p) = packets.get_mut(groups.containing(rap) as usize) {
             p.flags |= FLAG_RANDOM_ACCESS;
         }
-        let pat = scan
-            .pats
-            .partition_point(|&p| p <= rap)
-            .checked_sub(1)
-            .and_then(|i| scan.pats.get(i))
-            .filter(|&&p| rap_time - time_ns(p).min(rap_time) <= 1_000_000_000);
-        let packet = pat.map_or(idx, |&p| groups.containing(p));
         sync.push(SyncPoint {
-            packet,
-            time_ns: rap_time,
+            packet: groups.containing(start),
+            time_ns: time_ns(rap),
         });
     }
     sync.sort_by_key(|s| (s.packet, s.time_ns));

@@ -26,6 +26,35 @@ fn first_ordinal(r: &PacketRecord) -> u64 {
     r.offset / 188
 }
 
+/// Records are runs of at most `n` TS packets covering the stream in order,
+/// cut short only at the end or where a seek entry point begins.
+fn assert_grouping(p: &Packetization, n: u32) {
+    let entries: Vec<u32> = p.sync.iter().map(|s| s.packet).collect();
+    let mut expected_offset = p.packets[0].offset;
+    for (i, r) in p.packets.iter().enumerate() {
+        assert_eq!(r.offset, expected_offset, "record {i} is contiguous");
+        assert!(
+            r.len > 0 && r.len <= 188 * n && r.len % 188 == 0,
+            "record {i}: {}",
+            r.len
+        );
+        let next_is_entry = entries.contains(&(i as u32 + 1));
+        if r.len < 188 * n {
+            assert!(
+                i + 1 == p.packets.len() || next_is_entry,
+                "record {i} cut short for no reason: {:?} {:?}",
+                &p.packets[i.saturating_sub(2)..(i + 2).min(p.packets.len())],
+                p.sync
+            );
+        }
+        expected_offset += u64::from(r.len);
+    }
+    for s in &p.sync[1..] {
+        let rec = p.packets[s.packet as usize];
+        assert!(rec.offset % 188 == 0);
+    }
+}
+
 fn assert_close(a: u64, b: u64, tol: u64, what: &str) {
     assert!(a.abs_diff(b) <= tol, "{what}: {a} vs {b}");
 }
@@ -36,7 +65,8 @@ fn cbr_pcr_times_are_exact() {
     let p = run(&data);
     assert_eq!(p.report.timing, TimingSource::Pcr);
     assert_eq!(p.report.ts_packets, 1000);
-    assert_eq!(p.report.rtp_packets, 143);
+    assert_eq!(p.report.rtp_packets, p.packets.len() as u64);
+    assert_grouping(&p, 7);
     assert_eq!(p.report.pcr_count, 100);
     assert_eq!(p.packets[0].send_time_ns, 0);
     for r in &p.packets {
@@ -274,18 +304,14 @@ fn ts_per_rtp_groups() {
     for n in 1..=7u8 {
         let p = packetize(&data, &opts(n)).unwrap();
         let n = u32::from(n);
-        assert_eq!(p.packets.len(), 1000usize.div_ceil(n as usize));
         assert_eq!(p.ts_per_rtp as u32, n);
-        let (last, rest) = p.packets.split_last().unwrap();
-        assert!(rest.iter().all(|r| r.len == 188 * n));
-        assert_eq!(
-            last.len,
-            188 * (1000 - (1000 / n) * n).max(if 1000 % n == 0 { n } else { 0 })
-        );
+        assert_grouping(&p, n);
+        let total: u32 = p.packets.iter().map(|r| r.len).sum();
+        assert_eq!(total, 188 * 1000);
     }
     // Out-of-range values are clamped.
     assert_eq!(packetize(&data, &opts(0)).unwrap().packets.len(), 1000);
-    assert_eq!(packetize(&data, &opts(200)).unwrap().packets.len(), 143);
+    assert_grouping(&packetize(&data, &opts(200)).unwrap(), 7);
 }
 
 #[test]
