@@ -1,0 +1,58 @@
+# fjord — developer entry points.
+#   make test   install the test peers if missing, then fmt, clippy and tests
+#   make run    build, make a demo title if ./media has none, serve it
+#   make fuzz   run every fuzz target for FUZZ_SECONDS (nightly + cargo-fuzz)
+
+SHELL := /bin/bash
+CARGO ?= cargo
+PORT ?= 8554
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-base \
+	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav
+
+.PHONY: test deps run build
+
+# Installs ffmpeg and GStreamer (rtspsrc, rtpmp2tdepay) only when missing.
+deps:
+	@if ! command -v ffmpeg >/dev/null || ! command -v gst-launch-1.0 >/dev/null \
+	    || ! gst-inspect-1.0 rtpmp2tdepay >/dev/null 2>&1 \
+	    || ! gst-inspect-1.0 rtspsrc >/dev/null 2>&1; then \
+	  echo "installing test peers: $(APT_PACKAGES)"; \
+	  $(SUDO) apt-get update && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PACKAGES); \
+	fi
+
+test: deps
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test --workspace --release
+
+build:
+	$(CARGO) build --release
+
+run: build
+	@if ! ls media/*.ts >/dev/null 2>&1; then \
+	  if ! command -v ffmpeg >/dev/null; then \
+	    $(SUDO) apt-get update && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ffmpeg; \
+	  fi; \
+	  mkdir -p media && echo "making media/demo.ts (60 s H.264 + AAC)" && \
+	  ffmpeg -nostdin -loglevel error -y \
+	    -f lavfi -i testsrc2=size=1280x720:rate=25 \
+	    -f lavfi -i sine=frequency=440:sample_rate=48000 -t 60 \
+	    -c:v libx264 -preset veryfast -g 25 -b:v 3M -c:a aac -b:a 128k \
+	    -f mpegts media/demo.ts.tmp && mv media/demo.ts.tmp media/demo.ts; \
+	fi
+	@echo "serving ./media on rtsp://127.0.0.1:$(PORT)/ — try:"
+	@echo "  ffplay rtsp://127.0.0.1:$(PORT)/demo.ts"
+	@echo "  gst-launch-1.0 playbin uri=rtsp://127.0.0.1:$(PORT)/demo.ts"
+	exec target/release/fjord serve --root media --port $(PORT)
+
+# Runs every fuzz target for FUZZ_SECONDS each (needs the nightly toolchain).
+FUZZ_SECONDS ?= 30
+.PHONY: fuzz
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && for t in $$($(CARGO) +nightly fuzz list); do \
+	  $(CARGO) +nightly fuzz run -O $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
