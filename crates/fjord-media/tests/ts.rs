@@ -42,16 +42,10 @@ fn assert_grouping(p: &Packetization, n: u32) {
         if r.len < 188 * n {
             assert!(
                 i + 1 == p.packets.len() || next_is_entry,
-                "record {i} cut short for no reason: {:?} {:?}",
-                &p.packets[i.saturating_sub(2)..(i + 2).min(p.packets.len())],
-                p.sync
+                "record {i} cut short though no entry point follows"
             );
         }
         expected_offset += u64::from(r.len);
-    }
-    for s in &p.sync[1..] {
-        let rec = p.packets[s.packet as usize];
-        assert!(rec.offset % 188 == 0);
     }
 }
 
