@@ -22,6 +22,7 @@ pub enum Output {
     /// socket (shared with the control plane, which reads receiver reports).
     Udp {
         rtp: socket2::Socket,
+        rtp_peer: SocketAddr,
         rtcp: socket2::Socket,
         rtcp_peer: SocketAddr,
     },

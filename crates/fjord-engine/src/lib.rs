@@ -12,6 +12,7 @@ mod interleaved;
 mod session;
 mod thread;
 pub mod title;
+mod wheel;
 
 pub use command::{Command, Output, PlayInfo, SessionSpec, Start};
 pub use thread::{Engine, EngineConfig};

@@ -16,7 +16,7 @@ use fjord_proto::{
 use crate::{
     PlayInfo, Start, Title,
     command::{Output, SessionSpec},
-    datapath::DataPath,
+    datapath::{Batch, Burst, Packet},
     interleaved::{Connection, FrameResult},
 };
 
@@ -24,7 +24,11 @@ use crate::{
 /// read the final packets before it learns the stream ended.
 const BYE_DELAY: Duration = Duration::from_millis(500);
 /// Room for SR + SDES + BYE.
-const RTCP_BUF: usize = 256;
+const RTCP_BUF: usize = rtcp::SENDER_REPORT_MAX_LEN;
+/// The most packets one session puts in one tick's batch (one GSO send).
+pub(crate) const MAX_BURST_PACKETS: usize = 64;
+/// How soon to retry a session whose socket was full.
+const RETRY: Duration = Duration::from_millis(1);
 
 enum State {
     /// Set up, paused, or positioned by PLAY and waiting for `Start`.
@@ -129,26 +133,132 @@ impl Session {
         }
     }
 
-    /// Sends every packet due by `now + burst`; returns when to come back.
-    pub(crate) fn pump(&mut self, p: &mut Pacing, path: &mut impl DataPath) -> Option<Instant> {
-        let State::Playing { t0, origin_ns } = self.state else {
-            return None;
+    fn clock(&self) -> Option<(Instant, u64)> {
+        match self.state {
+            State::Playing { t0, origin_ns } => Some((t0, origin_ns)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_interleaved(&self) -> bool {
+        matches!(self.output, Output::Interleaved { .. })
+    }
+
+    /// Adds a burst of every packet due by `now + burst` (at most
+    /// [`MAX_BURST_PACKETS`]) to `batch`; returns how many it added.
+    pub(crate) fn collect<'a>(
+        &'a self,
+        now: Instant,
+        burst: Duration,
+        batch: &mut Batch<'a>,
+    ) -> usize {
+        let (Some((t0, origin_ns)), Output::Udp { rtp, rtp_peer, .. }) =
+            (self.clock(), &self.output)
+        else {
+            return 0;
         };
-        let due = |ns: u64| t0 + Duration::from_nanos(ns.saturating_sub(origin_ns));
-        let horizon = p.now + p.burst;
+        let Some(track) = self.title.index().track(self.track) else {
+            return 0;
+        };
+        let horizon = now + burst;
+        let pt = track.payload_type();
+        let first = batch.packets.len();
+        let mut seq = self.seq;
+        for i in self.next as usize.. {
+            let Some(rec) = track.packet(i) else { break };
+            if due(t0, origin_ns, rec.send_time_ns) > horizon
+                || batch.packets.len() - first >= MAX_BURST_PACKETS
+            {
+                break;
+            }
+            let Some(payload) = self.title.payload(&rec) else {
+                break;
+            };
+            let mut header = [0u8; rtp::RTP_HEADER_LEN];
+            let ts = self.ts0.wrapping_add(rec.rtp_ts);
+            rtp::write_header(
+                &mut header,
+                pt,
+                rec.flags & FLAG_MARKER != 0,
+                seq,
+                ts,
+                self.ssrc,
+            );
+            batch.packets.push(Packet {
+                header,
+                payload,
+                file: self.title.fd(),
+                offset: rec.offset,
+            });
+            seq = seq.wrapping_add(1);
+        }
+        let n = batch.packets.len() - first;
+        if n > 0 {
+            batch.bursts.push(Burst {
+                socket: rtp,
+                dest: *rtp_peer,
+                packets: first..first + n,
+            });
+        }
+        n
+    }
+
+    /// Accounts for the `sent` of `planned` packets the data path sent, sends
+    /// RTCP when due, and says when the session wants the engine next.
+    pub(crate) fn advance(
+        &mut self,
+        planned: usize,
+        sent: usize,
+        p: &mut Pacing,
+    ) -> Option<Instant> {
+        let (t0, origin_ns) = self.clock()?;
         let title = self.title.clone();
         let Some(track) = title.index().track(self.track) else {
             self.state = State::Ended;
             return None;
         };
-        let count = track.packet_count() as u32;
+        if planned == 0
+            && self.next < self.count()
+            && title.payload(&track.packet(self.next as usize)?).is_none()
+        {
+            tracing::warn!(
+                ssrc = self.ssrc,
+                "media file shrank under a playing session; stopping it"
+            );
+            self.state = State::Ended;
+            return None;
+        }
+        for i in 0..sent {
+            if let Some(rec) = track.packet(self.next as usize + i) {
+                self.octets = self.octets.wrapping_add(rec.len);
+            }
+        }
+        self.next += sent as u32;
+        self.seq = self.seq.wrapping_add(sent as u16);
+        self.packets = self.packets.wrapping_add(sent as u32);
+        if sent < planned {
+            // The socket is full: try again shortly.
+            return Some(p.now + RETRY);
+        }
+        self.after_sending(t0, origin_ns, p)
+    }
+
+    /// Sends what is due through the RTSP connection (TCP interleaved).
+    pub(crate) fn pump_interleaved(&mut self, p: &mut Pacing) -> Option<Instant> {
+        let (t0, origin_ns) = self.clock()?;
+        let Output::Interleaved {
+            conn, rtp_channel, ..
+        } = self.output
+        else {
+            return None;
+        };
+        let title = self.title.clone();
+        let track = title.index().track(self.track)?;
+        let horizon = p.now + p.burst;
         let pt = track.payload_type();
         let mut header = [0u8; rtp::RTP_HEADER_LEN];
-        let mut wake = None;
         while let Some(rec) = track.packet(self.next as usize) {
-            let at = due(rec.send_time_ns);
-            if at > horizon {
-                wake = Some(at);
+            if due(t0, origin_ns, rec.send_time_ns) > horizon {
                 break;
             }
             let Some(payload) = title.payload(&rec) else {
@@ -160,65 +270,50 @@ impl Session {
                 return None;
             };
             let ts = self.ts0.wrapping_add(rec.rtp_ts);
-            let marker = rec.flags & FLAG_MARKER != 0;
-            rtp::write_header(&mut header, pt, marker, self.seq, ts, self.ssrc);
-            if !self.send(p, path, &header, payload) {
-                wake = Some(p.now + Duration::from_millis(1));
+            rtp::write_header(
+                &mut header,
+                pt,
+                rec.flags & FLAG_MARKER != 0,
+                self.seq,
+                ts,
+                self.ssrc,
+            );
+            let Some(c) = p.connections.get_mut(&conn) else {
                 break;
+            };
+            match c.send_frame(rtp_channel, &header, payload) {
+                FrameResult::Sent | FrameResult::Broken => {}
+                FrameResult::Blocked => return Some(p.now + RETRY),
             }
             self.next += 1;
             self.seq = self.seq.wrapping_add(1);
             self.packets = self.packets.wrapping_add(1);
             self.octets = self.octets.wrapping_add(payload.len() as u32);
         }
-        if self.next >= count {
+        self.after_sending(t0, origin_ns, p)
+    }
+
+    /// RTCP and the next wake-up once the due packets are out.
+    fn after_sending(&mut self, t0: Instant, origin_ns: u64, p: &mut Pacing) -> Option<Instant> {
+        let count = self.count();
+        let wake = if self.next < count {
+            let (ns, _) = self.media_time(self.next);
+            due(t0, origin_ns, ns)
+        } else {
             let (last_ns, _) = self.media_time(count.saturating_sub(1));
-            let bye_at = due(last_ns) + BYE_DELAY;
+            let bye_at = due(t0, origin_ns, last_ns) + BYE_DELAY;
             if p.now >= bye_at {
                 self.report(p, true);
                 self.state = State::Ended;
                 return None;
             }
-            wake = Some(bye_at);
-        }
+            bye_at
+        };
         if p.now >= self.next_report && self.packets > 0 {
             self.report(p, false);
             self.next_report = p.now + p.rtcp_interval;
         }
-        wake.map(|w| w.min(self.next_report.max(p.now)))
-    }
-
-    /// True when the packet left (or was lost to the network, as UDP may);
-    /// false when the output is full and the packet must wait.
-    fn send(
-        &mut self,
-        p: &mut Pacing,
-        path: &mut impl DataPath,
-        header: &[u8],
-        payload: &[u8],
-    ) -> bool {
-        match &self.output {
-            Output::Udp { rtp, .. } => {
-                if let Err(e) = path.send_datagram(rtp, header, payload) {
-                    if e.kind() == std::io::ErrorKind::WouldBlock {
-                        return false;
-                    }
-                    // ICMP errors (client gone) surface here; the session
-                    // timeout reclaims a client that never comes back.
-                    tracing::debug!(ssrc = self.ssrc, "rtp send: {e}");
-                }
-                true
-            }
-            Output::Interleaved {
-                conn, rtp_channel, ..
-            } => match p.connections.get_mut(conn) {
-                Some(c) => match c.send_frame(*rtp_channel, header, payload) {
-                    FrameResult::Sent | FrameResult::Broken => true,
-                    FrameResult::Blocked => false,
-                },
-                None => true,
-            },
-        }
+        Some(wake.min(self.next_report.max(p.now)))
     }
 
     /// RTCP sender report (RFC 3550 §6.4.1): the wall clock now against the
@@ -262,6 +357,12 @@ impl Session {
     }
 }
 
+/// When a packet with index send time `ns` is due, for a clock that put
+/// `origin_ns` at `t0`.
+fn due(t0: Instant, origin_ns: u64, ns: u64) -> Instant {
+    t0 + Duration::from_nanos(ns.saturating_sub(origin_ns))
+}
+
 fn ns_to_ticks(ns: u64, clock_rate: u32) -> u64 {
     (ns as u128 * clock_rate as u128 / 1_000_000_000) as u64
 }
@@ -277,27 +378,8 @@ mod tests {
     use fjord_proto::rtcp::{RtcpInfo, parse_compound};
 
     use super::*;
-    use crate::datapath::DataPath;
 
     const MS: u64 = 1_000_000;
-
-    /// Records what the engine would send instead of sending it.
-    #[derive(Default)]
-    struct Recorder(Vec<(u16, u32, Vec<u8>)>);
-
-    impl DataPath for Recorder {
-        fn send_datagram(
-            &mut self,
-            _: &socket2::Socket,
-            header: &[u8],
-            payload: &[u8],
-        ) -> std::io::Result<()> {
-            let seq = u16::from_be_bytes([header[2], header[3]]);
-            let ts = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
-            self.0.push((seq, ts, payload.to_vec()));
-            Ok(())
-        }
-    }
 
     /// Ten 188-byte packets, one every 10 ms, each filled with its number.
     fn title(dir: &std::path::Path) -> Arc<Title> {
@@ -350,13 +432,34 @@ mod tests {
             ts0: u32::MAX - 100,
             output: Output::Udp {
                 rtp: udp(),
+                rtp_peer: "127.0.0.1:9".parse().unwrap(),
                 rtcp: udp(),
                 rtcp_peer: client_rtcp.local_addr().unwrap(),
             },
         })
     }
 
-    fn pump(s: &mut Session, path: &mut Recorder, now: Instant) -> Option<Instant> {
+    /// (sequence number, RTP timestamp, payload) of a packet that left.
+    type Sent = (u16, u32, Vec<u8>);
+
+    /// One engine tick for one session with a data path that sends `room`
+    /// packets at most; returns (seq, ts, payload) of what left, and the wake.
+    fn tick(s: &mut Session, now: Instant, room: usize) -> (Vec<Sent>, Option<Instant>) {
+        let mut batch = Batch::default();
+        let planned = s.collect(now, Duration::from_millis(15), &mut batch);
+        let sent = planned.min(room);
+        let out = batch.packets[..sent]
+            .iter()
+            .map(|p| {
+                let h = p.header;
+                (
+                    u16::from_be_bytes([h[2], h[3]]),
+                    u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+                    p.payload.to_vec(),
+                )
+            })
+            .collect();
+        drop(batch);
         let mut connections = HashMap::new();
         let mut p = Pacing {
             now,
@@ -365,7 +468,7 @@ mod tests {
             cname: "test",
             connections: &mut connections,
         };
-        s.pump(&mut p, path)
+        (out, s.advance(planned, sent, &mut p))
     }
 
     #[test]
@@ -373,7 +476,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        let mut path = Recorder::default();
         let info = s.play(Start::Resume);
         assert_eq!(
             (info.packet, info.seq, info.rtptime),
@@ -382,27 +484,42 @@ mod tests {
 
         let t0 = Instant::now();
         s.start(t0);
-        let wake = pump(&mut s, &mut path, t0);
         // Due at 0 and 10 ms: inside the 15 ms burst; 20 ms is not.
-        assert_eq!(path.0.len(), 2);
+        let (a, wake) = tick(&mut s, t0, usize::MAX);
+        assert_eq!(a.len(), 2);
         assert_eq!(wake, Some(t0 + Duration::from_millis(20)));
-        assert_eq!(
-            pump(&mut s, &mut path, t0 + Duration::from_millis(20)),
-            Some(t0 + Duration::from_millis(40))
-        );
-        let seqs: Vec<u16> = path.0.iter().map(|p| p.0).collect();
+        let (b, wake) = tick(&mut s, t0 + Duration::from_millis(20), usize::MAX);
+        assert_eq!(wake, Some(t0 + Duration::from_millis(40)));
+        let all: Vec<_> = a.into_iter().chain(b).collect();
+        let seqs: Vec<u16> = all.iter().map(|p| p.0).collect();
         assert_eq!(seqs, [65534, 65535, 0, 1], "sequence numbers wrap");
         assert_eq!(
-            path.0[2].1,
+            all[2].1,
             (u32::MAX - 100).wrapping_add(1800),
             "timestamps wrap"
         );
         assert!(
-            path.0
-                .iter()
+            all.iter()
                 .enumerate()
                 .all(|(i, p)| p.2 == vec![i as u8; 188])
         );
+    }
+
+    #[test]
+    fn a_full_socket_keeps_the_rest_for_the_next_tick() {
+        let dir = tempfile::tempdir().unwrap();
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = session(title(dir.path()), &rtcp);
+        s.play(Start::Resume);
+        let t0 = Instant::now();
+        s.start(t0);
+        let late = t0 + Duration::from_millis(50);
+        let (a, wake) = tick(&mut s, late, 3);
+        assert_eq!(a.len(), 3);
+        assert_eq!(wake, Some(late + RETRY));
+        let (b, _) = tick(&mut s, late + RETRY, usize::MAX);
+        assert_eq!(b[0].2, vec![3; 188], "resumes with the first unsent packet");
+        assert_eq!(b[0].0, a[2].0.wrapping_add(1));
     }
 
     #[test]
@@ -410,31 +527,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        let mut path = Recorder::default();
         s.play(Start::Resume);
         let t0 = Instant::now();
         s.start(t0);
-        pump(&mut s, &mut path, t0);
+        assert_eq!(tick(&mut s, t0, usize::MAX).0.len(), 2);
         s.pause();
-        assert_eq!(pump(&mut s, &mut path, t0 + Duration::from_secs(1)), None);
-        assert_eq!(path.0.len(), 2);
+        assert_eq!(
+            tick(&mut s, t0 + Duration::from_secs(1), usize::MAX),
+            (vec![], None)
+        );
 
         let info = s.play(Start::Resume);
         assert_eq!((info.packet, info.seq, info.time_ns), (2, 0, 20 * MS));
         let t1 = t0 + Duration::from_secs(2);
         s.start(t1);
-        pump(&mut s, &mut path, t1);
-        assert_eq!(
-            path.0[2],
-            (0, (u32::MAX - 100).wrapping_add(1800), vec![2; 188])
-        );
+        let (c, _) = tick(&mut s, t1, usize::MAX);
+        assert_eq!(c[0], (0, (u32::MAX - 100).wrapping_add(1800), vec![2; 188]));
 
         let info = s.play(Start::Packet(8));
         assert_eq!((info.packet, info.seq), (8, 2));
         assert_eq!(info.rtptime, (u32::MAX - 100).wrapping_add(8 * 900));
         s.start(t1);
-        pump(&mut s, &mut path, t1);
-        assert_eq!(path.0.last().unwrap().2, vec![9; 188]);
+        let (d, _) = tick(&mut s, t1, usize::MAX);
+        assert_eq!(d.last().unwrap().2, vec![9; 188]);
     }
 
     #[test]
@@ -443,12 +558,12 @@ mod tests {
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         rtcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        let mut path = Recorder::default();
         s.play(Start::Resume);
         let t0 = Instant::now();
         s.start(t0);
-        let wake = pump(&mut s, &mut path, t0 + Duration::from_millis(90)).unwrap();
-        assert_eq!(path.0.len(), 10);
+        let (all, wake) = tick(&mut s, t0 + Duration::from_millis(90), usize::MAX);
+        assert_eq!(all.len(), 10);
+        let wake = wake.unwrap();
         assert_eq!(wake, t0 + Duration::from_millis(90) + BYE_DELAY);
         let mut buf = [0u8; 512];
         let n = rtcp.recv(&mut buf).unwrap();
@@ -461,7 +576,7 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(pump(&mut s, &mut path, wake), None);
+        assert_eq!(tick(&mut s, wake, usize::MAX).1, None);
         let n = rtcp.recv(&mut buf).unwrap();
         let last = parse_compound(&buf[..n]).unwrap();
         assert!(last.iter().any(|i| matches!(i, RtcpInfo::Bye { .. })));

@@ -1,25 +1,37 @@
-//! A title as the engine sees it: the packetization index and the media bytes,
-//! both mapped read-only. Sessions share it through an `Arc`; a re-ingested
-//! title is a new `Title`, so playing sessions keep the mapping they started with.
+//! A title as the engine sees it: the packetization index and the media
+//! file, mapped read-only and open for the paths that read or sendfile.
+//! Sessions share it through an `Arc`; a re-ingested title is a new `Title`,
+//! so playing sessions keep the mapping they started with.
 
-use std::{io, path::Path};
+use std::{
+    fs::File,
+    io,
+    os::fd::{AsFd, BorrowedFd},
+    path::Path,
+};
 
 use fjord_media::{index::Index, ts::PacketRecord};
 use memmap2::Mmap;
 
 pub struct Title {
     index: Index,
+    file: File,
     media: Mmap,
 }
 
 impl Title {
     pub fn new(index: Index, media_path: &Path) -> io::Result<Self> {
+        let file = File::open(media_path)?;
         let media = fjord_media::index::map_media(media_path)?;
-        Ok(Self { index, media })
+        Ok(Self { index, file, media })
     }
 
     pub fn index(&self) -> &Index {
         &self.index
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 
     /// The payload bytes of a packet, by reference into the mapped file.

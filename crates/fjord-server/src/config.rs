@@ -34,6 +34,9 @@ pub struct Config {
     pub rtp_port_max: u16,
     /// How far ahead of its scheduled time a packet may leave.
     pub burst_ms: u64,
+    /// How packets leave: `auto` (the best the kernel supports) or a name
+    /// from `fjord_engine::datapath::NAMES`.
+    pub datapath: String,
     pub rtcp_interval_s: u64,
     /// TS packets per RTP packet when titles are ingested on demand (1..=7).
     pub ts_per_rtp: u8,
@@ -59,6 +62,7 @@ impl Default for Config {
             rtp_port_min: 40000,
             rtp_port_max: 59999,
             burst_ms: 40,
+            datapath: "auto".to_owned(),
             rtcp_interval_s: 5,
             ts_per_rtp: 7,
             destination_allow: Vec::new(),

@@ -238,6 +238,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             );
             let output = Output::Udp {
                 rtp: pair.rtp,
+                rtp_peer: SocketAddr::new(dest, client_rtp),
                 rtcp: pair.rtcp,
                 rtcp_peer,
             };

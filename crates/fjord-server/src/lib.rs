@@ -79,6 +79,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         burst: Duration::from_millis(config.burst_ms),
         rtcp_interval: Duration::from_secs(config.rtcp_interval_s),
         cname: format!("fjord@{local}"),
+        datapath: config.datapath.clone(),
     })?;
     let server = Arc::new(Server {
         limits: Limits {
@@ -93,7 +94,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         config,
     });
     println!("fjord: listening on rtsp://{local}/");
-    tracing::info!(root = %server.catalog.root().display(), "serving");
+    tracing::info!(root = %server.catalog.root().display(), datapath = server.engine.datapath(), "serving");
 
     tokio::spawn(reap_idle_sessions(server.clone()));
     let slots = Arc::new(Semaphore::new(server.config.max_connections));

@@ -41,6 +41,9 @@ enum Cmd {
         /// Engine threads [default: one per core]
         #[arg(long)]
         threads: Option<usize>,
+        /// How packets leave [default: auto, the best this kernel supports]
+        #[arg(long)]
+        datapath: Option<String>,
         /// TOML file with the settings documented in README.md
         #[arg(long)]
         config: Option<PathBuf>,
@@ -73,8 +76,9 @@ fn main() -> ExitCode {
             port,
             bind,
             threads,
+            datapath,
             config,
-        } => serve(root, port, bind, threads, config),
+        } => serve(root, port, bind, threads, datapath, config),
         Cmd::Ingest { paths, ts_per_rtp } => ingest_all(&paths, ts_per_rtp),
     };
     match result {
@@ -91,6 +95,7 @@ fn serve(
     port: Option<u16>,
     bind: Option<std::net::IpAddr>,
     threads: Option<usize>,
+    datapath: Option<String>,
     config: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let mut cfg = match config {
@@ -108,6 +113,9 @@ fn serve(
     }
     if let Some(t) = threads {
         cfg.threads = t;
+    }
+    if let Some(d) = datapath {
+        cfg.datapath = d;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

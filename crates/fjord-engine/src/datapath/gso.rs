@@ -1,0 +1,144 @@
+//! UDP generic segmentation offload: a session's burst leaves in one
+//! `sendmsg` of [header, payload]… iovecs with a `UDP_SEGMENT` control
+//! message; the kernel cuts it into datagrams (in the NIC where it can),
+//! one pass down the stack for up to 64 packets. The payload stays in the
+//! mapping until the kernel copies it once into the socket buffer.
+
+use std::{
+    io,
+    mem::{self, MaybeUninit},
+    os::fd::AsRawFd,
+};
+
+use super::{Batch, Counters, DataPath, Packet, is_transient};
+
+/// Segments per send: the kernel's UDP_MAX_SEGMENTS is 64 on older kernels.
+const MAX_SEGMENTS: usize = 64;
+/// A GSO send is one UDP datagram as far as its length field goes.
+const MAX_BYTES: usize = 65_000;
+
+#[derive(Default)]
+pub struct Gso {
+    counters: Counters,
+}
+
+/// True when this kernel accepts `UDP_SEGMENT` (probed on a scratch socket).
+pub fn supported() -> bool {
+    let Ok(s) = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None) else {
+        return false;
+    };
+    let size: libc::c_int = 1200;
+    // SAFETY: a valid socket, option value pointer and length.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            (&size as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// How many packets from the front of `pkts` go in one GSO send: all of the
+/// first one's size, the last possibly shorter.
+pub(crate) fn group_len(pkts: &[Packet<'_>]) -> usize {
+    let Some(first) = pkts.first() else { return 0 };
+    let seg = first.wire_len();
+    let mut n = 1;
+    let mut total = seg;
+    while n < pkts.len() && n < MAX_SEGMENTS {
+        let len = pkts[n].wire_len();
+        if len > seg || total + len > MAX_BYTES {
+            break;
+        }
+        total += len;
+        n += 1;
+        if len < seg {
+            break;
+        }
+    }
+    n
+}
+
+/// One `sendmsg` of `pkts` on `fd`, segmented at the first packet's size
+/// when there is more than one. `flags` adds e.g. `MSG_ZEROCOPY`.
+pub(crate) fn send_group(
+    fd: libc::c_int,
+    pkts: &[Packet<'_>],
+    flags: libc::c_int,
+) -> io::Result<()> {
+    let mut iov = [MaybeUninit::<libc::iovec>::uninit(); 2 * MAX_SEGMENTS];
+    for (i, p) in pkts.iter().enumerate().take(MAX_SEGMENTS) {
+        iov[2 * i].write(libc::iovec {
+            iov_base: p.header.as_ptr() as *mut libc::c_void,
+            iov_len: p.header.len(),
+        });
+        iov[2 * i + 1].write(libc::iovec {
+            iov_base: p.payload.as_ptr() as *mut libc::c_void,
+            iov_len: p.payload.len(),
+        });
+    }
+    // Room for one cmsg carrying a u16, u64-aligned as cmsghdr needs.
+    let mut control = [0u64; 4];
+    // SAFETY: all-zero is a valid msghdr.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr().cast();
+    msg.msg_iovlen = 2 * pkts.len().min(MAX_SEGMENTS);
+    if pkts.len() > 1 {
+        let seg = pkts[0].wire_len() as u16;
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE of a u16 is 24 bytes, inside `control`; the
+        // cmsg pointers come from the msghdr that points at it.
+        unsafe {
+            msg.msg_controllen = libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_UDP;
+            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), seg);
+        }
+    }
+    // SAFETY: the msghdr points at initialised iovecs whose buffers (headers
+    // in the batch, payloads in the mapping) outlive the call.
+    let r = unsafe { libc::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl DataPath for Gso {
+    fn name(&self) -> &'static str {
+        "gso"
+    }
+
+    fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
+        for (i, burst) in batch.bursts.iter().enumerate() {
+            let pkts = batch.burst(i);
+            let fd = burst.socket.as_raw_fd();
+            let mut done = 0;
+            while done < pkts.len() {
+                let n = group_len(&pkts[done..]);
+                self.counters.syscalls += 1;
+                match send_group(fd, &pkts[done..done + n], 0) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if is_transient(&e) => {}
+                    Err(e) => {
+                        sent[i] = done;
+                        return Err(e);
+                    }
+                }
+                done += n;
+                self.counters.packets += n as u64;
+            }
+            sent[i] = done;
+        }
+        Ok(())
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters
+    }
+}
