@@ -196,6 +196,7 @@ fn pacing_follows_the_clock() {
         })
         .count();
     assert!(srs >= 2, "{srs} sender reports");
+    assert_sender_reports_map_the_clock(&cap);
     let bye = cap.rtcp.iter().find(|r| r.is_bye()).unwrap();
     assert!(
         bye.packets
@@ -277,4 +278,76 @@ fn payload_search_helper_is_aligned() {
     let src = clip_bytes();
     assert_eq!(find_aligned(src, &src[TS * 3..TS * 10]), Some(TS * 3));
     assert_eq!(find_aligned(src, &src[5..TS]), None);
+}
+
+/// RTCP SRs (RFC 3550 §6.4.1) map NTP to RTP time the way the packets
+/// actually flow, and count what was sent.
+fn assert_sender_reports_map_the_clock(cap: &fjord_client::Capture) {
+    let srs: Vec<(std::time::Instant, u64, u32, u32, u32)> = cap
+        .rtcp
+        .iter()
+        .flat_map(|r| {
+            r.packets.iter().filter_map(move |p| match *p {
+                fjord_client::RtcpPacket::SenderReport {
+                    ntp,
+                    rtp_ts,
+                    packet_count,
+                    octet_count,
+                    ..
+                } => Some((r.arrival, ntp, rtp_ts, packet_count, octet_count)),
+                _ => None,
+            })
+        })
+        .collect();
+    let ntp_secs = |ntp: u64| (ntp >> 32) as f64 + (ntp & 0xffff_ffff) as f64 / 4_294_967_296.0;
+    // The NTP clock is the wall clock (1900 epoch).
+    let unix_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let last_ntp = ntp_secs(srs.last().unwrap().1) - 2_208_988_800.0;
+    assert!(
+        (unix_now - last_ntp).abs() < 10.0,
+        "SR NTP time {last_ntp} vs now {unix_now}"
+    );
+    for &(arrival, _, rtp_ts, _, _) in &srs {
+        // The packet that arrived nearest the SR says where the RTP clock was.
+        let p = cap
+            .packets
+            .iter()
+            .min_by_key(|p| {
+                if p.arrival > arrival {
+                    p.arrival - arrival
+                } else {
+                    arrival - p.arrival
+                }
+            })
+            .unwrap();
+        let dt = if arrival > p.arrival {
+            (arrival - p.arrival).as_secs_f64()
+        } else {
+            -(p.arrival - arrival).as_secs_f64()
+        };
+        let expected = f64::from(p.rtp_ts) + dt * 90_000.0;
+        let diff = (f64::from(rtp_ts) - expected).rem_euclid(4_294_967_296.0);
+        let diff = diff.min(4_294_967_296.0 - diff);
+        // Packets leave up to burst_ms early, so allow that plus jitter.
+        assert!(
+            diff <= 0.060 * 90_000.0,
+            "SR rtp_ts off by {:.1} ms",
+            diff / 90.0
+        );
+    }
+    for w in srs.windows(2) {
+        let wall = ntp_secs(w[1].1) - ntp_secs(w[0].1);
+        let media = f64::from(w[1].2.wrapping_sub(w[0].2)) / 90_000.0;
+        assert!(
+            (wall - media).abs() < 0.005,
+            "SRs: {wall:.4} s of NTP vs {media:.4} s of RTP"
+        );
+    }
+    let (_, _, _, packets, octets) = *srs.last().unwrap();
+    assert_eq!(packets as usize, cap.packets.len(), "final SR packet count");
+    let bytes: usize = cap.packets.iter().map(|p| p.payload.len()).sum();
+    assert_eq!(octets as usize, bytes, "final SR octet count");
 }
