@@ -9,7 +9,7 @@ use std::{
 
 use fjord_media::{index::Track, ts::FLAG_MARKER};
 use fjord_proto::{
-    rtcp::{self, NtpTime},
+    rtcp::{NtpTime, SenderReportTemplate},
     rtp,
 };
 
@@ -23,8 +23,6 @@ use crate::{
 /// After the last packet, wait this long before RTCP BYE so the client has
 /// read the final packets before it learns the stream ended.
 const BYE_DELAY: Duration = Duration::from_millis(500);
-/// Room for SR + SDES + BYE.
-const RTCP_BUF: usize = rtcp::SENDER_REPORT_MAX_LEN;
 /// The most packets one session puts in one tick's batch (one GSO send).
 pub(crate) const MAX_BURST_PACKETS: usize = 64;
 /// How soon to retry a session whose socket was full.
@@ -51,19 +49,20 @@ pub(crate) struct Session {
     octets: u32,
     state: State,
     next_report: Instant,
+    report: SenderReportTemplate,
 }
 
 pub(crate) struct Pacing<'a> {
     pub now: Instant,
     pub burst: Duration,
     pub rtcp_interval: Duration,
-    pub cname: &'a str,
     pub connections: &'a mut HashMap<u64, Connection>,
 }
 
 impl Session {
-    pub(crate) fn new(spec: SessionSpec) -> Self {
+    pub(crate) fn new(spec: SessionSpec, cname: &str) -> Self {
         Self {
+            report: SenderReportTemplate::new(spec.ssrc, cname),
             title: spec.title,
             track: spec.track,
             ssrc: spec.ssrc,
@@ -328,18 +327,13 @@ impl Session {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let mut buf = [0u8; RTCP_BUF];
-        let len = rtcp::sender_report(
-            &mut buf,
-            self.ssrc,
+        let bytes = self.report.fill(
             NtpTime::from_unix(wall),
             rtp_now,
             self.packets,
             self.octets,
-            p.cname,
             bye,
         );
-        let Some(bytes) = buf.get(..len) else { return };
         match &self.output {
             Output::Udp {
                 rtcp, rtcp_peer, ..
@@ -423,20 +417,23 @@ mod tests {
 
     fn session(title: Arc<Title>, client_rtcp: &UdpSocket) -> Session {
         let udp = || socket2::Socket::from(std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
-        Session::new(SessionSpec {
-            id: 1,
-            title,
-            track: 0,
-            ssrc: 0x1234,
-            seq0: 65534,
-            ts0: u32::MAX - 100,
-            output: Output::Udp {
-                rtp: udp(),
-                rtp_peer: "127.0.0.1:9".parse().unwrap(),
-                rtcp: udp(),
-                rtcp_peer: client_rtcp.local_addr().unwrap(),
+        Session::new(
+            SessionSpec {
+                id: 1,
+                title,
+                track: 0,
+                ssrc: 0x1234,
+                seq0: 65534,
+                ts0: u32::MAX - 100,
+                output: Output::Udp {
+                    rtp: udp(),
+                    rtp_peer: "127.0.0.1:9".parse().unwrap(),
+                    rtcp: udp(),
+                    rtcp_peer: client_rtcp.local_addr().unwrap(),
+                },
             },
-        })
+            "test",
+        )
     }
 
     /// (sequence number, RTP timestamp, payload) of a packet that left.
@@ -465,7 +462,6 @@ mod tests {
             now,
             burst: Duration::from_millis(15),
             rtcp_interval: Duration::from_secs(5),
-            cname: "test",
             connections: &mut connections,
         };
         (out, s.advance(planned, sent, &mut p))

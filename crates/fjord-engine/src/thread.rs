@@ -15,8 +15,8 @@ use crate::{
     Command,
     datapath::{self, Batch, DataPath},
     interleaved::Connection,
-    session::{Pacing, Session},
-    wheel::{Entry, Wheel},
+    session::{MAX_BURST_PACKETS, Pacing, Session},
+    wheel::Wheel,
 };
 
 #[derive(Clone, Debug)]
@@ -85,46 +85,48 @@ impl Engine {
     }
 }
 
-/// A session's place in the worker: its slot, and the generation that
-/// tells live wheel entries from stale ones.
-struct Slot {
-    session: Option<Session>,
-    generation: u32,
-}
+/// Packets in one data-path call at most: bounds the batch's memory; a
+/// tick with more due sends several batches.
+const BATCH_PACKETS: usize = 4096;
 
 struct Worker {
     config: EngineConfig,
     rx: Receiver<Command>,
-    slots: Vec<Slot>,
+    /// Sessions by key; a key is also the session's place in the wheel.
+    slots: Vec<Option<Session>>,
     free: Vec<u32>,
     ids: HashMap<u64, u32>,
     connections: HashMap<u64, Connection>,
     wheel: Wheel,
     path: Box<dyn DataPath>,
     // Reused from tick to tick so steady state allocates nothing.
-    due: Vec<Entry>,
+    due: Vec<u32>,
     planned: Vec<(u32, usize)>,
     sent: Vec<usize>,
-    later: Vec<Entry>,
     batch: Option<Batch<'static>>,
+    /// Wheel key that keeps the wheel turning while replies wait to be
+    /// written to a full connection.
+    flush_key: u32,
 }
 
 impl Worker {
     fn new(config: EngineConfig, rx: Receiver<Command>, path: Box<dyn DataPath>) -> Self {
+        let mut wheel = Wheel::new(Instant::now());
+        wheel.reserve_keys(1);
         Self {
             config,
             rx,
-            slots: Vec::new(),
+            slots: vec![None],
             free: Vec::new(),
             ids: HashMap::new(),
             connections: HashMap::new(),
-            wheel: Wheel::new(Instant::now()),
+            wheel,
             path,
             due: Vec::new(),
             planned: Vec::new(),
             sent: Vec::new(),
-            later: Vec::new(),
-            batch: Some(Batch::with_capacity(1024, 256)),
+            batch: Some(Batch::with_capacity(BATCH_PACKETS, BATCH_PACKETS / 4)),
+            flush_key: 0,
         }
     }
 
@@ -149,61 +151,42 @@ impl Worker {
         }
     }
 
-    fn schedule(&mut self, key: u32, due: Instant) {
-        let slot = &mut self.slots[key as usize];
-        slot.generation = slot.generation.wrapping_add(1);
-        self.wheel.insert(Entry {
-            key,
-            generation: slot.generation,
-            due,
-        });
-    }
-
-    /// Forgets a session's pending wake-up.
-    fn unschedule(&mut self, key: u32) {
-        let slot = &mut self.slots[key as usize];
-        slot.generation = slot.generation.wrapping_add(1);
-    }
-
-    /// One tick: every session due now puts its due packets in one batch;
-    /// the data path sends the batch; sessions account and reschedule.
+    /// One tick: every session due now puts its due packets in a batch; the
+    /// data path sends the batch; sessions account and reschedule.
     fn tick(&mut self, now: Instant) {
         self.due.clear();
         self.wheel.expire(now, &mut self.due);
-        if self.due.is_empty() {
-            self.flush_connections(now);
-            return;
+        let mut next = 0;
+        while next < self.due.len() {
+            next = self.send_batch(now, next);
         }
+        self.flush_connections(now);
+    }
+
+    /// Sends one batch for the due sessions from `self.due[first..]` (as
+    /// many as fit); returns where the next batch starts.
+    fn send_batch(&mut self, now: Instant, first: usize) -> usize {
         let mut pacing = Pacing {
             now,
             burst: self.config.burst,
             rtcp_interval: self.config.rtcp_interval,
-            cname: &self.config.cname,
             connections: &mut self.connections,
         };
         let mut batch = self.batch.take().unwrap_or_default().recycle();
         self.planned.clear();
-        self.later.clear();
-        for i in 0..self.due.len() {
-            let e = self.due[i];
-            let Some(slot) = self.slots.get(e.key as usize) else {
+        let mut end = first;
+        while end < self.due.len() && batch.packets.len() + MAX_BURST_PACKETS <= BATCH_PACKETS {
+            let key = self.due[end];
+            end += 1;
+            let Some(session) = self.slots[key as usize].as_ref() else {
                 continue;
             };
-            let Some(session) = slot
-                .session
-                .as_ref()
-                .filter(|_| slot.generation == e.generation)
-            else {
-                continue;
+            let n = if session.is_interleaved() {
+                0
+            } else {
+                session.collect(now, pacing.burst, &mut batch)
             };
-            if e.due > now + crate::wheel::TICK {
-                self.later.push(e);
-                continue;
-            }
-            if !session.is_interleaved() {
-                let n = session.collect(now, pacing.burst, &mut batch);
-                self.planned.push((e.key, n));
-            }
+            self.planned.push((key, n));
         }
         self.sent.clear();
         self.sent.resize(batch.bursts.len(), 0);
@@ -222,55 +205,26 @@ impl Worker {
         }
         self.batch = Some(batch.recycle());
         let mut burst = 0;
-        for k in 0..self.planned.len() {
-            let (key, n) = self.planned[k];
-            let sent = if n > 0 {
-                burst += 1;
-                self.sent[burst - 1]
+        for &(key, n) in &self.planned {
+            let Some(session) = self.slots[key as usize].as_mut() else {
+                continue;
+            };
+            let wake = if session.is_interleaved() {
+                session.pump_interleaved(&mut pacing)
             } else {
-                0
+                let sent = if n > 0 {
+                    burst += 1;
+                    self.sent[burst - 1]
+                } else {
+                    0
+                };
+                session.advance(n, sent, &mut pacing)
             };
-            let wake = self.slots[key as usize]
-                .session
-                .as_mut()
-                .and_then(|s| s.advance(n, sent, &mut pacing));
             if let Some(w) = wake {
-                let slot = &mut self.slots[key as usize];
-                slot.generation = slot.generation.wrapping_add(1);
-                self.wheel.insert(Entry {
-                    key,
-                    generation: slot.generation,
-                    due: w,
-                });
+                self.wheel.insert(key, w);
             }
         }
-        for i in 0..self.due.len() {
-            let e = self.due[i];
-            let Some(slot) = self.slots.get_mut(e.key as usize) else {
-                continue;
-            };
-            if slot.generation != e.generation {
-                continue;
-            }
-            let Some(session) = slot.session.as_mut().filter(|s| s.is_interleaved()) else {
-                continue;
-            };
-            if e.due > now + crate::wheel::TICK {
-                continue;
-            }
-            if let Some(w) = session.pump_interleaved(&mut pacing) {
-                slot.generation = slot.generation.wrapping_add(1);
-                self.wheel.insert(Entry {
-                    key: e.key,
-                    generation: slot.generation,
-                    due: w,
-                });
-            }
-        }
-        for e in self.later.drain(..) {
-            self.wheel.insert(e);
-        }
-        self.flush_connections(now);
+        end
     }
 
     fn flush_connections(&mut self, now: Instant) {
@@ -280,11 +234,8 @@ impl Worker {
         }
         if blocked {
             // Keep the wheel turning until the replies are out.
-            self.wheel.insert(Entry {
-                key: u32::MAX,
-                generation: 0,
-                due: now + Duration::from_millis(1),
-            });
+            self.wheel
+                .insert(self.flush_key, now + Duration::from_millis(1));
         }
     }
 
@@ -292,47 +243,49 @@ impl Worker {
         match cmd {
             Command::Add(spec) => {
                 let id = spec.id;
-                let session = Session::new(*spec);
+                let session = Session::new(*spec, &self.config.cname);
                 let key = match self.free.pop() {
                     Some(k) => {
-                        self.slots[k as usize].session = Some(session);
+                        self.slots[k as usize] = Some(session);
                         k
                     }
                     None => {
-                        self.slots.push(Slot {
-                            session: Some(session),
-                            generation: 0,
-                        });
+                        self.slots.push(Some(session));
                         (self.slots.len() - 1) as u32
                     }
                 };
                 self.ids.insert(id, key);
+                // Room for every session at once, so ticks never allocate.
+                let n = self.slots.len();
+                self.wheel.reserve_keys(n);
+                self.due.reserve(n.saturating_sub(self.due.len()));
+                self.planned.reserve(n.saturating_sub(self.planned.len()));
             }
             Command::Play { id, start, reply } => {
                 let key = self.ids.get(&id).copied();
                 let info = key
-                    .and_then(|k| self.slots[k as usize].session.as_mut())
+                    .and_then(|k| self.slots[k as usize].as_mut())
                     .map(|s| s.play(start));
                 if let Some(k) = key {
-                    self.unschedule(k);
+                    self.wheel.remove(k);
                 }
                 reply(info);
             }
             Command::Start { id } => {
                 if let Some(&k) = self.ids.get(&id)
-                    && let Some(s) = self.slots[k as usize].session.as_mut()
+                    && let Some(s) = self.slots[k as usize].as_mut()
                 {
                     let now = Instant::now();
                     s.start(now);
-                    self.schedule(k, now);
+                    self.wheel.insert(k, now);
                 }
             }
             Command::Pause { id } => {
                 if let Some(&k) = self.ids.get(&id) {
-                    if let Some(s) = self.slots[k as usize].session.as_mut() {
+                    if let Some(s) = self.slots[k as usize].as_mut() {
                         s.pause();
                     }
-                    self.unschedule(k);
+                    self.wheel.remove(k);
                 }
             }
             Command::Remove { id } => self.remove(id),
@@ -353,7 +306,6 @@ impl Worker {
                     .iter()
                     .filter(|&(_, &k)| {
                         self.slots[k as usize]
-                            .session
                             .as_ref()
                             .is_some_and(|s| s.connection() == Some(conn))
                     })
@@ -371,8 +323,8 @@ impl Worker {
 
     fn remove(&mut self, id: u64) {
         if let Some(k) = self.ids.remove(&id) {
-            self.slots[k as usize].session = None;
-            self.unschedule(k);
+            self.slots[k as usize] = None;
+            self.wheel.remove(k);
             self.free.push(k);
         }
     }

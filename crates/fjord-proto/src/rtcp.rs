@@ -76,6 +76,50 @@ pub fn sender_report(
     compound.write_into(out).unwrap_or(0)
 }
 
+/// A session's sender report built once, then patched in place for each
+/// report: the hot path neither builds nor allocates (the seeds' network
+/// level framing, applied to RTCP). The sender info sits at fixed offsets
+/// of the first packet (RFC 3550 §6.4.1).
+pub struct SenderReportTemplate {
+    report: Box<[u8]>,
+    with_bye: Box<[u8]>,
+}
+
+impl SenderReportTemplate {
+    pub fn new(ssrc: u32, cname: &str) -> Self {
+        let mut buf = [0u8; SENDER_REPORT_MAX_LEN];
+        let zero = NtpTime(0);
+        let n = sender_report(&mut buf, ssrc, zero, 0, 0, 0, cname, false);
+        let report = buf[..n].into();
+        let n = sender_report(&mut buf, ssrc, zero, 0, 0, 0, cname, true);
+        let with_bye = buf[..n].into();
+        Self { report, with_bye }
+    }
+
+    /// The compound packet for these values (with BYE when `bye`).
+    pub fn fill(
+        &mut self,
+        ntp: NtpTime,
+        rtp_ts: u32,
+        packets: u32,
+        octets: u32,
+        bye: bool,
+    ) -> &[u8] {
+        let out = if bye {
+            &mut self.with_bye
+        } else {
+            &mut self.report
+        };
+        if let Some(info) = out.get_mut(8..28) {
+            info[0..8].copy_from_slice(&ntp.0.to_be_bytes());
+            info[8..12].copy_from_slice(&rtp_ts.to_be_bytes());
+            info[12..16].copy_from_slice(&packets.to_be_bytes());
+            info[16..20].copy_from_slice(&octets.to_be_bytes());
+        }
+        out
+    }
+}
+
 /// One report block of an RR or SR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReportBlock {
@@ -164,6 +208,33 @@ fn receiver_report(rr: &ReceiverReport) -> RtcpInfo {
                 dlsr: b.delay_since_last_sender_report_timestamp(),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod template_tests {
+    use super::*;
+
+    #[test]
+    fn template_equals_a_freshly_built_report() {
+        let mut t = SenderReportTemplate::new(0xdead_beef, "fjord@host");
+        for (ntp, rtp, p, o, bye) in [
+            (1u64 << 40 | 77, 9u32, 3u32, 4000u32, false),
+            (u64::MAX, u32::MAX, 1, 2, true),
+        ] {
+            let mut want = [0u8; SENDER_REPORT_MAX_LEN];
+            let n = sender_report(
+                &mut want,
+                0xdead_beef,
+                NtpTime(ntp),
+                rtp,
+                p,
+                o,
+                "fjord@host",
+                bye,
+            );
+            assert_eq!(t.fill(NtpTime(ntp), rtp, p, o, bye), &want[..n]);
+        }
     }
 }
 
