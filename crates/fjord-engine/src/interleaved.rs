@@ -7,10 +7,13 @@ use std::{
     os::fd::OwnedFd,
 };
 
+use fjord_proto::rtp::RTP_HEADER_LEN;
 use socket2::Socket;
 
 /// More unsent bytes than this means the client stopped reading: drop it.
 const MAX_PENDING: usize = 1 << 20;
+/// Frames per `writev` (two iovecs each, well under `IOV_MAX`).
+pub(crate) const MAX_FRAMES: usize = 64;
 
 pub(crate) struct Connection {
     socket: Socket,
@@ -18,13 +21,6 @@ pub(crate) struct Connection {
     /// write, or replies queued behind it).
     pending: Vec<u8>,
     broken: bool,
-}
-
-pub(crate) enum FrameResult {
-    Sent,
-    /// The socket is full: keep the packet and try again later.
-    Blocked,
-    Broken,
 }
 
 impl Connection {
@@ -73,48 +69,76 @@ impl Connection {
         self.pending.is_empty()
     }
 
-    /// Sends one frame: `$`, channel, length, then header and payload by
-    /// reference. Only a short write copies (the unsent tail).
-    pub(crate) fn send_frame(&mut self, channel: u8, header: &[u8], payload: &[u8]) -> FrameResult {
+    /// Sends one RTCP frame; dropped when the connection is full (RTCP
+    /// tolerates loss).
+    pub(crate) fn send_frame(&mut self, channel: u8, data: &[u8]) {
+        self.send_frames(channel, &[(&[], data)]);
+    }
+
+    /// Sends many `$` frames of `channel` in one `writev`: each frame's
+    /// prefix and header from a small scratch area, its payload by
+    /// reference. Returns how many frames were taken (a short write copies
+    /// only the unsent tail of the last one) and whether the client is gone.
+    pub(crate) fn send_frames(&mut self, channel: u8, frames: &[(&[u8], &[u8])]) -> (usize, bool) {
         if self.broken {
-            return FrameResult::Broken;
+            return (0, true);
         }
         if !self.flush() {
-            return FrameResult::Blocked;
+            return (0, false);
         }
-        let total = header.len() + payload.len();
-        let Ok(len) = u16::try_from(total) else {
-            return FrameResult::Broken;
-        };
-        let len = len.to_be_bytes();
-        let prefix = [b'$', channel, len[0], len[1]];
-        let iov = [
-            IoSlice::new(&prefix),
-            IoSlice::new(header),
-            IoSlice::new(payload),
-        ];
+        let frames = &frames[..frames.len().min(MAX_FRAMES)];
+        let mut heads = [[0u8; 4 + RTP_HEADER_LEN]; MAX_FRAMES];
+        let mut head_lens = [0usize; MAX_FRAMES];
+        for (i, (header, payload)) in frames.iter().enumerate() {
+            let Ok(len) = u16::try_from(header.len() + payload.len()) else {
+                self.fail();
+                return (0, true);
+            };
+            let n = header.len().min(RTP_HEADER_LEN);
+            heads[i][..4].copy_from_slice(&[b'$', channel, (len >> 8) as u8, len as u8]);
+            heads[i][4..4 + n].copy_from_slice(&header[..n]);
+            head_lens[i] = 4 + n;
+        }
+        let mut iov = [IoSlice::new(&[]); 2 * MAX_FRAMES];
+        for (i, (_, payload)) in frames.iter().enumerate() {
+            iov[2 * i] = IoSlice::new(&heads[i][..head_lens[i]]);
+            iov[2 * i + 1] = IoSlice::new(payload);
+        }
+        let iov = &iov[..2 * frames.len()];
         loop {
             match self
                 .socket
-                .send_vectored_with_flags(&iov, libc::MSG_NOSIGNAL)
+                .send_vectored_with_flags(iov, libc::MSG_NOSIGNAL)
             {
                 Ok(n) => {
-                    let mut skip = n;
-                    for part in [&prefix[..], header, payload] {
-                        if skip >= part.len() {
-                            skip -= part.len();
-                        } else {
-                            self.pending.extend_from_slice(&part[skip..]);
-                            skip = 0;
+                    // Whole frames written, then the tail of a partial one.
+                    let mut left = n;
+                    for (i, pair) in iov.chunks(2).enumerate() {
+                        let len = pair[0].len() + pair[1].len();
+                        if left >= len {
+                            left -= len;
+                            continue;
                         }
+                        if left == 0 {
+                            return (i, false);
+                        }
+                        for part in pair {
+                            if left >= part.len() {
+                                left -= part.len();
+                            } else {
+                                self.pending.extend_from_slice(&part[left..]);
+                                left = 0;
+                            }
+                        }
+                        return (i + 1, false);
                     }
-                    return FrameResult::Sent;
+                    return (frames.len(), false);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return FrameResult::Blocked,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return (0, false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.fail();
-                    return FrameResult::Broken;
+                    return (0, true);
                 }
             }
         }

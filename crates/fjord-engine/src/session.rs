@@ -17,7 +17,7 @@ use crate::{
     PlayInfo, Start, Title,
     command::{Output, SessionSpec},
     datapath::{Batch, Burst, Packet},
-    interleaved::{Connection, FrameResult},
+    interleaved::{Connection, MAX_FRAMES},
 };
 
 /// After the last packet, wait this long before RTCP BYE so the client has
@@ -242,7 +242,8 @@ impl Session {
         self.after_sending(t0, origin_ns, p)
     }
 
-    /// Sends what is due through the RTSP connection (TCP interleaved).
+    /// Sends what is due through the RTSP connection (TCP interleaved), many
+    /// frames per `writev`.
     pub(crate) fn pump_interleaved(&mut self, p: &mut Pacing) -> Option<Instant> {
         let (t0, origin_ns) = self.clock()?;
         let Output::Interleaved {
@@ -255,39 +256,63 @@ impl Session {
         let track = title.index().track(self.track)?;
         let horizon = p.now + p.burst;
         let pt = track.payload_type();
-        let mut header = [0u8; rtp::RTP_HEADER_LEN];
-        while let Some(rec) = track.packet(self.next as usize) {
-            if due(t0, origin_ns, rec.send_time_ns) > horizon {
+        loop {
+            let mut headers = [[0u8; rtp::RTP_HEADER_LEN]; MAX_FRAMES];
+            let mut payloads: [&[u8]; MAX_FRAMES] = [&[]; MAX_FRAMES];
+            let mut n = 0;
+            let mut seq = self.seq;
+            while n < MAX_FRAMES {
+                let Some(rec) = track.packet(self.next as usize + n) else {
+                    break;
+                };
+                if due(t0, origin_ns, rec.send_time_ns) > horizon {
+                    break;
+                }
+                let Some(payload) = title.payload(&rec) else {
+                    if n == 0 {
+                        tracing::warn!(
+                            ssrc = self.ssrc,
+                            "media file shrank under a playing session; stopping it"
+                        );
+                        self.state = State::Ended;
+                        return None;
+                    }
+                    break;
+                };
+                let ts = self.ts0.wrapping_add(rec.rtp_ts);
+                rtp::write_header(
+                    &mut headers[n],
+                    pt,
+                    rec.flags & FLAG_MARKER != 0,
+                    seq,
+                    ts,
+                    self.ssrc,
+                );
+                payloads[n] = payload;
+                seq = seq.wrapping_add(1);
+                n += 1;
+            }
+            if n == 0 {
                 break;
             }
-            let Some(payload) = title.payload(&rec) else {
-                tracing::warn!(
-                    ssrc = self.ssrc,
-                    "media file shrank under a playing session; stopping it"
-                );
-                self.state = State::Ended;
-                return None;
-            };
-            let ts = self.ts0.wrapping_add(rec.rtp_ts);
-            rtp::write_header(
-                &mut header,
-                pt,
-                rec.flags & FLAG_MARKER != 0,
-                self.seq,
-                ts,
-                self.ssrc,
-            );
+            let mut frames: [(&[u8], &[u8]); MAX_FRAMES] = [(&[], &[]); MAX_FRAMES];
+            for i in 0..n {
+                frames[i] = (&headers[i], payloads[i]);
+            }
             let Some(c) = p.connections.get_mut(&conn) else {
                 break;
             };
-            match c.send_frame(rtp_channel, &header, payload) {
-                FrameResult::Sent | FrameResult::Broken => {}
-                FrameResult::Blocked => return Some(p.now + RETRY),
+            let (taken, broken) = c.send_frames(rtp_channel, &frames[..n]);
+            let taken = if broken { n } else { taken };
+            for payload in &payloads[..taken] {
+                self.octets = self.octets.wrapping_add(payload.len() as u32);
             }
-            self.next += 1;
-            self.seq = self.seq.wrapping_add(1);
-            self.packets = self.packets.wrapping_add(1);
-            self.octets = self.octets.wrapping_add(payload.len() as u32);
+            self.next += taken as u32;
+            self.seq = self.seq.wrapping_add(taken as u16);
+            self.packets = self.packets.wrapping_add(taken as u32);
+            if taken < n {
+                return Some(p.now + RETRY);
+            }
         }
         self.after_sending(t0, origin_ns, p)
     }
@@ -344,7 +369,7 @@ impl Session {
                 conn, rtcp_channel, ..
             } => {
                 if let Some(c) = p.connections.get_mut(conn) {
-                    let _ = c.send_frame(*rtcp_channel, bytes, &[]);
+                    let _ = c.send_frame(*rtcp_channel, bytes);
                 }
             }
         }
