@@ -369,7 +369,7 @@ impl Session {
                 conn, rtcp_channel, ..
             } => {
                 if let Some(c) = p.connections.get_mut(conn) {
-                    let _ = c.send_frame(*rtcp_channel, bytes);
+                    c.send_frame(*rtcp_channel, bytes);
                 }
             }
         }

@@ -34,6 +34,10 @@ pub struct Config {
     pub rtp_port_max: u16,
     /// How far ahead of its scheduled time a packet may leave.
     pub burst_ms: u64,
+    /// Packets per second one engine thread may promise to admitted streams
+    /// (SETUP beyond it gets 453). 0: the figure `fjord bench capacity`
+    /// saved in the state directory, or no limit when there is none.
+    pub capacity_pps_per_core: u64,
     /// How packets leave: `auto` (the best the kernel supports) or a name
     /// from `fjord_engine::datapath::NAMES`.
     pub datapath: String,
@@ -63,6 +67,7 @@ impl Default for Config {
             rtp_port_max: 59999,
             burst_ms: 40,
             datapath: "auto".to_owned(),
+            capacity_pps_per_core: 0,
             rtcp_interval_s: 5,
             ts_per_rtp: 7,
             destination_allow: Vec::new(),
@@ -127,6 +132,17 @@ impl Config {
         }
     }
 
+    /// The admission budget per engine thread, if any (see
+    /// `capacity_pps_per_core`).
+    pub fn capacity_pps_per_core(&self) -> Option<u64> {
+        if self.capacity_pps_per_core > 0 {
+            return Some(self.capacity_pps_per_core);
+        }
+        let text = std::fs::read_to_string(capacity_state_file()?).ok()?;
+        let saved: SavedCapacity = toml::from_str(&text).ok()?;
+        Some(saved.pps_per_core).filter(|&n| n > 0)
+    }
+
     pub fn session_timeout(&self) -> Duration {
         Duration::from_secs(self.session_timeout_s)
     }
@@ -138,6 +154,20 @@ impl Config {
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_secs(self.idle_timeout_s)
     }
+}
+
+/// What `fjord bench capacity` leaves for the server.
+#[derive(Debug, Deserialize, serde::Serialize)]
+pub struct SavedCapacity {
+    pub pps_per_core: u64,
+}
+
+/// `$XDG_STATE_HOME/fjord/capacity.toml` (default `~/.local/state/...`).
+pub fn capacity_state_file() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))?;
+    Some(base.join("fjord/capacity.toml"))
 }
 
 #[cfg(test)]

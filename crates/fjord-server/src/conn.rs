@@ -113,7 +113,9 @@ pub(crate) async fn serve_connection(server: Arc<Server>, stream: TcpStream, pee
     tracing::debug!(%peer, conn = conn.id, "connected");
     run(&server, &mut conn).await;
     for s in conn.live_sessions(&server).to_vec() {
-        server.sessions.remove(&s.id, &server.engine);
+        server
+            .sessions
+            .remove(&s.id, &server.engine, &server.admission);
     }
     if conn.attached() {
         server

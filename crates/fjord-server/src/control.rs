@@ -202,6 +202,28 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             title.clone(),
         ))
     });
+    // Admission: the stream's packet rate against its engine thread's
+    // budget. Interleaved streams live on their connection's thread.
+    let index = title.index();
+    let pps = match index.duration_ns() {
+        0 => 0,
+        d => {
+            (index.track(track).map_or(0, |t| t.packet_count() as u64) * 1_000_000_000).div_ceil(d)
+        }
+    };
+    let pinned = match request {
+        TransportRequest::Tcp { .. } => {
+            Some((conn.id % server.admission.threads() as u64) as usize)
+        }
+        TransportRequest::Udp { .. } => None,
+    };
+    let Some(reservation) = server.admission.reserve(pinned, pps) else {
+        return refuse(453, "the server is at its capacity; try again later");
+    };
+    let fail = |code: u16, reason: &str| {
+        server.admission.release(&reservation);
+        refuse(code, reason)
+    };
     let engine_id = server.next_id();
     let ssrc = rand::random::<u32>();
     let (output, shard, transport_reply, interleaved, rtcp) = match request {
@@ -218,16 +240,16 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                     .iter()
                     .any(|n| n.contains(&dest))
             {
-                return refuse(403, "RTP goes only to the requesting client's address");
+                return fail(403, "RTP goes only to the requesting client's address");
             }
             let pair = match udp_output(server, conn.local.ip(), dest, client_rtp) {
                 Ok(p) => p,
-                Err(e) => return refuse(453, &e.to_string()),
+                Err(e) => return fail(453, &e.to_string()),
             };
             let rtcp_peer = SocketAddr::new(dest, client_rtcp);
             let reader = match pair.rtcp.try_clone() {
                 Ok(r) => r,
-                Err(e) => return refuse(500, &e.to_string()),
+                Err(e) => return fail(500, &e.to_string()),
             };
             let reply = transport::reply_udp(
                 client_rtp,
@@ -242,20 +264,26 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                 rtcp: pair.rtcp,
                 rtcp_peer,
             };
-            (output, engine_id, reply, None, Some((reader, rtcp_peer)))
+            (
+                output,
+                reservation.thread as u64,
+                reply,
+                None,
+                Some((reader, rtcp_peer)),
+            )
         }
         TransportRequest::Tcp {
             rtp_channel,
             rtcp_channel,
         } => {
             if conn.channels.contains(&rtp_channel) || conn.channels.contains(&rtcp_channel) {
-                return refuse(
+                return fail(
                     461,
                     "interleaved channels already in use on this connection",
                 );
             }
             if let Err(e) = conn.attach(server) {
-                return refuse(500, &e.to_string());
+                return fail(500, &e.to_string());
             }
             conn.channels.extend([rtp_channel, rtcp_channel]);
             let output = Output::Interleaved {
@@ -300,6 +328,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             interleaved,
             rtcp_task,
             reports: ReceiverStats::default(),
+            reservation,
         });
         if inner.state == State::Init {
             inner.state = State::Ready;
@@ -463,7 +492,9 @@ fn teardown(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             conn.channels.retain(|c| *c != a && *c != b);
         }
     }
-    server.sessions.remove(&session.id, &server.engine);
+    server
+        .sessions
+        .remove(&session.id, &server.engine, &server.admission);
     status(200)
 }
 

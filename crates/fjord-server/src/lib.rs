@@ -2,6 +2,7 @@
 //! titles, and sessions. Playing happens in the engine threads; this side
 //! only sends them commands.
 
+mod admission;
 mod catalog;
 pub mod config;
 mod conn;
@@ -22,6 +23,7 @@ use fjord_engine::{Engine, EngineConfig};
 use fjord_proto::rtsp::framing::Limits;
 use tokio::{net::TcpListener, sync::Semaphore};
 
+use admission::Admission;
 pub use catalog::{Catalog, CatalogError};
 pub use config::{Config, ConfigError};
 use ports::PortPool;
@@ -42,6 +44,7 @@ pub(crate) struct Server {
     engine: Engine,
     sessions: Sessions,
     ports: PortPool,
+    admission: Admission,
     ids: AtomicU64,
 }
 
@@ -87,6 +90,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             max_body_bytes: config.max_body_bytes,
         },
         ports: PortPool::new(config.rtp_port_min, config.rtp_port_max),
+        admission: Admission::new(config.threads(), config.capacity_pps_per_core()),
         catalog,
         engine,
         sessions: Sessions::default(),
@@ -94,7 +98,13 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         config,
     });
     println!("fjord: listening on rtsp://{local}/");
-    tracing::info!(root = %server.catalog.root().display(), datapath = server.engine.datapath(), "serving");
+    tracing::info!(
+        root = %server.catalog.root().display(),
+        datapath = server.engine.datapath(),
+        threads = server.admission.threads(),
+        capacity_pps_per_core = ?server.admission.capacity(),
+        "serving"
+    );
 
     tokio::spawn(reap_idle_sessions(server.clone()));
     let slots = Arc::new(Semaphore::new(server.config.max_connections));
@@ -135,7 +145,9 @@ async fn reap_idle_sessions(server: Arc<Server>) {
         };
         for s in server.sessions.idle_since(deadline) {
             tracing::info!(session = %s.id, "session timed out");
-            server.sessions.remove(&s.id, &server.engine);
+            server
+                .sessions
+                .remove(&s.id, &server.engine, &server.admission);
         }
     }
 }

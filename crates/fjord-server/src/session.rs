@@ -9,6 +9,8 @@ use std::{
 };
 
 use fjord_engine::{Command, Engine, Title};
+
+use crate::admission::{Admission, Reservation};
 use fjord_proto::{
     rtcp::{ReportBlock, RtcpInfo},
     rtsp::session::State,
@@ -40,6 +42,8 @@ pub struct Stream {
     pub interleaved: Option<(u8, u8)>,
     pub rtcp_task: Option<tokio::task::AbortHandle>,
     pub reports: ReceiverStats,
+    /// Its share of the engine thread's capacity.
+    pub reservation: Reservation,
 }
 
 /// The latest RTCP receiver report about a stream (RFC 3550 §6.4.2).
@@ -137,7 +141,7 @@ impl Sessions {
 
     /// Ends a session: its engine streams stop, its sockets close, its ports
     /// return to the pool.
-    pub fn remove(&self, id: &str, engine: &Engine) -> bool {
+    pub fn remove(&self, id: &str, engine: &Engine, admission: &Admission) -> bool {
         let Some(s) = self.map().remove(id) else {
             return false;
         };
@@ -153,6 +157,7 @@ impl Sessions {
                 "session ended"
             );
             engine.send(st.shard, Command::Remove { id: st.engine_id });
+            admission.release(&st.reservation);
             if let Some(t) = st.rtcp_task {
                 t.abort();
             }

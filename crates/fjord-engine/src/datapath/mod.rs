@@ -8,7 +8,13 @@
 //! paths that read or sendfile). A path sends what it can of each burst.
 
 mod gso;
+mod gso_zerocopy;
 mod mmap_writev;
+mod read_send;
+mod read_writev;
+mod sendfile_cork;
+mod sendmmsg;
+mod uring;
 
 use std::{io, net::SocketAddr, ops::Range, os::fd::BorrowedFd};
 
@@ -16,7 +22,13 @@ use fjord_proto::rtp::RTP_HEADER_LEN;
 use socket2::Socket;
 
 pub use gso::Gso;
+pub use gso_zerocopy::GsoZerocopy;
 pub use mmap_writev::MmapWritev;
+pub use read_send::ReadSend;
+pub use read_writev::ReadWritev;
+pub use sendfile_cork::SendfileCork;
+pub use sendmmsg::Sendmmsg;
+pub use uring::Uring;
 
 /// One RTP packet ready to leave.
 #[derive(Clone, Copy)]
@@ -86,7 +98,8 @@ impl<'a> Batch<'a> {
 pub struct Counters {
     pub packets: u64,
     pub syscalls: u64,
-    /// Payload bytes copied in user space (the read paths).
+    /// Packets whose payload was copied into user space (one per packet on
+    /// the read paths, none elsewhere): a count of packets, not bytes.
     pub user_copies: u64,
     /// Zero-copy sends the kernel completed by copying after all.
     pub zerocopy_copied: u64,
@@ -130,19 +143,40 @@ fn is_transient(e: &io::Error) -> bool {
 }
 
 /// Every data path, simplest first.
-pub const NAMES: &[&str] = &["mmap-writev", "gso"];
+pub const NAMES: &[&str] = &[
+    "read-send",
+    "read-writev",
+    "mmap-writev",
+    "sendfile-cork",
+    "sendmmsg",
+    "gso",
+    "gso-zerocopy",
+    "uring",
+    "uring-zc",
+];
 
 /// A fresh instance of the path called `name`.
 pub fn by_name(name: &str) -> Option<Box<dyn DataPath>> {
     Some(match name {
+        "read-send" => Box::new(ReadSend::default()),
+        "read-writev" => Box::new(ReadWritev::default()),
         "mmap-writev" => Box::new(MmapWritev::default()),
+        "sendfile-cork" => Box::new(SendfileCork::default()),
+        "sendmmsg" => Box::new(Sendmmsg::default()),
         "gso" => Box::new(Gso::default()),
+        "gso-zerocopy" => Box::new(GsoZerocopy::default()),
+        "uring" => Box::new(Uring::new(false)),
+        "uring-zc" => Box::new(Uring::new(true)),
         _ => return None,
     })
 }
 
 /// The path to use for a configured name: `auto` picks the best this kernel
-/// supports.
+/// supports: `gso`, else `mmap-writev`. Measured here (6.18, 1316-byte
+/// payloads, 16 sessions × 48-packet bursts into the veth sink): `gso`
+/// ≈ 330 ns/packet, `uring` the same within noise, `gso-zerocopy` ≈ 650
+/// and `uring-zc` ≈ 480 (a zero-copy send holds only ~7 packets: the
+/// kernel's 17-fragment limit, see `gso_zerocopy`), `mmap-writev` ≈ 1570.
 pub fn resolve(name: &str) -> io::Result<&'static str> {
     if name == "auto" {
         return Ok(if gso::supported() {
@@ -168,61 +202,125 @@ mod tests {
 
     use super::*;
 
+    /// Paths this machine cannot run, named in `FJORD_TEST_SKIP_PATHS`
+    /// (comma-separated); any other unsupported path fails the test.
+    fn skipped(name: &str) -> bool {
+        std::env::var("FJORD_TEST_SKIP_PATHS").is_ok_and(|v| v.split(',').any(|n| n.trim() == name))
+    }
+
     /// Every path delivers each packet as its own datagram, in order, bytes
-    /// intact, including bursts of unequal sizes and more than one GSO send.
+    /// intact: bursts of unequal sizes, more than one GSO send per burst,
+    /// and several sessions (sockets) in one batch, twice over (the second
+    /// round reaps the first round's zero-copy completions).
     #[test]
     fn every_path_delivers_every_packet_intact() {
         let mut file = tempfile::tempfile().unwrap();
-        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let data: Vec<u8> = (0..400_000u32).map(|i| (i * 7 % 251) as u8).collect();
         file.write_all(&data).unwrap();
-        let sizes: Vec<usize> =
-            [vec![1316; 70], vec![500, 1316, 1316, 200], vec![1316; 3]].concat();
+        // One burst per session.
+        let bursts: Vec<Vec<usize>> = vec![
+            [vec![1316; 70], vec![500, 1316, 1316, 200], vec![1316; 3]].concat(),
+            vec![1316; 40],
+            vec![700],
+            [vec![1000; 20], vec![1316; 20]].concat(),
+        ];
         for name in NAMES {
-            let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-            rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            socket2::SockRef::from(&rx)
-                .set_recv_buffer_size(4 << 20)
-                .unwrap();
-            let tx = socket2::Socket::from(UdpSocket::bind("127.0.0.1:0").unwrap());
-            tx.connect(&rx.local_addr().unwrap().into()).unwrap();
-            let mut batch = Batch::default();
-            let mut offset = 0;
-            for (i, &len) in sizes.iter().enumerate() {
-                let mut header = [0u8; RTP_HEADER_LEN];
-                header[0] = 0x80;
-                header[2..4].copy_from_slice(&(i as u16).to_be_bytes());
-                batch.packets.push(Packet {
-                    header,
-                    payload: &data[offset..offset + len],
-                    file: file.as_fd(),
-                    offset: offset as u64,
-                });
-                offset += len;
-            }
-            batch.bursts.push(Burst {
-                socket: &tx,
-                dest: rx.local_addr().unwrap(),
-                packets: 0..sizes.len(),
-            });
+            let rxs: Vec<UdpSocket> = bursts
+                .iter()
+                .map(|_| {
+                    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+                    rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                    socket2::SockRef::from(&rx)
+                        .set_recv_buffer_size(4 << 20)
+                        .unwrap();
+                    rx
+                })
+                .collect();
+            let txs: Vec<Socket> = rxs
+                .iter()
+                .map(|rx| {
+                    let tx = Socket::from(UdpSocket::bind("127.0.0.1:0").unwrap());
+                    tx.connect(&rx.local_addr().unwrap().into()).unwrap();
+                    tx
+                })
+                .collect();
             let mut path = by_name(name).unwrap();
-            let mut sent = vec![0];
-            path.send(&batch, &mut sent).unwrap();
-            assert_eq!(sent[0], sizes.len(), "{name}");
-            let mut buf = [0u8; 2048];
-            for (i, p) in batch.packets.iter().enumerate() {
-                let n = rx.recv(&mut buf).unwrap();
-                assert_eq!(
-                    &buf[..RTP_HEADER_LEN],
-                    &p.header,
-                    "{name}: packet {i} header"
-                );
-                assert_eq!(
-                    &buf[RTP_HEADER_LEN..n],
-                    p.payload,
-                    "{name}: packet {i} payload"
+            let mut total = 0u64;
+            for round in 0..2u16 {
+                let mut batch = Batch::default();
+                let mut offset = 0;
+                for (b, sizes) in bursts.iter().enumerate() {
+                    let first = batch.packets.len();
+                    for (i, &len) in sizes.iter().enumerate() {
+                        let mut header = [0u8; RTP_HEADER_LEN];
+                        header[0] = 0x80;
+                        header[1] = b as u8;
+                        header[2..4].copy_from_slice(&(i as u16).to_be_bytes());
+                        header[4..6].copy_from_slice(&round.to_be_bytes());
+                        batch.packets.push(Packet {
+                            header,
+                            payload: &data[offset..offset + len],
+                            file: file.as_fd(),
+                            offset: offset as u64,
+                        });
+                        offset += len;
+                    }
+                    batch.bursts.push(Burst {
+                        socket: &txs[b],
+                        dest: rxs[b].local_addr().unwrap(),
+                        packets: first..batch.packets.len(),
+                    });
+                }
+                let mut sent = vec![0; bursts.len()];
+                match path.send(&batch, &mut sent) {
+                    Ok(()) => {}
+                    Err(e) if is_unsupported(&e) && skipped(name) => {
+                        eprintln!("{name}: SKIPPED, unsupported here ({e})");
+                        break;
+                    }
+                    Err(e) => panic!(
+                        "{name}: cannot run here ({e}); \
+                         set FJORD_TEST_SKIP_PATHS={name} to skip it knowingly"
+                    ),
+                }
+                let mut buf = [0u8; 70_000];
+                for (b, rx) in rxs.iter().enumerate() {
+                    assert_eq!(sent[b], bursts[b].len(), "{name}: burst {b} sent");
+                    for (i, p) in batch.burst(b).iter().enumerate() {
+                        let n = rx
+                            .recv(&mut buf)
+                            .unwrap_or_else(|e| panic!("{name}: burst {b} packet {i}: {e}"));
+                        assert_eq!(
+                            n,
+                            p.wire_len(),
+                            "{name}: burst {b} packet {i}: one datagram per packet"
+                        );
+                        assert_eq!(
+                            &buf[..RTP_HEADER_LEN],
+                            &p.header,
+                            "{name}: burst {b} packet {i} header"
+                        );
+                        assert_eq!(
+                            &buf[RTP_HEADER_LEN..n],
+                            p.payload,
+                            "{name}: burst {b} packet {i} payload"
+                        );
+                    }
+                    total += bursts[b].len() as u64;
+                }
+                assert_eq!(path.counters().packets, total, "{name}");
+            }
+            let c = path.counters();
+            if name.contains("zc") || name.contains("zerocopy") {
+                assert!(
+                    c.zerocopy_done > 0,
+                    "{name}: no zero-copy completion: {c:?}"
                 );
             }
-            assert_eq!(path.counters().packets, sizes.len() as u64, "{name}");
+            for rx in &rxs {
+                rx.set_nonblocking(true).unwrap();
+                assert!(rx.recv(&mut [0u8; 16]).is_err(), "{name}: extra datagram");
+            }
         }
     }
 }

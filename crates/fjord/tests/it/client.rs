@@ -351,3 +351,67 @@ fn assert_sender_reports_map_the_clock(cap: &fjord_client::Capture) {
     let bytes: usize = cap.packets.iter().map(|p| p.payload.len()).sum();
     assert_eq!(octets as usize, bytes, "final SR octet count");
 }
+
+/// Admission control: with a budget of two clips' packet rate on one engine
+/// thread, a third SETUP gets 453, and the two admitted streams arrive
+/// complete and on schedule.
+#[test]
+fn admission_refuses_beyond_capacity_and_admitted_streams_keep_time() {
+    let clip =
+        fjord_media::ts::packetize(clip_bytes(), &fjord_media::ts::TsOptions::default()).unwrap();
+    let pps = clip.packets.len() as f64 / (clip.duration_ns as f64 / 1e9);
+    let capacity = (pps * 2.5) as u64;
+    let server = Server::start(&format!(
+        "threads = 1\ncapacity_pps_per_core = {capacity}\n"
+    ));
+    let (mut a, mut rx_a, _) = open(&server, "clip.ts", false);
+    let (mut b, mut rx_b, _) = open(&server, "clip.ts", true);
+    let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
+    let d = c.describe().expect("DESCRIBE");
+    let refused = c
+        .request(
+            "SETUP",
+            &d.track_urls[0],
+            &[("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")],
+            &[],
+        )
+        .unwrap();
+    assert_eq!(refused.status, 453, "third stream exceeds the budget");
+
+    a.play(None).expect("PLAY a");
+    b.play(None).expect("PLAY b");
+    let (cap_a, cap_b) = std::thread::scope(|s| {
+        let ha = s.spawn(|| recv(&mut a, &mut rx_a, QUIET, LIMIT));
+        let hb = s.spawn(|| recv(&mut b, &mut rx_b, QUIET, LIMIT));
+        (ha.join().unwrap(), hb.join().unwrap())
+    });
+    for (cap, what) in [(&cap_a, "udp"), (&cap_b, "tcp")] {
+        let (start, end) = assert_contiguous(clip_bytes(), &cap.packets, what);
+        assert_eq!((start, end), (0, clip_bytes().len()), "{what}: whole clip");
+        let first = &cap.packets[0];
+        let late = cap
+            .packets
+            .iter()
+            .map(|p| {
+                let due = f64::from(p.rtp_ts.wrapping_sub(first.rtp_ts)) / 90000.0;
+                p.arrival.duration_since(first.arrival).as_secs_f64() - due
+            })
+            .fold(f64::MIN, f64::max);
+        assert!(
+            late < 0.050,
+            "{what}: a packet arrived {:.1} ms late",
+            late * 1000.0
+        );
+    }
+    // Once a stream ends its session, its share is free again.
+    a.teardown().unwrap();
+    let again = c
+        .request(
+            "SETUP",
+            &d.track_urls[0],
+            &[("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")],
+            &[],
+        )
+        .unwrap();
+    assert_eq!(again.status, 200, "admitted after a TEARDOWN");
+}

@@ -1,0 +1,515 @@
+//! `gso` with `MSG_ZEROCOPY`: a session's burst leaves in `UDP_SEGMENT`
+//! sends as in [`super::Gso`], but the kernel pins the user pages instead
+//! of copying them into the socket buffer, and the device reads the payload
+//! straight from the page cache (where it can gather and checksum; else
+//! the kernel copies after all and says so in the completion).
+//!
+//! Per packet: about 1/7 system call to send (see [`zc_group_len`]: the
+//! kernel's fragment limit, not GSO's 64 segments, bounds a send), plus about one error-queue
+//! `recvmsg` per burst to reap completions; 0 payload copies where the
+//! device can gather (`zerocopy_copied` counts the sends the kernel copied
+//! anyway, e.g. all of them over loopback), else 1 in the kernel.
+//!
+//! What must stay put until a send's completion arrives:
+//! - **Payload.** The kernel takes a reference on every page it pinned
+//!   (`skb_zerocopy_iter_dgram` → `iov_iter_get_pages2`), so unmapping the
+//!   title's file early (the session ends and drops its `Arc<Title>`) cannot
+//!   free the pages under the device: they are page-cache pages of a file
+//!   that is replaced by rename, never rewritten in place. Nothing more is
+//!   needed from `Packet`/`Burst`.
+//! - **RTP headers.** They live in the batch, which the next tick rewrites.
+//!   So this path copies each group's headers (12 bytes a packet) into a
+//!   block of its own slab and returns the block when the completion
+//!   arrives. A completion that never comes (the socket closed with it
+//!   queued, or the descriptor now names another socket) is detected by its
+//!   age and `SO_ZEROCOPY` being off; under slab pressure a block older than
+//!   [`STALE`] is reclaimed. On drop with sends outstanding the slab is
+//!   leaked, not freed.
+//!
+//! Groups under [`MIN_ZEROCOPY_BYTES`] go without `MSG_ZEROCOPY` (pinning
+//! and the completion cost more than the copy), and so do groups when the
+//! slab is full or the socket's option memory is (`ENOBUFS`).
+
+use std::{
+    collections::VecDeque,
+    io,
+    mem::{self, MaybeUninit},
+    os::fd::AsRawFd,
+    time::{Duration, Instant},
+};
+
+use fjord_proto::rtp::RTP_HEADER_LEN;
+
+use super::{
+    Batch, Counters, DataPath, Packet,
+    gso::{group_len, send_group},
+    is_transient,
+};
+
+/// Smallest send worth pinning pages for. The kernel's guidance is ~10 KB,
+/// but see [`zc_group_len`]: a zero-copy RTP send holds only ~7 packets.
+pub const MIN_ZEROCOPY_BYTES: usize = 4 * 1024;
+/// Page fragments one zero-copy datagram may hold: the kernel's
+/// `MAX_SKB_FRAGS` (17 unless built otherwise; more gives `EMSGSIZE`).
+pub const MAX_FRAGS: usize = 17;
+const PAGE: usize = 4096;
+/// Most packets in one GSO send (as in `gso`).
+const MAX_SEGMENTS: usize = 64;
+/// Header blocks in the slab: at most this many zero-copy sends in flight.
+const BLOCKS: usize = 2048;
+/// A send this old with no completion makes us check the socket.
+const SUSPECT: Duration = Duration::from_millis(200);
+/// A send this old is given up on under slab pressure.
+const STALE: Duration = Duration::from_secs(2);
+/// `SO_EE_ORIGIN_ZEROCOPY`: a zero-copy completion (linux/errqueue.h).
+const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+/// `SO_EE_CODE_ZEROCOPY_COPIED`: the kernel copied the data after all.
+const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+
+type HeaderBlock = [[u8; RTP_HEADER_LEN]; MAX_SEGMENTS];
+
+/// One zero-copy send waiting for its completion.
+#[derive(Clone, Copy)]
+struct Inflight {
+    id: u32,
+    block: u32,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct FdState {
+    /// `SO_ZEROCOPY` is on (or could not be turned on: `failed`).
+    enabled: bool,
+    failed: bool,
+    /// The kernel's id of our next zero-copy send on this socket.
+    next_id: u32,
+    /// Listed in `active`.
+    listed: bool,
+    inflight: VecDeque<Inflight>,
+}
+
+pub struct GsoZerocopy {
+    counters: Counters,
+    /// Per descriptor number.
+    fds: Vec<FdState>,
+    /// Descriptors that may have sends in flight (pruned by `sweep`).
+    active: Vec<libc::c_int>,
+    slab: Box<[HeaderBlock]>,
+    free: Vec<u32>,
+}
+
+impl Default for GsoZerocopy {
+    fn default() -> Self {
+        Self {
+            counters: Counters::default(),
+            fds: Vec::new(),
+            active: Vec::new(),
+            // Zeroed: the pages are committed only as blocks are used.
+            slab: vec![[[0; RTP_HEADER_LEN]; MAX_SEGMENTS]; BLOCKS].into_boxed_slice(),
+            free: (0..BLOCKS as u32).rev().collect(),
+        }
+    }
+}
+
+impl Drop for GsoZerocopy {
+    fn drop(&mut self) {
+        for fd in mem::take(&mut self.active) {
+            self.reap(fd);
+        }
+        if self.fds.iter().any(|s| !s.inflight.is_empty()) {
+            // The kernel may still read headers from the slab.
+            mem::forget(mem::take(&mut self.slab));
+        }
+    }
+}
+
+fn set_zerocopy(fd: libc::c_int) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: a valid option value pointer and length.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ZEROCOPY,
+            (&one as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn zerocopy_is_on(fd: libc::c_int) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid option value pointer and length.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ZEROCOPY,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    r == 0 && v != 0
+}
+
+/// A completion read from a socket's error queue: ids `lo..=hi`.
+struct Completion {
+    lo: u32,
+    hi: u32,
+    copied: bool,
+}
+
+/// Reads one zero-copy completion from `fd`'s error queue. `Ok(None)` when
+/// the queue is empty or held something else.
+fn read_completion(fd: libc::c_int) -> io::Result<Option<Completion>> {
+    let mut control = [0u64; 16];
+    // SAFETY: all-zero is a valid msghdr.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = mem::size_of_val(&control);
+    // SAFETY: the msghdr points at a control buffer that outlives the call;
+    // no data buffer is needed for error-queue notifications.
+    let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock {
+            Ok(None)
+        } else {
+            Err(e)
+        };
+    }
+    // SAFETY: the kernel filled `msg_controllen` bytes of `control`; the
+    // CMSG macros stay inside it.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            let c = &*cmsg;
+            if (c.cmsg_level == libc::SOL_IP && c.cmsg_type == libc::IP_RECVERR)
+                || (c.cmsg_level == libc::SOL_IPV6 && c.cmsg_type == libc::IPV6_RECVERR)
+            {
+                let ee = std::ptr::read_unaligned(
+                    libc::CMSG_DATA(cmsg).cast::<libc::sock_extended_err>(),
+                );
+                if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY && ee.ee_errno == 0 {
+                    return Ok(Some(Completion {
+                        lo: ee.ee_info,
+                        hi: ee.ee_data,
+                        copied: ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
+                    }));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok(None)
+}
+
+/// Pages `len` bytes at address `addr` touch.
+fn pages(addr: usize, len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        (addr + len - 1) / PAGE - addr / PAGE + 1
+    }
+}
+
+/// How many packets from the front of `pkts` (one GSO group, see
+/// `gso::group_len`) fit in one zero-copy send, whose pinned pages become
+/// at most [`MAX_FRAGS`] fragments of one buffer. Header `i` is at address
+/// `header(i)`. Headers and payloads alternate and never sit in the same
+/// page run, so each costs its own fragment(s): about 2.3 fragments per
+/// 1316-byte packet, so 7 packets, not 64, per zero-copy send.
+pub(crate) fn zc_group_len(pkts: &[Packet<'_>], header: impl Fn(usize) -> usize) -> usize {
+    let mut frags = 0;
+    for (i, p) in pkts.iter().enumerate() {
+        frags +=
+            pages(header(i), RTP_HEADER_LEN) + pages(p.payload.as_ptr() as usize, p.payload.len());
+        if frags > MAX_FRAGS {
+            return i.max(1);
+        }
+    }
+    pkts.len()
+}
+
+/// `id` in the wrapping range `lo..=hi`.
+fn in_range(id: u32, lo: u32, hi: u32) -> bool {
+    id.wrapping_sub(lo) <= hi.wrapping_sub(lo)
+}
+
+/// One `sendmsg` of `pkts` on `fd` with headers from `headers`, segmented
+/// at the first packet's size when there is more than one.
+pub(crate) fn send_group_headers(
+    fd: libc::c_int,
+    pkts: &[Packet<'_>],
+    headers: &[[u8; RTP_HEADER_LEN]],
+    flags: libc::c_int,
+) -> io::Result<()> {
+    let mut iov = [MaybeUninit::<libc::iovec>::uninit(); 2 * MAX_SEGMENTS];
+    let mut control = [0u64; 4];
+    // SAFETY: all-zero is a valid msghdr.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    fill_gso_msg(&mut msg, &mut iov, &mut control, pkts, Some(headers));
+    // SAFETY: the msghdr points at initialised iovecs whose buffers (headers
+    // in the slab, payloads in the mapping) outlive the call.
+    let r = unsafe { libc::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Points `msg` at [header, payload]… iovecs in `iov` (filled here) and, for
+/// more than one packet, a `UDP_SEGMENT` control message in `control`. The
+/// headers come from `headers` when given, else from the packets.
+pub(crate) fn fill_gso_msg(
+    msg: &mut libc::msghdr,
+    iov: &mut [MaybeUninit<libc::iovec>; 2 * MAX_SEGMENTS],
+    control: &mut [u64; 4],
+    pkts: &[Packet<'_>],
+    headers: Option<&[[u8; RTP_HEADER_LEN]]>,
+) {
+    let n = pkts
+        .len()
+        .min(MAX_SEGMENTS)
+        .min(headers.map_or(usize::MAX, <[_]>::len));
+    for i in 0..n {
+        let header = headers.map_or(&pkts[i].header, |h| &h[i]);
+        iov[2 * i].write(libc::iovec {
+            iov_base: header.as_ptr() as *mut libc::c_void,
+            iov_len: RTP_HEADER_LEN,
+        });
+        iov[2 * i + 1].write(libc::iovec {
+            iov_base: pkts[i].payload.as_ptr() as *mut libc::c_void,
+            iov_len: pkts[i].payload.len(),
+        });
+    }
+    msg.msg_iov = iov.as_mut_ptr().cast();
+    msg.msg_iovlen = 2 * n;
+    if n > 1 {
+        let seg = pkts[0].wire_len() as u16;
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE of a u16 is 24 bytes, inside `control`; the
+        // cmsg pointers come from the msghdr that points at it.
+        unsafe {
+            msg.msg_controllen = libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize;
+            let cmsg = libc::CMSG_FIRSTHDR(msg);
+            (*cmsg).cmsg_level = libc::SOL_UDP;
+            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), seg);
+        }
+    } else {
+        msg.msg_control = std::ptr::null_mut();
+        msg.msg_controllen = 0;
+    }
+}
+
+impl GsoZerocopy {
+    fn state(&mut self, fd: libc::c_int) -> &mut FdState {
+        let i = fd as usize;
+        if i >= self.fds.len() {
+            self.fds.resize_with(i + 1, FdState::default);
+        }
+        &mut self.fds[i]
+    }
+
+    /// Reads `fd`'s completions until none of its sends is outstanding or
+    /// the queue is empty; returns its blocks to the slab.
+    fn reap(&mut self, fd: libc::c_int) {
+        while !self.fds[fd as usize].inflight.is_empty() {
+            self.counters.syscalls += 1;
+            let c = match read_completion(fd) {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(_) => {
+                    // Not a socket any more: its completions are gone.
+                    self.forget(fd);
+                    break;
+                }
+            };
+            let n = c.hi.wrapping_sub(c.lo) as u64 + 1;
+            self.counters.zerocopy_done += n;
+            if c.copied {
+                self.counters.zerocopy_copied += n;
+            }
+            let st = &mut self.fds[fd as usize];
+            let free = &mut self.free;
+            st.inflight.retain(|f| {
+                let done = in_range(f.id, c.lo, c.hi);
+                if done {
+                    free.push(f.block);
+                }
+                !done
+            });
+        }
+    }
+
+    /// Gives up on every send in flight on `fd` and on its state.
+    fn forget(&mut self, fd: libc::c_int) {
+        let st = &mut self.fds[fd as usize];
+        for f in st.inflight.drain(..) {
+            self.free.push(f.block);
+        }
+        *st = FdState {
+            listed: st.listed,
+            ..FdState::default()
+        };
+    }
+
+    /// Before sending on `fd`: reap its completions, and notice when the
+    /// descriptor now names another socket (ours had `SO_ZEROCOPY` on).
+    fn prepare(&mut self, fd: libc::c_int, now: Instant) {
+        if self.state(fd).inflight.is_empty() {
+            return;
+        }
+        self.reap(fd);
+        let st = &self.fds[fd as usize];
+        if st
+            .inflight
+            .front()
+            .is_some_and(|f| now.duration_since(f.at) > SUSPECT)
+        {
+            self.counters.syscalls += 1;
+            if !zerocopy_is_on(fd) {
+                self.forget(fd);
+            }
+        }
+    }
+
+    /// Under slab pressure: reap everything, give up on stale sends, and
+    /// prune `active`.
+    fn sweep(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.active.len() {
+            let fd = self.active[i];
+            self.reap(fd);
+            let st = &mut self.fds[fd as usize];
+            while st
+                .inflight
+                .front()
+                .is_some_and(|f| now.duration_since(f.at) > STALE)
+            {
+                if let Some(f) = st.inflight.pop_front() {
+                    self.free.push(f.block);
+                }
+            }
+            if st.inflight.is_empty() {
+                st.listed = false;
+                self.active.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Sends the front of one GSO group `pkts`: zero-copy when it pays and
+    /// resources allow, else the whole group by copy. Returns how many
+    /// packets went.
+    fn send_one(
+        &mut self,
+        fd: libc::c_int,
+        pkts: &[Packet<'_>],
+        now: Instant,
+    ) -> io::Result<usize> {
+        let st = self.state(fd);
+        if !st.enabled && !st.failed {
+            match set_zerocopy(fd) {
+                Ok(()) => st.enabled = true,
+                Err(_) => st.failed = true,
+            }
+            self.counters.syscalls += 1;
+        }
+        let plain = |c: &mut Counters| {
+            c.syscalls += 1;
+            send_group(fd, pkts, 0).map(|()| pkts.len())
+        };
+        if !self.fds[fd as usize].enabled {
+            return plain(&mut self.counters);
+        }
+        let Some(&block) = self.free.last() else {
+            return plain(&mut self.counters);
+        };
+        let headers = &mut self.slab[block as usize];
+        let base = headers.as_ptr() as usize;
+        let n = zc_group_len(pkts, |i| base + i * RTP_HEADER_LEN);
+        let bytes: usize = pkts[..n].iter().map(Packet::wire_len).sum();
+        if bytes < MIN_ZEROCOPY_BYTES {
+            return plain(&mut self.counters);
+        }
+        self.free.pop();
+        for (h, p) in headers.iter_mut().zip(&pkts[..n]) {
+            *h = p.header;
+        }
+        self.counters.syscalls += 1;
+        match send_group_headers(fd, &pkts[..n], &headers[..n], libc::MSG_ZEROCOPY) {
+            Ok(()) => {
+                let st = &mut self.fds[fd as usize];
+                if !st.listed {
+                    st.listed = true;
+                    self.active.push(fd);
+                }
+                st.inflight.push_back(Inflight {
+                    id: st.next_id,
+                    block,
+                    at: now,
+                });
+                st.next_id = st.next_id.wrapping_add(1);
+                Ok(n)
+            }
+            Err(e) => {
+                self.free.push(block);
+                if e.raw_os_error() == Some(libc::ENOBUFS) {
+                    // Option memory for the notification is full.
+                    plain(&mut self.counters)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+}
+
+impl DataPath for GsoZerocopy {
+    fn name(&self) -> &'static str {
+        "gso-zerocopy"
+    }
+
+    fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
+        let now = Instant::now();
+        if self.free.len() < BLOCKS / 4 {
+            self.sweep(now);
+        }
+        for (i, burst) in batch.bursts.iter().enumerate() {
+            let pkts = batch.burst(i);
+            let fd = burst.socket.as_raw_fd();
+            self.prepare(fd, now);
+            let mut done = 0;
+            while done < pkts.len() {
+                let n = group_len(&pkts[done..]);
+                let n = match self.send_one(fd, &pkts[done..done + n], now) {
+                    Ok(k) => k,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if is_transient(&e) => n,
+                    Err(e) => {
+                        sent[i] = done;
+                        return Err(e);
+                    }
+                };
+                done += n;
+                self.counters.packets += n as u64;
+            }
+            sent[i] = done;
+        }
+        Ok(())
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters
+    }
+}

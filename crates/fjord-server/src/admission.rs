@@ -1,0 +1,95 @@
+//! Admission control, the seeds' QoS guarantee: a stream is admitted only
+//! when the engine thread that will send it can still meet every deadline.
+//! Each thread has a budget in packets per second (what one core sustains,
+//! measured by `fjord bench capacity` or configured); a SETUP that would
+//! exceed it gets 453 Not Enough Bandwidth, so admitted streams stay on time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub struct Admission {
+    /// Packets per second one engine thread may promise; `None`: no limit.
+    capacity: Option<u64>,
+    load: Vec<AtomicU64>,
+}
+
+/// Packets per second promised on one engine thread.
+#[derive(Debug)]
+pub struct Reservation {
+    pub thread: usize,
+    pps: u64,
+}
+
+impl Admission {
+    pub fn new(threads: usize, capacity: Option<u64>) -> Self {
+        Self {
+            capacity,
+            load: (0..threads.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.load.len()
+    }
+
+    pub fn capacity(&self) -> Option<u64> {
+        self.capacity
+    }
+
+    /// Reserves `pps` on `thread`, or on the least loaded thread when any
+    /// will do; `None` when that would exceed the capacity.
+    pub fn reserve(&self, thread: Option<usize>, pps: u64) -> Option<Reservation> {
+        let thread = thread.map(|t| t % self.load.len()).unwrap_or_else(|| {
+            (0..self.load.len())
+                .min_by_key(|&t| self.load[t].load(Ordering::Relaxed))
+                .unwrap_or(0)
+        });
+        let load = &self.load[thread];
+        let mut current = load.load(Ordering::Relaxed);
+        loop {
+            let next = current.checked_add(pps)?;
+            if self.capacity.is_some_and(|cap| next > cap) {
+                return None;
+            }
+            match load.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Some(Reservation { thread, pps }),
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    pub fn release(&self, r: &Reservation) {
+        self.load[r.thread].fetch_sub(r.pps, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_stop_at_capacity_and_come_back_on_release() {
+        let a = Admission::new(2, Some(1000));
+        let r1 = a.reserve(None, 600).unwrap();
+        let r2 = a.reserve(None, 600).unwrap();
+        assert_ne!(r1.thread, r2.thread, "spread over the least loaded thread");
+        assert!(
+            a.reserve(None, 600).is_none(),
+            "both threads would exceed 1000 pps"
+        );
+        assert!(
+            a.reserve(Some(r1.thread), 400).is_some(),
+            "exactly at capacity is fine"
+        );
+        assert!(a.reserve(Some(r1.thread), 1).is_none());
+        a.release(&r2);
+        assert!(a.reserve(None, 600).is_some());
+    }
+
+    #[test]
+    fn without_a_capacity_everything_is_admitted() {
+        let a = Admission::new(1, None);
+        for _ in 0..100 {
+            assert!(a.reserve(None, u32::MAX as u64).is_some());
+        }
+    }
+}
