@@ -1,8 +1,8 @@
 //! Messages from the control plane to an engine thread.
 
-use std::{net::SocketAddr, os::fd::OwnedFd, sync::Arc};
+use std::{net::SocketAddr, os::fd::OwnedFd, sync::Arc, time::Duration};
 
-use crate::Title;
+use crate::{Title, datapath::Counters};
 
 /// Everything the engine needs to stream one track to one client.
 pub struct SessionSpec {
@@ -88,4 +88,35 @@ pub enum Command {
     DetachConnection {
         conn: u64,
     },
+    /// What the thread has done so far.
+    Stats {
+        reply: Box<dyn FnOnce(ThreadStats) + Send>,
+    },
+}
+
+/// One engine thread's account, for benchmarks and admission figures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadStats {
+    pub sessions: usize,
+    pub packets: u64,
+    /// Packets that left more than [`LATE`] after their scheduled time.
+    pub late: u64,
+    pub max_late: Duration,
+    /// CPU the thread used, user and system.
+    pub user: Duration,
+    pub system: Duration,
+    pub datapath: Counters,
+}
+
+/// A packet leaving later than this after its schedule counts as late.
+pub const LATE: Duration = Duration::from_millis(2);
+
+impl ThreadStats {
+    pub(crate) fn count(&mut self, lateness: Duration) {
+        self.packets += 1;
+        if lateness > LATE {
+            self.late += 1;
+        }
+        self.max_late = self.max_late.max(lateness);
+    }
 }

@@ -14,7 +14,7 @@ use fjord_proto::{
 };
 
 use crate::{
-    PlayInfo, Start, Title,
+    PlayInfo, Start, ThreadStats, Title,
     command::{Output, SessionSpec},
     datapath::{Batch, Burst, Packet},
     interleaved::{Connection, MAX_FRAMES},
@@ -54,6 +54,7 @@ pub(crate) struct Session {
 
 pub(crate) struct Pacing<'a> {
     pub now: Instant,
+    pub stats: &'a mut ThreadStats,
     pub burst: Duration,
     pub rtcp_interval: Duration,
     pub connections: &'a mut HashMap<u64, Connection>,
@@ -230,6 +231,11 @@ impl Session {
         for i in 0..sent {
             if let Some(rec) = track.packet(self.next as usize + i) {
                 self.octets = self.octets.wrapping_add(rec.len);
+                p.stats.count(p.now.saturating_duration_since(due(
+                    t0,
+                    origin_ns,
+                    rec.send_time_ns,
+                )));
             }
         }
         self.next += sent as u32;
@@ -304,8 +310,15 @@ impl Session {
             };
             let (taken, broken) = c.send_frames(rtp_channel, &frames[..n]);
             let taken = if broken { n } else { taken };
-            for payload in &payloads[..taken] {
+            for (i, payload) in payloads[..taken].iter().enumerate() {
                 self.octets = self.octets.wrapping_add(payload.len() as u32);
+                if let Some(rec) = track.packet(self.next as usize + i) {
+                    p.stats.count(p.now.saturating_duration_since(due(
+                        t0,
+                        origin_ns,
+                        rec.send_time_ns,
+                    )));
+                }
             }
             self.next += taken as u32;
             self.seq = self.seq.wrapping_add(taken as u16);
@@ -483,8 +496,10 @@ mod tests {
             .collect();
         drop(batch);
         let mut connections = HashMap::new();
+        let mut stats = ThreadStats::default();
         let mut p = Pacing {
             now,
+            stats: &mut stats,
             burst: Duration::from_millis(15),
             rtcp_interval: Duration::from_secs(5),
             connections: &mut connections,

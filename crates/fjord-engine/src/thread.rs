@@ -12,7 +12,7 @@ use std::{
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::{
-    Command,
+    Command, ThreadStats,
     datapath::{self, Batch, DataPath},
     interleaved::Connection,
     session::{MAX_BURST_PACKETS, Pacing, Session},
@@ -29,6 +29,8 @@ pub struct EngineConfig {
     pub cname: String,
     /// A data path by name (see [`datapath::NAMES`]), or `auto` to probe.
     pub datapath: String,
+    /// CPUs to pin the threads to, round robin; empty: no pinning.
+    pub cpus: Vec<usize>,
 }
 
 /// Handle to the engine threads. Commands about one session (or one
@@ -50,9 +52,15 @@ impl Engine {
             let cfg = config.clone();
             let path =
                 datapath::by_name(datapath).ok_or_else(|| io::Error::other("unknown data path"))?;
+            let cpu = (!config.cpus.is_empty()).then(|| config.cpus[i % config.cpus.len()]);
             let handle = std::thread::Builder::new()
                 .name(format!("fjord-engine-{i}"))
-                .spawn(move || Worker::new(cfg, rx, path).run())?;
+                .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        pin_to(cpu);
+                    }
+                    Worker::new(cfg, rx, path).run()
+                })?;
             queues.push(tx);
             threads.push(handle);
         }
@@ -74,6 +82,23 @@ impl Engine {
         let i = (shard % self.queues.len() as u64) as usize;
         // A send fails only when the thread is gone, i.e. during shutdown.
         let _ = self.queues[i].send(cmd);
+    }
+
+    /// Every thread's account (waits for each to answer).
+    pub fn stats(&self) -> Vec<ThreadStats> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        for (i, q) in self.queues.iter().enumerate() {
+            let tx = tx.clone();
+            let _ = q.send(Command::Stats {
+                reply: Box::new(move |s| {
+                    let _ = tx.send((i, s));
+                }),
+            });
+        }
+        drop(tx);
+        let mut all: Vec<(usize, ThreadStats)> = rx.iter().collect();
+        all.sort_by_key(|(i, _)| *i);
+        all.into_iter().map(|(_, s)| s).collect()
     }
 
     /// Stops every thread after it has drained its queue.
@@ -104,6 +129,7 @@ struct Worker {
     planned: Vec<(u32, usize)>,
     sent: Vec<usize>,
     batch: Option<Batch<'static>>,
+    stats: ThreadStats,
     /// Wheel key that keeps the wheel turning while replies wait to be
     /// written to a full connection.
     flush_key: u32,
@@ -126,6 +152,7 @@ impl Worker {
             planned: Vec::new(),
             sent: Vec::new(),
             batch: Some(Batch::with_capacity(BATCH_PACKETS, BATCH_PACKETS / 4)),
+            stats: ThreadStats::default(),
             flush_key: 0,
         }
     }
@@ -168,6 +195,7 @@ impl Worker {
     fn send_batch(&mut self, now: Instant, first: usize) -> usize {
         let mut pacing = Pacing {
             now,
+            stats: &mut self.stats,
             burst: self.config.burst,
             rtcp_interval: self.config.rtcp_interval,
             connections: &mut self.connections,
@@ -289,6 +317,16 @@ impl Worker {
                 }
             }
             Command::Remove { id } => self.remove(id),
+            Command::Stats { reply } => {
+                let (user, system) = thread_cpu();
+                reply(ThreadStats {
+                    sessions: self.ids.len(),
+                    user,
+                    system,
+                    datapath: self.path.counters(),
+                    ..self.stats
+                });
+            }
             Command::AttachConnection { conn, fd } => match Connection::new(fd) {
                 Ok(c) => {
                     self.connections.insert(conn, c);
@@ -326,6 +364,35 @@ impl Worker {
             self.slots[k as usize] = None;
             self.wheel.remove(k);
             self.free.push(k);
+        }
+    }
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> (Duration, Duration) {
+    // SAFETY: getrusage fills the struct it is given.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        ru
+    };
+    let d = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    (d(ru.ru_utime), d(ru.ru_stime))
+}
+
+/// Pins the calling thread to one CPU (for capacity measurements).
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays inside it for
+    // cpu < CPU_SETSIZE, which the modulo guarantees.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu % libc::CPU_SETSIZE as usize, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            tracing::warn!(
+                cpu,
+                "cannot pin engine thread: {}",
+                io::Error::last_os_error()
+            );
         }
     }
 }

@@ -83,6 +83,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         rtcp_interval: Duration::from_secs(config.rtcp_interval_s),
         cname: format!("fjord@{local}"),
         datapath: config.datapath.clone(),
+        cpus: vec![],
     })?;
     let server = Arc::new(Server {
         limits: Limits {
