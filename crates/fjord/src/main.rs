@@ -6,6 +6,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+mod bench;
+
 use clap::{Parser, Subcommand};
 use fjord_media::{ingest, ts::TsOptions};
 use fjord_server::Config;
@@ -59,6 +61,12 @@ enum Cmd {
         #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u8).range(1..=7))]
         ts_per_rtp: u8,
     },
+    /// The experiments: CPU, system calls and copies per packet of every
+    /// data path (the seeds' streaming and download tests), side by side.
+    Bench {
+        #[command(subcommand)]
+        cmd: bench::BenchCmd,
+    },
 }
 
 fn main() -> ExitCode {
@@ -80,6 +88,7 @@ fn main() -> ExitCode {
             config,
         } => serve(root, port, bind, threads, datapath, config),
         Cmd::Ingest { paths, ts_per_rtp } => ingest_all(&paths, ts_per_rtp),
+        Cmd::Bench { cmd } => bench::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

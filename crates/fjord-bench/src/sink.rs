@@ -1,0 +1,331 @@
+//! Where the benchmark's packets go.
+//!
+//! The sink models a NIC with segmentation offload that costs nothing: a
+//! veth pair whose far end lives in a network namespace of its own, and
+//! whose near end has `tc qdisc replace dev VETH root pfifo limit 0` and a
+//! permanent neighbour entry for the far address. Every packet crosses the
+//! whole UDP/IP stack of the sending host (socket, route, neighbour,
+//! segmentation where the path asks for it) and is dropped when the qdisc
+//! would queue it. The veth keeps MTU 1500: a 1456-byte payload + 12 bytes
+//! of RTP + 28 of UDP/IPv4 is 1496 bytes, so nothing is fragmented.
+//!
+//! Making it needs root and iproute2 (`ip`, `tc`). Names carry the process
+//! id and a counter, so concurrent benches do not collide; the namespace
+//! (and with it the pair) is removed when the [`Sink`] drops, and on
+//! Ctrl-C / SIGTERM by a handler installed on first use. When the sink
+//! cannot be made the bench falls back to loopback, where a thread receives
+//! and discards, and says so.
+
+use std::{
+    io,
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket},
+    process::Command,
+    sync::{
+        Arc, Mutex, Once,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use socket2::{Domain, Socket, Type};
+
+/// Namespaces this process made and has not removed yet (for the signal
+/// handler).
+static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static HANDLER: Once = Once::new();
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Which sink to try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SinkChoice {
+    /// The veth + `pfifo limit 0` namespace, loopback when it cannot be made.
+    Auto,
+    /// Loopback with a discarding receiver.
+    Loopback,
+}
+
+pub enum SinkKind {
+    Veth {
+        netns: String,
+        veth: String,
+    },
+    Loopback {
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<u64>>,
+    },
+}
+
+pub struct Sink {
+    pub kind: SinkKind,
+    dest_ip: Ipv4Addr,
+    /// Loopback: the receiver's port (every session sends there).
+    dest_port: Option<u16>,
+    /// Why the namespace sink was not used, when it was not.
+    pub fallback_reason: Option<String>,
+}
+
+impl Sink {
+    /// Makes the sink asked for, falling back to loopback.
+    pub fn create(choice: SinkChoice) -> io::Result<Self> {
+        let reason = match choice {
+            SinkChoice::Loopback => Some("loopback asked for".to_string()),
+            SinkChoice::Auto => match make_veth() {
+                Ok(sink) => return Ok(sink),
+                Err(e) => Some(e),
+            },
+        };
+        let mut sink = loopback()?;
+        sink.fallback_reason = reason;
+        Ok(sink)
+    }
+
+    pub fn is_veth(&self) -> bool {
+        matches!(self.kind, SinkKind::Veth { .. })
+    }
+
+    /// One line saying which sink this is.
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            SinkKind::Veth { netns, veth } => format!(
+                "veth {veth} -> netns {netns} ({}), root qdisc pfifo limit 0, MTU 1500: \
+                 packets cross the UDP/IP stack and are dropped at the qdisc",
+                self.dest_ip
+            ),
+            SinkKind::Loopback { .. } => format!(
+                "LOOPBACK (fallback: {}): a thread receives and discards; receive-side \
+                 softirq work lands on the sender, so numbers are higher than into the veth sink",
+                self.fallback_reason.as_deref().unwrap_or("asked for")
+            ),
+        }
+    }
+
+    pub fn short_name(&self) -> &'static str {
+        match self.kind {
+            SinkKind::Veth { .. } => "veth-pfifo0",
+            SinkKind::Loopback { .. } => "loopback",
+        }
+    }
+
+    /// Where session `i` sends.
+    pub fn dest(&self, i: usize) -> SocketAddr {
+        let port = self.dest_port.unwrap_or(5004 + 2 * (i as u16 % 2000));
+        SocketAddr::V4(SocketAddrV4::new(self.dest_ip, port))
+    }
+
+    /// `n` UDP sockets, socket `i` connected to [`Sink::dest`]`(i)`.
+    pub fn session_sockets(&self, n: usize) -> io::Result<Vec<Socket>> {
+        (0..n)
+            .map(|i| {
+                let s = self.unconnected_socket()?;
+                s.connect(&self.dest(i).into())?;
+                Ok(s)
+            })
+            .collect()
+    }
+
+    /// An unbound-destination UDP socket (for `sendmsg` with an address).
+    pub fn unconnected_socket(&self) -> io::Result<Socket> {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
+        s.set_send_buffer_size(4 << 20)?;
+        Ok(s)
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        match &mut self.kind {
+            SinkKind::Veth { netns, veth } => {
+                remove_veth(netns, veth);
+                LIVE.lock().unwrap().retain(|n| n != netns);
+            }
+            SinkKind::Loopback { stop, thread } => {
+                stop.store(true, Ordering::Relaxed);
+                if let Some(t) = thread.take() {
+                    let _ = t.join();
+                }
+            }
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    run("ip", args)
+}
+
+fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{cmd} {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn remove_veth(netns: &str, veth: &str) {
+    // Deleting the namespace deletes the far end, and with it the pair.
+    let _ = ip(&["netns", "del", netns]);
+    let _ = ip(&["link", "del", veth]);
+}
+
+fn install_handler() {
+    HANDLER.call_once(|| {
+        // Another handler may already be installed (then that one owns
+        // Ctrl-C, and the guards still clean up on a normal exit).
+        let _ = ctrlc::set_handler(|| {
+            let live: Vec<String> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+            for ns in live {
+                let _ = ip(&["netns", "del", &ns]);
+            }
+            eprintln!("fjord bench: interrupted; sink namespace removed");
+            std::process::exit(130);
+        });
+    });
+}
+
+fn make_veth() -> Result<Sink, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root: the veth/netns sink needs CAP_NET_ADMIN".into());
+    }
+    install_handler();
+    let pid = std::process::id();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let netns = format!("fjbench{pid}x{n}");
+    let veth = format!("fb{pid}x{n}a");
+    let peer = format!("fb{pid}x{n}b");
+    // A /30 of 10.77.0.0/16 per (process, sink).
+    let idx = (pid.wrapping_mul(7).wrapping_add(n)) % 16384;
+    let base = u32::from(Ipv4Addr::new(10, 77, 0, 0)) + idx * 4;
+    let local = Ipv4Addr::from(base + 1);
+    let remote = Ipv4Addr::from(base + 2);
+    ip(&["netns", "add", &netns])?;
+    LIVE.lock().unwrap().push(netns.clone());
+    // From here on a failure removes what was made (the guard's drop).
+    let sink = Sink {
+        kind: SinkKind::Veth {
+            netns: netns.clone(),
+            veth: veth.clone(),
+        },
+        dest_ip: remote,
+        dest_port: None,
+        fallback_reason: None,
+    };
+    let local_cidr = format!("{local}/30");
+    let remote_cidr = format!("{remote}/30");
+    let remote_s = remote.to_string();
+    ip(&[
+        "link", "add", &veth, "type", "veth", "peer", "name", &peer, "netns", &netns,
+    ])?;
+    ip(&["link", "set", &veth, "mtu", "1500"])?;
+    ip(&["addr", "add", &local_cidr, "dev", &veth])?;
+    ip(&["link", "set", &veth, "up"])?;
+    ip(&["-n", &netns, "link", "set", &peer, "up"])?;
+    ip(&["-n", &netns, "addr", "add", &remote_cidr, "dev", &peer])?;
+    run(
+        "tc",
+        &[
+            "qdisc", "replace", "dev", &veth, "root", "pfifo", "limit", "0",
+        ],
+    )?;
+    ip(&[
+        "neigh",
+        "replace",
+        &remote_s,
+        "lladdr",
+        "02:00:5e:77:00:02",
+        "dev",
+        &veth,
+        "nud",
+        "permanent",
+    ])?;
+    // The route appears with the address; check a datagram leaves.
+    let probe = UdpSocket::bind((local, 0)).map_err(|e| format!("bind {local}: {e}"))?;
+    probe
+        .send_to(&[0u8; 16], (remote, 9))
+        .map_err(|e| format!("probe send into the sink: {e}"))?;
+    Ok(sink)
+}
+
+fn loopback() -> io::Result<Sink> {
+    let rx = UdpSocket::bind("127.0.0.1:0")?;
+    socket2::SockRef::from(&rx).set_recv_buffer_size(8 << 20)?;
+    rx.set_read_timeout(Some(Duration::from_millis(50)))?;
+    let port = rx.local_addr()?.port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("bench-sink".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            let mut got = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                if rx.recv(&mut buf).is_ok() {
+                    got += 1;
+                }
+            }
+            got
+        })?;
+    Ok(Sink {
+        kind: SinkKind::Loopback {
+            stop,
+            thread: Some(thread),
+        },
+        dest_ip: Ipv4Addr::LOCALHOST,
+        dest_port: Some(port),
+        fallback_reason: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_sink_accepts_datagrams() {
+        let sink = Sink::create(SinkChoice::Loopback).unwrap();
+        assert!(!sink.is_veth());
+        assert!(sink.describe().contains("LOOPBACK"));
+        let socks = sink.session_sockets(3).unwrap();
+        for s in &socks {
+            s.send(b"hello").unwrap();
+        }
+    }
+
+    /// As root: the namespace sink is made, swallows datagrams, and leaves
+    /// nothing behind.
+    #[test]
+    fn veth_sink_is_made_and_removed() {
+        // SAFETY: no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: not root");
+            return;
+        }
+        let sink = Sink::create(SinkChoice::Auto).unwrap();
+        let SinkKind::Veth { netns, veth } = &sink.kind else {
+            eprintln!("skipped: {}", sink.describe());
+            return;
+        };
+        let (netns, veth) = (netns.clone(), veth.clone());
+        let socks = sink.session_sockets(2).unwrap();
+        for _ in 0..100 {
+            socks[0].send(&[0u8; 1468]).unwrap();
+        }
+        drop(socks);
+        drop(sink);
+        let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        assert!(!String::from_utf8_lossy(&list.stdout).contains(&netns));
+        let link = Command::new("ip")
+            .args(["link", "show", &veth])
+            .output()
+            .unwrap();
+        assert!(!link.status.success(), "{veth} still there");
+    }
+}
