@@ -13,9 +13,12 @@
 //! `fjord-proto`: a bug shared by both sides could not hide behind a test.
 //!
 //! Everything is `std` only: no async runtime, one thread per UDP socket.
+//! The exception is [`load`], the load generator behind `fjord load`: one
+//! thread for all sessions, epoll and `recvmmsg` with `UDP_GRO` through libc.
 
 mod capture;
 mod error;
+pub mod load;
 mod rtcp;
 mod rtp;
 mod rtsp;

@@ -9,4 +9,5 @@ mod cli;
 mod client;
 mod common;
 mod errors;
+mod load;
 mod peers;

@@ -1,0 +1,465 @@
+//! The system calls of the load generator, wrapped: epoll, `recvmmsg` with
+//! `UDP_GRO` and kernel receive timestamps, UDP port pairs with big receive
+//! buffers, nonblocking TCP connects, the realtime clock and per-thread CPU.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Nanoseconds on `CLOCK_REALTIME`, the clock of `SO_TIMESTAMPNS`.
+pub fn now_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// User and system CPU seconds of the calling thread.
+pub fn thread_cpu() -> (f64, f64) {
+    // SAFETY: zeroed rusage is a valid out value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> bool {
+    // SAFETY: a c_int option value of the right size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> Option<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a c_int out value of the right size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
+}
+
+/// What a UDP receive socket got from the kernel.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UdpOptions {
+    /// `UDP_GRO` is on.
+    pub gro: bool,
+    /// `SO_TIMESTAMPNS` is on.
+    pub timestamps: bool,
+    /// The receive buffer the kernel reports (twice what was granted).
+    pub rcvbuf: usize,
+}
+
+/// Binds an even RTP port and the odd RTCP port above it on `ip`, both
+/// nonblocking; the RTP socket gets a big receive buffer, `UDP_GRO` and
+/// kernel timestamps where the kernel allows.
+pub fn udp_pair(ip: IpAddr, rcvbuf: usize) -> io::Result<(UdpSocket, UdpSocket, UdpOptions)> {
+    let (rtp, rtcp) = bind_pair(ip)?;
+    rtp.set_nonblocking(true)?;
+    rtcp.set_nonblocking(true)?;
+    let fd = rtp.as_raw_fd();
+    let want = rcvbuf.min(i32::MAX as usize) as libc::c_int;
+    // SO_RCVBUFFORCE passes rmem_max with CAP_NET_ADMIN; else take what rmem_max allows.
+    if !setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want) {
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, want);
+    }
+    let opts = UdpOptions {
+        gro: setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1),
+        timestamps: setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1),
+        rcvbuf: getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(0) as usize,
+    };
+    Ok((rtp, rtcp, opts))
+}
+
+fn bind_pair(ip: IpAddr) -> io::Result<(UdpSocket, UdpSocket)> {
+    for _ in 0..500 {
+        let a = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+        let port = a.local_addr()?.port();
+        if port % 2 != 0 || port == u16::MAX {
+            continue;
+        }
+        if let Ok(b) = UdpSocket::bind(SocketAddr::new(ip, port + 1)) {
+            return Ok((a, b));
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "no free even/odd UDP port pair",
+    ))
+}
+
+/// Starts a nonblocking TCP connect; it completes when the socket is writable.
+pub fn connect_nonblocking(addr: SocketAddr) -> io::Result<TcpStream> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_nonblocking(true)?;
+    s.set_tcp_nodelay(true)?;
+    match s.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(s.into())
+}
+
+/// The pending error of a socket (a finished nonblocking connect).
+pub fn take_socket_error(fd: RawFd) -> io::Result<()> {
+    match getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_ERROR) {
+        Some(0) => Ok(()),
+        Some(e) => Err(io::Error::from_raw_os_error(e)),
+        None => Err(io::Error::last_os_error()),
+    }
+}
+
+/// A level-triggered epoll set with a fixed event array.
+pub struct Epoll {
+    fd: OwnedFd,
+    events: Vec<libc::epoll_event>,
+}
+
+impl Epoll {
+    pub fn new(capacity: usize) -> io::Result<Epoll> {
+        // SAFETY: plain syscall.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        Ok(Epoll {
+            // SAFETY: a fresh fd we own.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; capacity.max(1)],
+        })
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, write: bool) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | if write { libc::EPOLLOUT } else { 0 }) as u32,
+            u64: token,
+        };
+        // SAFETY: valid event pointer.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) })?;
+        Ok(())
+    }
+
+    pub fn add(&self, fd: RawFd, token: u64, write: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, write)
+    }
+
+    pub fn modify(&self, fd: RawFd, token: u64, write: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, write)
+    }
+
+    pub fn delete(&self, fd: RawFd) {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: valid event pointer; errors (fd not registered) are fine.
+        unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) };
+    }
+
+    /// Waits up to `timeout_ms`; returns how many events are ready.
+    pub fn wait(&mut self, timeout_ms: i32) -> io::Result<usize> {
+        // SAFETY: the event array outlives the call.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as libc::c_int,
+                timeout_ms,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        Ok(n as usize)
+    }
+
+    /// Ready event `i` of the last wait: (token, event bits).
+    pub fn event(&self, i: usize) -> (u64, u32) {
+        let e = self.events[i];
+        (e.u64, e.events)
+    }
+}
+
+/// Messages per `recvmmsg`.
+pub const BATCH: usize = 32;
+/// Bytes per message slot: a whole GRO datagram.
+pub const SLOT: usize = 65536;
+/// Control bytes per message, as u64 words (aligned for cmsghdr).
+const CTRL_WORDS: usize = 16;
+
+/// One message of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'a> {
+    pub data: &'a [u8],
+    /// The `UDP_GRO` segment size, 0 for a single datagram.
+    pub gso_size: usize,
+    /// Kernel receive time (`SO_TIMESTAMPNS`), realtime ns.
+    pub timestamp: Option<i64>,
+    /// The datagram did not fit the slot.
+    pub truncated: bool,
+}
+
+/// Reusable `recvmmsg` buffers: no allocation per call.
+pub struct RecvBatch {
+    bufs: Box<[u8]>,
+    ctrl: Box<[u64]>,
+    iov: Box<[libc::iovec]>,
+    hdrs: Box<[libc::mmsghdr]>,
+}
+
+impl RecvBatch {
+    pub fn new() -> RecvBatch {
+        let mut bufs = vec![0u8; BATCH * SLOT].into_boxed_slice();
+        let mut ctrl = vec![0u64; BATCH * CTRL_WORDS].into_boxed_slice();
+        let mut iov: Box<[libc::iovec]> = (0..BATCH)
+            .map(|i| libc::iovec {
+                // SAFETY: in bounds of `bufs`.
+                iov_base: unsafe { bufs.as_mut_ptr().add(i * SLOT) }.cast(),
+                iov_len: SLOT,
+            })
+            .collect();
+        let hdrs: Box<[libc::mmsghdr]> = (0..BATCH)
+            .map(|i| {
+                // SAFETY: zeroed msghdr is valid; pointers filled below.
+                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                // SAFETY: in bounds of `iov` and `ctrl`.
+                h.msg_hdr.msg_iov = unsafe { iov.as_mut_ptr().add(i) };
+                h.msg_hdr.msg_iovlen = 1;
+                // SAFETY: in bounds.
+                h.msg_hdr.msg_control = unsafe { ctrl.as_mut_ptr().add(i * CTRL_WORDS) }.cast();
+                h.msg_hdr.msg_controllen = CTRL_WORDS * 8;
+                h
+            })
+            .collect();
+        RecvBatch {
+            bufs,
+            ctrl,
+            iov,
+            hdrs,
+        }
+    }
+
+    /// One `recvmmsg(MSG_DONTWAIT)`; returns how many messages arrived
+    /// (0 when the socket is empty).
+    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        let _ = (&self.bufs, &self.ctrl, &self.iov);
+        for h in self.hdrs.iter_mut() {
+            h.msg_hdr.msg_controllen = CTRL_WORDS * 8;
+            h.msg_hdr.msg_flags = 0;
+            h.msg_len = 0;
+        }
+        // SAFETY: every header points into buffers owned by self.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                // ICMP errors queued on the socket are not ours to handle.
+                io::ErrorKind::ConnectionRefused => Ok(0),
+                _ => Err(e),
+            };
+        }
+        Ok(n as usize)
+    }
+
+    /// Message `i` of the last [`RecvBatch::recv`].
+    pub fn message(&self, i: usize) -> Message<'_> {
+        let h = &self.hdrs[i];
+        let len = (h.msg_len as usize).min(SLOT);
+        let mut m = Message {
+            data: &self.bufs[i * SLOT..i * SLOT + len],
+            gso_size: 0,
+            timestamp: None,
+            truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        };
+        // SAFETY: walking the control buffer the kernel filled, within
+        // msg_controllen, with the libc CMSG macros.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+            while !c.is_null() {
+                let level = (*c).cmsg_level;
+                let ty = (*c).cmsg_type;
+                let data = libc::CMSG_DATA(c);
+                if level == libc::SOL_UDP && ty == libc::UDP_GRO {
+                    let v: libc::c_int = std::ptr::read_unaligned(data.cast());
+                    m.gso_size = v.max(0) as usize;
+                } else if level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPNS {
+                    let ts: libc::timespec = std::ptr::read_unaligned(data.cast());
+                    m.timestamp = Some(ts.tv_sec * 1_000_000_000 + ts.tv_nsec);
+                }
+                c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+            }
+        }
+        m
+    }
+}
+
+/// Asks the kernel to acknowledge at once what arrives next on a TCP socket
+/// (`TCP_QUICKACK`; the kernel drops back to delayed ACKs on its own, so
+/// this is re-armed after every read).
+pub fn quickack(fd: RawFd) {
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+}
+
+/// Reads from a nonblocking fd into `buf`: `Ok(None)` when nothing is there.
+pub fn read_some(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    // SAFETY: buf is valid for writes of its length.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    Ok(Some(n as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn recvmmsg_reads_a_batch_with_timestamps() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (rx, _rtcp, opts) = udp_pair(lo, 1 << 20).unwrap();
+        assert!(opts.rcvbuf > 0);
+        let tx = UdpSocket::bind((lo, 0)).unwrap();
+        let port = rx.local_addr().unwrap().port();
+        for i in 0..5u8 {
+            tx.send_to(&[i; 100], (lo, port)).unwrap();
+        }
+        let mut batch = RecvBatch::new();
+        let mut got = Vec::new();
+        let before = now_ns();
+        for _ in 0..100 {
+            let n = batch.recv(rx.as_raw_fd()).unwrap();
+            for i in 0..n {
+                let m = batch.message(i);
+                assert!(!m.truncated);
+                if opts.timestamps {
+                    let ts = m.timestamp.expect("kernel timestamp");
+                    assert!((ts - before).abs() < 5_000_000_000);
+                }
+                for seg in crate::load::stats::gro_segments(m.data, m.gso_size) {
+                    got.push(seg[0]);
+                }
+            }
+            if got.len() == 5 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(got, [0, 1, 2, 3, 4]);
+    }
+
+    /// Sends `data` as one GSO send of `seg`-byte segments (UDP_SEGMENT).
+    fn send_gso(sock: &UdpSocket, to: SocketAddr, data: &[u8], seg: u16) -> io::Result<()> {
+        let SocketAddr::V4(v4) = to else {
+            unreachable!()
+        };
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*v4.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut _,
+            iov_len: data.len(),
+        };
+        let mut ctrl = [0u64; 4];
+        // SAFETY: a msghdr with one UDP_SEGMENT cmsg in an aligned buffer.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_name = (&addr as *const libc::sockaddr_in).cast_mut().cast();
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = ctrl.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(2) as usize;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = libc::UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+            cvt(libc::sendmsg(sock.as_raw_fd(), &msg, 0) as libc::c_int)?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_gso_burst_arrives_whole_with_gro_and_splits_back() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (rx, _rtcp, opts) = udp_pair(lo, 1 << 20).unwrap();
+        let tx = UdpSocket::bind((lo, 0)).unwrap();
+        let data: Vec<u8> = (0..350u32).map(|i| (i / 100) as u8).collect();
+        if send_gso(&tx, rx.local_addr().unwrap(), &data, 100).is_err() {
+            eprintln!("kernel without UDP_SEGMENT: skipped");
+            return;
+        }
+        let mut batch = RecvBatch::new();
+        let mut segs: Vec<Vec<u8>> = Vec::new();
+        let mut datagrams = 0;
+        for _ in 0..100 {
+            let n = batch.recv(rx.as_raw_fd()).unwrap();
+            for i in 0..n {
+                let m = batch.message(i);
+                datagrams += 1;
+                segs.extend(
+                    crate::load::stats::gro_segments(m.data, m.gso_size).map(<[u8]>::to_vec),
+                );
+            }
+            if segs.len() >= 4 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let lens: Vec<usize> = segs.iter().map(Vec::len).collect();
+        assert_eq!(lens, [100, 100, 100, 50]);
+        assert!(
+            segs.iter()
+                .enumerate()
+                .all(|(k, s)| s.iter().all(|&b| b == k as u8))
+        );
+        if opts.gro {
+            assert_eq!(datagrams, 1, "with UDP_GRO the burst stays one datagram");
+        }
+    }
+}
