@@ -12,6 +12,7 @@
 //! Table 3) is [`download`]. Statistics over repetitions are in [`stats`],
 //! output in [`report`].
 
+pub mod capacity;
 pub mod copies;
 pub mod cpu;
 pub mod download;

@@ -334,8 +334,12 @@ impl Session {
     fn after_sending(&mut self, t0: Instant, origin_ns: u64, p: &mut Pacing) -> Option<Instant> {
         let count = self.count();
         let wake = if self.next < count {
+            // Wake a quarter burst before the next packet is due: it may
+            // leave that early anyway, and a late wake-up (a busy CPU)
+            // then costs slack instead of a late packet.
             let (ns, _) = self.media_time(self.next);
-            due(t0, origin_ns, ns)
+            let at = due(t0, origin_ns, ns);
+            at.checked_sub(p.burst / 4).unwrap_or(at)
         } else {
             let (last_ns, _) = self.media_time(count.saturating_sub(1));
             let bye_at = due(t0, origin_ns, last_ns) + BYE_DELAY;
@@ -522,10 +526,12 @@ mod tests {
         s.start(t0);
         // Due at 0 and 10 ms: inside the 15 ms burst; 20 ms is not.
         let (a, wake) = tick(&mut s, t0, usize::MAX);
+        // Wake a quarter burst before the next one is due.
+        let slack = Duration::from_millis(15) / 4;
         assert_eq!(a.len(), 2);
-        assert_eq!(wake, Some(t0 + Duration::from_millis(20)));
-        let (b, wake) = tick(&mut s, t0 + Duration::from_millis(20), usize::MAX);
-        assert_eq!(wake, Some(t0 + Duration::from_millis(40)));
+        assert_eq!(wake, Some(t0 + Duration::from_millis(20) - slack));
+        let (b, wake) = tick(&mut s, t0 + Duration::from_millis(20) - slack, usize::MAX);
+        assert_eq!(wake, Some(t0 + Duration::from_millis(40) - slack));
         let all: Vec<_> = a.into_iter().chain(b).collect();
         let seqs: Vec<u16> = all.iter().map(|p| p.0).collect();
         assert_eq!(seqs, [65534, 65535, 0, 1], "sequence numbers wrap");

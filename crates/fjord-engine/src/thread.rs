@@ -110,6 +110,11 @@ impl Engine {
     }
 }
 
+/// Wake-ups fall on a 1 ms grid (10 wheel ticks): sessions due within the
+/// same millisecond share one tick. Waking up to 1 ms early is within any
+/// burst limit the engine accepts.
+const ALIGN_TICKS: u64 = 10;
+
 /// Packets in one data-path call at most: bounds the batch's memory; a
 /// tick with more due sends several batches.
 const BATCH_PACKETS: usize = 4096;
@@ -249,6 +254,7 @@ impl Worker {
                 session.advance(n, sent, &mut pacing)
             };
             if let Some(w) = wake {
+                let w = self.wheel.align_down(w, ALIGN_TICKS);
                 self.wheel.insert(key, w);
             }
         }

@@ -182,9 +182,6 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         Ok(t) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
-    if existing.is_none() && server.sessions.count() >= server.config.max_sessions {
-        return refuse(453, "session limit reached");
-    }
     if let Some(s) = &existing {
         let inner = s.lock();
         if inner.state == State::Playing {
@@ -202,6 +199,16 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             title.clone(),
         ))
     });
+    // A new session takes its place in the table now, under the limit, so
+    // concurrent SETUPs cannot overshoot it; failures below take it out.
+    if existing.is_none() && !server.sessions.insert_within(session.clone(), server.config.max_sessions) {
+        return refuse(453, "session limit reached");
+    }
+    let abandon = || {
+        if existing.is_none() {
+            server.sessions.remove(&session.id, &server.engine, &server.admission);
+        }
+    };
     // Admission: the stream's packet rate against its engine thread's
     // budget. Interleaved streams live on their connection's thread.
     let index = title.index();
@@ -218,10 +225,12 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         TransportRequest::Udp { .. } => None,
     };
     let Some(reservation) = server.admission.reserve(pinned, pps) else {
+        abandon();
         return refuse(453, "the server is at its capacity; try again later");
     };
     let fail = |code: u16, reason: &str| {
         server.admission.release(&reservation);
+        abandon();
         refuse(code, reason)
     };
     let engine_id = server.next_id();
@@ -335,7 +344,6 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         }
     }
     if existing.is_none() {
-        server.sessions.insert(session.clone());
         conn.sessions.push(session.clone());
     }
     session.touch();

@@ -123,12 +123,14 @@ impl Sessions {
         self.map().get(id).cloned()
     }
 
-    pub fn count(&self) -> usize {
-        self.map().len()
-    }
-
-    pub fn insert(&self, s: Arc<Session>) {
-        self.map().insert(s.id.clone(), s);
+    /// Adds `s` unless `max` sessions exist already.
+    pub fn insert_within(&self, s: Arc<Session>, max: usize) -> bool {
+        let mut map = self.map();
+        if map.len() >= max {
+            return false;
+        }
+        map.insert(s.id.clone(), s);
+        true
     }
 
     pub fn idle_since(&self, deadline: Instant) -> Vec<Arc<Session>> {

@@ -23,6 +23,10 @@ pub enum BenchCmd {
     /// The download experiment alone (004 Fig. 3): read+write, mmap+write
     /// and sendfile of a cached file over loopback TCP.
     Download(DownloadArgs),
+    /// The most concurrent 4.5 Mbit/s sessions one pinned engine thread keeps
+    /// on time (< 0.01 % of packets > 2 ms late, none unsent), into the
+    /// sink; saves the packet rate for admission control.
+    Capacity(CapacityArgs),
 }
 
 #[derive(Args, Clone)]
@@ -113,8 +117,74 @@ impl DatapathArgs {
     }
 }
 
+#[derive(clap::Args, Debug)]
+pub struct CapacityArgs {
+    /// Measured seconds per run (each run also warms up for 1 s)
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Stop searching at this many sessions
+    #[arg(long, default_value_t = 20_000)]
+    max: usize,
+    /// Data path of the engine thread (auto: the server's default)
+    #[arg(long, default_value = "auto")]
+    datapath: String,
+    /// CPU to pin the engine thread to
+    #[arg(long, default_value_t = 0)]
+    cpu: usize,
+    /// Send into a discarding loopback receiver instead of the veth sink
+    #[arg(long)]
+    loopback: bool,
+    /// Do not save the result for the server's admission control
+    #[arg(long)]
+    no_save: bool,
+}
+
+fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
+    let cfg = fjord_bench::capacity::CapacityConfig {
+        seconds: a.seconds,
+        max_sessions: a.max,
+        datapath: a.datapath,
+        cpu: a.cpu,
+        sink: if a.loopback { SinkChoice::Loopback } else { SinkChoice::Auto },
+        ..Default::default()
+    };
+    let c = fjord_bench::capacity::run(&cfg)?;
+    println!("sink: {}", c.sink);
+    println!("data path: {}", c.datapath);
+    let Some(best) = c.best else {
+        anyhow::bail!("not even one session kept its deadlines on one core");
+    };
+    println!(
+        "capacity: {} concurrent 4.5 Mbit/s sessions on one core ({:.2} Gbit/s), {:.0} ns CPU per packet, {:.0} % of the core, {:.0} bytes of memory per session (RSS), {} of {} packets late (> 2 ms)",
+        best.sessions,
+        best.gbps,
+        best.ns_per_packet,
+        best.cpu * 100.0,
+        best.bytes_per_session,
+        best.late,
+        best.packets
+    );
+    if !a.no_save {
+        let pps = (best.sessions as f64 * c.packets_per_second_per_session * 0.9) as u64;
+        let path = fjord_server::config::capacity_state_file()
+            .context("no HOME or XDG_STATE_HOME to save the result in")?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let saved = fjord_server::config::SavedCapacity { pps_per_core: pps };
+        std::fs::write(&path, toml::to_string(&saved)?)?;
+        println!(
+            "saved {} packets/s per core (90 % of the measured capacity) to {} for admission control",
+            pps,
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let cfg = match cmd {
+        BenchCmd::Capacity(a) => return capacity(a),
         BenchCmd::Datapath(a) => a.config()?,
         BenchCmd::Download(a) => {
             let mut cfg = DatapathConfig {

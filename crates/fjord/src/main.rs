@@ -7,6 +7,7 @@ use std::{
 };
 
 mod bench;
+mod load;
 
 use clap::{Parser, Subcommand};
 use fjord_media::{ingest, ts::TsOptions};
@@ -61,6 +62,9 @@ enum Cmd {
         #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u8).range(1..=7))]
         ts_per_rtp: u8,
     },
+    /// Many RTSP sessions at once, each checked as it arrives: loss,
+    /// reordering, lateness against its schedule, jitter, throughput.
+    Load(load::LoadArgs),
     /// The experiments: CPU, system calls and copies per packet of every
     /// data path (the seeds' streaming and download tests), side by side.
     Bench {
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
         } => serve(root, port, bind, threads, datapath, config),
         Cmd::Ingest { paths, ts_per_rtp } => ingest_all(&paths, ts_per_rtp),
         Cmd::Bench { cmd } => bench::run(cmd),
+        Cmd::Load(args) => load::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,287 @@
+//! `fjord bench capacity`: how many concurrent 4.5 Mbit/s sessions one
+//! pinned engine thread keeps on time (under 0.01 % of packets more than
+//! 2 ms late, none left unsent), into the benchmark sink. Sessions are made
+//! through the engine's API, each on its own connected socket, as the
+//! server makes them; the search doubles the count until a run fails, then
+//! bisects.
+
+use std::{
+    net::UdpSocket,
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use fjord_engine::{Command, Engine, EngineConfig, Output, SessionSpec, Start, ThreadStats, Title};
+use fjord_media::{
+    index::{self, Index, SourceId, TrackDesc},
+    ts::{IngestReport, PacketRecord, Packetization, SyncPoint, TimingSource},
+};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::sink::{Sink, SinkChoice};
+
+#[derive(Clone, Debug)]
+pub struct CapacityConfig {
+    /// Measured seconds per run (after a warm-up).
+    pub seconds: f64,
+    pub max_sessions: usize,
+    pub datapath: String,
+    /// The CPU the engine thread is pinned to.
+    pub cpu: usize,
+    pub bitrate: u64,
+    pub payload: usize,
+    pub burst: Duration,
+    pub sink: SinkChoice,
+}
+
+impl Default for CapacityConfig {
+    fn default() -> Self {
+        Self {
+            seconds: 5.0,
+            max_sessions: 20_000,
+            datapath: "auto".into(),
+            cpu: 0,
+            bitrate: 4_500_000,
+            payload: 1316,
+            burst: Duration::from_millis(40),
+            sink: SinkChoice::Auto,
+        }
+    }
+}
+
+/// One run at a fixed number of sessions.
+#[derive(Clone, Copy, Debug)]
+pub struct Run {
+    pub sessions: usize,
+    pub packets: u64,
+    pub expected: u64,
+    pub late: u64,
+    pub max_late: Duration,
+    /// Engine thread CPU over wall time (1.0 = the whole core).
+    pub cpu: f64,
+    pub ns_per_packet: f64,
+    pub gbps: f64,
+    /// Resident memory added per session (user space; kernel socket
+    /// buffers are not in RSS).
+    pub bytes_per_session: f64,
+    pub pass: bool,
+}
+
+/// Under this share of late packets a run passes.
+pub const MAX_LATE_SHARE: f64 = 1e-4;
+
+pub struct Capacity {
+    pub sink: String,
+    pub datapath: String,
+    pub runs: Vec<Run>,
+    pub best: Option<Run>,
+    pub packets_per_second_per_session: f64,
+}
+
+/// Finds the most sessions that pass.
+pub fn run(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
+    raise_fd_limit();
+    let dir = tempfile::tempdir()?;
+    let pps = cfg.bitrate as f64 / (cfg.payload as f64 * 8.0);
+    let gap_ns = (1e9 / pps) as u64;
+    let title = title(dir.path(), cfg.payload, gap_ns, cfg.seconds + 10.0)?;
+    let sink = Sink::create(cfg.sink)?;
+    let datapath = fjord_engine::datapath::resolve(&cfg.datapath)?.to_string();
+    eprintln!("sink: {}", sink.describe());
+    let bar = ProgressBar::new_spinner().with_style(
+        ProgressStyle::with_template("{spinner} {elapsed} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let mut runs = Vec::new();
+    let (mut pass, mut fail): (Option<usize>, Option<usize>) = (None, None);
+    let mut n = 250.min(cfg.max_sessions);
+    loop {
+        bar.set_message(format!("{n} sessions ({datapath})"));
+        let r = run_once(cfg, &sink, &title, &datapath, n, pps)?;
+        bar.suspend(|| eprintln!(
+            "{:>6} sessions: {}/{} packets sent, {} late ({:.4} %), max late {:.2} ms, CPU {:.0} %, {:.0} ns/packet, {:.0} B/session: {}",
+            r.sessions,
+            r.packets,
+            r.expected,
+            r.late,
+            100.0 * r.late as f64 / r.packets.max(1) as f64,
+            r.max_late.as_secs_f64() * 1e3,
+            r.cpu * 100.0,
+            r.ns_per_packet,
+            r.bytes_per_session,
+            if r.pass { "pass" } else { "FAIL" }
+        ));
+        runs.push(r);
+        if r.pass {
+            pass = Some(n);
+        } else {
+            fail = Some(n);
+        }
+        n = match (pass, fail) {
+            (Some(p), None) if p >= cfg.max_sessions => break,
+            (Some(p), None) => (p * 2).min(cfg.max_sessions),
+            (None, Some(f)) if f <= 1 => break,
+            (None, Some(f)) => f / 2,
+            (Some(p), Some(f)) if f - p <= (p / 20).max(1) => break,
+            (Some(p), Some(f)) => (p + f) / 2,
+            (None, None) => break,
+        };
+    }
+    bar.finish_and_clear();
+    let best = pass.and_then(|p| runs.iter().find(|r| r.sessions == p).copied());
+    Ok(Capacity {
+        sink: sink.describe(),
+        datapath,
+        runs,
+        best,
+        packets_per_second_per_session: pps,
+    })
+}
+
+fn run_once(cfg: &CapacityConfig, sink: &Sink, title: &Arc<Title>, datapath: &str, n: usize, pps: f64) -> anyhow::Result<Run> {
+    let engine = Engine::start(EngineConfig {
+        threads: 1,
+        burst: cfg.burst,
+        rtcp_interval: Duration::from_secs(5),
+        cname: "fjord-bench".into(),
+        datapath: datapath.into(),
+        cpus: vec![cfg.cpu],
+    })?;
+    let rss_before = rss_bytes();
+    let sockets = sink.session_sockets(n)?;
+    let rtcp = UdpSocket::bind("127.0.0.1:0")?;
+    let rtcp_peer = rtcp.local_addr()?;
+    for (i, rtp) in sockets.into_iter().enumerate() {
+        rtp.set_nonblocking(true)?;
+        let id = i as u64 + 1;
+        engine.send(
+            0,
+            Command::Add(Box::new(SessionSpec {
+                id,
+                title: title.clone(),
+                track: 0,
+                ssrc: i as u32,
+                seq0: 0,
+                ts0: 0,
+                output: Output::Udp {
+                    rtp,
+                    rtp_peer: sink.dest(i),
+                    rtcp: socket2::Socket::from(rtcp.try_clone()?),
+                    rtcp_peer,
+                },
+            })),
+        );
+        engine.send(
+            0,
+            Command::Play {
+                id,
+                start: Start::Resume,
+                reply: Box::new(|_| {}),
+            },
+        );
+    }
+    // Start the sessions spread over one burst period, as clients arrive.
+    let spread = cfg.burst.max(Duration::from_millis(10));
+    let t = Instant::now();
+    for i in 0..n {
+        let at = t + spread.mul_f64(i as f64 / n as f64);
+        if let Some(wait) = at.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        engine.send(0, Command::Start { id: i as u64 + 1 });
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let s0 = one(&engine);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(cfg.seconds));
+    let s1 = one(&engine);
+    let wall = t0.elapsed().as_secs_f64();
+    let rss_after = rss_bytes();
+    engine.shutdown();
+
+    let packets = s1.packets - s0.packets;
+    let late = s1.late - s0.late;
+    let cpu = ((s1.user + s1.system) - (s0.user + s0.system)).as_secs_f64();
+    let expected = (n as f64 * pps * wall) as u64;
+    let pass = packets > 0
+        && (late as f64) < MAX_LATE_SHARE * packets as f64
+        && packets as f64 >= 0.995 * expected as f64
+        && cpu / wall < 0.98;
+    Ok(Run {
+        sessions: n,
+        packets,
+        expected,
+        late,
+        max_late: s1.max_late,
+        cpu: cpu / wall,
+        ns_per_packet: cpu * 1e9 / packets.max(1) as f64,
+        gbps: packets as f64 * cfg.payload as f64 * 8.0 / wall / 1e9,
+        bytes_per_session: (rss_after.saturating_sub(rss_before)) as f64 / n as f64,
+        pass,
+    })
+}
+
+fn one(engine: &Engine) -> ThreadStats {
+    engine.stats().into_iter().next().unwrap_or_default()
+}
+
+/// A constant-rate title of `seconds`: `payload`-byte packets every `gap_ns`.
+fn title(dir: &Path, payload: usize, gap_ns: u64, seconds: f64) -> anyhow::Result<Arc<Title>> {
+    let n = (seconds * 1e9 / gap_ns as f64) as u64;
+    let media = dir.join("capacity.ts");
+    let data: Vec<u8> = (0..n * payload as u64).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&media, &data)?;
+    let packets = (0..n)
+        .map(|i| PacketRecord {
+            send_time_ns: i * gap_ns,
+            rtp_ts: (i * gap_ns * 9 / 100_000) as u32,
+            offset: i * payload as u64,
+            len: payload as u32,
+            flags: 0,
+        })
+        .collect();
+    let p = Packetization {
+        packets,
+        sync: vec![SyncPoint::default()],
+        duration_ns: n * gap_ns,
+        ts_per_rtp: 7,
+        report: IngestReport {
+            ts_packets: n * 7,
+            rtp_packets: n,
+            resyncs: 0,
+            skipped_bytes: 0,
+            truncated_tail_bytes: 0,
+            pcr_count: 0,
+            timing: TimingSource::AssumedBitrate,
+            warnings: vec![],
+            bitrate_bps: 0,
+        },
+    };
+    let meta = std::fs::metadata(&media)?;
+    let idx = dir.join("capacity.ts.fjidx");
+    index::write(&idx, &p, &SourceId::of(&data, &meta), &TrackDesc::mpeg_ts())?;
+    Ok(Arc::new(Title::new(Index::open(&idx)?, &media)?))
+}
+
+/// Resident set size of this process.
+fn rss_bytes() -> u64 {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+}
+
+/// Thousands of sessions need thousands of sockets.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit fill and read a valid struct.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
