@@ -90,7 +90,8 @@ pub fn run(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     let datapath = fjord_engine::datapath::resolve(&cfg.datapath)?.to_string();
     eprintln!("sink: {}", sink.describe());
     let bar = ProgressBar::new_spinner().with_style(
-        ProgressStyle::with_template("{spinner} {elapsed} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
     let mut runs = Vec::new();
@@ -139,7 +140,14 @@ pub fn run(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     })
 }
 
-fn run_once(cfg: &CapacityConfig, sink: &Sink, title: &Arc<Title>, datapath: &str, n: usize, pps: f64) -> anyhow::Result<Run> {
+fn run_once(
+    cfg: &CapacityConfig,
+    sink: &Sink,
+    title: &Arc<Title>,
+    datapath: &str,
+    n: usize,
+    pps: f64,
+) -> anyhow::Result<Run> {
     let engine = Engine::start(EngineConfig {
         threads: 1,
         burst: cfg.burst,
@@ -268,7 +276,11 @@ fn title(dir: &Path, payload: usize, gap_ns: u64, seconds: f64) -> anyhow::Resul
 fn rss_bytes() -> u64 {
     let pages = std::fs::read_to_string("/proc/self/statm")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
         .unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
     pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64

@@ -201,12 +201,18 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     });
     // A new session takes its place in the table now, under the limit, so
     // concurrent SETUPs cannot overshoot it; failures below take it out.
-    if existing.is_none() && !server.sessions.insert_within(session.clone(), server.config.max_sessions) {
+    if existing.is_none()
+        && !server
+            .sessions
+            .insert_within(session.clone(), server.config.max_sessions)
+    {
         return refuse(453, "session limit reached");
     }
     let abandon = || {
         if existing.is_none() {
-            server.sessions.remove(&session.id, &server.engine, &server.admission);
+            server
+                .sessions
+                .remove(&session.id, &server.engine, &server.admission);
         }
     };
     // Admission: the stream's packet rate against its engine thread's

@@ -145,7 +145,11 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
         max_sessions: a.max,
         datapath: a.datapath,
         cpu: a.cpu,
-        sink: if a.loopback { SinkChoice::Loopback } else { SinkChoice::Auto },
+        sink: if a.loopback {
+            SinkChoice::Loopback
+        } else {
+            SinkChoice::Auto
+        },
         ..Default::default()
     };
     let c = fjord_bench::capacity::run(&cfg)?;
