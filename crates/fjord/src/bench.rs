@@ -134,6 +134,10 @@ pub struct CapacityArgs {
     /// Send into a discarding loopback receiver instead of the veth sink
     #[arg(long)]
     loopback: bool,
+    /// Measure with real receivers instead: a `fjord serve` child (one
+    /// engine thread, pinned to --cpu) and `fjord load` on another CPU
+    #[arg(long)]
+    receivers: bool,
     /// Do not save the result for the server's admission control
     #[arg(long)]
     no_save: bool,
@@ -152,7 +156,11 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
         },
         ..Default::default()
     };
-    let c = fjord_bench::capacity::run(&cfg)?;
+    let c = if a.receivers {
+        fjord_bench::capacity::run_loopback(&cfg)?
+    } else {
+        fjord_bench::capacity::run(&cfg)?
+    };
     println!("sink: {}", c.sink);
     println!("data path: {}", c.datapath);
     let Some(best) = c.best else {
