@@ -34,6 +34,8 @@ pub struct CapacityConfig {
     pub payload: usize,
     pub burst: Duration,
     pub sink: SinkChoice,
+    /// Engine thread under SCHED_FIFO (as `realtime = true` in the server).
+    pub realtime: bool,
 }
 
 impl Default for CapacityConfig {
@@ -47,6 +49,7 @@ impl Default for CapacityConfig {
             payload: 1316,
             burst: Duration::from_millis(40),
             sink: SinkChoice::Auto,
+            realtime: true,
         }
     }
 }
@@ -151,10 +154,11 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     std::fs::write(
         &config,
         format!(
-            "root = {:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\ndatapath = {:?}\nmax_sessions = 100000\nmax_connections = 100000\nburst_ms = {}\n",
+            "root = {:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\ndatapath = {:?}\nmax_sessions = 100000\nmax_connections = 100000\nburst_ms = {}\nrealtime = {}\n",
             dir.path(),
             cfg.datapath,
-            cfg.burst.as_millis()
+            cfg.burst.as_millis(),
+            cfg.realtime
         ),
     )?;
     let server = ServerChild::start(&config, cfg.cpu)?;
@@ -310,6 +314,7 @@ fn run_once(
         cname: "fjord-bench".into(),
         datapath: datapath.into(),
         cpus: vec![cfg.cpu],
+        realtime: cfg.realtime,
     })?;
     let rss_before = rss_bytes();
     let sockets = sink.session_sockets(n)?;

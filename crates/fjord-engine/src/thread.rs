@@ -31,6 +31,9 @@ pub struct EngineConfig {
     pub datapath: String,
     /// CPUs to pin the threads to, round robin; empty: no pinning.
     pub cpus: Vec<usize>,
+    /// Run the threads under SCHED_FIFO so other work on the core cannot
+    /// delay a wake-up (needs CAP_SYS_NICE; without it, a warning).
+    pub realtime: bool,
 }
 
 /// Handle to the engine threads. Commands about one session (or one
@@ -58,6 +61,9 @@ impl Engine {
                 .spawn(move || {
                     if let Some(cpu) = cpu {
                         pin_to(cpu);
+                    }
+                    if cfg.realtime {
+                        make_realtime();
                     }
                     Worker::new(cfg, rx, path).run()
                 })?;
@@ -400,5 +406,18 @@ fn pin_to(cpu: usize) {
                 io::Error::last_os_error()
             );
         }
+    }
+}
+
+/// SCHED_FIFO at a low real-time priority for the calling thread. The
+/// kernel's RT throttling still leaves 5 % of each core to everything else.
+fn make_realtime() {
+    let param = libc::sched_param { sched_priority: 10 };
+    // SAFETY: a valid sched_param for the calling thread (pid 0).
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        tracing::warn!(
+            "cannot run the engine thread real-time: {} (needs CAP_SYS_NICE)",
+            io::Error::last_os_error()
+        );
     }
 }

@@ -98,6 +98,7 @@ fn streaming_sessions_allocate_nothing_per_packet() {
             cname: "test".into(),
             datapath: path.into(),
             cpus: vec![],
+            realtime: false,
         })
         .unwrap();
         let receivers: Vec<UdpSocket> = (0..20)

@@ -38,6 +38,9 @@ pub struct Config {
     /// (SETUP beyond it gets 453). 0: the figure `fjord bench capacity`
     /// saved in the state directory, or no limit when there is none.
     pub capacity_pps_per_core: u64,
+    /// Engine threads under SCHED_FIFO, so other work on a core cannot
+    /// delay a packet (needs root or CAP_SYS_NICE).
+    pub realtime: bool,
     /// How packets leave: `auto` (the best the kernel supports) or a name
     /// from `fjord_engine::datapath::NAMES`.
     pub datapath: String,
@@ -68,6 +71,7 @@ impl Default for Config {
             burst_ms: 40,
             datapath: "auto".to_owned(),
             capacity_pps_per_core: 0,
+            realtime: false,
             rtcp_interval_s: 5,
             ts_per_rtp: 7,
             destination_allow: Vec::new(),

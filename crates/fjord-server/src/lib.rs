@@ -84,6 +84,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         cname: format!("fjord@{local}"),
         datapath: config.datapath.clone(),
         cpus: vec![],
+        realtime: config.realtime,
     })?;
     let server = Arc::new(Server {
         limits: Limits {

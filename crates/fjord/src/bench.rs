@@ -138,6 +138,10 @@ pub struct CapacityArgs {
     /// engine thread, pinned to --cpu) and `fjord load` on another CPU
     #[arg(long)]
     receivers: bool,
+    /// Leave the engine thread in the normal scheduling class (default:
+    /// SCHED_FIFO, as `realtime = true` runs the server)
+    #[arg(long)]
+    no_realtime: bool,
     /// Do not save the result for the server's admission control
     #[arg(long)]
     no_save: bool,
@@ -149,6 +153,7 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
         max_sessions: a.max,
         datapath: a.datapath,
         cpu: a.cpu,
+        realtime: !a.no_realtime,
         sink: if a.loopback {
             SinkChoice::Loopback
         } else {
