@@ -76,6 +76,7 @@ enum Cmd {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FJORD_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

@@ -82,7 +82,10 @@ fn assert_frames_match(got: &Frames, want: &Frames, what: &str) {
 }
 
 fn ffmpeg_receives_every_frame(transport: &str) {
-    let server = Server::start("");
+    ffmpeg_receives_every_frame_from(&Server::start(""), transport, "");
+}
+
+fn ffmpeg_receives_every_frame_from(server: &Server, transport: &str, what: &str) {
     let mut cmd = Command::new("ffmpeg");
     cmd.args(["-nostdin", "-v", "error", "-rtsp_transport", transport])
         .args(["-timeout", "10000000", "-i"])
@@ -94,9 +97,13 @@ fn ffmpeg_receives_every_frame(transport: &str) {
         "ffmpeg did not finish within 60 s: {}",
         out.stderr
     );
-    assert!(out.status.success(), "ffmpeg {transport}: {}", out.stderr);
+    assert!(
+        out.status.success(),
+        "ffmpeg {transport} {what}: {}",
+        out.stderr
+    );
     let got = parse_framemd5(&String::from_utf8_lossy(&out.stdout));
-    assert_frames_match(&got, source_frames(), &format!("ffmpeg {transport}"));
+    assert_frames_match(&got, source_frames(), &format!("ffmpeg {transport} {what}"));
 }
 
 #[test]
@@ -110,7 +117,10 @@ fn ffmpeg_tcp_receives_every_frame() {
 }
 
 fn gstreamer_receives_the_file(protocol: &str) {
-    let server = Server::start("");
+    gstreamer_receives_the_file_from(&Server::start(""), protocol, "");
+}
+
+fn gstreamer_receives_the_file_from(server: &Server, protocol: &str, what: &str) {
     let out_ts = server.root.path().join(format!("gst-{protocol}.ts"));
     let mut cmd = Command::new("gst-launch-1.0");
     cmd.args(["-q", "-e", "rtspsrc"])
@@ -125,7 +135,7 @@ fn gstreamer_receives_the_file(protocol: &str) {
     let src = clip_bytes();
     assert!(
         got == src,
-        "gst {protocol}: received {} bytes, source {} (common prefix {}); exited {:?}, timed out {}: {}",
+        "gst {protocol} {what}: received {} bytes, source {} (common prefix {}); exited {:?}, timed out {}: {}",
         got.len(),
         src.len(),
         got.iter().zip(src).take_while(|(a, b)| a == b).count(),
@@ -146,4 +156,30 @@ fn gstreamer_udp_receives_the_file() {
 #[test]
 fn gstreamer_tcp_receives_the_file() {
     gstreamer_receives_the_file("tcp");
+}
+
+/// Every data path serves real players bit-exactly over UDP (TCP sessions
+/// do not use the data path: they share the interleaved writer above).
+#[test]
+fn every_data_path_serves_ffmpeg_and_gstreamer() {
+    let _ = source_frames();
+    std::thread::scope(|s| {
+        for &path in fjord_engine::datapath::NAMES {
+            s.spawn(move || {
+                let server = Server::start(&format!("datapath = {path:?}\n"));
+                let what = format!("via {path}");
+                std::thread::scope(|s| {
+                    s.spawn(|| ffmpeg_receives_every_frame_from(&server, "udp", &what));
+                    s.spawn(|| gstreamer_receives_the_file_from(&server, "udp", &what));
+                });
+                let log = server.log_text();
+                assert!(
+                    log.lines()
+                        .any(|l| l.contains("serving")
+                            && l.contains(&format!("datapath=\"{path}\""))),
+                    "the server ran with {path}: {log}"
+                );
+            });
+        }
+    });
 }
