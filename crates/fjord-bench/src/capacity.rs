@@ -36,6 +36,8 @@ pub struct CapacityConfig {
     pub sink: SinkChoice,
     /// Engine thread under SCHED_FIFO (as `realtime = true` in the server).
     pub realtime: bool,
+    /// Measure once at this many sessions instead of searching.
+    pub fixed: Option<usize>,
 }
 
 impl Default for CapacityConfig {
@@ -50,6 +52,7 @@ impl Default for CapacityConfig {
             burst: Duration::from_millis(40),
             sink: SinkChoice::Auto,
             realtime: true,
+            fixed: None,
         }
     }
 }
@@ -66,8 +69,8 @@ pub struct Run {
     pub cpu: f64,
     pub ns_per_packet: f64,
     pub gbps: f64,
-    /// Resident memory added per session (user space; kernel socket
-    /// buffers are not in RSS).
+    /// Anonymous resident memory added per session (the page cache of the
+    /// title and kernel socket memory are not in it).
     pub bytes_per_session: f64,
     pub pass: bool,
 }
@@ -84,14 +87,15 @@ pub struct Capacity {
 }
 
 /// Doubles the session count from 250 until a run fails, then bisects to
-/// within 5 %; `probe(n)` runs once at `n` sessions.
+/// within 5 %; `probe(n)` runs once at `n` sessions. With `fixed`, one run.
 fn search(
     max: usize,
+    fixed: Option<usize>,
     mut probe: impl FnMut(usize) -> anyhow::Result<Run>,
 ) -> anyhow::Result<Vec<Run>> {
     let mut runs: Vec<Run> = Vec::new();
     let (mut pass, mut fail): (Option<usize>, Option<usize>) = (None, None);
-    let mut n = 250.min(max);
+    let mut n = fixed.unwrap_or(250).min(max);
     let bar = ProgressBar::new_spinner().with_style(
         ProgressStyle::with_template("{spinner} {elapsed} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
@@ -120,6 +124,7 @@ fn search(
             fail = Some(n);
         }
         n = match (pass, fail) {
+            _ if fixed.is_some() => break,
             (Some(p), None) if p >= max => break,
             (Some(p), None) => (p * 2).min(max),
             (None, Some(f)) if f <= 1 => break,
@@ -165,7 +170,7 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     pin_current_thread((cfg.cpu + 1) % available_cpus());
     let url = format!("rtsp://{}/capacity.ts", server.addr);
     let datapath = fjord_engine::datapath::resolve(&cfg.datapath)?.to_string();
-    let runs = search(cfg.max_sessions, |n| {
+    let runs = search(cfg.max_sessions, cfg.fixed, |n| {
         let cpu0 = server.cpu()?;
         let t0 = Instant::now();
         let report = fjord_client::load::run(&fjord_client::load::LoadConfig::new(
@@ -287,7 +292,7 @@ pub fn run(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     let sink = Sink::create(cfg.sink)?;
     let datapath = fjord_engine::datapath::resolve(&cfg.datapath)?.to_string();
     eprintln!("sink: {}", sink.describe());
-    let runs = search(cfg.max_sessions, |n| {
+    let runs = search(cfg.max_sessions, cfg.fixed, |n| {
         run_once(cfg, &sink, &title, &datapath, n, pps)
     })?;
     Ok(Capacity {
@@ -432,18 +437,18 @@ fn title(dir: &Path, payload: usize, gap_ns: u64, seconds: f64) -> anyhow::Resul
     Ok(Arc::new(Title::new(Index::open(&idx)?, &media)?))
 }
 
-/// Resident set size of this process.
+/// Anonymous resident memory of this process: the server's own memory,
+/// not the page cache the mapped titles share.
 fn rss_bytes() -> u64 {
-    let pages = std::fs::read_to_string("/proc/self/statm")
+    std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse::<u64>().ok())
+            s.lines()
+                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+        .unwrap_or(0)
+        * 1024
 }
 
 /// Thousands of sessions need thousands of sockets.

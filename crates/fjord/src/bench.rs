@@ -125,6 +125,14 @@ pub struct CapacityArgs {
     /// Stop searching at this many sessions
     #[arg(long, default_value_t = 20_000)]
     max: usize,
+    /// Run once at exactly this many sessions instead of searching (e.g. to
+    /// compare --burst-ms values at one load)
+    #[arg(long)]
+    sessions: Option<usize>,
+    /// How far ahead of schedule a packet may leave (the server's burst_ms);
+    /// smaller bursts mean more wake-ups and smaller batches
+    #[arg(long, default_value_t = 40)]
+    burst_ms: u64,
     /// Data path of the engine thread (auto: the server's default)
     #[arg(long, default_value = "auto")]
     datapath: String,
@@ -154,6 +162,8 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
         datapath: a.datapath,
         cpu: a.cpu,
         realtime: !a.no_realtime,
+        burst: std::time::Duration::from_millis(a.burst_ms),
+        fixed: a.sessions,
         sink: if a.loopback {
             SinkChoice::Loopback
         } else {
@@ -169,8 +179,12 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
     println!("sink: {}", c.sink);
     println!("data path: {}", c.datapath);
     let Some(best) = c.best else {
-        anyhow::bail!("not even one session kept its deadlines on one core");
+        anyhow::bail!("no run kept its deadlines on one core");
     };
+    if a.sessions.is_some() {
+        // A single measurement, not a capacity: nothing to save.
+        return Ok(());
+    }
     println!(
         "capacity: {} concurrent 4.5 Mbit/s sessions on one core ({:.2} Gbit/s), {:.0} ns CPU per packet, {:.0} % of the core, {:.0} bytes of memory per session (RSS), {} of {} packets late (> 2 ms)",
         best.sessions,
