@@ -4,7 +4,7 @@
 
 use std::io::{self, IoSlice};
 
-use super::{Batch, Counters, DataPath, is_transient};
+use super::{Batch, Counters, DataPath, per_packet};
 
 #[derive(Default)]
 pub struct MmapWritev {
@@ -17,25 +17,14 @@ impl DataPath for MmapWritev {
     }
 
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
-        for (i, burst) in batch.bursts.iter().enumerate() {
-            sent[i] = 0;
-            for p in batch.burst(i) {
-                let iov = [IoSlice::new(&p.header), IoSlice::new(p.payload)];
-                self.counters.syscalls += 1;
-                match burst
-                    .socket
-                    .send_vectored_with_flags(&iov, libc::MSG_NOSIGNAL)
-                {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if is_transient(&e) => {}
-                    Err(e) => return Err(e),
-                }
-                sent[i] += 1;
-                self.counters.packets += 1;
-            }
-        }
-        Ok(())
+        per_packet(batch, sent, &mut self.counters, |c, burst, p| {
+            let iov = [IoSlice::new(&p.header), IoSlice::new(p.payload)];
+            c.syscalls += 1;
+            burst
+                .socket
+                .send_vectored_with_flags(&iov, libc::MSG_NOSIGNAL)
+                .map(drop)
+        })
     }
 
     fn counters(&self) -> Counters {

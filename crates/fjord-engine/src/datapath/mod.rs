@@ -120,6 +120,31 @@ pub trait DataPath: Send {
     fn counters(&self) -> Counters;
 }
 
+/// The loop every per-packet path shares: bursts in order, one `send_one`
+/// per packet. A full socket (`WouldBlock`) ends the burst's prefix; a
+/// transient error loses only that packet; any other error is the path's.
+fn per_packet(
+    batch: &Batch<'_>,
+    sent: &mut [usize],
+    counters: &mut Counters,
+    mut send_one: impl FnMut(&mut Counters, &Burst<'_>, &Packet<'_>) -> io::Result<()>,
+) -> io::Result<()> {
+    for (i, burst) in batch.bursts.iter().enumerate() {
+        sent[i] = 0;
+        for p in batch.burst(i) {
+            match send_one(counters, burst, p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if is_transient(&e) => {}
+                Err(e) => return Err(e),
+            }
+            sent[i] += 1;
+            counters.packets += 1;
+        }
+    }
+    Ok(())
+}
+
 /// Errors after which a path is not used again (the quinn-udp rule for GSO).
 pub fn is_unsupported(e: &io::Error) -> bool {
     matches!(

@@ -10,7 +10,7 @@ use std::{io, os::fd::AsRawFd};
 
 use fjord_proto::rtp::RTP_HEADER_LEN;
 
-use super::{Batch, Counters, DataPath, is_transient};
+use super::{Batch, Counters, DataPath, per_packet};
 
 /// Large enough for any payload a UDP datagram can carry.
 const BUF_LEN: usize = 65_536;
@@ -64,43 +64,26 @@ impl DataPath for ReadSend {
     }
 
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
-        for (i, burst) in batch.bursts.iter().enumerate() {
-            sent[i] = 0;
-            for p in batch.burst(i) {
-                let len = p.payload.len();
-                let end = RTP_HEADER_LEN + len;
-                if end > self.buf.len() {
-                    return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
-                }
-                self.counters.syscalls += 1;
-                let got = pread_full(
-                    p.file.as_raw_fd(),
-                    &mut self.buf[RTP_HEADER_LEN..end],
-                    p.offset,
-                )?;
-                self.counters.user_copies += 1;
-                if got < len {
-                    // The file shrank under the session: the packet is lost,
-                    // the session notices through its mapping.
-                    sent[i] += 1;
-                    continue;
-                }
-                self.buf[..RTP_HEADER_LEN].copy_from_slice(&p.header);
-                self.counters.syscalls += 1;
-                match burst
-                    .socket
-                    .send_with_flags(&self.buf[..end], libc::MSG_NOSIGNAL)
-                {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if is_transient(&e) => {}
-                    Err(e) => return Err(e),
-                }
-                sent[i] += 1;
-                self.counters.packets += 1;
+        let buf = &mut self.buf;
+        per_packet(batch, sent, &mut self.counters, |c, burst, p| {
+            let len = p.payload.len();
+            let packet = buf
+                .get_mut(..RTP_HEADER_LEN + len)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EMSGSIZE))?;
+            c.syscalls += 1;
+            c.user_copies += 1;
+            if pread_full(p.file.as_raw_fd(), &mut packet[RTP_HEADER_LEN..], p.offset)? < len {
+                // The file shrank under the session: the packet is lost,
+                // the session notices through its mapping.
+                return Ok(());
             }
-        }
-        Ok(())
+            packet[..RTP_HEADER_LEN].copy_from_slice(&p.header);
+            c.syscalls += 1;
+            burst
+                .socket
+                .send_with_flags(packet, libc::MSG_NOSIGNAL)
+                .map(drop)
+        })
     }
 
     fn counters(&self) -> Counters {

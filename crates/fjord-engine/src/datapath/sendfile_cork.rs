@@ -15,7 +15,7 @@
 
 use std::{io, os::fd::AsRawFd};
 
-use super::{Batch, Counters, DataPath, is_transient};
+use super::{Batch, Counters, DataPath, is_transient, per_packet};
 
 #[derive(Default)]
 pub struct SendfileCork {
@@ -65,37 +65,23 @@ impl DataPath for SendfileCork {
     }
 
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
-        for (i, burst) in batch.bursts.iter().enumerate() {
-            sent[i] = 0;
+        per_packet(batch, sent, &mut self.counters, |c, burst, p| {
             let sock = burst.socket.as_raw_fd();
-            for p in batch.burst(i) {
-                self.counters.syscalls += 1;
-                match send_raw(sock, &p.header, libc::MSG_MORE | libc::MSG_NOSIGNAL) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if is_transient(&e) => {
-                        sent[i] += 1;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                }
-                self.counters.syscalls += 1;
-                let r = sendfile_all(sock, p.file.as_raw_fd(), p.offset, p.payload.len());
-                if !matches!(r, Ok(n) if n == p.payload.len()) {
-                    // Never leave the header corked on the socket.
-                    self.counters.syscalls += 1;
-                    let _ = send_raw(sock, &[], libc::MSG_NOSIGNAL);
-                }
-                match r {
-                    Ok(_) => {}
-                    Err(e) if is_transient(&e) || e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
-                sent[i] += 1;
-                self.counters.packets += 1;
+            c.syscalls += 1;
+            send_raw(sock, &p.header, libc::MSG_MORE | libc::MSG_NOSIGNAL)?;
+            c.syscalls += 1;
+            let r = sendfile_all(sock, p.file.as_raw_fd(), p.offset, p.payload.len());
+            if !matches!(r, Ok(n) if n == p.payload.len()) {
+                // Never leave the header corked on the socket.
+                c.syscalls += 1;
+                let _ = send_raw(sock, &[], libc::MSG_NOSIGNAL);
             }
-        }
-        Ok(())
+            match r {
+                // The header left: a payload the socket refused now is lost.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock || is_transient(&e) => Ok(()),
+                r => r.map(drop),
+            }
+        })
     }
 
     fn counters(&self) -> Counters {
