@@ -269,6 +269,9 @@ impl Server {
             .arg(&media_root)
             .args(["--port", "0", "--bind", "127.0.0.1", "--config"])
             .arg(&cfg)
+            // A capacity saved by `fjord bench capacity` on this machine
+            // must not limit the tests' servers.
+            .env("XDG_STATE_HOME", root.path())
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or("info".into()),
