@@ -228,19 +228,7 @@ impl Session {
             self.state = State::Ended;
             return None;
         }
-        for i in 0..sent {
-            if let Some(rec) = track.packet(self.next as usize + i) {
-                self.octets = self.octets.wrapping_add(rec.len);
-                p.stats.count(p.now.saturating_duration_since(due(
-                    t0,
-                    origin_ns,
-                    rec.send_time_ns,
-                )));
-            }
-        }
-        self.next += sent as u32;
-        self.seq = self.seq.wrapping_add(sent as u16);
-        self.packets = self.packets.wrapping_add(sent as u32);
+        self.account(track, sent, t0, origin_ns, p);
         if sent < planned {
             // The socket is full: try again shortly.
             return Some(p.now + RETRY);
@@ -310,24 +298,37 @@ impl Session {
             };
             let (taken, broken) = c.send_frames(rtp_channel, &frames[..n]);
             let taken = if broken { n } else { taken };
-            for (i, payload) in payloads[..taken].iter().enumerate() {
-                self.octets = self.octets.wrapping_add(payload.len() as u32);
-                if let Some(rec) = track.packet(self.next as usize + i) {
-                    p.stats.count(p.now.saturating_duration_since(due(
-                        t0,
-                        origin_ns,
-                        rec.send_time_ns,
-                    )));
-                }
-            }
-            self.next += taken as u32;
-            self.seq = self.seq.wrapping_add(taken as u16);
-            self.packets = self.packets.wrapping_add(taken as u32);
+            self.account(track, taken, t0, origin_ns, p);
             if taken < n {
                 return Some(p.now + RETRY);
             }
         }
         self.after_sending(t0, origin_ns, p)
+    }
+
+    /// Moves past `sent` packets that left: counters for RTCP, lateness for
+    /// the engine's statistics.
+    fn account(
+        &mut self,
+        track: Track<'_>,
+        sent: usize,
+        t0: Instant,
+        origin_ns: u64,
+        p: &mut Pacing,
+    ) {
+        for i in 0..sent {
+            if let Some(rec) = track.packet(self.next as usize + i) {
+                self.octets = self.octets.wrapping_add(rec.len);
+                p.stats.count(p.now.saturating_duration_since(due(
+                    t0,
+                    origin_ns,
+                    rec.send_time_ns,
+                )));
+            }
+        }
+        self.next += sent as u32;
+        self.seq = self.seq.wrapping_add(sent as u16);
+        self.packets = self.packets.wrapping_add(sent as u32);
     }
 
     /// RTCP and the next wake-up once the due packets are out.
