@@ -13,10 +13,7 @@ use std::{
 };
 
 use fjord_engine::{Command, Engine, EngineConfig, Output, SessionSpec, Start, ThreadStats, Title};
-use fjord_media::{
-    index::{self, Index, SourceId, TrackDesc},
-    ts::{IngestReport, PacketRecord, Packetization, SyncPoint, TimingSource},
-};
+use fjord_media::synthetic::write_constant_rate;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -411,42 +408,13 @@ fn one(engine: &Engine) -> ThreadStats {
     engine.stats().into_iter().next().unwrap_or_default()
 }
 
-/// A constant-rate title of `seconds`: `payload`-byte packets every `gap_ns`.
+/// A constant-rate title of `seconds`: `payload`-byte packets every
+/// `gap_ns`, written as `capacity.ts` (and its index) in `dir`.
 fn title(dir: &Path, payload: usize, gap_ns: u64, seconds: f64) -> anyhow::Result<Arc<Title>> {
-    let n = (seconds * 1e9 / gap_ns as f64) as u64;
     let media = dir.join("capacity.ts");
-    let data: Vec<u8> = (0..n * payload as u64).map(|i| (i % 251) as u8).collect();
-    std::fs::write(&media, &data)?;
-    let packets = (0..n)
-        .map(|i| PacketRecord {
-            send_time_ns: i * gap_ns,
-            rtp_ts: (i * gap_ns * 9 / 100_000) as u32,
-            offset: i * payload as u64,
-            len: payload as u32,
-            flags: 0,
-        })
-        .collect();
-    let p = Packetization {
-        packets,
-        sync: vec![SyncPoint::default()],
-        duration_ns: n * gap_ns,
-        ts_per_rtp: 7,
-        report: IngestReport {
-            ts_packets: n * 7,
-            rtp_packets: n,
-            resyncs: 0,
-            skipped_bytes: 0,
-            truncated_tail_bytes: 0,
-            pcr_count: 0,
-            timing: TimingSource::AssumedBitrate,
-            warnings: vec![],
-            bitrate_bps: 0,
-        },
-    };
-    let meta = std::fs::metadata(&media)?;
-    let idx = dir.join("capacity.ts.fjidx");
-    index::write(&idx, &p, &SourceId::of(&data, &meta), &TrackDesc::mpeg_ts())?;
-    Ok(Arc::new(Title::new(Index::open(&idx)?, &media)?))
+    let packets = (seconds * 1e9 / gap_ns as f64) as u64;
+    let index = write_constant_rate(&media, payload, gap_ns, packets)?;
+    Ok(Arc::new(Title::new(index, &media)?))
 }
 
 /// Anonymous resident memory of this process: the server's own memory,

@@ -408,10 +408,7 @@ fn ns_to_ticks(ns: u64, clock_rate: u32) -> u64 {
 mod tests {
     use std::net::UdpSocket;
 
-    use fjord_media::{
-        index::{self, Index, SourceId, TrackDesc},
-        ts::{IngestReport, PacketRecord, Packetization, SyncPoint, TimingSource},
-    };
+    use fjord_media::synthetic::write_constant_rate;
     use fjord_proto::rtcp::{RtcpInfo, parse_compound};
 
     use super::*;
@@ -421,41 +418,8 @@ mod tests {
     /// Ten 188-byte packets, one every 10 ms, each filled with its number.
     fn title(dir: &std::path::Path) -> Arc<Title> {
         let media = dir.join("t.ts");
-        let data: Vec<u8> = (0..10u8).flat_map(|i| [i; 188]).collect();
-        std::fs::write(&media, &data).unwrap();
-        let packets = (0..10u64)
-            .map(|i| PacketRecord {
-                send_time_ns: i * 10 * MS,
-                rtp_ts: (i * 900) as u32,
-                offset: i * 188,
-                len: 188,
-                flags: 0,
-            })
-            .collect();
-        let p = Packetization {
-            packets,
-            sync: vec![SyncPoint {
-                packet: 0,
-                time_ns: 0,
-            }],
-            duration_ns: 100 * MS,
-            ts_per_rtp: 1,
-            report: IngestReport {
-                ts_packets: 10,
-                rtp_packets: 10,
-                resyncs: 0,
-                skipped_bytes: 0,
-                truncated_tail_bytes: 0,
-                pcr_count: 2,
-                timing: TimingSource::Pcr,
-                warnings: vec![],
-                bitrate_bps: 150_400,
-            },
-        };
-        let meta = std::fs::metadata(&media).unwrap();
-        let idx = dir.join("t.ts.fjidx");
-        index::write(&idx, &p, &SourceId::of(&data, &meta), &TrackDesc::mpeg_ts()).unwrap();
-        Arc::new(Title::new(Index::open(&idx).unwrap(), &media).unwrap())
+        let index = write_constant_rate(&media, 188, 10 * MS, 10).unwrap();
+        Arc::new(Title::new(index, &media).unwrap())
     }
 
     fn session(title: Arc<Title>, client_rtcp: &UdpSocket) -> Session {

@@ -13,10 +13,7 @@ use std::{
 };
 
 use fjord_engine::{Command, Engine, EngineConfig, Output, SessionSpec, Start, Title, datapath};
-use fjord_media::{
-    index::{self, Index, SourceId, TrackDesc},
-    ts::{IngestReport, PacketRecord, Packetization, SyncPoint, TimingSource},
-};
+use fjord_media::synthetic::write_constant_rate;
 
 struct Counting;
 
@@ -46,44 +43,9 @@ static GLOBAL: Counting = Counting;
 
 /// A 4.5 Mbit/s title: 1316-byte packets every 2.34 ms for 20 s.
 fn title(dir: &std::path::Path) -> Arc<Title> {
-    const N: u64 = 8_550;
-    const GAP_NS: u64 = 2_339_000;
     let media = dir.join("t.ts");
-    let data: Vec<u8> = (0..N * 1316).map(|i| i as u8).collect();
-    std::fs::write(&media, &data).unwrap();
-    let packets = (0..N)
-        .map(|i| PacketRecord {
-            send_time_ns: i * GAP_NS,
-            rtp_ts: (i * GAP_NS * 9 / 100_000) as u32,
-            offset: i * 1316,
-            len: 1316,
-            flags: 0,
-        })
-        .collect();
-    let p = Packetization {
-        packets,
-        sync: vec![SyncPoint {
-            packet: 0,
-            time_ns: 0,
-        }],
-        duration_ns: N * GAP_NS,
-        ts_per_rtp: 7,
-        report: IngestReport {
-            ts_packets: N * 7,
-            rtp_packets: N,
-            resyncs: 0,
-            skipped_bytes: 0,
-            truncated_tail_bytes: 0,
-            pcr_count: 0,
-            timing: TimingSource::Pcr,
-            warnings: vec![],
-            bitrate_bps: 4_500_000,
-        },
-    };
-    let meta = std::fs::metadata(&media).unwrap();
-    let idx = dir.join("t.ts.fjidx");
-    index::write(&idx, &p, &SourceId::of(&data, &meta), &TrackDesc::mpeg_ts()).unwrap();
-    Arc::new(Title::new(Index::open(&idx).unwrap(), &media).unwrap())
+    let index = write_constant_rate(&media, 1316, 2_339_000, 8_550).unwrap();
+    Arc::new(Title::new(index, &media).unwrap())
 }
 
 #[test]

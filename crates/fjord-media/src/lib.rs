@@ -7,6 +7,7 @@
 
 pub mod index;
 pub mod ingest;
+pub mod synthetic;
 pub mod ts;
 
 pub use index::{Index, IndexError, SourceId, Track, TrackDesc, TrackKind};
