@@ -24,6 +24,20 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
+impl From<&rtsp_types::Response<Vec<u8>>> for Response {
+    fn from(r: &rtsp_types::Response<Vec<u8>>) -> Self {
+        Response {
+            status: u16::from(r.status()),
+            reason: r.reason_phrase().to_string(),
+            headers: r
+                .headers()
+                .map(|(n, v)| (n.as_str().to_string(), v.as_str().to_string()))
+                .collect(),
+            body: r.body().clone(),
+        }
+    }
+}
+
 impl Response {
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -522,15 +536,7 @@ impl Demux {
             }
             match rtsp_types::Message::<Vec<u8>>::parse(rest) {
                 Ok((rtsp_types::Message::Response(r), n)) => {
-                    self.responses.push_back(Response {
-                        status: u16::from(r.status()),
-                        reason: r.reason_phrase().to_string(),
-                        headers: r
-                            .headers()
-                            .map(|(n, v)| (n.as_str().to_string(), v.as_str().to_string()))
-                            .collect(),
-                        body: r.body().clone(),
-                    });
+                    self.responses.push_back(Response::from(&r));
                     pos += n;
                 }
                 // Requests from the server (and data, handled above) are skipped.

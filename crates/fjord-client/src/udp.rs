@@ -140,8 +140,8 @@ fn garbage(arrival: Instant, channel: u8, data: &[u8]) -> Event {
 }
 
 /// Binds an even port and its odd successor.
-fn bind_pair(ip: IpAddr) -> io::Result<(UdpSocket, UdpSocket)> {
-    for _ in 0..200 {
+pub(crate) fn bind_pair(ip: IpAddr) -> io::Result<(UdpSocket, UdpSocket)> {
+    for _ in 0..500 {
         let a = UdpSocket::bind(SocketAddr::new(ip, 0))?;
         let port = a.local_addr()?.port();
         if port % 2 != 0 || port == u16::MAX {

@@ -39,15 +39,7 @@ pub fn parse_stream(buf: &[u8], mut on_item: impl FnMut(Item<'_>)) -> Result<usi
             b'\r' | b'\n' => pos += 1,
             _ => match rtsp_types::Message::<Vec<u8>>::parse(rest) {
                 Ok((rtsp_types::Message::Response(r), n)) => {
-                    on_item(Item::Response(Response {
-                        status: u16::from(r.status()),
-                        reason: r.reason_phrase().to_string(),
-                        headers: r
-                            .headers()
-                            .map(|(n, v)| (n.as_str().to_string(), v.as_str().to_string()))
-                            .collect(),
-                        body: r.body().clone(),
-                    }));
+                    on_item(Item::Response(Response::from(&r)));
                     pos += n;
                 }
                 // Requests from the server are not answered by a load generator.

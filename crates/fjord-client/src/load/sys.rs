@@ -79,7 +79,7 @@ pub struct UdpOptions {
 /// nonblocking; the RTP socket gets a big receive buffer, `UDP_GRO` and
 /// kernel timestamps where the kernel allows.
 pub fn udp_pair(ip: IpAddr, rcvbuf: usize) -> io::Result<(UdpSocket, UdpSocket, UdpOptions)> {
-    let (rtp, rtcp) = bind_pair(ip)?;
+    let (rtp, rtcp) = crate::udp::bind_pair(ip)?;
     rtp.set_nonblocking(true)?;
     rtcp.set_nonblocking(true)?;
     let fd = rtp.as_raw_fd();
@@ -94,23 +94,6 @@ pub fn udp_pair(ip: IpAddr, rcvbuf: usize) -> io::Result<(UdpSocket, UdpSocket, 
         rcvbuf: getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(0) as usize,
     };
     Ok((rtp, rtcp, opts))
-}
-
-fn bind_pair(ip: IpAddr) -> io::Result<(UdpSocket, UdpSocket)> {
-    for _ in 0..500 {
-        let a = UdpSocket::bind(SocketAddr::new(ip, 0))?;
-        let port = a.local_addr()?.port();
-        if port % 2 != 0 || port == u16::MAX {
-            continue;
-        }
-        if let Ok(b) = UdpSocket::bind(SocketAddr::new(ip, port + 1)) {
-            return Ok((a, b));
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::AddrInUse,
-        "no free even/odd UDP port pair",
-    ))
 }
 
 /// Starts a nonblocking TCP connect; it completes when the socket is writable.

@@ -30,6 +30,11 @@ pub use sendfile_cork::SendfileCork;
 pub use sendmmsg::Sendmmsg;
 pub use uring::Uring;
 
+/// A batch never holds more packets than this (so never more bursts or GSO
+/// groups either): paths size their reused arrays by it once, and steady
+/// state allocates nothing.
+pub const MAX_BATCH_PACKETS: usize = 4096;
+
 /// One RTP packet ready to leave.
 #[derive(Clone, Copy)]
 pub struct Packet<'a> {
@@ -143,6 +148,26 @@ fn per_packet(
         }
     }
     Ok(())
+}
+
+/// Repeats a system call that moves part of `len` bytes (`step(done)`
+/// returns what one call moved, as `pread`/`sendfile` do) until all moved,
+/// the file ended (0) or it failed other than by EINTR; returns bytes moved.
+fn transfer_all(len: usize, mut step: impl FnMut(usize) -> isize) -> io::Result<usize> {
+    let mut done = 0;
+    while done < len {
+        match step(done) {
+            0 => break,
+            r if r > 0 => done += r as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(done)
 }
 
 /// Errors after which a path is not used again (the quinn-udp rule for GSO).

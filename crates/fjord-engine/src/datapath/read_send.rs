@@ -10,7 +10,7 @@ use std::{io, os::fd::AsRawFd};
 
 use fjord_proto::rtp::RTP_HEADER_LEN;
 
-use super::{Batch, Counters, DataPath, per_packet};
+use super::{Batch, Counters, DataPath, per_packet, transfer_all};
 
 /// Large enough for any payload a UDP datagram can carry.
 const BUF_LEN: usize = 65_536;
@@ -32,30 +32,18 @@ impl Default for ReadSend {
 /// `pread` of `buf.len()` bytes at `offset`, retried on short reads; returns
 /// how many bytes were read (fewer only at end of file).
 pub(crate) fn pread_full(fd: libc::c_int, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
+    transfer_all(buf.len(), |done| {
         let rest = &mut buf[done..];
         // SAFETY: `rest` is a valid writable buffer of `rest.len()` bytes.
-        let r = unsafe {
+        unsafe {
             libc::pread(
                 fd,
                 rest.as_mut_ptr().cast(),
                 rest.len(),
                 (offset + done as u64) as libc::off_t,
             )
-        };
-        match r {
-            0 => break,
-            r if r > 0 => done += r as usize,
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
         }
-    }
-    Ok(done)
+    })
 }
 
 impl DataPath for ReadSend {

@@ -15,7 +15,7 @@
 
 use std::{io, os::fd::AsRawFd};
 
-use super::{Batch, Counters, DataPath, is_transient, per_packet};
+use super::{Batch, Counters, DataPath, is_transient, per_packet, transfer_all};
 
 #[derive(Default)]
 pub struct SendfileCork {
@@ -41,22 +41,10 @@ fn sendfile_all(
     len: usize,
 ) -> io::Result<usize> {
     let mut off = offset as libc::off_t;
-    let mut done = 0;
-    while done < len {
-        // SAFETY: valid descriptors and a valid offset pointer.
-        let r = unsafe { libc::sendfile(sock, file, &mut off, len - done) };
-        match r {
-            0 => break,
-            r if r > 0 => done += r as usize,
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-    Ok(done)
+    // SAFETY: valid descriptors and a valid offset pointer.
+    transfer_all(len, |done| unsafe {
+        libc::sendfile(sock, file, &mut off, len - done)
+    })
 }
 
 impl DataPath for SendfileCork {
