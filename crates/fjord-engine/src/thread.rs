@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::{
     Command, ThreadStats,
-    datapath::{self, Batch, DataPath},
+    datapath::{self, Batch, DataPath, MAX_BATCH_PACKETS},
     interleaved::Connection,
     session::{MAX_BURST_PACKETS, Pacing, Session},
     wheel::Wheel,
@@ -121,10 +121,6 @@ impl Engine {
 /// burst limit the engine accepts.
 const ALIGN_TICKS: u64 = 10;
 
-/// Packets in one data-path call at most: bounds the batch's memory; a
-/// tick with more due sends several batches.
-const BATCH_PACKETS: usize = 4096;
-
 struct Worker {
     config: EngineConfig,
     rx: Receiver<Command>,
@@ -162,7 +158,7 @@ impl Worker {
             due: Vec::new(),
             planned: Vec::new(),
             sent: Vec::new(),
-            batch: Some(Batch::with_capacity(BATCH_PACKETS, BATCH_PACKETS / 4)),
+            batch: Some(Batch::with_capacity(MAX_BATCH_PACKETS, MAX_BATCH_PACKETS)),
             stats: ThreadStats::default(),
             flush_key: 0,
         }
@@ -214,7 +210,7 @@ impl Worker {
         let mut batch = self.batch.take().unwrap_or_default().recycle();
         self.planned.clear();
         let mut end = first;
-        while end < self.due.len() && batch.packets.len() + MAX_BURST_PACKETS <= BATCH_PACKETS {
+        while end < self.due.len() && batch.packets.len() + MAX_BURST_PACKETS <= MAX_BATCH_PACKETS {
             let key = self.due[end];
             end += 1;
             let Some(session) = self.slots[key as usize].as_ref() else {

@@ -28,14 +28,13 @@ use std::{
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::{Batch, Counters, DataPath, is_transient};
+use super::{Batch, Counters, DataPath, MAX_BATCH_PACKETS, is_transient};
 
 /// The most messages one `sendmmsg` takes (`UIO_MAXIOV`).
 const MAX_MESSAGES: usize = 1024;
 /// Send buffer of the shared socket: it carries the whole tick.
 const SNDBUF: usize = 8 << 20;
 
-#[derive(Default)]
 pub struct Sendmmsg {
     socket: Option<Socket>,
     v6: bool,
@@ -53,6 +52,20 @@ pub struct Sendmmsg {
 // sent; between calls they are dead values, so moving the path to another
 // thread is sound.
 unsafe impl Send for Sendmmsg {}
+
+impl Default for Sendmmsg {
+    /// Arrays reserved for the largest call and batch up front.
+    fn default() -> Self {
+        Self {
+            socket: None,
+            v6: false,
+            msgs: Vec::with_capacity(MAX_MESSAGES),
+            iovs: Vec::with_capacity(2 * MAX_MESSAGES),
+            addrs: Vec::with_capacity(MAX_BATCH_PACKETS),
+            counters: Counters::default(),
+        }
+    }
+}
 
 impl Sendmmsg {
     fn socket(&mut self) -> io::Result<libc::c_int> {

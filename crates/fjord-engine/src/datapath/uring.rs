@@ -25,7 +25,7 @@ use std::{
 use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
 
 use super::{
-    Batch, Counters, DataPath, Packet,
+    Batch, Counters, DataPath, MAX_BATCH_PACKETS, Packet,
     gso::group_len,
     gso_zerocopy::{MIN_ZEROCOPY_BYTES, fill_gso_msg, zc_group_len},
     is_transient,
@@ -101,11 +101,11 @@ impl Uring {
             ring,
             zerocopy,
             // Room for a large tick up front: steady state allocates nothing.
-            groups: Vec::with_capacity(4 * n),
+            groups: Vec::with_capacity(MAX_BATCH_PACKETS),
             msgs: Vec::with_capacity(n),
             iovs: Vec::with_capacity(n),
             controls: Vec::with_capacity(n),
-            stopped: Vec::with_capacity(n),
+            stopped: Vec::with_capacity(MAX_BATCH_PACKETS),
             counters: Counters::default(),
         }
     }
