@@ -5,20 +5,22 @@
 //! leaves a half index; it is tied to the media file by size, mtime and hashes,
 //! so a changed file is re-ingested, not mis-served.
 //!
-//! # Layout (version 1, little-endian, all tables 8-byte aligned)
+//! # Layout (version 2, little-endian, all tables 8-byte aligned)
 //!
 //! ```text
 //! 0    magic "FJORDIDX"
-//! 8    version u32 = 1
+//! 8    version u32 = 2
 //! 12   track_count u32
 //! 16   source size u64, mtime_ns i64, content_hash [32], sample_hash [32]
 //! 96   duration_ns u64
-//! 104  ts_per_rtp u8, timing u8 (0 PCR, 1 measured from PTS, 2 assumed), 6 × 0
+//! 104  ts_per_rtp u8 (0: not MPEG-TS), timing u8 (0 PCR, 1 measured from
+//!      PTS, 2 assumed, 3 sample timestamps), 6 × 0
 //! 112  ts_packets, rtp_packets, resyncs, skipped_bytes, truncated_tail_bytes,
 //!      pcr_count, bitrate_bps: 7 × u64
 //! 168  warnings_off u64, warnings_len u64 (UTF-8, one warning per line)
-//! 184  track entries, 64 bytes each:
-//!        kind u8 (0 video, 1 audio, 2 data), payload_type u8, 2 × 0,
+//! 184  format_off u64, format_len u64 (UTF-8, e.g. "MP4 (H.264, AAC)")
+//! 200  track entries, 64 bytes each:
+//!        kind u8 (0 video, 1 audio, 2 data), payload_type u8, channels u8, 0,
 //!        clock_rate u32, packets_off u64, packets_count u64,
 //!        sync_off u64, sync_count u64, encoding_off u32, encoding_len u32,
 //!        fmtp_off u32, fmtp_len u32, 8 × 0
@@ -26,8 +28,9 @@
 //! end  blake3 of every preceding byte [32]
 //! ```
 //!
-//! A packet record is 24 bytes: `send_time_ns u64, offset u48, flags u8,
-//! 0 u8, len u32, rtp_ts u32`. A sync record is 16 bytes: `packet u32, 0 u32,
+//! A packet record is 40 bytes: `send_time_ns u64, offset u48, flags u8,
+//! prefix_len u8, len u32, rtp_ts u32, prefix [u8; 8], skip u32, len2 u32`
+//! (see [`PacketRecord`]). A sync record is 16 bytes: `packet u32, 0 u32,
 //! time_ns u64`.
 
 use std::fs::File;
@@ -37,16 +40,16 @@ use std::time::UNIX_EPOCH;
 
 use memmap2::Mmap;
 
-use crate::ts::{IngestReport, PacketRecord, Packetization, SyncPoint, TimingSource};
+use crate::plan::{IngestReport, MAX_PREFIX, MediaPlan, PacketRecord, SyncPoint, TimingSource};
 
 pub const MAGIC: [u8; 8] = *b"FJORDIDX";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes per packet record.
-pub const PACKET_RECORD_LEN: usize = 24;
+pub const PACKET_RECORD_LEN: usize = 40;
 /// Bytes per sync record.
 pub const SYNC_RECORD_LEN: usize = 16;
 
-const HEADER_LEN: usize = 184;
+const HEADER_LEN: usize = 200;
 const TRACK_ENTRY_LEN: usize = 64;
 const TRAILER_LEN: usize = 32;
 const MAX_TRACKS: usize = 256;
@@ -162,6 +165,9 @@ pub struct TrackDesc {
     pub payload_type: u8,
     pub clock_rate: u32,
     pub encoding: String,
+    /// Audio channels for the SDP `rtpmap` (0: not given).
+    pub channels: u8,
+    /// `a=fmtp` parameters, without the payload type.
     pub fmtp: String,
 }
 
@@ -173,6 +179,7 @@ impl TrackDesc {
             payload_type: 33,
             clock_rate: 90_000,
             encoding: "MP2T".to_owned(),
+            channels: 0,
             fmtp: String::new(),
         }
     }
@@ -191,9 +198,9 @@ pub enum IndexError {
     Corrupt(&'static str),
 }
 
-/// Write the index of one track atomically (temp file, fsync, rename).
-pub fn write(path: &Path, p: &Packetization, src: &SourceId, track: &TrackDesc) -> io::Result<()> {
-    let bytes = encode(p, src, track)?;
+/// Write the index of a title atomically (temp file, fsync, rename).
+pub fn write(path: &Path, plan: &MediaPlan, src: &SourceId) -> io::Result<()> {
+    let bytes = encode(plan, src)?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -229,15 +236,19 @@ fn too_big(what: &str) -> io::Error {
     )
 }
 
-fn encode(p: &Packetization, src: &SourceId, track: &TrackDesc) -> io::Result<Vec<u8>> {
+fn encode(p: &MediaPlan, src: &SourceId) -> io::Result<Vec<u8>> {
     let r = &p.report;
+    if p.tracks.len() > MAX_TRACKS {
+        return Err(too_big("track count"));
+    }
     let warnings = r.warnings.join("\n");
+    let records: usize = p.tracks.iter().map(|t| t.packets.len()).sum();
     let mut buf = Vec::with_capacity(
-        HEADER_LEN + TRACK_ENTRY_LEN + p.packets.len() * PACKET_RECORD_LEN + 4096,
+        HEADER_LEN + TRACK_ENTRY_LEN * p.tracks.len() + records * PACKET_RECORD_LEN + 4096,
     );
     buf.extend_from_slice(&MAGIC);
     buf.extend_from_slice(&VERSION.to_le_bytes());
-    buf.extend_from_slice(&1u32.to_le_bytes());
+    buf.extend_from_slice(&(p.tracks.len() as u32).to_le_bytes());
     buf.extend_from_slice(&src.size.to_le_bytes());
     buf.extend_from_slice(&src.mtime_ns.to_le_bytes());
     buf.extend_from_slice(&src.content_hash);
@@ -247,6 +258,7 @@ fn encode(p: &Packetization, src: &SourceId, track: &TrackDesc) -> io::Result<Ve
         TimingSource::Pcr => 0u8,
         TimingSource::MeasuredFromPts => 1,
         TimingSource::AssumedBitrate => 2,
+        TimingSource::Timestamps => 3,
     };
     buf.extend_from_slice(&[p.ts_per_rtp, timing, 0, 0, 0, 0, 0, 0]);
     for v in [
@@ -260,54 +272,69 @@ fn encode(p: &Packetization, src: &SourceId, track: &TrackDesc) -> io::Result<Ve
     ] {
         buf.extend_from_slice(&v.to_le_bytes());
     }
-    let entry_at = HEADER_LEN;
-    let strings_at = entry_at + TRACK_ENTRY_LEN;
-    let warnings_off = strings_at;
-    let encoding_off = warnings_off + warnings.len();
-    let fmtp_off = encoding_off + track.encoding.len();
-    buf.extend_from_slice(&(warnings_off as u64).to_le_bytes());
-    buf.extend_from_slice(&(warnings.len() as u64).to_le_bytes());
+    let entries_at = HEADER_LEN;
+    let strings_at = entries_at + TRACK_ENTRY_LEN * p.tracks.len();
+    let mut strings = Vec::new();
+    let mut string = |s: &str| {
+        let at = strings_at + strings.len();
+        strings.extend_from_slice(s.as_bytes());
+        (at, s.len())
+    };
+    let (warnings_off, warnings_len) = string(&warnings);
+    let (format_off, format_len) = string(&r.format);
+    let track_strings: Vec<_> = p
+        .tracks
+        .iter()
+        .map(|t| (string(&t.desc.encoding), string(&t.desc.fmtp)))
+        .collect();
+    for v in [warnings_off, warnings_len, format_off, format_len] {
+        buf.extend_from_slice(&(v as u64).to_le_bytes());
+    }
     debug_assert_eq!(buf.len(), HEADER_LEN);
     buf.resize(strings_at, 0);
-    buf.extend_from_slice(warnings.as_bytes());
-    buf.extend_from_slice(track.encoding.as_bytes());
-    buf.extend_from_slice(track.fmtp.as_bytes());
+    buf.extend_from_slice(&strings);
     pad8(&mut buf);
-    let packets_off = buf.len();
-    for rec in &p.packets {
-        if rec.offset > OFFSET_MASK {
-            return Err(too_big("media offset"));
-        }
-        buf.extend_from_slice(&rec.send_time_ns.to_le_bytes());
-        let mut off = rec.offset.to_le_bytes();
-        off[6] = rec.flags;
-        off[7] = 0;
-        buf.extend_from_slice(&off);
-        buf.extend_from_slice(&rec.len.to_le_bytes());
-        buf.extend_from_slice(&rec.rtp_ts.to_le_bytes());
-    }
-    let sync_off = buf.len();
-    for s in &p.sync {
-        buf.extend_from_slice(&s.packet.to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
-        buf.extend_from_slice(&s.time_ns.to_le_bytes());
-    }
     let u32_of = |v: usize| u32::try_from(v).map_err(|_| too_big("string table"));
-    let mut entry = Vec::with_capacity(TRACK_ENTRY_LEN);
-    entry.extend_from_slice(&[track.kind.code(), track.payload_type, 0, 0]);
-    entry.extend_from_slice(&track.clock_rate.to_le_bytes());
-    entry.extend_from_slice(&(packets_off as u64).to_le_bytes());
-    entry.extend_from_slice(&(p.packets.len() as u64).to_le_bytes());
-    entry.extend_from_slice(&(sync_off as u64).to_le_bytes());
-    entry.extend_from_slice(&(p.sync.len() as u64).to_le_bytes());
-    entry.extend_from_slice(&u32_of(encoding_off)?.to_le_bytes());
-    entry.extend_from_slice(&u32_of(track.encoding.len())?.to_le_bytes());
-    entry.extend_from_slice(&u32_of(fmtp_off)?.to_le_bytes());
-    entry.extend_from_slice(&u32_of(track.fmtp.len())?.to_le_bytes());
-    entry.resize(TRACK_ENTRY_LEN, 0);
-    buf.get_mut(entry_at..strings_at)
-        .ok_or_else(|| too_big("header"))?
-        .copy_from_slice(&entry);
+    for (t, (track, (encoding, fmtp))) in p.tracks.iter().zip(track_strings).enumerate() {
+        let packets_off = buf.len();
+        for rec in &track.packets {
+            if rec.offset > OFFSET_MASK || rec.file_end() > OFFSET_MASK {
+                return Err(too_big("media offset"));
+            }
+            buf.extend_from_slice(&rec.send_time_ns.to_le_bytes());
+            let mut off = rec.offset.to_le_bytes();
+            off[6] = rec.flags;
+            off[7] = rec.prefix_len;
+            buf.extend_from_slice(&off);
+            buf.extend_from_slice(&rec.len.to_le_bytes());
+            buf.extend_from_slice(&rec.rtp_ts.to_le_bytes());
+            buf.extend_from_slice(&rec.prefix);
+            buf.extend_from_slice(&rec.skip.to_le_bytes());
+            buf.extend_from_slice(&rec.len2.to_le_bytes());
+        }
+        let sync_off = buf.len();
+        for s in &track.sync {
+            buf.extend_from_slice(&s.packet.to_le_bytes());
+            buf.extend_from_slice(&0u32.to_le_bytes());
+            buf.extend_from_slice(&s.time_ns.to_le_bytes());
+        }
+        let d = &track.desc;
+        let mut entry = Vec::with_capacity(TRACK_ENTRY_LEN);
+        entry.extend_from_slice(&[d.kind.code(), d.payload_type, d.channels, 0]);
+        entry.extend_from_slice(&d.clock_rate.to_le_bytes());
+        entry.extend_from_slice(&(packets_off as u64).to_le_bytes());
+        entry.extend_from_slice(&(track.packets.len() as u64).to_le_bytes());
+        entry.extend_from_slice(&(sync_off as u64).to_le_bytes());
+        entry.extend_from_slice(&(track.sync.len() as u64).to_le_bytes());
+        for v in [encoding.0, encoding.1, fmtp.0, fmtp.1] {
+            entry.extend_from_slice(&u32_of(v)?.to_le_bytes());
+        }
+        entry.resize(TRACK_ENTRY_LEN, 0);
+        let at = entries_at + t * TRACK_ENTRY_LEN;
+        buf.get_mut(at..at + TRACK_ENTRY_LEN)
+            .ok_or_else(|| too_big("header"))?
+            .copy_from_slice(&entry);
+    }
     let sum = blake3::hash(&buf);
     buf.extend_from_slice(sum.as_bytes());
     Ok(buf)
@@ -318,6 +345,7 @@ fn encode(p: &Packetization, src: &SourceId, track: &TrackDesc) -> io::Result<Ve
 struct TrackInfo {
     kind: TrackKind,
     payload_type: u8,
+    channels: u8,
     clock_rate: u32,
     encoding: String,
     fmtp: String,
@@ -446,6 +474,7 @@ impl Index {
         let warnings_len = self.u64_at(176);
         let warnings = r.string(warnings_off, warnings_len).unwrap_or_default();
         IngestReport {
+            format: self.format(),
             ts_packets: self.u64_at(112),
             rtp_packets: self.u64_at(120),
             resyncs: self.u64_at(128),
@@ -455,7 +484,8 @@ impl Index {
             timing: match r.u8(105).unwrap_or_default() {
                 0 => TimingSource::Pcr,
                 1 => TimingSource::MeasuredFromPts,
-                _ => TimingSource::AssumedBitrate,
+                2 => TimingSource::AssumedBitrate,
+                _ => TimingSource::Timestamps,
             },
             warnings: warnings
                 .lines()
@@ -464,6 +494,13 @@ impl Index {
                 .collect(),
             bitrate_bps: self.u64_at(160),
         }
+    }
+
+    /// Container and codecs, as ingest named them.
+    pub fn format(&self) -> String {
+        self.reader()
+            .string(self.u64_at(184), self.u64_at(192))
+            .unwrap_or_default()
     }
 
     pub fn track_count(&self) -> usize {
@@ -507,6 +544,7 @@ fn validate(bytes: &[u8]) -> Result<Vec<TrackInfo>, IndexError> {
         return Err(IndexError::Corrupt("too many tracks"));
     }
     r.string(r.u64(168)?, r.u64(176)?)?;
+    r.string(r.u64(184)?, r.u64(192)?)?;
     let mut tracks = Vec::with_capacity(track_count);
     for t in 0..track_count {
         let e = HEADER_LEN + t * TRACK_ENTRY_LEN;
@@ -517,6 +555,7 @@ fn validate(bytes: &[u8]) -> Result<Vec<TrackInfo>, IndexError> {
         let info = TrackInfo {
             kind,
             payload_type: r.u8(e + 1)?,
+            channels: r.u8(e + 2)?,
             clock_rate: r.u32(e + 4)?,
             encoding: r.string(r.u32(e + 40)?.into(), r.u32(e + 44)?.into())?,
             fmtp: r.string(r.u32(e + 48)?.into(), r.u32(e + 52)?.into())?,
@@ -529,9 +568,10 @@ fn validate(bytes: &[u8]) -> Result<Vec<TrackInfo>, IndexError> {
             sync: bytes.get(info.sync.clone()).unwrap_or_default(),
         };
         let in_media = |p: PacketRecord| {
-            p.offset
-                .checked_add(p.len.into())
-                .is_some_and(|end| end <= source_size)
+            usize::from(p.prefix_len) <= MAX_PREFIX
+                && p.offset
+                    .checked_add(u64::from(p.len) + u64::from(p.skip) + u64::from(p.len2))
+                    .is_some_and(|end| end <= source_size)
         };
         if !(0..track.packet_count()).all(|i| track.packet(i).is_some_and(in_media)) {
             return Err(IndexError::Corrupt("packet record outside the media file"));
@@ -569,6 +609,20 @@ impl<'a> Track<'a> {
     pub fn encoding(&self) -> &'a str {
         &self.info.encoding
     }
+    pub fn channels(&self) -> u8 {
+        self.info.channels
+    }
+    /// The track's SDP description.
+    pub fn desc(&self) -> TrackDesc {
+        TrackDesc {
+            kind: self.info.kind,
+            payload_type: self.info.payload_type,
+            clock_rate: self.info.clock_rate,
+            encoding: self.info.encoding.clone(),
+            channels: self.info.channels,
+            fmtp: self.info.fmtp.clone(),
+        }
+    }
     pub fn fmtp(&self) -> &'a str {
         &self.info.fmtp
     }
@@ -585,13 +639,20 @@ impl<'a> Track<'a> {
         let (time, rest) = rec.split_first_chunk::<8>()?;
         let (offset, rest) = rest.split_first_chunk::<8>()?;
         let (len, rest) = rest.split_first_chunk::<4>()?;
-        let (rtp_ts, _) = rest.split_first_chunk::<4>()?;
+        let (rtp_ts, rest) = rest.split_first_chunk::<4>()?;
+        let (prefix, rest) = rest.split_first_chunk::<MAX_PREFIX>()?;
+        let (skip, rest) = rest.split_first_chunk::<4>()?;
+        let (len2, _) = rest.split_first_chunk::<4>()?;
         Some(PacketRecord {
             send_time_ns: u64::from_le_bytes(*time),
             offset: u64::from_le_bytes(*offset) & OFFSET_MASK,
             flags: offset[6],
+            prefix_len: offset[7],
             len: u32::from_le_bytes(*len),
             rtp_ts: u32::from_le_bytes(*rtp_ts),
+            prefix: *prefix,
+            skip: u32::from_le_bytes(*skip),
+            len2: u32::from_le_bytes(*len2),
         })
     }
 
@@ -628,5 +689,20 @@ impl<'a> Track<'a> {
             }
         }
         self.sync_point(lo.saturating_sub(1)).unwrap_or_default()
+    }
+
+    /// The first packet sent at or after `time_ns` (the packet count if
+    /// none): where a track without sync points joins a seek.
+    pub fn first_sent_at_or_after(&self, time_ns: u64) -> u32 {
+        let (mut lo, mut hi) = (0, self.packet_count());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.packet(mid).is_some_and(|p| p.send_time_ns < time_ns) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo as u32
     }
 }

@@ -3,10 +3,10 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use crate::index::{self, Index, SourceId, TrackDesc};
-use crate::ts::{self, IngestReport, TsError, TsOptions};
-
-pub use crate::ts::looks_like_ts;
+use crate::format::{self, FormatError};
+use crate::index::{self, Index, SourceId};
+use crate::plan::IngestReport;
+use crate::ts::TsOptions;
 
 /// Why a media file could not be ingested. Every variant names the file and
 /// says what to do.
@@ -17,15 +17,13 @@ pub enum IngestError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: is a directory, not a media file; give the path of a .ts file", path.display())]
+    #[error("{}: is a directory, not a media file; give the path of a media file", path.display())]
     NotAFile { path: PathBuf },
     #[error("{}: the file is empty; nothing to serve", path.display())]
     Empty { path: PathBuf },
-    #[error(
-        "{}: not an MPEG transport stream (no 0x47 sync byte pattern in the first 1 MiB); fjord serves .ts files with 188-byte packets",
-        path.display()
-    )]
-    NotTs { path: PathBuf },
+    /// Not a format fjord serves, or broken beyond use: `reason` says which.
+    #[error("{}: {reason}", path.display())]
+    Unsupported { path: PathBuf, reason: String },
     #[error(
         "{}: too large to index (over 256 TiB or 2^32 RTP packets); split the file",
         path.display()
@@ -72,28 +70,28 @@ pub fn ingest_file(
     // SAFETY: read-only mapping of a file fjord never writes; see `index::map_media`.
     let data = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(open_err)?;
     // Hash on other cores while this one parses: both are a pass over the file.
-    let (packetization, source) = std::thread::scope(|s| {
+    let (plan, source) = std::thread::scope(|s| {
         let hasher = s.spawn(|| SourceId::of(&data, &meta));
-        let p = ts::packetize_with_progress(&data, opts, progress);
+        let p = format::plan(&data, opts, progress);
         (p, hasher.join())
     });
-    let packetization = packetization.map_err(|e| {
+    let plan = plan.map_err(|e| {
         let path = path.to_owned();
         match e {
-            TsError::Empty => IngestError::Empty { path },
-            TsError::NotTs => IngestError::NotTs { path },
-            TsError::TooLarge => IngestError::TooLarge { path },
+            FormatError::Empty => IngestError::Empty { path },
+            FormatError::TooLarge => IngestError::TooLarge { path },
+            FormatError::Unsupported(reason) | FormatError::Invalid(reason) => {
+                IngestError::Unsupported { path, reason }
+            }
         }
     })?;
     let source = source.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     let index_path = index::index_path_for(path);
-    index::write(&index_path, &packetization, &source, &TrackDesc::mpeg_ts()).map_err(
-        |source| IngestError::WriteIndex {
-            path: index_path,
-            source,
-        },
-    )?;
-    Ok(packetization.report)
+    index::write(&index_path, &plan, &source).map_err(|source| IngestError::WriteIndex {
+        path: index_path,
+        source,
+    })?;
+    Ok(plan.report)
 }
 
 /// The index of `media`: the existing one if it opens, was made with the same
@@ -106,7 +104,7 @@ pub fn open_or_ingest(
 ) -> Result<(Index, Option<IngestReport>), IngestError> {
     let index_path = index::index_path_for(media);
     if let Ok(idx) = Index::open(&index_path)
-        && idx.ts_per_rtp() == opts.ts_per_rtp.clamp(1, 7)
+        && (idx.ts_per_rtp() == 0 || idx.ts_per_rtp() == opts.ts_per_rtp.clamp(1, 7))
         && idx.matches(media).unwrap_or(false)
     {
         return Ok((idx, None));

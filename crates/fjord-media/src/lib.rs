@@ -1,18 +1,22 @@
 //! fjord-media: ingest (the prefabrication step) and the packetization index.
 //!
-//! [`ts`] turns an MPEG transport stream into a plan of RTP packets (pure, no
-//! I/O), [`index`] stores that plan in a checksummed, mmap-able file, and
+//! [`ts`] turns an MPEG transport stream into a [`plan`] of RTP packets (pure,
+//! no I/O), [`index`] stores that plan in a checksummed, mmap-able file, and
 //! [`ingest`] glues the two to the filesystem. Serving never parses media: it
 //! reads records from the index and sends byte ranges of the media file.
 
+pub mod format;
 pub mod index;
 pub mod ingest;
+pub mod plan;
 pub mod synthetic;
 pub mod ts;
 
+pub use format::{Container, FormatError};
 pub use index::{Index, IndexError, SourceId, Track, TrackDesc, TrackKind};
 pub use ingest::{IngestError, ingest_file, open_or_ingest};
-pub use ts::{
-    IngestReport, PacketRecord, Packetization, SyncPoint, TimingSource, TsOptions, looks_like_ts,
-    packetize,
+pub use plan::{
+    FLAG_MARKER, FLAG_RANDOM_ACCESS, IngestReport, MediaPlan, PacketRecord, SyncPoint,
+    TimingSource, TrackPlan,
 };
+pub use ts::{Packetization, TsOptions, looks_like_ts, packetize};

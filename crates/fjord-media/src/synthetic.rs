@@ -6,8 +6,9 @@
 use std::{io, path::Path};
 
 use crate::{
-    index::{self, Index, SourceId, TrackDesc},
-    ts::{IngestReport, PacketRecord, Packetization, SyncPoint, TimingSource, rtp_timestamp},
+    index::{self, Index, SourceId},
+    plan::{IngestReport, PacketRecord, SyncPoint, TimingSource},
+    ts::{Packetization, rtp_timestamp},
 };
 
 /// Writes `packets` packets of `payload` bytes, one every `gap_ns`, to
@@ -23,12 +24,13 @@ pub fn write_constant_rate(
         .collect();
     std::fs::write(media, &data)?;
     let records = (0..packets)
-        .map(|i| PacketRecord {
-            send_time_ns: i * gap_ns,
-            rtp_ts: rtp_timestamp(i * gap_ns),
-            offset: i * payload as u64,
-            len: payload as u32,
-            flags: 0,
+        .map(|i| {
+            PacketRecord::file_run(
+                i * gap_ns,
+                rtp_timestamp(i * gap_ns),
+                i * payload as u64,
+                payload as u32,
+            )
         })
         .collect();
     let duration_ns = packets * gap_ns;
@@ -38,6 +40,7 @@ pub fn write_constant_rate(
         duration_ns,
         ts_per_rtp: (payload / 188).clamp(1, 7) as u8,
         report: IngestReport {
+            format: "MPEG-TS".to_owned(),
             ts_packets: packets * (payload / 188).max(1) as u64,
             rtp_packets: packets,
             resyncs: 0,
@@ -53,12 +56,7 @@ pub fn write_constant_rate(
     };
     let meta = std::fs::metadata(media)?;
     let path = index::index_path_for(media);
-    index::write(
-        &path,
-        &p,
-        &SourceId::of(&data, &meta),
-        &TrackDesc::mpeg_ts(),
-    )?;
+    index::write(&path, &p.into_plan(), &SourceId::of(&data, &meta))?;
     Index::open(&path).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 

@@ -13,12 +13,14 @@
 //! (true of practically every file), only the first program is used, and CRCs
 //! are not checked (a wrong PMT only changes which PID is preferred).
 
+use crate::index::TrackDesc;
+pub use crate::plan::{
+    FLAG_MARKER, FLAG_RANDOM_ACCESS, IngestReport, MediaPlan, PacketRecord, SyncPoint,
+    TimingSource, TrackPlan,
+};
+
 /// Size of an MPEG-TS packet; fjord serves 188-byte packets only (not 192/204).
 pub const TS_PACKET_LEN: usize = 188;
-/// [`PacketRecord::flags`] bit: RTP marker bit (never set for MPEG-TS).
-pub const FLAG_MARKER: u8 = 1;
-/// [`PacketRecord::flags`] bit: the payload holds a random access point.
-pub const FLAG_RANDOM_ACCESS: u8 = 2;
 
 const SYNC: u8 = 0x47;
 /// Consecutive sync bytes (at 188-byte spacing) that establish sync.
@@ -62,61 +64,6 @@ impl Default for TsOptions {
             fallback_bitrate: 4_000_000,
         }
     }
-}
-
-/// Where the send times came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimingSource {
-    /// Interpolated between program clock references: the file's true rate.
-    Pcr,
-    /// Constant rate measured from PES presentation/decoding timestamps.
-    MeasuredFromPts,
-    /// Constant rate from [`TsOptions::fallback_bitrate`].
-    AssumedBitrate,
-}
-
-/// One RTP packet: when to send it and which bytes of the file it carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PacketRecord {
-    /// Send time relative to the first TS packet of the file (packet 0 is 0).
-    pub send_time_ns: u64,
-    /// RTP timestamp (90 kHz) of `send_time_ns`, wrapping.
-    pub rtp_ts: u32,
-    /// Payload start in the media file.
-    pub offset: u64,
-    /// Payload length (a multiple of 188 for MPEG-TS).
-    pub len: u32,
-    /// [`FLAG_MARKER`], [`FLAG_RANDOM_ACCESS`].
-    pub flags: u8,
-}
-
-/// A place where playback can start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SyncPoint {
-    /// RTP packet index to start sending from.
-    pub packet: u32,
-    /// Send time of the random access point itself.
-    pub time_ns: u64,
-}
-
-/// What ingest found, for the operator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IngestReport {
-    pub ts_packets: u64,
-    pub rtp_packets: u64,
-    /// Times sync was lost and found again.
-    pub resyncs: u64,
-    /// Bytes not in any valid TS packet (leading junk and garbage between packets).
-    pub skipped_bytes: u64,
-    /// Bytes of an incomplete last packet, not served.
-    pub truncated_tail_bytes: u64,
-    /// PCRs used for timing.
-    pub pcr_count: u64,
-    pub timing: TimingSource,
-    /// Plain-English notes about anything unusual.
-    pub warnings: Vec<String>,
-    /// Average bitrate over the whole file.
-    pub bitrate_bps: u64,
 }
 
 /// The result of [`packetize`].
@@ -747,13 +694,12 @@ fn finish(
     {
         let send_time_ns = time_ns(first).max(last_time);
         last_time = send_time_ns;
-        packets.push(PacketRecord {
+        packets.push(PacketRecord::file_run(
             send_time_ns,
-            rtp_ts: rtp_timestamp(send_time_ns),
+            rtp_timestamp(send_time_ns),
             offset,
-            len: count * TS_PACKET_LEN as u32,
-            flags: 0,
-        });
+            count * TS_PACKET_LEN as u32,
+        ));
     }
 
     let mut sync = vec![SyncPoint::default()];
@@ -796,6 +742,7 @@ fn finish(
         0
     };
     let report = IngestReport {
+        format: "MPEG-TS".to_owned(),
         ts_packets,
         rtp_packets: packets.len() as u64,
         resyncs,
@@ -812,6 +759,22 @@ fn finish(
         duration_ns,
         ts_per_rtp: opts.ts_per_rtp.clamp(1, 7),
         report,
+    }
+}
+
+impl Packetization {
+    /// The title plan: one MP2T track carrying the whole stream.
+    pub fn into_plan(self) -> MediaPlan {
+        MediaPlan {
+            tracks: vec![TrackPlan {
+                desc: TrackDesc::mpeg_ts(),
+                packets: self.packets,
+                sync: self.sync,
+            }],
+            duration_ns: self.duration_ns,
+            ts_per_rtp: self.ts_per_rtp,
+            report: self.report,
+        }
     }
 }
 

@@ -5,7 +5,8 @@ mod synth;
 use std::path::{Path, PathBuf};
 
 use fjord_media::index::{self, Index, IndexError, SourceId, TrackDesc, TrackKind};
-use fjord_media::ts::{Packetization, SyncPoint, TsOptions, packetize};
+use fjord_media::plan::{FLAG_MARKER, IngestReport, MediaPlan, PacketRecord, TrackPlan};
+use fjord_media::ts::{SyncPoint, TsOptions, packetize};
 use synth::Stream;
 
 fn source() -> SourceId {
@@ -17,25 +18,125 @@ fn source() -> SourceId {
     }
 }
 
-fn written(dir: &Path) -> (PathBuf, Packetization) {
-    let p = packetize(&Stream::default().cbr(0), &TsOptions::default()).unwrap();
+fn written(dir: &Path) -> (PathBuf, MediaPlan) {
+    let p = packetize(&Stream::default().cbr(0), &TsOptions::default())
+        .unwrap()
+        .into_plan();
     let path = dir.join("clip.ts.fjidx");
-    index::write(&path, &p, &source(), &TrackDesc::mpeg_ts()).unwrap();
+    index::write(&path, &p, &source()).unwrap();
     (path, p)
 }
 
-pub fn assert_round_trip(idx: &Index, p: &Packetization) {
+pub fn assert_round_trip(idx: &Index, p: &MediaPlan) {
     assert_eq!(idx.duration_ns(), p.duration_ns);
     assert_eq!(idx.ts_per_rtp(), p.ts_per_rtp);
     assert_eq!(idx.report(), p.report);
-    assert_eq!(idx.track_count(), 1);
-    let t = idx.track(0).unwrap();
-    assert_eq!(t.packet_count(), p.packets.len());
-    for (i, rec) in p.packets.iter().enumerate() {
-        assert_eq!(t.packet(i), Some(*rec));
+    assert_eq!(idx.format(), p.report.format);
+    assert_eq!(idx.track_count(), p.tracks.len());
+    for (t, plan) in idx.tracks().zip(&p.tracks) {
+        assert_eq!(t.desc(), plan.desc);
+        assert_eq!(t.packet_count(), plan.packets.len());
+        for (i, rec) in plan.packets.iter().enumerate() {
+            assert_eq!(t.packet(i), Some(*rec));
+        }
+        assert_eq!(t.packet(plan.packets.len()), None);
+        assert_eq!(t.sync_points().collect::<Vec<_>>(), plan.sync);
     }
-    assert_eq!(t.packet(p.packets.len()), None);
-    assert_eq!(t.sync_points().collect::<Vec<_>>(), p.sync);
+}
+
+/// Two tracks (video with payload headers and a split packet, audio without
+/// sync points), as the elementary-stream formats write them.
+fn two_tracks() -> MediaPlan {
+    let video = TrackPlan {
+        desc: TrackDesc {
+            kind: TrackKind::Video,
+            payload_type: 96,
+            clock_rate: 90_000,
+            encoding: "H264".to_owned(),
+            channels: 0,
+            fmtp: "packetization-mode=1".to_owned(),
+        },
+        packets: (0..50u32)
+            .map(|i| PacketRecord {
+                flags: if i % 5 == 4 { FLAG_MARKER } else { 0 },
+                skip: if i == 7 { 14 } else { 0 },
+                len2: if i == 7 { 30 } else { 0 },
+                ..PacketRecord::file_run(
+                    u64::from(i / 5) * 40_000_000,
+                    i / 5 * 3600,
+                    u64::from(i) * 1000,
+                    900,
+                )
+                .with_prefix(&[0x7c, 0x80 | (i % 5) as u8])
+            })
+            .collect(),
+        sync: vec![
+            SyncPoint {
+                packet: 0,
+                time_ns: 0,
+            },
+            SyncPoint {
+                packet: 25,
+                time_ns: 200_000_000,
+            },
+        ],
+    };
+    let audio = TrackPlan {
+        desc: TrackDesc {
+            kind: TrackKind::Audio,
+            payload_type: 97,
+            clock_rate: 48_000,
+            encoding: "mpeg4-generic".to_owned(),
+            channels: 2,
+            fmtp: "streamtype=5; mode=AAC-hbr".to_owned(),
+        },
+        packets: (0..20u32)
+            .map(|i| {
+                PacketRecord::file_run(
+                    u64::from(i) * 21_333_333,
+                    i * 1024,
+                    60_000 + u64::from(i) * 300,
+                    300,
+                )
+                .with_prefix(&[0, 16, 0x25, 0x80])
+            })
+            .collect(),
+        sync: vec![],
+    };
+    MediaPlan {
+        tracks: vec![video, audio],
+        duration_ns: 426_666_666,
+        ts_per_rtp: 0,
+        report: IngestReport::new("MP4 (H.264, AAC)", 70, 1_000_000),
+    }
+}
+
+#[test]
+fn several_tracks_with_payload_headers_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clip.mp4.fjidx");
+    let plan = two_tracks();
+    index::write(&path, &plan, &source()).unwrap();
+    let idx = Index::open(&path).unwrap();
+    assert_round_trip(&idx, &plan);
+    let audio = idx.track(1).unwrap();
+    assert_eq!(audio.channels(), 2);
+    assert_eq!(audio.first_sent_at_or_after(0), 0);
+    assert_eq!(audio.first_sent_at_or_after(21_333_334), 2);
+    assert_eq!(audio.first_sent_at_or_after(u64::MAX), 20);
+    let split = idx.track(0).unwrap().packet(7).unwrap();
+    assert_eq!((split.offset2(), split.payload_len()), (7914, 932));
+}
+
+#[test]
+fn a_packet_beyond_the_media_is_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clip.mp4.fjidx");
+    let mut plan = two_tracks();
+    // The second run of one packet ends past the 188000-byte source.
+    plan.tracks[0].packets[3].len2 = 200_000;
+    index::write(&path, &plan, &source()).unwrap();
+    assert!(matches!(Index::open(&path), Err(IndexError::Corrupt(_))));
 }
 
 #[test]
@@ -64,11 +165,11 @@ fn sync_before_finds_the_latest_point() {
     let idx = Index::open(&path).unwrap();
     let t = idx.track(0).unwrap();
     assert_eq!(t.sync_before(0), SyncPoint::default());
-    for s in &p.sync {
+    for s in &p.tracks[0].sync {
         assert_eq!(t.sync_before(s.time_ns), *s);
         assert_eq!(t.sync_before(s.time_ns + 1), *s);
     }
-    assert_eq!(t.sync_before(u64::MAX), *p.sync.last().unwrap());
+    assert_eq!(t.sync_before(u64::MAX), *p.tracks[0].sync.last().unwrap());
 }
 
 #[test]
@@ -111,11 +212,11 @@ fn other_version_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = written(dir.path());
     let mut bytes = std::fs::read(&path).unwrap();
-    bytes[8] = 2;
+    bytes[8] = 1;
     std::fs::write(&path, &bytes).unwrap();
     assert!(matches!(
         Index::open(&path),
-        Err(IndexError::Version { found: 2 })
+        Err(IndexError::Version { found: 1 })
     ));
     bytes[0] = b'X';
     std::fs::write(&path, &bytes).unwrap();
@@ -134,7 +235,7 @@ fn bad_tables_with_valid_checksum_are_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = written(dir.path());
     let good = std::fs::read(&path).unwrap();
-    let entry = 184;
+    let entry = 200;
     // packets_off, packets_count, sync_off, sync_count, string offsets, kind, track count, source size.
     let cases: [(usize, &[u8]); 9] = [
         (entry + 8, &[0xff; 8]),

@@ -121,10 +121,10 @@ fn errors_name_the_file_and_the_problem() {
     let text = dir.path().join("notes.ts");
     std::fs::write(&text, "just some words\n".repeat(100)).unwrap();
     let e = open_or_ingest(&text, &opts, &mut no_progress()).unwrap_err();
-    assert!(matches!(e, IngestError::NotTs { .. }), "{e}");
+    assert!(matches!(e, IngestError::Unsupported { .. }), "{e}");
     assert!(
         e.to_string()
-            .contains("notes.ts: not an MPEG transport stream"),
+            .contains("notes.ts: not a media file fjord can serve"),
         "{e}"
     );
     // Failed ingests leave no index or temp file behind.

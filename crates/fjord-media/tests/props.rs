@@ -2,7 +2,7 @@
 
 mod synth;
 
-use fjord_media::index::{self, Index, SourceId, TrackDesc};
+use fjord_media::index::{self, Index, SourceId};
 use fjord_media::ts::{TsOptions, packetize};
 use proptest::prelude::*;
 use synth::{MS, Pkt, Stream};
@@ -98,7 +98,7 @@ proptest! {
         let p = packetize(&data, &TsOptions { ts_per_rtp: k, ..TsOptions::default() }).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.fjidx");
-        index::write(&path, &p, &source(data.len() as u64), &TrackDesc::mpeg_ts()).unwrap();
+        index::write(&path, &p.clone().into_plan(), &source(data.len() as u64)).unwrap();
         let idx = Index::open(&path).unwrap();
         let t = idx.track(0).unwrap();
         prop_assert_eq!(t.packet_count(), p.packets.len());
@@ -116,7 +116,7 @@ proptest! {
         let p = packetize(&data, &TsOptions::default()).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.fjidx");
-        index::write(&path, &p, &source(data.len() as u64), &TrackDesc::mpeg_ts()).unwrap();
+        index::write(&path, &p.clone().into_plan(), &source(data.len() as u64)).unwrap();
         let mut bytes = std::fs::read(&path).unwrap();
         let i = at.index(bytes.len() - 32);
         bytes[i] = byte;

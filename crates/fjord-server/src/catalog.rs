@@ -134,7 +134,7 @@ fn classify(e: fjord_media::ingest::IngestError) -> CatalogError {
     use fjord_media::ingest::IngestError as E;
     match e {
         E::Open { .. } | E::NotAFile { .. } => CatalogError::NotFound,
-        E::Empty { .. } | E::NotTs { .. } | E::TooLarge { .. } => {
+        E::Empty { .. } | E::Unsupported { .. } | E::TooLarge { .. } => {
             CatalogError::Unsupported(e.to_string())
         }
         E::WriteIndex { .. } | E::ReadBack { .. } => CatalogError::Failed(e.to_string()),

@@ -1,0 +1,68 @@
+//! Which container a file is, by content (the extension only breaks ties),
+//! and the one entry point that turns any supported file into a [`MediaPlan`].
+
+use crate::plan::MediaPlan;
+use crate::ts::{self, TsError, TsOptions};
+
+/// Largest RTP payload a packetizer makes (payload header included): a
+/// 1500-byte MTU minus IPv4, UDP and RTP headers, with room for IP options
+/// and tunnels.
+pub const MAX_RTP_PAYLOAD: usize = 1400;
+
+/// Why a file cannot be planned. The reason is shown to the operator and
+/// sent to RTSP clients with `415 Unsupported Media Type`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("the file is empty")]
+    Empty,
+    #[error("too large to index (over 256 TiB or 2^32 RTP packets); split the file")]
+    TooLarge,
+    /// Recognised but not servable (codec, feature), or not recognised at all.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Recognised but broken beyond use.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What fjord knows how to serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Container {
+    MpegTs,
+}
+
+impl Container {
+    /// Sniffs the first bytes of a file (at least a few KiB when available).
+    pub fn detect(head: &[u8]) -> Option<Container> {
+        if ts::looks_like_ts(head) {
+            return Some(Container::MpegTs);
+        }
+        None
+    }
+}
+
+/// The packet plan of a whole file held in memory; `progress(done, total)`
+/// is called every few MiB.
+pub fn plan(
+    data: &[u8],
+    opts: &TsOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<MediaPlan, FormatError> {
+    if data.is_empty() {
+        return Err(FormatError::Empty);
+    }
+    match Container::detect(data) {
+        Some(Container::MpegTs) => ts::packetize_with_progress(data, opts, progress)
+            .map(ts::Packetization::into_plan)
+            .map_err(|e| match e {
+                TsError::Empty => FormatError::Empty,
+                TsError::TooLarge => FormatError::TooLarge,
+                TsError::NotTs => FormatError::Unsupported(e.to_string()),
+            }),
+        None => Err(FormatError::Unsupported(
+            "not a media file fjord can serve: nothing in its first bytes looks like MPEG-TS, \
+             MP4/MOV, an MPEG-1/2 program or video elementary stream, ADTS AAC or MP3"
+                .to_owned(),
+        )),
+    }
+}
