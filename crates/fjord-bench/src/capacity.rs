@@ -371,7 +371,14 @@ fn run_once(
         if let Some(wait) = at.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        engine.send(0, Command::Start { id: i as u64 + 1 });
+        engine.send(
+            0,
+            Command::Start {
+                id: i as u64 + 1,
+                at: std::time::Instant::now(),
+                origin_ns: 0,
+            },
+        );
     }
     std::thread::sleep(Duration::from_secs(1));
     let s0 = one(&engine);

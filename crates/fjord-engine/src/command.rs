@@ -1,6 +1,11 @@
 //! Messages from the control plane to an engine thread.
 
-use std::{net::SocketAddr, os::fd::OwnedFd, sync::Arc, time::Duration};
+use std::{
+    net::SocketAddr,
+    os::fd::OwnedFd,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use crate::{Title, datapath::Counters};
 
@@ -38,19 +43,25 @@ pub enum Output {
 /// Where a PLAY starts.
 #[derive(Clone, Copy, Debug)]
 pub enum Start {
-    /// At this packet index (a seek; the control plane chose a sync point).
-    Packet(u32),
+    /// At this time on the title timeline (a seek; the control plane chose
+    /// the time of a random-access point). A track with sync points starts
+    /// at its last one at or before it, any other track at its first packet
+    /// sent at or after it, so all tracks of a title start together.
+    At(u64),
     /// Where the session stopped (resume after PAUSE), or at the beginning.
     Resume,
 }
 
-/// What the RTSP PLAY reply reports: the first packet the session will send.
+/// What the RTSP PLAY reply reports for one stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlayInfo {
+    /// The first packet the session will send.
     pub packet: u32,
     pub seq: u16,
+    /// RTP timestamp of `time_ns` (RFC 2326 `RTP-Info: rtptime` belongs to
+    /// the `Range` start, not to the first packet).
     pub rtptime: u32,
-    /// Media time of that packet in the index, in nanoseconds.
+    /// Where playback stands on the title timeline, in nanoseconds.
     pub time_ns: u64,
 }
 
@@ -64,8 +75,13 @@ pub enum Command {
         start: Start,
         reply: Box<dyn FnOnce(Option<PlayInfo>) + Send>,
     },
+    /// Start sending: packets sent at title time `origin_ns` are due at `at`.
+    /// Every stream of an RTSP session gets the same clock, so their RTCP
+    /// sender reports agree and players lip-sync.
     Start {
         id: u64,
+        at: Instant,
+        origin_ns: u64,
     },
     Pause {
         id: u64,

@@ -7,7 +7,10 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use fjord_media::{index::Track, ts::FLAG_MARKER};
+use fjord_media::{
+    index::Track,
+    plan::{FLAG_MARKER, rtp_ticks},
+};
 use fjord_proto::{
     rtcp::{NtpTime, SenderReportTemplate},
     rtp,
@@ -44,6 +47,8 @@ pub(crate) struct Session {
     ts0: u32,
     output: Output,
     next: u32,
+    /// Where playback stands on the title timeline while stopped.
+    position_ns: u64,
     seq: u16,
     packets: u32,
     octets: u32,
@@ -70,6 +75,7 @@ impl Session {
             ts0: spec.ts0,
             output: spec.output,
             next: 0,
+            position_ns: 0,
             seq: spec.seq0,
             packets: 0,
             octets: 0,
@@ -102,33 +108,41 @@ impl Session {
             None => {
                 let ns = self.title.index().duration_ns();
                 let clock = track.map_or(90_000, |t| t.clock_rate());
-                (ns, ns_to_ticks(ns, clock) as u32)
+                (ns, rtp_ticks(ns, clock))
             }
         }
     }
 
     pub(crate) fn play(&mut self, start: Start) -> PlayInfo {
-        if let Start::Packet(p) = start {
-            self.next = p.min(self.count());
+        if let Start::At(ns) = start {
+            self.next = self.track().map_or(0, |t| {
+                if t.sync_count() > 0 {
+                    t.sync_before(ns).packet
+                } else {
+                    t.first_sent_at_or_after(ns)
+                }
+            });
+            self.next = self.next.min(self.count());
+            self.position_ns = ns;
         }
         self.state = State::Stopped;
-        let (time_ns, rtp_ts) = self.media_time(self.next);
+        let clock = self.track().map_or(90_000, |t| t.clock_rate());
         PlayInfo {
             packet: self.next,
             seq: self.seq,
-            rtptime: self.ts0.wrapping_add(rtp_ts),
-            time_ns,
+            rtptime: self.ts0.wrapping_add(rtp_ticks(self.position_ns, clock)),
+            time_ns: self.position_ns,
         }
     }
 
-    pub(crate) fn start(&mut self, now: Instant) {
-        let (origin_ns, _) = self.media_time(self.next);
-        self.state = State::Playing { t0: now, origin_ns };
-        self.next_report = now;
+    pub(crate) fn start(&mut self, at: Instant, origin_ns: u64) {
+        self.state = State::Playing { t0: at, origin_ns };
+        self.next_report = at;
     }
 
-    pub(crate) fn pause(&mut self) {
-        if matches!(self.state, State::Playing { .. }) {
+    pub(crate) fn pause(&mut self, now: Instant) {
+        if let State::Playing { t0, origin_ns } = self.state {
+            self.position_ns = origin_ns + now.saturating_duration_since(t0).as_nanos() as u64;
             self.state = State::Stopped;
         }
     }
@@ -366,7 +380,7 @@ impl Session {
         };
         let clock = self.track().map_or(90_000, |t| t.clock_rate());
         let media_ns = origin_ns + p.now.saturating_duration_since(t0).as_nanos() as u64;
-        let rtp_now = self.ts0.wrapping_add(ns_to_ticks(media_ns, clock) as u32);
+        let rtp_now = self.ts0.wrapping_add(rtp_ticks(media_ns, clock));
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
@@ -398,10 +412,6 @@ impl Session {
 /// `origin_ns` at `t0`.
 fn due(t0: Instant, origin_ns: u64, ns: u64) -> Instant {
     t0 + Duration::from_nanos(ns.saturating_sub(origin_ns))
-}
-
-fn ns_to_ticks(ns: u64, clock_rate: u32) -> u64 {
-    (ns as u128 * clock_rate as u128 / 1_000_000_000) as u64
 }
 
 #[cfg(test)]
@@ -488,7 +498,7 @@ mod tests {
         );
 
         let t0 = Instant::now();
-        s.start(t0);
+        s.start(t0, 0);
         // Due at 0 and 10 ms: inside the 15 ms burst; 20 ms is not.
         let (a, wake) = tick(&mut s, t0, usize::MAX);
         // Wake a quarter burst before the next one is due.
@@ -519,7 +529,7 @@ mod tests {
         let mut s = session(title(dir.path()), &rtcp);
         s.play(Start::Resume);
         let t0 = Instant::now();
-        s.start(t0);
+        s.start(t0, 0);
         let late = t0 + Duration::from_millis(50);
         let (a, wake) = tick(&mut s, late, 3);
         assert_eq!(a.len(), 3);
@@ -536,25 +546,34 @@ mod tests {
         let mut s = session(title(dir.path()), &rtcp);
         s.play(Start::Resume);
         let t0 = Instant::now();
-        s.start(t0);
+        s.start(t0, 0);
         assert_eq!(tick(&mut s, t0, usize::MAX).0.len(), 2);
-        s.pause();
+        s.pause(t0 + Duration::from_millis(15));
         assert_eq!(
             tick(&mut s, t0 + Duration::from_secs(1), usize::MAX),
             (vec![], None)
         );
 
+        // Resumes where the clock stopped: packet 2 (due at 20 ms) is next.
         let info = s.play(Start::Resume);
-        assert_eq!((info.packet, info.seq, info.time_ns), (2, 0, 20 * MS));
+        assert_eq!((info.packet, info.seq, info.time_ns), (2, 0, 15 * MS));
+        assert_eq!(info.rtptime, (u32::MAX - 100).wrapping_add(1350));
         let t1 = t0 + Duration::from_secs(2);
-        s.start(t1);
-        let (c, _) = tick(&mut s, t1, usize::MAX);
+        s.start(t1, info.time_ns);
+        let (c, wake) = tick(&mut s, t1, usize::MAX);
         assert_eq!(c[0], (0, (u32::MAX - 100).wrapping_add(1800), vec![2; 188]));
+        assert_eq!(c.len(), 2, "20 and 30 ms are within the burst of 15 ms");
+        assert_eq!(
+            wake,
+            Some(t1 + Duration::from_millis(25) - Duration::from_millis(15) / 4)
+        );
 
-        let info = s.play(Start::Packet(8));
+        // A seek on a track without sync points enters at the first packet
+        // at or after the time.
+        let info = s.play(Start::At(75 * MS));
         assert_eq!((info.packet, info.seq), (8, 2));
-        assert_eq!(info.rtptime, (u32::MAX - 100).wrapping_add(8 * 900));
-        s.start(t1);
+        assert_eq!(info.rtptime, (u32::MAX - 100).wrapping_add(75 * 90));
+        s.start(t1, info.time_ns);
         let (d, _) = tick(&mut s, t1, usize::MAX);
         assert_eq!(d.last().unwrap().2, vec![9; 188]);
     }
@@ -567,7 +586,7 @@ mod tests {
         let mut s = session(title(dir.path()), &rtcp);
         s.play(Start::Resume);
         let t0 = Instant::now();
-        s.start(t0);
+        s.start(t0, 0);
         let (all, wake) = tick(&mut s, t0 + Duration::from_millis(90), usize::MAX);
         assert_eq!(all.len(), 10);
         let wake = wake.unwrap();

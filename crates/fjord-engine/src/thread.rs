@@ -307,19 +307,18 @@ impl Worker {
                 }
                 reply(info);
             }
-            Command::Start { id } => {
+            Command::Start { id, at, origin_ns } => {
                 if let Some(&k) = self.ids.get(&id)
                     && let Some(s) = self.slots[k as usize].as_mut()
                 {
-                    let now = Instant::now();
-                    s.start(now);
-                    self.wheel.insert(k, now);
+                    s.start(at, origin_ns);
+                    self.wheel.insert(k, Instant::now());
                 }
             }
             Command::Pause { id } => {
                 if let Some(&k) = self.ids.get(&id) {
                     if let Some(s) = self.slots[k as usize].as_mut() {
-                        s.pause();
+                        s.pause(Instant::now());
                     }
                     self.wheel.remove(k);
                 }

@@ -97,7 +97,14 @@ fn streaming_sessions_allocate_nothing_per_packet() {
                     reply: Box::new(|_| {}),
                 },
             );
-            engine.send(id, Command::Start { id });
+            engine.send(
+                id,
+                Command::Start {
+                    id,
+                    at: std::time::Instant::now(),
+                    origin_ns: 0,
+                },
+            );
         }
         // Warm up: buffers reach their working size, lazy statics settle.
         std::thread::sleep(Duration::from_millis(800));

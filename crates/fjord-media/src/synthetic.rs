@@ -7,7 +7,7 @@ use std::{io, path::Path};
 
 use crate::{
     index::{self, Index, SourceId},
-    plan::{IngestReport, PacketRecord, SyncPoint, TimingSource},
+    plan::{IngestReport, PacketRecord, TimingSource},
     ts::{Packetization, rtp_timestamp},
 };
 
@@ -36,7 +36,8 @@ pub fn write_constant_rate(
     let duration_ns = packets * gap_ns;
     let p = Packetization {
         packets: records,
-        sync: vec![SyncPoint::default()],
+        // No structure: any packet is an entry point (seeks enter by time).
+        sync: vec![],
         duration_ns,
         ts_per_rtp: (payload / 188).clamp(1, 7) as u8,
         report: IngestReport {

@@ -27,6 +27,8 @@ pub struct SdpTrack<'a> {
     /// Encoding name for `a=rtpmap`, e.g. `MP2T`.
     pub encoding: &'a str,
     pub clock_rate: u32,
+    /// Audio channels, appended to `a=rtpmap` when non-zero.
+    pub channels: u8,
     /// `a=fmtp:<pt> <this>` when present.
     pub fmtp: Option<&'a str>,
     /// `a=control:<this>`, e.g. `track1`.
@@ -75,10 +77,13 @@ pub fn describe(t: &SdpTitle) -> String {
             key: None,
             attributes: Vec::new(),
         };
-        media.attributes.push(Attribute::with_value(
-            "rtpmap",
-            format!("{pt} {}/{}", non_empty(&token(tr.encoding)), tr.clock_rate),
-        ));
+        let mut rtpmap = format!("{pt} {}/{}", non_empty(&token(tr.encoding)), tr.clock_rate);
+        if tr.channels > 0 {
+            rtpmap.push_str(&format!("/{}", tr.channels));
+        }
+        media
+            .attributes
+            .push(Attribute::with_value("rtpmap", rtpmap));
         if let Some(fmtp) = tr.fmtp {
             media.attributes.push(Attribute::with_value(
                 "fmtp",
@@ -134,6 +139,7 @@ mod tests {
         payload_type: 33,
         encoding: "MP2T",
         clock_rate: 90000,
+        channels: 0,
         fmtp: None,
         control: "track1",
     };
@@ -156,6 +162,7 @@ mod tests {
             payload_type: 97,
             encoding: "MPEG4-GENERIC",
             clock_rate: 48000,
+            channels: 2,
             fmtp: Some("streamtype=5;mode=AAC-hbr"),
             control: "track2",
         };
@@ -180,7 +187,7 @@ mod tests {
         assert_eq!(a.proto, "RTP/AVP");
         assert_eq!(
             a.get_first_attribute_value("rtpmap").unwrap(),
-            Some("97 MPEG4-GENERIC/48000")
+            Some("97 MPEG4-GENERIC/48000/2")
         );
         assert_eq!(
             a.get_first_attribute_value("fmtp").unwrap(),
@@ -199,6 +206,7 @@ mod tests {
             payload_type: 200,
             encoding: "",
             clock_rate: 0,
+            channels: 0,
             fmtp: Some("x\r\na=evil"),
             control: "tr ack\n",
         };

@@ -149,8 +149,8 @@ async fn run(server: &Server, conn: &mut Conn) {
                             {
                                 return;
                             }
-                            for (shard, cmd) in reply.after {
-                                server.engine.send(shard, cmd);
+                            if let Some(start) = reply.start {
+                                start.send(server);
                             }
                             if close {
                                 return;

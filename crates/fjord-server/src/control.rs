@@ -29,16 +29,41 @@ use crate::{
 
 pub(crate) struct Reply {
     pub response: Response,
-    /// Commands to send once the reply is written (PLAY's `Start`).
-    pub after: Vec<(u64, Command)>,
+    /// Streams to start once the reply is written (PLAY).
+    pub start: Option<PlayStart>,
     pub close: bool,
+}
+
+/// The streams a PLAY starts, all on one clock.
+pub(crate) struct PlayStart {
+    /// (engine shard, engine stream id)
+    pub streams: Vec<(u64, u64)>,
+    /// Title time at which playback starts.
+    pub origin_ns: u64,
+}
+
+impl PlayStart {
+    /// Starts every stream with title time `origin_ns` due now.
+    pub(crate) fn send(self, server: &Server) {
+        let at = std::time::Instant::now();
+        for (shard, id) in self.streams {
+            server.engine.send(
+                shard,
+                Command::Start {
+                    id,
+                    at,
+                    origin_ns: self.origin_ns,
+                },
+            );
+        }
+    }
 }
 
 impl From<Response> for Reply {
     fn from(response: Response) -> Self {
         Reply {
             response,
-            after: Vec::new(),
+            start: None,
             close: false,
         }
     }
@@ -100,6 +125,7 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
             payload_type: t.payload_type(),
             encoding: t.encoding(),
             clock_rate: t.clock_rate(),
+            channels: t.channels(),
             fmtp: Some(t.fmtp()).filter(|f| !f.is_empty()),
             control: &controls[i],
         })
@@ -412,7 +438,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
             }
         },
     };
-    let streams: Vec<(u64, u64, usize, String)> = {
+    let streams: Vec<(u64, u64, String)> = {
         let mut inner = session.lock();
         match next_state(inner.state, &Method::Play) {
             Ok(s) => inner.state = s,
@@ -421,30 +447,31 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         inner
             .streams
             .iter()
-            .map(|s| (s.shard, s.engine_id, s.track, s.url.clone()))
+            .map(|s| (s.shard, s.engine_id, s.url.clone()))
             .collect()
     };
+    // A seek starts every track at the random-access point of the title's
+    // first track that has them (the video) at or before the requested time.
+    let start = match seek_ns {
+        Some(ns) => {
+            let index = session.title.index();
+            let key = index.tracks().find(|t| t.sync_count() > 0);
+            Start::At(key.map_or(ns, |t| t.sync_before(ns).time_ns))
+        }
+        None => Start::Resume,
+    };
     let mut infos = Vec::with_capacity(streams.len());
-    let mut after = Vec::with_capacity(streams.len());
-    for (shard, id, track, url) in streams {
-        // Start at the random-access point at or before the requested time.
-        let start = match seek_ns {
-            Some(ns) => Start::Packet(
-                session
-                    .title
-                    .index()
-                    .track(track)
-                    .map_or(0, |t| t.sync_before(ns).packet),
-            ),
-            None => Start::Resume,
-        };
+    let mut started = Vec::with_capacity(streams.len());
+    for (shard, id, url) in streams {
         let Some(info) = engine_play(server, shard, id, start).await else {
             return status(454);
         };
         infos.push((url, info));
-        after.push((shard, Command::Start { id }));
+        started.push((shard, id));
     }
-    let start_s = infos.first().map_or(0.0, |(_, i)| i.time_ns as f64 / 1e9);
+    // Streams paused together stand at (nearly) the same time; the first
+    // one's is the session's.
+    let origin_ns = infos.first().map_or(0, |(_, i)| i.time_ns);
     let duration_s = session.title.index().duration_ns() as f64 / 1e9;
     let rtp_info: Vec<(String, u16, u32)> = infos
         .into_iter()
@@ -452,10 +479,16 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         .collect();
     Reply {
         response: Response::new(200)
-            .header("Range", range::format_npt(start_s, Some(duration_s)))
+            .header(
+                "Range",
+                range::format_npt(origin_ns as f64 / 1e9, Some(duration_s)),
+            )
             .header("RTP-Info", rtp_info::format(&rtp_info))
             .header("Session", session_header(server, &session.id)),
-        after,
+        start: Some(PlayStart {
+            streams: started,
+            origin_ns,
+        }),
         close: false,
     }
 }
