@@ -84,6 +84,44 @@ impl SourceId {
             sample_hash: sample_hash(data),
         }
     }
+
+    /// Identity of an open file, read in chunks rather than mapped, so
+    /// hashing a file of many GB keeps a few MiB resident.
+    pub fn of_file(file: &File, meta: &std::fs::Metadata) -> io::Result<SourceId> {
+        use std::os::unix::fs::FileExt;
+        const CHUNK: usize = 16 << 20;
+        let size = meta.len();
+        let mut buf = vec![0u8; CHUNK];
+        let mut hasher = blake3::Hasher::new();
+        let mut at = 0u64;
+        while at < size {
+            let n = (size - at).min(CHUNK as u64) as usize;
+            file.read_exact_at(&mut buf[..n], at)?;
+            hasher.update_rayon(&buf[..n]);
+            at += n as u64;
+        }
+        let mut sample = blake3::Hasher::new();
+        sample.update(&size.to_le_bytes());
+        let mut failed = None;
+        sample_pieces(size as usize, |range| {
+            let piece = &mut buf[..range.len()];
+            match file.read_exact_at(piece, range.start as u64) {
+                Ok(()) => {
+                    sample.update(piece);
+                }
+                Err(e) => failed = Some(e),
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        Ok(SourceId {
+            size,
+            mtime_ns: mtime_ns(meta),
+            content_hash: *hasher.finalize().as_bytes(),
+            sample_hash: *sample.finalize().as_bytes(),
+        })
+    }
 }
 
 /// Modification time in nanoseconds since the Unix epoch (0 if unknown).
@@ -97,23 +135,23 @@ pub fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
 
 /// blake3 over the length, first and last MiB and 32 evenly spaced 4 KiB blocks.
 pub fn sample_hash(data: &[u8]) -> [u8; 32] {
-    let len = data.len();
     let mut h = blake3::Hasher::new();
-    h.update(&(len as u64).to_le_bytes());
-    h.update(data.get(..SAMPLE_EDGE.min(len)).unwrap_or_default());
-    h.update(
-        data.get(len.saturating_sub(SAMPLE_EDGE)..)
-            .unwrap_or_default(),
-    );
+    h.update(&(data.len() as u64).to_le_bytes());
+    sample_pieces(data.len(), |range| {
+        h.update(data.get(range).unwrap_or_default());
+    });
+    *h.finalize().as_bytes()
+}
+
+/// The byte ranges [`sample_hash`] hashes after the length, in order.
+fn sample_pieces(len: usize, mut piece: impl FnMut(std::ops::Range<usize>)) {
+    piece(0..SAMPLE_EDGE.min(len));
+    piece(len.saturating_sub(SAMPLE_EDGE)..len);
     let last_start = len.saturating_sub(SAMPLE_BLOCK);
     for i in 0..SAMPLE_BLOCKS {
         let start = (last_start as u128 * i as u128 / (SAMPLE_BLOCKS - 1) as u128) as usize;
-        h.update(
-            data.get(start..(start + SAMPLE_BLOCK).min(len))
-                .unwrap_or_default(),
-        );
+        piece(start..(start + SAMPLE_BLOCK).min(len));
     }
-    *h.finalize().as_bytes()
 }
 
 /// Where the index of `media` lives: next to it, `.fjidx` appended.

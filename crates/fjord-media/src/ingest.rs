@@ -44,6 +44,9 @@ pub enum IngestError {
     },
 }
 
+/// Bytes of the media mapping allowed to stay resident during ingest.
+const RESIDENT_LIMIT: u64 = 64 << 20;
+
 /// Parse `path`, hash it and write its index next to it. `progress` gets
 /// (bytes done, bytes total) every few MiB.
 pub fn ingest_file(
@@ -68,11 +71,27 @@ pub fn ingest_file(
         });
     }
     // SAFETY: read-only mapping of a file fjord never writes; see `index::map_media`.
-    let data = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(open_err)?;
+    let data = unsafe { memmap2::Mmap::map(&file) }.map_err(open_err)?;
+    let _ = data.advise(memmap2::Advice::Sequential);
+    // Pages of a mapping count in the process's RSS once touched: drop them
+    // every so often (they stay in the page cache), so a file of many GB
+    // ingests in bounded memory. A page needed again just faults back in.
+    let mut dropped_at = 0u64;
+    let mut progress = |done: u64, total: u64| {
+        if done.saturating_sub(dropped_at) >= RESIDENT_LIMIT {
+            // SAFETY: the mapping is read-only and file-backed; after
+            // MADV_DONTNEED its pages read the file's contents again.
+            let _ = unsafe {
+                data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+            };
+            dropped_at = done;
+        }
+        progress(done, total);
+    };
     // Hash on other cores while this one parses: both are a pass over the file.
     let (plan, source) = std::thread::scope(|s| {
-        let hasher = s.spawn(|| SourceId::of(&data, &meta));
-        let p = format::plan(&data, opts, progress);
+        let hasher = s.spawn(|| SourceId::of_file(&file, &meta));
+        let p = format::plan(&data, opts, &mut progress);
         (p, hasher.join())
     });
     let plan = plan.map_err(|e| {
@@ -85,7 +104,9 @@ pub fn ingest_file(
             }
         }
     })?;
-    let source = source.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let source = source
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        .map_err(open_err)?;
     let index_path = index::index_path_for(path);
     index::write(&index_path, &plan, &source).map_err(|source| IngestError::WriteIndex {
         path: index_path,

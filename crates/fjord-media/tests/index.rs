@@ -259,3 +259,20 @@ fn bad_tables_with_valid_checksum_are_corrupt() {
         );
     }
 }
+
+#[test]
+fn identity_from_the_file_equals_identity_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    for len in [0usize, 1, 4095, 3 << 20, (17 << 20) + 5] {
+        let path = dir.path().join(format!("m{len}"));
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let meta = file.metadata().unwrap();
+        assert_eq!(
+            SourceId::of_file(&file, &meta).unwrap(),
+            SourceId::of(&data, &meta),
+            "len {len}"
+        );
+    }
+}
