@@ -238,7 +238,6 @@ pub enum IndexError {
 
 /// Write the index of a title atomically (temp file, fsync, rename).
 pub fn write(path: &Path, plan: &MediaPlan, src: &SourceId) -> io::Result<()> {
-    let bytes = encode(plan, src)?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -246,7 +245,7 @@ pub fn write(path: &Path, plan: &MediaPlan, src: &SourceId) -> io::Result<()> {
     let mut tmp = tempfile::Builder::new()
         .prefix(".fjidx.tmp")
         .tempfile_in(dir)?;
-    tmp.write_all(&bytes)?;
+    encode(plan, src, tmp.as_file_mut())?;
     // Temp files are created 0600; an index is as readable as its media.
     #[cfg(unix)]
     {
@@ -263,10 +262,6 @@ pub fn write(path: &Path, plan: &MediaPlan, src: &SourceId) -> io::Result<()> {
     Ok(())
 }
 
-fn pad8(buf: &mut Vec<u8>) {
-    buf.resize(buf.len().next_multiple_of(8), 0);
-}
-
 fn too_big(what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
@@ -274,31 +269,63 @@ fn too_big(what: &str) -> io::Error {
     )
 }
 
-fn encode(p: &MediaPlan, src: &SourceId) -> io::Result<Vec<u8>> {
+/// Streams bytes to a file through a buffer, hashing them on the way, so
+/// an index of millions of packets never sits in memory twice.
+struct HashedOut<'a> {
+    file: &'a mut File,
+    buf: Vec<u8>,
+    hasher: blake3::Hasher,
+    written: usize,
+}
+
+impl HashedOut<'_> {
+    const FLUSH: usize = 1 << 20;
+
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.buf.extend_from_slice(bytes);
+        self.written += bytes.len();
+        if self.buf.len() >= Self::FLUSH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.hasher.update(&self.buf);
+        self.file.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Flushes and appends the checksum of everything written.
+    fn finish(mut self) -> io::Result<()> {
+        self.flush()?;
+        self.file.write_all(self.hasher.finalize().as_bytes())
+    }
+}
+
+fn encode(p: &MediaPlan, src: &SourceId, file: &mut File) -> io::Result<()> {
     let r = &p.report;
     if p.tracks.len() > MAX_TRACKS {
         return Err(too_big("track count"));
     }
     let warnings = r.warnings.join("\n");
-    let records: usize = p.tracks.iter().map(|t| t.packets.len()).sum();
-    let mut buf = Vec::with_capacity(
-        HEADER_LEN + TRACK_ENTRY_LEN * p.tracks.len() + records * PACKET_RECORD_LEN + 4096,
-    );
-    buf.extend_from_slice(&MAGIC);
-    buf.extend_from_slice(&VERSION.to_le_bytes());
-    buf.extend_from_slice(&(p.tracks.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&src.size.to_le_bytes());
-    buf.extend_from_slice(&src.mtime_ns.to_le_bytes());
-    buf.extend_from_slice(&src.content_hash);
-    buf.extend_from_slice(&src.sample_hash);
-    buf.extend_from_slice(&p.duration_ns.to_le_bytes());
+    let mut head = Vec::with_capacity(HEADER_LEN + TRACK_ENTRY_LEN * p.tracks.len() + 4096);
+    head.extend_from_slice(&MAGIC);
+    head.extend_from_slice(&VERSION.to_le_bytes());
+    head.extend_from_slice(&(p.tracks.len() as u32).to_le_bytes());
+    head.extend_from_slice(&src.size.to_le_bytes());
+    head.extend_from_slice(&src.mtime_ns.to_le_bytes());
+    head.extend_from_slice(&src.content_hash);
+    head.extend_from_slice(&src.sample_hash);
+    head.extend_from_slice(&p.duration_ns.to_le_bytes());
     let timing = match r.timing {
         TimingSource::Pcr => 0u8,
         TimingSource::MeasuredFromPts => 1,
         TimingSource::AssumedBitrate => 2,
         TimingSource::Timestamps => 3,
     };
-    buf.extend_from_slice(&[p.ts_per_rtp, timing, 0, 0, 0, 0, 0, 0]);
+    head.extend_from_slice(&[p.ts_per_rtp, timing, 0, 0, 0, 0, 0, 0]);
     for v in [
         r.ts_packets,
         r.rtp_packets,
@@ -308,7 +335,7 @@ fn encode(p: &MediaPlan, src: &SourceId) -> io::Result<Vec<u8>> {
         r.pcr_count,
         r.bitrate_bps,
     ] {
-        buf.extend_from_slice(&v.to_le_bytes());
+        head.extend_from_slice(&v.to_le_bytes());
     }
     let entries_at = HEADER_LEN;
     let strings_at = entries_at + TRACK_ENTRY_LEN * p.tracks.len();
@@ -326,56 +353,66 @@ fn encode(p: &MediaPlan, src: &SourceId) -> io::Result<Vec<u8>> {
         .map(|t| (string(&t.desc.encoding), string(&t.desc.fmtp)))
         .collect();
     for v in [warnings_off, warnings_len, format_off, format_len] {
-        buf.extend_from_slice(&(v as u64).to_le_bytes());
+        head.extend_from_slice(&(v as u64).to_le_bytes());
     }
-    debug_assert_eq!(buf.len(), HEADER_LEN);
-    buf.resize(strings_at, 0);
-    buf.extend_from_slice(&strings);
-    pad8(&mut buf);
+    debug_assert_eq!(head.len(), HEADER_LEN);
+    // Tables follow the strings; record sizes are multiples of 8, so every
+    // table stays 8-byte aligned.
+    let mut table_at = (strings_at + strings.len()).next_multiple_of(8);
     let u32_of = |v: usize| u32::try_from(v).map_err(|_| too_big("string table"));
-    for (t, (track, (encoding, fmtp))) in p.tracks.iter().zip(track_strings).enumerate() {
-        let packets_off = buf.len();
+    for (track, (encoding, fmtp)) in p.tracks.iter().zip(track_strings) {
+        let packets_off = table_at;
+        let sync_off = packets_off + track.packets.len() * PACKET_RECORD_LEN;
+        table_at = sync_off + track.sync.len() * SYNC_RECORD_LEN;
+        let d = &track.desc;
+        let entry_start = head.len();
+        head.extend_from_slice(&[d.kind.code(), d.payload_type, d.channels, 0]);
+        head.extend_from_slice(&d.clock_rate.to_le_bytes());
+        head.extend_from_slice(&(packets_off as u64).to_le_bytes());
+        head.extend_from_slice(&(track.packets.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(sync_off as u64).to_le_bytes());
+        head.extend_from_slice(&(track.sync.len() as u64).to_le_bytes());
+        for v in [encoding.0, encoding.1, fmtp.0, fmtp.1] {
+            head.extend_from_slice(&u32_of(v)?.to_le_bytes());
+        }
+        head.resize(entry_start + TRACK_ENTRY_LEN, 0);
+    }
+    head.extend_from_slice(&strings);
+    head.resize(head.len().next_multiple_of(8), 0);
+
+    let mut out = HashedOut {
+        file,
+        buf: Vec::with_capacity(HashedOut::FLUSH + PACKET_RECORD_LEN),
+        hasher: blake3::Hasher::new(),
+        written: 0,
+    };
+    out.put(&head)?;
+    for track in &p.tracks {
         for rec in &track.packets {
             if rec.offset > OFFSET_MASK || rec.file_end() > OFFSET_MASK {
                 return Err(too_big("media offset"));
             }
-            buf.extend_from_slice(&rec.send_time_ns.to_le_bytes());
-            let mut off = rec.offset.to_le_bytes();
-            off[6] = rec.flags;
-            off[7] = rec.prefix_len;
-            buf.extend_from_slice(&off);
-            buf.extend_from_slice(&rec.len.to_le_bytes());
-            buf.extend_from_slice(&rec.rtp_ts.to_le_bytes());
-            buf.extend_from_slice(&rec.prefix);
-            buf.extend_from_slice(&rec.skip.to_le_bytes());
-            buf.extend_from_slice(&rec.len2.to_le_bytes());
+            let mut b = [0u8; PACKET_RECORD_LEN];
+            b[..8].copy_from_slice(&rec.send_time_ns.to_le_bytes());
+            b[8..16].copy_from_slice(&rec.offset.to_le_bytes());
+            b[14] = rec.flags;
+            b[15] = rec.prefix_len;
+            b[16..20].copy_from_slice(&rec.len.to_le_bytes());
+            b[20..24].copy_from_slice(&rec.rtp_ts.to_le_bytes());
+            b[24..32].copy_from_slice(&rec.prefix);
+            b[32..36].copy_from_slice(&rec.skip.to_le_bytes());
+            b[36..40].copy_from_slice(&rec.len2.to_le_bytes());
+            out.put(&b)?;
         }
-        let sync_off = buf.len();
         for s in &track.sync {
-            buf.extend_from_slice(&s.packet.to_le_bytes());
-            buf.extend_from_slice(&0u32.to_le_bytes());
-            buf.extend_from_slice(&s.time_ns.to_le_bytes());
+            let mut b = [0u8; SYNC_RECORD_LEN];
+            b[..4].copy_from_slice(&s.packet.to_le_bytes());
+            b[8..].copy_from_slice(&s.time_ns.to_le_bytes());
+            out.put(&b)?;
         }
-        let d = &track.desc;
-        let mut entry = Vec::with_capacity(TRACK_ENTRY_LEN);
-        entry.extend_from_slice(&[d.kind.code(), d.payload_type, d.channels, 0]);
-        entry.extend_from_slice(&d.clock_rate.to_le_bytes());
-        entry.extend_from_slice(&(packets_off as u64).to_le_bytes());
-        entry.extend_from_slice(&(track.packets.len() as u64).to_le_bytes());
-        entry.extend_from_slice(&(sync_off as u64).to_le_bytes());
-        entry.extend_from_slice(&(track.sync.len() as u64).to_le_bytes());
-        for v in [encoding.0, encoding.1, fmtp.0, fmtp.1] {
-            entry.extend_from_slice(&u32_of(v)?.to_le_bytes());
-        }
-        entry.resize(TRACK_ENTRY_LEN, 0);
-        let at = entries_at + t * TRACK_ENTRY_LEN;
-        buf.get_mut(at..at + TRACK_ENTRY_LEN)
-            .ok_or_else(|| too_big("header"))?
-            .copy_from_slice(&entry);
     }
-    let sum = blake3::hash(&buf);
-    buf.extend_from_slice(sum.as_bytes());
-    Ok(buf)
+    debug_assert_eq!(out.written, table_at);
+    out.finish()
 }
 
 /// Validated location of one track's tables inside the index.

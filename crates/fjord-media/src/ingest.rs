@@ -81,9 +81,7 @@ pub fn ingest_file(
         if done.saturating_sub(dropped_at) >= RESIDENT_LIMIT {
             // SAFETY: the mapping is read-only and file-backed; after
             // MADV_DONTNEED its pages read the file's contents again.
-            let _ = unsafe {
-                data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
-            };
+            let _ = unsafe { data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
             dropped_at = done;
         }
         progress(done, total);

@@ -27,9 +27,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Serve every .ts file under the media root over RTSP.
+    /// Serve every media file under the media root over RTSP.
     ///
-    /// Play with e.g. `ffplay rtsp://HOST:8554/NAME.ts`. Settings come from
+    /// MPEG-TS, MP4/MOV (H.264, H.265, AAC, Opus), MPEG-1/2 program and video
+    /// elementary streams, ADTS AAC and MP3, detected by content. Play with
+    /// e.g. `ffplay rtsp://HOST:8554/NAME.mp4`. Settings come from
     /// --config (TOML, see README.md) with these flags on top.
     Serve {
         /// Directory of titles [default: ./media]
@@ -173,13 +175,22 @@ fn ingest_all(paths: &[PathBuf], ts_per_rtp: u8) -> anyhow::Result<()> {
             Ok(r) => {
                 let secs = started.elapsed().as_secs_f64();
                 let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-                let duration_ns =
-                    fjord_media::index::Index::open(&fjord_media::index::index_path_for(path))
-                        .map(|i| i.duration_ns())
-                        .unwrap_or(0);
+                let index =
+                    fjord_media::index::Index::open(&fjord_media::index::index_path_for(path));
+                let duration_ns = index.as_ref().map_or(0, |i| i.duration_ns());
+                let tracks: Vec<String> = index.as_ref().map_or(Vec::new(), |i| {
+                    i.tracks()
+                        .map(|t| match t.channels() {
+                            0 => format!("{}/{}", t.encoding(), t.clock_rate()),
+                            n => format!("{}/{}/{n}", t.encoding(), t.clock_rate()),
+                        })
+                        .collect()
+                });
                 println!(
-                    "{}: {} RTP packets, {:.3} s of media, {:.2} Mbit/s, timing from {:?}; ingested in {:.3} s ({:.0} MB/s)",
+                    "{}: {} [{}]: {} RTP packets, {:.3} s of media, {:.2} Mbit/s, timing from {:?}; ingested in {:.3} s ({:.0} MB/s)",
                     path.display(),
+                    r.format,
+                    tracks.join(", "),
                     r.rtp_packets,
                     duration_ns as f64 / 1e9,
                     r.bitrate_bps as f64 / 1e6,
