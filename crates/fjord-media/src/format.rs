@@ -3,6 +3,7 @@
 
 use crate::plan::MediaPlan;
 use crate::ts::{self, TsError, TsOptions};
+use crate::{mpeg_audio, mpeg_video, ps};
 
 /// Largest RTP payload a packetizer makes (payload header included): a
 /// 1500-byte MTU minus IPv4, UDP and RTP headers, with room for IP options
@@ -29,6 +30,12 @@ pub enum FormatError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Container {
     MpegTs,
+    /// MPEG-1/2 program stream (`.mpg`, `.vob`).
+    MpegPs,
+    /// MPEG-1/2 video elementary stream (`.m1v`, `.m2v`).
+    MpegVideo,
+    /// MPEG audio frames (`.mp3`, `.mp2`).
+    MpegAudio,
 }
 
 impl Container {
@@ -36,6 +43,15 @@ impl Container {
     pub fn detect(head: &[u8]) -> Option<Container> {
         if ts::looks_like_ts(head) {
             return Some(Container::MpegTs);
+        }
+        if ps::looks_like_ps(head) {
+            return Some(Container::MpegPs);
+        }
+        if head.starts_with(&[0, 0, 1, 0xb3]) {
+            return Some(Container::MpegVideo);
+        }
+        if mpeg_audio::looks_like_mpeg_audio(head) {
+            return Some(Container::MpegAudio);
         }
         None
     }
@@ -59,6 +75,9 @@ pub fn plan(
                 TsError::TooLarge => FormatError::TooLarge,
                 TsError::NotTs => FormatError::Unsupported(e.to_string()),
             }),
+        Some(Container::MpegPs) => ps::plan(data),
+        Some(Container::MpegVideo) => mpeg_video::plan(data),
+        Some(Container::MpegAudio) => mpeg_audio::plan(data),
         None => Err(FormatError::Unsupported(
             "not a media file fjord can serve: nothing in its first bytes looks like MPEG-TS, \
              MP4/MOV, an MPEG-1/2 program or video elementary stream, ADTS AAC or MP3"

@@ -5,10 +5,15 @@
 //! [`ingest`] glues the two to the filesystem. Serving never parses media: it
 //! reads records from the index and sends byte ranges of the media file.
 
+pub mod ac3;
+mod es;
 pub mod format;
 pub mod index;
 pub mod ingest;
+pub mod mpeg_audio;
+pub mod mpeg_video;
 pub mod plan;
+pub mod ps;
 pub mod synthetic;
 pub mod ts;
 
