@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use fjord_media::{index::Track, ts::FLAG_MARKER};
+use fjord_media::{index::Track, plan::PacketRecord};
 use fjord_proto::{
     rtcp::{NtpTime, SenderReportTemplate},
     rtp,
@@ -17,7 +17,7 @@ use crate::{
     PlayInfo, Start, ThreadStats, Title,
     command::{Output, SessionSpec},
     datapath::{Batch, Burst, Packet},
-    interleaved::{Connection, MAX_FRAMES},
+    interleaved::{Connection, Frame, MAX_FRAMES},
 };
 
 /// After the last packet, wait this long before RTCP BYE so the client has
@@ -171,25 +171,10 @@ impl Session {
             {
                 break;
             }
-            let Some(payload) = self.title.payload(&rec) else {
+            let Some(packet) = self.packet(&self.title, pt, &rec, seq) else {
                 break;
             };
-            let mut header = [0u8; rtp::RTP_HEADER_LEN];
-            let ts = self.ts0.wrapping_add(rec.rtp_ts);
-            rtp::write_header(
-                &mut header,
-                pt,
-                rec.flags & FLAG_MARKER != 0,
-                seq,
-                ts,
-                self.ssrc,
-            );
-            batch.packets.push(Packet {
-                header,
-                payload,
-                file: self.title.fd(),
-                offset: rec.offset,
-            });
+            batch.packets.push(packet);
             seq = seq.wrapping_add(1);
         }
         let n = batch.packets.len() - first;
@@ -201,6 +186,27 @@ impl Session {
             });
         }
         n
+    }
+
+    /// Packet `rec` as it leaves: the RTP header (sequence `seq`, the
+    /// session's timestamp offset and SSRC), the record's payload-header
+    /// bytes and its file runs in `title`. `None` when a run lies outside
+    /// the mapping.
+    fn packet<'t>(
+        &self,
+        title: &'t Title,
+        pt: u8,
+        rec: &PacketRecord,
+        seq: u16,
+    ) -> Option<Packet<'t>> {
+        let (run1, run2) = title.runs(rec)?;
+        let mut header = [0u8; rtp::RTP_HEADER_LEN];
+        let ts = self.ts0.wrapping_add(rec.rtp_ts);
+        rtp::write_header(&mut header, pt, rec.marker(), seq, ts, self.ssrc);
+        Some(
+            Packet::new(&header, rec.prefix(), run1, title.fd(), rec.offset)
+                .with_second_run(run2, rec.offset2()),
+        )
     }
 
     /// Accounts for the `sent` of `planned` packets the data path sent, sends
@@ -219,7 +225,7 @@ impl Session {
         };
         if planned == 0
             && self.next < self.count()
-            && title.payload(&track.packet(self.next as usize)?).is_none()
+            && title.runs(&track.packet(self.next as usize)?).is_none()
         {
             tracing::warn!(
                 ssrc = self.ssrc,
@@ -251,8 +257,7 @@ impl Session {
         let horizon = p.now + p.burst;
         let pt = track.payload_type();
         loop {
-            let mut headers = [[0u8; rtp::RTP_HEADER_LEN]; MAX_FRAMES];
-            let mut payloads: [&[u8]; MAX_FRAMES] = [&[]; MAX_FRAMES];
+            let mut packets: [Option<Packet<'_>>; MAX_FRAMES] = [None; MAX_FRAMES];
             let mut n = 0;
             let mut seq = self.seq;
             while n < MAX_FRAMES {
@@ -262,7 +267,7 @@ impl Session {
                 if due(t0, origin_ns, rec.send_time_ns) > horizon {
                     break;
                 }
-                let Some(payload) = title.payload(&rec) else {
+                let Some(packet) = self.packet(&title, pt, &rec, seq) else {
                     if n == 0 {
                         tracing::warn!(
                             ssrc = self.ssrc,
@@ -273,25 +278,16 @@ impl Session {
                     }
                     break;
                 };
-                let ts = self.ts0.wrapping_add(rec.rtp_ts);
-                rtp::write_header(
-                    &mut headers[n],
-                    pt,
-                    rec.flags & FLAG_MARKER != 0,
-                    seq,
-                    ts,
-                    self.ssrc,
-                );
-                payloads[n] = payload;
+                packets[n] = Some(packet);
                 seq = seq.wrapping_add(1);
                 n += 1;
             }
             if n == 0 {
                 break;
             }
-            let mut frames: [(&[u8], &[u8]); MAX_FRAMES] = [(&[], &[]); MAX_FRAMES];
-            for i in 0..n {
-                frames[i] = (&headers[i], payloads[i]);
+            let mut frames: [Frame<'_>; MAX_FRAMES] = [[&[]; 3]; MAX_FRAMES];
+            for (frame, p) in frames.iter_mut().zip(packets.iter().flatten()) {
+                *frame = [p.head(), p.payload, p.payload2];
             }
             let Some(c) = p.connections.get_mut(&conn) else {
                 break;
@@ -318,7 +314,7 @@ impl Session {
     ) {
         for i in 0..sent {
             if let Some(rec) = track.packet(self.next as usize + i) {
-                self.octets = self.octets.wrapping_add(rec.len);
+                self.octets = self.octets.wrapping_add(rec.payload_len() as u32);
                 p.stats.count(p.now.saturating_duration_since(due(
                     t0,
                     origin_ns,
@@ -455,11 +451,11 @@ mod tests {
         let out = batch.packets[..sent]
             .iter()
             .map(|p| {
-                let h = p.header;
+                let h = p.head();
                 (
                     u16::from_be_bytes([h[2], h[3]]),
                     u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
-                    p.payload.to_vec(),
+                    [&h[rtp::RTP_HEADER_LEN..], p.payload, p.payload2].concat(),
                 )
             })
             .collect();
