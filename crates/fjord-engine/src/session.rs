@@ -404,10 +404,21 @@ fn ns_to_ticks(ns: u64, clock_rate: u32) -> u64 {
 mod tests {
     use std::net::UdpSocket;
 
-    use fjord_media::synthetic::write_constant_rate;
+    use std::{
+        io::Read,
+        net::{TcpListener, TcpStream},
+        os::fd::OwnedFd,
+    };
+
+    use fjord_media::{
+        index::{self, Index, SourceId, TrackDesc, TrackKind},
+        plan::{IngestReport, MediaPlan, SyncPoint, TrackPlan},
+        synthetic::write_constant_rate,
+    };
     use fjord_proto::rtcp::{RtcpInfo, parse_compound};
 
     use super::*;
+    use crate::datapath;
 
     const MS: u64 = 1_000_000;
 
@@ -418,8 +429,11 @@ mod tests {
         Arc::new(Title::new(index, &media).unwrap())
     }
 
-    fn session(title: Arc<Title>, client_rtcp: &UdpSocket) -> Session {
-        let udp = || socket2::Socket::from(std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
+    fn udp() -> socket2::Socket {
+        socket2::Socket::from(UdpSocket::bind("127.0.0.1:0").unwrap())
+    }
+
+    fn session_with(title: Arc<Title>, output: Output) -> Session {
         Session::new(
             SessionSpec {
                 id: 1,
@@ -428,15 +442,72 @@ mod tests {
                 ssrc: 0x1234,
                 seq0: 65534,
                 ts0: u32::MAX - 100,
-                output: Output::Udp {
-                    rtp: udp(),
-                    rtp_peer: "127.0.0.1:9".parse().unwrap(),
-                    rtcp: udp(),
-                    rtcp_peer: client_rtcp.local_addr().unwrap(),
-                },
+                output,
             },
             "test",
         )
+    }
+
+    fn session(title: Arc<Title>, client_rtcp: &UdpSocket) -> Session {
+        session_with(
+            title,
+            Output::Udp {
+                rtp: udp(),
+                rtp_peer: "127.0.0.1:9".parse().unwrap(),
+                rtcp: udp(),
+                rtcp_peer: client_rtcp.local_addr().unwrap(),
+            },
+        )
+    }
+
+    /// Twelve packets in the elementary-stream shape, one every 10 ms:
+    /// payload-header bytes of 0 to 8 bytes, runs at odd and even offsets,
+    /// every third packet split in two runs. Returns the title and each
+    /// packet's RTP payload as it must arrive.
+    fn prefixed_title(dir: &std::path::Path) -> (Arc<Title>, Vec<Vec<u8>>) {
+        let media = dir.join("t.h264");
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        std::fs::write(&media, &data).unwrap();
+        let mut packets = vec![];
+        let mut expected = vec![];
+        let mut offset = 1;
+        for i in 0..12u32 {
+            let prefix: Vec<u8> = (0..(i % 9) as u8).map(|k| 0xf0 | k).collect();
+            let (skip, len2) = if i % 3 == 2 { (7, 150 + i) } else { (0, 0) };
+            let rec = PacketRecord {
+                skip,
+                len2,
+                ..PacketRecord::file_run(u64::from(i) * 10 * MS, i * 900, offset, 300 + i)
+                    .with_prefix(&prefix)
+            };
+            let run1 = &data[rec.offset as usize..][..rec.len as usize];
+            let run2 = &data[rec.offset2() as usize..][..len2 as usize];
+            expected.push([&prefix[..], run1, run2].concat());
+            offset = rec.file_end() + u64::from(i % 2);
+            packets.push(rec);
+        }
+        let plan = MediaPlan {
+            tracks: vec![TrackPlan {
+                desc: TrackDesc {
+                    kind: TrackKind::Video,
+                    payload_type: 96,
+                    clock_rate: 90_000,
+                    encoding: "H264".to_owned(),
+                    channels: 0,
+                    fmtp: "packetization-mode=1".to_owned(),
+                },
+                packets,
+                sync: vec![SyncPoint::default()],
+            }],
+            duration_ns: 120 * MS,
+            ts_per_rtp: 0,
+            report: IngestReport::new("H.264", 12, 1_000_000),
+        };
+        let path = index::index_path_for(&media);
+        let meta = std::fs::metadata(&media).unwrap();
+        index::write(&path, &plan, &SourceId::of(&data, &meta)).unwrap();
+        let index = Index::open(&path).unwrap();
+        (Arc::new(Title::new(index, &media).unwrap()), expected)
     }
 
     /// (sequence number, RTP timestamp, payload) of a packet that left.
@@ -583,5 +654,95 @@ mod tests {
         let n = rtcp.recv(&mut buf).unwrap();
         let last = parse_compound(&buf[..n]).unwrap();
         assert!(last.iter().any(|i| matches!(i, RtcpInfo::Bye { .. })));
+    }
+
+    /// Payload-header bytes and both file runs arrive as the RTP payload,
+    /// over UDP (through a data path) and interleaved in the RTSP
+    /// connection; RTCP counts them as payload octets.
+    #[test]
+    fn payload_headers_and_split_runs_arrive_intact_over_udp_and_tcp() {
+        let dir = tempfile::tempdir().unwrap();
+        let (title, expected) = prefixed_title(dir.path());
+        let t0 = Instant::now();
+        let late = t0 + Duration::from_secs(1);
+
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let rtp = udp();
+        rtp.connect(&rx.local_addr().unwrap().into()).unwrap();
+        let mut s = session_with(
+            title.clone(),
+            Output::Udp {
+                rtp,
+                rtp_peer: rx.local_addr().unwrap(),
+                rtcp: udp(),
+                rtcp_peer: rx.local_addr().unwrap(),
+            },
+        );
+        s.play(Start::Resume);
+        s.start(t0);
+        let mut batch = Batch::default();
+        assert_eq!(s.collect(late, Duration::from_millis(15), &mut batch), 12);
+        let mut sent = [0];
+        let mut path = datapath::by_name("mmap-writev").unwrap();
+        path.send(&batch, &mut sent).unwrap();
+        assert_eq!(sent, [12]);
+        let mut buf = [0u8; 2048];
+        for (i, want) in expected.iter().enumerate() {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(buf[1] & 0x7f, 96, "UDP packet {i}: payload type");
+            assert_eq!(
+                &buf[rtp::RTP_HEADER_LEN..n],
+                &want[..],
+                "UDP packet {i}: payload"
+            );
+        }
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let mut connections = HashMap::new();
+        connections.insert(7, Connection::new(OwnedFd::from(server)).unwrap());
+        let mut s = session_with(
+            title,
+            Output::Interleaved {
+                conn: 7,
+                rtp_channel: 0,
+                rtcp_channel: 1,
+            },
+        );
+        s.play(Start::Resume);
+        s.start(t0);
+        let mut stats = ThreadStats::default();
+        let mut p = Pacing {
+            now: late,
+            stats: &mut stats,
+            burst: Duration::from_millis(15),
+            rtcp_interval: Duration::from_secs(5),
+            connections: &mut connections,
+        };
+        s.pump_interleaved(&mut p);
+        let mut rtp_frames = vec![];
+        let mut octets = None;
+        while rtp_frames.len() < expected.len() || octets.is_none() {
+            let mut prefix = [0u8; 4];
+            client.read_exact(&mut prefix).unwrap();
+            assert_eq!(prefix[0], b'$');
+            let mut frame = vec![0; usize::from(u16::from_be_bytes([prefix[2], prefix[3]]))];
+            client.read_exact(&mut frame).unwrap();
+            if prefix[1] == 0 {
+                rtp_frames.push(frame[rtp::RTP_HEADER_LEN..].to_vec());
+            } else if let Some(RtcpInfo::SenderReport { octets: o, .. }) =
+                parse_compound(&frame).unwrap().first()
+            {
+                octets = Some(*o);
+            }
+        }
+        assert_eq!(rtp_frames, expected, "interleaved payloads");
+        let total: usize = expected.iter().map(Vec::len).sum();
+        assert_eq!(octets, Some(total as u32), "RTCP payload octets");
     }
 }
