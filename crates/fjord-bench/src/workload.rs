@@ -161,12 +161,9 @@ pub fn stream(
                     u32::from(q).wrapping_mul(90),
                     0x464a_0000 + s as u32,
                 );
-                batch.packets.push(Packet {
-                    header,
-                    payload: &data[off..end],
-                    file: fd,
-                    offset: off as u64,
-                });
+                batch
+                    .packets
+                    .push(Packet::new(&header, &[], &data[off..end], fd, off as u64));
                 off = end;
             }
             batch.bursts.push(Burst {

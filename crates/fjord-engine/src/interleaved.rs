@@ -7,13 +7,19 @@ use std::{
     os::fd::OwnedFd,
 };
 
-use fjord_proto::rtp::RTP_HEADER_LEN;
 use socket2::Socket;
+
+use crate::datapath::MAX_HEAD;
 
 /// More unsent bytes than this means the client stopped reading: drop it.
 const MAX_PENDING: usize = 1 << 20;
-/// Frames per `writev` (two iovecs each, well under `IOV_MAX`).
+/// Frames per `writev` (at most three iovecs each, well under `IOV_MAX`).
 pub(crate) const MAX_FRAMES: usize = 64;
+
+/// One `$` frame's content: a head of at most [`MAX_HEAD`] bytes (RTP
+/// header and payload-header bytes; copied), then two runs by reference
+/// (either may be empty).
+pub(crate) type Frame<'a> = [&'a [u8]; 3];
 
 pub(crate) struct Connection {
     socket: Socket,
@@ -72,14 +78,14 @@ impl Connection {
     /// Sends one RTCP frame; dropped when the connection is full (RTCP
     /// tolerates loss).
     pub(crate) fn send_frame(&mut self, channel: u8, data: &[u8]) {
-        self.send_frames(channel, &[(&[], data)]);
+        self.send_frames(channel, &[[&[], data, &[]]]);
     }
 
-    /// Sends many `$` frames of `channel` in one `writev`: each frame's
-    /// prefix and header from a small scratch area, its payload by
-    /// reference. Returns how many frames were taken (a short write copies
-    /// only the unsent tail of the last one) and whether the client is gone.
-    pub(crate) fn send_frames(&mut self, channel: u8, frames: &[(&[u8], &[u8])]) -> (usize, bool) {
+    /// Sends many `$` frames of `channel` in one `writev`: each frame's `$`
+    /// prefix and head from a small scratch area, its runs by reference.
+    /// Returns how many frames were taken (a short write copies only the
+    /// unsent tail of the last one) and whether the client is gone.
+    pub(crate) fn send_frames(&mut self, channel: u8, frames: &[Frame<'_>]) -> (usize, bool) {
         if self.broken {
             return (0, true);
         }
@@ -87,34 +93,41 @@ impl Connection {
             return (0, false);
         }
         let frames = &frames[..frames.len().min(MAX_FRAMES)];
-        let mut heads = [[0u8; 4 + RTP_HEADER_LEN]; MAX_FRAMES];
+        let mut heads = [[0u8; 4 + MAX_HEAD]; MAX_FRAMES];
         let mut head_lens = [0usize; MAX_FRAMES];
-        for (i, (header, payload)) in frames.iter().enumerate() {
-            let Ok(len) = u16::try_from(header.len() + payload.len()) else {
+        for (i, [head, run1, run2]) in frames.iter().enumerate() {
+            let head = &head[..head.len().min(MAX_HEAD)];
+            let Ok(len) = u16::try_from(head.len() + run1.len() + run2.len()) else {
                 self.fail();
                 return (0, true);
             };
-            let n = header.len().min(RTP_HEADER_LEN);
             heads[i][..4].copy_from_slice(&[b'$', channel, (len >> 8) as u8, len as u8]);
-            heads[i][4..4 + n].copy_from_slice(&header[..n]);
-            head_lens[i] = 4 + n;
+            heads[i][4..4 + head.len()].copy_from_slice(head);
+            head_lens[i] = 4 + head.len();
         }
-        let mut iov = [IoSlice::new(&[]); 2 * MAX_FRAMES];
-        for (i, (_, payload)) in frames.iter().enumerate() {
-            iov[2 * i] = IoSlice::new(&heads[i][..head_lens[i]]);
-            iov[2 * i + 1] = IoSlice::new(payload);
+        let parts = |i: usize| {
+            let [_, run1, run2] = frames[i];
+            [&heads[i][..head_lens[i]], run1, run2]
+        };
+        let mut iov = [IoSlice::new(&[]); 3 * MAX_FRAMES];
+        let mut n_iov = 0;
+        for i in 0..frames.len() {
+            for part in parts(i).into_iter().filter(|p| !p.is_empty()) {
+                iov[n_iov] = IoSlice::new(part);
+                n_iov += 1;
+            }
         }
-        let iov = &iov[..2 * frames.len()];
         loop {
             match self
                 .socket
-                .send_vectored_with_flags(iov, libc::MSG_NOSIGNAL)
+                .send_vectored_with_flags(&iov[..n_iov], libc::MSG_NOSIGNAL)
             {
                 Ok(n) => {
                     // Whole frames written, then the tail of a partial one.
                     let mut left = n;
-                    for (i, pair) in iov.chunks(2).enumerate() {
-                        let len = pair[0].len() + pair[1].len();
+                    for i in 0..frames.len() {
+                        let frame = parts(i);
+                        let len: usize = frame.iter().map(|p| p.len()).sum();
                         if left >= len {
                             left -= len;
                             continue;
@@ -122,7 +135,7 @@ impl Connection {
                         if left == 0 {
                             return (i, false);
                         }
-                        for part in pair {
+                        for part in frame {
                             if left >= part.len() {
                                 left -= part.len();
                             } else {

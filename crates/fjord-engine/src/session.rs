@@ -9,7 +9,7 @@ use std::{
 
 use fjord_media::{
     index::Track,
-    plan::{FLAG_MARKER, rtp_ticks},
+    plan::{PacketRecord, rtp_ticks},
 };
 use fjord_proto::{
     rtcp::{NtpTime, SenderReportTemplate},
@@ -20,7 +20,7 @@ use crate::{
     PlayInfo, Start, ThreadStats, Title,
     command::{Output, SessionSpec},
     datapath::{Batch, Burst, Packet},
-    interleaved::{Connection, MAX_FRAMES},
+    interleaved::{Connection, Frame, MAX_FRAMES},
 };
 
 /// After the last packet, wait this long before RTCP BYE so the client has
@@ -185,25 +185,10 @@ impl Session {
             {
                 break;
             }
-            let Some(payload) = self.title.payload(&rec) else {
+            let Some(packet) = self.packet(&self.title, pt, &rec, seq) else {
                 break;
             };
-            let mut header = [0u8; rtp::RTP_HEADER_LEN];
-            let ts = self.ts0.wrapping_add(rec.rtp_ts);
-            rtp::write_header(
-                &mut header,
-                pt,
-                rec.flags & FLAG_MARKER != 0,
-                seq,
-                ts,
-                self.ssrc,
-            );
-            batch.packets.push(Packet {
-                header,
-                payload,
-                file: self.title.fd(),
-                offset: rec.offset,
-            });
+            batch.packets.push(packet);
             seq = seq.wrapping_add(1);
         }
         let n = batch.packets.len() - first;
@@ -215,6 +200,27 @@ impl Session {
             });
         }
         n
+    }
+
+    /// Packet `rec` as it leaves: the RTP header (sequence `seq`, the
+    /// session's timestamp offset and SSRC), the record's payload-header
+    /// bytes and its file runs in `title`. `None` when a run lies outside
+    /// the mapping.
+    fn packet<'t>(
+        &self,
+        title: &'t Title,
+        pt: u8,
+        rec: &PacketRecord,
+        seq: u16,
+    ) -> Option<Packet<'t>> {
+        let (run1, run2) = title.runs(rec)?;
+        let mut header = [0u8; rtp::RTP_HEADER_LEN];
+        let ts = self.ts0.wrapping_add(rec.rtp_ts);
+        rtp::write_header(&mut header, pt, rec.marker(), seq, ts, self.ssrc);
+        Some(
+            Packet::new(&header, rec.prefix(), run1, title.fd(), rec.offset)
+                .with_second_run(run2, rec.offset2()),
+        )
     }
 
     /// Accounts for the `sent` of `planned` packets the data path sent, sends
@@ -233,7 +239,7 @@ impl Session {
         };
         if planned == 0
             && self.next < self.count()
-            && title.payload(&track.packet(self.next as usize)?).is_none()
+            && title.runs(&track.packet(self.next as usize)?).is_none()
         {
             tracing::warn!(
                 ssrc = self.ssrc,
@@ -265,8 +271,7 @@ impl Session {
         let horizon = p.now + p.burst;
         let pt = track.payload_type();
         loop {
-            let mut headers = [[0u8; rtp::RTP_HEADER_LEN]; MAX_FRAMES];
-            let mut payloads: [&[u8]; MAX_FRAMES] = [&[]; MAX_FRAMES];
+            let mut packets: [Option<Packet<'_>>; MAX_FRAMES] = [None; MAX_FRAMES];
             let mut n = 0;
             let mut seq = self.seq;
             while n < MAX_FRAMES {
@@ -276,7 +281,7 @@ impl Session {
                 if due(t0, origin_ns, rec.send_time_ns) > horizon {
                     break;
                 }
-                let Some(payload) = title.payload(&rec) else {
+                let Some(packet) = self.packet(&title, pt, &rec, seq) else {
                     if n == 0 {
                         tracing::warn!(
                             ssrc = self.ssrc,
@@ -287,25 +292,16 @@ impl Session {
                     }
                     break;
                 };
-                let ts = self.ts0.wrapping_add(rec.rtp_ts);
-                rtp::write_header(
-                    &mut headers[n],
-                    pt,
-                    rec.flags & FLAG_MARKER != 0,
-                    seq,
-                    ts,
-                    self.ssrc,
-                );
-                payloads[n] = payload;
+                packets[n] = Some(packet);
                 seq = seq.wrapping_add(1);
                 n += 1;
             }
             if n == 0 {
                 break;
             }
-            let mut frames: [(&[u8], &[u8]); MAX_FRAMES] = [(&[], &[]); MAX_FRAMES];
-            for i in 0..n {
-                frames[i] = (&headers[i], payloads[i]);
+            let mut frames: [Frame<'_>; MAX_FRAMES] = [[&[]; 3]; MAX_FRAMES];
+            for (frame, p) in frames.iter_mut().zip(packets.iter().flatten()) {
+                *frame = [p.head(), p.payload, p.payload2];
             }
             let Some(c) = p.connections.get_mut(&conn) else {
                 break;
@@ -332,7 +328,7 @@ impl Session {
     ) {
         for i in 0..sent {
             if let Some(rec) = track.packet(self.next as usize + i) {
-                self.octets = self.octets.wrapping_add(rec.len);
+                self.octets = self.octets.wrapping_add(rec.payload_len() as u32);
                 p.stats.count(p.now.saturating_duration_since(due(
                     t0,
                     origin_ns,
@@ -418,10 +414,21 @@ fn due(t0: Instant, origin_ns: u64, ns: u64) -> Instant {
 mod tests {
     use std::net::UdpSocket;
 
-    use fjord_media::synthetic::write_constant_rate;
+    use std::{
+        io::Read,
+        net::{TcpListener, TcpStream},
+        os::fd::OwnedFd,
+    };
+
+    use fjord_media::{
+        index::{self, Index, SourceId, TrackDesc, TrackKind},
+        plan::{IngestReport, MediaPlan, SyncPoint, TrackPlan},
+        synthetic::write_constant_rate,
+    };
     use fjord_proto::rtcp::{RtcpInfo, parse_compound};
 
     use super::*;
+    use crate::datapath;
 
     const MS: u64 = 1_000_000;
 
@@ -432,8 +439,11 @@ mod tests {
         Arc::new(Title::new(index, &media).unwrap())
     }
 
-    fn session(title: Arc<Title>, client_rtcp: &UdpSocket) -> Session {
-        let udp = || socket2::Socket::from(std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
+    fn udp() -> socket2::Socket {
+        socket2::Socket::from(UdpSocket::bind("127.0.0.1:0").unwrap())
+    }
+
+    fn session_with(title: Arc<Title>, output: Output) -> Session {
         Session::new(
             SessionSpec {
                 id: 1,
@@ -442,15 +452,72 @@ mod tests {
                 ssrc: 0x1234,
                 seq0: 65534,
                 ts0: u32::MAX - 100,
-                output: Output::Udp {
-                    rtp: udp(),
-                    rtp_peer: "127.0.0.1:9".parse().unwrap(),
-                    rtcp: udp(),
-                    rtcp_peer: client_rtcp.local_addr().unwrap(),
-                },
+                output,
             },
             "test",
         )
+    }
+
+    fn session(title: Arc<Title>, client_rtcp: &UdpSocket) -> Session {
+        session_with(
+            title,
+            Output::Udp {
+                rtp: udp(),
+                rtp_peer: "127.0.0.1:9".parse().unwrap(),
+                rtcp: udp(),
+                rtcp_peer: client_rtcp.local_addr().unwrap(),
+            },
+        )
+    }
+
+    /// Twelve packets in the elementary-stream shape, one every 10 ms:
+    /// payload-header bytes of 0 to 8 bytes, runs at odd and even offsets,
+    /// every third packet split in two runs. Returns the title and each
+    /// packet's RTP payload as it must arrive.
+    fn prefixed_title(dir: &std::path::Path) -> (Arc<Title>, Vec<Vec<u8>>) {
+        let media = dir.join("t.h264");
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        std::fs::write(&media, &data).unwrap();
+        let mut packets = vec![];
+        let mut expected = vec![];
+        let mut offset = 1;
+        for i in 0..12u32 {
+            let prefix: Vec<u8> = (0..(i % 9) as u8).map(|k| 0xf0 | k).collect();
+            let (skip, len2) = if i % 3 == 2 { (7, 150 + i) } else { (0, 0) };
+            let rec = PacketRecord {
+                skip,
+                len2,
+                ..PacketRecord::file_run(u64::from(i) * 10 * MS, i * 900, offset, 300 + i)
+                    .with_prefix(&prefix)
+            };
+            let run1 = &data[rec.offset as usize..][..rec.len as usize];
+            let run2 = &data[rec.offset2() as usize..][..len2 as usize];
+            expected.push([&prefix[..], run1, run2].concat());
+            offset = rec.file_end() + u64::from(i % 2);
+            packets.push(rec);
+        }
+        let plan = MediaPlan {
+            tracks: vec![TrackPlan {
+                desc: TrackDesc {
+                    kind: TrackKind::Video,
+                    payload_type: 96,
+                    clock_rate: 90_000,
+                    encoding: "H264".to_owned(),
+                    channels: 0,
+                    fmtp: "packetization-mode=1".to_owned(),
+                },
+                packets,
+                sync: vec![SyncPoint::default()],
+            }],
+            duration_ns: 120 * MS,
+            ts_per_rtp: 0,
+            report: IngestReport::new("H.264", 12, 1_000_000),
+        };
+        let path = index::index_path_for(&media);
+        let meta = std::fs::metadata(&media).unwrap();
+        index::write(&path, &plan, &SourceId::of(&data, &meta)).unwrap();
+        let index = Index::open(&path).unwrap();
+        (Arc::new(Title::new(index, &media).unwrap()), expected)
     }
 
     /// (sequence number, RTP timestamp, payload) of a packet that left.
@@ -465,11 +532,11 @@ mod tests {
         let out = batch.packets[..sent]
             .iter()
             .map(|p| {
-                let h = p.header;
+                let h = p.head();
                 (
                     u16::from_be_bytes([h[2], h[3]]),
                     u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
-                    p.payload.to_vec(),
+                    [&h[rtp::RTP_HEADER_LEN..], p.payload, p.payload2].concat(),
                 )
             })
             .collect();
@@ -606,5 +673,95 @@ mod tests {
         let n = rtcp.recv(&mut buf).unwrap();
         let last = parse_compound(&buf[..n]).unwrap();
         assert!(last.iter().any(|i| matches!(i, RtcpInfo::Bye { .. })));
+    }
+
+    /// Payload-header bytes and both file runs arrive as the RTP payload,
+    /// over UDP (through a data path) and interleaved in the RTSP
+    /// connection; RTCP counts them as payload octets.
+    #[test]
+    fn payload_headers_and_split_runs_arrive_intact_over_udp_and_tcp() {
+        let dir = tempfile::tempdir().unwrap();
+        let (title, expected) = prefixed_title(dir.path());
+        let t0 = Instant::now();
+        let late = t0 + Duration::from_secs(1);
+
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let rtp = udp();
+        rtp.connect(&rx.local_addr().unwrap().into()).unwrap();
+        let mut s = session_with(
+            title.clone(),
+            Output::Udp {
+                rtp,
+                rtp_peer: rx.local_addr().unwrap(),
+                rtcp: udp(),
+                rtcp_peer: rx.local_addr().unwrap(),
+            },
+        );
+        s.play(Start::Resume);
+        s.start(t0, 0);
+        let mut batch = Batch::default();
+        assert_eq!(s.collect(late, Duration::from_millis(15), &mut batch), 12);
+        let mut sent = [0];
+        let mut path = datapath::by_name("mmap-writev").unwrap();
+        path.send(&batch, &mut sent).unwrap();
+        assert_eq!(sent, [12]);
+        let mut buf = [0u8; 2048];
+        for (i, want) in expected.iter().enumerate() {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(buf[1] & 0x7f, 96, "UDP packet {i}: payload type");
+            assert_eq!(
+                &buf[rtp::RTP_HEADER_LEN..n],
+                &want[..],
+                "UDP packet {i}: payload"
+            );
+        }
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let mut connections = HashMap::new();
+        connections.insert(7, Connection::new(OwnedFd::from(server)).unwrap());
+        let mut s = session_with(
+            title,
+            Output::Interleaved {
+                conn: 7,
+                rtp_channel: 0,
+                rtcp_channel: 1,
+            },
+        );
+        s.play(Start::Resume);
+        s.start(t0, 0);
+        let mut stats = ThreadStats::default();
+        let mut p = Pacing {
+            now: late,
+            stats: &mut stats,
+            burst: Duration::from_millis(15),
+            rtcp_interval: Duration::from_secs(5),
+            connections: &mut connections,
+        };
+        s.pump_interleaved(&mut p);
+        let mut rtp_frames = vec![];
+        let mut octets = None;
+        while rtp_frames.len() < expected.len() || octets.is_none() {
+            let mut prefix = [0u8; 4];
+            client.read_exact(&mut prefix).unwrap();
+            assert_eq!(prefix[0], b'$');
+            let mut frame = vec![0; usize::from(u16::from_be_bytes([prefix[2], prefix[3]]))];
+            client.read_exact(&mut frame).unwrap();
+            if prefix[1] == 0 {
+                rtp_frames.push(frame[rtp::RTP_HEADER_LEN..].to_vec());
+            } else if let Some(RtcpInfo::SenderReport { octets: o, .. }) =
+                parse_compound(&frame).unwrap().first()
+            {
+                octets = Some(*o);
+            }
+        }
+        assert_eq!(rtp_frames, expected, "interleaved payloads");
+        let total: usize = expected.iter().map(Vec::len).sum();
+        assert_eq!(octets, Some(total as u32), "RTCP payload octets");
     }
 }

@@ -10,7 +10,7 @@ use std::{
     path::Path,
 };
 
-use fjord_media::{index::Index, ts::PacketRecord};
+use fjord_media::{index::Index, plan::PacketRecord};
 use memmap2::Mmap;
 
 pub struct Title {
@@ -34,12 +34,25 @@ impl Title {
         self.file.as_fd()
     }
 
-    /// The payload bytes of a packet, by reference into the mapped file.
-    /// `None` when the record points past the mapping (the file shrank since
-    /// it was mapped; the engine stops the session rather than fault).
-    pub fn payload(&self, rec: &PacketRecord) -> Option<&[u8]> {
-        let start = usize::try_from(rec.offset).ok()?;
-        let end = start.checked_add(rec.len as usize)?;
+    /// The file runs of a packet (the second empty when it has none), by
+    /// reference into the mapped file. `None` when a run points past the
+    /// mapping (the file shrank since it was mapped; the engine stops the
+    /// session rather than fault).
+    pub fn runs(&self, rec: &PacketRecord) -> Option<(&[u8], &[u8])> {
+        let run1 = self.run(rec.offset, rec.len)?;
+        if rec.len2 == 0 {
+            return Some((run1, &[]));
+        }
+        let offset2 = rec
+            .offset
+            .checked_add(u64::from(rec.len))?
+            .checked_add(u64::from(rec.skip))?;
+        Some((run1, self.run(offset2, rec.len2)?))
+    }
+
+    fn run(&self, offset: u64, len: u32) -> Option<&[u8]> {
+        let start = usize::try_from(offset).ok()?;
+        let end = start.checked_add(len as usize)?;
         self.media.get(start..end)
     }
 }

@@ -13,7 +13,11 @@ use std::{
 };
 
 use fjord_engine::{Command, Engine, EngineConfig, Output, SessionSpec, Start, Title, datapath};
-use fjord_media::synthetic::write_constant_rate;
+use fjord_media::{
+    index::{self, Index, SourceId, TrackDesc, TrackKind},
+    plan::{IngestReport, MediaPlan, PacketRecord, SyncPoint, TrackPlan},
+    synthetic::write_constant_rate,
+};
 
 struct Counting;
 
@@ -48,10 +52,52 @@ fn title(dir: &std::path::Path) -> Arc<Title> {
     Arc::new(Title::new(index, &media).unwrap())
 }
 
+/// The same rate in the elementary-stream shape: 2- to 8-byte payload
+/// headers, runs at odd and even offsets, every third packet in two runs.
+fn prefixed_title(dir: &std::path::Path) -> Arc<Title> {
+    const PACKETS: u64 = 8_550;
+    let media = dir.join("t.h264");
+    let data: Vec<u8> = (0..PACKETS * 1400).map(|i| i as u8).collect();
+    std::fs::write(&media, &data).unwrap();
+    let packets = (0..PACKETS)
+        .map(|i| {
+            let split = i % 3 == 0;
+            PacketRecord {
+                skip: if split { 50 } else { 0 },
+                len2: if split { 100 } else { 0 },
+                ..PacketRecord::file_run(i * 2_339_000, (i * 210) as u32, i * 1400 + i % 2, 1200)
+                    .with_prefix(&[0x7c; 8][..2 + (i % 7) as usize])
+            }
+        })
+        .collect();
+    let plan = MediaPlan {
+        tracks: vec![TrackPlan {
+            desc: TrackDesc {
+                kind: TrackKind::Video,
+                payload_type: 96,
+                clock_rate: 90_000,
+                encoding: "H264".to_owned(),
+                channels: 0,
+                fmtp: "packetization-mode=1".to_owned(),
+            },
+            packets,
+            sync: vec![SyncPoint::default()],
+        }],
+        duration_ns: PACKETS * 2_339_000,
+        ts_per_rtp: 0,
+        report: IngestReport::new("H.264", PACKETS, 4_500_000),
+    };
+    let path = index::index_path_for(&media);
+    let meta = std::fs::metadata(&media).unwrap();
+    index::write(&path, &plan, &SourceId::of(&data, &meta)).unwrap();
+    Arc::new(Title::new(Index::open(&path).unwrap(), &media).unwrap())
+}
+
 #[test]
 fn streaming_sessions_allocate_nothing_per_packet() {
     let dir = tempfile::tempdir().unwrap();
-    let title = title(dir.path());
+    // Even sessions play MPEG-TS-shaped packets, odd ones prefixed and split.
+    let titles = [title(dir.path()), prefixed_title(dir.path())];
     for &path in datapath::NAMES {
         let engine = Engine::start(EngineConfig {
             threads: 1,
@@ -76,7 +122,7 @@ fn streaming_sessions_allocate_nothing_per_packet() {
                 id,
                 Command::Add(Box::new(SessionSpec {
                     id,
-                    title: title.clone(),
+                    title: titles[i % 2].clone(),
                     track: 0,
                     ssrc: i as u32,
                     seq0: 0,

@@ -1,5 +1,5 @@
 //! UDP generic segmentation offload: a session's burst leaves in one
-//! `sendmsg` of [header, payload]… iovecs with a `UDP_SEGMENT` control
+//! `sendmsg` of [head, payload(, second run)]… iovecs with a `UDP_SEGMENT` control
 //! message; the kernel cuts it into datagrams (in the NIC where it can),
 //! one pass down the stack for up to 64 packets. The payload stays in the
 //! mapping until the kernel copies it once into the socket buffer.
@@ -10,10 +10,12 @@ use std::{
     os::fd::AsRawFd,
 };
 
-use super::{Batch, Counters, DataPath, Packet, is_transient};
+use super::{Batch, Counters, DataPath, MAX_HEAD, Packet, iovec, is_transient};
 
 /// Segments per send: the kernel's UDP_MAX_SEGMENTS is 64 on older kernels.
-const MAX_SEGMENTS: usize = 64;
+pub(crate) const MAX_SEGMENTS: usize = 64;
+/// Iovecs of one GSO send: head, payload and a second run per segment.
+pub(crate) const MAX_GROUP_IOVECS: usize = 3 * MAX_SEGMENTS;
 /// A GSO send is one UDP datagram as far as its length field goes.
 const MAX_BYTES: usize = 65_000;
 
@@ -68,44 +70,66 @@ pub(crate) fn send_group(
     pkts: &[Packet<'_>],
     flags: libc::c_int,
 ) -> io::Result<()> {
-    let mut iov = [MaybeUninit::<libc::iovec>::uninit(); 2 * MAX_SEGMENTS];
-    for (i, p) in pkts.iter().enumerate().take(MAX_SEGMENTS) {
-        iov[2 * i].write(libc::iovec {
-            iov_base: p.header.as_ptr() as *mut libc::c_void,
-            iov_len: p.header.len(),
-        });
-        iov[2 * i + 1].write(libc::iovec {
-            iov_base: p.payload.as_ptr() as *mut libc::c_void,
-            iov_len: p.payload.len(),
-        });
-    }
-    // Room for one cmsg carrying a u16, u64-aligned as cmsghdr needs.
+    let mut iov = [MaybeUninit::<libc::iovec>::uninit(); MAX_GROUP_IOVECS];
     let mut control = [0u64; 4];
     // SAFETY: all-zero is a valid msghdr.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    msg.msg_iov = iov.as_mut_ptr().cast();
-    msg.msg_iovlen = 2 * pkts.len().min(MAX_SEGMENTS);
-    if pkts.len() > 1 {
-        let seg = pkts[0].wire_len() as u16;
-        msg.msg_control = control.as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE of a u16 is 24 bytes, inside `control`; the
-        // cmsg pointers come from the msghdr that points at it.
-        unsafe {
-            msg.msg_controllen = libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize;
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_UDP;
-            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), seg);
-        }
-    }
-    // SAFETY: the msghdr points at initialised iovecs whose buffers (headers
+    fill_gso_msg(&mut msg, &mut iov, &mut control, pkts, None);
+    // SAFETY: the msghdr points at initialised iovecs whose buffers (heads
     // in the batch, payloads in the mapping) outlive the call.
     let r = unsafe { libc::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Points `msg` at [head, payload(, second run)]… iovecs in `iov` (filled
+/// here) and, for more than one packet, a `UDP_SEGMENT` control message in
+/// `control`. The heads come from `heads` when given (`heads[i]` holding at
+/// least packet `i`'s head), else from the packets.
+pub(crate) fn fill_gso_msg(
+    msg: &mut libc::msghdr,
+    iov: &mut [MaybeUninit<libc::iovec>; MAX_GROUP_IOVECS],
+    control: &mut [u64; 4],
+    pkts: &[Packet<'_>],
+    heads: Option<&[[u8; MAX_HEAD]]>,
+) {
+    let n = pkts
+        .len()
+        .min(MAX_SEGMENTS)
+        .min(heads.map_or(usize::MAX, <[_]>::len));
+    let mut slots = iov.iter_mut();
+    let mut len = 0;
+    for (i, p) in pkts[..n].iter().enumerate() {
+        let head = heads.map_or(p.head(), |h| &h[i][..p.head().len()]);
+        let parts = std::iter::once(head).chain(p.parts().skip(1));
+        // Parts first: zip takes from its first iterator before it knows
+        // the second is done.
+        for (part, slot) in parts.zip(slots.by_ref()) {
+            slot.write(iovec(part));
+            len += 1;
+        }
+    }
+    msg.msg_iov = iov.as_mut_ptr().cast();
+    msg.msg_iovlen = len;
+    if n > 1 {
+        let seg = pkts[0].wire_len() as u16;
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE of a u16 is 24 bytes, inside `control`; the
+        // cmsg pointers come from the msghdr that points at it.
+        unsafe {
+            msg.msg_controllen = libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize;
+            let cmsg = libc::CMSG_FIRSTHDR(msg);
+            (*cmsg).cmsg_level = libc::SOL_UDP;
+            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), seg);
+        }
+    } else {
+        msg.msg_control = std::ptr::null_mut();
+        msg.msg_controllen = 0;
+    }
 }
 
 impl DataPath for Gso {

@@ -17,9 +17,10 @@
 //!   free the pages under the device: they are page-cache pages of a file
 //!   that is replaced by rename, never rewritten in place. Nothing more is
 //!   needed from `Packet`/`Burst`.
-//! - **RTP headers.** They live in the batch, which the next tick rewrites.
-//!   So this path copies each group's headers (12 bytes a packet) into a
-//!   block of its own slab and returns the block when the completion
+//! - **Heads** (RTP header and payload-header bytes). They live in the
+//!   batch, which the next tick rewrites. So this path copies each group's
+//!   heads (12 to 20 bytes a packet) into a block of its own slab and
+//!   returns the block when the completion
 //!   arrives. A completion that never comes (the socket closed with it
 //!   queued, or the descriptor now names another socket) is detected by its
 //!   age and `SO_ZEROCOPY` being off; under slab pressure a block older than
@@ -38,11 +39,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fjord_proto::rtp::RTP_HEADER_LEN;
-
 use super::{
-    Batch, Counters, DataPath, Packet,
-    gso::{group_len, send_group},
+    Batch, Counters, DataPath, MAX_HEAD, Packet,
+    gso::{MAX_GROUP_IOVECS, MAX_SEGMENTS, fill_gso_msg, group_len, send_group},
     is_transient,
 };
 
@@ -53,8 +52,6 @@ pub const MIN_ZEROCOPY_BYTES: usize = 4 * 1024;
 /// `MAX_SKB_FRAGS` (17 unless built otherwise; more gives `EMSGSIZE`).
 pub const MAX_FRAGS: usize = 17;
 const PAGE: usize = 4096;
-/// Most packets in one GSO send (as in `gso`).
-const MAX_SEGMENTS: usize = 64;
 /// Header blocks in the slab: at most this many zero-copy sends in flight.
 const BLOCKS: usize = 2048;
 /// A send this old with no completion makes us check the socket.
@@ -66,7 +63,7 @@ const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
 /// `SO_EE_CODE_ZEROCOPY_COPIED`: the kernel copied the data after all.
 const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
 
-type HeaderBlock = [[u8; RTP_HEADER_LEN]; MAX_SEGMENTS];
+type HeadBlock = [[u8; MAX_HEAD]; MAX_SEGMENTS];
 
 /// One zero-copy send waiting for its completion.
 #[derive(Clone, Copy)]
@@ -94,7 +91,7 @@ pub struct GsoZerocopy {
     fds: Vec<FdState>,
     /// Descriptors that may have sends in flight (pruned by `sweep`).
     active: Vec<libc::c_int>,
-    slab: Box<[HeaderBlock]>,
+    slab: Box<[HeadBlock]>,
     free: Vec<u32>,
 }
 
@@ -105,7 +102,7 @@ impl Default for GsoZerocopy {
             fds: Vec::new(),
             active: Vec::new(),
             // Zeroed: the pages are committed only as blocks are used.
-            slab: vec![[[0; RTP_HEADER_LEN]; MAX_SEGMENTS]; BLOCKS].into_boxed_slice(),
+            slab: vec![[[0; MAX_HEAD]; MAX_SEGMENTS]; BLOCKS].into_boxed_slice(),
             free: (0..BLOCKS as u32).rev().collect(),
         }
     }
@@ -221,15 +218,17 @@ fn pages(addr: usize, len: usize) -> usize {
 
 /// How many packets from the front of `pkts` (one GSO group, see
 /// `gso::group_len`) fit in one zero-copy send, whose pinned pages become
-/// at most [`MAX_FRAGS`] fragments of one buffer. Header `i` is at address
-/// `header(i)`. Headers and payloads alternate and never sit in the same
-/// page run, so each costs its own fragment(s): about 2.3 fragments per
-/// 1316-byte packet, so 7 packets, not 64, per zero-copy send.
-pub(crate) fn zc_group_len(pkts: &[Packet<'_>], header: impl Fn(usize) -> usize) -> usize {
+/// at most [`MAX_FRAGS`] fragments of one buffer. Head `i` is at address
+/// `head(i)`. Heads and file runs alternate and never sit in the same page
+/// run, so each iovec costs its own fragment(s) (two runs of one packet
+/// may share one when adjacent; counting them apart only errs low): about
+/// 2.3 fragments per 1316-byte packet, so 7 packets, not 64, per send.
+pub(crate) fn zc_group_len(pkts: &[Packet<'_>], head: impl Fn(usize) -> usize) -> usize {
     let mut frags = 0;
     for (i, p) in pkts.iter().enumerate() {
-        frags +=
-            pages(header(i), RTP_HEADER_LEN) + pages(p.payload.as_ptr() as usize, p.payload.len());
+        frags += pages(head(i), p.head().len())
+            + pages(p.payload.as_ptr() as usize, p.payload.len())
+            + pages(p.payload2.as_ptr() as usize, p.payload2.len());
         if frags > MAX_FRAGS {
             return i.max(1);
         }
@@ -242,72 +241,26 @@ fn in_range(id: u32, lo: u32, hi: u32) -> bool {
     id.wrapping_sub(lo) <= hi.wrapping_sub(lo)
 }
 
-/// One `sendmsg` of `pkts` on `fd` with headers from `headers`, segmented
-/// at the first packet's size when there is more than one.
-pub(crate) fn send_group_headers(
+/// One `sendmsg` of `pkts` on `fd` with heads from `heads`, segmented at
+/// the first packet's size when there is more than one.
+pub(crate) fn send_group_heads(
     fd: libc::c_int,
     pkts: &[Packet<'_>],
-    headers: &[[u8; RTP_HEADER_LEN]],
+    heads: &[[u8; MAX_HEAD]],
     flags: libc::c_int,
 ) -> io::Result<()> {
-    let mut iov = [MaybeUninit::<libc::iovec>::uninit(); 2 * MAX_SEGMENTS];
+    let mut iov = [MaybeUninit::<libc::iovec>::uninit(); MAX_GROUP_IOVECS];
     let mut control = [0u64; 4];
     // SAFETY: all-zero is a valid msghdr.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    fill_gso_msg(&mut msg, &mut iov, &mut control, pkts, Some(headers));
-    // SAFETY: the msghdr points at initialised iovecs whose buffers (headers
+    fill_gso_msg(&mut msg, &mut iov, &mut control, pkts, Some(heads));
+    // SAFETY: the msghdr points at initialised iovecs whose buffers (heads
     // in the slab, payloads in the mapping) outlive the call.
     let r = unsafe { libc::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// Points `msg` at [header, payload]… iovecs in `iov` (filled here) and, for
-/// more than one packet, a `UDP_SEGMENT` control message in `control`. The
-/// headers come from `headers` when given, else from the packets.
-pub(crate) fn fill_gso_msg(
-    msg: &mut libc::msghdr,
-    iov: &mut [MaybeUninit<libc::iovec>; 2 * MAX_SEGMENTS],
-    control: &mut [u64; 4],
-    pkts: &[Packet<'_>],
-    headers: Option<&[[u8; RTP_HEADER_LEN]]>,
-) {
-    let n = pkts
-        .len()
-        .min(MAX_SEGMENTS)
-        .min(headers.map_or(usize::MAX, <[_]>::len));
-    for i in 0..n {
-        let header = headers.map_or(&pkts[i].header, |h| &h[i]);
-        iov[2 * i].write(libc::iovec {
-            iov_base: header.as_ptr() as *mut libc::c_void,
-            iov_len: RTP_HEADER_LEN,
-        });
-        iov[2 * i + 1].write(libc::iovec {
-            iov_base: pkts[i].payload.as_ptr() as *mut libc::c_void,
-            iov_len: pkts[i].payload.len(),
-        });
-    }
-    msg.msg_iov = iov.as_mut_ptr().cast();
-    msg.msg_iovlen = 2 * n;
-    if n > 1 {
-        let seg = pkts[0].wire_len() as u16;
-        msg.msg_control = control.as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE of a u16 is 24 bytes, inside `control`; the
-        // cmsg pointers come from the msghdr that points at it.
-        unsafe {
-            msg.msg_controllen = libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize;
-            let cmsg = libc::CMSG_FIRSTHDR(msg);
-            (*cmsg).cmsg_level = libc::SOL_UDP;
-            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), seg);
-        }
-    } else {
-        msg.msg_control = std::ptr::null_mut();
-        msg.msg_controllen = 0;
-    }
 }
 
 impl GsoZerocopy {
@@ -435,19 +388,19 @@ impl GsoZerocopy {
         let Some(&block) = self.free.last() else {
             return plain(&mut self.counters);
         };
-        let headers = &mut self.slab[block as usize];
-        let base = headers.as_ptr() as usize;
-        let n = zc_group_len(pkts, |i| base + i * RTP_HEADER_LEN);
+        let heads = &mut self.slab[block as usize];
+        let base = heads.as_ptr() as usize;
+        let n = zc_group_len(pkts, |i| base + i * MAX_HEAD);
         let bytes: usize = pkts[..n].iter().map(Packet::wire_len).sum();
         if bytes < MIN_ZEROCOPY_BYTES {
             return plain(&mut self.counters);
         }
         self.free.pop();
-        for (h, p) in headers.iter_mut().zip(&pkts[..n]) {
-            *h = p.header;
+        for (h, p) in heads.iter_mut().zip(&pkts[..n]) {
+            h[..p.head().len()].copy_from_slice(p.head());
         }
         self.counters.syscalls += 1;
-        match send_group_headers(fd, &pkts[..n], &headers[..n], libc::MSG_ZEROCOPY) {
+        match send_group_heads(fd, &pkts[..n], &heads[..n], libc::MSG_ZEROCOPY) {
             Ok(()) => {
                 let st = &mut self.fds[fd as usize];
                 if !st.listed {

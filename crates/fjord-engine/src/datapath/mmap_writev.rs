@@ -1,14 +1,31 @@
-//! One `sendmsg` per packet, header and payload as two iovecs, the payload
-//! by reference into the mapping (the seeds' "mmap + writev": one copy, in
-//! the kernel, and one system call per packet).
+//! One `sendmsg` per packet, head (RTP header and payload-header bytes) and
+//! payload as two iovecs (three with a second file run), the payload by
+//! reference into the mapping (the seeds' "mmap + writev": one copy, in the
+//! kernel, and one system call per packet).
 
 use std::io::{self, IoSlice};
 
-use super::{Batch, Counters, DataPath, per_packet};
+use socket2::Socket;
+
+use super::{Batch, Counters, DataPath, Packet, per_packet};
 
 #[derive(Default)]
 pub struct MmapWritev {
     counters: Counters,
+}
+
+/// One `sendmsg` of `p`'s parts from the batch and the mapping.
+pub(crate) fn send_mapped(c: &mut Counters, socket: &Socket, p: &Packet<'_>) -> io::Result<()> {
+    let mut iov = [IoSlice::new(&[]); 3];
+    let mut n = 0;
+    for (slot, part) in iov.iter_mut().zip(p.parts()) {
+        *slot = IoSlice::new(part);
+        n += 1;
+    }
+    c.syscalls += 1;
+    socket
+        .send_vectored_with_flags(&iov[..n], libc::MSG_NOSIGNAL)
+        .map(drop)
 }
 
 impl DataPath for MmapWritev {
@@ -18,12 +35,7 @@ impl DataPath for MmapWritev {
 
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
         per_packet(batch, sent, &mut self.counters, |c, burst, p| {
-            let iov = [IoSlice::new(&p.header), IoSlice::new(p.payload)];
-            c.syscalls += 1;
-            burst
-                .socket
-                .send_vectored_with_flags(&iov, libc::MSG_NOSIGNAL)
-                .map(drop)
+            send_mapped(c, burst.socket, p)
         })
     }
 

@@ -18,6 +18,7 @@ mod uring;
 
 use std::{io, net::SocketAddr, ops::Range, os::fd::BorrowedFd};
 
+use fjord_media::plan::MAX_PREFIX;
 use fjord_proto::rtp::RTP_HEADER_LEN;
 use socket2::Socket;
 
@@ -35,21 +36,85 @@ pub use uring::Uring;
 /// state allocates nothing.
 pub const MAX_BATCH_PACKETS: usize = 4096;
 
-/// One RTP packet ready to leave.
+/// Most bytes a packet carries before its file bytes: the RTP header and
+/// the record's payload-header bytes.
+pub const MAX_HEAD: usize = RTP_HEADER_LEN + MAX_PREFIX;
+
+/// One RTP packet ready to leave: the head (RTP header, then payload-header
+/// bytes), then one or two runs of the media file.
 #[derive(Clone, Copy)]
 pub struct Packet<'a> {
-    pub header: [u8; RTP_HEADER_LEN],
-    /// The payload in the mapped media file.
+    head: [u8; MAX_HEAD],
+    head_len: u8,
+    /// The first run in the mapped media file.
     pub payload: &'a [u8],
-    /// The media file and the payload's offset in it.
+    /// The second run in the mapping; empty for most packets.
+    pub payload2: &'a [u8],
+    /// The media file and the runs' offsets in it.
     pub file: BorrowedFd<'a>,
     pub offset: u64,
+    pub offset2: u64,
 }
 
-impl Packet<'_> {
-    /// Bytes on the wire above UDP: header and payload.
+impl<'a> Packet<'a> {
+    /// A packet of `header`, `prefix` (at most [`MAX_PREFIX`] bytes are
+    /// used) and the file run `payload` found at `offset` in `file`.
+    pub fn new(
+        header: &[u8; RTP_HEADER_LEN],
+        prefix: &[u8],
+        payload: &'a [u8],
+        file: BorrowedFd<'a>,
+        offset: u64,
+    ) -> Self {
+        let prefix = &prefix[..prefix.len().min(MAX_PREFIX)];
+        let mut head = [0; MAX_HEAD];
+        head[..RTP_HEADER_LEN].copy_from_slice(header);
+        head[RTP_HEADER_LEN..][..prefix.len()].copy_from_slice(prefix);
+        Self {
+            head,
+            head_len: (RTP_HEADER_LEN + prefix.len()) as u8,
+            payload,
+            payload2: &[],
+            file,
+            offset,
+            offset2: 0,
+        }
+    }
+
+    /// Adds the second file run `payload2`, found at `offset2`.
+    pub fn with_second_run(self, payload2: &'a [u8], offset2: u64) -> Self {
+        Self {
+            payload2,
+            offset2,
+            ..self
+        }
+    }
+
+    /// The RTP header and payload-header bytes: what precedes the file runs.
+    pub fn head(&self) -> &[u8] {
+        &self.head[..usize::from(self.head_len)]
+    }
+
+    /// What the kernel gathers for this packet, in order: the head, the
+    /// first run, and the second run only when there is one.
+    pub fn parts(&self) -> impl Iterator<Item = &[u8]> {
+        let n = if self.payload2.is_empty() { 2 } else { 3 };
+        [self.head(), self.payload, self.payload2]
+            .into_iter()
+            .take(n)
+    }
+
+    /// Bytes on the wire above UDP: head and both runs.
     pub fn wire_len(&self) -> usize {
-        RTP_HEADER_LEN + self.payload.len()
+        usize::from(self.head_len) + self.payload.len() + self.payload2.len()
+    }
+}
+
+/// An iovec for `bytes`; the kernel only reads through it.
+fn iovec(bytes: &[u8]) -> libc::iovec {
+    libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
     }
 }
 
@@ -258,22 +323,94 @@ mod tests {
         std::env::var("FJORD_TEST_SKIP_PATHS").is_ok_and(|v| v.split(',').any(|n| n.trim() == name))
     }
 
+    /// One test packet: `prefix` payload-header bytes, `len` file bytes,
+    /// then (when `len2` > 0) `len2` more starting `skip` bytes later.
+    #[derive(Clone, Copy)]
+    struct Spec {
+        prefix: usize,
+        len: usize,
+        skip: usize,
+        len2: usize,
+    }
+
+    fn plain(len: usize) -> Spec {
+        Spec {
+            prefix: 0,
+            len,
+            skip: 0,
+            len2: 0,
+        }
+    }
+
+    /// `n` packets of `wire` bytes above UDP each, made of every mix of
+    /// prefix (0 to 8 bytes) and one or two file runs.
+    fn mixed(n: usize, wire: usize) -> Vec<Spec> {
+        (0..n)
+            .map(|i| {
+                let prefix = i % (MAX_PREFIX + 1);
+                let len2 = if i % 3 == 1 { 100 + i } else { 0 };
+                Spec {
+                    prefix,
+                    len: wire - RTP_HEADER_LEN - prefix - len2,
+                    skip: if len2 > 0 { 7 * i % 50 } else { 0 },
+                    len2,
+                }
+            })
+            .collect()
+    }
+
     /// Every path delivers each packet as its own datagram, in order, bytes
-    /// intact: bursts of unequal sizes, more than one GSO send per burst,
-    /// and several sessions (sockets) in one batch, twice over (the second
-    /// round reaps the first round's zero-copy completions).
+    /// intact (head, payload-header bytes, first run, second run): bursts of
+    /// unequal sizes, more than one GSO send per burst, packets of equal
+    /// wire length but different make-up in one GSO send, and several
+    /// sessions (sockets) in one batch, twice over (the second round reaps
+    /// the first round's zero-copy completions).
     #[test]
     fn every_path_delivers_every_packet_intact() {
         let mut file = tempfile::tempfile().unwrap();
         let data: Vec<u8> = (0..400_000u32).map(|i| (i * 7 % 251) as u8).collect();
         file.write_all(&data).unwrap();
         // One burst per session.
-        let bursts: Vec<Vec<usize>> = vec![
-            [vec![1316; 70], vec![500, 1316, 1316, 200], vec![1316; 3]].concat(),
-            vec![1316; 40],
-            vec![700],
-            [vec![1000; 20], vec![1316; 20]].concat(),
+        let bursts: Vec<Vec<Spec>> = vec![
+            [vec![1316; 70], vec![500, 1316, 1316, 200], vec![1316; 3]]
+                .concat()
+                .into_iter()
+                .map(plain)
+                .collect(),
+            mixed(40, RTP_HEADER_LEN + 1316),
+            vec![Spec {
+                prefix: MAX_PREFIX,
+                len: 400,
+                skip: 14,
+                len2: 300,
+            }],
+            [mixed(20, 1000), mixed(20, 1400), mixed(5, 300)].concat(),
         ];
+        let gso_sends = |specs: &[Spec]| {
+            let heads = [[0u8; RTP_HEADER_LEN]; 1];
+            let file = file.as_fd();
+            let pkts: Vec<Packet<'_>> = specs
+                .iter()
+                .map(|s| {
+                    Packet::new(
+                        &heads[0],
+                        &[0; MAX_PREFIX][..s.prefix],
+                        &data[..s.len],
+                        file,
+                        0,
+                    )
+                    .with_second_run(&data[..s.len2], 0)
+                })
+                .collect();
+            let mut sends = 0;
+            let mut at = 0;
+            while at < pkts.len() {
+                at += gso::group_len(&pkts[at..]);
+                sends += 1;
+            }
+            sends
+        };
+        assert_eq!(gso_sends(&bursts[1]), 1, "equal wire lengths: one GSO send");
         for name in NAMES {
             let rxs: Vec<UdpSocket> = bursts
                 .iter()
@@ -298,23 +435,31 @@ mod tests {
             let mut total = 0u64;
             for round in 0..2u16 {
                 let mut batch = Batch::default();
+                // What each packet must arrive as, built from the file
+                // independently of `Packet`.
+                let mut expected: Vec<Vec<Vec<u8>>> = vec![];
                 let mut offset = 0;
-                for (b, sizes) in bursts.iter().enumerate() {
+                for (b, specs) in bursts.iter().enumerate() {
                     let first = batch.packets.len();
-                    for (i, &len) in sizes.iter().enumerate() {
+                    let mut wire = vec![];
+                    for (i, s) in specs.iter().enumerate() {
                         let mut header = [0u8; RTP_HEADER_LEN];
                         header[0] = 0x80;
                         header[1] = b as u8;
                         header[2..4].copy_from_slice(&(i as u16).to_be_bytes());
                         header[4..6].copy_from_slice(&round.to_be_bytes());
-                        batch.packets.push(Packet {
-                            header,
-                            payload: &data[offset..offset + len],
-                            file: file.as_fd(),
-                            offset: offset as u64,
-                        });
-                        offset += len;
+                        let prefix: Vec<u8> = (0..s.prefix).map(|k| 0xa0 + (i + k) as u8).collect();
+                        let run1 = &data[offset..offset + s.len];
+                        let offset2 = offset + s.len + s.skip;
+                        let run2 = &data[offset2..offset2 + s.len2];
+                        batch.packets.push(
+                            Packet::new(&header, &prefix, run1, file.as_fd(), offset as u64)
+                                .with_second_run(run2, offset2 as u64),
+                        );
+                        wire.push([&header[..], &prefix, run1, run2].concat());
+                        offset = offset2 + s.len2;
                     }
+                    expected.push(wire);
                     batch.bursts.push(Burst {
                         socket: &txs[b],
                         dest: rxs[b].local_addr().unwrap(),
@@ -336,24 +481,19 @@ mod tests {
                 let mut buf = [0u8; 70_000];
                 for (b, rx) in rxs.iter().enumerate() {
                     assert_eq!(sent[b], bursts[b].len(), "{name}: burst {b} sent");
-                    for (i, p) in batch.burst(b).iter().enumerate() {
+                    for (i, want) in expected[b].iter().enumerate() {
                         let n = rx
                             .recv(&mut buf)
                             .unwrap_or_else(|e| panic!("{name}: burst {b} packet {i}: {e}"));
                         assert_eq!(
                             n,
-                            p.wire_len(),
+                            want.len(),
                             "{name}: burst {b} packet {i}: one datagram per packet"
                         );
-                        assert_eq!(
-                            &buf[..RTP_HEADER_LEN],
-                            &p.header,
-                            "{name}: burst {b} packet {i} header"
-                        );
-                        assert_eq!(
-                            &buf[RTP_HEADER_LEN..n],
-                            p.payload,
-                            "{name}: burst {b} packet {i} payload"
+                        assert!(
+                            buf[..n] == want[..],
+                            "{name}: burst {b} packet {i}: bytes differ at {:?}",
+                            (0..n).find(|&k| buf[k] != want[k])
                         );
                     }
                     total += bursts[b].len() as u64;

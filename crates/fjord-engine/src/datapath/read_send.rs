@@ -1,16 +1,14 @@
 //! The seeds' "read send rtp": per packet, `pread` the payload from the
-//! media file into one reused buffer just behind the RTP header, then one
-//! `send` of the whole datagram.
+//! media file into one reused buffer just behind the RTP header (and the
+//! payload-header bytes), then one `send` of the whole datagram.
 //!
-//! Per packet: 2 system calls (`pread`, `send`), 2 payload copies (page
-//! cache → user buffer in `pread`, user buffer → socket buffer in `send`);
-//! `user_copies` counts 1.
+//! Per packet: 2 system calls (`pread`, `send`; one more `pread` for a
+//! second file run), 2 payload copies (page cache → user buffer in `pread`,
+//! user buffer → socket buffer in `send`); `user_copies` counts 1.
 
 use std::{io, os::fd::AsRawFd};
 
-use fjord_proto::rtp::RTP_HEADER_LEN;
-
-use super::{Batch, Counters, DataPath, per_packet, transfer_all};
+use super::{Batch, Counters, DataPath, Packet, per_packet, transfer_all};
 
 /// Large enough for any payload a UDP datagram can carry.
 const BUF_LEN: usize = 65_536;
@@ -46,6 +44,24 @@ pub(crate) fn pread_full(fd: libc::c_int, buf: &mut [u8], offset: u64) -> io::Re
     })
 }
 
+/// Reads both file runs of `p` into `buf` (exactly their length), counting
+/// the calls and the copy; false when the file ended first (it shrank under
+/// the session: the packet is lost, the session notices through its mapping).
+pub(crate) fn pread_runs(c: &mut Counters, p: &Packet<'_>, buf: &mut [u8]) -> io::Result<bool> {
+    let fd = p.file.as_raw_fd();
+    let (run1, run2) = buf.split_at_mut(p.payload.len());
+    c.user_copies += 1;
+    c.syscalls += 1;
+    if pread_full(fd, run1, p.offset)? < run1.len() {
+        return Ok(false);
+    }
+    if run2.is_empty() {
+        return Ok(true);
+    }
+    c.syscalls += 1;
+    Ok(pread_full(fd, run2, p.offset2)? == run2.len())
+}
+
 impl DataPath for ReadSend {
     fn name(&self) -> &'static str {
         "read-send"
@@ -54,18 +70,14 @@ impl DataPath for ReadSend {
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
         let buf = &mut self.buf;
         per_packet(batch, sent, &mut self.counters, |c, burst, p| {
-            let len = p.payload.len();
             let packet = buf
-                .get_mut(..RTP_HEADER_LEN + len)
+                .get_mut(..p.wire_len())
                 .ok_or_else(|| io::Error::from_raw_os_error(libc::EMSGSIZE))?;
-            c.syscalls += 1;
-            c.user_copies += 1;
-            if pread_full(p.file.as_raw_fd(), &mut packet[RTP_HEADER_LEN..], p.offset)? < len {
-                // The file shrank under the session: the packet is lost,
-                // the session notices through its mapping.
+            let (head, runs) = packet.split_at_mut(p.head().len());
+            if !pread_runs(c, p, runs)? {
                 return Ok(());
             }
-            packet[..RTP_HEADER_LEN].copy_from_slice(&p.header);
+            head.copy_from_slice(p.head());
             c.syscalls += 1;
             burst
                 .socket

@@ -1,16 +1,15 @@
 //! The seeds' reference line, "read + writev": per packet, `pread` the
-//! payload into a reused buffer, then one `sendmsg` of [header, buffer].
+//! payload into a reused buffer, then one `sendmsg` of [head, buffer] (the
+//! head: RTP header and payload-header bytes).
 //!
-//! Per packet: 2 system calls (`pread`, `sendmsg`), 2 payload copies (page
+//! Per packet: 2 system calls (`pread`, `sendmsg`; one more `pread` for a
+//! second file run), 2 payload copies (page
 //! cache → user buffer, user buffer → socket buffer); `user_copies`
 //! counts 1.
 
-use std::{
-    io::{self, IoSlice},
-    os::fd::AsRawFd,
-};
+use std::io::{self, IoSlice};
 
-use super::{Batch, Counters, DataPath, per_packet, read_send::pread_full};
+use super::{Batch, Counters, DataPath, per_packet, read_send::pread_runs};
 
 /// Large enough for any payload a UDP datagram can carry.
 const BUF_LEN: usize = 65_536;
@@ -37,18 +36,13 @@ impl DataPath for ReadWritev {
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
         let buf = &mut self.buf;
         per_packet(batch, sent, &mut self.counters, |c, burst, p| {
-            let len = p.payload.len();
             let payload = buf
-                .get_mut(..len)
+                .get_mut(..p.payload.len() + p.payload2.len())
                 .ok_or_else(|| io::Error::from_raw_os_error(libc::EMSGSIZE))?;
-            c.syscalls += 1;
-            c.user_copies += 1;
-            if pread_full(p.file.as_raw_fd(), payload, p.offset)? < len {
-                // The file shrank under the session: the packet is lost,
-                // the session notices through its mapping.
+            if !pread_runs(c, p, payload)? {
                 return Ok(());
             }
-            let iov = [IoSlice::new(&p.header), IoSlice::new(payload)];
+            let iov = [IoSlice::new(p.head()), IoSlice::new(payload)];
             c.syscalls += 1;
             burst
                 .socket

@@ -1,21 +1,39 @@
-//! The seeds' "rtp sendfile": per packet, `send` the RTP header with
-//! `MSG_MORE` (the UDP socket holds it corked), then `sendfile` the payload
-//! from the media file onto the same socket; the end of the `sendfile`
-//! uncorks, and header and payload leave as one datagram.
+//! The seeds' "rtp sendfile": per packet, `send` the head (RTP header and
+//! payload-header bytes) with `MSG_MORE` (the UDP socket holds it corked),
+//! then `sendfile` the payload from the media file onto the same socket; the
+//! end of the `sendfile` uncorks, and head and payload leave as one
+//! datagram.
+//!
+//! A packet with a second file run needs two `sendfile`s, and the end of
+//! the first would already uncork (`sendfile` passes `MSG_MORE` down only
+//! while more of *its own* range is to come). So those packets set
+//! `UDP_CORK` around the head and both runs, and clearing it sends the
+//! datagram: 5 system calls instead of 2.
 //!
 //! Per packet: 2 system calls (`send`, `sendfile`); the payload is not
 //! copied in user space (`user_copies` 0): `sendfile` splices page-cache
 //! pages into the datagram, and the kernel copies at most once (into a
 //! linear buffer where the device cannot gather, as for every path here).
 //!
-//! If `sendfile` fails after the header was corked, the cork is pushed with
-//! an empty `send` so no stale header ever prefixes the socket's next
-//! datagram; that packet leaves truncated (counted sent, like a packet
-//! damaged on the way).
+//! A run from an odd file offset leaves another way: Linux (seen on 6.18)
+//! checksums spliced pages wrongly when such a run crosses a page boundary
+//! behind corked bytes, and the receiver drops the datagram as corrupt. Those
+//! packets go in one `sendmsg` from the mapping, as in `mmap-writev` (one
+//! system call, one copy in the kernel). MPEG-TS runs start at multiples of
+//! 188 bytes unless ingest skipped junk; elementary-stream runs start
+//! anywhere.
+//!
+//! If `sendfile` fails after the head was corked, the cork is pushed (an
+//! empty `send`, or clearing `UDP_CORK`) so no stale head ever prefixes the
+//! socket's next datagram; that packet leaves truncated (counted sent, like
+//! a packet damaged on the way).
 
-use std::{io, os::fd::AsRawFd};
+use std::{io, mem, os::fd::AsRawFd};
 
-use super::{Batch, Counters, DataPath, is_transient, per_packet, transfer_all};
+use super::{
+    Batch, Counters, DataPath, Packet, is_transient, mmap_writev::send_mapped, per_packet,
+    transfer_all,
+};
 
 #[derive(Default)]
 pub struct SendfileCork {
@@ -47,6 +65,74 @@ fn sendfile_all(
     })
 }
 
+fn set_cork(fd: libc::c_int, on: bool) -> io::Result<()> {
+    let v = libc::c_int::from(on);
+    // SAFETY: a valid option value pointer and length.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_UDP,
+            libc::UDP_CORK,
+            (&v as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// What a failed `sendfile` after the head left means for the packet: the
+/// head went, so a payload the socket refused now is lost, not retried.
+fn after_head(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock || is_transient(&e) => Ok(()),
+        r => r,
+    }
+}
+
+/// Head with `MSG_MORE`, then the one run; the end of the `sendfile` sends.
+fn send_one_run(c: &mut Counters, sock: libc::c_int, p: &Packet<'_>) -> io::Result<()> {
+    c.syscalls += 1;
+    send_raw(sock, p.head(), libc::MSG_MORE | libc::MSG_NOSIGNAL)?;
+    c.syscalls += 1;
+    let r = sendfile_all(sock, p.file.as_raw_fd(), p.offset, p.payload.len());
+    if !matches!(r, Ok(n) if n == p.payload.len()) {
+        // Never leave the head corked on the socket.
+        c.syscalls += 1;
+        let _ = send_raw(sock, &[], libc::MSG_NOSIGNAL);
+    }
+    after_head(r.map(drop))
+}
+
+/// Head and both runs under `UDP_CORK`; clearing it sends the datagram.
+fn send_two_runs(c: &mut Counters, sock: libc::c_int, p: &Packet<'_>) -> io::Result<()> {
+    let file = p.file.as_raw_fd();
+    c.syscalls += 1;
+    set_cork(sock, true)?;
+    c.syscalls += 1;
+    let head = send_raw(sock, p.head(), libc::MSG_NOSIGNAL);
+    let runs = if head.is_ok() {
+        c.syscalls += 1;
+        sendfile_all(sock, file, p.offset, p.payload.len()).and_then(|n| {
+            if n < p.payload.len() {
+                // The file shrank: the packet leaves truncated.
+                return Ok(());
+            }
+            c.syscalls += 1;
+            sendfile_all(sock, file, p.offset2, p.payload2.len()).map(drop)
+        })
+    } else {
+        Ok(())
+    };
+    c.syscalls += 1;
+    set_cork(sock, false)?;
+    head?;
+    after_head(runs)
+}
+
 impl DataPath for SendfileCork {
     fn name(&self) -> &'static str {
         "sendfile-cork"
@@ -55,19 +141,13 @@ impl DataPath for SendfileCork {
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
         per_packet(batch, sent, &mut self.counters, |c, burst, p| {
             let sock = burst.socket.as_raw_fd();
-            c.syscalls += 1;
-            send_raw(sock, &p.header, libc::MSG_MORE | libc::MSG_NOSIGNAL)?;
-            c.syscalls += 1;
-            let r = sendfile_all(sock, p.file.as_raw_fd(), p.offset, p.payload.len());
-            if !matches!(r, Ok(n) if n == p.payload.len()) {
-                // Never leave the header corked on the socket.
-                c.syscalls += 1;
-                let _ = send_raw(sock, &[], libc::MSG_NOSIGNAL);
-            }
-            match r {
-                // The header left: a payload the socket refused now is lost.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock || is_transient(&e) => Ok(()),
-                r => r.map(drop),
+            let odd = |offset: u64, run: &[u8]| offset % 2 == 1 && !run.is_empty();
+            if odd(p.offset, p.payload) || odd(p.offset2, p.payload2) {
+                send_mapped(c, burst.socket, p)
+            } else if p.payload2.is_empty() {
+                send_one_run(c, sock, p)
+            } else {
+                send_two_runs(c, sock, p)
             }
         })
     }

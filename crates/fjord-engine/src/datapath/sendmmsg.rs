@@ -1,6 +1,7 @@
 //! The MARS aggregated stream call: every packet of the tick, across all
 //! sessions, in one `sendmmsg` (chunks of `UIO_MAXIOV` = 1024 messages),
-//! each message [header, payload] by reference into the mapping and
+//! each message [head, payload] (and the second file run if any) by
+//! reference into the batch and the mapping, and
 //! addressed with `msg_name` = the burst's destination.
 //!
 //! Per packet: 1/1024 to 1/packets-in-tick system calls; the payload is
@@ -28,7 +29,7 @@ use std::{
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::{Batch, Counters, DataPath, MAX_BATCH_PACKETS, is_transient};
+use super::{Batch, Counters, DataPath, MAX_BATCH_PACKETS, iovec, is_transient};
 
 /// The most messages one `sendmmsg` takes (`UIO_MAXIOV`).
 const MAX_MESSAGES: usize = 1024;
@@ -60,7 +61,7 @@ impl Default for Sendmmsg {
             socket: None,
             v6: false,
             msgs: Vec::with_capacity(MAX_MESSAGES),
-            iovs: Vec::with_capacity(2 * MAX_MESSAGES),
+            iovs: Vec::with_capacity(3 * MAX_MESSAGES),
             addrs: Vec::with_capacity(MAX_BATCH_PACKETS),
             counters: Counters::default(),
         }
@@ -133,25 +134,22 @@ impl DataPath for Sendmmsg {
                     k = 0;
                 }
                 let p = &batch.packets[batch.bursts[b].packets.start + k];
-                self.iovs.push(libc::iovec {
-                    iov_base: p.header.as_ptr() as *mut libc::c_void,
-                    iov_len: p.header.len(),
-                });
-                self.iovs.push(libc::iovec {
-                    iov_base: p.payload.as_ptr() as *mut libc::c_void,
-                    iov_len: p.payload.len(),
-                });
+                let before = self.iovs.len();
+                self.iovs.extend(p.parts().map(iovec));
                 // SAFETY: all-zero is a valid mmsghdr.
                 let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
                 m.msg_hdr.msg_name = self.addrs[b].as_ptr() as *mut libc::c_void;
                 m.msg_hdr.msg_namelen = self.addrs[b].len();
-                m.msg_hdr.msg_iovlen = 2;
+                m.msg_hdr.msg_iovlen = self.iovs.len() - before;
                 self.msgs.push(m);
                 k += 1;
             }
-            // The iovec array is complete: point the messages into it.
-            for (j, m) in self.msgs.iter_mut().enumerate() {
-                m.msg_hdr.msg_iov = self.iovs[2 * j..].as_mut_ptr();
+            // The iovec array is complete (within its reserved capacity, so
+            // never moved): point the messages into it.
+            let mut at = 0;
+            for m in &mut self.msgs {
+                m.msg_hdr.msg_iov = self.iovs[at..].as_mut_ptr();
+                at += m.msg_hdr.msg_iovlen;
             }
             self.counters.syscalls += 1;
             // SAFETY: `msgs` holds `n` initialised messages whose names,

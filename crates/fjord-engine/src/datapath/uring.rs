@@ -26,16 +26,15 @@ use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
 
 use super::{
     Batch, Counters, DataPath, MAX_BATCH_PACKETS, Packet,
-    gso::group_len,
-    gso_zerocopy::{MIN_ZEROCOPY_BYTES, fill_gso_msg, zc_group_len},
+    gso::{MAX_GROUP_IOVECS, fill_gso_msg, group_len},
+    gso_zerocopy::{MIN_ZEROCOPY_BYTES, zc_group_len},
     is_transient,
 };
 
 /// Submission queue entries: the most groups in one `io_uring_enter`.
 pub const ENTRIES: u32 = 512;
-const MAX_SEGMENTS: usize = 64;
 
-type Iovecs = [MaybeUninit<libc::iovec>; 2 * MAX_SEGMENTS];
+type Iovecs = [MaybeUninit<libc::iovec>; MAX_GROUP_IOVECS];
 
 /// One GSO group: burst `burst`, packets `start..start + len` of it.
 #[derive(Clone, Copy)]
@@ -134,10 +133,10 @@ impl Uring {
             let pkts: &[Packet<'_>] = &batch.packets[start..start + g.len as usize];
             // SAFETY: all-zero is a valid msghdr.
             self.msgs.push(unsafe { mem::zeroed() });
-            self.iovs.push([MaybeUninit::uninit(); 2 * MAX_SEGMENTS]);
+            self.iovs.push([MaybeUninit::uninit(); MAX_GROUP_IOVECS]);
             self.controls.push([0; 4]);
             let k = self.msgs.len() - 1;
-            // Headers by reference into the batch: it is not touched until
+            // Heads by reference into the batch: it is not touched until
             // every completion (and zero-copy notification) is in.
             fill_gso_msg(
                 &mut self.msgs[k],
@@ -226,7 +225,7 @@ impl DataPath for Uring {
                 let mut zc = false;
                 if self.zerocopy {
                     let rest = &pkts[done..done + n];
-                    let k = zc_group_len(rest, |i| rest[i].header.as_ptr() as usize);
+                    let k = zc_group_len(rest, |i| rest[i].head().as_ptr() as usize);
                     let bytes: usize = rest[..k].iter().map(Packet::wire_len).sum();
                     if bytes >= MIN_ZEROCOPY_BYTES {
                         n = k;
