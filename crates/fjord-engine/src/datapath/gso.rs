@@ -1,8 +1,8 @@
 //! UDP generic segmentation offload: a session's burst leaves in one
-//! `sendmsg` of [head, payload(, second run)]… iovecs with a `UDP_SEGMENT` control
-//! message; the kernel cuts it into datagrams (in the NIC where it can),
-//! one pass down the stack for up to 64 packets. The payload stays in the
-//! mapping until the kernel copies it once into the socket buffer.
+//! `sendmsg` of [head, payload(, second run)]… iovecs with a `UDP_SEGMENT`
+//! control message; the kernel cuts it into datagrams (in the NIC where it
+//! can), one pass down the stack for up to 64 packets. The payload stays in
+//! the mapping until the kernel copies it once into the socket buffer.
 
 use std::{
     io,
@@ -71,6 +71,7 @@ pub(crate) fn send_group(
     flags: libc::c_int,
 ) -> io::Result<()> {
     let mut iov = [MaybeUninit::<libc::iovec>::uninit(); MAX_GROUP_IOVECS];
+    // Room for one cmsg carrying a u16, u64-aligned as cmsghdr needs.
     let mut control = [0u64; 4];
     // SAFETY: all-zero is a valid msghdr.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };

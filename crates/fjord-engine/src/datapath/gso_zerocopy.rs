@@ -221,7 +221,8 @@ fn pages(addr: usize, len: usize) -> usize {
 /// at most [`MAX_FRAGS`] fragments of one buffer. Head `i` is at address
 /// `head(i)`. Heads and file runs alternate and never sit in the same page
 /// run, so each iovec costs its own fragment(s) (two runs of one packet
-/// may share one when adjacent; counting them apart only errs low): about
+/// may share one when adjacent: counting them apart only shortens the
+/// send): about
 /// 2.3 fragments per 1316-byte packet, so 7 packets, not 64, per send.
 pub(crate) fn zc_group_len(pkts: &[Packet<'_>], head: impl Fn(usize) -> usize) -> usize {
     let mut frags = 0;

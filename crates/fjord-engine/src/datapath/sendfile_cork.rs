@@ -15,13 +15,14 @@
 //! pages into the datagram, and the kernel copies at most once (into a
 //! linear buffer where the device cannot gather, as for every path here).
 //!
-//! A run from an odd file offset leaves another way: Linux (seen on 6.18)
-//! checksums spliced pages wrongly when such a run crosses a page boundary
-//! behind corked bytes, and the receiver drops the datagram as corrupt. Those
-//! packets go in one `sendmsg` from the mapping, as in `mmap-writev` (one
-//! system call, one copy in the kernel). MPEG-TS runs start at multiples of
-//! 188 bytes unless ingest skipped junk; elementary-stream runs start
-//! anywhere.
+//! A packet with a run at an odd file offset leaves another way: Linux
+//! (seen on 6.18) checksums a spliced run wrongly when it starts at an odd
+//! offset, crosses a page boundary and follows corked bytes, and the
+//! receiver drops the datagram as corrupt. Such packets (odd offset, page
+//! crossing or not) go in one `sendmsg` from the mapping, as in
+//! `mmap-writev`: one system call, one copy in the kernel. MPEG-TS runs
+//! start at multiples of 188 bytes unless ingest skipped junk;
+//! elementary-stream runs start anywhere.
 //!
 //! If `sendfile` fails after the head was corked, the cork is pushed (an
 //! empty `send`, or clearing `UDP_CORK`) so no stale head ever prefixes the
