@@ -55,6 +55,21 @@ impl Container {
         }
         None
     }
+
+    /// [`Container::detect`], or why the file is not one fjord serves.
+    pub fn sniff(data: &[u8]) -> Result<Container, FormatError> {
+        if data.is_empty() {
+            return Err(FormatError::Empty);
+        }
+        Container::detect(data).ok_or_else(|| {
+            FormatError::Unsupported(
+                "not a media file fjord can serve: nothing in its first bytes looks like \
+                 MPEG-TS, MP4/MOV, an MPEG-1/2 program or video elementary stream, ADTS AAC \
+                 or MP3"
+                    .to_owned(),
+            )
+        })
+    }
 }
 
 /// The packet plan of a whole file held in memory; `progress(done, total)`
@@ -64,24 +79,16 @@ pub fn plan(
     opts: &TsOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<MediaPlan, FormatError> {
-    if data.is_empty() {
-        return Err(FormatError::Empty);
-    }
-    match Container::detect(data) {
-        Some(Container::MpegTs) => ts::packetize_with_progress(data, opts, progress)
+    match Container::sniff(data)? {
+        Container::MpegTs => ts::packetize_with_progress(data, opts, progress)
             .map(ts::Packetization::into_plan)
             .map_err(|e| match e {
                 TsError::Empty => FormatError::Empty,
                 TsError::TooLarge => FormatError::TooLarge,
                 TsError::NotTs => FormatError::Unsupported(e.to_string()),
             }),
-        Some(Container::MpegPs) => ps::plan(data),
-        Some(Container::MpegVideo) => mpeg_video::plan(data),
-        Some(Container::MpegAudio) => mpeg_audio::plan(data),
-        None => Err(FormatError::Unsupported(
-            "not a media file fjord can serve: nothing in its first bytes looks like MPEG-TS, \
-             MP4/MOV, an MPEG-1/2 program or video elementary stream, ADTS AAC or MP3"
-                .to_owned(),
-        )),
+        Container::MpegPs => ps::plan(data),
+        Container::MpegVideo => mpeg_video::plan(data),
+        Container::MpegAudio => mpeg_audio::plan(data),
     }
 }

@@ -86,22 +86,15 @@ pub fn ingest_file(
         }
         progress(done, total);
     };
+    // Refuse what is not media before reading all of it.
+    format::Container::sniff(&data).map_err(format_error(path))?;
     // Hash on other cores while this one parses: both are a pass over the file.
     let (plan, source) = std::thread::scope(|s| {
         let hasher = s.spawn(|| SourceId::of_file(&file, &meta));
         let p = format::plan(&data, opts, &mut progress);
         (p, hasher.join())
     });
-    let plan = plan.map_err(|e| {
-        let path = path.to_owned();
-        match e {
-            FormatError::Empty => IngestError::Empty { path },
-            FormatError::TooLarge => IngestError::TooLarge { path },
-            FormatError::Unsupported(reason) | FormatError::Invalid(reason) => {
-                IngestError::Unsupported { path, reason }
-            }
-        }
-    })?;
+    let plan = plan.map_err(format_error(path))?;
     let source = source
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         .map_err(open_err)?;
@@ -111,6 +104,19 @@ pub fn ingest_file(
         source,
     })?;
     Ok(plan.report)
+}
+
+fn format_error(path: &Path) -> impl Fn(FormatError) -> IngestError {
+    move |e| {
+        let path = path.to_owned();
+        match e {
+            FormatError::Empty => IngestError::Empty { path },
+            FormatError::TooLarge => IngestError::TooLarge { path },
+            FormatError::Unsupported(reason) | FormatError::Invalid(reason) => {
+                IngestError::Unsupported { path, reason }
+            }
+        }
+    }
 }
 
 /// The index of `media`: the existing one if it opens, was made with the same

@@ -63,14 +63,19 @@ impl Catalog {
 
     /// The file of a title, or `NotFound` for anything outside the root:
     /// `..`, absolute paths and symlinks leading out are refused before any
-    /// file is opened (canonicalize only stats and reads links).
+    /// file is opened (canonicalize only stats and reads links). fjord's own
+    /// files (indexes, parity, temporaries) and hidden files are not titles;
+    /// any other file is, and its content decides whether it can be served.
     pub fn resolve(&self, title: &str) -> Result<PathBuf, CatalogError> {
         let rel = Path::new(title);
-        let plain = rel.components().all(|c| matches!(c, Component::Normal(_)));
-        let is_ts = rel
+        let plain = rel.components().all(|c| match c {
+            Component::Normal(name) => !name.as_encoded_bytes().starts_with(b"."),
+            _ => false,
+        });
+        let ours = rel
             .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("ts"));
-        if title.is_empty() || !plain || !is_ts {
+            .is_some_and(|e| OWN_EXTENSIONS.iter().any(|o| e.eq_ignore_ascii_case(o)));
+        if title.is_empty() || !plain || ours {
             return Err(CatalogError::NotFound);
         }
         let path = self
@@ -128,6 +133,9 @@ fn load(path: &Path, options: &TsOptions) -> Result<Title, CatalogError> {
     }
     Title::new(index, path).map_err(|e| CatalogError::Failed(format!("{}: {e}", path.display())))
 }
+
+/// Extensions of files fjord writes beside the media.
+const OWN_EXTENSIONS: &[&str] = &["fjidx", "fjfec"];
 
 /// What a client is told when a title cannot be served.
 fn classify(e: fjord_media::ingest::IngestError) -> CatalogError {

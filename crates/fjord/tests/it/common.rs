@@ -109,6 +109,13 @@ pub fn vbr_bytes() -> &'static [u8] {
     B.get_or_init(|| fs::read(&media().vbr).unwrap())
 }
 
+/// Test media `name` made by ffmpeg with `args` (once per target dir).
+pub fn generate_media(name: &str, args: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-media");
+    fs::create_dir_all(&dir).expect("create test-media dir");
+    generate(&dir, &format!("{MEDIA_VERSION}-{name}"), args)
+}
+
 /// Makes `dir/name` with ffmpeg unless it exists. A lock file keeps
 /// parallel test processes from generating it twice; the output is written
 /// to a temporary name and renamed, so a reader never sees half a file.

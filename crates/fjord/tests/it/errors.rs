@@ -66,6 +66,34 @@ fn unknown_title_is_404() {
 }
 
 #[test]
+fn a_file_that_is_not_media_is_415_with_the_reason() {
+    let mut s = Server::start("");
+    let media_root = s.media_root();
+    std::fs::write(media_root.join("notes.txt"), "just words\n".repeat(100)).unwrap();
+    let request = format!(
+        "DESCRIBE {} RTSP/1.0\r\nCSeq: 1\r\n\r\n",
+        s.url("notes.txt")
+    );
+    let (text, _) = raw_exchange(&s.addr(), request.as_bytes(), Duration::from_secs(3));
+    assert_eq!(status_of(&text), Some(415), "{text}");
+    assert!(text.contains("not a media file fjord can serve"), "{text}");
+    // Nothing was written beside it.
+    assert!(!media_root.join("notes.txt.fjidx").exists());
+    s.assert_healthy();
+}
+
+#[test]
+fn indexes_and_hidden_files_are_not_titles() {
+    let mut s = Server::start("");
+    s.assert_healthy();
+    assert!(s.media_root().join("clip.ts.fjidx").exists());
+    assert_eq!(describe(&s, "/clip.ts.fjidx"), 404);
+    std::fs::copy(&media().clip, s.media_root().join(".hidden.ts")).unwrap();
+    assert_eq!(describe(&s, "/.hidden.ts"), 404);
+    s.assert_healthy();
+}
+
+#[test]
 fn dot_dot_is_404() {
     let mut s = Server::start("");
     std::fs::copy(&media().clip, s.root.path().join("outside.ts")).unwrap();

@@ -9,5 +9,6 @@ mod cli;
 mod client;
 mod common;
 mod errors;
+mod formats;
 mod load;
 mod peers;
