@@ -1,5 +1,6 @@
 # fjord — developer entry points.
-#   make test   install the test peers if missing, then fmt, clippy and tests
+#   make test   install the test peers if missing, then fmt, clippy, tests and
+#               a bounded fuzz run of every target (FUZZ_SECONDS each)
 #   make run    build, make a demo title if ./media has none, serve it
 #   make fuzz   run every fuzz target for FUZZ_SECONDS (nightly + cargo-fuzz)
 
@@ -26,6 +27,7 @@ test: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace --release
+	$(MAKE) fuzz FUZZ_SECONDS=$(CI_FUZZ_SECONDS)
 
 build:
 	$(CARGO) build --release
@@ -48,10 +50,13 @@ run: build
 	@echo "  gst-launch-1.0 playbin uri=rtsp://127.0.0.1:$(PORT)/demo.ts"
 	exec target/release/fjord serve --root media --port $(PORT)
 
-# Runs every fuzz target for FUZZ_SECONDS each (needs the nightly toolchain).
+# Runs every fuzz target for FUZZ_SECONDS each (nightly toolchain and
+# cargo-fuzz, installed when missing). `make test` runs them briefly.
 FUZZ_SECONDS ?= 30
+CI_FUZZ_SECONDS ?= 8
 .PHONY: fuzz
 fuzz:
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd fuzz && for t in $$($(CARGO) +nightly fuzz list); do \
 	  $(CARGO) +nightly fuzz run -O $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
