@@ -322,6 +322,6 @@ mod tests {
         assert_eq!(es.runs(1, 5), None);
         assert_eq!(es.fit(1, 100), 3);
         assert_eq!(es.get::<3>(3), Some([0xb3, 0, 0]));
-        assert_eq!(es.find_byte(3, 5), Some(6));
+        assert_eq!(es.find_byte(3, 5), Some(7));
     }
 }
