@@ -29,6 +29,8 @@ pub enum FormatError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Container {
     MpegTs,
+    Mp4,
+    Adts,
 }
 
 impl Container {
@@ -36,6 +38,12 @@ impl Container {
     pub fn detect(head: &[u8]) -> Option<Container> {
         if ts::looks_like_ts(head) {
             return Some(Container::MpegTs);
+        }
+        if crate::mp4::looks_like_mp4(head) {
+            return Some(Container::Mp4);
+        }
+        if crate::aac::looks_like_adts(head) {
+            return Some(Container::Adts);
         }
         None
     }
@@ -59,6 +67,8 @@ pub fn plan(
                 TsError::TooLarge => FormatError::TooLarge,
                 TsError::NotTs => FormatError::Unsupported(e.to_string()),
             }),
+        Some(Container::Mp4) => crate::mp4::plan(data),
+        Some(Container::Adts) => crate::aac::plan_adts(data),
         None => Err(FormatError::Unsupported(
             "not a media file fjord can serve: nothing in its first bytes looks like MPEG-TS, \
              MP4/MOV, an MPEG-1/2 program or video elementary stream, ADTS AAC or MP3"

@@ -5,9 +5,14 @@
 //! [`ingest`] glues the two to the filesystem. Serving never parses media: it
 //! reads records from the index and sends byte ranges of the media file.
 
+pub mod aac;
 pub mod format;
+pub mod h264;
+pub mod h265;
 pub mod index;
 pub mod ingest;
+pub mod mp4;
+pub mod nal;
 pub mod plan;
 pub mod synthetic;
 pub mod ts;
