@@ -162,14 +162,22 @@ fn chained_at(data: &[u8], pos: usize) -> Option<Header> {
         .map(|_| h)
 }
 
-/// Sniffs an ADTS stream: optional ID3v2 tag, then two chained frames.
+/// Sniffs an ADTS stream: optional ID3v2 tag, then two chained frames, or
+/// three within the first 4 KiB after some junk.
 pub fn looks_like_adts(head: &[u8]) -> bool {
+    const JUNK: usize = 4096;
     let start = id3_len(head);
     match header_at(head, start) {
-        Some(h) if start + h.frame_len >= head.len() => true,
-        Some(_) => chained_at(head, start).is_some(),
-        None => false,
+        Some(h) if start + h.frame_len >= head.len() => return true,
+        Some(_) if chained_at(head, start).is_some() => return true,
+        _ => {}
     }
+    (start..head.len().min(start + JUNK)).any(|p| {
+        chained_at(head, p).is_some_and(|h| {
+            let next = p + h.frame_len;
+            next >= head.len() || chained_at(head, next).is_some()
+        })
+    })
 }
 
 /// The plan of an ADTS AAC file: one RFC 3640 track, one AU per frame.
