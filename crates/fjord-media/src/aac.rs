@@ -16,6 +16,9 @@ const SAMPLES_PER_FRAME: u64 = 1024;
 
 /// Sampling rate and channel configuration from an AudioSpecificConfig.
 pub fn asc_info(asc: &[u8]) -> Option<(u32, u8)> {
+    if asc.len() < 2 {
+        return None;
+    }
     let bits = asc
         .iter()
         .take(8)
@@ -27,9 +30,6 @@ pub fn asc_info(asc: &[u8]) -> Option<(u32, u8)> {
         v
     };
     let mut pos = 0;
-    if asc.len() < 2 {
-        return None;
-    }
     if take(&mut pos, 5) == 31 {
         take(&mut pos, 6);
     }

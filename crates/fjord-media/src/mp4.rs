@@ -276,7 +276,7 @@ struct Timing {
 
 impl Timing {
     fn ns(&self, t: i64) -> i128 {
-        let d = i128::from(t - self.media_start) * NS;
+        let d = (i128::from(t) - i128::from(self.media_start)) * NS;
         let ts = i128::from(self.timescale);
         self.delay_ns + (d + ts / 2).div_euclid(ts)
     }
@@ -286,7 +286,7 @@ impl Timing {
         let c = i128::from(clock);
         let ts = i128::from(self.timescale);
         let delay = (self.delay_ns * c + NS / 2).div_euclid(NS);
-        let media = (i128::from(t - self.media_start) * c + ts / 2).div_euclid(ts);
+        let media = ((i128::from(t) - i128::from(self.media_start)) * c + ts / 2).div_euclid(ts);
         (delay + media) as u32
     }
 }
@@ -669,7 +669,7 @@ fn read_samples(
         for s in samples.iter_mut().skip(i).take(count) {
             s.dts = t;
             s.dur = delta;
-            t += i64::from(delta);
+            t = t.saturating_add(i64::from(delta));
         }
         i = i.saturating_add(count);
     }
@@ -690,7 +690,7 @@ fn read_samples(
             // Signed in version 1; version 0 writers put negative values too.
             let off = i64::from(r.u32()? as i32);
             for s in samples.iter_mut().skip(i).take(count) {
-                s.cts = s.dts + off;
+                s.cts = s.dts.saturating_add(off);
             }
             i = i.saturating_add(count);
         }
@@ -754,7 +754,7 @@ fn read_samples(
     let len = data.len() as u64;
     if let Some(cut) = samples
         .iter()
-        .position(|s| s.offset + u64::from(s.size) > len)
+        .position(|s| s.offset.saturating_add(u64::from(s.size)) > len)
     {
         let lost: u64 = samples[cut..].iter().map(|s| u64::from(s.size)).sum();
         *truncated += lost;
@@ -812,7 +812,7 @@ fn track_plan(
         let pts = timing.ns(s.cts);
         let send = clamp_ns(if video { timing.ns(s.dts) } else { pts }).max(last_send);
         last_send = send;
-        end_ns = end_ns.max(clamp_ns(timing.ns(s.cts + i64::from(s.dur))));
+        end_ns = end_ns.max(clamp_ns(timing.ns(s.cts.saturating_add(i64::from(s.dur)))));
         let rtp = timing.rtp(s.cts, clock);
         let first = packets.len();
         match &t.codec {
