@@ -370,3 +370,49 @@ proptest! {
         plan_is_inside(&data);
     }
 }
+
+/// Ingest speed on a cached 70 MB file: mdat is skipped except for NAL
+/// length fields. Run with `cargo test --release --test mp4 -- --ignored`.
+#[test]
+#[ignore = "timing; run by hand in release"]
+fn ingest_speed() {
+    let dir = scratch();
+    let file = path_in(&dir, "big.mp4");
+    ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=1280x720:rate=25",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=sample_rate=48000",
+        "-t",
+        "40",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-qp",
+        "0",
+        "-c:a",
+        "aac",
+        file.to_str().unwrap(),
+    ]);
+    let data = std::fs::read(&file).unwrap();
+    let rounds: u32 = 20;
+    let start = std::time::Instant::now();
+    let mut packets = 0;
+    for _ in 0..rounds {
+        let p = fjord_media::format::plan(&data, &Default::default(), &mut |_, _| {}).unwrap();
+        packets += p.report.rtp_packets;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let mb_s = data.len() as f64 * f64::from(rounds) / secs / 1e6;
+    println!(
+        "{} MB, {} packets: {mb_s:.0} MB/s",
+        data.len() / 1_000_000,
+        packets / u64::from(rounds)
+    );
+    assert!(mb_s >= 500.0, "{mb_s:.0} MB/s");
+}

@@ -1,6 +1,7 @@
 //! Test media made by ffmpeg, and RTP depacketizers that rebuild what a
 //! player receives from a plan. ffmpeg is required: these tests fail
 //! without it (`make test` installs it).
+// Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
