@@ -30,10 +30,14 @@ pub enum FormatError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Container {
     MpegTs,
+    /// MP4/MOV (`.mp4`, `.m4v`, `.mov`).
+    Mp4,
     /// MPEG-1/2 program stream (`.mpg`, `.vob`).
     MpegPs,
     /// MPEG-1/2 video elementary stream (`.m1v`, `.m2v`).
     MpegVideo,
+    /// AAC in ADTS frames (`.aac`).
+    Adts,
     /// MPEG audio frames (`.mp3`, `.mp2`).
     MpegAudio,
 }
@@ -44,11 +48,19 @@ impl Container {
         if ts::looks_like_ts(head) {
             return Some(Container::MpegTs);
         }
+        if crate::mp4::looks_like_mp4(head) {
+            return Some(Container::Mp4);
+        }
         if ps::looks_like_ps(head) {
             return Some(Container::MpegPs);
         }
         if head.starts_with(&[0, 0, 1, 0xb3]) {
             return Some(Container::MpegVideo);
+        }
+        // ADTS before MPEG audio: both may start with an ID3v2 tag, and only
+        // the ADTS check looks at what follows it for AAC.
+        if crate::aac::looks_like_adts(head) {
+            return Some(Container::Adts);
         }
         if mpeg_audio::looks_like_mpeg_audio(head) {
             return Some(Container::MpegAudio);
@@ -87,8 +99,10 @@ pub fn plan(
                 TsError::TooLarge => FormatError::TooLarge,
                 TsError::NotTs => FormatError::Unsupported(e.to_string()),
             }),
+        Container::Mp4 => crate::mp4::plan(data),
         Container::MpegPs => ps::plan(data),
         Container::MpegVideo => mpeg_video::plan(data),
+        Container::Adts => crate::aac::plan_adts(data),
         Container::MpegAudio => mpeg_audio::plan(data),
     }
 }

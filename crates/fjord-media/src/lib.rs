@@ -5,13 +5,18 @@
 //! [`ingest`] glues the two to the filesystem. Serving never parses media: it
 //! reads records from the index and sends byte ranges of the media file.
 
+pub mod aac;
 pub mod ac3;
 mod es;
 pub mod format;
+pub mod h264;
+pub mod h265;
 pub mod index;
 pub mod ingest;
+pub mod mp4;
 pub mod mpeg_audio;
 pub mod mpeg_video;
+pub mod nal;
 pub mod plan;
 pub mod ps;
 pub mod synthetic;

@@ -1,0 +1,103 @@
+//! NAL unit packetization shared by H.264 (RFC 6184, packetization-mode=1)
+//! and H.265 (RFC 7798): a NAL that fits goes in a single NAL unit packet,
+//! a larger one is cut into fragmentation units whose headers are the only
+//! bytes not taken from the file.
+
+use crate::format::MAX_RTP_PAYLOAD;
+use crate::plan::{FLAG_MARKER, PacketRecord};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NalCodec {
+    H264,
+    H265,
+}
+
+impl NalCodec {
+    /// Bytes of the NAL unit header.
+    pub fn header_len(self) -> usize {
+        match self {
+            NalCodec::H264 => 1,
+            NalCodec::H265 => 2,
+        }
+    }
+
+    /// `nal_unit_type` from the first header byte.
+    pub fn nal_type(self, first: u8) -> u8 {
+        match self {
+            NalCodec::H264 => first & 0x1f,
+            NalCodec::H265 => (first >> 1) & 0x3f,
+        }
+    }
+
+    /// Payload header + FU header of a fragment of the NAL whose header is `hdr`.
+    fn fu_prefix(self, hdr: [u8; 2], start: bool, end: bool) -> ([u8; 3], usize) {
+        let se = (u8::from(start) << 7) | (u8::from(end) << 6);
+        match self {
+            // FU-A: indicator keeps F and NRI, type 28.
+            NalCodec::H264 => ([(hdr[0] & 0xe0) | 28, se | (hdr[0] & 0x1f), 0], 2),
+            // FU: payload header keeps F and the layer id's top bit, type 49;
+            // the second byte (layer id rest, TID) is kept as is.
+            NalCodec::H265 => (
+                [
+                    (hdr[0] & 0x81) | (49 << 1),
+                    hdr[1],
+                    se | ((hdr[0] >> 1) & 0x3f),
+                ],
+                3,
+            ),
+        }
+    }
+}
+
+/// A NAL unit in the file: `len` bytes at `offset`, header included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nal {
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// Appends the packets of one access unit (its NAL units in order), all
+/// stamped alike, marker on the last. `data` is the whole file; every NAL
+/// must lie inside it and be at least a header long.
+pub fn packetize_au(
+    codec: NalCodec,
+    data: &[u8],
+    nals: &[Nal],
+    send_time_ns: u64,
+    rtp_ts: u32,
+    out: &mut Vec<PacketRecord>,
+) {
+    let first_packet = out.len();
+    let hlen = codec.header_len();
+    for nal in nals {
+        if nal.len as usize <= MAX_RTP_PAYLOAD {
+            out.push(PacketRecord::file_run(
+                send_time_ns,
+                rtp_ts,
+                nal.offset,
+                nal.len,
+            ));
+            continue;
+        }
+        let at = nal.offset as usize;
+        let hdr = [data[at], if hlen == 2 { data[at + 1] } else { 0 }];
+        let mut pos = nal.offset + hlen as u64;
+        let end = nal.offset + u64::from(nal.len);
+        let room = MAX_RTP_PAYLOAD as u64 - hlen as u64 - 1;
+        while pos < end {
+            let n = room.min(end - pos);
+            let (prefix, plen) =
+                codec.fu_prefix(hdr, pos == nal.offset + hlen as u64, pos + n == end);
+            out.push(
+                PacketRecord::file_run(send_time_ns, rtp_ts, pos, n as u32)
+                    .with_prefix(&prefix[..plen]),
+            );
+            pos += n;
+        }
+    }
+    if out.len() > first_packet
+        && let Some(last) = out.last_mut()
+    {
+        last.flags |= FLAG_MARKER;
+    }
+}
