@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         for b in 0..track.block_count() {
             let blk = track.block(b).unwrap();
             assert!(track.repair_data(&blk).is_some());
-            assert!(blk.symbol_len % 2 == 0 && blk.repair_count == track.params().m);
+            assert!(blk.symbol_len.is_multiple_of(2) && blk.repair_count == track.params().m);
             assert!(track.symbol_hash(blk.packets().end - 1).is_some());
         }
     }

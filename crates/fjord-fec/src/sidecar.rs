@@ -257,7 +257,7 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
                 if u64::from(blk.source_count) != expected_k
                     || blk.repair_count != params.m
                     || symbol == 0
-                    || symbol % 2 != 0
+                    || !symbol.is_multiple_of(2)
                     || symbol > MAX_SYMBOL_LEN
                     || blk.repair_off < data_off
                     || blk.repair_range().end > b.len() as u64

@@ -136,7 +136,7 @@ impl RepairHeader {
             || header.m == 0
             || header.esi >= header.m
             || symbol.is_empty()
-            || symbol.len() % 2 != 0
+            || !symbol.len().is_multiple_of(2)
             || symbol.len() > MAX_SYMBOL_LEN
         {
             return Err(FramingError::RepairHeader);
