@@ -63,7 +63,18 @@ enum Cmd {
         /// MPEG-TS packets per RTP packet
         #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u8).range(1..=7))]
         ts_per_rtp: u8,
+        /// Parity sidecar FILE.fjfec: K source and M repair packets per
+        /// block, "auto" (12.5 %, ≤ 300 ms per block) or "off"
+        #[arg(long, default_value = "auto", value_name = "K:M|auto|off")]
+        fec: fjord_fec::FecChoice,
     },
+    /// Check a media file against the parity written at ingest; names damaged
+    /// blocks and byte ranges. Exit 0 intact, 1 damaged, 2 cannot check.
+    Verify { path: PathBuf },
+    /// Rebuild damaged packets of a media file from its parity, bit-exact,
+    /// replacing the file atomically. Exit 0 intact or repaired, 1 beyond
+    /// repair, 2 cannot check.
+    Repair { path: PathBuf },
     /// Many RTSP sessions at once, each checked as it arrives: loss,
     /// reordering, lateness against its schedule, jitter, throughput.
     Load(load::LoadArgs),
@@ -94,7 +105,13 @@ fn main() -> ExitCode {
             datapath,
             config,
         } => serve(root, port, bind, threads, datapath, config),
-        Cmd::Ingest { paths, ts_per_rtp } => ingest_all(&paths, ts_per_rtp),
+        Cmd::Ingest {
+            paths,
+            ts_per_rtp,
+            fec,
+        } => ingest_all(&paths, ts_per_rtp, fec),
+        Cmd::Verify { path } => return storage(&path, false),
+        Cmd::Repair { path } => return storage(&path, true),
         Cmd::Bench { cmd } => bench::run(cmd),
         Cmd::Load(args) => load::run(args),
     };
@@ -142,7 +159,60 @@ fn serve(
     Ok(())
 }
 
-fn ingest_all(paths: &[PathBuf], ts_per_rtp: u8) -> anyhow::Result<()> {
+/// `fjord verify` / `fjord repair`: 0 intact or repaired, 1 damaged or
+/// beyond repair, 2 cannot check.
+fn storage(path: &std::path::Path, repair: bool) -> ExitCode {
+    use fjord_fec::{FecError, RepairOutcome};
+    let shown = path.display();
+    let code = if repair {
+        match fjord_fec::repair(path) {
+            Ok(RepairOutcome::Clean) => {
+                println!("{shown}: intact, nothing to repair");
+                0
+            }
+            Ok(RepairOutcome::Repaired {
+                blocks,
+                packets,
+                bytes,
+            }) => {
+                println!(
+                    "{shown}: repaired {packets} packets ({bytes} bytes) in {blocks} blocks; bit-exact to the ingested file again"
+                );
+                0
+            }
+            Err(e @ FecError::BeyondRepair(_)) => {
+                eprintln!("fjord: {shown}: {e}");
+                1
+            }
+            Err(e) => {
+                eprintln!("fjord: {shown}: {e}");
+                2
+            }
+        }
+    } else {
+        match fjord_fec::verify(path) {
+            Ok(report) if report.is_clean() => {
+                println!("{shown}: intact, every packet matches its parity");
+                0
+            }
+            Ok(report) => {
+                print!("{report}");
+                match report.beyond_repair() {
+                    Some(why) => println!("{shown}: damaged beyond repair: {why}"),
+                    None => println!("{shown}: damaged; run `fjord repair {shown}`"),
+                }
+                1
+            }
+            Err(e) => {
+                eprintln!("fjord: {shown}: {e}");
+                2
+            }
+        }
+    };
+    ExitCode::from(code)
+}
+
+fn ingest_all(paths: &[PathBuf], ts_per_rtp: u8, fec: fjord_fec::FecChoice) -> anyhow::Result<()> {
     let options = TsOptions {
         ts_per_rtp,
         ..Default::default()
@@ -167,12 +237,18 @@ fn ingest_all(paths: &[PathBuf], ts_per_rtp: u8) -> anyhow::Result<()> {
                 b.set_position(done);
             }
         };
-        let result = ingest::ingest_file(path, &options, &mut progress);
+        let result = ingest::ingest_file(path, &options, &mut progress).map_err(|e| e.to_string());
+        let result = result.and_then(|r| {
+            let parity = fjord_fec::protect(path, fec, &mut |_, _| {});
+            parity
+                .map(|s| (r, s))
+                .map_err(|e| format!("{}: parity: {e}", path.display()))
+        });
         if let Some(b) = bar {
             b.finish_and_clear();
         }
         match result {
-            Ok(r) => {
+            Ok((r, parity)) => {
                 let secs = started.elapsed().as_secs_f64();
                 let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
                 let index =
@@ -198,6 +274,17 @@ fn ingest_all(paths: &[PathBuf], ts_per_rtp: u8) -> anyhow::Result<()> {
                     secs,
                     size as f64 / 1e6 / secs.max(1e-9),
                 );
+                if let Some(p) = parity {
+                    let layouts: Vec<String> =
+                        p.tracks.iter().map(|(l, _)| l.to_string()).collect();
+                    println!(
+                        "{}: parity {} (K:M per track), {:.1} MB in {}",
+                        path.display(),
+                        layouts.join(" "),
+                        p.repair_bytes as f64 / 1e6,
+                        fjord_fec::sidecar_path_for(path).display(),
+                    );
+                }
                 for w in &r.warnings {
                     println!("{}: warning: {w}", path.display());
                 }

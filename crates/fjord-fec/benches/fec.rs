@@ -1,0 +1,112 @@
+//! FEC throughput.
+//! - `decode/S`: receiver decode per core at the maximum repairable loss
+//!   (M of K+M lost, all of them source packets) for symbol sizes of 1, 2,
+//!   4 and 8 KB, 224:32 blocks (INSTANCE's Table 1). Throughput counts the
+//!   block's source bytes.
+//! - `encode/S`: Reed-Solomon encode per core, same layout (Mbps = 8 × MB/s).
+//! - `ingest_parity`: the whole sidecar write of a cached 256 MB title
+//!   (framing, hashing, encoding on every core, file write).
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use fjord_fec::symbol::{SymbolMeta, frame, symbol_len};
+use fjord_fec::{BlockDecoder, FecChoice, FecParams, RepairHeader, SourcePacket};
+use reed_solomon_simd::ReedSolomonEncoder;
+
+const K: u16 = 224;
+const M: u16 = 32;
+
+fn block(payload: usize) -> (Vec<SourcePacket>, Vec<Vec<u8>>) {
+    let sources: Vec<SourcePacket> = (0..K)
+        .map(|i| SourcePacket {
+            payload: (0..payload)
+                .map(|b| (b as u16 ^ i.wrapping_mul(31)) as u8)
+                .collect(),
+            marker: i % 7 == 0,
+            timestamp: u32::from(i) * 90,
+        })
+        .collect();
+    let e = symbol_len(payload);
+    let mut enc = ReedSolomonEncoder::new(K.into(), M.into(), e).unwrap();
+    let mut sym = vec![0u8; e];
+    for s in &sources {
+        let meta = SymbolMeta {
+            marker: s.marker,
+            ts_delta: s.timestamp,
+        };
+        frame(&mut sym, &[&s.payload], meta).unwrap();
+        enc.add_original_shard(&sym).unwrap();
+    }
+    let repairs = enc
+        .encode()
+        .unwrap()
+        .recovery_iter()
+        .map(<[u8]>::to_vec)
+        .collect();
+    (sources, repairs)
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("fec");
+    g.sample_size(20);
+    for kb in [1usize, 2, 4, 8] {
+        // The symbol (payload + 8-byte header) is exactly kb KiB.
+        let payload = kb * 1024 - fjord_fec::symbol::SYMBOL_HEADER_LEN;
+        let (sources, repairs) = block(payload);
+        g.throughput(Throughput::Bytes((usize::from(K) * payload) as u64));
+        let mut dec = BlockDecoder::new();
+        g.bench_function(format!("decode/{kb}KiB"), |b| {
+            b.iter(|| {
+                dec.reset(K, M);
+                // The first M sources lost: the most a block repairs.
+                for (i, s) in sources.iter().enumerate().skip(usize::from(M)) {
+                    dec.add_source(i as u16, s.clone()).unwrap();
+                }
+                for (j, r) in repairs.iter().enumerate() {
+                    let h = RepairHeader {
+                        sbn: 0,
+                        seq_base: 0,
+                        k: K,
+                        esi: j as u16,
+                        m: M,
+                    };
+                    dec.add_repair(&h, 0, r).unwrap();
+                }
+                assert_eq!(dec.recover().unwrap().len(), usize::from(M));
+            })
+        });
+        let e = symbol_len(payload);
+        let symbols: Vec<Vec<u8>> = (0..K).map(|i| vec![i as u8; e]).collect();
+        let mut enc = ReedSolomonEncoder::new(K.into(), M.into(), e).unwrap();
+        g.bench_function(format!("encode/{kb}KiB"), |b| {
+            b.iter(|| {
+                for s in &symbols {
+                    enc.add_original_shard(s).unwrap();
+                }
+                enc.encode().unwrap().recovery(0).map(|r| r[0])
+            })
+        });
+    }
+    g.finish();
+
+    let dir = tempfile::tempdir().unwrap();
+    let media = dir.path().join("t.ts");
+    let packets = 200_000;
+    fjord_media::synthetic::write_constant_rate(&media, 1316, 1_000_000, packets).unwrap();
+    let mut g = c.benchmark_group("fec");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(packets * 1316));
+    g.bench_function("ingest_parity", |b| {
+        b.iter(|| {
+            fjord_fec::protect(
+                &media,
+                FecChoice::Fixed(FecParams { k: K, m: M }),
+                &mut |_, _| {},
+            )
+            .unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,449 @@
+//! Parity at ingest: frame every packet of an indexed title as a source
+//! symbol, Reed-Solomon encode each block and write the sidecar atomically.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use fjord_media::{Index, PacketRecord, Track};
+use reed_solomon_simd::ReedSolomonEncoder;
+
+use crate::FecError;
+use crate::params::FecParams;
+use crate::sidecar::{
+    BLOCK_ENTRY_LEN, CHECKSUM_LEN, DATA_ALIGN, HEADER_LEN, MAGIC, SYMBOL_HASH_LEN, TRACK_ENTRY_LEN,
+    VERSION,
+};
+use crate::symbol::{self, MAX_PAYLOAD, SymbolMeta};
+
+/// Repair data produced per batch: bounds memory whatever the title's size.
+const BATCH_BYTES: u64 = 32 << 20;
+
+/// What was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodeSummary {
+    /// Layout and block count per track.
+    pub tracks: Vec<(FecParams, u64)>,
+    /// Bytes of repair symbols.
+    pub repair_bytes: u64,
+    /// RTP payload bytes protected.
+    pub source_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BlockPlan {
+    track: usize,
+    first: u64,
+    count: u16,
+    m: u16,
+    symbol_len: u32,
+    repair_off: u64,
+    payload_bytes: u64,
+}
+
+impl BlockPlan {
+    fn repair_len(&self) -> u64 {
+        u64::from(self.m) * u64::from(self.symbol_len)
+    }
+}
+
+struct BlockResult {
+    source_hash: [u8; 32],
+    repair_hash: [u8; 32],
+    symbol_hashes: Vec<[u8; SYMBOL_HASH_LEN]>,
+}
+
+/// The parts of a packet's RTP payload: payload header, then its file runs.
+/// `None` if a run lies outside `media` (an index for another file).
+pub fn payload_parts<'m>(rec: &'m PacketRecord, media: &'m [u8]) -> Option<[&'m [u8]; 3]> {
+    let run = |off: u64, len: u32| {
+        let start = usize::try_from(off).ok()?;
+        media.get(start..start.checked_add(len as usize)?)
+    };
+    Some([
+        rec.prefix(),
+        run(rec.offset, rec.len)?,
+        run(rec.offset2(), rec.len2)?,
+    ])
+}
+
+/// Frames packet `rec` into `out` (E bytes) and returns its symbol hash.
+pub(crate) fn frame_packet(
+    out: &mut [u8],
+    rec: &PacketRecord,
+    base_ts: u32,
+    media: &[u8],
+) -> Result<[u8; SYMBOL_HASH_LEN], FecError> {
+    let parts = payload_parts(rec, media)
+        .ok_or_else(|| FecError::Invalid("a packet lies outside the media file".into()))?;
+    let used = symbol::frame(out, &parts, meta_of(rec, base_ts))
+        .map_err(|e| FecError::Invalid(format!("cannot frame a packet: {e}")))?;
+    Ok(symbol_hash(&out[..used]))
+}
+
+pub(crate) fn meta_of(rec: &PacketRecord, base_ts: u32) -> SymbolMeta {
+    SymbolMeta {
+        marker: rec.marker(),
+        ts_delta: rec.rtp_ts.wrapping_sub(base_ts),
+    }
+}
+
+pub(crate) fn symbol_hash(unpadded: &[u8]) -> [u8; SYMBOL_HASH_LEN] {
+    let h = blake3::hash(unpadded);
+    let mut out = [0u8; SYMBOL_HASH_LEN];
+    out.copy_from_slice(&h.as_bytes()[..SYMBOL_HASH_LEN]);
+    out
+}
+
+pub(crate) fn source_hash(symbol_hashes: &[[u8; SYMBOL_HASH_LEN]]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    for s in symbol_hashes {
+        h.update(s);
+    }
+    *h.finalize().as_bytes()
+}
+
+/// Per-thread encoder state, reused across blocks.
+#[derive(Default)]
+struct Worker {
+    scratch: Vec<u8>,
+    rs: Option<ReedSolomonEncoder>,
+}
+
+impl Worker {
+    fn encode(
+        &mut self,
+        track: &Track<'_>,
+        media: &[u8],
+        plan: &BlockPlan,
+        out: &mut [u8],
+    ) -> Result<BlockResult, FecError> {
+        let e = plan.symbol_len as usize;
+        let k = usize::from(plan.count);
+        self.scratch.resize(k * e, 0);
+        let base_ts = record(track, plan.first)?.rtp_ts;
+        let mut symbol_hashes = Vec::with_capacity(k);
+        for (i, sym) in self.scratch.chunks_exact_mut(e).enumerate() {
+            let rec = record(track, plan.first + i as u64)?;
+            symbol_hashes.push(frame_packet(sym, &rec, base_ts, media)?);
+        }
+        let rs_err = |e: reed_solomon_simd::Error| FecError::Invalid(format!("Reed-Solomon: {e}"));
+        let rs = match &mut self.rs {
+            Some(rs) => {
+                rs.reset(k, usize::from(plan.m), e).map_err(rs_err)?;
+                rs
+            }
+            slot => {
+                slot.insert(ReedSolomonEncoder::new(k, usize::from(plan.m), e).map_err(rs_err)?)
+            }
+        };
+        for sym in self.scratch.chunks_exact(e) {
+            rs.add_original_shard(sym).map_err(rs_err)?;
+        }
+        let result = rs.encode().map_err(rs_err)?;
+        for (dst, src) in out.chunks_exact_mut(e).zip(result.recovery_iter()) {
+            dst.copy_from_slice(src);
+        }
+        Ok(BlockResult {
+            source_hash: source_hash(&symbol_hashes),
+            repair_hash: *blake3::hash(out).as_bytes(),
+            symbol_hashes,
+        })
+    }
+}
+
+pub(crate) fn record(track: &Track<'_>, i: u64) -> Result<PacketRecord, FecError> {
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| track.packet(i))
+        .ok_or_else(|| FecError::Invalid("packet beyond the index's table".into()))
+}
+
+/// The block plan of every track, repair offsets assigned from `data_off`.
+fn plan_blocks(
+    index: &Index,
+    params: &[FecParams],
+    data_off: u64,
+) -> Result<Vec<BlockPlan>, FecError> {
+    let mut plans = Vec::new();
+    let mut at = data_off;
+    for (t, (track, p)) in index.tracks().zip(params).enumerate() {
+        let n = track.packet_count() as u64;
+        let mut first = 0;
+        while first < n {
+            let count = (n - first).min(u64::from(p.k));
+            let mut longest = 0;
+            let mut payload_bytes = 0;
+            for i in first..first + count {
+                let len = record(&track, i)?.payload_len();
+                if len > MAX_PAYLOAD {
+                    return Err(FecError::Invalid(format!(
+                        "track {t} packet {i} has a {len}-byte payload; FEC covers at most {MAX_PAYLOAD}"
+                    )));
+                }
+                longest = longest.max(len);
+                payload_bytes += len as u64;
+            }
+            let plan = BlockPlan {
+                track: t,
+                first,
+                count: count as u16,
+                m: p.m,
+                symbol_len: symbol::symbol_len(longest) as u32,
+                repair_off: at,
+                payload_bytes,
+            };
+            at += plan.repair_len();
+            plans.push(plan);
+            first += count;
+        }
+    }
+    Ok(plans)
+}
+
+/// Computes the parity of an indexed title and writes it to `path`
+/// atomically (temp file in the same directory, fsync, rename). `media` is
+/// the whole media file; `params` holds one layout per track; `progress`
+/// gets (payload bytes done, total) after every batch.
+pub fn write_sidecar(
+    path: &Path,
+    index: &Index,
+    index_checksum: &[u8; 32],
+    media: &[u8],
+    params: &[FecParams],
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<EncodeSummary, FecError> {
+    let src = index.source();
+    if media.len() as u64 != src.size {
+        return Err(FecError::Invalid(format!(
+            "the media file is {} bytes, its index says {}; re-ingest it",
+            media.len(),
+            src.size
+        )));
+    }
+    if params.len() != index.track_count() {
+        return Err(FecError::Invalid(
+            "one FEC layout per track is needed".into(),
+        ));
+    }
+    let tracks: Vec<Track<'_>> = index.tracks().collect();
+    let block_counts: Vec<u64> = tracks
+        .iter()
+        .zip(params)
+        .map(|(t, p)| (t.packet_count() as u64).div_ceil(u64::from(p.k)))
+        .collect();
+    let blocks_total: u64 = block_counts.iter().sum();
+    let packets_total: u64 = tracks.iter().map(|t| t.packet_count() as u64).sum();
+    let meta_len = HEADER_LEN as u64
+        + (TRACK_ENTRY_LEN * tracks.len()) as u64
+        + blocks_total * BLOCK_ENTRY_LEN as u64
+        + packets_total * SYMBOL_HASH_LEN as u64;
+    let data_off = (meta_len + CHECKSUM_LEN as u64).next_multiple_of(DATA_ALIGN);
+    let plans = plan_blocks(index, params, data_off)?;
+    let data_len: u64 = plans.iter().map(BlockPlan::repair_len).sum();
+    let source_bytes: u64 = plans.iter().map(|p| p.payload_bytes).sum();
+
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let io_err = |what: &str| {
+        let what = format!("{what} {}", path.display());
+        move |source| FecError::Io { what, source }
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(".fjfec.tmp")
+        .tempfile_in(dir)
+        .map_err(io_err("create a temporary file for"))?;
+    let file = tmp.as_file();
+    file.set_len(data_off + data_len).map_err(io_err("size"))?;
+
+    let mut results: Vec<BlockResult> = Vec::with_capacity(plans.len());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut workers: Vec<Worker> = (0..threads).map(|_| Worker::default()).collect();
+    let mut buf = Vec::new();
+    let mut done = 0;
+    let mut rest = plans.as_slice();
+    while !rest.is_empty() {
+        let mut take = 0;
+        let mut bytes = 0;
+        while take < rest.len() && (take == 0 || bytes < BATCH_BYTES) {
+            bytes += rest[take].repair_len();
+            take += 1;
+        }
+        let (batch, tail) = rest.split_at(take);
+        rest = tail;
+        buf.resize(bytes as usize, 0);
+        encode_batch(&tracks, media, batch, &mut buf, &mut workers, &mut results)?;
+        file.write_all_at(&buf, batch[0].repair_off)
+            .map_err(io_err("write"))?;
+        done += batch.iter().map(|p| p.payload_bytes).sum::<u64>();
+        progress(done, source_bytes);
+    }
+
+    let meta = encode_meta(
+        index,
+        index_checksum,
+        params,
+        &block_counts,
+        &plans,
+        &results,
+        data_off,
+        data_len,
+    );
+    debug_assert_eq!(meta.len() as u64, meta_len);
+    file.write_all_at(&meta, 0).map_err(io_err("write"))?;
+    file.write_all_at(blake3::hash(&meta).as_bytes(), meta_len)
+        .map_err(io_err("write"))?;
+    // As readable as the index beside it.
+    persist(tmp, path, dir, 0o644).map_err(io_err("write"))?;
+    Ok(EncodeSummary {
+        tracks: params.iter().copied().zip(block_counts).collect(),
+        repair_bytes: data_len,
+        source_bytes,
+    })
+}
+
+/// Encodes `batch` (blocks whose repair data is contiguous in `out`) on
+/// all workers, each taking a contiguous share of roughly equal size.
+fn encode_batch(
+    tracks: &[Track<'_>],
+    media: &[u8],
+    batch: &[BlockPlan],
+    out: &mut [u8],
+    workers: &mut [Worker],
+    results: &mut Vec<BlockResult>,
+) -> Result<(), FecError> {
+    let per_worker = (out.len() as u64).div_ceil(workers.len() as u64).max(1);
+    let mut shares = Vec::with_capacity(workers.len());
+    let (mut plans, mut rest_out) = (batch, out);
+    while !plans.is_empty() {
+        let mut n = 0;
+        let mut bytes = 0;
+        while n < plans.len() && (n == 0 || bytes < per_worker) {
+            bytes += plans[n].repair_len();
+            n += 1;
+        }
+        let (p, pr) = plans.split_at(n);
+        let (o, or) = rest_out.split_at_mut(bytes as usize);
+        shares.push((p, o));
+        plans = pr;
+        rest_out = or;
+    }
+    let outcome: Vec<Result<Vec<BlockResult>, FecError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = shares
+            .into_iter()
+            .zip(workers.iter_mut())
+            .map(|((plans, out), worker)| {
+                s.spawn(move || {
+                    let mut at = 0;
+                    plans
+                        .iter()
+                        .map(|p| {
+                            let len = p.repair_len() as usize;
+                            let r =
+                                worker.encode(&tracks[p.track], media, p, &mut out[at..at + len]);
+                            at += len;
+                            r
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    for r in outcome {
+        results.extend(r?);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn encode_meta(
+    index: &Index,
+    index_checksum: &[u8; 32],
+    params: &[FecParams],
+    block_counts: &[u64],
+    plans: &[BlockPlan],
+    results: &[BlockResult],
+    data_off: u64,
+    data_len: u64,
+) -> Vec<u8> {
+    let src = index.source();
+    let mut buf = Vec::with_capacity(HEADER_LEN);
+    buf.extend_from_slice(&MAGIC);
+    buf.extend_from_slice(&VERSION.to_le_bytes());
+    buf.extend_from_slice(&(params.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&src.size.to_le_bytes());
+    buf.extend_from_slice(&src.mtime_ns.to_le_bytes());
+    buf.extend_from_slice(&src.content_hash);
+    buf.extend_from_slice(&src.sample_hash);
+    buf.extend_from_slice(index_checksum);
+    let entries_len = TRACK_ENTRY_LEN * params.len();
+    let blocks_len: u64 = block_counts.iter().sum::<u64>() * BLOCK_ENTRY_LEN as u64;
+    let hashes_len: u64 = results
+        .iter()
+        .map(|r| r.symbol_hashes.len() as u64)
+        .sum::<u64>()
+        * SYMBOL_HASH_LEN as u64;
+    let meta_len = (HEADER_LEN + entries_len) as u64 + blocks_len + hashes_len;
+    for v in [meta_len, data_off, data_len, 0] {
+        buf.extend_from_slice(&v.to_le_bytes());
+    }
+    let mut blocks_off = (HEADER_LEN + entries_len) as u64;
+    let mut hashes_off = blocks_off + blocks_len;
+    for (track, (p, &blocks)) in index.tracks().zip(params.iter().zip(block_counts)) {
+        let packets = track.packet_count() as u64;
+        buf.extend_from_slice(&packets.to_le_bytes());
+        buf.extend_from_slice(&p.k.to_le_bytes());
+        buf.extend_from_slice(&p.m.to_le_bytes());
+        buf.extend_from_slice(&[0; 4]);
+        buf.extend_from_slice(&blocks.to_le_bytes());
+        buf.extend_from_slice(&blocks_off.to_le_bytes());
+        buf.extend_from_slice(&hashes_off.to_le_bytes());
+        buf.extend_from_slice(&[0; 8]);
+        blocks_off += blocks * BLOCK_ENTRY_LEN as u64;
+        hashes_off += packets * SYMBOL_HASH_LEN as u64;
+    }
+    for (p, r) in plans.iter().zip(results) {
+        buf.extend_from_slice(&p.repair_off.to_le_bytes());
+        buf.extend_from_slice(&p.symbol_len.to_le_bytes());
+        buf.extend_from_slice(&p.count.to_le_bytes());
+        buf.extend_from_slice(&p.m.to_le_bytes());
+        buf.extend_from_slice(&r.source_hash);
+        buf.extend_from_slice(&r.repair_hash);
+    }
+    for r in results {
+        for h in &r.symbol_hashes {
+            buf.extend_from_slice(h);
+        }
+    }
+    buf
+}
+
+/// Sets `mode` (temp files are 0600), fsyncs, renames into place and makes
+/// the rename durable.
+pub(crate) fn persist(
+    tmp: tempfile::NamedTempFile,
+    path: &Path,
+    dir: &Path,
+    mode: u32,
+) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    // Not all filesystems allow syncing a directory.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}

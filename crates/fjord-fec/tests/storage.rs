@@ -1,0 +1,225 @@
+//! Stored media: an MPEG-TS made by ffmpeg is ingested with parity, bytes
+//! are flipped, `verify` names exactly the damaged blocks and byte ranges
+//! and `repair` restores the file bit-exact (or refuses, saying why).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use fjord_fec::storage::DamagedBlock;
+use fjord_fec::{FecChoice, FecError, FecParams, RepairOutcome, SidecarError, sidecar_path_for};
+use fjord_media::index::{Index, index_path_for};
+use fjord_media::ts::TsOptions;
+
+const PARAMS: FecParams = FecParams { k: 16, m: 4 };
+
+/// A few seconds of MPEG-2 video and MP2 audio; `tone` varies the content.
+/// ffmpeg is a test dependency (`make test` installs it): fail if missing.
+fn make_title(dir: &Path, name: &str, tone: u32) -> PathBuf {
+    let path = dir.join(name);
+    let status = Command::new("ffmpeg")
+        .args(["-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i"])
+        .arg("testsrc=size=320x240:rate=25:duration=3")
+        .args(["-f", "lavfi", "-i"])
+        .arg(format!("sine=frequency={tone}:duration=3"))
+        .args([
+            "-c:v",
+            "mpeg2video",
+            "-b:v",
+            "1M",
+            "-c:a",
+            "mp2",
+            "-f",
+            "mpegts",
+        ])
+        .arg(&path)
+        .status()
+        .expect("ffmpeg is needed for this test (make test installs it)");
+    assert!(status.success(), "ffmpeg failed");
+    fjord_media::ingest_file(&path, &TsOptions::default(), &mut |_, _| {}).unwrap();
+    fjord_fec::protect(&path, FecChoice::Fixed(PARAMS), &mut |_, _| {}).unwrap();
+    path
+}
+
+/// Flips one byte in the middle of each packet of `packets` (track 0).
+fn damage(media: &Path, packets: &[u64]) -> Vec<u8> {
+    let idx = Index::open(&index_path_for(media)).unwrap();
+    let track = idx.track(0).unwrap();
+    let mut data = std::fs::read(media).unwrap();
+    for &i in packets {
+        let r = track.packet(i as usize).unwrap();
+        data[(r.offset + u64::from(r.len) / 2) as usize] ^= 0x5A;
+    }
+    std::fs::write(media, &data).unwrap();
+    data
+}
+
+fn packet_range(media: &Path, i: u64) -> std::ops::Range<u64> {
+    let idx = Index::open(&index_path_for(media)).unwrap();
+    let r = idx.track(0).unwrap().packet(i as usize).unwrap();
+    assert_eq!(r.len2, 0, "TS packets are one run");
+    r.offset..r.offset + u64::from(r.len)
+}
+
+fn dir_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn verify_finds_and_repair_undoes_flipped_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let media = make_title(dir.path(), "a.ts", 440);
+    let original = std::fs::read(&media).unwrap();
+    let files = dir_names(dir.path());
+    assert_eq!(files, ["a.ts", "a.ts.fjfec", "a.ts.fjidx"]);
+    assert!(fjord_fec::verify(&media).unwrap().is_clean());
+    assert_eq!(fjord_fec::repair(&media).unwrap(), RepairOutcome::Clean);
+
+    // Block 1: two non-adjacent packets; block 3: its last packet.
+    let hit = [17, 20, 63];
+    damage(&media, &hit);
+    let report = fjord_fec::verify(&media).unwrap();
+    assert!(!report.is_clean());
+    let expect = |block: u64, damaged: Vec<u64>| DamagedBlock {
+        track: 0,
+        block,
+        packets: block * 16..block * 16 + 16,
+        ranges: damaged.iter().map(|&i| packet_range(&media, i)).collect(),
+        damaged,
+        repair_count: 4,
+        parity_ok: true,
+    };
+    assert_eq!(
+        report.damaged,
+        [expect(1, vec![17, 20]), expect(3, vec![63])]
+    );
+    assert!(report.parity_damaged.is_empty() && !report.outside_packets);
+    assert!(
+        report
+            .to_string()
+            .contains("track 0 block 1 (packets 16..32): 2 of 16 packets")
+    );
+
+    let outcome = fjord_fec::repair(&media).unwrap();
+    assert_eq!(
+        outcome,
+        RepairOutcome::Repaired {
+            blocks: 2,
+            packets: 3,
+            bytes: hit
+                .iter()
+                .map(|&i| packet_range(&media, i))
+                .map(|r| r.end - r.start)
+                .sum(),
+        }
+    );
+    assert!(
+        std::fs::read(&media).unwrap() == original,
+        "bit-exact again"
+    );
+    assert_eq!(dir_names(dir.path()), files, "no temp file left");
+    let idx = Index::open(&index_path_for(&media)).unwrap();
+    assert!(
+        idx.matches(&media).unwrap(),
+        "ingest-time mtime restored: the index matches"
+    );
+    assert!(fjord_fec::verify(&media).unwrap().is_clean());
+}
+
+#[test]
+fn repair_refuses_more_than_m_damaged_packets_in_a_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let media = make_title(dir.path(), "a.ts", 440);
+    let files = dir_names(dir.path());
+    let damaged = damage(&media, &[32, 34, 36, 38, 40]);
+    let report = fjord_fec::verify(&media).unwrap();
+    assert_eq!(report.damaged.len(), 1);
+    assert!(!report.damaged[0].repairable());
+    match fjord_fec::repair(&media) {
+        Err(FecError::BeyondRepair(why)) => {
+            assert!(
+                why.contains("track 0 block 2: 5 damaged packets, the parity repairs at most 4"),
+                "{why}"
+            )
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(std::fs::read(&media).unwrap() == damaged, "file left alone");
+    assert_eq!(dir_names(dir.path()), files, "no temp file left");
+}
+
+#[test]
+fn damaged_parity_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let media = make_title(dir.path(), "a.ts", 440);
+    let sidecar_path = sidecar_path_for(&media);
+    let sidecar = fjord_fec::sidecar::open(&sidecar_path).unwrap();
+    let (off, _) = sidecar
+        .track(0)
+        .unwrap()
+        .block(5)
+        .unwrap()
+        .repair_symbol_range(2)
+        .unwrap();
+    drop(sidecar);
+    let mut bytes = std::fs::read(&sidecar_path).unwrap();
+    bytes[off as usize + 3] ^= 1;
+    std::fs::write(&sidecar_path, &bytes).unwrap();
+    let report = fjord_fec::verify(&media).unwrap();
+    assert_eq!(report.parity_damaged, [(0, 5)]);
+    assert!(report.damaged.is_empty());
+    assert!(matches!(
+        fjord_fec::repair(&media),
+        Err(FecError::BeyondRepair(_))
+    ));
+    // A damaged table is caught by the sidecar's checksum.
+    bytes[200] ^= 1;
+    std::fs::write(&sidecar_path, &bytes).unwrap();
+    assert!(matches!(
+        fjord_fec::verify(&media),
+        Err(FecError::Sidecar {
+            source: SidecarError::Corrupt(_),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_sidecar_from_another_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = make_title(dir.path(), "a.ts", 440);
+    let b = make_title(dir.path(), "b.ts", 880);
+    std::fs::copy(sidecar_path_for(&b), sidecar_path_for(&a)).unwrap();
+    for result in [
+        fjord_fec::verify(&a).map(|_| ()),
+        fjord_fec::repair(&a).map(|_| ()),
+    ] {
+        match result {
+            Err(FecError::Sidecar {
+                source: SidecarError::Mismatch(why),
+                ..
+            }) => {
+                assert!(why.contains("different media file"), "{why}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    // Same media, but an index re-made with other options: refused too.
+    fjord_fec::protect(&a, FecChoice::Fixed(PARAMS), &mut |_, _| {}).unwrap();
+    let opts = TsOptions {
+        ts_per_rtp: 3,
+        ..TsOptions::default()
+    };
+    fjord_media::ingest_file(&a, &opts, &mut |_, _| {}).unwrap();
+    assert!(matches!(
+        fjord_fec::verify(&a),
+        Err(FecError::Sidecar {
+            source: SidecarError::Mismatch(_),
+            ..
+        })
+    ));
+}
