@@ -451,12 +451,13 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
             .collect()
     };
     // A seek starts every track at the random-access point of the title's
-    // first track that has them (the video) at or before the requested time.
+    // first track that has them (the video) at or before the requested time;
+    // before the first one (other tracks may start earlier), at that time.
     let start = match seek_ns {
         Some(ns) => {
             let index = session.title.index();
             let key = index.tracks().find(|t| t.sync_count() > 0);
-            Start::At(key.map_or(ns, |t| t.sync_before(ns).time_ns))
+            Start::At(key.map_or(ns, |t| t.sync_before(ns).time_ns.min(ns)))
         }
         None => Start::Resume,
     };

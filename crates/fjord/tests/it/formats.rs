@@ -21,6 +21,9 @@ struct Case {
     /// 25 fps video as input 0 and a 48 kHz tone as input 1; output format
     /// included).
     make: &'static [&'static str],
+    /// How ffmpeg's frames are compared, on both sides: `COPY` (packets as
+    /// stored) or `DECODE_VIDEO` (see there).
+    compare: &'static [&'static str],
     /// Options for ffmpeg reading the source so its packets compare with
     /// what RTP carries (bitstream filters), placed before `-f framemd5`.
     source_opts: &'static [&'static str],
@@ -34,6 +37,9 @@ struct Case {
 enum Reference {
     /// The stream's packets, concatenated (`ffmpeg -c copy -f data`).
     Packets(&'static [&'static str]),
+    /// Decoded frames (`ffmpeg -f rawvideo`): GStreamer decodes with the
+    /// same libavcodec (gst-libav), so the frames are identical.
+    Decoded,
 }
 
 /// The test inputs every case's `make` arguments follow.
@@ -55,6 +61,22 @@ fn media(case: &Case) -> PathBuf {
     generate_media(case.file, &args)
 }
 
+/// Packets compared as stored.
+const COPY: &[&str] = &["-c", "copy"];
+/// H.264/H.265 video decoded, audio as stored: ffmpeg's RTP depacketizer
+/// writes 4-byte start codes before every NAL unit, `h264_mp4toannexb` 3-byte
+/// ones before all but the first of an access unit, so the packets of an
+/// access unit of several NAL units differ in framing, not in content. The
+/// NAL units themselves are compared byte for byte by fjord-media's tests.
+const DECODE_VIDEO: &[&str] = &[
+    "-c:v",
+    "rawvideo",
+    "-fps_mode",
+    "passthrough",
+    "-c:a",
+    "copy",
+];
+
 /// framemd5 per stream: (size, md5) of each packet, in order.
 type Packets = BTreeMap<u32, Vec<(String, String)>>;
 
@@ -62,7 +84,7 @@ fn framemd5(input: &[&str], opts: &[&str], what: &str) -> Packets {
     let mut cmd = Command::new("ffmpeg");
     cmd.args(["-nostdin", "-v", "error"])
         .args(input)
-        .args(["-map", "0", "-c", "copy"])
+        .args(["-map", "0"])
         .args(opts)
         .args(["-f", "framemd5", "-"]);
     let out = run_bounded(cmd, Duration::from_secs(60));
@@ -127,7 +149,7 @@ fn ffmpeg_plays(server: &Server, case: &Case, source: &Path, want: &Packets) {
                 "-i",
                 &url,
             ],
-            &[],
+            case.compare,
             &format!("{} over {transport}", case.file),
         );
         assert_packets_match(
@@ -145,8 +167,10 @@ fn reference_bytes(source: &Path, index: usize, reference: Reference, dir: &Path
     cmd.args(["-nostdin", "-v", "error", "-y", "-i"])
         .arg(source)
         .args(["-map", &format!("0:{index}")]);
-    let Reference::Packets(opts) = reference;
-    cmd.args(["-c", "copy"]).args(opts).args(["-f", "data"]);
+    match reference {
+        Reference::Packets(opts) => cmd.args(["-c", "copy"]).args(opts).args(["-f", "data"]),
+        Reference::Decoded => cmd.args(["-fps_mode", "passthrough", "-f", "rawvideo"]),
+    };
     cmd.arg(&out);
     let r = run_bounded(cmd, Duration::from_secs(60));
     assert!(r.status.success(), "ffmpeg reference: {}", r.stderr);
@@ -373,7 +397,13 @@ fn check(case: &Case) {
         fs::copy(&source, root.join(file)).unwrap();
     });
     let src = source.to_string_lossy().into_owned();
-    let want = framemd5(&["-i", &src], case.source_opts, "source");
+    let opts: Vec<&str> = case
+        .compare
+        .iter()
+        .chain(case.source_opts)
+        .copied()
+        .collect();
+    let want = framemd5(&["-i", &src], &opts, "source");
     std::thread::scope(|s| {
         s.spawn(|| ffmpeg_plays(&server, case, &source, &want));
         s.spawn(|| gstreamer_plays(&server, case, &source, "udp"));
@@ -401,6 +431,7 @@ fn mpeg2_video_elementary_stream() {
             "-f",
             "mpeg2video",
         ],
+        compare: COPY,
         source_opts: &[],
         gst: &[MPV_GST],
     });
@@ -435,6 +466,7 @@ fn mpeg1_video_elementary_stream() {
             "-f",
             "mpeg1video",
         ],
+        compare: COPY,
         source_opts: &[],
         gst: &[MPV_GST],
     });
@@ -454,7 +486,152 @@ fn mp3() {
             "-f",
             "mp3",
         ],
+        compare: COPY,
         source_opts: &[],
         gst: &[MPA_GST],
+    });
+}
+#[test]
+fn mpeg2_program_stream_with_mp2_audio() {
+    check(&Case {
+        file: "ps.mpg",
+        make: &[
+            "-map",
+            "0:v",
+            "-map",
+            "1:a",
+            "-c:v",
+            "mpeg2video",
+            "-g",
+            "12",
+            "-bf",
+            "2",
+            "-b:v",
+            "1M",
+            "-c:a",
+            "mp2",
+            "-b:a",
+            "192k",
+            "-f",
+            "vob",
+        ],
+        compare: COPY,
+        source_opts: &[],
+        gst: &[MPV_GST, MPA_GST],
+    });
+}
+
+const H264_GST: (&str, &str, Reference) = (
+    "application/x-rtp,media=video ! rtph264depay ! h264parse ! avdec_h264",
+    "video",
+    Reference::Decoded,
+);
+const AAC_GST: (&str, &str, Reference) = (
+    "application/x-rtp,media=audio ! rtpmp4gdepay",
+    "audio",
+    Reference::Packets(&[]),
+);
+
+#[test]
+fn mpeg2_program_stream_with_ac3_audio() {
+    check(&Case {
+        file: "ac3.vob",
+        make: &[
+            "-map",
+            "0:v",
+            "-map",
+            "1:a",
+            "-c:v",
+            "mpeg2video",
+            "-g",
+            "12",
+            "-bf",
+            "2",
+            "-b:v",
+            "1M",
+            "-c:a",
+            "ac3",
+            "-b:a",
+            "192k",
+            "-f",
+            "vob",
+        ],
+        compare: COPY,
+        source_opts: &[],
+        gst: &[
+            MPV_GST,
+            (
+                "application/x-rtp,media=audio ! rtpac3depay",
+                "audio",
+                Reference::Packets(&[]),
+            ),
+        ],
+    });
+}
+
+#[test]
+fn mp4_h264_aac() {
+    check(&Case {
+        file: "avc.mp4",
+        make: &[
+            "-map", "0:v", "-map", "1:a", "-c:v", "libx264", "-preset", "veryfast", "-g", "25",
+            "-bf", "0", "-c:a", "aac", "-b:a", "128k", "-f", "mp4",
+        ],
+        compare: DECODE_VIDEO,
+        source_opts: &[],
+        gst: &[H264_GST, AAC_GST],
+    });
+}
+
+#[test]
+fn mp4_with_b_frames_and_an_edit_list() {
+    check(&Case {
+        file: "bframes.mp4",
+        make: &[
+            "-map", "0:v", "-map", "1:a", "-c:v", "libx264", "-preset", "veryfast", "-g", "25",
+            "-bf", "2", "-c:a", "aac", "-b:a", "128k", "-f", "mp4",
+        ],
+        compare: DECODE_VIDEO,
+        source_opts: &[],
+        gst: &[H264_GST, AAC_GST],
+    });
+}
+
+#[test]
+fn mp4_h265() {
+    check(&Case {
+        file: "hevc.mp4",
+        make: &[
+            "-map",
+            "0:v",
+            "-c:v",
+            "libx265",
+            "-x265-params",
+            "log-level=error:keyint=25",
+            "-f",
+            "mp4",
+        ],
+        compare: DECODE_VIDEO,
+        source_opts: &[],
+        gst: &[(
+            "application/x-rtp,media=video ! rtph265depay ! h265parse ! avdec_h265",
+            "video",
+            Reference::Decoded,
+        )],
+    });
+}
+
+#[test]
+fn adts_aac() {
+    check(&Case {
+        file: "tone.aac",
+        make: &["-map", "1:a", "-c:a", "aac", "-b:a", "128k", "-f", "adts"],
+        compare: COPY,
+        source_opts: &["-bsf:a", "aac_adtstoasc"],
+        gst: &[(
+            "application/x-rtp,media=audio ! rtpmp4gdepay",
+            "audio",
+            Reference::Packets(&["-bsf:a", "aac_adtstoasc"]),
+        )],
     });
 }
