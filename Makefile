@@ -1,7 +1,7 @@
 # fjord — developer entry points.
 #   make test   install the test peers if missing, then fmt, clippy, tests and
 #               a bounded fuzz run of every target (FUZZ_SECONDS each)
-#   make run    build, make a demo title if ./media has none, serve it
+#   make run    build, make demo titles if ./media is empty, serve it
 #   make fuzz   run every fuzz target for FUZZ_SECONDS (nightly + cargo-fuzz)
 
 SHELL := /bin/bash
@@ -33,7 +33,7 @@ build:
 	$(CARGO) build --release
 
 run: build
-	@if ! ls media/*.ts >/dev/null 2>&1; then \
+	@if [ -z "$$(ls -A media 2>/dev/null)" ]; then \
 	  if ! command -v ffmpeg >/dev/null; then \
 	    $(SUDO) apt-get update && \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ffmpeg; \
@@ -43,10 +43,14 @@ run: build
 	    -f lavfi -i testsrc2=size=1280x720:rate=25 \
 	    -f lavfi -i sine=frequency=440:sample_rate=48000 -t 60 \
 	    -c:v libx264 -preset veryfast -g 25 -b:v 3M -c:a aac -b:a 128k \
-	    -f mpegts media/demo.ts.tmp && mv media/demo.ts.tmp media/demo.ts; \
+	    -f mpegts media/demo.ts.tmp && mv media/demo.ts.tmp media/demo.ts && \
+	  echo "making media/demo.mp4 (the same, remuxed)" && \
+	  ffmpeg -nostdin -loglevel error -y -i media/demo.ts -c copy -f mp4 media/demo.mp4.tmp && \
+	  mv media/demo.mp4.tmp media/demo.mp4; \
 	fi
 	@echo "serving ./media on rtsp://127.0.0.1:$(PORT)/ — try:"
 	@echo "  ffplay rtsp://127.0.0.1:$(PORT)/demo.ts"
+	@echo "  ffplay rtsp://127.0.0.1:$(PORT)/demo.mp4"
 	@echo "  gst-launch-1.0 playbin uri=rtsp://127.0.0.1:$(PORT)/demo.ts"
 	exec target/release/fjord serve --root media --port $(PORT)
 
