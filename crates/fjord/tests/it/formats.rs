@@ -635,3 +635,18 @@ fn adts_aac() {
         )],
     });
 }
+
+#[test]
+fn mp4_opus() {
+    check(&Case {
+        file: "opus.mp4",
+        make: &["-map", "1:a", "-c:a", "libopus", "-b:a", "64k", "-f", "mp4"],
+        compare: COPY,
+        source_opts: &[],
+        gst: &[(
+            "application/x-rtp,media=audio ! rtpopusdepay",
+            "audio",
+            Reference::Packets(&[]),
+        )],
+    });
+}
