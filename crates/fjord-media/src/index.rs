@@ -86,8 +86,13 @@ impl SourceId {
     }
 
     /// Identity of an open file, read in chunks rather than mapped, so
-    /// hashing a file of many GB keeps a few MiB resident.
-    pub fn of_file(file: &File, meta: &std::fs::Metadata) -> io::Result<SourceId> {
+    /// hashing a file of many GB keeps a few MiB resident; `progress` gets
+    /// the bytes hashed so far.
+    pub fn of_file(
+        file: &File,
+        meta: &std::fs::Metadata,
+        progress: &dyn Fn(u64),
+    ) -> io::Result<SourceId> {
         use std::os::unix::fs::FileExt;
         const CHUNK: usize = 16 << 20;
         let size = meta.len();
@@ -99,6 +104,7 @@ impl SourceId {
             file.read_exact_at(&mut buf[..n], at)?;
             hasher.update_rayon(&buf[..n]);
             at += n as u64;
+            progress(at);
         }
         let mut sample = blake3::Hasher::new();
         sample.update(&size.to_le_bytes());

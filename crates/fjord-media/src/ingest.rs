@@ -2,6 +2,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::format::{self, FormatError};
 use crate::index::{self, Index, SourceId};
@@ -44,15 +45,51 @@ pub enum IngestError {
     },
 }
 
-/// Bytes of the media mapping allowed to stay resident during ingest.
-const RESIDENT_LIMIT: u64 = 64 << 20;
+/// How often ingest reports progress (and drops the mapping's pages).
+const PROGRESS_PERIOD: std::time::Duration = std::time::Duration::from_millis(20);
+/// Bytes read between two drops of the media mapping's pages.
+const DROP_EVERY: u64 = 32 << 20;
+
+/// Keeps the media mapping from filling the process's memory: pages of a
+/// mapping count in its RSS once touched, and planners touch most of a file.
+/// Dropping them (they stay in the page cache) bounds memory for files of
+/// many GB; a page needed again faults back in. Dropped every
+/// [`DROP_EVERY`] bytes the planner or the hasher passes, and on each
+/// progress tick for planners that do not report where they are.
+struct Pager<'a> {
+    data: &'a memmap2::Mmap,
+    dropped_at: AtomicU64,
+}
+
+impl Pager<'_> {
+    fn passed(&self, at: u64) {
+        let last = self.dropped_at.load(Ordering::Relaxed);
+        if at >= last + DROP_EVERY
+            && self
+                .dropped_at
+                .compare_exchange(last, at, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.drop_pages();
+        }
+    }
+
+    fn drop_pages(&self) {
+        // SAFETY: the mapping is read-only and file-backed; after
+        // MADV_DONTNEED its pages read the file's contents again.
+        let _ = unsafe {
+            self.data
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        };
+    }
+}
 
 /// Parse `path`, hash it and write its index next to it. `progress` gets
 /// (bytes done, bytes total) every few MiB.
 pub fn ingest_file(
     path: &Path,
     opts: &TsOptions,
-    progress: &mut dyn FnMut(u64, u64),
+    progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<IngestReport, IngestError> {
     let open_err = |source| IngestError::Open {
         path: path.to_owned(),
@@ -73,26 +110,41 @@ pub fn ingest_file(
     // SAFETY: read-only mapping of a file fjord never writes; see `index::map_media`.
     let data = unsafe { memmap2::Mmap::map(&file) }.map_err(open_err)?;
     let _ = data.advise(memmap2::Advice::Sequential);
-    // Pages of a mapping count in the process's RSS once touched: drop them
-    // every so often (they stay in the page cache), so a file of many GB
-    // ingests in bounded memory. A page needed again just faults back in.
-    let mut dropped_at = 0u64;
-    let mut progress = |done: u64, total: u64| {
-        if done.saturating_sub(dropped_at) >= RESIDENT_LIMIT {
-            // SAFETY: the mapping is read-only and file-backed; after
-            // MADV_DONTNEED its pages read the file's contents again.
-            let _ = unsafe { data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
-            dropped_at = done;
-        }
-        progress(done, total);
-    };
     // Refuse what is not media before reading all of it.
     format::Container::sniff(&data).map_err(format_error(path))?;
-    // Hash on other cores while this one parses: both are a pass over the file.
+    let total = meta.len();
+    let pager = Pager {
+        data: &data,
+        dropped_at: AtomicU64::new(0),
+    };
+    let (planned, hashed, finished) =
+        (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
+    // Hash on another core while this one plans: both are a pass over the
+    // file. A third thread reports progress.
     let (plan, source) = std::thread::scope(|s| {
-        let hasher = s.spawn(|| SourceId::of_file(&file, &meta));
-        let p = format::plan(&data, opts, &mut progress);
-        (p, hasher.join())
+        s.spawn(|| {
+            while !finished.load(Ordering::Relaxed) {
+                std::thread::sleep(PROGRESS_PERIOD);
+                pager.drop_pages();
+                let done = planned
+                    .load(Ordering::Relaxed)
+                    .max(hashed.load(Ordering::Relaxed));
+                progress(done.min(total), total);
+            }
+        });
+        let hasher = s.spawn(|| {
+            SourceId::of_file(&file, &meta, &|n| {
+                hashed.store(n, Ordering::Relaxed);
+                pager.passed(n);
+            })
+        });
+        let p = format::plan(&data, opts, &mut |done, _| {
+            planned.store(done, Ordering::Relaxed);
+            pager.passed(done);
+        });
+        let source = hasher.join();
+        finished.store(true, Ordering::Relaxed);
+        (p, source)
     });
     let plan = plan.map_err(format_error(path))?;
     let source = source
@@ -125,7 +177,7 @@ fn format_error(path: &Path) -> impl Fn(FormatError) -> IngestError {
 pub fn open_or_ingest(
     media: &Path,
     opts: &TsOptions,
-    progress: &mut dyn FnMut(u64, u64),
+    progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<(Index, Option<IngestReport>), IngestError> {
     let index_path = index::index_path_for(media);
     if let Ok(idx) = Index::open(&index_path)

@@ -270,7 +270,7 @@ fn identity_from_the_file_equals_identity_from_memory() {
         let file = std::fs::File::open(&path).unwrap();
         let meta = file.metadata().unwrap();
         assert_eq!(
-            SourceId::of_file(&file, &meta).unwrap(),
+            SourceId::of_file(&file, &meta, &|_| {}).unwrap(),
             SourceId::of(&data, &meta),
             "len {len}"
         );
