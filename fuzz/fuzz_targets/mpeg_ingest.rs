@@ -3,8 +3,9 @@
 //! RTP payload size, in send-time order.
 #![no_main]
 
-use fjord_media::format::{MAX_RTP_PAYLOAD, plan};
-use fjord_media::ts::TsOptions;
+#[path = "../common/plan.rs"]
+mod plan;
+
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: &[u8]| {
@@ -17,18 +18,5 @@ fuzz_target!(|input: &[u8]| {
     } else {
         &[0, 0, 1, 0xba]
     };
-    let data = [head, rest].concat();
-    let Ok(p) = plan(&data, &TsOptions::default(), &mut |_, _| {}) else {
-        return;
-    };
-    for t in &p.tracks {
-        let mut last = 0;
-        for r in &t.packets {
-            assert!(r.file_end() <= data.len() as u64);
-            assert!(r.payload_len() <= MAX_RTP_PAYLOAD);
-            assert!(r.send_time_ns >= last);
-            last = r.send_time_ns;
-        }
-        assert!(t.sync.iter().all(|s| (s.packet as usize) < t.packets.len()));
-    }
+    plan::check(&[head, rest].concat());
 });

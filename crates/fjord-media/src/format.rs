@@ -99,7 +99,7 @@ pub fn plan(
                 TsError::TooLarge => FormatError::TooLarge,
                 TsError::NotTs => FormatError::Unsupported(e.to_string()),
             }),
-        Container::Mp4 => crate::mp4::plan(data),
+        Container::Mp4 => crate::mp4::plan(data, progress),
         Container::MpegPs => ps::plan(data),
         Container::MpegVideo => mpeg_video::plan(data),
         Container::Adts => crate::aac::plan_adts(data),

@@ -146,6 +146,7 @@ pub fn ingest_file(
         finished.store(true, Ordering::Relaxed);
         (p, source)
     });
+    progress(total, total);
     let plan = plan.map_err(format_error(path))?;
     let source = source
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))

@@ -18,6 +18,8 @@ use crate::plan::{
 };
 
 const NS: i128 = 1_000_000_000;
+/// Report progress every this many sample bytes.
+const PROGRESS_STEP: u64 = 8 << 20;
 
 fn invalid(msg: impl Into<String>) -> FormatError {
     FormatError::Invalid(format!("MP4: {}", msg.into()))
@@ -302,7 +304,7 @@ struct Track {
 }
 
 /// The plan of an MP4/MOV file.
-pub fn plan(data: &[u8]) -> Result<MediaPlan, FormatError> {
+pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan, FormatError> {
     let mut moov = None;
     let mut fragmented = false;
     for b in Boxes::new(data, 0, data.len()).truncating() {
@@ -363,9 +365,14 @@ pub fn plan(data: &[u8]) -> Result<MediaPlan, FormatError> {
     let mut plans = Vec::new();
     let mut duration_ns = 0u64;
     let mut media_bytes = 0u64;
+    let mut done = 0u64;
+    let total = data.len() as u64;
     for (i, t) in tracks.iter().enumerate() {
         let pt = 96 + i as u8;
-        let (plan, end) = track_plan(data, t, pt, &mut warnings)?;
+        let (plan, end) = track_plan(data, t, pt, &mut warnings, &mut |n| {
+            done += n;
+            progress(done.min(total), total);
+        })?;
         duration_ns = duration_ns.max(end);
         media_bytes += t.samples.iter().map(|s| u64::from(s.size)).sum::<u64>();
         plans.push(plan);
@@ -773,6 +780,7 @@ fn track_plan(
     t: &Track,
     pt: u8,
     warnings: &mut Vec<String>,
+    passed: &mut dyn FnMut(u64),
 ) -> Result<(TrackPlan, u64), FormatError> {
     let timing = t.timing;
     let video = matches!(t.codec, Codec::H264(_) | Codec::H265(_));
@@ -802,13 +810,26 @@ fn track_plan(
         ),
         Codec::Other(_) => unreachable!("unserved tracks are filtered out"),
     };
-    let mut packets = Vec::with_capacity(t.samples.len());
+    // Sized once from the sample table (a few NAL units per sample, plus
+    // fragments): growing a table of millions of records by doubling would
+    // hold the old and the new copy at once.
+    let bytes: u64 = t.samples.iter().map(|s| u64::from(s.size)).sum();
+    let mut packets = Vec::with_capacity(
+        t.samples.len() * 3 + (bytes / (crate::format::MAX_RTP_PAYLOAD as u64 - 3)) as usize,
+    );
     let mut sync = Vec::new();
     let mut last_send = 0u64;
     let mut end_ns = 0u64;
     let mut nals = Vec::new();
     let mut dropped = 0u64;
+    let mut unreported = 0u64;
     for s in &t.samples {
+        // Sample bytes done so far, for progress (and ingest's memory bound).
+        unreported += u64::from(s.size);
+        if unreported >= PROGRESS_STEP {
+            passed(unreported);
+            unreported = 0;
+        }
         let pts = timing.ns(s.cts);
         let send = clamp_ns(if video { timing.ns(s.dts) } else { pts }).max(last_send);
         last_send = send;

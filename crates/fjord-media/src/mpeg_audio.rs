@@ -276,12 +276,16 @@ fn tags_end(data: &[u8], start: usize) -> usize {
             continue;
         }
         if let Some(f) = tail
-            .get(tail.len().saturating_sub(32)..)
+            .len()
+            .checked_sub(32)
+            .map(|at| &tail[at..])
             .filter(|f| f.starts_with(b"APETAGEX"))
         {
+            // The size counts the 32-byte footer: at least that much goes,
+            // so a bogus size cannot stall the loop.
             let size = u32::from_le_bytes([f[12], f[13], f[14], f[15]]) as usize;
             let header = if f[23] & 0x80 != 0 { 32 } else { 0 };
-            end -= (size + header).min(tail.len());
+            end -= size.saturating_add(header).clamp(32, tail.len());
             continue;
         }
         return end;

@@ -107,3 +107,19 @@ proptest! {
         check(&data[..keep]);
     }
 }
+
+/// Inputs the fuzzers found: an ID3v2 tag followed by an APEv2 footer too
+/// short to hold its fields, or claiming size 0 (which once stalled the tag
+/// loop).
+#[test]
+fn truncated_and_empty_ape_tags_are_bad_input_not_a_crash() {
+    let short_footer: &[u8] = b"ID3\x80\0\0\0\0\0\0APETAGEX\xd4\0\0";
+    let odd_footer: &[u8] = b"ID3\xb3\0\0\0\0\0\0APETAGEX\\\xff\xfe!\0\x08\xf9[";
+    let mut zero_size = b"ID3\x03\0\0\0\0\0\0".to_vec();
+    zero_size.extend_from_slice(&[0u8; 64]);
+    zero_size.extend_from_slice(b"APETAGEX");
+    zero_size.extend_from_slice(&[0u8; 24]);
+    for input in [short_footer, odd_footer, &zero_size] {
+        check(input);
+    }
+}
