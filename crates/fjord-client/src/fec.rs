@@ -444,7 +444,7 @@ mod tests {
     fn packet(i: u16) -> SourcePacket {
         SourcePacket {
             payload: vec![i as u8; 100 + usize::from(i % 7)],
-            marker: i % 5 == 0,
+            marker: i.is_multiple_of(5),
             timestamp: 1000u32.wrapping_add(u32::from(i) * 90),
         }
     }

@@ -101,7 +101,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         };
         let spacing = s.repair.as_ref().map_or(0, |r| u32::from(r.k));
         let model = match (args.drop, args.burst) {
-            (p, _) if p == 0.0 => LossModel::None,
+            (0.0, _) => LossModel::None,
             (p, None) => LossModel::Random { p },
             (p, Some(n)) => LossModel::Bursts {
                 p,
