@@ -12,7 +12,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fjord_engine::{Command, Engine, EngineConfig, Output, SessionSpec, Start, ThreadStats, Title};
+use fjord_engine::{
+    Command, Engine, EngineConfig, Output, RepairSpec, SessionSpec, Start, ThreadStats, Title,
+};
+use fjord_fec::{FecChoice, FecParams};
 use fjord_media::synthetic::write_constant_rate;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -35,6 +38,9 @@ pub struct CapacityConfig {
     pub realtime: bool,
     /// Measure once at this many sessions instead of searching.
     pub fixed: Option<usize>,
+    /// Every session also sends its repair stream with this layout (the
+    /// packet counts then include the repair packets).
+    pub fec: Option<FecParams>,
 }
 
 impl Default for CapacityConfig {
@@ -50,6 +56,7 @@ impl Default for CapacityConfig {
             sink: SinkChoice::Auto,
             realtime: true,
             fixed: None,
+            fec: None,
         }
     }
 }
@@ -163,7 +170,7 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     let dir = tempfile::tempdir()?;
     let pps = cfg.bitrate as f64 / (cfg.payload as f64 * 8.0);
     let gap_ns = (1e9 / pps) as u64;
-    title(dir.path(), cfg.payload, gap_ns, cfg.seconds + 30.0)?;
+    title(dir.path(), cfg.payload, gap_ns, cfg.seconds + 30.0, None)?;
     let config = dir.path().join("serve.toml");
     std::fs::write(
         &config,
@@ -297,7 +304,7 @@ pub fn run(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     let dir = tempfile::tempdir()?;
     let pps = cfg.bitrate as f64 / (cfg.payload as f64 * 8.0);
     let gap_ns = (1e9 / pps) as u64;
-    let title = title(dir.path(), cfg.payload, gap_ns, cfg.seconds + 10.0)?;
+    let title = title(dir.path(), cfg.payload, gap_ns, cfg.seconds + 10.0, cfg.fec)?;
     let sink = Sink::create(cfg.sink)?;
     let datapath = fjord_engine::datapath::resolve(&cfg.datapath)?.to_string();
     eprintln!("sink: {}", sink.describe());
@@ -331,7 +338,9 @@ fn run_once(
         realtime: cfg.realtime,
     })?;
     let rss_before = rss_bytes();
-    let sockets = sink.session_sockets(n)?;
+    let streams = if cfg.fec.is_some() { 2 * n } else { n };
+    let mut sockets = sink.session_sockets(streams)?;
+    let repair_sockets = sockets.split_off(n);
     let rtcp = UdpSocket::bind("127.0.0.1:0")?;
     let rtcp_peer = rtcp.local_addr()?;
     for (i, rtp) in sockets.into_iter().enumerate() {
@@ -354,6 +363,26 @@ fn run_once(
                 },
             })),
         );
+        if let Some(repair) = repair_sockets.get(i) {
+            repair.set_nonblocking(true)?;
+            engine.send(
+                0,
+                Command::AttachRepair {
+                    id,
+                    repair: Box::new(RepairSpec {
+                        ssrc: !(i as u32),
+                        seq0: 0,
+                        payload_type: 96,
+                        output: Output::Udp {
+                            rtp: repair.try_clone()?,
+                            rtp_peer: sink.dest(n + i),
+                            rtcp: socket2::Socket::from(rtcp.try_clone()?),
+                            rtcp_peer,
+                        },
+                    }),
+                },
+            );
+        }
         engine.send(
             0,
             Command::Play {
@@ -392,7 +421,8 @@ fn run_once(
     let packets = s1.packets - s0.packets;
     let late = s1.late - s0.late;
     let cpu = ((s1.user + s1.system) - (s0.user + s0.system)).as_secs_f64();
-    let expected = (n as f64 * pps * wall) as u64;
+    let repair_share = cfg.fec.map_or(0.0, |p| f64::from(p.m) / f64::from(p.k));
+    let expected = (n as f64 * pps * (1.0 + repair_share) * wall) as u64;
     let pass = packets > 0
         && (late as f64) < MAX_LATE_SHARE * packets as f64
         && packets as f64 >= 0.995 * expected as f64
@@ -416,12 +446,27 @@ fn one(engine: &Engine) -> ThreadStats {
 }
 
 /// A constant-rate title of `seconds`: `payload`-byte packets every
-/// `gap_ns`, written as `capacity.ts` (and its index) in `dir`.
-fn title(dir: &Path, payload: usize, gap_ns: u64, seconds: f64) -> anyhow::Result<Arc<Title>> {
+/// `gap_ns`, written as `capacity.ts` (and its index, and with `fec` its
+/// parity sidecar) in `dir`.
+fn title(
+    dir: &Path,
+    payload: usize,
+    gap_ns: u64,
+    seconds: f64,
+    fec: Option<FecParams>,
+) -> anyhow::Result<Arc<Title>> {
     let media = dir.join("capacity.ts");
     let packets = (seconds * 1e9 / gap_ns as f64) as u64;
     let index = write_constant_rate(&media, payload, gap_ns, packets)?;
-    Ok(Arc::new(Title::new(index, &media)?))
+    let mut title = Title::new(index, &media)?;
+    if let Some(p) = fec {
+        fjord_fec::protect(&media, FecChoice::Fixed(p), &mut |_, _| {})?;
+        title.attach_fec(
+            &fjord_fec::sidecar_path_for(&media),
+            &fjord_media::index::index_path_for(&media),
+        )?;
+    }
+    Ok(Arc::new(title))
 }
 
 /// Anonymous resident memory of this process: the server's own memory,

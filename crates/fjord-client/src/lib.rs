@@ -18,6 +18,7 @@
 
 mod capture;
 mod error;
+pub mod fec;
 pub mod load;
 mod rtcp;
 mod rtp;

@@ -341,7 +341,23 @@ impl RtspClient {
     /// SETUP `url` with RTP over UDP to a freshly bound even/odd port pair.
     pub fn setup_udp(&mut self, url: &str) -> Result<(Session, UdpReceiver)> {
         let ip = self.stream.local_addr()?.ip();
-        let mut rx = UdpReceiver::bind(ip)?;
+        let rx = UdpReceiver::bind(ip)?;
+        self.setup_udp_with(url, rx)
+    }
+
+    /// Like [`RtspClient::setup_udp`], with events going to `events`
+    /// (several streams into one channel; tell them apart by SSRC).
+    pub fn setup_udp_into(
+        &mut self,
+        url: &str,
+        events: std::sync::mpsc::Sender<Event>,
+    ) -> Result<(Session, UdpReceiver)> {
+        let ip = self.stream.local_addr()?.ip();
+        let rx = UdpReceiver::bind_into(ip, events)?;
+        self.setup_udp_with(url, rx)
+    }
+
+    fn setup_udp_with(&mut self, url: &str, mut rx: UdpReceiver) -> Result<(Session, UdpReceiver)> {
         let p = rx.rtp_port();
         let transport = format!("RTP/AVP;unicast;client_port={}-{}", p, p + 1);
         let r = self.expect_ok("SETUP", url, &[("Transport", &transport)])?;
@@ -358,11 +374,17 @@ impl RtspClient {
 
     /// SETUP `url` with RTP interleaved on this connection (channels 0-1).
     pub fn setup_tcp(&mut self, url: &str) -> Result<Session> {
-        let r = self.expect_ok(
-            "SETUP",
-            url,
-            &[("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")],
-        )?;
+        self.setup_tcp_on(url, 0)
+    }
+
+    /// SETUP `url` with RTP interleaved on channels `rtp` and `rtp + 1`;
+    /// frames of every stream set up so far arrive as events.
+    pub fn setup_tcp_on(&mut self, url: &str, rtp: u8) -> Result<Session> {
+        let transport = format!(
+            "RTP/AVP/TCP;unicast;interleaved={rtp}-{}",
+            rtp.wrapping_add(1)
+        );
+        let r = self.expect_ok("SETUP", url, &[("Transport", &transport)])?;
         self.take_session(&r, 0)
     }
 
@@ -405,7 +427,8 @@ impl RtspClient {
             rtcp_channel,
         } = kind
         {
-            self.demux.channels = (rtp_channel, rtcp_channel);
+            self.demux.channels.retain(|&(a, _)| a != rtp_channel);
+            self.demux.channels.push((rtp_channel, rtcp_channel));
         }
         self.session = Some(s.clone());
         Ok(s)
@@ -491,8 +514,8 @@ pub(crate) struct Demux {
     buf: Vec<u8>,
     pub(crate) events: VecDeque<Event>,
     pub(crate) responses: VecDeque<Response>,
-    /// (RTP channel, RTCP channel).
-    pub(crate) channels: (u8, u8),
+    /// (RTP channel, RTCP channel) of each stream set up.
+    pub(crate) channels: Vec<(u8, u8)>,
 }
 
 impl Default for Demux {
@@ -501,7 +524,7 @@ impl Default for Demux {
             buf: Vec::new(),
             events: VecDeque::new(),
             responses: VecDeque::new(),
-            channels: (0, 1),
+            channels: vec![(0, 1)],
         }
     }
 }
@@ -559,9 +582,9 @@ impl Demux {
             channel,
             data: frame.to_vec(),
         };
-        if channel == self.channels.0 {
+        if self.channels.iter().any(|&(rtp, _)| rtp == channel) {
             parse_rtp(frame, arrival).map_or_else(|_| garbage(), Event::Rtp)
-        } else if channel == self.channels.1 {
+        } else if self.channels.iter().any(|&(_, rtcp)| rtcp == channel) {
             parse_rtcp_compound(frame).map_or_else(garbage, |packets| {
                 Event::Rtcp(RtcpReceived { arrival, packets })
             })

@@ -22,7 +22,8 @@ use crate::{Event, Result};
 pub struct UdpReceiver {
     rtp_port: u16,
     rtcp: UdpSocket,
-    events: Receiver<Event>,
+    /// `None` when the events go to a channel given to [`UdpReceiver::bind_into`].
+    events: Option<Receiver<Event>>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     server_rtcp: Option<SocketAddr>,
@@ -33,10 +34,17 @@ impl UdpReceiver {
     /// Binds an even port and the odd one above it on `ip`, and starts
     /// reading both.
     pub fn bind(ip: IpAddr) -> io::Result<UdpReceiver> {
+        let (tx, events) = mpsc::channel();
+        let mut rx = UdpReceiver::bind_into(ip, tx)?;
+        rx.events = Some(events);
+        Ok(rx)
+    }
+
+    /// Like [`UdpReceiver::bind`], sending the events to `tx`.
+    pub fn bind_into(ip: IpAddr, tx: mpsc::Sender<Event>) -> io::Result<UdpReceiver> {
         let (rtp, rtcp) = bind_pair(ip)?;
         let rtp_port = rtp.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, events) = mpsc::channel();
         let mut threads = Vec::new();
         for (sock, is_rtcp) in [(rtp, false), (rtcp.try_clone()?, true)] {
             sock.set_read_timeout(Some(Duration::from_millis(50)))?;
@@ -49,7 +57,7 @@ impl UdpReceiver {
         Ok(UdpReceiver {
             rtp_port,
             rtcp,
-            events,
+            events: None,
             stop,
             threads,
             server_rtcp: None,
@@ -77,7 +85,13 @@ impl UdpReceiver {
 
     /// The next event, waiting at most `timeout`.
     pub fn recv(&mut self, timeout: Duration) -> Option<Event> {
-        self.events.recv_timeout(timeout).ok()
+        match &self.events {
+            Some(events) => events.recv_timeout(timeout).ok(),
+            None => {
+                std::thread::sleep(timeout);
+                None
+            }
+        }
     }
 }
 

@@ -22,6 +22,18 @@ pub struct SessionSpec {
     pub output: Output,
 }
 
+/// The repair stream of a source stream (`docs/fec.md`): sent by the source
+/// stream's session, one block's repair packets right after the block.
+pub struct RepairSpec {
+    pub ssrc: u32,
+    /// Sequence number of the first repair packet.
+    pub seq0: u16,
+    pub payload_type: u8,
+    /// Same kind as the source's output (both UDP or both interleaved on
+    /// the same connection), so one engine thread sends both.
+    pub output: Output,
+}
+
 pub enum Output {
     /// RTP on a socket connected to the client's RTP port; RTCP on a second
     /// socket (shared with the control plane, which reads receiver reports).
@@ -67,6 +79,12 @@ pub struct PlayInfo {
 
 pub enum Command {
     Add(Box<SessionSpec>),
+    /// Gives session `id` a repair stream; ignored when its title has no
+    /// parity for the track or the output kinds differ.
+    AttachRepair {
+        id: u64,
+        repair: Box<RepairSpec>,
+    },
     /// Position the session and stop sending; reply with where it will start.
     /// Sending begins with [`Command::Start`], after the control plane has
     /// written the PLAY reply, so a client never sees data before its reply.

@@ -1,5 +1,8 @@
 //! A session as an engine thread owns it: a position in a track, a clock that
-//! maps index send times to wall time, and the RTP/RTCP counters.
+//! maps index send times to wall time, and the RTP/RTCP counters. A session
+//! may also send the track's repair stream: when a block's last source
+//! packet has left, the next tick sends that block's repair packets (and
+//! no source packets), so they always follow their block on one clock.
 
 use std::{
     collections::HashMap,
@@ -7,6 +10,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
+use fjord_fec::RepairHeader;
 use fjord_media::{
     index::Track,
     plan::{PacketRecord, rtp_ticks},
@@ -18,7 +22,7 @@ use fjord_proto::{
 
 use crate::{
     PlayInfo, Start, ThreadStats, Title,
-    command::{Output, SessionSpec},
+    command::{Output, RepairSpec, SessionSpec},
     datapath::{Batch, Burst, Packet},
     interleaved::{Connection, Frame, MAX_FRAMES},
 };
@@ -55,6 +59,42 @@ pub(crate) struct Session {
     state: State,
     next_report: Instant,
     report: SenderReportTemplate,
+    repair: Option<Repair>,
+    /// First packet of the latest seek: blocks that start before it get no
+    /// repair packets, since part of them was never sent in this sequence.
+    floor: u32,
+}
+
+struct Repair {
+    ssrc: u32,
+    seq: u16,
+    pt: u8,
+    output: Output,
+    pending: Option<PendingRepair>,
+}
+
+/// A block whose repair packets are due.
+#[derive(Clone, Copy, Debug)]
+struct PendingRepair {
+    block: u64,
+    /// The next repair packet to send.
+    esi: u16,
+    /// RTP sequence number the block's first source packet had.
+    seq_base: u16,
+}
+
+/// Packets a session put in a batch: a burst of repair packets or one of
+/// source packets (a session never puts both in one batch).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Planned {
+    pub source: usize,
+    pub repair: usize,
+}
+
+impl Planned {
+    pub(crate) fn bursts(&self) -> usize {
+        usize::from(self.source > 0) + usize::from(self.repair > 0)
+    }
 }
 
 pub(crate) struct Pacing<'a> {
@@ -81,7 +121,44 @@ impl Session {
             octets: 0,
             state: State::Stopped,
             next_report: Instant::now(),
+            repair: None,
+            floor: 0,
         }
+    }
+
+    /// Attaches a repair stream; false (and nothing changes) when the title
+    /// has no parity for the track or the repair output is not of the
+    /// source's kind (UDP, or interleaved on the same connection).
+    pub(crate) fn attach_repair(&mut self, spec: RepairSpec) -> bool {
+        let same_kind = match (&self.output, &spec.output) {
+            (Output::Udp { .. }, Output::Udp { .. }) => true,
+            (Output::Interleaved { conn: a, .. }, Output::Interleaved { conn: b, .. }) => a == b,
+            _ => false,
+        };
+        if !same_kind || self.title.fec(self.track).is_none() {
+            return false;
+        }
+        self.repair = Some(Repair {
+            ssrc: spec.ssrc,
+            seq: spec.seq0,
+            pt: spec.payload_type,
+            output: spec.output,
+            pending: None,
+        });
+        true
+    }
+
+    fn repair_pending(&self) -> Option<PendingRepair> {
+        self.repair.as_ref()?.pending
+    }
+
+    /// One past the last packet of the block holding the next packet, when
+    /// the session sends repair packets: a burst of source packets ends there.
+    fn block_end(&self) -> Option<usize> {
+        self.repair.as_ref()?;
+        let fec = self.title.fec(self.track)?;
+        let b = fec.block_of(u64::from(self.next))?;
+        usize::try_from(fec.block(b)?.packets().end).ok()
     }
 
     pub(crate) fn connection(&self) -> Option<u64> {
@@ -124,6 +201,10 @@ impl Session {
             });
             self.next = self.next.min(self.count());
             self.position_ns = ns;
+            self.floor = self.next;
+            if let Some(r) = &mut self.repair {
+                r.pending = None;
+            }
         }
         self.state = State::Stopped;
         let clock = self.track().map_or(90_000, |t| t.clock_rate());
@@ -158,27 +239,57 @@ impl Session {
         matches!(self.output, Output::Interleaved { .. })
     }
 
-    /// Adds a burst of every packet due by `now + burst` (at most
-    /// [`MAX_BURST_PACKETS`]) to `batch`; returns how many it added.
+    /// Adds to `batch` the due repair packets of a finished block, or else
+    /// a burst of every source packet due by `now + burst` (at most
+    /// [`MAX_BURST_PACKETS`], ending at a block's end when the session
+    /// sends repair packets); returns how many of each it added.
     pub(crate) fn collect<'a>(
         &'a self,
         now: Instant,
         burst: Duration,
         batch: &mut Batch<'a>,
-    ) -> usize {
+    ) -> Planned {
+        let mut planned = Planned::default();
         let (Some((t0, origin_ns)), Output::Udp { rtp, rtp_peer, .. }) =
             (self.clock(), &self.output)
         else {
-            return 0;
+            return planned;
         };
+        if let (Some(r), Some(pending)) = (&self.repair, self.repair_pending()) {
+            let Output::Udp { rtp, rtp_peer, .. } = &r.output else {
+                return planned;
+            };
+            let first = batch.packets.len();
+            let mut seq = r.seq;
+            for esi in pending.esi..u16::MAX {
+                if batch.packets.len() - first >= MAX_BURST_PACKETS {
+                    break;
+                }
+                let Some(packet) = self.repair_packet(&self.title, r, pending, esi, seq) else {
+                    break;
+                };
+                batch.packets.push(packet);
+                seq = seq.wrapping_add(1);
+            }
+            planned.repair = batch.packets.len() - first;
+            if planned.repair > 0 {
+                batch.bursts.push(Burst {
+                    socket: rtp,
+                    dest: *rtp_peer,
+                    packets: first..batch.packets.len(),
+                });
+            }
+            return planned;
+        }
         let Some(track) = self.title.index().track(self.track) else {
-            return 0;
+            return planned;
         };
         let horizon = now + burst;
         let pt = track.payload_type();
         let first = batch.packets.len();
         let mut seq = self.seq;
-        for i in self.next as usize.. {
+        let end = self.block_end().unwrap_or(usize::MAX);
+        for i in self.next as usize..end {
             let Some(rec) = track.packet(i) else { break };
             if due(t0, origin_ns, rec.send_time_ns) > horizon
                 || batch.packets.len() - first >= MAX_BURST_PACKETS
@@ -191,15 +302,68 @@ impl Session {
             batch.packets.push(packet);
             seq = seq.wrapping_add(1);
         }
-        let n = batch.packets.len() - first;
-        if n > 0 {
+        planned.source = batch.packets.len() - first;
+        if planned.source > 0 {
             batch.bursts.push(Burst {
                 socket: rtp,
                 dest: *rtp_peer,
-                packets: first..first + n,
+                packets: first..batch.packets.len(),
             });
         }
-        n
+        planned
+    }
+
+    /// Repair packet `esi` of a finished block as it leaves: the RTP header
+    /// (sequence `seq`, the timestamp of the block's first source packet as
+    /// sent), the FEC payload ID, and the repair symbol by reference into
+    /// the sidecar. `None` past the block's last repair packet.
+    fn repair_packet<'t>(
+        &self,
+        title: &'t Title,
+        r: &Repair,
+        pending: PendingRepair,
+        esi: u16,
+        seq: u16,
+    ) -> Option<Packet<'t>> {
+        let blk = title.fec(self.track)?.block(pending.block)?;
+        let (fd, offset, symbol) = title.repair_symbol(self.track, pending.block, esi)?;
+        let first = title
+            .index()
+            .track(self.track)?
+            .packet(usize::try_from(blk.first_packet).ok()?)?;
+        let mut header = [0u8; rtp::RTP_HEADER_LEN];
+        let ts = self.ts0.wrapping_add(first.rtp_ts);
+        rtp::write_header(&mut header, r.pt, false, seq, ts, r.ssrc);
+        let id = RepairHeader {
+            sbn: pending.block as u32,
+            seq_base: pending.seq_base,
+            k: blk.source_count,
+            esi,
+            m: blk.repair_count,
+        };
+        Some(Packet::new(&header, &id.to_bytes(), symbol, fd, offset))
+    }
+
+    /// Moves past `sent` repair packets that left; the block is done when
+    /// its last one has.
+    fn account_repair(&mut self, sent: usize, p: &mut Pacing) {
+        let Some(r) = &mut self.repair else { return };
+        let Some(pending) = &mut r.pending else {
+            return;
+        };
+        let m = self
+            .title
+            .fec(self.track)
+            .and_then(|f| f.block(pending.block))
+            .map_or(0, |b| b.repair_count);
+        pending.esi = pending.esi.saturating_add(sent as u16);
+        r.seq = r.seq.wrapping_add(sent as u16);
+        for _ in 0..sent {
+            p.stats.count(Duration::ZERO);
+        }
+        if pending.esi >= m {
+            r.pending = None;
+        }
     }
 
     /// Packet `rec` as it leaves: the RTP header (sequence `seq`, the
@@ -227,11 +391,28 @@ impl Session {
     /// RTCP when due, and says when the session wants the engine next.
     pub(crate) fn advance(
         &mut self,
-        planned: usize,
-        sent: usize,
+        planned: Planned,
+        sent: Planned,
         p: &mut Pacing,
     ) -> Option<Instant> {
         let (t0, origin_ns) = self.clock()?;
+        if planned == Planned::default()
+            && let Some(r) = &mut self.repair
+            && r.pending.take().is_some()
+        {
+            tracing::warn!(
+                ssrc = r.ssrc,
+                "repair packets of a block unreadable; skipped"
+            );
+        }
+        if planned.repair > 0 {
+            self.account_repair(sent.repair, p);
+            if sent.repair < planned.repair {
+                return Some(p.now + RETRY);
+            }
+            return self.after_sending(t0, origin_ns, p);
+        }
+        let (planned, sent) = (planned.source, sent.source);
         let title = self.title.clone();
         let Some(track) = title.index().track(self.track) else {
             self.state = State::Ended;
@@ -271,10 +452,14 @@ impl Session {
         let horizon = p.now + p.burst;
         let pt = track.payload_type();
         loop {
+            if !self.pump_repair_interleaved(&title, p) {
+                return Some(p.now + RETRY);
+            }
+            let end = self.block_end().unwrap_or(usize::MAX);
             let mut packets: [Option<Packet<'_>>; MAX_FRAMES] = [None; MAX_FRAMES];
             let mut n = 0;
             let mut seq = self.seq;
-            while n < MAX_FRAMES {
+            while n < MAX_FRAMES && (self.next as usize + n) < end {
                 let Some(rec) = track.packet(self.next as usize + n) else {
                     break;
                 };
@@ -316,8 +501,55 @@ impl Session {
         self.after_sending(t0, origin_ns, p)
     }
 
+    /// Sends the pending repair packets on the connection; false when it is
+    /// full before they all went.
+    fn pump_repair_interleaved(&mut self, title: &Title, p: &mut Pacing) -> bool {
+        loop {
+            let (Some(r), Some(pending)) = (&self.repair, self.repair_pending()) else {
+                return true;
+            };
+            let Output::Interleaved {
+                conn, rtp_channel, ..
+            } = r.output
+            else {
+                return true;
+            };
+            let mut packets: [Option<Packet<'_>>; MAX_FRAMES] = [None; MAX_FRAMES];
+            let mut n = 0;
+            while n < MAX_FRAMES {
+                let esi = pending.esi.saturating_add(n as u16);
+                let seq = r.seq.wrapping_add(n as u16);
+                let Some(packet) = self.repair_packet(title, r, pending, esi, seq) else {
+                    break;
+                };
+                packets[n] = Some(packet);
+                n += 1;
+            }
+            if n == 0 {
+                if let Some(r) = &mut self.repair {
+                    r.pending = None;
+                }
+                return true;
+            }
+            let mut frames: [Frame<'_>; MAX_FRAMES] = [[&[]; 3]; MAX_FRAMES];
+            for (frame, p) in frames.iter_mut().zip(packets.iter().flatten()) {
+                *frame = [p.head(), p.payload, p.payload2];
+            }
+            let Some(c) = p.connections.get_mut(&conn) else {
+                return true;
+            };
+            let (taken, broken) = c.send_frames(rtp_channel, &frames[..n]);
+            let taken = if broken { n } else { taken };
+            self.account_repair(taken, p);
+            if taken < n {
+                return false;
+            }
+        }
+    }
+
     /// Moves past `sent` packets that left: counters for RTCP, lateness for
-    /// the engine's statistics.
+    /// the engine's statistics; when that finishes a block, its repair
+    /// packets are due.
     fn account(
         &mut self,
         track: Track<'_>,
@@ -339,10 +571,33 @@ impl Session {
         self.next += sent as u32;
         self.seq = self.seq.wrapping_add(sent as u16);
         self.packets = self.packets.wrapping_add(sent as u32);
+        let (Some(r), Some(fec)) = (&mut self.repair, self.title.fec(self.track)) else {
+            return;
+        };
+        let next = u64::from(self.next);
+        let finished = (sent > 0)
+            .then(|| fec.block_of(next - 1))
+            .flatten()
+            .and_then(|b| Some((b, fec.block(b)?)))
+            .filter(|(_, blk)| {
+                blk.packets().end == next && blk.first_packet >= u64::from(self.floor)
+            });
+        if let Some((block, blk)) = finished {
+            // A session only sends source packets once the previous block's
+            // repair packets are out, so none are pending here.
+            r.pending = Some(PendingRepair {
+                block,
+                esi: 0,
+                seq_base: self.seq.wrapping_sub((next - blk.first_packet) as u16),
+            });
+        }
     }
 
     /// RTCP and the next wake-up once the due packets are out.
     fn after_sending(&mut self, t0: Instant, origin_ns: u64, p: &mut Pacing) -> Option<Instant> {
+        if self.repair_pending().is_some() {
+            return Some(p.now);
+        }
         let count = self.count();
         let wake = if self.next < count {
             // Wake a quarter burst before the next packet is due: it may
@@ -528,7 +783,7 @@ mod tests {
     fn tick(s: &mut Session, now: Instant, room: usize) -> (Vec<Sent>, Option<Instant>) {
         let mut batch = Batch::default();
         let planned = s.collect(now, Duration::from_millis(15), &mut batch);
-        let sent = planned.min(room);
+        let sent = (planned.source + planned.repair).min(room);
         let out = batch.packets[..sent]
             .iter()
             .map(|p| {
@@ -549,6 +804,10 @@ mod tests {
             burst: Duration::from_millis(15),
             rtcp_interval: Duration::from_secs(5),
             connections: &mut connections,
+        };
+        let sent = Planned {
+            source: sent.min(planned.source),
+            repair: sent.min(planned.repair),
         };
         (out, s.advance(planned, sent, &mut p))
     }
@@ -701,7 +960,13 @@ mod tests {
         s.play(Start::Resume);
         s.start(t0, 0);
         let mut batch = Batch::default();
-        assert_eq!(s.collect(late, Duration::from_millis(15), &mut batch), 12);
+        assert_eq!(
+            s.collect(late, Duration::from_millis(15), &mut batch),
+            Planned {
+                source: 12,
+                repair: 0
+            }
+        );
         let mut sent = [0];
         let mut path = datapath::by_name("mmap-writev").unwrap();
         path.send(&batch, &mut sent).unwrap();
@@ -763,5 +1028,127 @@ mod tests {
         assert_eq!(rtp_frames, expected, "interleaved payloads");
         let total: usize = expected.iter().map(Vec::len).sum();
         assert_eq!(octets, Some(total as u32), "RTCP payload octets");
+    }
+
+    /// With a repair stream, each block's source packets leave in one tick
+    /// and its M repair packets in the next, before any packet of the next
+    /// block: RTP header of the repair stream (own SSRC and sequence, the
+    /// timestamp of the block's first source packet as sent), the FEC
+    /// payload ID (`seq_base` = that packet's sequence number) and the
+    /// sidecar's bytes, which rebuild lost source packets.
+    #[test]
+    fn repair_packets_follow_their_block() {
+        use fjord_fec::{BlockDecoder, FecChoice, FecParams, SourcePacket};
+
+        let dir = tempfile::tempdir().unwrap();
+        let media = dir.path().join("t.ts");
+        let index = write_constant_rate(&media, 188, 10 * MS, 10).unwrap();
+        drop(index);
+        let choice = FecChoice::Fixed(FecParams::new(4, 2).unwrap());
+        fjord_fec::protect(&media, choice, &mut |_, _| {}).unwrap();
+        let index = Index::open(&index::index_path_for(&media)).unwrap();
+        let mut title = Title::new(index, &media).unwrap();
+        title
+            .attach_fec(
+                &fjord_fec::sidecar_path_for(&media),
+                &index::index_path_for(&media),
+            )
+            .unwrap();
+        let title = Arc::new(title);
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = session(title.clone(), &rtcp);
+        let repair_output = || RepairSpec {
+            ssrc: 0x5678,
+            seq0: 65535,
+            payload_type: 100,
+            output: Output::Udp {
+                rtp: udp(),
+                rtp_peer: "127.0.0.1:9".parse().unwrap(),
+                rtcp: udp(),
+                rtcp_peer: rtcp.local_addr().unwrap(),
+            },
+        };
+        assert!(s.attach_repair(repair_output()));
+        s.play(Start::Resume);
+        let t0 = Instant::now();
+        s.start(t0, 0);
+        let late = t0 + Duration::from_secs(1);
+        let mut ticks = vec![];
+        for _ in 0..7 {
+            ticks.push(tick(&mut s, late, usize::MAX).0);
+        }
+        let lens: Vec<usize> = ticks.iter().map(Vec::len).collect();
+        assert_eq!(lens, [4, 2, 4, 2, 2, 2, 0], "source, repair, source, ...");
+        let fec = title.fec(0).unwrap();
+        let mut repair_seq = 65535u16;
+        for (b, (sources, repairs)) in ticks.chunks(2).take(3).map(|t| (&t[0], &t[1])).enumerate() {
+            let blk = fec.block(b as u64).unwrap();
+            let ts_base = sources[0].1;
+            let mut dec = BlockDecoder::new();
+            dec.reset(blk.source_count, blk.repair_count);
+            for (j, (seq, ts, payload)) in repairs.iter().enumerate() {
+                assert_eq!((*seq, *ts), (repair_seq, ts_base), "block {b} repair {j}");
+                repair_seq = repair_seq.wrapping_add(1);
+                let (h, symbol) = RepairHeader::parse(payload).unwrap();
+                assert_eq!(
+                    h,
+                    RepairHeader {
+                        sbn: b as u32,
+                        seq_base: sources[0].0,
+                        k: blk.source_count,
+                        esi: j as u16,
+                        m: 2,
+                    }
+                );
+                let (off, len) = blk.repair_symbol_range(j as u16).unwrap();
+                let want = &title.fec(0).unwrap().repair_data(&blk).unwrap()
+                    [(off - blk.repair_off) as usize..][..len];
+                assert_eq!(symbol, want, "block {b} repair {j}: sidecar bytes");
+                dec.add_repair(&h, *ts, symbol).unwrap();
+            }
+            // Lose the block's first two source packets; the repair rebuilds them.
+            for (seq, ts, payload) in &sources[2..] {
+                let esi = seq.wrapping_sub(sources[0].0);
+                let packet = SourcePacket {
+                    payload: payload.clone(),
+                    marker: false,
+                    timestamp: *ts,
+                };
+                dec.add_source(esi, packet).unwrap();
+            }
+            let got = dec.recover().unwrap();
+            let want: Vec<(u16, SourcePacket)> = sources[..2]
+                .iter()
+                .enumerate()
+                .map(|(i, (_, ts, payload))| {
+                    (
+                        i as u16,
+                        SourcePacket {
+                            payload: payload.clone(),
+                            marker: false,
+                            timestamp: *ts,
+                        },
+                    )
+                })
+                .collect();
+            assert_eq!(got, want, "block {b}: rebuilt");
+        }
+
+        // A seek into the middle of a block: that block gets no repair
+        // packets (part of it was never sent), the next one does.
+        let info = s.play(Start::At(50 * MS));
+        assert_eq!(info.packet, 5);
+        s.start(late, info.time_ns);
+        let a = tick(&mut s, late + Duration::from_secs(1), usize::MAX).0;
+        let b = tick(&mut s, late + Duration::from_secs(1), usize::MAX).0;
+        let c = tick(&mut s, late + Duration::from_secs(1), usize::MAX).0;
+        assert_eq!((a.len(), b.len(), c.len()), (3, 2, 2));
+        assert_eq!(b[0].2, vec![8; 188]);
+        assert_eq!(RepairHeader::parse(&c[0].2).unwrap().0.seq_base, b[0].0);
+
+        // A title without parity cannot take a repair stream.
+        let (plain, _) = prefixed_title(dir.path());
+        let mut s = session(plain.clone(), &rtcp);
+        assert!(!s.attach_repair(repair_output()));
     }
 }

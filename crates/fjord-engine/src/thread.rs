@@ -15,7 +15,7 @@ use crate::{
     Command, ThreadStats,
     datapath::{self, Batch, DataPath, MAX_BATCH_PACKETS},
     interleaved::Connection,
-    session::{MAX_BURST_PACKETS, Pacing, Session},
+    session::{MAX_BURST_PACKETS, Pacing, Planned, Session},
     wheel::Wheel,
 };
 
@@ -133,7 +133,7 @@ struct Worker {
     path: Box<dyn DataPath>,
     // Reused from tick to tick so steady state allocates nothing.
     due: Vec<u32>,
-    planned: Vec<(u32, usize)>,
+    planned: Vec<(u32, Planned)>,
     sent: Vec<usize>,
     batch: Option<Batch<'static>>,
     stats: ThreadStats,
@@ -217,7 +217,7 @@ impl Worker {
                 continue;
             };
             let n = if session.is_interleaved() {
-                0
+                Planned::default()
             } else {
                 session.collect(now, pacing.burst, &mut batch)
             };
@@ -247,11 +247,16 @@ impl Worker {
             let wake = if session.is_interleaved() {
                 session.pump_interleaved(&mut pacing)
             } else {
-                let sent = if n > 0 {
+                // A session adds at most one burst: repair or source.
+                let sent = if n.bursts() > 0 {
                     burst += 1;
                     self.sent[burst - 1]
                 } else {
                     0
+                };
+                let sent = Planned {
+                    source: if n.source > 0 { sent } else { 0 },
+                    repair: if n.repair > 0 { sent } else { 0 },
                 };
                 session.advance(n, sent, &mut pacing)
             };
@@ -296,6 +301,19 @@ impl Worker {
                 self.wheel.reserve_keys(n);
                 self.due.reserve(n.saturating_sub(self.due.len()));
                 self.planned.reserve(n.saturating_sub(self.planned.len()));
+            }
+            Command::AttachRepair { id, repair } => {
+                let attached = self
+                    .ids
+                    .get(&id)
+                    .and_then(|&k| self.slots[k as usize].as_mut())
+                    .is_some_and(|s| s.attach_repair(*repair));
+                if !attached {
+                    tracing::warn!(
+                        id,
+                        "repair stream not attached: no such stream or no parity"
+                    );
+                }
             }
             Command::Play { id, start, reply } => {
                 let key = self.ids.get(&id).copied();

@@ -1,7 +1,9 @@
 //! A title as the engine sees it: the packetization index and the media
 //! file, mapped read-only and open for the paths that read or sendfile.
 //! Sessions share it through an `Arc`; a re-ingested title is a new `Title`,
-//! so playing sessions keep the mapping they started with.
+//! so playing sessions keep the mapping they started with. A title may carry
+//! the parity sidecar written at ingest: its repair symbols are sent by
+//! reference, like the media.
 
 use std::{
     fs::File,
@@ -10,6 +12,7 @@ use std::{
     path::Path,
 };
 
+use fjord_fec::{Sidecar, SidecarError, sidecar::TrackFec};
 use fjord_media::{index::Index, plan::PacketRecord};
 use memmap2::Mmap;
 
@@ -17,13 +20,86 @@ pub struct Title {
     index: Index,
     file: File,
     media: Mmap,
+    fec: Option<Parity>,
+}
+
+/// The sidecar, checked against the index, and per track the repair window:
+/// the longest time from a block's first source packet to its last one.
+struct Parity {
+    file: File,
+    sidecar: Sidecar<Mmap>,
+    windows_ns: Vec<u64>,
 }
 
 impl Title {
     pub fn new(index: Index, media_path: &Path) -> io::Result<Self> {
         let file = File::open(media_path)?;
         let media = fjord_media::index::map_media(media_path)?;
-        Ok(Self { index, file, media })
+        Ok(Self {
+            index,
+            file,
+            media,
+            fec: None,
+        })
+    }
+
+    /// Attaches the parity sidecar `sidecar_path` after checking it was made
+    /// from this media file and its index at `index_path`; without it the
+    /// title is served without a repair stream.
+    pub fn attach_fec(
+        &mut self,
+        sidecar_path: &Path,
+        index_path: &Path,
+    ) -> Result<(), SidecarError> {
+        let (file, sidecar) = fjord_fec::sidecar::open_with_file(sidecar_path)?;
+        let checksum = fjord_fec::sidecar::index_checksum(index_path)?;
+        sidecar.check_belongs(&self.index, &checksum)?;
+        let windows_ns = self
+            .index
+            .tracks()
+            .enumerate()
+            .map(|(t, track)| {
+                let Some(fec) = sidecar.track(t) else {
+                    return 0;
+                };
+                (0..fec.block_count())
+                    .filter_map(|b| fec.block(b))
+                    .filter_map(|b| {
+                        let first = track.packet(b.packets().start as usize)?;
+                        let last = track.packet(b.packets().end.checked_sub(1)? as usize)?;
+                        Some(last.send_time_ns.saturating_sub(first.send_time_ns))
+                    })
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        self.fec = Some(Parity {
+            file,
+            sidecar,
+            windows_ns,
+        });
+        Ok(())
+    }
+
+    /// Parity of track `t`, when the title has a sidecar.
+    pub fn fec(&self, t: usize) -> Option<TrackFec<'_>> {
+        self.fec.as_ref()?.sidecar.track(t)
+    }
+
+    /// How long after a block's first source packet its repair packets go,
+    /// at most, for track `t` (SDP `repair-window`).
+    pub fn repair_window_ns(&self, t: usize) -> Option<u64> {
+        self.fec.as_ref()?.windows_ns.get(t).copied()
+    }
+
+    /// The sidecar file and repair symbol `j` of block `b` of track `t`, by
+    /// reference (offset in the file, bytes in the mapping).
+    pub fn repair_symbol(&self, t: usize, b: u64, j: u16) -> Option<(BorrowedFd<'_>, u64, &[u8])> {
+        let fec = self.fec.as_ref()?;
+        let (offset, len) = fec.sidecar.track(t)?.block(b)?.repair_symbol_range(j)?;
+        let start = usize::try_from(offset).ok()?;
+        let bytes = fec.sidecar.bytes().get(start..start.checked_add(len)?)?;
+        Some((fec.file.as_fd(), offset, bytes))
     }
 
     pub fn index(&self) -> &Index {

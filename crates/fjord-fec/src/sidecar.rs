@@ -330,11 +330,17 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
 
 /// Opens and validates a sidecar file (memory-mapped).
 pub fn open(path: &Path) -> Result<Sidecar<Mmap>, SidecarError> {
+    open_with_file(path).map(|(_, s)| s)
+}
+
+/// Like [`open`], also returning the open file: serving hands repair
+/// symbols to the data paths that send from a file descriptor.
+pub fn open_with_file(path: &Path) -> Result<(File, Sidecar<Mmap>), SidecarError> {
     let file = File::open(path)?;
     // SAFETY: sidecars are only ever replaced by rename, never written in
     // place, so the mapped bytes do not change under us.
     let map = unsafe { Mmap::map(&file)? };
-    Sidecar::parse(map)
+    Ok((file, Sidecar::parse(map)?))
 }
 
 impl<'a> TrackFec<'a> {

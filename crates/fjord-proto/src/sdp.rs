@@ -16,6 +16,8 @@ pub struct SdpTitle<'a> {
     /// `a=range:npt=0-<duration>`; non-finite or ≤ 0 writes an open range.
     pub duration_s: f64,
     pub tracks: &'a [SdpTrack<'a>],
+    /// `a=group:FEC-FR <source mid> <repair mid>` (RFC 5956) per pair.
+    pub fec_groups: &'a [(&'a str, &'a str)],
 }
 
 /// One `m=` section.
@@ -33,6 +35,8 @@ pub struct SdpTrack<'a> {
     pub fmtp: Option<&'a str>,
     /// `a=control:<this>`, e.g. `track1`.
     pub control: &'a str,
+    /// `a=mid:<this>` (RFC 5888), for grouping.
+    pub mid: Option<&'a str>,
 }
 
 /// Render the description with sdp-types' writer.
@@ -63,6 +67,12 @@ pub fn describe(t: &SdpTitle) -> String {
     session
         .attributes
         .push(Attribute::with_value("range", range));
+    for (source, repair) in t.fec_groups {
+        session.attributes.push(Attribute::with_value(
+            "group",
+            format!("FEC-FR {} {}", token(source), token(repair)),
+        ));
+    }
     for tr in t.tracks {
         let pt = tr.payload_type & 0x7f;
         let mut media = Media {
@@ -94,6 +104,11 @@ pub fn describe(t: &SdpTitle) -> String {
             "control",
             non_empty(&token(tr.control)),
         ));
+        if let Some(mid) = tr.mid {
+            media
+                .attributes
+                .push(Attribute::with_value("mid", non_empty(&token(mid))));
+        }
         session.medias.push(media);
     }
     let mut out = Vec::with_capacity(512);
@@ -131,6 +146,7 @@ mod tests {
             session_id: 1234,
             duration_s: 10.0,
             tracks,
+            fec_groups: &[],
         }
     }
 
@@ -142,6 +158,7 @@ mod tests {
         channels: 0,
         fmtp: None,
         control: "track1",
+        mid: None,
     };
 
     #[test]
@@ -155,6 +172,38 @@ mod tests {
         );
     }
 
+    /// A protected track and its repair stream, as `docs/fec.md` shows them.
+    #[test]
+    fn fec_grouping() {
+        let source = SdpTrack {
+            mid: Some("S1"),
+            ..TS
+        };
+        let repair = SdpTrack {
+            media: "application",
+            payload_type: 100,
+            encoding: "x-fjord-rs16",
+            clock_rate: 90000,
+            channels: 0,
+            fmtp: Some("k=224; m=32; repair-window=300000"),
+            control: "track1-fec",
+            mid: Some("R1"),
+        };
+        let s = describe(&SdpTitle {
+            fec_groups: &[("S1", "R1")],
+            ..title(&[source, repair])
+        });
+        assert!(
+            s.ends_with(
+                "a=range:npt=0-10.000\r\na=group:FEC-FR S1 R1\r\n\
+                 m=video 0 RTP/AVP 33\r\na=rtpmap:33 MP2T/90000\r\na=control:track1\r\na=mid:S1\r\n\
+                 m=application 0 RTP/AVP 100\r\na=rtpmap:100 x-fjord-rs16/90000\r\n\
+                 a=fmtp:100 k=224; m=32; repair-window=300000\r\na=control:track1-fec\r\na=mid:R1\r\n"
+            ),
+            "{s}"
+        );
+    }
+
     #[test]
     fn parses_back() {
         let audio = SdpTrack {
@@ -165,6 +214,7 @@ mod tests {
             channels: 2,
             fmtp: Some("streamtype=5;mode=AAC-hbr"),
             control: "track2",
+            mid: None,
         };
         let tracks = [TS, audio];
         let s = describe(&title(&tracks));
@@ -209,6 +259,7 @@ mod tests {
             channels: 0,
             fmtp: Some("x\r\na=evil"),
             control: "tr ack\n",
+            mid: None,
         };
         let t = SdpTitle {
             name: "bad\r\nname\0",
@@ -216,6 +267,7 @@ mod tests {
             session_id: u64::MAX,
             duration_s: f64::NAN,
             tracks: &[evil],
+            fec_groups: &[],
         };
         let s = describe(&t);
         let parsed = sdp_types::Session::parse(s.as_bytes()).unwrap();

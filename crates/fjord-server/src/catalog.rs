@@ -131,7 +131,26 @@ fn load(path: &Path, options: &TsOptions) -> Result<Title, CatalogError> {
             tracing::warn!(file = %path.display(), "{w}");
         }
     }
-    Title::new(index, path).map_err(|e| CatalogError::Failed(format!("{}: {e}", path.display())))
+    let mut title = Title::new(index, path)
+        .map_err(|e| CatalogError::Failed(format!("{}: {e}", path.display())))?;
+    let sidecar = fjord_fec::sidecar_path_for(path);
+    match title.attach_fec(&sidecar, &fjord_media::index::index_path_for(path)) {
+        Ok(()) => {
+            tracing::info!(file = %path.display(), "parity sidecar found; repair streams offered")
+        }
+        Err(fjord_fec::SidecarError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
+            tracing::info!(
+                file = %path.display(),
+                "no parity sidecar; no repair stream offered (`fjord ingest --fec` writes one)"
+            )
+        }
+        Err(e) => tracing::warn!(
+            file = %path.display(),
+            "{}: {e}; no repair stream offered",
+            sidecar.display()
+        ),
+    }
+    Ok(title)
 }
 
 /// Extensions of files fjord writes beside the media.

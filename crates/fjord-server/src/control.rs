@@ -6,7 +6,7 @@ use std::{
     sync::Arc,
 };
 
-use fjord_engine::{Command, Output, PlayInfo, SessionSpec, Start};
+use fjord_engine::{Command, Output, PlayInfo, RepairSpec, SessionSpec, Start, Title};
 use fjord_media::index::TrackKind;
 use fjord_proto::{
     rtsp::{
@@ -116,11 +116,22 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
     let index = title.index();
-    let controls: Vec<String> = (0..index.track_count()).map(track_control).collect();
-    let tracks: Vec<sdp::SdpTrack> = index
-        .tracks()
-        .enumerate()
-        .map(|(i, t)| sdp::SdpTrack {
+    let n = index.track_count();
+    let controls: Vec<String> = (0..n).map(track_control).collect();
+    let repair_controls: Vec<String> = controls
+        .iter()
+        .map(|c| format!("{c}{REPAIR_SUFFIX}"))
+        .collect();
+    let mids: Vec<(String, String)> = (1..=n)
+        .map(|i| (format!("S{i}"), format!("R{i}")))
+        .collect();
+    let repair_fmtps: Vec<Option<String>> = (0..n).map(|i| repair_fmtp(&title, i)).collect();
+    let repair_pt = repair_payload_type(&title);
+    let mut tracks: Vec<sdp::SdpTrack> = Vec::with_capacity(2 * n);
+    let mut groups: Vec<(&str, &str)> = Vec::new();
+    for (i, t) in index.tracks().enumerate() {
+        let protected = repair_fmtps[i].is_some();
+        tracks.push(sdp::SdpTrack {
             media: sdp_media(t.kind()),
             payload_type: t.payload_type(),
             encoding: t.encoding(),
@@ -128,14 +139,29 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
             channels: t.channels(),
             fmtp: Some(t.fmtp()).filter(|f| !f.is_empty()),
             control: &controls[i],
-        })
-        .collect();
+            mid: protected.then_some(mids[i].0.as_str()),
+        });
+        if let Some(fmtp) = &repair_fmtps[i] {
+            tracks.push(sdp::SdpTrack {
+                media: "application",
+                payload_type: repair_pt,
+                encoding: REPAIR_ENCODING,
+                clock_rate: t.clock_rate(),
+                channels: 0,
+                fmtp: Some(fmtp),
+                control: &repair_controls[i],
+                mid: Some(&mids[i].1),
+            });
+            groups.push((&mids[i].0, &mids[i].1));
+        }
+    }
     let body = sdp::describe(&sdp::SdpTitle {
         name: &target.title,
         origin_addr: conn.local.ip(),
         session_id: rand::random::<u32>() as u64,
         duration_s: index.duration_ns() as f64 / 1e9,
         tracks: &tracks,
+        fec_groups: &groups,
     });
     let base = format!(
         "{}/",
@@ -161,6 +187,37 @@ fn sdp_media(kind: TrackKind) -> &'static str {
 
 fn track_control(i: usize) -> String {
     format!("track{}", i + 1)
+}
+
+/// A repair stream's control URL is its track's with this appended.
+const REPAIR_SUFFIX: &str = "-fec";
+/// The repair payload format of `docs/fec.md`.
+const REPAIR_ENCODING: &str = "x-fjord-rs16";
+
+/// `a=fmtp` of track `t`'s repair stream, when the title has parity for it.
+fn repair_fmtp(title: &Title, t: usize) -> Option<String> {
+    let params = title.fec(t)?.params();
+    let window_us = title.repair_window_ns(t)?.div_ceil(1000);
+    Some(format!(
+        "k={}; m={}; repair-window={window_us}",
+        params.k, params.m
+    ))
+}
+
+/// The lowest dynamic payload type no track of the title uses (repair
+/// streams have their own SSRC and `m=` line, so they share it).
+fn repair_payload_type(title: &Title) -> u8 {
+    (96..=127)
+        .find(|pt| title.index().tracks().all(|t| t.payload_type() != *pt))
+        .unwrap_or(127)
+}
+
+/// The track a control URL names and whether it is the track's repair stream.
+fn stream_number(control: Option<&str>, count: usize) -> Option<(usize, bool)> {
+    match control.and_then(|c| c.strip_suffix(REPAIR_SUFFIX)) {
+        Some(c) => Some((track_number(Some(c), count)?, true)),
+        None => Some((track_number(control, count)?, false)),
+    }
 }
 
 fn track_number(control: Option<&str>, count: usize) -> Option<usize> {
@@ -198,9 +255,13 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             Err(e) => return refuse(e.status(), &e.to_string()),
         },
     };
-    let Some(track) = track_number(target.track.as_deref(), title.index().track_count()) else {
+    let Some((track, repair)) = stream_number(target.track.as_deref(), title.index().track_count())
+    else {
         return status(404);
     };
+    if repair && title.fec(track).is_none() {
+        return status(404);
+    }
     let Some(header) = req.header("Transport") else {
         return refuse(400, "SETUP needs a Transport header");
     };
@@ -208,14 +269,36 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         Ok(t) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
+    // A repair stream joins its source's engine session: same thread, same
+    // transport kind.
+    let mut source: Option<(u64, u64)> = None;
     if let Some(s) = &existing {
         let inner = s.lock();
         if inner.state == State::Playing {
             return refuse(455, "cannot add a track while playing");
         }
-        if inner.streams.iter().any(|st| st.track == track) {
+        if inner
+            .streams
+            .iter()
+            .any(|st| st.track == track && st.repair == repair)
+        {
             return refuse(455, "track already set up in this session");
         }
+        if repair {
+            let Some(src) = inner
+                .streams
+                .iter()
+                .find(|st| st.track == track && !st.repair)
+            else {
+                return refuse(455, "SETUP the source track before its repair stream");
+            };
+            if src.interleaved.is_some() != matches!(request, TransportRequest::Tcp { .. }) {
+                return refuse(461, "a repair stream must use its source track's transport");
+            }
+            source = Some((src.shard, src.engine_id));
+        }
+    } else if repair {
+        return refuse(455, "SETUP the source track before its repair stream");
     }
     let session = existing.clone().unwrap_or_else(|| {
         Arc::new(Session::new(
@@ -250,11 +333,15 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             (index.track(track).map_or(0, |t| t.packet_count() as u64) * 1_000_000_000).div_ceil(d)
         }
     };
-    let pinned = match request {
-        TransportRequest::Tcp { .. } => {
-            Some((conn.id % server.admission.threads() as u64) as usize)
-        }
-        TransportRequest::Udp { .. } => None,
+    let pps = match (repair, title.fec(track)) {
+        (true, Some(fec)) => (pps * u64::from(fec.params().m)).div_ceil(u64::from(fec.params().k)),
+        _ => pps,
+    };
+    let threads = server.admission.threads() as u64;
+    let pinned = match (source, &request) {
+        (Some((shard, _)), _) => Some((shard % threads) as usize),
+        (None, TransportRequest::Tcp { .. }) => Some((conn.id % threads) as usize),
+        (None, TransportRequest::Udp { .. }) => None,
     };
     let Some(reservation) = server.admission.reserve(pinned, pps) else {
         abandon();
@@ -342,9 +429,17 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             )
         }
     };
-    server.engine.send(
-        shard,
-        Command::Add(Box::new(SessionSpec {
+    let command = match source {
+        Some((_, source_id)) => Command::AttachRepair {
+            id: source_id,
+            repair: Box::new(RepairSpec {
+                ssrc,
+                seq0: rand::random(),
+                payload_type: repair_payload_type(&title),
+                output,
+            }),
+        },
+        None => Command::Add(Box::new(SessionSpec {
             id: engine_id,
             title: title.clone(),
             track,
@@ -353,7 +448,8 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             ts0: rand::random(),
             output,
         })),
-    );
+    };
+    server.engine.send(shard, command);
     let rtcp_task = rtcp.and_then(|(socket, peer)| {
         socket.set_nonblocking(true).ok()?;
         let socket = tokio::net::UdpSocket::from_std(socket.into()).ok()?;
@@ -363,6 +459,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         let mut inner = session.lock();
         inner.streams.push(Stream {
             track,
+            repair,
             engine_id,
             shard,
             url: req.uri.clone(),
@@ -447,6 +544,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         inner
             .streams
             .iter()
+            .filter(|s| !s.repair)
             .map(|s| (s.shard, s.engine_id, s.url.clone()))
             .collect()
     };

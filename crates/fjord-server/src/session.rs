@@ -34,6 +34,9 @@ pub struct Inner {
 
 pub struct Stream {
     pub track: usize,
+    /// The track's repair stream, sent by the track's engine session (so
+    /// it is not played, paused or removed on its own).
+    pub repair: bool,
     /// Session id inside the engine, and the shard it lives on.
     pub engine_id: u64,
     pub shard: u64,

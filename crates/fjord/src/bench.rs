@@ -153,10 +153,25 @@ pub struct CapacityArgs {
     /// Do not save the result for the server's admission control
     #[arg(long)]
     no_save: bool,
+    /// Every session also sends a repair stream of this layout from a
+    /// parity sidecar (packet counts and CPU per packet then include the
+    /// repair packets); compare with a run without it at --sessions N
+    #[arg(long, value_name = "K:M")]
+    fec: Option<fjord_fec::FecChoice>,
 }
 
 fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
+    let fec = match a.fec {
+        None | Some(fjord_fec::FecChoice::Off) => None,
+        Some(fjord_fec::FecChoice::Fixed(p)) => Some(p),
+        Some(_) => anyhow::bail!("--fec takes K:M"),
+    };
+    anyhow::ensure!(
+        fec.is_none() || !a.receivers,
+        "--fec measures the engine alone; leave out --receivers"
+    );
     let cfg = fjord_bench::capacity::CapacityConfig {
+        fec,
         seconds: a.seconds,
         max_sessions: a.max,
         datapath: a.datapath,
@@ -181,10 +196,6 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
     let Some(best) = c.best else {
         anyhow::bail!("no run kept its deadlines on one core");
     };
-    if a.sessions.is_some() {
-        // A single measurement, not a capacity: nothing to save.
-        return Ok(());
-    }
     let memory = c
         .runs
         .iter()

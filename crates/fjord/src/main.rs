@@ -8,6 +8,7 @@ use std::{
 
 mod bench;
 mod load;
+mod play;
 
 use clap::{Parser, Subcommand};
 use fjord_media::{ingest, ts::TsOptions};
@@ -70,14 +71,19 @@ enum Cmd {
     },
     /// Check a media file against the parity written at ingest; names damaged
     /// blocks and byte ranges. Exit 0 intact, 1 damaged, 2 cannot check.
-    Verify { path: PathBuf },
+    Verify {
+        path: PathBuf,
+    },
     /// Rebuild damaged packets of a media file from its parity, bit-exact,
     /// replacing the file atomically. Exit 0 intact or repaired, 1 beyond
     /// repair, 2 cannot check.
-    Repair { path: PathBuf },
+    Repair {
+        path: PathBuf,
+    },
     /// Many RTSP sessions at once, each checked as it arrives: loss,
     /// reordering, lateness against its schedule, jitter, throughput.
     Load(load::LoadArgs),
+    Play(play::PlayArgs),
     /// The experiments: CPU, system calls and copies per packet of every
     /// data path (the seeds' streaming and download tests), side by side.
     Bench {
@@ -114,6 +120,7 @@ fn main() -> ExitCode {
         Cmd::Repair { path } => return storage(&path, true),
         Cmd::Bench { cmd } => bench::run(cmd),
         Cmd::Load(args) => load::run(args),
+        Cmd::Play(args) => play::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

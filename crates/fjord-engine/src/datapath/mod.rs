@@ -18,6 +18,7 @@ mod uring;
 
 use std::{io, net::SocketAddr, ops::Range, os::fd::BorrowedFd};
 
+use fjord_fec::symbol::REPAIR_HEADER_LEN;
 use fjord_media::plan::MAX_PREFIX;
 use fjord_proto::rtp::RTP_HEADER_LEN;
 use socket2::Socket;
@@ -36,9 +37,13 @@ pub use uring::Uring;
 /// state allocates nothing.
 pub const MAX_BATCH_PACKETS: usize = 4096;
 
-/// Most bytes a packet carries before its file bytes: the RTP header and
-/// the record's payload-header bytes.
-pub const MAX_HEAD: usize = RTP_HEADER_LEN + MAX_PREFIX;
+/// Most bytes a packet carries before its file bytes: the RTP header, then
+/// the record's payload-header bytes or a repair packet's FEC payload ID.
+pub const MAX_HEAD: usize = RTP_HEADER_LEN + max(MAX_PREFIX, REPAIR_HEADER_LEN);
+
+const fn max(a: usize, b: usize) -> usize {
+    if a > b { a } else { b }
+}
 
 /// One RTP packet ready to leave: the head (RTP header, then payload-header
 /// bytes), then one or two runs of the media file.
@@ -57,8 +62,8 @@ pub struct Packet<'a> {
 }
 
 impl<'a> Packet<'a> {
-    /// A packet of `header`, `prefix` (at most [`MAX_PREFIX`] bytes are
-    /// used) and the file run `payload` found at `offset` in `file`.
+    /// A packet of `header`, `prefix` (at most [`MAX_HEAD`] bytes in all
+    /// are used) and the file run `payload` found at `offset` in `file`.
     pub fn new(
         header: &[u8; RTP_HEADER_LEN],
         prefix: &[u8],
@@ -66,7 +71,7 @@ impl<'a> Packet<'a> {
         file: BorrowedFd<'a>,
         offset: u64,
     ) -> Self {
-        let prefix = &prefix[..prefix.len().min(MAX_PREFIX)];
+        let prefix = &prefix[..prefix.len().min(MAX_HEAD - RTP_HEADER_LEN)];
         let mut head = [0; MAX_HEAD];
         head[..RTP_HEADER_LEN].copy_from_slice(header);
         head[RTP_HEADER_LEN..][..prefix.len()].copy_from_slice(prefix);

@@ -126,8 +126,11 @@ fn decode_component(raw: &str) -> Result<String, PathError> {
 }
 
 /// `track<N>`, `trackID=<N>`, `streamid=<N>` (any case).
+/// `track1`, `trackID=1`, `streamid=1`, and a track's repair stream
+/// `track1-fec` (see `docs/fec.md`).
 fn is_track_control(s: &str) -> bool {
     let lower = s.to_ascii_lowercase();
+    let lower = lower.strip_suffix("-fec").unwrap_or(&lower);
     ["trackid=", "streamid=", "track"].iter().any(|p| {
         lower
             .strip_prefix(p)
@@ -161,6 +164,7 @@ mod tests {
             None,
         );
         ok("rtsp://[::1]:554/a/b/c.ts", "a/b/c.ts", None);
+        ok("rtsp://h/clip.ts/track1-fec", "clip.ts", Some("track1-fec"));
         ok("/clip.ts", "clip.ts", None);
         ok("/clip.ts/", "clip.ts", None);
         ok("/clip.ts/*", "clip.ts", None);

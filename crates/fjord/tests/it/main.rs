@@ -9,6 +9,7 @@ mod cli;
 mod client;
 mod common;
 mod errors;
+mod fec;
 mod formats;
 mod load;
 mod peers;

@@ -1,0 +1,244 @@
+//! Repair streams end to end: a title ingested with `--fec 12:8`, played by
+//! `fjord play` with packets dropped before recovery, must come out bit-exact
+//! while each block loses at most M; beyond that the lost packets are
+//! reported and left out, never replaced by wrong bytes. Players that do not
+//! know the repair scheme play the title as before.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::{Server, generate_media, run_bounded};
+
+const K: u64 = 12;
+const M: u64 = 8;
+const TS: usize = 188;
+
+fn source() -> PathBuf {
+    generate_media(
+        "fec.ts",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc2=size=320x240:rate=25",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:sample_rate=48000",
+            "-t",
+            "4",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-g",
+            "25",
+            "-b:v",
+            "800k",
+            "-c:a",
+            "aac",
+            "-b:a",
+            "64k",
+            "-f",
+            "mpegts",
+        ],
+    )
+}
+
+/// A server whose root holds `fec.ts`, ingested with `--fec 12:8`.
+fn server() -> Server {
+    Server::start_with("", |root| {
+        let media = root.join("fec.ts");
+        fs::copy(source(), &media).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+        cmd.args(["ingest", "--fec", &format!("{K}:{M}")])
+            .arg(&media);
+        let out = run_bounded(cmd, Duration::from_secs(60));
+        assert!(out.status.success(), "ingest: {}", out.stderr);
+    })
+}
+
+/// The numbers of a `fjord play` report line (its source-packet part).
+struct Report {
+    fields: BTreeMap<String, u64>,
+    text: String,
+}
+
+impl Report {
+    fn get(&self, name: &str) -> u64 {
+        *self
+            .fields
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name:?} in the report:\n{}", self.text))
+    }
+}
+
+/// Runs `fjord play URL -o out ARGS`; returns the report and the output.
+fn play(server: &Server, dir: &Path, name: &str, args: &[&str]) -> (Report, Vec<u8>) {
+    let out = dir.join(name);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cmd.arg("play")
+        .arg(server.url("fec.ts"))
+        .arg("-o")
+        .arg(&out)
+        .args(args);
+    let r = run_bounded(cmd, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert!(
+        r.status.success(),
+        "fjord play {args:?}: {}\n{text}\n{}",
+        r.status,
+        r.stderr
+    );
+    let line = text
+        .lines()
+        .find(|l| l.contains("source packets:"))
+        .unwrap_or_else(|| panic!("no report in {text}"));
+    let source_part = line.split(';').next().unwrap_or_default();
+    let words: Vec<&str> = source_part.split_whitespace().collect();
+    let fields = words
+        .windows(2)
+        .filter_map(|w| Some((w[0].to_owned(), w[1].parse().ok()?)))
+        .collect();
+    (Report { fields, text }, fs::read(&out).unwrap())
+}
+
+/// Asserts `got` is `want` with the TS packets of `missing` RTP packets (1
+/// to 7 each) left out: greedy matching of TS packets finds a subsequence
+/// if there is one.
+fn assert_source_minus_packets(want: &[u8], got: &[u8], missing: u64, what: &str) {
+    let mut at = 0;
+    let mut skipped = 0;
+    for piece in want.chunks(TS) {
+        if got[at..].starts_with(piece) {
+            at += piece.len();
+        } else {
+            skipped += 1;
+        }
+    }
+    assert_eq!(at, got.len(), "{what}: bytes at {at} are not the source's");
+    assert!(
+        (missing..=7 * missing).contains(&skipped),
+        "{what}: {skipped} TS packets left out for {missing} RTP packets"
+    );
+}
+
+#[test]
+fn random_loss_is_repaired_bit_exact_over_udp_and_tcp() {
+    let server = server();
+    let want = fs::read(server.media_root().join("fec.ts")).unwrap();
+    let mut c = fjord_client::RtspClient::connect(&server.url("fec.ts")).unwrap();
+    let sdp = c.describe().unwrap().sdp;
+    assert!(sdp.contains("a=group:FEC-FR S1 R1\r\n"), "{sdp}");
+    assert!(
+        sdp.contains("a=rtpmap:96 x-fjord-rs16/90000\r\na=fmtp:96 k=12; m=8; repair-window="),
+        "{sdp}"
+    );
+    assert!(
+        sdp.contains("a=control:track1-fec\r\na=mid:R1\r\n"),
+        "{sdp}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::thread::scope(|s| {
+        for transport in [&[][..], &["--tcp"][..]] {
+            let (server, dir, want) = (&server, dir.path(), &want);
+            s.spawn(move || {
+                let args = [&["--drop", "0.10", "--seed", "3"][..], transport].concat();
+                let name = format!("random{}.ts", transport.len());
+                let (report, got) = play(server, dir, &name, &args);
+                let what = format!("--drop 0.10 {transport:?}");
+                assert!(
+                    got == *want,
+                    "{what}: output differs from the source\n{}",
+                    report.text
+                );
+                assert!(report.get("dropped") > 10, "{what}: {}", report.text);
+                assert_eq!(report.get("recovered"), report.get("lost"), "{what}");
+                assert!(report.get("recovered") >= report.get("dropped"), "{what}");
+                assert_eq!(report.get("unrecoverable"), 0, "{what}");
+            });
+        }
+    });
+}
+
+#[test]
+fn bursts_of_m_are_repaired_and_longer_ones_reported() {
+    let server = server();
+    let want = fs::read(server.media_root().join("fec.ts")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::thread::scope(|s| {
+        let (server, dir, want) = (&server, dir.path(), &want);
+        s.spawn(move || {
+            let m = M.to_string();
+            let (report, got) = play(server, dir, "m.ts", &["--drop", "0.5", "--burst", &m]);
+            assert!(got == *want, "bursts of M: output differs\n{}", report.text);
+            assert!(report.get("dropped") >= 3 * M, "{}", report.text);
+            assert_eq!(report.get("unrecoverable"), 0, "{}", report.text);
+        });
+        s.spawn(move || {
+            let n = (M + 1).to_string();
+            let (report, got) = play(server, dir, "m1.ts", &["--drop", "0.5", "--burst", &n]);
+            let lost = report.get("unrecoverable");
+            assert!(lost > 0, "bursts of M + 1 within a block: {}", report.text);
+            assert!(
+                report.text.contains("left out of the output file"),
+                "{}",
+                report.text
+            );
+            assert_source_minus_packets(want, &got, lost, "bursts of M + 1");
+        });
+    });
+}
+
+/// ffmpeg does not ask for the repair stream (or ignores it) and receives
+/// the same frames as from the file.
+#[test]
+fn ffmpeg_plays_a_protected_title_unchanged() {
+    let server = server();
+    let frames = |input: &[&str]| {
+        let mut cmd = Command::new("ffmpeg");
+        cmd.args(["-nostdin", "-v", "error"]).args(input).args([
+            "-map", "0:v", "-map", "0:a", "-c", "copy", "-f", "framemd5", "-",
+        ]);
+        let out = run_bounded(cmd, Duration::from_secs(60));
+        assert!(out.status.success(), "ffmpeg {input:?}: {}", out.stderr);
+        // (stream, size, md5) per frame: timestamps shift with the session.
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').map(str::trim).collect();
+                (f[0].to_owned(), f[4].to_owned(), f[5].to_owned())
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = frames(&["-i", &server.media_root().join("fec.ts").to_string_lossy()]);
+    for transport in ["udp", "tcp"] {
+        let url = server.url("fec.ts");
+        let got = frames(&[
+            "-rtsp_transport",
+            transport,
+            "-timeout",
+            "10000000",
+            "-i",
+            &url,
+        ]);
+        for stream in ["0", "1"] {
+            let g: Vec<_> = got.iter().filter(|f| f.0 == stream).collect();
+            let w: Vec<_> = want.iter().filter(|f| f.0 == stream).collect();
+            assert!(
+                g.len() == w.len() || g.len() + 1 == w.len(),
+                "ffmpeg {transport}: stream {stream}: {} frames, {} in the file",
+                g.len(),
+                w.len()
+            );
+            assert!(
+                g.iter().zip(&w).all(|(a, b)| a == b),
+                "ffmpeg {transport}: stream {stream} frames differ"
+            );
+        }
+    }
+}
