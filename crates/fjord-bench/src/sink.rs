@@ -30,9 +30,9 @@ use std::{
 
 use socket2::{Domain, Socket, Type};
 
-/// Namespaces this process made and has not removed yet (for the signal
-/// handler).
-static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// (namespace, near-end veth) pairs this process made and has not removed
+/// yet (for the signal handler).
+static LIVE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -173,7 +173,9 @@ impl VethPair {
             remote: Ipv4Addr::from(base + 2),
         };
         ip(&["netns", "add", &pair.netns])?;
-        LIVE.lock().unwrap().push(pair.netns.clone());
+        LIVE.lock()
+            .unwrap()
+            .push((pair.netns.clone(), pair.veth.clone()));
         // From here on a failure removes what was made (the drop).
         let (netns, veth, peer) = (&pair.netns, &pair.veth, &pair.peer);
         let local_cidr = format!("{}/30", pair.local);
@@ -213,7 +215,7 @@ impl VethPair {
 impl Drop for VethPair {
     fn drop(&mut self) {
         remove_veth(&self.netns, &self.veth);
-        LIVE.lock().unwrap().retain(|n| *n != self.netns);
+        LIVE.lock().unwrap().retain(|(n, _)| *n != self.netns);
     }
 }
 
@@ -248,9 +250,11 @@ fn install_handler() {
         // Another handler may already be installed (then that one owns
         // Ctrl-C, and the guards still clean up on a normal exit).
         let _ = ctrlc::set_handler(|| {
-            let live: Vec<String> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
-            for ns in live {
-                let _ = ip(&["netns", "del", &ns]);
+            let live = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+            // The link too: a thread still inside the namespace (a
+            // receiver) keeps it, and the pair, alive until exit.
+            for (netns, veth) in live {
+                remove_veth(&netns, &veth);
             }
             eprintln!("fjord bench: interrupted; sink namespace removed");
             std::process::exit(130);
