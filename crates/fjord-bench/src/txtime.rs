@@ -923,6 +923,97 @@ pub fn markdown(r: &TxtimeReport, command: &str) -> String {
             o.burst_max,
         );
     }
+    s.push_str(
+        "\nArrival − due: kernel receive timestamp (`SO_TIMESTAMPNS`) less the packet's due \
+         time; negative is early. Lost: sent but never received. Sender ns/packet: CPU time \
+         of the sending thread over packets sent.\n\n",
+    );
+    s.push_str(&conclusion(r));
+    s.push('\n');
+    s
+}
+
+/// Per session, a paced stream has at most this many packets in 1 ms.
+const SMOOTH: f64 = 2.0;
+
+/// The conclusion paragraph, from the numbers.
+pub fn conclusion(r: &TxtimeReport) -> String {
+    let find = |m: Method, burst: Duration| {
+        r.outcomes
+            .iter()
+            .find(|o| o.variant.method == m && o.variant.burst == burst)
+    };
+    let c = &r.config;
+    let (Some(base), Some(small)) = (find(Method::Gso, c.burst), find(Method::Gso, c.small_burst))
+    else {
+        return "No conclusion: the GSO rows are missing.".into();
+    };
+    let vs = |o: &Outcome| o.cpu_ns_per_packet / base.cpu_ns_per_packet;
+    let row = |o: &Outcome| {
+        format!(
+            "{} sends a session's packets at most {:.0} per ms (median over sessions) at {:.2}× \
+             the CPU per packet of {}",
+            o.variant.name(),
+            o.burst_median,
+            vs(o),
+            base.variant.name()
+        )
+    };
+    let stamped: Vec<&Outcome> = r
+        .outcomes
+        .iter()
+        .filter(|o| o.variant.method.txtime())
+        .collect();
+    let mut s = format!(
+        "**Conclusion.** {} sends bursts of up to {:.0} packets of a session within 1 ms \
+         (nominal {:.2}); {}. ",
+        base.variant.name(),
+        base.burst_median,
+        1e6 / c.period_ns() as f64,
+        row(small)
+    );
+    if stamped.is_empty() {
+        s.push_str("SO_TXTIME was refused here, so nothing can be said about it.");
+        return s;
+    }
+    let rows: Vec<String> = stamped.iter().map(|o| row(o)).collect();
+    if !r.paced {
+        let _ = write!(
+            s,
+            "Whether SO_TXTIME smooths bursts could not be measured: this kernel has no fq \
+             qdisc (nor etf), so the stamps were accepted (sends carrying SCM_TXTIME succeed) \
+             but nothing held the packets until their time, and the stamped rows arrive as \
+             bursty as the unstamped ones ({}). What the run does show is the cost: one stamp per \
+             GSO send keeps GSO's batching, but a stamp per packet needs one message per \
+             packet (sendmmsg) and gives that batching up. Not worth an engine data path option \
+             on this evidence; rerun on a kernel with `CONFIG_NET_SCH_FQ` before deciding.",
+            rows.join("; ")
+        );
+        return s;
+    }
+    let smoothed: Vec<&&Outcome> = stamped
+        .iter()
+        .filter(|o| o.burst_median <= SMOOTH)
+        .collect();
+    let _ = write!(s, "With fq honouring the stamps: {}. ", rows.join("; "));
+    match smoothed.iter().min_by(|a, b| vs(a).total_cmp(&vs(b))) {
+        Some(best) => {
+            let _ = write!(
+                s,
+                "SO_TXTIME smoothed the bursts ({} at ≤ {SMOOTH:.0} packets per ms) for {:.2}× \
+                 the sender CPU of {} (against {:.2}× for the small burst without it); it is \
+                 worth an engine data path option if that CPU is affordable at the target load.",
+                best.variant.name(),
+                vs(best),
+                base.variant.name(),
+                vs(small)
+            );
+        }
+        None => s.push_str(
+            "SO_TXTIME did not bring any variant down to 2 packets per ms per session: not worth \
+             an engine data path option.",
+        ),
+    }
     s
 }
 
@@ -995,6 +1086,43 @@ mod tests {
             );
             assert!(libc::CMSG_NXTHDR(&msg, b).is_null());
         }
+    }
+
+    #[test]
+    fn the_conclusion_says_whether_txtime_was_honoured() {
+        let cfg = TxtimeConfig::default();
+        let outcome = |v: Variant, ns: f64, burst: f64| Outcome {
+            variant: v,
+            sent: 1000,
+            unsent: 0,
+            received: 1000,
+            syscalls: 10,
+            cpu_ns_per_packet: ns,
+            lateness: None,
+            burst_median: burst,
+            burst_max: burst as usize,
+            qdisc_drops: Some(0),
+        };
+        let vs = variants(&cfg);
+        let paced_bursts = [13.0, 2.0, 13.0, 13.0, 1.0];
+        let mut r = TxtimeReport {
+            qdisc: "fq".into(),
+            paced: true,
+            notes: vec![],
+            config: cfg,
+            outcomes: vs
+                .iter()
+                .zip(paced_bursts)
+                .map(|(&v, b)| outcome(v, 1000.0, b))
+                .collect(),
+        };
+        let c = conclusion(&r);
+        assert!(
+            c.contains("SO_TXTIME smoothed the bursts (sendmmsg+txtime 40 ms"),
+            "{c}"
+        );
+        r.paced = false;
+        assert!(conclusion(&r).contains("could not be measured"));
     }
 
     #[test]
