@@ -981,7 +981,7 @@ pub fn conclusion(r: &TxtimeReport) -> String {
         let _ = write!(
             s,
             "Whether SO_TXTIME smooths bursts could not be measured: this kernel has no fq \
-             qdisc (nor etf), so the stamps were accepted (sends carrying SCM_TXTIME succeed) \
+             qdisc, so the stamps were accepted (sends carrying SCM_TXTIME succeed) \
              but nothing held the packets until their time, and the stamped rows arrive as \
              bursty as the unstamped ones ({}). What the run does show is the cost: one stamp per \
              GSO send keeps GSO's batching, but a stamp per packet needs one message per \
