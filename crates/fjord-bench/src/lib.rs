@@ -20,6 +20,7 @@ pub mod floor;
 pub mod report;
 pub mod sink;
 pub mod stats;
+pub mod txtime;
 pub mod workload;
 
 use std::{collections::BTreeSet, path::PathBuf, time::Duration};

@@ -30,9 +30,9 @@ use std::{
 
 use socket2::{Domain, Socket, Type};
 
-/// Namespaces this process made and has not removed yet (for the signal
-/// handler).
-static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// (namespace, near-end veth) pairs this process made and has not removed
+/// yet (for the signal handler).
+static LIVE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -46,10 +46,7 @@ pub enum SinkChoice {
 }
 
 pub enum SinkKind {
-    Veth {
-        netns: String,
-        veth: String,
-    },
+    Veth(VethPair),
     Loopback {
         stop: Arc<AtomicBool>,
         thread: Option<JoinHandle<u64>>,
@@ -87,10 +84,10 @@ impl Sink {
     /// One line saying which sink this is.
     pub fn describe(&self) -> String {
         match &self.kind {
-            SinkKind::Veth { netns, veth } => format!(
-                "veth {veth} -> netns {netns} ({}), root qdisc pfifo limit 0, MTU 1500: \
+            SinkKind::Veth(pair) => format!(
+                "veth {} -> netns {} ({}), root qdisc pfifo limit 0, MTU 1500: \
                  packets cross the UDP/IP stack and are dropped at the qdisc",
-                self.dest_ip
+                pair.veth, pair.netns, self.dest_ip
             ),
             SinkKind::Loopback { .. } => format!(
                 "LOOPBACK (fallback: {}): a thread receives and discards; receive-side \
@@ -134,18 +131,91 @@ impl Sink {
 
 impl Drop for Sink {
     fn drop(&mut self) {
-        match &mut self.kind {
-            SinkKind::Veth { netns, veth } => {
-                remove_veth(netns, veth);
-                LIVE.lock().unwrap().retain(|n| n != netns);
-            }
-            SinkKind::Loopback { stop, thread } => {
-                stop.store(true, Ordering::Relaxed);
-                if let Some(t) = thread.take() {
-                    let _ = t.join();
-                }
+        // The veth pair removes itself.
+        if let SinkKind::Loopback { stop, thread } = &mut self.kind {
+            stop.store(true, Ordering::Relaxed);
+            if let Some(t) = thread.take() {
+                let _ = t.join();
             }
         }
+    }
+}
+
+/// A veth pair, MTU 1500, addressed as a /30: `veth` (address `local`) in
+/// this namespace, `peer` (address `remote`, up) in the network namespace
+/// `netns` made for it. Both are removed on drop, and on Ctrl-C / SIGTERM.
+pub struct VethPair {
+    pub netns: String,
+    pub veth: String,
+    pub peer: String,
+    pub local: Ipv4Addr,
+    pub remote: Ipv4Addr,
+}
+
+impl VethPair {
+    /// Needs root and iproute2.
+    pub fn create() -> Result<Self, String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root: the veth/netns sink needs CAP_NET_ADMIN".into());
+        }
+        install_handler();
+        let pid = std::process::id();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        // A /30 of 10.77.0.0/16 per (process, pair).
+        let idx = (pid.wrapping_mul(7).wrapping_add(n)) % 16384;
+        let base = u32::from(Ipv4Addr::new(10, 77, 0, 0)) + idx * 4;
+        let pair = Self {
+            netns: format!("fjbench{pid}x{n}"),
+            veth: format!("fb{pid}x{n}a"),
+            peer: format!("fb{pid}x{n}b"),
+            local: Ipv4Addr::from(base + 1),
+            remote: Ipv4Addr::from(base + 2),
+        };
+        ip(&["netns", "add", &pair.netns])?;
+        LIVE.lock()
+            .unwrap()
+            .push((pair.netns.clone(), pair.veth.clone()));
+        // From here on a failure removes what was made (the drop).
+        let (netns, veth, peer) = (&pair.netns, &pair.veth, &pair.peer);
+        let local_cidr = format!("{}/30", pair.local);
+        let remote_cidr = format!("{}/30", pair.remote);
+        ip(&[
+            "link", "add", veth, "type", "veth", "peer", "name", peer, "netns", netns,
+        ])?;
+        ip(&["link", "set", veth, "mtu", "1500"])?;
+        ip(&["addr", "add", &local_cidr, "dev", veth])?;
+        ip(&["link", "set", veth, "up"])?;
+        ip(&["-n", netns, "link", "set", peer, "up"])?;
+        ip(&["-n", netns, "addr", "add", &remote_cidr, "dev", peer])?;
+        Ok(pair)
+    }
+
+    /// `tc ARGS…` (e.g. a qdisc on `veth`).
+    pub fn tc(&self, args: &[&str]) -> Result<(), String> {
+        run("tc", args)
+    }
+
+    /// `tc -s qdisc show dev VETH`.
+    pub fn qdisc_stats(&self) -> Result<String, String> {
+        let out = Command::new("tc")
+            .args(["-s", "qdisc", "show", "dev", &self.veth])
+            .output()
+            .map_err(|e| format!("tc: {e}"))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs `sh -c SCRIPT` inside the namespace (`ip netns exec` also
+    /// mounts the namespace's own /sys).
+    pub fn sh_in_netns(&self, script: &str) -> Result<(), String> {
+        run("ip", &["netns", "exec", &self.netns, "sh", "-c", script])
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        remove_veth(&self.netns, &self.veth);
+        LIVE.lock().unwrap().retain(|(n, _)| *n != self.netns);
     }
 }
 
@@ -180,9 +250,11 @@ fn install_handler() {
         // Another handler may already be installed (then that one owns
         // Ctrl-C, and the guards still clean up on a normal exit).
         let _ = ctrlc::set_handler(|| {
-            let live: Vec<String> = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
-            for ns in live {
-                let _ = ip(&["netns", "del", &ns]);
+            let live = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+            // The link too: a thread still inside the namespace (a
+            // receiver) keeps it, and the pair, alive until exit.
+            for (netns, veth) in live {
+                remove_veth(&netns, &veth);
             }
             eprintln!("fjord bench: interrupted; sink namespace removed");
             std::process::exit(130);
@@ -191,44 +263,17 @@ fn install_handler() {
 }
 
 fn make_veth() -> Result<Sink, String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not root: the veth/netns sink needs CAP_NET_ADMIN".into());
-    }
-    install_handler();
-    let pid = std::process::id();
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let netns = format!("fjbench{pid}x{n}");
-    let veth = format!("fb{pid}x{n}a");
-    let peer = format!("fb{pid}x{n}b");
-    // A /30 of 10.77.0.0/16 per (process, sink).
-    let idx = (pid.wrapping_mul(7).wrapping_add(n)) % 16384;
-    let base = u32::from(Ipv4Addr::new(10, 77, 0, 0)) + idx * 4;
-    let local = Ipv4Addr::from(base + 1);
-    let remote = Ipv4Addr::from(base + 2);
-    ip(&["netns", "add", &netns])?;
-    LIVE.lock().unwrap().push(netns.clone());
-    // From here on a failure removes what was made (the guard's drop).
+    let pair = VethPair::create()?;
+    let (local, remote) = (pair.local, pair.remote);
+    let veth = pair.veth.clone();
+    // From here on a failure removes the pair (the sink's drop).
     let sink = Sink {
-        kind: SinkKind::Veth {
-            netns: netns.clone(),
-            veth: veth.clone(),
-        },
+        kind: SinkKind::Veth(pair),
         dest_ip: remote,
         dest_port: None,
         fallback_reason: None,
     };
-    let local_cidr = format!("{local}/30");
-    let remote_cidr = format!("{remote}/30");
     let remote_s = remote.to_string();
-    ip(&[
-        "link", "add", &veth, "type", "veth", "peer", "name", &peer, "netns", &netns,
-    ])?;
-    ip(&["link", "set", &veth, "mtu", "1500"])?;
-    ip(&["addr", "add", &local_cidr, "dev", &veth])?;
-    ip(&["link", "set", &veth, "up"])?;
-    ip(&["-n", &netns, "link", "set", &peer, "up"])?;
-    ip(&["-n", &netns, "addr", "add", &remote_cidr, "dev", &peer])?;
     run(
         "tc",
         &[
@@ -309,11 +354,11 @@ mod tests {
             return;
         }
         let sink = Sink::create(SinkChoice::Auto).unwrap();
-        let SinkKind::Veth { netns, veth } = &sink.kind else {
+        let SinkKind::Veth(pair) = &sink.kind else {
             eprintln!("skipped: {}", sink.describe());
             return;
         };
-        let (netns, veth) = (netns.clone(), veth.clone());
+        let (netns, veth) = (pair.netns.clone(), pair.veth.clone());
         let socks = sink.session_sockets(2).unwrap();
         for _ in 0..100 {
             socks[0].send(&[0u8; 1468]).unwrap();
