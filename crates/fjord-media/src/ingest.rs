@@ -85,7 +85,7 @@ impl Pager<'_> {
 }
 
 /// Parse `path`, hash it and write its index next to it. `progress` gets
-/// (bytes done, bytes total) every few MiB.
+/// (bytes done, bytes total) every [`PROGRESS_PERIOD`] and once at the end.
 pub fn ingest_file(
     path: &Path,
     opts: &TsOptions,
