@@ -63,5 +63,5 @@ fuzz:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd fuzz && for t in $$($(CARGO) +nightly fuzz list); do \
-	  $(CARGO) +nightly fuzz run -O $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	  $(CARGO) +nightly fuzz run -O $$t -- -max_total_time=$(FUZZ_SECONDS) -timeout=10 || exit 1; \
 	done
