@@ -410,7 +410,9 @@ fn read_pcr(b: &[u8]) -> Option<u64> {
         | (u64::from(b[3]) << 1)
         | (u64::from(b[4]) >> 7);
     let ext = (u64::from(b[4] & 1) << 8) | u64::from(b[5]);
-    Some(base * 300 + ext)
+    // The extension is 9 bits but counts only to 299; an out-of-range one
+    // (bad input) must not push the clock past its wrap point.
+    (ext < 300).then_some(base * 300 + ext)
 }
 
 /// The section a PSI payload starts (after its pointer field), cut to its length.

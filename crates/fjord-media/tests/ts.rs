@@ -367,3 +367,15 @@ fn without_rai_sync_points_are_pats() {
             .any(|w| w.contains("PAT positions"))
     );
 }
+
+/// The fuzzer's find: a PCR whose 9-bit extension exceeds 299 must not
+/// overflow the clock arithmetic (it is ignored as invalid).
+#[test]
+fn a_pcr_extension_beyond_299_is_ignored_not_a_crash() {
+    let data = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/pcr-extension-overflow.ts"
+    ))
+    .unwrap();
+    let _ = packetize(&data, &opts(1));
+}
