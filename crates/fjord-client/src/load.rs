@@ -1224,6 +1224,26 @@ impl<'a> Runner<'a> {
         self.sync_interest(i);
     }
 
+    /// The repair layout and loss model, for the report.
+    fn fec_setup(&self) -> Option<FecSetup> {
+        let (offer, o) = (self.repair.as_ref()?, self.cfg.fec.as_ref()?);
+        let loss = match LossModel::from_options(o.drop, o.burst, u32::from(offer.k)) {
+            LossModel::None => "no loss model".to_owned(),
+            LossModel::Random { p } => format!("random loss {p}, seed {}", o.seed),
+            LossModel::Bursts { p, n, spacing } => {
+                format!(
+                    "bursts of {n} (p {p}, at least {spacing} apart), seed {}",
+                    o.seed
+                )
+            }
+        };
+        Some(FecSetup {
+            k: offer.k,
+            m: offer.m,
+            loss,
+        })
+    }
+
     fn report(&self) -> LoadReport {
         let end = self.stop_ns;
         let mut sessions = Vec::with_capacity(self.sessions.len());
@@ -1397,27 +1417,6 @@ impl<'a> Runner<'a> {
             receiver,
             sessions,
         }
-    }
-}
-
-impl Runner<'_> {
-    fn fec_setup(&self) -> Option<FecSetup> {
-        let (offer, o) = (self.repair.as_ref()?, self.cfg.fec.as_ref()?);
-        let loss = match LossModel::from_options(o.drop, o.burst, u32::from(offer.k)) {
-            LossModel::None => "no loss model".to_owned(),
-            LossModel::Random { p } => format!("random loss {p}, seed {}", o.seed),
-            LossModel::Bursts { p, n, spacing } => {
-                format!(
-                    "bursts of {n} (p {p}, at least {spacing} apart), seed {}",
-                    o.seed
-                )
-            }
-        };
-        Some(FecSetup {
-            k: offer.k,
-            m: offer.m,
-            loss,
-        })
     }
 }
 
