@@ -216,9 +216,11 @@ impl FecReceiver {
             return;
         };
         let base = self.extend(header.seq_base);
+        // A block the head is inside of still helps: a receiver that
+        // started mid-block rebuilds the rest of it.
         let fits = header.k <= self.k
             && header.m == self.m
-            && self.head.is_none_or(|h| base >= h)
+            && self.head.is_none_or(|h| base + u64::from(header.k) > h)
             && (self.blocks.len() < MAX_OPEN_BLOCKS || self.blocks.contains_key(&base));
         let block = self.blocks.entry(base).or_insert_with(|| Block {
             k: header.k,
@@ -384,6 +386,19 @@ pub enum LossModel {
     },
 }
 
+impl LossModel {
+    /// The model of the `--drop P` / `--burst N` options: none when `p` is
+    /// 0, else random loss, or bursts of `n` spaced by `spacing` (a
+    /// block's K).
+    pub fn from_options(p: f64, burst: Option<u32>, spacing: u32) -> LossModel {
+        match (p, burst) {
+            (0.0, _) => LossModel::None,
+            (p, None) => LossModel::Random { p },
+            (p, Some(n)) => LossModel::Bursts { p, n, spacing },
+        }
+    }
+}
+
 /// A [`LossModel`] with its state and a seeded generator (splitmix64), so a
 /// run is reproducible.
 pub struct Loss {
@@ -525,6 +540,30 @@ mod tests {
             (stats.received, stats.recovered, stats.unrecoverable),
             (31, 5, 4)
         );
+    }
+
+    #[test]
+    fn a_receiver_started_mid_block_rebuilds_the_rest_of_it() {
+        let seq0 = 100u16;
+        let mut rx = FecReceiver::new(Some((8, 3)), None);
+        let mut out = vec![];
+        for i in (2..16u16).filter(|&i| i != 5 && i != 12) {
+            rx.source(seq0 + i, packet(i), &mut |d| out.push(d));
+            if i % 8 == 7 {
+                for r in repairs(i - 7, 8, 3, seq0) {
+                    rx.repair(packet(i - 7).timestamp, &r);
+                }
+            }
+        }
+        rx.finish(&mut |d| out.push(d));
+        let seqs: Vec<u16> = out
+            .iter()
+            .map(|d| match d {
+                Delivery::Packet { seq, .. } | Delivery::Lost { seq } => *seq,
+            })
+            .collect();
+        assert_eq!(seqs, (seq0 + 2..seq0 + 16).collect::<Vec<_>>());
+        assert_eq!((rx.stats().recovered, rx.stats().unrecoverable), (2, 0));
     }
 
     #[test]

@@ -18,6 +18,13 @@
 //! the run are played again from the start after their RTCP BYE
 //! (`PLAY Range: npt=0-`).
 //!
+//! With [`LoadConfig::fec`], each session also receives the source track's
+//! repair stream (`docs/fec.md`) and rebuilds lost packets with a
+//! [`FecReceiver`], after a loss model has dropped received packets. A
+//! rebuilt packet fills its gap in the sequence accounting (not lost, not
+//! reordered) but is not a received packet: it counts in neither throughput
+//! nor lateness and jitter, having no arrival of its own.
+//!
 //! [`run`] is the whole thing; `fjord load` prints its [`LoadReport`].
 
 mod control;
@@ -29,12 +36,17 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-pub use report::{ClientCpu, LoadReport, ReceiverInfo, SessionReport, Totals, Worst};
+pub use report::{
+    ClientCpu, FecCounts, FecSetup, LoadReport, ReceiverInfo, SessionReport, Totals, Worst,
+};
 pub use stats::{SEQ_WINDOW, SeqClass, SeqStats, Timing, gro_segments};
 
+use crate::fec::{Delivery, FecReceiver, FecStats, Loss, LossModel, RepairOffer, fec_streams};
 use crate::rtcp::{RtcpPacket, parse_rtcp_compound};
+use crate::rtp::payload_range;
 use crate::{Error, Response, Result, RtspClient, parse_rtp_info};
 use control::{Control, Item, Request, pair, parse_stream, session_id, transport_param};
+use fjord_fec::SourcePacket;
 use sys::{Epoll, RecvBatch};
 
 /// What to run.
@@ -72,6 +84,20 @@ pub struct LoadConfig {
     /// to 40 ms, which a sender with a full congestion window then waits for.
     /// Against fjord's batched writes it made no measurable difference.
     pub quickack: bool,
+    /// Receive the repair stream the SDP offers and rebuild lost packets
+    /// (default `None`: no FEC).
+    pub fec: Option<FecOptions>,
+}
+
+/// `--fec`: the loss model applied to received packets before recovery.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FecOptions {
+    /// Probability of dropping a packet (0: drop none).
+    pub drop: f64,
+    /// Drop runs of this many source packets instead ([`LossModel::Bursts`]).
+    pub burst: Option<u32>,
+    /// Seed of the loss model; session i uses `seed + i`.
+    pub seed: u64,
 }
 
 impl LoadConfig {
@@ -91,6 +117,7 @@ impl LoadConfig {
             rcvbuf: 4 << 20,
             min_poll_interval: Duration::from_millis(1),
             quickack: false,
+            fec: None,
         }
     }
 }
@@ -98,6 +125,7 @@ impl LoadConfig {
 const K_RTP: u64 = 0;
 const K_RTCP: u64 = 1;
 const K_CTL: u64 = 2;
+const K_REPAIR: u64 = 3;
 /// How many errors the report lists.
 const MAX_ERRORS: usize = 10;
 /// The shared read buffer of RTSP connections.
@@ -150,6 +178,147 @@ struct Sess {
     garbage: u64,
     truncated: u64,
     rtcp_packets: u64,
+    fec: Option<Box<SessFec>>,
+}
+
+/// A session's repair stream and recovery (`--fec`).
+struct SessFec {
+    k: u16,
+    m: u16,
+    /// Made by the first source packet received, where the sequence
+    /// accounting starts too (packets the server sent before are not
+    /// counted, e.g. frames read with the PLAY reply).
+    rx: Option<FecReceiver>,
+    /// Counts of receivers replaced when the server renumbered.
+    before: FecStats,
+    loss: Loss,
+    rtp: Option<UdpSocket>,
+    /// Holds the RTCP port of the pair; not read, the source stream's RTCP
+    /// is enough.
+    rtcp: Option<UdpSocket>,
+    /// Interleaved channel of the repair RTP (TCP).
+    channel: u8,
+    /// Bit `seq` set: the loss model dropped source packet `seq` and the
+    /// receiver has not yet rebuilt it or given it up.
+    marks: Box<[u64; 1024]>,
+    /// Source packets dropped.
+    drops: u64,
+    /// Of those, the ones rebuilt or given up.
+    decided: u64,
+    repair_dropped: u64,
+}
+
+impl SessFec {
+    fn new(offer: &RepairOffer, options: &FecOptions, index: usize) -> SessFec {
+        let model = LossModel::from_options(options.drop, options.burst, u32::from(offer.k));
+        SessFec {
+            k: offer.k,
+            m: offer.m,
+            rx: None,
+            before: FecStats::default(),
+            loss: Loss::new(model, options.seed.wrapping_add(index as u64)),
+            rtp: None,
+            rtcp: None,
+            channel: 2,
+            marks: Box::new([0; 1024]),
+            drops: 0,
+            decided: 0,
+            repair_dropped: 0,
+        }
+    }
+
+    fn receiver(&mut self) -> &mut FecReceiver {
+        self.rx
+            .get_or_insert_with(|| FecReceiver::new(Some((self.k, self.m)), None))
+    }
+
+    fn drop_source(&mut self, seq: u16) {
+        self.drops += 1;
+        self.marks[usize::from(seq / 64)] |= 1 << (seq % 64);
+    }
+
+    /// A received source packet; rebuilt ones fill their gap in `stats`.
+    fn source(&mut self, pkt: &[u8], seq: u16, timestamp: u32, stats: &mut SeqStats) {
+        let Ok(range) = payload_range(pkt) else {
+            return;
+        };
+        // The receiver owns what it holds: one copy per packet, freed when
+        // the packet leaves its window.
+        let packet = SourcePacket {
+            payload: pkt[range].to_vec(),
+            marker: pkt[1] & 0x80 != 0,
+            timestamp,
+        };
+        if self.rx.is_none() {
+            // Packets dropped before the first one the receiver sees are not
+            // in the sequence accounting either: forget them.
+            self.drops = self.decided;
+            self.marks.fill(0);
+        }
+        let (k, m) = (self.k, self.m);
+        let rx = self
+            .rx
+            .get_or_insert_with(|| FecReceiver::new(Some((k, m)), None));
+        let (marks, decided) = (&mut self.marks, &mut self.decided);
+        rx.source(seq, packet, &mut |d| on_decided(d, stats, marks, decided));
+    }
+
+    /// The server renumbered: everything held is decided, a new receiver
+    /// starts with the next packet.
+    fn restart(&mut self, stats: &mut SeqStats) {
+        if let Some(mut rx) = self.rx.take() {
+            let (marks, decided) = (&mut self.marks, &mut self.decided);
+            rx.finish(&mut |d| on_decided(d, stats, marks, decided));
+            let s = rx.stats();
+            let b = &mut self.before;
+            b.received += s.received;
+            b.repair_received += s.repair_received;
+            b.repair_rejected += s.repair_rejected;
+            b.recovered += s.recovered;
+            b.unrecoverable += s.unrecoverable;
+            b.decode_cpu += s.decode_cpu;
+        }
+    }
+
+    fn counts(&self) -> FecCounts {
+        let s = self
+            .rx
+            .as_ref()
+            .map_or(FecStats::default(), FecReceiver::stats);
+        let b = &self.before;
+        FecCounts {
+            dropped: self.decided,
+            pending: self.drops - self.decided,
+            recovered: b.recovered + s.recovered,
+            unrecoverable: b.unrecoverable + s.unrecoverable,
+            repair_packets: b.repair_received
+                + b.repair_rejected
+                + s.repair_received
+                + s.repair_rejected,
+            repair_dropped: self.repair_dropped,
+            repair_rejected: b.repair_rejected + s.repair_rejected,
+            decode_cpu_ms: (b.decode_cpu + s.decode_cpu).as_secs_f64() * 1e3,
+        }
+    }
+}
+
+/// A source packet the receiver rebuilt or gave up.
+fn on_decided(d: Delivery, stats: &mut SeqStats, marks: &mut [u64; 1024], decided: &mut u64) {
+    let seq = match d {
+        Delivery::Packet {
+            recovered: false, ..
+        } => return,
+        Delivery::Packet { seq, .. } => {
+            stats.on_recovered(seq);
+            seq
+        }
+        Delivery::Lost { seq } => seq,
+    };
+    let (word, bit) = (usize::from(seq / 64), 1u64 << (seq % 64));
+    if marks[word] & bit != 0 {
+        marks[word] &= !bit;
+        *decided += 1;
+    }
 }
 
 impl Sess {
@@ -184,6 +353,7 @@ impl Sess {
             garbage: 0,
             truncated: 0,
             rtcp_packets: 0,
+            fec: None,
         }
     }
 
@@ -197,6 +367,12 @@ impl Sess {
         let seq = u16::from_be_bytes([pkt[2], pkt[3]]);
         let ts = u32::from_be_bytes([pkt[4], pkt[5], pkt[6], pkt[7]]);
         let ssrc = u32::from_be_bytes([pkt[8], pkt[9], pkt[10], pkt[11]]);
+        if let Some(f) = self.fec.as_deref_mut()
+            && f.loss.drop_packet(false)
+        {
+            f.drop_source(seq);
+            return;
+        }
         self.server_ssrc = Some(ssrc);
         if self.new_segment {
             self.new_segment = false;
@@ -210,6 +386,26 @@ impl Sess {
             self.timing
                 .on_packet(arrival, ts, class == SeqClass::InOrder);
         }
+        if let Some(f) = self.fec.as_deref_mut() {
+            f.source(pkt, seq, ts, &mut self.seq);
+        }
+    }
+
+    /// One packet of the repair stream.
+    fn on_repair(&mut self, pkt: &[u8]) {
+        let Some(f) = self.fec.as_deref_mut() else {
+            return;
+        };
+        let Ok(range) = payload_range(pkt) else {
+            self.garbage += 1;
+            return;
+        };
+        if f.loss.drop_packet(true) {
+            f.repair_dropped += 1;
+            return;
+        }
+        let ts = u32::from_be_bytes([pkt[4], pkt[5], pkt[6], pkt[7]]);
+        f.receiver().repair(ts, &pkt[range]);
     }
 
     /// An RTCP compound packet (rare: may allocate).
@@ -305,13 +501,26 @@ pub fn run(config: &LoadConfig) -> Result<LoadReport> {
     let d = describe.describe()?;
     let server = describe.peer_addr()?;
     drop(describe);
-    let track_url = d
-        .track_urls
-        .first()
-        .cloned()
-        .ok_or_else(|| Error::Protocol("the SDP has no media section".into()))?;
+    let no_media = || Error::Protocol("the SDP has no media section".into());
+    let (track_url, repair) = match config.fec {
+        Some(_) => {
+            let stream = fec_streams(&d).into_iter().next().ok_or_else(no_media)?;
+            let repair = stream.repair.ok_or_else(|| {
+                Error::Protocol("the title offers no repair stream (ingest it with --fec)".into())
+            })?;
+            (stream.source_url, Some(repair))
+        }
+        None => (d.track_urls.first().cloned().ok_or_else(no_media)?, None),
+    };
     let clock_rate = sdp_clock_rate(&d.sdp).unwrap_or(90_000);
-    let mut runner = Runner::new(config, server, track_url, d.aggregate_url, clock_rate)?;
+    let mut runner = Runner::new(
+        config,
+        server,
+        track_url,
+        repair,
+        d.aggregate_url,
+        clock_rate,
+    )?;
     runner.run()?;
     Ok(runner.report())
 }
@@ -329,6 +538,7 @@ struct Runner<'a> {
     cfg: &'a LoadConfig,
     server: SocketAddr,
     track_url: String,
+    repair: Option<RepairOffer>,
     control_url: String,
     sessions: Vec<Sess>,
     epoll: Epoll,
@@ -352,18 +562,27 @@ impl<'a> Runner<'a> {
         cfg: &'a LoadConfig,
         server: SocketAddr,
         track_url: String,
+        repair: Option<RepairOffer>,
         control_url: String,
         clock_rate: u32,
     ) -> Result<Runner<'a>> {
         let late_ns = cfg.late_threshold.as_nanos() as i64;
+        let sessions = (0..cfg.sessions)
+            .map(|i| {
+                let mut s = Sess::new(i, clock_rate, late_ns);
+                if let (Some(offer), Some(options)) = (&repair, &cfg.fec) {
+                    s.fec = Some(Box::new(SessFec::new(offer, options, i)));
+                }
+                s
+            })
+            .collect();
         Ok(Runner {
             cfg,
             server,
             track_url,
+            repair,
             control_url,
-            sessions: (0..cfg.sessions)
-                .map(|i| Sess::new(i, clock_rate, late_ns))
-                .collect(),
+            sessions,
             epoll: Epoll::new(1024)?,
             batch: RecvBatch::new(),
             rbuf: vec![0; READ_BUF],
@@ -437,7 +656,8 @@ impl<'a> Runner<'a> {
                 let (token, events) = self.epoll.event(i);
                 let idx = (token >> 2) as usize;
                 match token & 3 {
-                    K_RTP => self.read_rtp(idx),
+                    K_RTP => self.read_rtp(idx, false),
+                    K_REPAIR => self.read_rtp(idx, true),
                     K_RTCP => self.read_rtcp(idx),
                     _ => self.on_ctl(idx, events),
                 }
@@ -524,7 +744,8 @@ impl<'a> Runner<'a> {
         self.cpu = sys::thread_cpu();
         for i in 0..self.sessions.len() {
             let s = &mut self.sessions[i];
-            for sock in [&s.rtp, &s.rtcp].into_iter().flatten() {
+            let repair = s.fec.as_ref().and_then(|f| f.rtp.as_ref());
+            for sock in [&s.rtp, &s.rtcp].into_iter().flatten().chain(repair) {
                 self.epoll.delete(sock.as_raw_fd());
             }
             let play_url = self.control_url.clone();
@@ -540,8 +761,8 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// Drains session `i`'s RTP socket.
-    fn read_rtp(&mut self, i: usize) {
+    /// Drains session `i`'s RTP socket, or its repair stream's.
+    fn read_rtp(&mut self, i: usize, repair: bool) {
         let Runner {
             sessions,
             batch,
@@ -551,7 +772,11 @@ impl<'a> Runner<'a> {
             ..
         } = self;
         let s = &mut sessions[i];
-        let Some(fd) = s.rtp.as_ref().map(AsRawFd::as_raw_fd) else {
+        let sock = match repair {
+            true => s.fec.as_ref().and_then(|f| f.rtp.as_ref()),
+            false => s.rtp.as_ref(),
+        };
+        let Some(fd) = sock.map(AsRawFd::as_raw_fd) else {
             return;
         };
         if !*measuring {
@@ -575,7 +800,10 @@ impl<'a> Runner<'a> {
                 }
                 let arrival = m.timestamp.unwrap_or(fallback);
                 for seg in gro_segments(m.data, m.gso_size) {
-                    s.on_rtp(seg, arrival);
+                    match repair {
+                        true => s.on_repair(seg),
+                        false => s.on_rtp(seg, arrival),
+                    }
                 }
             }
             if n < sys::BATCH {
@@ -645,7 +873,12 @@ impl<'a> Runner<'a> {
         if let Some(c) = s.ctl.take() {
             self.epoll.delete(c.stream.as_raw_fd());
         }
-        for sock in [s.rtp.take(), s.rtcp.take()].into_iter().flatten() {
+        let repair = s.fec.as_mut().map(|f| (f.rtp.take(), f.rtcp.take()));
+        let (repair_rtp, repair_rtcp) = repair.unwrap_or_default();
+        for sock in [s.rtp.take(), s.rtcp.take(), repair_rtp, repair_rtcp]
+            .into_iter()
+            .flatten()
+        {
             self.epoll.delete(sock.as_raw_fd());
         }
     }
@@ -707,12 +940,22 @@ impl<'a> Runner<'a> {
             };
             self.udp_opts = opts;
             let port = rtp.local_addr().map(|a| a.port()).unwrap_or(0);
-            let added = self
+            let mut added = self
                 .epoll
                 .add(rtp.as_raw_fd(), token(i, K_RTP), false)
                 .and_then(|()| self.epoll.add(rtcp.as_raw_fd(), token(i, K_RTCP), false));
             s.rtp = Some(rtp);
             s.rtcp = Some(rtcp);
+            if let Some(f) = s.fec.as_deref_mut()
+                && added.is_ok()
+            {
+                added = sys::udp_pair(ip, self.cfg.rcvbuf).and_then(|(rtp, rtcp, _)| {
+                    let fd = rtp.as_raw_fd();
+                    f.rtp = Some(rtp);
+                    f.rtcp = Some(rtcp);
+                    self.epoll.add(fd, token(i, K_REPAIR), false)
+                });
+            }
             if let Err(e) = added {
                 s.fail(format!("epoll: {e}"));
                 self.close(i);
@@ -793,6 +1036,7 @@ impl<'a> Runner<'a> {
                 sys::quickack(c.stream.as_raw_fd());
             }
             let (rtp_ch, rtcp_ch) = s.channels;
+            let repair_ch = s.fec.as_ref().map(|f| f.channel);
             let playing = s.phase == Phase::Playing && *measuring;
             let mut frames = 0u64;
             let used = parse_stream(&rbuf[..carry + n], |item| match item {
@@ -802,6 +1046,8 @@ impl<'a> Runner<'a> {
                         s.on_rtp(data, now);
                     } else if ch == rtcp_ch {
                         s.on_rtcp(data, now);
+                    } else if Some(ch) == repair_ch {
+                        s.on_repair(data);
                     }
                 }
                 Item::Frame(..) => {}
@@ -835,7 +1081,6 @@ impl<'a> Runner<'a> {
     }
 
     fn on_response(&mut self, i: usize, r: Response, now: i64) {
-        let control_url = self.control_url.clone();
         let tcp = self.cfg.tcp;
         let server_ip = self.server.ip();
         let rr_interval = self.cfg.rr_interval.as_nanos() as i64;
@@ -872,15 +1117,25 @@ impl<'a> Runner<'a> {
                 {
                     s.server_rtcp = Some(SocketAddr::new(server_ip, rtcp));
                 }
-                match c.request(Request::Play, "PLAY", &control_url, &[("Range", "npt=0-")]) {
-                    Ok(()) => s.phase = Phase::PlaySent,
-                    Err(e) => {
-                        s.fail(format!("PLAY: {e}"));
-                        self.close(i);
-                        return;
-                    }
+                match s.fec.is_some() {
+                    true => self.setup_repair(i),
+                    false => self.play(i),
                 }
-                self.sync_interest(i);
+            }
+            Request::SetupRepair => {
+                if !r.is_success() {
+                    s.fail(refused("SETUP of the repair stream"));
+                    self.close(i);
+                    return;
+                }
+                let transport = r.header("Transport").unwrap_or_default();
+                if let (true, Some(f)) = (tcp, s.fec.as_deref_mut())
+                    && let Some((rtp, _)) =
+                        transport_param(transport, "interleaved").and_then(pair::<u8>)
+                {
+                    f.channel = rtp;
+                }
+                self.play(i);
             }
             Request::Play => {
                 if !r.is_success() {
@@ -906,11 +1161,87 @@ impl<'a> Runner<'a> {
                     && s.seq.expected() > 0
                     && (s.seq.extended_highest() as u16).wrapping_add(1) != seq
                 {
+                    if let Some(f) = s.fec.as_deref_mut() {
+                        f.restart(&mut s.seq);
+                    }
                     s.seq.resync();
                 }
             }
             Request::Teardown => s.torn_down = true,
         }
+    }
+
+    /// SETUP of session `i`'s repair stream, after its source stream's.
+    fn setup_repair(&mut self, i: usize) {
+        let tcp = self.cfg.tcp;
+        let url = self.repair.as_ref().map_or("", |r| r.url.as_str());
+        let s = &mut self.sessions[i];
+        let (Some(c), Some(f)) = (s.ctl.as_mut(), s.fec.as_deref()) else {
+            return;
+        };
+        let transport = match tcp {
+            true => format!(
+                "RTP/AVP/TCP;unicast;interleaved={}-{}",
+                f.channel,
+                f.channel + 1
+            ),
+            false => {
+                let port = f.rtp.as_ref().and_then(|r| r.local_addr().ok());
+                let port = port.map_or(0, |a| a.port());
+                format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1)
+            }
+        };
+        if let Err(e) = c.request(
+            Request::SetupRepair,
+            "SETUP",
+            url,
+            &[("Transport", &transport)],
+        ) {
+            s.fail(format!("SETUP of the repair stream: {e}"));
+            self.close(i);
+            return;
+        }
+        self.sync_interest(i);
+    }
+
+    /// PLAY of session `i`, its streams set up.
+    fn play(&mut self, i: usize) {
+        let s = &mut self.sessions[i];
+        let Some(c) = s.ctl.as_mut() else { return };
+        match c.request(
+            Request::Play,
+            "PLAY",
+            &self.control_url,
+            &[("Range", "npt=0-")],
+        ) {
+            Ok(()) => s.phase = Phase::PlaySent,
+            Err(e) => {
+                s.fail(format!("PLAY: {e}"));
+                self.close(i);
+                return;
+            }
+        }
+        self.sync_interest(i);
+    }
+
+    /// The repair layout and loss model, for the report.
+    fn fec_setup(&self) -> Option<FecSetup> {
+        let (offer, o) = (self.repair.as_ref()?, self.cfg.fec.as_ref()?);
+        let loss = match LossModel::from_options(o.drop, o.burst, u32::from(offer.k)) {
+            LossModel::None => "no loss model".to_owned(),
+            LossModel::Random { p } => format!("random loss {p}, seed {}", o.seed),
+            LossModel::Bursts { p, n, spacing } => {
+                format!(
+                    "bursts of {n} (p {p}, at least {spacing} apart), seed {}",
+                    o.seed
+                )
+            }
+        };
+        Some(FecSetup {
+            k: offer.k,
+            m: offer.m,
+            loss,
+        })
     }
 
     fn report(&self) -> LoadReport {
@@ -949,6 +1280,9 @@ impl<'a> Runner<'a> {
             dropped += usize::from(s.dropped);
             teardown_unanswered += usize::from(s.teardown_sent && !s.torn_down);
             let seconds = ((end - s.play_ns.unwrap_or(end)) as f64 / 1e9).max(1e-9);
+            // Dropped packets whose block was still open at the end were
+            // neither rebuilt nor given up: not lost.
+            let pending = s.fec.as_ref().map_or(0, |f| f.drops - f.decided);
             let max_lateness_ms = if s.packets > 0 {
                 s.timing.max_lateness_ns as f64 / 1e6
             } else {
@@ -961,7 +1295,7 @@ impl<'a> Runner<'a> {
                 seconds,
                 packets: s.packets,
                 bytes: s.bytes,
-                lost: s.seq.lost(),
+                lost: s.seq.lost().saturating_sub(pending),
                 reordered: s.seq.reordered,
                 duplicates: s.seq.duplicates,
                 late: s.timing.late,
@@ -972,6 +1306,7 @@ impl<'a> Runner<'a> {
                 pps: s.packets as f64 / seconds,
                 timestamp_backwards: s.timing.timestamp_backwards,
                 replays: s.replays,
+                fec: s.fec.as_ref().map(|f| f.counts()),
             };
             expected += s.seq.expected();
             jitter_sum += r.jitter_ms;
@@ -988,6 +1323,9 @@ impl<'a> Runner<'a> {
             t.garbage += s.garbage;
             t.truncated += s.truncated;
             t.rtcp_packets += s.rtcp_packets;
+            if let Some(c) = &r.fec {
+                t.fec.get_or_insert_default().add(c);
+            }
             w.lost = w.lost.max(r.lost);
             w.reordered = w.reordered.max(r.reordered);
             w.duplicates = w.duplicates.max(r.duplicates);
@@ -1072,6 +1410,7 @@ impl<'a> Runner<'a> {
             wall_s,
             replay: self.cfg.replay,
             late_threshold_ms: self.cfg.late_threshold.as_secs_f64() * 1e3,
+            fec: self.fec_setup(),
             totals: t,
             worst: w,
             client,

@@ -37,6 +37,21 @@ pub enum RtpError {
 
 /// Parses one RTP packet.
 pub fn parse_rtp(data: &[u8], arrival: Instant) -> Result<Received, RtpError> {
+    let payload = payload_range(data)?;
+    Ok(Received {
+        arrival,
+        seq: u16::from_be_bytes([data[2], data[3]]),
+        rtp_ts: u32::from_be_bytes([data[4], data[5], data[6], data[7]]),
+        marker: data[1] & 0x80 != 0,
+        pt: data[1] & 0x7f,
+        ssrc: u32::from_be_bytes([data[8], data[9], data[10], data[11]]),
+        payload: data[payload].to_vec(),
+    })
+}
+
+/// Where an RTP packet's payload is (after CSRCs, extension and padding),
+/// checking the header as [`parse_rtp`] does, without copying.
+pub(crate) fn payload_range(data: &[u8]) -> Result<std::ops::Range<usize>, RtpError> {
     if data.len() < 12 {
         return Err(RtpError::Truncated);
     }
@@ -47,11 +62,6 @@ pub fn parse_rtp(data: &[u8], arrival: Instant) -> Result<Received, RtpError> {
     let padding = data[0] & 0x20 != 0;
     let extension = data[0] & 0x10 != 0;
     let csrc_count = usize::from(data[0] & 0x0f);
-    let marker = data[1] & 0x80 != 0;
-    let pt = data[1] & 0x7f;
-    let seq = u16::from_be_bytes([data[2], data[3]]);
-    let rtp_ts = u32::from_be_bytes([data[4], data[5], data[6], data[7]]);
-    let ssrc = u32::from_be_bytes([data[8], data[9], data[10], data[11]]);
     let mut start = 12 + 4 * csrc_count;
     if data.len() < start {
         return Err(RtpError::Truncated);
@@ -74,15 +84,7 @@ pub fn parse_rtp(data: &[u8], arrival: Instant) -> Result<Received, RtpError> {
         }
         end -= pad;
     }
-    Ok(Received {
-        arrival,
-        seq,
-        rtp_ts,
-        marker,
-        pt,
-        ssrc,
-        payload: data[start..end].to_vec(),
-    })
+    Ok(start..end)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use fjord_client::load::{self, LoadConfig};
+use fjord_client::load::{self, FecOptions, LoadConfig};
 
 /// Play one title in many sessions at once and check what arrives.
 ///
@@ -11,6 +11,13 @@ use fjord_client::load::{self, LoadConfig};
 /// reports loss, reordering, duplicates, packets more than 2 ms late, RFC 3550
 /// jitter, throughput and its own CPU. Titles shorter than the run are
 /// played again from the start. Exits non-zero if any session failed to set up.
+///
+/// With --fec, each session also receives the repair stream the title offers
+/// (a title ingested with `fjord ingest --fec`) and rebuilds lost packets;
+/// --drop / --burst drop received packets before that, for testing. The
+/// report then adds packets dropped, recovered and unrecoverable, and the
+/// receive thread's CPU time in decoding. Rebuilt packets are not lost, and
+/// not counted in throughput, lateness or jitter.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadArgs {
     /// The title, e.g. rtsp://127.0.0.1:8554/clip.ts
@@ -27,6 +34,21 @@ pub struct LoadArgs {
     /// Print the report as JSON
     #[arg(long)]
     pub json: bool,
+    /// Receive the repair streams and rebuild lost packets
+    #[arg(long)]
+    pub fec: bool,
+    /// Testing, with --fec: drop each received packet (source or repair)
+    /// with this probability before recovery
+    #[arg(long, default_value_t = 0.0, value_name = "P", requires = "fec")]
+    pub drop: f64,
+    /// Testing, with --drop P: drop runs of exactly N source packets
+    /// instead, a run starting with probability P after at least K kept
+    /// source packets (so a block of K loses at most N); repair packets kept
+    #[arg(long, value_name = "N", requires = "drop")]
+    pub burst: Option<u32>,
+    /// Seed of the loss model (session i uses SEED + i)
+    #[arg(long, default_value_t = 1, requires = "fec")]
+    pub seed: u64,
 }
 
 pub fn run(args: LoadArgs) -> anyhow::Result<()> {
@@ -35,8 +57,18 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         args.t.is_finite() && args.t > 0.0,
         "-t must be a positive number of seconds"
     );
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&args.drop),
+        "--drop must be a probability between 0 and 1"
+    );
+    anyhow::ensure!(args.burst != Some(0), "--burst must be at least 1");
     let mut config = LoadConfig::new(&args.url, args.n, Duration::from_secs_f64(args.t));
     config.tcp = args.tcp;
+    config.fec = args.fec.then_some(FecOptions {
+        drop: args.drop,
+        burst: args.burst,
+        seed: args.seed,
+    });
     let report = load::run(&config)?;
     if args.json {
         println!("{}", report.to_json());

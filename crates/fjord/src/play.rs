@@ -100,15 +100,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
             None => None,
         };
         let spacing = s.repair.as_ref().map_or(0, |r| u32::from(r.k));
-        let model = match (args.drop, args.burst) {
-            (0.0, _) => LossModel::None,
-            (p, None) => LossModel::Random { p },
-            (p, Some(n)) => LossModel::Bursts {
-                p,
-                n: u32::from(n),
-                spacing,
-            },
-        };
+        let model = LossModel::from_options(args.drop, args.burst.map(u32::from), spacing);
         tracks.push(Track {
             url: s.source_url.clone(),
             ssrc,

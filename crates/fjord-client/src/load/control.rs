@@ -59,6 +59,8 @@ pub fn parse_stream(buf: &[u8], mut on_item: impl FnMut(Item<'_>)) -> Result<usi
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
     Setup,
+    /// SETUP of the source track's repair stream (`--fec`).
+    SetupRepair,
     Play,
     Replay,
     Teardown,

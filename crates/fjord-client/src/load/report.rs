@@ -38,6 +38,9 @@ pub struct LoadReport {
     pub totals: Totals,
     /// The worst session for each measure.
     pub worst: Worst,
+    /// The repair layout and loss model (`--fec` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fec: Option<FecSetup>,
     /// The load generator's own CPU.
     pub client: ClientCpu,
     /// How packets were received.
@@ -85,6 +88,61 @@ pub struct Totals {
     pub truncated: u64,
     /// RTCP packets received.
     pub rtcp_packets: u64,
+    /// Repair-stream counts (`--fec` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fec: Option<FecCounts>,
+}
+
+/// The repair streams of a `--fec` run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FecSetup {
+    /// Source packets per block.
+    pub k: u16,
+    /// Repair packets per block.
+    pub m: u16,
+    /// The loss model applied before recovery, e.g. `"random 0.1, seed 1"`.
+    pub loss: String,
+}
+
+/// What the repair streams did, in one session or summed. Recovered packets
+/// are not lost and not reordered; they are not counted as received
+/// (`packets`, `bytes`) nor in lateness and jitter, having no arrival time
+/// of their own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FecCounts {
+    /// Source packets the loss model dropped, in blocks decided (rebuilt or
+    /// given up) before the run ended.
+    pub dropped: u64,
+    /// Source packets dropped in blocks still open when the run ended:
+    /// neither recovered nor unrecoverable, and not counted as lost.
+    pub pending: u64,
+    /// Missing source packets rebuilt from the repair stream.
+    pub recovered: u64,
+    /// Missing source packets that could not be rebuilt (they are lost).
+    pub unrecoverable: u64,
+    /// Repair packets received after the loss model.
+    pub repair_packets: u64,
+    /// Repair packets the loss model dropped (random loss only).
+    pub repair_dropped: u64,
+    /// Repair packets that did not parse or did not fit their block.
+    pub repair_rejected: u64,
+    /// CPU time of the receive thread in FEC decoding (its thread CPU
+    /// clock read around each decode of a block with missing packets), ms.
+    pub decode_cpu_ms: f64,
+}
+
+impl FecCounts {
+    /// Adds a session's counts to these.
+    pub fn add(&mut self, o: &FecCounts) {
+        self.dropped += o.dropped;
+        self.pending += o.pending;
+        self.recovered += o.recovered;
+        self.unrecoverable += o.unrecoverable;
+        self.repair_packets += o.repair_packets;
+        self.repair_dropped += o.repair_dropped;
+        self.repair_rejected += o.repair_rejected;
+        self.decode_cpu_ms += o.decode_cpu_ms;
+    }
 }
 
 /// The worst value of each measure over the playing sessions.
@@ -160,6 +218,8 @@ pub struct SessionReport {
     pub pps: f64,
     pub timestamp_backwards: u64,
     pub replays: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fec: Option<FecCounts>,
 }
 
 impl LoadReport {
@@ -227,6 +287,23 @@ impl fmt::Display for LoadReport {
             t.loss_percent,
             count(w.lost)
         )?;
+        if let (Some(setup), Some(c)) = (&self.fec, &t.fec) {
+            writeln!(
+                f,
+                "  fec          {}:{}, {}: dropped {} (+{} in blocks open at the end), recovered {}, unrecoverable {}; repair packets {} ({} dropped, {} rejected); decode CPU {:.2} ms",
+                setup.k,
+                setup.m,
+                setup.loss,
+                count(c.dropped),
+                count(c.pending),
+                count(c.recovered),
+                count(c.unrecoverable),
+                count(c.repair_packets),
+                count(c.repair_dropped),
+                count(c.repair_rejected),
+                c.decode_cpu_ms
+            )?;
+        }
         writeln!(
             f,
             "  reordered    {}, worst session {}; duplicates {}, worst session {}",

@@ -105,6 +105,15 @@ impl SeqStats {
         SeqClass::Reordered
     }
 
+    /// Accounts a packet rebuilt from a repair stream rather than received:
+    /// it fills its gap (so it is not lost) but was neither received nor
+    /// reordered, however long after its neighbours it was rebuilt.
+    pub fn on_recovered(&mut self, seq: u16) {
+        let counts = (self.received, self.reordered, self.duplicates);
+        self.on_packet(seq);
+        (self.received, self.reordered, self.duplicates) = counts;
+    }
+
     /// Packets expected: from the first to the highest sequence number of
     /// each run.
     pub fn expected(&self) -> u64 {
@@ -296,6 +305,21 @@ mod tests {
         feed(&mut s, &[100, 101]);
         assert_eq!(s.on_packet(99), SeqClass::Reordered);
         assert_eq!((s.expected(), s.lost(), s.reordered), (3, 0, 1));
+    }
+
+    #[test]
+    fn a_recovered_packet_fills_its_gap_without_counting_as_received() {
+        let mut s = SeqStats::default();
+        // 100 was dropped before the first packet; 103 within the run.
+        feed(&mut s, &[101, 102, 104]);
+        assert_eq!(s.lost(), 1);
+        s.on_recovered(103);
+        s.on_recovered(100);
+        assert_eq!(
+            (s.lost(), s.received, s.reordered, s.duplicates),
+            (0, 3, 0, 0)
+        );
+        assert_eq!(s.unique, 5);
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! Repair streams end to end: a title ingested with `--fec 12:8`, played by
 //! `fjord play` with packets dropped before recovery, must come out bit-exact
 //! while each block loses at most M; beyond that the lost packets are
-//! reported and left out, never replaced by wrong bytes. Players that do not
-//! know the repair scheme play the title as before.
+//! reported and left out, never replaced by wrong bytes. `fjord load --fec`
+//! counts the same in many sessions. Players that do not know the repair
+//! scheme play the title as before.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+use fjord_client::load::LoadReport;
 
 use crate::common::{Server, generate_media, run_bounded};
 
@@ -189,6 +192,68 @@ fn bursts_of_m_are_repaired_and_longer_ones_reported() {
                 report.text
             );
             assert_source_minus_packets(want, &got, lost, "bursts of M + 1");
+        });
+    });
+}
+
+/// Runs `fjord load URL --fec --json ARGS` (bounded) and parses its report.
+fn load(server: &Server, args: &[&str]) -> LoadReport {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cmd.arg("load")
+        .arg(server.url("fec.ts"))
+        .args(["--fec", "--json"])
+        .args(args);
+    let out = run_bounded(cmd, Duration::from_secs(40));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.timed_out, "fjord load {args:?} hung: {}", out.stderr);
+    assert!(
+        out.status.success(),
+        "fjord load {args:?}: {}\n{stdout}\n{}",
+        out.status,
+        out.stderr
+    );
+    LoadReport::from_json(&stdout).unwrap_or_else(|e| panic!("not a report ({e}): {stdout}"))
+}
+
+#[test]
+fn load_recovers_every_dropped_packet_over_udp_and_tcp_and_reports_bursts_beyond_m() {
+    let server = server();
+    std::thread::scope(|s| {
+        for transport in [&[][..], &["--tcp"][..]] {
+            let server = &server;
+            s.spawn(move || {
+                let args = [&["--drop", "0.1", "-n", "5", "-t", "4"][..], transport].concat();
+                let r = load(server, &args);
+                let json = r.to_json();
+                let fec = r.totals.fec.as_ref().expect("FEC counts");
+                let setup = r.fec.as_ref().expect("FEC setup");
+                assert_eq!((setup.k, setup.m), (K as u16, M as u16), "{json}");
+                assert_eq!(r.sessions_playing, 5, "{json}");
+                assert!(fec.dropped > 0, "{json}");
+                assert!(fec.repair_packets > 0, "{json}");
+                assert_eq!(fec.recovered, fec.dropped, "{json}");
+                assert_eq!(fec.unrecoverable, 0, "{json}");
+                assert_eq!(r.totals.lost, 0, "{json}");
+                assert_eq!(r.totals.reordered, 0, "rebuilt is not reordered: {json}");
+                for session in &r.sessions {
+                    let f = session.fec.as_ref().expect("FEC counts per session");
+                    assert_eq!(f.recovered, f.dropped, "{json}");
+                }
+                assert!(r.to_string().contains("recovered"), "{r}");
+            });
+        }
+        let server = &server;
+        s.spawn(move || {
+            let n = (M + 1).to_string();
+            let r = load(
+                server,
+                &["--drop", "0.5", "--burst", &n, "-n", "2", "-t", "3"],
+            );
+            let json = r.to_json();
+            let fec = r.totals.fec.as_ref().expect("FEC counts");
+            assert!(fec.unrecoverable > 0, "bursts of M + 1: {json}");
+            assert!(fec.recovered < fec.dropped, "{json}");
+            assert!(r.totals.lost > 0, "unrecoverable packets are lost: {json}");
         });
     });
 }
