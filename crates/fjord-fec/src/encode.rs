@@ -18,7 +18,11 @@ use crate::sidecar::{
 use crate::symbol::{self, MAX_PAYLOAD, SymbolMeta};
 
 /// Repair data produced per batch: bounds memory whatever the title's size.
-const BATCH_BYTES: u64 = 32 << 20;
+const BATCH_BYTES: u64 = 8 << 20;
+/// Source packets read per batch. An audio track's packets are spread over
+/// the whole file, so this (with the caller dropping the media pages after
+/// each batch) is what bounds how much of the file is resident at once.
+const BATCH_PACKETS: u64 = 1024;
 
 /// What was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -268,8 +272,10 @@ pub fn write_sidecar(
     while !rest.is_empty() {
         let mut take = 0;
         let mut bytes = 0;
-        while take < rest.len() && (take == 0 || bytes < BATCH_BYTES) {
+        let mut packets = 0;
+        while take < rest.len() && (take == 0 || (bytes < BATCH_BYTES && packets < BATCH_PACKETS)) {
             bytes += rest[take].repair_len();
+            packets += u64::from(rest[take].count);
             take += 1;
         }
         let (batch, tail) = rest.split_at(take);

@@ -93,5 +93,14 @@ pub fn protect(
     let checksum = sidecar::index_checksum(&index_path)
         .map_err(io_err(format!("read {}", index_path.display())))?;
     let data = map_media(media).map_err(io_err(format!("read {}", media.display())))?;
-    write_sidecar(&path, &index, &checksum, &data, &params, progress).map(Some)
+    // Pages of the mapping count in the process's memory once read; drop
+    // them after every batch (they stay in the page cache), so parity for a
+    // file of many GB is computed in bounded memory.
+    let mut progress = |done: u64, total: u64| {
+        // SAFETY: the mapping is read-only and file-backed; after
+        // MADV_DONTNEED its pages read the file's contents again.
+        let _ = unsafe { data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        progress(done, total);
+    };
+    write_sidecar(&path, &index, &checksum, &data, &params, &mut progress).map(Some)
 }
