@@ -23,7 +23,7 @@ use fjord_proto::{
 use crate::{
     PlayInfo, Start, ThreadStats, Title,
     command::{Output, RepairSpec, SessionSpec},
-    datapath::{Batch, Burst, Packet},
+    datapath::{Batch, Packet},
     interleaved::{Connection, Frame, MAX_FRAMES},
 };
 
@@ -271,14 +271,7 @@ impl Session {
                 batch.packets.push(packet);
                 seq = seq.wrapping_add(1);
             }
-            planned.repair = batch.packets.len() - first;
-            if planned.repair > 0 {
-                batch.bursts.push(Burst {
-                    socket: rtp,
-                    dest: *rtp_peer,
-                    packets: first..batch.packets.len(),
-                });
-            }
+            planned.repair = batch.close_burst(first, rtp, *rtp_peer);
             return planned;
         }
         let Some(track) = self.title.index().track(self.track) else {
@@ -302,14 +295,7 @@ impl Session {
             batch.packets.push(packet);
             seq = seq.wrapping_add(1);
         }
-        planned.source = batch.packets.len() - first;
-        if planned.source > 0 {
-            batch.bursts.push(Burst {
-                socket: rtp,
-                dest: *rtp_peer,
-                packets: first..batch.packets.len(),
-            });
-        }
+        planned.source = batch.close_burst(first, rtp, *rtp_peer);
         planned
     }
 
@@ -676,9 +662,8 @@ mod tests {
     };
 
     use fjord_media::{
-        index::{self, Index, SourceId, TrackDesc, TrackKind},
-        plan::{IngestReport, MediaPlan, SyncPoint, TrackPlan},
-        synthetic::write_constant_rate,
+        index::{self, Index},
+        synthetic::{write_constant_rate, write_video_track},
     };
     use fjord_proto::rtcp::{RtcpInfo, parse_compound};
 
@@ -732,7 +717,6 @@ mod tests {
     fn prefixed_title(dir: &std::path::Path) -> (Arc<Title>, Vec<Vec<u8>>) {
         let media = dir.join("t.h264");
         let data: Vec<u8> = (0..20_000u32).map(|i| (i * 13 % 251) as u8).collect();
-        std::fs::write(&media, &data).unwrap();
         let mut packets = vec![];
         let mut expected = vec![];
         let mut offset = 1;
@@ -751,27 +735,7 @@ mod tests {
             offset = rec.file_end() + u64::from(i % 2);
             packets.push(rec);
         }
-        let plan = MediaPlan {
-            tracks: vec![TrackPlan {
-                desc: TrackDesc {
-                    kind: TrackKind::Video,
-                    payload_type: 96,
-                    clock_rate: 90_000,
-                    encoding: "H264".to_owned(),
-                    channels: 0,
-                    fmtp: "packetization-mode=1".to_owned(),
-                },
-                packets,
-                sync: vec![SyncPoint::default()],
-            }],
-            duration_ns: 120 * MS,
-            ts_per_rtp: 0,
-            report: IngestReport::new("H.264", 12, 1_000_000),
-        };
-        let path = index::index_path_for(&media);
-        let meta = std::fs::metadata(&media).unwrap();
-        index::write(&path, &plan, &SourceId::of(&data, &meta)).unwrap();
-        let index = Index::open(&path).unwrap();
+        let index = write_video_track(&media, &data, packets, 120 * MS).unwrap();
         (Arc::new(Title::new(index, &media).unwrap()), expected)
     }
 

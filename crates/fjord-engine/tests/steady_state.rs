@@ -14,9 +14,8 @@ use std::{
 
 use fjord_engine::{Command, Engine, EngineConfig, Output, SessionSpec, Start, Title, datapath};
 use fjord_media::{
-    index::{self, Index, SourceId, TrackDesc, TrackKind},
-    plan::{IngestReport, MediaPlan, PacketRecord, SyncPoint, TrackPlan},
-    synthetic::write_constant_rate,
+    plan::PacketRecord,
+    synthetic::{write_constant_rate, write_video_track},
 };
 
 struct Counting;
@@ -58,7 +57,6 @@ fn prefixed_title(dir: &std::path::Path) -> Arc<Title> {
     const PACKETS: u64 = 8_550;
     let media = dir.join("t.h264");
     let data: Vec<u8> = (0..PACKETS * 1400).map(|i| i as u8).collect();
-    std::fs::write(&media, &data).unwrap();
     let packets = (0..PACKETS)
         .map(|i| {
             let split = i % 3 == 0;
@@ -70,27 +68,8 @@ fn prefixed_title(dir: &std::path::Path) -> Arc<Title> {
             }
         })
         .collect();
-    let plan = MediaPlan {
-        tracks: vec![TrackPlan {
-            desc: TrackDesc {
-                kind: TrackKind::Video,
-                payload_type: 96,
-                clock_rate: 90_000,
-                encoding: "H264".to_owned(),
-                channels: 0,
-                fmtp: "packetization-mode=1".to_owned(),
-            },
-            packets,
-            sync: vec![SyncPoint::default()],
-        }],
-        duration_ns: PACKETS * 2_339_000,
-        ts_per_rtp: 0,
-        report: IngestReport::new("H.264", PACKETS, 4_500_000),
-    };
-    let path = index::index_path_for(&media);
-    let meta = std::fs::metadata(&media).unwrap();
-    index::write(&path, &plan, &SourceId::of(&data, &meta)).unwrap();
-    Arc::new(Title::new(Index::open(&path).unwrap(), &media).unwrap())
+    let index = write_video_track(&media, &data, packets, PACKETS * 2_339_000).unwrap();
+    Arc::new(Title::new(index, &media).unwrap())
 }
 
 #[test]

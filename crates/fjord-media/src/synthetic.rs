@@ -1,13 +1,13 @@
-//! Made-up titles for tests and benchmarks: constant-rate packets whose
-//! bytes say which packet they belong to (every byte of packet `i` is
-//! `i as u8`), indexed like an ingested file so the engine serves them as it
-//! serves anything else.
+//! Made-up titles for tests and benchmarks, indexed like an ingested file so
+//! the engine serves them as it serves anything else: constant-rate packets
+//! whose bytes say which packet they belong to (every byte of packet `i` is
+//! `i as u8`), or a video track of records made by the caller.
 
 use std::{io, path::Path};
 
 use crate::{
-    index::{self, Index, SourceId},
-    plan::{IngestReport, PacketRecord, TimingSource},
+    index::{self, Index, SourceId, TrackDesc, TrackKind},
+    plan::{IngestReport, MediaPlan, PacketRecord, SyncPoint, TimingSource, TrackPlan},
     ts::{Packetization, rtp_timestamp},
 };
 
@@ -22,7 +22,6 @@ pub fn write_constant_rate(
     let data: Vec<u8> = (0..packets)
         .flat_map(|i| std::iter::repeat_n(i as u8, payload))
         .collect();
-    std::fs::write(media, &data)?;
     let records = (0..packets)
         .map(|i| {
             PacketRecord::file_run(
@@ -55,9 +54,51 @@ pub fn write_constant_rate(
                 .unwrap_or(0),
         },
     };
+    write_title(media, &data, &p.into_plan())
+}
+
+/// Writes `data` to `media` and, beside it, the index of one H.264 video
+/// track made of `packets` (payload headers and split runs as the caller
+/// likes), entered only at its start; returns the opened index.
+pub fn write_video_track(
+    media: &Path,
+    data: &[u8],
+    packets: Vec<PacketRecord>,
+    duration_ns: u64,
+) -> io::Result<Index> {
+    let bytes: u64 = packets.iter().map(|p| p.payload_len() as u64).sum();
+    let report = IngestReport::new(
+        "H.264",
+        packets.len() as u64,
+        (bytes * 8 * 1_000_000_000)
+            .checked_div(duration_ns)
+            .unwrap_or(0),
+    );
+    let plan = MediaPlan {
+        tracks: vec![TrackPlan {
+            desc: TrackDesc {
+                kind: TrackKind::Video,
+                payload_type: 96,
+                clock_rate: 90_000,
+                encoding: "H264".to_owned(),
+                channels: 0,
+                fmtp: "packetization-mode=1".to_owned(),
+            },
+            packets,
+            sync: vec![SyncPoint::default()],
+        }],
+        duration_ns,
+        ts_per_rtp: 0,
+        report,
+    };
+    write_title(media, data, &plan)
+}
+
+fn write_title(media: &Path, data: &[u8], plan: &MediaPlan) -> io::Result<Index> {
+    std::fs::write(media, data)?;
     let meta = std::fs::metadata(media)?;
     let path = index::index_path_for(media);
-    index::write(&path, &p.into_plan(), &SourceId::of(&data, &meta))?;
+    index::write(&path, plan, &SourceId::of(data, &meta))?;
     Index::open(&path).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 

@@ -10,7 +10,7 @@ use std::{
     os::fd::AsRawFd,
 };
 
-use super::{Batch, Counters, DataPath, MAX_HEAD, Packet, iovec, is_transient};
+use super::{Batch, Burst, Counters, DataPath, MAX_HEAD, Packet, iovec, is_transient};
 
 /// Segments per send: the kernel's UDP_MAX_SEGMENTS is 64 on older kernels.
 pub(crate) const MAX_SEGMENTS: usize = 64;
@@ -40,6 +40,40 @@ pub fn supported() -> bool {
             mem::size_of::<libc::c_int>() as libc::socklen_t,
         ) == 0
     }
+}
+
+/// The loop both GSO paths share: bursts in order, each cut into groups of
+/// [`group_len`] handed to `send` (the burst, the group, whether it is the
+/// burst's first), which returns how many of the group's packets went. A
+/// full socket ends the burst's prefix, a transient error loses only that
+/// group, any other error is the path's (as in `per_packet`). `packets`
+/// counts what went.
+pub(crate) fn per_group(
+    batch: &Batch<'_>,
+    sent: &mut [usize],
+    packets: &mut u64,
+    mut send: impl FnMut(&Burst<'_>, &[Packet<'_>], bool) -> io::Result<usize>,
+) -> io::Result<()> {
+    for (i, burst) in batch.bursts.iter().enumerate() {
+        let pkts = batch.burst(i);
+        let mut done = 0;
+        while done < pkts.len() {
+            let group = &pkts[done..done + group_len(&pkts[done..])];
+            let n = match send(burst, group, done == 0) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if is_transient(&e) => group.len(),
+                Err(e) => {
+                    sent[i] = done;
+                    return Err(e);
+                }
+            };
+            done += n;
+            *packets += n as u64;
+        }
+        sent[i] = done;
+    }
+    Ok(())
 }
 
 /// How many packets from the front of `pkts` go in one GSO send: all of the
@@ -139,28 +173,11 @@ impl DataPath for Gso {
     }
 
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
-        for (i, burst) in batch.bursts.iter().enumerate() {
-            let pkts = batch.burst(i);
-            let fd = burst.socket.as_raw_fd();
-            let mut done = 0;
-            while done < pkts.len() {
-                let n = group_len(&pkts[done..]);
-                self.counters.syscalls += 1;
-                match send_group(fd, &pkts[done..done + n], 0) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if is_transient(&e) => {}
-                    Err(e) => {
-                        sent[i] = done;
-                        return Err(e);
-                    }
-                }
-                done += n;
-                self.counters.packets += n as u64;
-            }
-            sent[i] = done;
-        }
-        Ok(())
+        let counters = &mut self.counters;
+        per_group(batch, sent, &mut counters.packets, |burst, group, _| {
+            counters.syscalls += 1;
+            send_group(burst.socket.as_raw_fd(), group, 0).map(|()| group.len())
+        })
     }
 
     fn counters(&self) -> Counters {

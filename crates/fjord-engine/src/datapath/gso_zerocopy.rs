@@ -41,8 +41,7 @@ use std::{
 
 use super::{
     Batch, Counters, DataPath, MAX_HEAD, Packet,
-    gso::{MAX_GROUP_IOVECS, MAX_SEGMENTS, fill_gso_msg, group_len, send_group},
-    is_transient,
+    gso::{MAX_GROUP_IOVECS, MAX_SEGMENTS, fill_gso_msg, per_group, send_group},
 };
 
 /// Smallest send worth pinning pages for. The kernel's guidance is ~10 KB,
@@ -439,28 +438,16 @@ impl DataPath for GsoZerocopy {
         if self.free.len() < BLOCKS / 4 {
             self.sweep(now);
         }
-        for (i, burst) in batch.bursts.iter().enumerate() {
-            let pkts = batch.burst(i);
+        let mut packets = 0;
+        let result = per_group(batch, sent, &mut packets, |burst, group, first| {
             let fd = burst.socket.as_raw_fd();
-            self.prepare(fd, now);
-            let mut done = 0;
-            while done < pkts.len() {
-                let n = group_len(&pkts[done..]);
-                let n = match self.send_one(fd, &pkts[done..done + n], now) {
-                    Ok(k) => k,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if is_transient(&e) => n,
-                    Err(e) => {
-                        sent[i] = done;
-                        return Err(e);
-                    }
-                };
-                done += n;
-                self.counters.packets += n as u64;
+            if first {
+                self.prepare(fd, now);
             }
-            sent[i] = done;
-        }
-        Ok(())
+            self.send_one(fd, group, now)
+        });
+        self.counters.packets += packets;
+        result
     }
 
     fn counters(&self) -> Counters {

@@ -163,6 +163,20 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// Makes the packets added since index `first` one burst to `socket`
+    /// (none if there are none); returns how many there are.
+    pub fn close_burst(&mut self, first: usize, socket: &'a Socket, dest: SocketAddr) -> usize {
+        let n = self.packets.len() - first;
+        if n > 0 {
+            self.bursts.push(Burst {
+                socket,
+                dest,
+                packets: first..self.packets.len(),
+            });
+        }
+        n
+    }
+
     pub fn burst(&self, i: usize) -> &[Packet<'a>] {
         &self.packets[self.bursts[i].packets.clone()]
     }
