@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use fjord_fec::RepairHeader;
+use fjord_fec::{RepairHeader, symbol::REPAIR_HEADER_LEN};
 use fjord_media::{
     index::Track,
     plan::{PacketRecord, rtp_ticks},
@@ -71,6 +71,11 @@ struct Repair {
     pt: u8,
     output: Output,
     pending: Option<PendingRepair>,
+    /// The repair stream's own RTCP sender reports and BYE (RFC 3550: every
+    /// RTP stream reports its counts, and ends with BYE).
+    report: SenderReportTemplate,
+    packets: u32,
+    octets: u32,
 }
 
 /// A block whose repair packets are due.
@@ -129,7 +134,7 @@ impl Session {
     /// Attaches a repair stream; false (and nothing changes) when the title
     /// has no parity for the track or the repair output is not of the
     /// source's kind (UDP, or interleaved on the same connection).
-    pub(crate) fn attach_repair(&mut self, spec: RepairSpec) -> bool {
+    pub(crate) fn attach_repair(&mut self, spec: RepairSpec, cname: &str) -> bool {
         let same_kind = match (&self.output, &spec.output) {
             (Output::Udp { .. }, Output::Udp { .. }) => true,
             (Output::Interleaved { conn: a, .. }, Output::Interleaved { conn: b, .. }) => a == b,
@@ -139,11 +144,14 @@ impl Session {
             return false;
         }
         self.repair = Some(Repair {
+            report: SenderReportTemplate::new(spec.ssrc, cname),
             ssrc: spec.ssrc,
             seq: spec.seq0,
             pt: spec.payload_type,
             output: spec.output,
             pending: None,
+            packets: 0,
+            octets: 0,
         });
         true
     }
@@ -337,13 +345,17 @@ impl Session {
         let Some(pending) = &mut r.pending else {
             return;
         };
-        let m = self
+        let (m, len) = self
             .title
             .fec(self.track)
             .and_then(|f| f.block(pending.block))
-            .map_or(0, |b| b.repair_count);
+            .map_or((0, 0), |b| {
+                (b.repair_count, REPAIR_HEADER_LEN as u32 + b.symbol_len)
+            });
         pending.esi = pending.esi.saturating_add(sent as u16);
         r.seq = r.seq.wrapping_add(sent as u16);
+        r.packets = r.packets.wrapping_add(sent as u32);
+        r.octets = r.octets.wrapping_add(len.wrapping_mul(sent as u32));
         for _ in 0..sent {
             p.stats.count(Duration::ZERO);
         }
@@ -621,25 +633,34 @@ impl Session {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let bytes = self.report.fill(
-            NtpTime::from_unix(wall),
-            rtp_now,
-            self.packets,
-            self.octets,
-            bye,
-        );
-        match &self.output {
-            Output::Udp {
-                rtcp, rtcp_peer, ..
-            } => {
-                let _ = rtcp.send_to(bytes, &(*rtcp_peer).into());
-            }
-            Output::Interleaved {
-                conn, rtcp_channel, ..
-            } => {
-                if let Some(c) = p.connections.get_mut(conn) {
-                    c.send_frame(*rtcp_channel, bytes);
-                }
+        let ntp = NtpTime::from_unix(wall);
+        let bytes = self
+            .report
+            .fill(ntp, rtp_now, self.packets, self.octets, bye);
+        send_rtcp(&self.output, bytes, p);
+        // The repair stream's timestamps are the source's (docs/fec.md), so
+        // its report maps the same instant to the same RTP time.
+        if let Some(r) = &mut self.repair
+            && (r.packets > 0 || bye)
+        {
+            let bytes = r.report.fill(ntp, rtp_now, r.packets, r.octets, bye);
+            send_rtcp(&r.output, bytes, p);
+        }
+    }
+}
+
+fn send_rtcp(output: &Output, bytes: &[u8], p: &mut Pacing) {
+    match output {
+        Output::Udp {
+            rtcp, rtcp_peer, ..
+        } => {
+            let _ = rtcp.send_to(bytes, &(*rtcp_peer).into());
+        }
+        Output::Interleaved {
+            conn, rtcp_channel, ..
+        } => {
+            if let Some(c) = p.connections.get_mut(conn) {
+                c.send_frame(*rtcp_channel, bytes);
             }
         }
     }
@@ -1032,7 +1053,7 @@ mod tests {
                 rtcp_peer: rtcp.local_addr().unwrap(),
             },
         };
-        assert!(s.attach_repair(repair_output()));
+        assert!(s.attach_repair(repair_output(), "test"));
         s.play(Start::Resume);
         let t0 = Instant::now();
         s.start(t0, 0);
@@ -1044,6 +1065,30 @@ mod tests {
         let lens: Vec<usize> = ticks.iter().map(Vec::len).collect();
         assert_eq!(lens, [4, 2, 4, 2, 2, 2, 0], "source, repair, source, ...");
         let fec = title.fec(0).unwrap();
+        // The repair stream reports for itself and ends with its own BYE;
+        // its final report counts every repair packet and payload octet.
+        let repair_octets: u32 = (0..3)
+            .map(|b| 2 * (REPAIR_HEADER_LEN as u32 + fec.block(b).unwrap().symbol_len))
+            .sum();
+        rtcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 512];
+        let last_repair_report = loop {
+            let n = rtcp.recv(&mut buf).expect("the repair stream's BYE");
+            let items = parse_compound(&buf[..n]).unwrap();
+            let bye = items
+                .iter()
+                .any(|i| matches!(i, RtcpInfo::Bye { ssrcs } if ssrcs == &[0x5678]));
+            if bye {
+                break items;
+            }
+        };
+        assert!(
+            matches!(
+                last_repair_report[0],
+                RtcpInfo::SenderReport { ssrc: 0x5678, packets: 6, octets, .. } if octets == repair_octets
+            ),
+            "{last_repair_report:?}"
+        );
         let mut repair_seq = 65535u16;
         for (b, (sources, repairs)) in ticks.chunks(2).take(3).map(|t| (&t[0], &t[1])).enumerate() {
             let blk = fec.block(b as u64).unwrap();
@@ -1113,6 +1158,6 @@ mod tests {
         // A title without parity cannot take a repair stream.
         let (plain, _) = prefixed_title(dir.path());
         let mut s = session(plain.clone(), &rtcp);
-        assert!(!s.attach_repair(repair_output()));
+        assert!(!s.attach_repair(repair_output(), "test"));
     }
 }

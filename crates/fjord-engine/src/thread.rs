@@ -307,7 +307,7 @@ impl Worker {
                     .ids
                     .get(&id)
                     .and_then(|&k| self.slots[k as usize].as_mut())
-                    .is_some_and(|s| s.attach_repair(*repair));
+                    .is_some_and(|s| s.attach_repair(*repair, &self.config.cname));
                 if !attached {
                     tracing::warn!(
                         id,
