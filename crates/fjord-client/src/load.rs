@@ -498,7 +498,10 @@ pub fn receiver_report(
 /// in the report.
 pub fn run(config: &LoadConfig) -> Result<LoadReport> {
     let mut describe = RtspClient::connect(&config.url)?;
-    let d = describe.describe()?;
+    let d = match config.fec {
+        Some(_) => describe.describe_fec()?,
+        None => describe.describe()?,
+    };
     let server = describe.peer_addr()?;
     drop(describe);
     let no_media = || Error::Protocol("the SDP has no media section".into());

@@ -324,8 +324,18 @@ impl RtspClient {
 
     /// DESCRIBE the connect URL.
     pub fn describe(&mut self) -> Result<Describe> {
+        self.describe_with(&[("Accept", "application/sdp")])
+    }
+
+    /// DESCRIBE saying the client supports fjord's repair streams
+    /// (`Supported: fjord.fec`, docs/fec.md), so the SDP offers them.
+    pub fn describe_fec(&mut self) -> Result<Describe> {
+        self.describe_with(&[("Accept", "application/sdp"), ("Supported", "fjord.fec")])
+    }
+
+    fn describe_with(&mut self, headers: &[(&str, &str)]) -> Result<Describe> {
         let url = self.url.clone();
-        let r = self.expect_ok("DESCRIBE", &url, &[("Accept", "application/sdp")])?;
+        let r = self.expect_ok("DESCRIBE", &url, headers)?;
         let sdp = String::from_utf8(r.body.clone())
             .map_err(|_| Error::Protocol("SDP is not UTF-8".into()))?;
         let content_base = r

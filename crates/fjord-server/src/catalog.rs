@@ -1,16 +1,20 @@
 //! The titles under the media root: path resolution that cannot escape the
 //! root, and on-demand ingest with one ingest per title however many clients
 //! ask at once (the others wait; clients of other titles are not blocked).
+//! Parity for a title without a valid sidecar is made afterwards, in the
+//! background, so the first client does not wait for it; clients that
+//! open the title once it is written are offered the repair streams.
 
 use std::{
     collections::HashMap,
     io,
     path::{Component, Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, mpsc},
     time::SystemTime,
 };
 
 use fjord_engine::Title;
+use fjord_fec::FecChoice;
 use fjord_media::ts::TsOptions;
 
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +40,25 @@ impl CatalogError {
 pub struct Catalog {
     root: PathBuf,
     options: TsOptions,
-    slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Loaded>>>>>,
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Titles waiting for parity, made one at a time by one low-priority
+    /// thread (the work is CPU-bound; the engine's deadlines come first).
+    /// `None` when parity is off.
+    parity: Option<mpsc::SyncSender<ParityJob>>,
+}
+
+type Slot = tokio::sync::Mutex<Option<Loaded>>;
+
+/// Titles that may wait for parity at once; beyond it a title is served
+/// without repair streams until its file changes or the server restarts.
+const PARITY_QUEUE: usize = 256;
+
+struct ParityJob {
+    name: String,
+    path: PathBuf,
+    slot: Arc<Slot>,
+    size: u64,
+    mtime: SystemTime,
 }
 
 struct Loaded {
@@ -46,14 +68,21 @@ struct Loaded {
 }
 
 impl Catalog {
-    pub fn new(root: &Path, options: TsOptions) -> io::Result<Self> {
+    /// `fec`: the parity layout for titles that have no valid sidecar
+    /// (`Off`: serve them without repair streams).
+    pub fn new(root: &Path, options: TsOptions, fec: FecChoice) -> io::Result<Self> {
         let root = root
             .canonicalize()
             .map_err(|e| io::Error::new(e.kind(), format!("media root {}: {e}", root.display())))?;
+        let parity = match fec {
+            FecChoice::Off => None,
+            choice => Some(parity_worker(choice)?),
+        };
         Ok(Self {
             root,
             options,
             slots: Mutex::new(HashMap::new()),
+            parity,
         })
     }
 
@@ -109,10 +138,23 @@ impl Catalog {
         }
         let options = self.options;
         let name = title.to_owned();
-        let title = tokio::task::spawn_blocking(move || load(&path, &options))
+        let media = path.clone();
+        let (title, protected) = tokio::task::spawn_blocking(move || load(&media, &options))
             .await
             .map_err(|e| CatalogError::Failed(e.to_string()))??;
         tracing::info!(title = %name, "title ready");
+        if !protected && let Some(queue) = &self.parity {
+            let job = ParityJob {
+                name: name.clone(),
+                path,
+                slot: slot.clone(),
+                size: meta.len(),
+                mtime,
+            };
+            if queue.try_send(job).is_err() {
+                tracing::warn!(title = %name, "{PARITY_QUEUE} titles wait for parity already; served without repair streams");
+            }
+        }
         let title = Arc::new(title);
         *loaded = Some(Loaded {
             title: title.clone(),
@@ -123,7 +165,46 @@ impl Catalog {
     }
 }
 
-fn load(path: &Path, options: &TsOptions) -> Result<Title, CatalogError> {
+/// The thread that writes sidecars for queued titles, then drops each
+/// loaded title if it is still that file's, so the next client gets it
+/// with its repair streams (sessions playing keep theirs).
+fn parity_worker(choice: FecChoice) -> io::Result<mpsc::SyncSender<ParityJob>> {
+    let (tx, rx) = mpsc::sync_channel::<ParityJob>(PARITY_QUEUE);
+    std::thread::Builder::new()
+        .name("fjord-parity".to_owned())
+        .spawn(move || {
+            // SAFETY: a plain syscall; on Linux a thread id names just this
+            // thread, so only the parity thread is reniced.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+            for job in rx {
+                let started = std::time::Instant::now();
+                match fjord_fec::protect(&job.path, choice, &mut |_, _| {}) {
+                    Ok(_) => {
+                        tracing::info!(
+                            title = %job.name,
+                            seconds = started.elapsed().as_secs_f32(),
+                            "parity written; repair streams offered to new sessions"
+                        );
+                        let mut loaded = job.slot.blocking_lock();
+                        if loaded
+                            .as_ref()
+                            .is_some_and(|l| l.size == job.size && l.mtime == job.mtime)
+                        {
+                            *loaded = None;
+                        }
+                    }
+                    Err(e) => tracing::warn!(
+                        title = %job.name,
+                        "no parity: {e}; served without repair streams"
+                    ),
+                }
+            }
+        })?;
+    Ok(tx)
+}
+
+/// The title, and whether a valid parity sidecar was attached.
+fn load(path: &Path, options: &TsOptions) -> Result<(Title, bool), CatalogError> {
     let (index, report) =
         fjord_media::ingest::open_or_ingest(path, options, &mut |_, _| {}).map_err(classify)?;
     if let Some(r) = report {
@@ -134,23 +215,21 @@ fn load(path: &Path, options: &TsOptions) -> Result<Title, CatalogError> {
     let mut title = Title::new(index, path)
         .map_err(|e| CatalogError::Failed(format!("{}: {e}", path.display())))?;
     let sidecar = fjord_fec::sidecar_path_for(path);
-    match title.attach_fec(&sidecar, &fjord_media::index::index_path_for(path)) {
+    let protected = match title.attach_fec(&sidecar, &fjord_media::index::index_path_for(path)) {
         Ok(()) => {
-            tracing::info!(file = %path.display(), "parity sidecar found; repair streams offered")
+            tracing::info!(file = %path.display(), "parity sidecar found; repair streams offered");
+            true
         }
         Err(fjord_fec::SidecarError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
-            tracing::info!(
-                file = %path.display(),
-                "no parity sidecar; no repair stream offered (`fjord ingest --fec` writes one)"
-            )
+            tracing::info!(file = %path.display(), "no parity sidecar");
+            false
         }
-        Err(e) => tracing::warn!(
-            file = %path.display(),
-            "{}: {e}; no repair stream offered",
-            sidecar.display()
-        ),
-    }
-    Ok(title)
+        Err(e) => {
+            tracing::warn!(file = %path.display(), "{}: {e}", sidecar.display());
+            false
+        }
+    };
+    Ok((title, protected))
 }
 
 /// Extensions of files fjord writes beside the media.

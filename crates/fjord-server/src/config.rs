@@ -47,6 +47,9 @@ pub struct Config {
     pub rtcp_interval_s: u64,
     /// TS packets per RTP packet when titles are ingested on demand (1..=7).
     pub ts_per_rtp: u8,
+    /// Parity for titles without a valid sidecar, made in the background
+    /// after on-demand ingest: `auto`, `K:M` or `off` (as `fjord ingest --fec`).
+    pub fec: String,
     /// Networks a SETUP `destination=` may name besides the client's own
     /// address. Empty: RTP goes only to the client that asked for it.
     pub destination_allow: Vec<IpNet>,
@@ -74,6 +77,7 @@ impl Default for Config {
             realtime: false,
             rtcp_interval_s: 5,
             ts_per_rtp: 7,
+            fec: "auto".to_owned(),
             destination_allow: Vec::new(),
         }
     }
@@ -123,10 +127,18 @@ impl Config {
         if self.max_header_bytes < 256 {
             return bad("max_header_bytes must be at least 256");
         }
+        if let Err(e) = self.fec.parse::<fjord_fec::FecChoice>() {
+            return Err(ConfigError::Invalid(format!("fec: {e}")));
+        }
         if self.max_connections == 0 || self.max_sessions == 0 {
             return bad("max_connections and max_sessions must be at least 1");
         }
         Ok(())
+    }
+
+    /// The parity layout for on-demand ingest (checked by `validate`).
+    pub fn fec(&self) -> fjord_fec::FecChoice {
+        self.fec.parse().unwrap_or_default()
     }
 
     pub fn threads(&self) -> usize {
@@ -193,6 +205,10 @@ mod tests {
         assert!(toml::from_str::<Config>("prot = 1").is_err());
         let c: Config = toml::from_str("ts_per_rtp = 9").unwrap();
         assert!(c.validate().is_err());
+        let c: Config = toml::from_str("fec = \"12\"").unwrap();
+        assert!(c.validate().is_err());
+        let c: Config = toml::from_str("fec = \"off\"").unwrap();
+        assert_eq!(c.fec(), fjord_fec::FecChoice::Off);
         let c: Config = toml::from_str("destination_allow = [\"10.0.0.0/8\"]").unwrap();
         assert!(c.destination_allow[0].contains(&"10.1.2.3".parse::<IpAddr>().unwrap()));
     }

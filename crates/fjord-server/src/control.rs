@@ -125,7 +125,13 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
     let mids: Vec<(String, String)> = (1..=n)
         .map(|i| (format!("S{i}"), format!("R{i}")))
         .collect();
-    let repair_fmtps: Vec<Option<String>> = (0..n).map(|i| repair_fmtp(&title, i)).collect();
+    // Players set up every stream the SDP lists (ffmpeg makes the repair
+    // stream a data stream of its output), so repair streams are offered
+    // only to clients that say they support them.
+    let offer_fec = supports(req, FEC_FEATURE);
+    let repair_fmtps: Vec<Option<String>> = (0..n)
+        .map(|i| repair_fmtp(&title, i).filter(|_| offer_fec))
+        .collect();
     let repair_pt = repair_payload_type(&title);
     let mut tracks: Vec<sdp::SdpTrack> = Vec::with_capacity(2 * n);
     let mut groups: Vec<(&str, &str)> = Vec::new();
@@ -171,10 +177,25 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
             .unwrap_or("")
             .trim_end_matches('/')
     );
-    Response::new(200)
-        .header("Content-Base", &base)
-        .body("application/sdp", body)
-        .into()
+    let mut response = Response::new(200).header("Content-Base", &base);
+    if (0..n).any(|i| title.fec(i).is_some()) {
+        response = response.header("Supported", FEC_FEATURE);
+    }
+    response.body("application/sdp", body).into()
+}
+
+/// The RTSP feature tag (RFC 7826 `Supported`) a client sends with
+/// DESCRIBE to be offered repair streams; a reply names it when the title
+/// has them.
+const FEC_FEATURE: &str = "fjord.fec";
+
+/// Whether the request's `Supported` headers list `feature`.
+fn supports(req: &Request, feature: &str) -> bool {
+    req.headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("Supported"))
+        .flat_map(|(_, value)| value.split(','))
+        .any(|tag| tag.trim().eq_ignore_ascii_case(feature))
 }
 
 fn sdp_media(kind: TrackKind) -> &'static str {

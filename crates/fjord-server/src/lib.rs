@@ -64,6 +64,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             ts_per_rtp: config.ts_per_rtp,
             ..Default::default()
         },
+        config.fec(),
     )?;
     let listener = TcpListener::bind(SocketAddr::new(config.bind, config.port))
         .await

@@ -50,6 +50,10 @@ enum Cmd {
         /// How packets leave [default: auto, the best this kernel supports]
         #[arg(long)]
         datapath: Option<String>,
+        /// Parity for titles without a sidecar, made in the background after
+        /// on-demand ingest: auto, K:M or off [default: auto]
+        #[arg(long, value_name = "auto|K:M|off")]
+        fec: Option<String>,
         /// TOML file with the settings documented in README.md
         #[arg(long)]
         config: Option<PathBuf>,
@@ -109,8 +113,9 @@ fn main() -> ExitCode {
             bind,
             threads,
             datapath,
+            fec,
             config,
-        } => serve(root, port, bind, threads, datapath, config),
+        } => serve(root, port, bind, threads, datapath, fec, config),
         Cmd::Ingest {
             paths,
             ts_per_rtp,
@@ -137,6 +142,7 @@ fn serve(
     bind: Option<std::net::IpAddr>,
     threads: Option<usize>,
     datapath: Option<String>,
+    fec: Option<String>,
     config: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let mut cfg = match config {
@@ -157,6 +163,9 @@ fn serve(
     }
     if let Some(d) = datapath {
         cfg.datapath = d;
+    }
+    if let Some(f) = fec {
+        cfg.fec = f;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

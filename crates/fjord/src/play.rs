@@ -74,7 +74,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     );
     ensure!(args.burst != Some(0), "--burst must be at least 1");
     let mut client = RtspClient::connect(&args.url)?;
-    let describe = client.describe()?;
+    let describe = client.describe_fec()?;
     let streams = fec_streams(&describe);
     ensure!(!streams.is_empty(), "the title has no tracks");
     let (tx, rx) = mpsc::channel::<Event>();

@@ -134,7 +134,12 @@ fn random_loss_is_repaired_bit_exact_over_udp_and_tcp() {
     let server = server();
     let want = fs::read(server.media_root().join("fec.ts")).unwrap();
     let mut c = fjord_client::RtspClient::connect(&server.url("fec.ts")).unwrap();
-    let sdp = c.describe().unwrap().sdp;
+    let plain = c.describe().unwrap().sdp;
+    assert!(
+        !plain.contains("FEC-FR") && !plain.contains("-fec"),
+        "repair streams offered to a client that did not ask: {plain}"
+    );
+    let sdp = c.describe_fec().unwrap().sdp;
     assert!(sdp.contains("a=group:FEC-FR S1 R1\r\n"), "{sdp}");
     assert!(
         sdp.contains("a=rtpmap:96 x-fjord-rs16/90000\r\na=fmtp:96 k=12; m=8; repair-window="),
@@ -258,16 +263,16 @@ fn load_recovers_every_dropped_packet_over_udp_and_tcp_and_reports_bursts_beyond
     });
 }
 
-/// ffmpeg does not ask for the repair stream (or ignores it) and receives
-/// the same frames as from the file.
+/// ffmpeg does not ask for repair streams, so it is offered none: it
+/// receives exactly the file's streams (every one mapped) and frames.
 #[test]
 fn ffmpeg_plays_a_protected_title_unchanged() {
     let server = server();
     let frames = |input: &[&str]| {
         let mut cmd = Command::new("ffmpeg");
-        cmd.args(["-nostdin", "-v", "error"]).args(input).args([
-            "-map", "0:v", "-map", "0:a", "-c", "copy", "-f", "framemd5", "-",
-        ]);
+        cmd.args(["-nostdin", "-v", "error"])
+            .args(input)
+            .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-"]);
         let out = run_bounded(cmd, Duration::from_secs(60));
         assert!(out.status.success(), "ffmpeg {input:?}: {}", out.stderr);
         // (stream, size, md5) per frame: timestamps shift with the session.
@@ -291,6 +296,13 @@ fn ffmpeg_plays_a_protected_title_unchanged() {
             "-i",
             &url,
         ]);
+        let streams = |frames: &[(String, String, String)]| {
+            frames
+                .iter()
+                .map(|f| f.0.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        assert_eq!(streams(&got), streams(&want), "ffmpeg {transport}: streams");
         for stream in ["0", "1"] {
             let g: Vec<_> = got.iter().filter(|f| f.0 == stream).collect();
             let w: Vec<_> = want.iter().filter(|f| f.0 == stream).collect();
@@ -306,4 +318,48 @@ fn ffmpeg_plays_a_protected_title_unchanged() {
             );
         }
     }
+}
+
+fn sdp_of(server: &Server, title: &str) -> String {
+    let mut c = fjord_client::RtspClient::connect(&server.url(title)).unwrap();
+    c.describe_fec().expect("DESCRIBE").sdp
+}
+
+/// A title first met by `serve` is served at once without parity, which is
+/// then made in the background; later clients are offered the repair
+/// stream, and it repairs. `fec = "off"` makes none.
+#[test]
+fn serve_makes_parity_for_new_titles_in_the_background() {
+    let populate = |root: &Path| {
+        fs::copy(source(), root.join("fec.ts")).unwrap();
+    };
+    let server = Server::start_with("fec = \"12:8\"\n", populate);
+    let media = server.root.path().join("media");
+    let first = sdp_of(&server, "fec.ts");
+    assert!(media.join("fec.ts.fjidx").exists(), "ingested on demand");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut sdp = first;
+    while !sdp.contains("a=group:FEC-FR") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no repair stream offered 30 s after the first DESCRIBE:\n{sdp}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        sdp = sdp_of(&server, "fec.ts");
+    }
+    assert!(media.join("fec.ts.fjfec").exists());
+    let dir = tempfile::tempdir().unwrap();
+    let (report, got) = play(&server, dir.path(), "fec.ts", &["--drop", "0.1"]);
+    assert!(report.get("recovered") > 0, "{}", report.text);
+    assert_eq!(report.get("unrecoverable"), 0, "{}", report.text);
+    assert!(
+        got == fs::read(source()).unwrap(),
+        "recovered stream differs"
+    );
+
+    let off = Server::start_with("fec = \"off\"\n", populate);
+    let sdp = sdp_of(&off, "fec.ts");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!sdp.contains("FEC-FR"));
+    assert!(!off.root.path().join("media/fec.ts.fjfec").exists());
 }
