@@ -265,12 +265,21 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
     let kernel = c
         .runs
         .iter()
-        .map(|r| (r.slab_per_session, r.sunreclaim_per_session))
-        .fold((0.0, 0.0), |a, b| (f64::max(a.0, b.0), f64::max(a.1, b.1)));
+        .map(|r| {
+            (
+                r.slab_per_session,
+                r.sunreclaim_per_session,
+                r.socket_slab_per_session,
+            )
+        })
+        .fold((0.0, 0.0, 0.0), |a, b| {
+            (f64::max(a.0, b.0), f64::max(a.1, b.1), f64::max(a.2, b.2))
+        });
     let kernel = format!(
-        "at most {:.0} bytes of kernel slab per session ({:.0} unreclaimable; /proc/meminfo growth, system-wide{})",
+        "at most {:.0} bytes of kernel slab per session ({:.0} unreclaimable, {:.0} in the socket caches; /proc/meminfo and /proc/slabinfo growth, system-wide{})",
         kernel.0,
         kernel.1,
+        kernel.2,
         if a.receivers {
             ", receivers' sockets included"
         } else {
