@@ -161,8 +161,13 @@ impl SharedPair {
         engine_id: u64,
     ) -> Result<(), RouteError> {
         let mut routes = self.routes();
-        if routes.contains_key(&client) {
-            return Err(RouteError::Taken);
+        // A route whose session is gone (ended without its streams) frees
+        // its address.
+        if let Some(r) = routes.get(&client) {
+            if r.session.strong_count() > 0 {
+                return Err(RouteError::Taken);
+            }
+            routes.remove(&client);
         }
         if routes.len() >= self.limit {
             return Err(RouteError::Full);
@@ -347,5 +352,9 @@ mod tests {
         // A session that is gone gets nothing, and nothing breaks.
         drop(b);
         assert!(!pair.deliver(addr_b, &rr(2, 1)));
+        // ... and its address is free again.
+        pair.unroute(stranger.local_addr().unwrap(), 3);
+        pair.route(addr_b, &a, 4).unwrap();
+        assert!(pair.deliver(addr_b, &rr(1, 1)));
     }
 }
