@@ -14,6 +14,7 @@ use std::{
 
 use fjord_engine::{
     Command, Engine, EngineConfig, Output, RepairSpec, SessionSpec, Start, ThreadStats, Title,
+    UdpSocket as FjUdp,
 };
 use fjord_fec::{FecChoice, FecParams};
 use fjord_media::synthetic::write_constant_rate;
@@ -41,6 +42,10 @@ pub struct CapacityConfig {
     /// Every session also sends its repair stream with this layout (the
     /// packet counts then include the repair packets).
     pub fec: Option<FecParams>,
+    /// `shared`: the sessions send from one unconnected socket with an
+    /// address per message (when the data path can); `per-session`: each
+    /// from its own connected socket. As the server's `udp_sockets`.
+    pub udp_sockets: String,
 }
 
 impl Default for CapacityConfig {
@@ -57,6 +62,7 @@ impl Default for CapacityConfig {
             realtime: true,
             fixed: None,
             fec: None,
+            udp_sockets: "shared".into(),
         }
     }
 }
@@ -76,6 +82,16 @@ pub struct Run {
     /// Anonymous resident memory added per session (the page cache of the
     /// title and kernel socket memory are not in it).
     pub bytes_per_session: f64,
+    /// Kernel memory per session: growth of `/proc/meminfo` `Slab` (and of
+    /// its unreclaimable part `SUnreclaim`) from before the sessions were
+    /// made to while they all play, over the sessions. System-wide: other
+    /// processes add noise, and with real receivers their sockets count too.
+    pub slab_per_session: f64,
+    pub sunreclaim_per_session: f64,
+    /// The part of it in the socket caches of `/proc/slabinfo` (`UDP`,
+    /// `UDPv6`, `sock_inode_cache`: a socket's own objects; needs root):
+    /// far less noise from other processes.
+    pub socket_slab_per_session: f64,
     pub pass: bool,
 }
 
@@ -85,6 +101,8 @@ pub const MAX_LATE_SHARE: f64 = 1e-4;
 pub struct Capacity {
     pub sink: String,
     pub datapath: String,
+    /// `shared` or `per-session`: how the sessions' UDP sockets were.
+    pub udp_sockets: &'static str,
     pub runs: Vec<Run>,
     pub best: Option<Run>,
     pub packets_per_second_per_session: f64,
@@ -121,7 +139,7 @@ fn search(
             r = probe(n)?;
         }
         bar.suspend(|| eprintln!(
-            "{:>6} sessions: {}/{} packets, {} late ({:.4} %), max late {:.2} ms, CPU {:.0} %, {:.0} ns/packet, {:.0} B/session: {}",
+            "{:>6} sessions: {}/{} packets, {} late ({:.4} %), max late {:.2} ms, CPU {:.0} %, {:.0} ns/packet, {:.0} B/session RSS, {:.0} B/session kernel slab ({:.0} unreclaimable, {:.0} in socket caches; system-wide): {}",
             r.sessions,
             r.packets,
             r.expected,
@@ -131,6 +149,9 @@ fn search(
             r.cpu * 100.0,
             r.ns_per_packet,
             r.bytes_per_session,
+            r.slab_per_session,
+            r.sunreclaim_per_session,
+            r.socket_slab_per_session,
             if r.pass { "pass" } else { "FAIL" }
         ));
         runs.push(r);
@@ -175,9 +196,10 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     std::fs::write(
         &config,
         format!(
-            "root = {:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\ndatapath = {:?}\nmax_sessions = 100000\nmax_connections = 100000\nburst_ms = {}\nrealtime = {}\n",
+            "root = {:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\ndatapath = {:?}\nudp_sockets = {:?}\nmax_sessions = 100000\nmax_connections = 100000\nburst_ms = {}\nrealtime = {}\n",
             dir.path(),
             cfg.datapath,
+            cfg.udp_sockets,
             cfg.burst.as_millis(),
             cfg.realtime
         ),
@@ -189,11 +211,34 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     let runs = search(cfg.max_sessions, cfg.fixed, |n| {
         let cpu0 = server.cpu()?;
         let t0 = Instant::now();
+        let (mem0, rss0) = (meminfo(), rss_of(server.child.id()));
+        // The peak while the sessions play, sampled beside the receivers.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let (stop, pid) = (stop.clone(), server.child.id());
+            std::thread::spawn(move || {
+                let mut peak = (mem0, rss0);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(250));
+                    let m = meminfo();
+                    peak.0 = Meminfo {
+                        slab: peak.0.slab.max(m.slab),
+                        sunreclaim: peak.0.sunreclaim.max(m.sunreclaim),
+                        sockets: peak.0.sockets.max(m.sockets),
+                    };
+                    peak.1 = peak.1.max(rss_of(pid));
+                }
+                peak
+            })
+        };
         let report = fjord_client::load::run(&fjord_client::load::LoadConfig::new(
             url.clone(),
             n,
             Duration::from_secs_f64(cfg.seconds),
-        ))?;
+        ));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (mem1, rss1) = sampler.join().unwrap_or((mem0, rss0));
+        let report = report?;
         let cpu = (server.cpu()? - cpu0).as_secs_f64();
         let wall = t0.elapsed().as_secs_f64();
         let t = &report.totals;
@@ -207,7 +252,10 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
             cpu: cpu / wall,
             ns_per_packet: cpu * 1e9 / t.packets.max(1) as f64,
             gbps: t.mbps / 1e3,
-            bytes_per_session: 0.0,
+            bytes_per_session: rss1.saturating_sub(rss0) as f64 / n as f64,
+            slab_per_session: mem1.per_session(&mem0, n).0,
+            sunreclaim_per_session: mem1.per_session(&mem0, n).1,
+            socket_slab_per_session: mem1.per_session(&mem0, n).2,
             pass: report.setup_failures == 0
                 && report.sessions_playing == n
                 && t.lost == 0
@@ -216,6 +264,7 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     })?;
     Ok(Capacity {
         sink: "loopback: fjord serve (1 engine thread, pinned) -> fjord load receivers (pinned to another CPU)".into(),
+        udp_sockets: udp_sockets(cfg, &datapath),
         datapath,
         best: best(&runs),
         runs,
@@ -313,11 +362,21 @@ pub fn run(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     })?;
     Ok(Capacity {
         sink: sink.describe(),
+        udp_sockets: udp_sockets(cfg, &datapath),
         datapath,
         best: best(&runs),
         runs,
         packets_per_second_per_session: pps,
     })
+}
+
+/// `shared` when asked for and the path can address each message.
+fn udp_sockets(cfg: &CapacityConfig, datapath: &str) -> &'static str {
+    if cfg.udp_sockets == "shared" && fjord_engine::datapath::addresses_each_message(datapath) {
+        "shared"
+    } else {
+        "per-session"
+    }
 }
 
 fn run_once(
@@ -338,14 +397,37 @@ fn run_once(
         realtime: cfg.realtime,
     })?;
     let rss_before = rss_bytes();
+    let mem_before = meminfo();
     let streams = if cfg.fec.is_some() { 2 * n } else { n };
-    let mut sockets = sink.session_sockets(streams)?;
-    let repair_sockets = sockets.split_off(n);
+    let shared = udp_sockets(cfg, datapath) == "shared";
+    // Shared: every stream sends from one unconnected socket, as the
+    // server's engine thread does; else each from its own connected one.
+    let (mut sockets, shared_socket) = if shared {
+        let s = sink.unconnected_socket()?;
+        fjord_engine::datapath::prepare_shared(&s)?;
+        (Vec::new(), Some(Arc::new(s)))
+    } else {
+        (sink.session_sockets(streams)?, None)
+    };
+    let repair_sockets = sockets.split_off(sockets.len().min(n));
     let rtcp = UdpSocket::bind("127.0.0.1:0")?;
     let rtcp_peer = rtcp.local_addr()?;
-    for (i, rtp) in sockets.into_iter().enumerate() {
-        rtp.set_nonblocking(true)?;
+    let rtcp_shared = Arc::new(socket2::Socket::from(rtcp.try_clone()?));
+    let mut sockets = sockets.into_iter();
+    let mut repair_sockets = repair_sockets.into_iter();
+    let out = |own: Option<socket2::Socket>| -> anyhow::Result<FjUdp> {
+        Ok(match (&shared_socket, own) {
+            (Some(s), _) => FjUdp::Shared(s.clone()),
+            (None, Some(s)) => {
+                s.set_nonblocking(true)?;
+                FjUdp::Own(s)
+            }
+            (None, None) => anyhow::bail!("no socket for a stream"),
+        })
+    };
+    for i in 0..n {
         let id = i as u64 + 1;
+        let rtp = out(sockets.next())?;
         engine.send(
             0,
             Command::Add(Box::new(SessionSpec {
@@ -358,13 +440,13 @@ fn run_once(
                 output: Output::Udp {
                     rtp,
                     rtp_peer: sink.dest(i),
-                    rtcp: socket2::Socket::from(rtcp.try_clone()?),
+                    rtcp: FjUdp::Shared(rtcp_shared.clone()),
                     rtcp_peer,
                 },
             })),
         );
-        if let Some(repair) = repair_sockets.get(i) {
-            repair.set_nonblocking(true)?;
+        if cfg.fec.is_some() {
+            let repair = out(repair_sockets.next())?;
             engine.send(
                 0,
                 Command::AttachRepair {
@@ -374,9 +456,9 @@ fn run_once(
                         seq0: 0,
                         payload_type: 96,
                         output: Output::Udp {
-                            rtp: repair.try_clone()?,
+                            rtp: repair,
                             rtp_peer: sink.dest(n + i),
-                            rtcp: socket2::Socket::from(rtcp.try_clone()?),
+                            rtcp: FjUdp::Shared(rtcp_shared.clone()),
                             rtcp_peer,
                         },
                     }),
@@ -416,6 +498,7 @@ fn run_once(
     let s1 = one(&engine);
     let wall = t0.elapsed().as_secs_f64();
     let rss_after = rss_bytes();
+    let mem_after = meminfo();
     engine.shutdown();
 
     let packets = s1.packets - s0.packets;
@@ -437,6 +520,9 @@ fn run_once(
         ns_per_packet: cpu * 1e9 / packets.max(1) as f64,
         gbps: packets as f64 * cfg.payload as f64 * 8.0 / wall / 1e9,
         bytes_per_session: (rss_after.saturating_sub(rss_before)) as f64 / n as f64,
+        slab_per_session: mem_after.per_session(&mem_before, n).0,
+        sunreclaim_per_session: mem_after.per_session(&mem_before, n).1,
+        socket_slab_per_session: mem_after.per_session(&mem_before, n).2,
         pass,
     })
 }
@@ -472,11 +558,70 @@ fn title(
 /// Anonymous resident memory of this process: the server's own memory,
 /// not the page cache the mapped titles share.
 fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    kb_field("/proc/self/status", "RssAnon:")
+}
+
+/// Anonymous resident memory of process `pid` (the `fjord serve` child).
+fn rss_of(pid: u32) -> u64 {
+    kb_field(&format!("/proc/{pid}/status"), "RssAnon:")
+}
+
+/// The kernel's slab memory, system-wide (`/proc/meminfo`), in bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Meminfo {
+    slab: u64,
+    sunreclaim: u64,
+    sockets: u64,
+}
+
+fn meminfo() -> Meminfo {
+    Meminfo {
+        slab: kb_field("/proc/meminfo", "Slab:"),
+        sunreclaim: kb_field("/proc/meminfo", "SUnreclaim:"),
+        sockets: socket_slab(),
+    }
+}
+
+/// Bytes of slab pages the socket caches hold (`/proc/slabinfo`: UDP and
+/// UDPv6 socket objects and their inodes); 0 when unreadable (not root).
+fn socket_slab() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/slabinfo") else {
+        return 0;
+    };
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if !matches!(f.first(), Some(&("UDP" | "UDPv6" | "sock_inode_cache"))) {
+                return None;
+            }
+            // name active_objs num_objs objsize objperslab pagesperslab :
+            // tunables ... : slabdata active_slabs num_slabs sharedavail
+            let pages: u64 = f.get(5)?.parse().ok()?;
+            let slabs: u64 = f.get(14)?.parse().ok()?;
+            Some(slabs * pages * 4096)
+        })
+        .sum()
+}
+
+impl Meminfo {
+    /// Growth from `before`, per session.
+    fn per_session(&self, before: &Meminfo, n: usize) -> (f64, f64, f64) {
+        let d = |a: u64, b: u64| a.saturating_sub(b) as f64 / n.max(1) as f64;
+        (
+            d(self.slab, before.slab),
+            d(self.sunreclaim, before.sunreclaim),
+            d(self.sockets, before.sockets),
+        )
+    }
+}
+
+/// A `NAME: N kB` line of a /proc file, in bytes (0 when absent).
+fn kb_field(path: &str, name: &str) -> u64 {
+    std::fs::read_to_string(path)
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .find_map(|l| l.strip_prefix(name))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .unwrap_or(0)
@@ -492,5 +637,80 @@ fn raise_fd_limit() {
             r.rlim_cur = r.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
         }
+    }
+}
+
+impl Capacity {
+    /// Every run as a markdown table, with how it was made.
+    pub fn markdown(&self, command: &str) -> String {
+        let mut s = format!(
+            "# fjord bench capacity\n\n`{command}`\n\nsink: {}  \ndata path: {}  \nUDP sockets: {}\n\n\
+             Kernel slab per session is the growth of `/proc/meminfo` `Slab` \
+             (`SUnreclaim`: its unreclaimable part) from before the sessions were \
+             made to while they all play, divided by the sessions. It is \
+             system-wide: other processes add noise{}. Socket caches: the part \
+             in the `UDP`, `UDPv6` and `sock_inode_cache` slabs (`/proc/slabinfo`), \
+             with far less noise.\n\n\
+             | sessions | packets | late | max late ms | CPU % | ns/packet | RSS B/session | slab B/session | SUnreclaim B/session | socket caches B/session | result |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+            self.sink,
+            self.datapath,
+            self.udp_sockets,
+            if self.sink.starts_with("loopback: fjord serve") {
+                ", and the receivers' own sockets and RTSP connections count too"
+            } else {
+                ""
+            }
+        );
+        for r in &self.runs {
+            s += &format!(
+                "| {} | {} | {} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} |\n",
+                r.sessions,
+                r.packets,
+                r.late,
+                r.max_late.as_secs_f64() * 1e3,
+                r.cpu * 100.0,
+                r.ns_per_packet,
+                r.bytes_per_session,
+                r.slab_per_session,
+                r.sunreclaim_per_session,
+                r.socket_slab_per_session,
+                if r.pass { "pass" } else { "FAIL" }
+            );
+        }
+        s
+    }
+
+    /// Every run as JSON (no serde in this crate's output path: flat numbers).
+    pub fn json(&self) -> String {
+        let runs: Vec<String> = self
+            .runs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"sessions\":{},\"packets\":{},\"expected\":{},\"late\":{},\"max_late_ms\":{:.3},\"cpu\":{:.4},\"ns_per_packet\":{:.1},\"gbps\":{:.3},\"rss_bytes_per_session\":{:.1},\"slab_bytes_per_session\":{:.1},\"sunreclaim_bytes_per_session\":{:.1},\"socket_slab_bytes_per_session\":{:.1},\"pass\":{}}}",
+                    r.sessions,
+                    r.packets,
+                    r.expected,
+                    r.late,
+                    r.max_late.as_secs_f64() * 1e3,
+                    r.cpu,
+                    r.ns_per_packet,
+                    r.gbps,
+                    r.bytes_per_session,
+                    r.slab_per_session,
+                    r.sunreclaim_per_session,
+                    r.socket_slab_per_session,
+                    r.pass
+                )
+            })
+            .collect();
+        format!(
+            "{{\"sink\":{:?},\"datapath\":{:?},\"udp_sockets\":{:?},\"kernel_memory\":\"system-wide /proc/meminfo Slab and SUnreclaim growth per session\",\"runs\":[{}]}}\n",
+            self.sink,
+            self.datapath,
+            self.udp_sockets,
+            runs.join(",")
+        )
     }
 }

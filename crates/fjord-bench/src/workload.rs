@@ -169,6 +169,7 @@ pub fn stream(
             batch.bursts.push(Burst {
                 socket: &sessions.sockets[s],
                 dest: sessions.dests[s],
+                shared: false,
                 packets: first..batch.packets.len(),
             });
         }

@@ -35,12 +35,13 @@ pub struct RepairSpec {
 }
 
 pub enum Output {
-    /// RTP on a socket connected to the client's RTP port; RTCP on a second
-    /// socket (shared with the control plane, which reads receiver reports).
+    /// RTP to the client's RTP port; RTCP (sender reports, BYE) to its RTCP
+    /// port from a second socket, which the control plane also reads for
+    /// receiver reports.
     Udp {
-        rtp: socket2::Socket,
+        rtp: UdpSocket,
         rtp_peer: SocketAddr,
-        rtcp: socket2::Socket,
+        rtcp: UdpSocket,
         rtcp_peer: SocketAddr,
     },
     /// `$`-framed on the client's RTSP connection, attached with
@@ -50,6 +51,38 @@ pub enum Output {
         rtp_channel: u8,
         rtcp_channel: u8,
     },
+}
+
+/// A UDP socket a stream sends from.
+pub enum UdpSocket {
+    /// The stream's own socket: for RTP, connected to the peer (the paths
+    /// that cannot address each message need that); for RTCP, bound to the
+    /// session's server port and addressed per message.
+    Own(socket2::Socket),
+    /// An unconnected socket that many streams of one engine thread share
+    /// (bound to the server's one RTP or RTCP port): every message names
+    /// its destination. Only an engine thread's own streams may share an
+    /// RTP socket (zero-copy completions are read per socket).
+    Shared(Arc<socket2::Socket>),
+}
+
+impl UdpSocket {
+    pub fn socket(&self) -> &socket2::Socket {
+        match self {
+            UdpSocket::Own(s) => s,
+            UdpSocket::Shared(s) => s,
+        }
+    }
+
+    pub fn is_shared(&self) -> bool {
+        matches!(self, UdpSocket::Shared(_))
+    }
+}
+
+impl From<socket2::Socket> for UdpSocket {
+    fn from(s: socket2::Socket) -> Self {
+        UdpSocket::Own(s)
+    }
 }
 
 /// Where a PLAY starts.

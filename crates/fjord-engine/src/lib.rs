@@ -14,6 +14,8 @@ mod thread;
 pub mod title;
 mod wheel;
 
-pub use command::{Command, LATE, Output, PlayInfo, RepairSpec, SessionSpec, Start, ThreadStats};
+pub use command::{
+    Command, LATE, Output, PlayInfo, RepairSpec, SessionSpec, Start, ThreadStats, UdpSocket,
+};
 pub use thread::{Engine, EngineConfig};
 pub use title::Title;

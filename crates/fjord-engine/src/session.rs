@@ -654,7 +654,7 @@ fn send_rtcp(output: &Output, bytes: &[u8], p: &mut Pacing) {
         Output::Udp {
             rtcp, rtcp_peer, ..
         } => {
-            let _ = rtcp.send_to(bytes, &(*rtcp_peer).into());
+            let _ = rtcp.socket().send_to(bytes, &(*rtcp_peer).into());
         }
         Output::Interleaved {
             conn, rtcp_channel, ..
@@ -723,9 +723,9 @@ mod tests {
         session_with(
             title,
             Output::Udp {
-                rtp: udp(),
+                rtp: udp().into(),
                 rtp_peer: "127.0.0.1:9".parse().unwrap(),
-                rtcp: udp(),
+                rtcp: udp().into(),
                 rtcp_peer: client_rtcp.local_addr().unwrap(),
             },
         )
@@ -936,9 +936,9 @@ mod tests {
         let mut s = session_with(
             title.clone(),
             Output::Udp {
-                rtp,
+                rtp: rtp.into(),
                 rtp_peer: rx.local_addr().unwrap(),
-                rtcp: udp(),
+                rtcp: udp().into(),
                 rtcp_peer: rx.local_addr().unwrap(),
             },
         );
@@ -1047,9 +1047,9 @@ mod tests {
             seq0: 65535,
             payload_type: 100,
             output: Output::Udp {
-                rtp: udp(),
+                rtp: udp().into(),
                 rtp_peer: "127.0.0.1:9".parse().unwrap(),
-                rtcp: udp(),
+                rtcp: udp().into(),
                 rtcp_peer: rtcp.local_addr().unwrap(),
             },
         };

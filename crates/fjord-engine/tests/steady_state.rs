@@ -12,7 +12,10 @@ use std::{
     time::Duration,
 };
 
-use fjord_engine::{Command, Engine, EngineConfig, Output, SessionSpec, Start, Title, datapath};
+use fjord_engine::{
+    Command, Engine, EngineConfig, Output, SessionSpec, Start, Title, UdpSocket as UdpSocket2,
+    datapath,
+};
 use fjord_media::{
     plan::PacketRecord,
     synthetic::{write_constant_rate, write_video_track},
@@ -91,11 +94,20 @@ fn streaming_sessions_allocate_nothing_per_packet() {
         let receivers: Vec<UdpSocket> = (0..20)
             .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
             .collect();
+        let udp = || socket2::Socket::from(UdpSocket::bind("127.0.0.1:0").unwrap());
+        // Every other session sends from one shared unconnected socket
+        // (the paths that can address each message).
+        let shared = std::sync::Arc::new(udp());
+        datapath::prepare_shared(&shared).unwrap();
         for (i, rx) in receivers.iter().enumerate() {
-            let udp = || socket2::Socket::from(UdpSocket::bind("127.0.0.1:0").unwrap());
-            let rtp = udp();
-            rtp.connect(&rx.local_addr().unwrap().into()).unwrap();
-            rtp.set_nonblocking(true).unwrap();
+            let rtp = if i % 4 >= 2 && datapath::addresses_each_message(path) {
+                UdpSocket2::Shared(shared.clone())
+            } else {
+                let rtp = udp();
+                rtp.connect(&rx.local_addr().unwrap().into()).unwrap();
+                rtp.set_nonblocking(true).unwrap();
+                rtp.into()
+            };
             let id = i as u64 + 1;
             engine.send(
                 id,
@@ -109,7 +121,7 @@ fn streaming_sessions_allocate_nothing_per_packet() {
                     output: Output::Udp {
                         rtp,
                         rtp_peer: rx.local_addr().unwrap(),
-                        rtcp: udp(),
+                        rtcp: udp().into(),
                         rtcp_peer: rx.local_addr().unwrap(),
                     },
                 })),

@@ -44,6 +44,13 @@ pub struct Config {
     /// How packets leave: `auto` (the best the kernel supports) or a name
     /// from `fjord_engine::datapath::NAMES`.
     pub datapath: String,
+    /// `shared`: all UDP sessions use one server port pair (per local
+    /// address), each engine thread sending from one unconnected socket
+    /// bound to its RTP port, RTCP read from one socket and demultiplexed
+    /// by the client's address; `per-session`: a port pair and connected
+    /// socket per session. The data paths that need a connected socket
+    /// (`read-writev`, `sendfile-cork`) always use `per-session`.
+    pub udp_sockets: String,
     pub rtcp_interval_s: u64,
     /// TS packets per RTP packet when titles are ingested on demand (1..=7).
     pub ts_per_rtp: u8,
@@ -73,6 +80,7 @@ impl Default for Config {
             rtp_port_max: 59999,
             burst_ms: 40,
             datapath: "auto".to_owned(),
+            udp_sockets: "shared".to_owned(),
             capacity_pps_per_core: 0,
             realtime: false,
             rtcp_interval_s: 5,
@@ -129,6 +137,9 @@ impl Config {
         }
         if let Err(e) = self.fec.parse::<fjord_fec::FecChoice>() {
             return Err(ConfigError::Invalid(format!("fec: {e}")));
+        }
+        if !matches!(self.udp_sockets.as_str(), "shared" | "per-session") {
+            return bad("udp_sockets must be \"shared\" or \"per-session\"");
         }
         if self.max_connections == 0 || self.max_sessions == 0 {
             return bad("max_connections and max_sessions must be at least 1");
@@ -209,6 +220,10 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("fec = \"off\"").unwrap();
         assert_eq!(c.fec(), fjord_fec::FecChoice::Off);
+        let c: Config = toml::from_str("udp_sockets = \"pooled\"").unwrap();
+        assert!(c.validate().is_err());
+        let c: Config = toml::from_str("udp_sockets = \"per-session\"").unwrap();
+        c.validate().unwrap();
         let c: Config = toml::from_str("destination_allow = [\"10.0.0.0/8\"]").unwrap();
         assert!(c.destination_allow[0].contains(&"10.1.2.3".parse::<IpAddr>().unwrap()));
     }

@@ -6,7 +6,7 @@ use std::{
     sync::Arc,
 };
 
-use fjord_engine::{Command, Output, PlayInfo, RepairSpec, SessionSpec, Start, Title};
+use fjord_engine::{Command, Output, PlayInfo, RepairSpec, SessionSpec, Start, Title, UdpSocket};
 use fjord_media::index::TrackKind;
 use fjord_proto::{
     rtsp::{
@@ -25,6 +25,7 @@ use crate::{
     Server,
     conn::Conn,
     session::{ReceiverStats, Session, Stream, rtcp_reader},
+    shared::{RouteError, SharedPair},
 };
 
 pub(crate) struct Reply {
@@ -391,35 +392,60 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             {
                 return fail(403, "RTP goes only to the requesting client's address");
             }
-            let pair = match udp_output(server, conn.local.ip(), dest, client_rtp) {
-                Ok(p) => p,
-                Err(e) => return fail(453, &e.to_string()),
-            };
-            let rtcp_peer = SocketAddr::new(dest, client_rtcp);
-            let reader = match pair.rtcp.try_clone() {
-                Ok(r) => r,
-                Err(e) => return fail(500, &e.to_string()),
-            };
-            let reply = transport::reply_udp(
-                client_rtp,
-                client_rtcp,
-                pair.rtp_port,
-                pair.rtp_port + 1,
-                ssrc,
-            );
-            let output = Output::Udp {
-                rtp: pair.rtp,
-                rtp_peer: SocketAddr::new(dest, client_rtp),
-                rtcp: pair.rtcp,
-                rtcp_peer,
-            };
-            (
-                output,
-                reservation.thread as u64,
-                reply,
-                None,
-                Some((reader, rtcp_peer)),
-            )
+            let shard = reservation.thread as u64;
+            if let Some(shared) = &server.shared {
+                let pair = match shared.pair(conn.local.ip(), &server.ports) {
+                    Ok(p) => p,
+                    Err(e) => return fail(453, &e.to_string()),
+                };
+                let rtp_peer = pair.peer(SocketAddr::new(dest, client_rtp));
+                let rtcp_peer = pair.peer(SocketAddr::new(dest, client_rtcp));
+                match pair.route(rtcp_peer, &session, engine_id) {
+                    Ok(()) => {}
+                    Err(RouteError::Taken) => {
+                        return fail(461, "client_port already in use by another stream");
+                    }
+                    Err(RouteError::Full) => return fail(453, "too many UDP streams"),
+                }
+                let reply = transport::reply_udp(
+                    client_rtp,
+                    client_rtcp,
+                    pair.rtp_port,
+                    pair.rtp_port + 1,
+                    ssrc,
+                );
+                let output = Output::Udp {
+                    rtp: UdpSocket::Shared(pair.rtp(shard)),
+                    rtp_peer,
+                    rtcp: UdpSocket::Shared(pair.rtcp()),
+                    rtcp_peer,
+                };
+                (output, shard, reply, None, RtcpIn::Routed(pair, rtcp_peer))
+            } else {
+                let pair = match udp_output(server, conn.local.ip(), dest, client_rtp) {
+                    Ok(p) => p,
+                    Err(e) => return fail(453, &e.to_string()),
+                };
+                let rtcp_peer = SocketAddr::new(dest, client_rtcp);
+                let reader = match pair.rtcp.try_clone() {
+                    Ok(r) => r,
+                    Err(e) => return fail(500, &e.to_string()),
+                };
+                let reply = transport::reply_udp(
+                    client_rtp,
+                    client_rtcp,
+                    pair.rtp_port,
+                    pair.rtp_port + 1,
+                    ssrc,
+                );
+                let output = Output::Udp {
+                    rtp: pair.rtp.into(),
+                    rtp_peer: SocketAddr::new(dest, client_rtp),
+                    rtcp: pair.rtcp.into(),
+                    rtcp_peer,
+                };
+                (output, shard, reply, None, RtcpIn::Own(reader, rtcp_peer))
+            }
         }
         TransportRequest::Tcp {
             rtp_channel,
@@ -446,7 +472,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                 conn.id,
                 reply,
                 Some((rtp_channel, rtcp_channel)),
-                None,
+                RtcpIn::Interleaved,
             )
         }
     };
@@ -471,11 +497,21 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         })),
     };
     server.engine.send(shard, command);
-    let rtcp_task = rtcp.and_then(|(socket, peer)| {
-        socket.set_nonblocking(true).ok()?;
-        let socket = tokio::net::UdpSocket::from_std(socket.into()).ok()?;
-        Some(tokio::spawn(rtcp_reader(socket, peer, session.clone(), engine_id)).abort_handle())
-    });
+    let (rtcp_task, route) = match rtcp {
+        RtcpIn::Own(socket, peer) => {
+            let task = (|| {
+                socket.set_nonblocking(true).ok()?;
+                let socket = tokio::net::UdpSocket::from_std(socket.into()).ok()?;
+                Some(
+                    tokio::spawn(rtcp_reader(socket, peer, session.clone(), engine_id))
+                        .abort_handle(),
+                )
+            })();
+            (task, None)
+        }
+        RtcpIn::Routed(pair, client) => (None, Some((pair, client))),
+        RtcpIn::Interleaved => (None, None),
+    };
     {
         let mut inner = session.lock();
         inner.streams.push(Stream {
@@ -486,6 +522,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             url: req.uri.clone(),
             interleaved,
             rtcp_task,
+            route,
             reports: ReceiverStats::default(),
             reservation,
         });
@@ -501,6 +538,17 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         .header("Transport", &transport_reply)
         .header("Session", session_header(server, &session.id))
         .into()
+}
+
+/// Where a stream's RTCP from the client comes in.
+enum RtcpIn {
+    /// On the session's own RTCP socket (a reader task per stream), from
+    /// the client's address.
+    Own(socket2::Socket, SocketAddr),
+    /// On the shared pair's socket, routed by the client's RTCP address.
+    Routed(Arc<SharedPair>, SocketAddr),
+    /// In `$` frames on the RTSP connection.
+    Interleaved,
 }
 
 fn udp_output(

@@ -9,6 +9,7 @@ mod conn;
 mod control;
 mod ports;
 mod session;
+mod shared;
 
 use std::{
     net::SocketAddr,
@@ -28,6 +29,7 @@ pub use catalog::{Catalog, CatalogError};
 pub use config::{Config, ConfigError};
 use ports::PortPool;
 use session::Sessions;
+use shared::SharedPorts;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -44,6 +46,9 @@ pub(crate) struct Server {
     engine: Engine,
     sessions: Sessions,
     ports: PortPool,
+    /// The one port pair of all UDP sessions (`udp_sockets = "shared"`),
+    /// or none: a pair per session.
+    shared: Option<SharedPorts>,
     admission: Admission,
     ids: AtomicU64,
 }
@@ -93,6 +98,16 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             max_body_bytes: config.max_body_bytes,
         },
         ports: PortPool::new(config.rtp_port_min, config.rtp_port_max),
+        shared: (config.udp_sockets == "shared"
+            && fjord_engine::datapath::addresses_each_message(engine.datapath()))
+        .then(|| {
+            SharedPorts::new(
+                config.threads(),
+                config
+                    .max_sessions
+                    .saturating_mul(shared::ROUTES_PER_SESSION),
+            )
+        }),
         admission: Admission::new(config.threads(), config.capacity_pps_per_core()),
         catalog,
         engine,
@@ -104,6 +119,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     tracing::info!(
         root = %server.catalog.root().display(),
         datapath = server.engine.datapath(),
+        udp_sockets = if server.shared.is_some() { "shared" } else { "per-session" },
         threads = server.admission.threads(),
         capacity_pps_per_core = ?server.admission.capacity(),
         "serving"

@@ -36,13 +36,24 @@ impl PortPool {
 
     /// Binds a free pair on `ip`; fails when every pair in the range is taken.
     pub fn bind(&self, ip: IpAddr) -> io::Result<PortPair> {
+        self.bind_with(ip, false)
+    }
+
+    /// Binds a free pair on `ip` whose RTP port more sockets may join
+    /// with [`bind_rtp_again`] (`SO_REUSEPORT`, one per engine thread). The
+    /// RTCP port, bound first and exclusively, keeps the pair ours.
+    pub fn bind_shared(&self, ip: IpAddr) -> io::Result<PortPair> {
+        self.bind_with(ip, true)
+    }
+
+    fn bind_with(&self, ip: IpAddr, shared: bool) -> io::Result<PortPair> {
         for _ in 0..self.pairs {
             let k = self.cursor.fetch_add(1, Ordering::Relaxed) % self.pairs;
             let rtp_port = ((self.first_pair + k) * 2) as u16;
-            let Ok(rtp) = udp(SocketAddr::new(ip, rtp_port)) else {
+            let Ok(rtcp) = udp(SocketAddr::new(ip, rtp_port + 1), false) else {
                 continue;
             };
-            let Ok(rtcp) = udp(SocketAddr::new(ip, rtp_port + 1)) else {
+            let Ok(rtp) = udp(SocketAddr::new(ip, rtp_port), shared) else {
                 continue;
             };
             return Ok(PortPair {
@@ -58,8 +69,16 @@ impl PortPool {
     }
 }
 
-fn udp(addr: SocketAddr) -> io::Result<Socket> {
+/// Another socket on the RTP port of a pair from [`PortPool::bind_shared`].
+pub fn bind_rtp_again(addr: SocketAddr) -> io::Result<Socket> {
+    udp(addr, true)
+}
+
+fn udp(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
     s.bind(&addr.into())?;
     Ok(s)
 }

@@ -10,7 +10,10 @@ use std::{
 
 use fjord_engine::{Command, Engine, Title};
 
-use crate::admission::{Admission, Reservation};
+use crate::{
+    admission::{Admission, Reservation},
+    shared::SharedPair,
+};
 use fjord_proto::{
     rtcp::{ReportBlock, RtcpInfo},
     rtsp::session::State,
@@ -44,6 +47,9 @@ pub struct Stream {
     pub url: String,
     pub interleaved: Option<(u8, u8)>,
     pub rtcp_task: Option<tokio::task::AbortHandle>,
+    /// The stream's RTCP route on the shared port pair (its client's RTCP
+    /// address), removed when the stream ends.
+    pub route: Option<(Arc<SharedPair>, SocketAddr)>,
     pub reports: ReceiverStats,
     /// Its share of the engine thread's capacity.
     pub reservation: Reservation,
@@ -57,6 +63,25 @@ pub struct ReceiverStats {
     pub cumulative_lost: u32,
     pub highest_seq: u32,
     pub jitter: u32,
+}
+
+#[cfg(test)]
+impl Stream {
+    /// A UDP stream with no engine behind it.
+    pub fn test_stream(engine_id: u64) -> Self {
+        Stream {
+            track: 0,
+            repair: false,
+            engine_id,
+            shard: 0,
+            url: String::new(),
+            interleaved: None,
+            rtcp_task: None,
+            route: None,
+            reports: ReceiverStats::default(),
+            reservation: Admission::new(1, None).reserve(None, 0).expect("no limit"),
+        }
+    }
 }
 
 impl ReceiverStats {
@@ -165,6 +190,9 @@ impl Sessions {
             admission.release(&st.reservation);
             if let Some(t) = st.rtcp_task {
                 t.abort();
+            }
+            if let Some((pair, client)) = st.route {
+                pair.unroute(client, st.engine_id);
             }
         }
         true

@@ -210,6 +210,14 @@ pub struct CapacityArgs {
     /// repair packets); compare with a run without it at --sessions N
     #[arg(long, value_name = "K:M")]
     fec: Option<fjord_fec::FecChoice>,
+    /// UDP sockets of the sessions: `shared` (one unconnected socket, an
+    /// address per message, as `fjord serve` by default) or `per-session`
+    /// (a connected socket each)
+    #[arg(long, default_value = "shared", value_parser = ["shared", "per-session"])]
+    udp_sockets: String,
+    /// Directory for capacity.md and capacity.json (every run)
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
@@ -231,6 +239,7 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
         realtime: !a.no_realtime,
         burst: std::time::Duration::from_millis(a.burst_ms),
         fixed: a.sessions,
+        udp_sockets: a.udp_sockets.clone(),
         sink: if a.loopback {
             SinkChoice::Loopback
         } else {
@@ -245,6 +254,38 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
     };
     println!("sink: {}", c.sink);
     println!("data path: {}", c.datapath);
+    println!("UDP sockets: {}", c.udp_sockets);
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir)?;
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        std::fs::write(dir.join("capacity.md"), c.markdown(&command))?;
+        std::fs::write(dir.join("capacity.json"), c.json())?;
+        println!("wrote capacity.md and capacity.json to {}", dir.display());
+    }
+    let kernel = c
+        .runs
+        .iter()
+        .map(|r| {
+            (
+                r.slab_per_session,
+                r.sunreclaim_per_session,
+                r.socket_slab_per_session,
+            )
+        })
+        .fold((0.0, 0.0, 0.0), |a, b| {
+            (f64::max(a.0, b.0), f64::max(a.1, b.1), f64::max(a.2, b.2))
+        });
+    let kernel = format!(
+        "at most {:.0} bytes of kernel slab per session ({:.0} unreclaimable, {:.0} in the socket caches; /proc/meminfo and /proc/slabinfo growth, system-wide{})",
+        kernel.0,
+        kernel.1,
+        kernel.2,
+        if a.receivers {
+            ", receivers' sockets included"
+        } else {
+            ""
+        }
+    );
     let Some(best) = c.best else {
         anyhow::bail!("no run kept its deadlines on one core");
     };
@@ -253,13 +294,14 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
         .iter()
         .map(|r| r.bytes_per_session)
         .fold(0.0, f64::max);
-    let memory = if a.receivers {
-        "memory is measured in the sink mode only".to_string()
-    } else {
-        format!(
-            "at most {memory:.0} bytes of memory per session (anonymous RSS growth per added session)"
-        )
-    };
+    let memory = format!(
+        "at most {memory:.0} bytes of memory per session (anonymous RSS growth per added session{}), {kernel}",
+        if a.receivers {
+            ", of the fjord serve child"
+        } else {
+            ""
+        }
+    );
     println!(
         "capacity: {} concurrent 4.5 Mbit/s sessions on one core ({:.2} Gbit/s), {:.0} ns CPU per packet, {:.0} % of the core, {memory}, {} of {} packets late (> 2 ms)",
         best.sessions,
@@ -274,7 +316,7 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "capacity: {} concurrent 4.5 Mbit/s sessions on one core ({:.2} Gbit/s), {:.0} ns CPU per packet, {:.0} % of the core, at most {:.0} bytes of memory per session (anonymous RSS; each run's growth over the sessions it added), {} of {} packets late (> 2 ms)",
+        "capacity: {} concurrent 4.5 Mbit/s sessions on one core ({:.2} Gbit/s), {:.0} ns CPU per packet, {:.0} % of the core, at most {:.0} bytes of memory per session (anonymous RSS; each run's growth over the sessions it added), {kernel}, {} of {} packets late (> 2 ms)",
         best.sessions,
         best.gbps,
         best.ns_per_packet,

@@ -10,7 +10,9 @@ use std::{
     os::fd::AsRawFd,
 };
 
-use super::{Batch, Burst, Counters, DataPath, MAX_HEAD, Packet, iovec, is_transient};
+use socket2::SockAddr;
+
+use super::{Batch, Burst, Counters, DataPath, MAX_HEAD, Packet, iovec, is_transient, set_name};
 
 /// Segments per send: the kernel's UDP_MAX_SEGMENTS is 64 on older kernels.
 pub(crate) const MAX_SEGMENTS: usize = 64;
@@ -97,10 +99,12 @@ pub(crate) fn group_len(pkts: &[Packet<'_>]) -> usize {
     n
 }
 
-/// One `sendmsg` of `pkts` on `fd`, segmented at the first packet's size
-/// when there is more than one. `flags` adds e.g. `MSG_ZEROCOPY`.
+/// One `sendmsg` of `pkts` on `fd` (to `to` when it is unconnected),
+/// segmented at the first packet's size when there is more than one.
+/// `flags` adds e.g. `MSG_ZEROCOPY`.
 pub(crate) fn send_group(
     fd: libc::c_int,
+    to: Option<&SockAddr>,
     pkts: &[Packet<'_>],
     flags: libc::c_int,
 ) -> io::Result<()> {
@@ -110,8 +114,10 @@ pub(crate) fn send_group(
     // SAFETY: all-zero is a valid msghdr.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     fill_gso_msg(&mut msg, &mut iov, &mut control, pkts, None);
+    set_name(&mut msg, to);
     // SAFETY: the msghdr points at initialised iovecs whose buffers (heads
-    // in the batch, payloads in the mapping) outlive the call.
+    // in the batch, payloads in the mapping) and the address outlive the
+    // call.
     let r = unsafe { libc::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) };
     if r < 0 {
         return Err(io::Error::last_os_error());
@@ -176,7 +182,8 @@ impl DataPath for Gso {
         let counters = &mut self.counters;
         per_group(batch, sent, &mut counters.packets, |burst, group, _| {
             counters.syscalls += 1;
-            send_group(burst.socket.as_raw_fd(), group, 0).map(|()| group.len())
+            let to = burst.address();
+            send_group(burst.socket.as_raw_fd(), to.as_ref(), group, 0).map(|()| group.len())
         })
     }
 

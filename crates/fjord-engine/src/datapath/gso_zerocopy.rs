@@ -42,7 +42,9 @@ use std::{
 use super::{
     Batch, Counters, DataPath, MAX_HEAD, Packet,
     gso::{MAX_GROUP_IOVECS, MAX_SEGMENTS, fill_gso_msg, per_group, send_group},
+    set_name,
 };
+use socket2::SockAddr;
 
 /// Smallest send worth pinning pages for. The kernel's guidance is ~10 KB,
 /// but see [`zc_group_len`]: a zero-copy RTP send holds only ~7 packets.
@@ -241,10 +243,12 @@ fn in_range(id: u32, lo: u32, hi: u32) -> bool {
     id.wrapping_sub(lo) <= hi.wrapping_sub(lo)
 }
 
-/// One `sendmsg` of `pkts` on `fd` with heads from `heads`, segmented at
-/// the first packet's size when there is more than one.
+/// One `sendmsg` of `pkts` on `fd` (to `to` when it is unconnected) with
+/// heads from `heads`, segmented at the first packet's size when there is
+/// more than one.
 pub(crate) fn send_group_heads(
     fd: libc::c_int,
+    to: Option<&SockAddr>,
     pkts: &[Packet<'_>],
     heads: &[[u8; MAX_HEAD]],
     flags: libc::c_int,
@@ -254,6 +258,7 @@ pub(crate) fn send_group_heads(
     // SAFETY: all-zero is a valid msghdr.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     fill_gso_msg(&mut msg, &mut iov, &mut control, pkts, Some(heads));
+    set_name(&mut msg, to);
     // SAFETY: the msghdr points at initialised iovecs whose buffers (heads
     // in the slab, payloads in the mapping) outlive the call.
     let r = unsafe { libc::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) };
@@ -367,6 +372,7 @@ impl GsoZerocopy {
     fn send_one(
         &mut self,
         fd: libc::c_int,
+        to: Option<&SockAddr>,
         pkts: &[Packet<'_>],
         now: Instant,
     ) -> io::Result<usize> {
@@ -380,7 +386,7 @@ impl GsoZerocopy {
         }
         let plain = |c: &mut Counters| {
             c.syscalls += 1;
-            send_group(fd, pkts, 0).map(|()| pkts.len())
+            send_group(fd, to, pkts, 0).map(|()| pkts.len())
         };
         if !self.fds[fd as usize].enabled {
             return plain(&mut self.counters);
@@ -400,7 +406,7 @@ impl GsoZerocopy {
             h[..p.head().len()].copy_from_slice(p.head());
         }
         self.counters.syscalls += 1;
-        match send_group_heads(fd, &pkts[..n], &heads[..n], libc::MSG_ZEROCOPY) {
+        match send_group_heads(fd, to, &pkts[..n], &heads[..n], libc::MSG_ZEROCOPY) {
             Ok(()) => {
                 let st = &mut self.fds[fd as usize];
                 if !st.listed {
@@ -444,7 +450,8 @@ impl DataPath for GsoZerocopy {
             if first {
                 self.prepare(fd, now);
             }
-            self.send_one(fd, group, now)
+            let to = burst.address();
+            self.send_one(fd, to.as_ref(), group, now)
         });
         self.counters.packets += packets;
         result

@@ -5,7 +5,7 @@
 
 use std::io::{self, IoSlice};
 
-use socket2::Socket;
+use socket2::{SockAddr, Socket};
 
 use super::{Batch, Counters, DataPath, Packet, per_packet};
 
@@ -14,8 +14,14 @@ pub struct MmapWritev {
     counters: Counters,
 }
 
-/// One `sendmsg` of `p`'s parts from the batch and the mapping.
-pub(crate) fn send_mapped(c: &mut Counters, socket: &Socket, p: &Packet<'_>) -> io::Result<()> {
+/// One `sendmsg` of `p`'s parts from the batch and the mapping (to `to`
+/// when `socket` is unconnected).
+pub(crate) fn send_mapped(
+    c: &mut Counters,
+    socket: &Socket,
+    to: Option<&SockAddr>,
+    p: &Packet<'_>,
+) -> io::Result<()> {
     let mut iov = [IoSlice::new(&[]); 3];
     let mut n = 0;
     for (slot, part) in iov.iter_mut().zip(p.parts()) {
@@ -23,9 +29,11 @@ pub(crate) fn send_mapped(c: &mut Counters, socket: &Socket, p: &Packet<'_>) -> 
         n += 1;
     }
     c.syscalls += 1;
-    socket
-        .send_vectored_with_flags(&iov[..n], libc::MSG_NOSIGNAL)
-        .map(drop)
+    match to {
+        Some(to) => socket.send_to_vectored_with_flags(&iov[..n], to, libc::MSG_NOSIGNAL),
+        None => socket.send_vectored_with_flags(&iov[..n], libc::MSG_NOSIGNAL),
+    }
+    .map(drop)
 }
 
 impl DataPath for MmapWritev {
@@ -35,7 +43,7 @@ impl DataPath for MmapWritev {
 
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
         per_packet(batch, sent, &mut self.counters, |c, burst, p| {
-            send_mapped(c, burst.socket, p)
+            send_mapped(c, burst.socket, burst.address().as_ref(), p)
         })
     }
 

@@ -21,7 +21,9 @@ use std::{io, net::SocketAddr, ops::Range, os::fd::BorrowedFd};
 use fjord_fec::symbol::REPAIR_HEADER_LEN;
 use fjord_media::plan::MAX_PREFIX;
 use fjord_proto::rtp::RTP_HEADER_LEN;
-use socket2::Socket;
+use socket2::{SockAddr, Socket};
+
+use crate::UdpSocket;
 
 pub use gso::Gso;
 pub use gso_zerocopy::GsoZerocopy;
@@ -125,11 +127,36 @@ fn iovec(bytes: &[u8]) -> libc::iovec {
 
 /// Consecutive packets of one session due in this tick.
 pub struct Burst<'a> {
-    /// UDP socket connected to the client's RTP port.
+    /// The UDP socket to send from: connected to the client's RTP port, or
+    /// (`shared`) unconnected and shared by many sessions.
     pub socket: &'a Socket,
-    /// The client's RTP address (for paths sending from a shared socket).
+    /// The client's RTP address.
     pub dest: SocketAddr,
+    /// `socket` is unconnected: every message must name `dest`.
+    pub shared: bool,
     pub packets: Range<usize>,
+}
+
+impl Burst<'_> {
+    /// The address a message of this burst names (`msg_name`): `dest` on a
+    /// shared socket, none on a connected one.
+    pub fn address(&self) -> Option<SockAddr> {
+        self.shared.then(|| SockAddr::from(self.dest))
+    }
+}
+
+/// Points `msg` at `to` (or at no address).
+fn set_name(msg: &mut libc::msghdr, to: Option<&SockAddr>) {
+    match to {
+        Some(a) => {
+            msg.msg_name = a.as_ptr() as *mut libc::c_void;
+            msg.msg_namelen = a.len();
+        }
+        None => {
+            msg.msg_name = std::ptr::null_mut();
+            msg.msg_namelen = 0;
+        }
+    }
 }
 
 /// Everything one tick sends. Reused from tick to tick: steady state
@@ -163,14 +190,15 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Makes the packets added since index `first` one burst to `socket`
-    /// (none if there are none); returns how many there are.
-    pub fn close_burst(&mut self, first: usize, socket: &'a Socket, dest: SocketAddr) -> usize {
+    /// Makes the packets added since index `first` one burst to `dest`
+    /// from `socket` (none if there are none); returns how many there are.
+    pub fn close_burst(&mut self, first: usize, socket: &'a UdpSocket, dest: SocketAddr) -> usize {
         let n = self.packets.len() - first;
         if n > 0 {
             self.bursts.push(Burst {
-                socket,
+                socket: socket.socket(),
                 dest,
+                shared: socket.is_shared(),
                 packets: first..self.packets.len(),
             });
         }
@@ -274,6 +302,41 @@ fn is_transient(e: &io::Error) -> bool {
                 | libc::ENOBUFS
         )
     )
+}
+
+/// Whether path `name` can send from a socket shared by many sessions,
+/// naming each message's destination. `read-writev` (`writev`) and
+/// `sendfile-cork` (`sendfile`) cannot: they need a connected socket per
+/// session.
+pub fn addresses_each_message(name: &str) -> bool {
+    !matches!(name, "read-writev" | "sendfile-cork")
+}
+
+/// Send buffer of a socket that many sessions share: it carries a whole
+/// tick of an engine thread.
+pub const SHARED_SNDBUF: usize = 32 << 20;
+
+/// Readies `s` to be shared by an engine thread's sessions: non-blocking,
+/// a send buffer of [`SHARED_SNDBUF`] (beyond `wmem_max` where allowed:
+/// `SO_SNDBUFFORCE` needs CAP_NET_ADMIN; else as much as `wmem_max` lets).
+pub fn prepare_shared(s: &Socket) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    s.set_nonblocking(true)?;
+    let size = SHARED_SNDBUF as libc::c_int;
+    // SAFETY: a valid socket, option value pointer and length.
+    let forced = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    };
+    if !forced {
+        let _ = s.set_send_buffer_size(SHARED_SNDBUF);
+    }
+    Ok(())
 }
 
 /// Every data path, simplest first.
@@ -430,7 +493,16 @@ mod tests {
             sends
         };
         assert_eq!(gso_sends(&bursts[1]), 1, "equal wire lengths: one GSO send");
-        for name in NAMES {
+        // Each session on its own connected socket, then all on one shared
+        // unconnected socket (the paths that address each message).
+        let modes = NAMES.iter().map(|n| (*n, false)).chain(
+            NAMES
+                .iter()
+                .filter(|n| addresses_each_message(n))
+                .map(|n| (*n, true)),
+        );
+        for (name, shared) in modes {
+            let name = &name;
             let rxs: Vec<UdpSocket> = bursts
                 .iter()
                 .map(|_| {
@@ -442,6 +514,7 @@ mod tests {
                     rx
                 })
                 .collect();
+            let one = Socket::from(UdpSocket::bind("127.0.0.1:0").unwrap());
             let txs: Vec<Socket> = rxs
                 .iter()
                 .map(|rx| {
@@ -450,6 +523,13 @@ mod tests {
                     tx
                 })
                 .collect();
+            let source = |b: usize| {
+                if shared { &one } else { &txs[b] }
+                    .local_addr()
+                    .unwrap()
+                    .as_socket()
+                    .unwrap()
+            };
             let mut path = by_name(name).unwrap();
             let mut total = 0u64;
             for round in 0..2u16 {
@@ -480,8 +560,9 @@ mod tests {
                     }
                     expected.push(wire);
                     batch.bursts.push(Burst {
-                        socket: &txs[b],
+                        socket: if shared { &one } else { &txs[b] },
                         dest: rxs[b].local_addr().unwrap(),
+                        shared,
                         packets: first..batch.packets.len(),
                     });
                 }
@@ -501,9 +582,13 @@ mod tests {
                 for (b, rx) in rxs.iter().enumerate() {
                     assert_eq!(sent[b], bursts[b].len(), "{name}: burst {b} sent");
                     for (i, want) in expected[b].iter().enumerate() {
-                        let n = rx
-                            .recv(&mut buf)
+                        let (n, from) = rx
+                            .recv_from(&mut buf)
                             .unwrap_or_else(|e| panic!("{name}: burst {b} packet {i}: {e}"));
+                        // sendmmsg sends from its own socket unless shared.
+                        if shared || *name != "sendmmsg" {
+                            assert_eq!(from, source(b), "{name} shared={shared}: source");
+                        }
                         assert_eq!(
                             n,
                             want.len(),

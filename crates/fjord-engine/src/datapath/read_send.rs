@@ -79,10 +79,13 @@ impl DataPath for ReadSend {
             }
             head.copy_from_slice(p.head());
             c.syscalls += 1;
-            burst
-                .socket
-                .send_with_flags(packet, libc::MSG_NOSIGNAL)
-                .map(drop)
+            match burst.address() {
+                Some(to) => burst
+                    .socket
+                    .send_to_with_flags(packet, &to, libc::MSG_NOSIGNAL),
+                None => burst.socket.send_with_flags(packet, libc::MSG_NOSIGNAL),
+            }
+            .map(drop)
         })
     }
 

@@ -144,7 +144,7 @@ impl DataPath for SendfileCork {
             let sock = burst.socket.as_raw_fd();
             let odd = |offset: u64, run: &[u8]| offset % 2 == 1 && !run.is_empty();
             if odd(p.offset, p.payload) || odd(p.offset2, p.payload2) {
-                send_mapped(c, burst.socket, p)
+                send_mapped(c, burst.socket, None, p)
             } else if p.payload2.is_empty() {
                 send_one_run(c, sock, p)
             } else {

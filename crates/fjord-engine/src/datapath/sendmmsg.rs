@@ -7,19 +7,18 @@
 //! Per packet: 1/1024 to 1/packets-in-tick system calls; the payload is
 //! copied once, in the kernel (`user_copies` 0).
 //!
-//! `sendmmsg` takes one descriptor, and each session has its own connected
-//! socket, so this path owns one unconnected UDP socket (IPv6 dual-stack,
-//! IPv4 where the host has no IPv6) and sends everything from it. Caveat:
+//! `sendmmsg` takes one descriptor. Sessions on the engine thread's shared
+//! socket (the server's one RTP port, `udp_sockets = "shared"`) go out
+//! from it, so their source port is the announced `server_port`; a chunk
+//! ends where the socket changes. Sessions with their own connected socket
+//! (`udp_sockets = "per-session"`) go out from this path's own unconnected
+//! socket (IPv6 dual-stack, IPv4 where the host has no IPv6). Caveat there:
 //! the packets' source port is that socket's ephemeral port, not the
 //! session's `server_port` from SETUP, and the source address is what the
-//! route picks, not the address the session's socket is bound to.
-//! `IP_PKTINFO` (`ipi_spec_dst`) could pin the source address, but Linux
-//! has no control message for the source port, and one socket can be bound
-//! to only one port. Receivers that filter on the source (connected
-//! sockets, `filter_src`, strict NAT) drop these packets; ffmpeg and
-//! GStreamer by default do not. RTCP still flows on the session's sockets.
-//! ICMP errors are not seen on an unconnected socket, so refused packets
-//! count as sent.
+//! route picks; receivers that filter on the source (connected sockets,
+//! `filter_src`, strict NAT) drop them; ffmpeg and GStreamer by default do
+//! not. ICMP errors are not seen on an unconnected socket, so refused
+//! packets count as sent.
 
 use std::{
     io, mem,
@@ -108,12 +107,23 @@ impl DataPath for Sendmmsg {
     }
 
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()> {
-        let fd = self.socket()?;
+        let own = if batch.bursts.iter().all(|b| b.shared) {
+            -1
+        } else {
+            self.socket()?
+        };
         self.addrs.clear();
         for b in &batch.bursts {
-            let a = self.address(b.dest);
+            let a = if b.shared {
+                SockAddr::from(b.dest)
+            } else {
+                self.address(b.dest)
+            };
             self.addrs.push(a);
         }
+        let fd_of = |b: &super::Burst<'_>| {
+            if b.shared { b.socket.as_raw_fd() } else { own }
+        };
         for s in sent.iter_mut().take(batch.bursts.len()) {
             *s = 0;
         }
@@ -123,15 +133,23 @@ impl DataPath for Sendmmsg {
         let mut in_burst = 0;
         let mut done = 0;
         while done < total {
-            // Fill up to MAX_MESSAGES messages from (burst, in_burst) on.
-            let n = (total - done).min(MAX_MESSAGES);
+            // Fill up to MAX_MESSAGES messages from (burst, in_burst) on,
+            // all from one socket.
             self.msgs.clear();
             self.iovs.clear();
             let (mut b, mut k) = (burst, in_burst);
-            for _ in 0..n {
+            while k >= batch.bursts[b].packets.len() {
+                b += 1;
+                k = 0;
+            }
+            let fd = fd_of(&batch.bursts[b]);
+            for _ in 0..(total - done).min(MAX_MESSAGES) {
                 while k >= batch.bursts[b].packets.len() {
                     b += 1;
                     k = 0;
+                }
+                if fd_of(&batch.bursts[b]) != fd {
+                    break;
                 }
                 let p = &batch.packets[batch.bursts[b].packets.start + k];
                 let before = self.iovs.len();
@@ -144,6 +162,7 @@ impl DataPath for Sendmmsg {
                 self.msgs.push(m);
                 k += 1;
             }
+            let n = self.msgs.len();
             // The iovec array is complete (within its reserved capacity, so
             // never moved): point the messages into it.
             let mut at = 0;

@@ -28,8 +28,9 @@ use super::{
     Batch, Counters, DataPath, MAX_BATCH_PACKETS, Packet,
     gso::{MAX_GROUP_IOVECS, fill_gso_msg, group_len},
     gso_zerocopy::{MIN_ZEROCOPY_BYTES, zc_group_len},
-    is_transient,
+    is_transient, set_name,
 };
+use socket2::SockAddr;
 
 /// Submission queue entries: the most groups in one `io_uring_enter`.
 pub const ENTRIES: u32 = 512;
@@ -56,6 +57,8 @@ pub struct Uring {
     msgs: Vec<libc::msghdr>,
     iovs: Vec<Iovecs>,
     controls: Vec<[u64; 4]>,
+    /// Destination of each message on a shared socket (unused slots `None`).
+    addrs: Vec<Option<SockAddr>>,
     /// Bursts that stopped (socket full or failed) this tick.
     stopped: Vec<bool>,
     counters: Counters,
@@ -104,6 +107,7 @@ impl Uring {
             msgs: Vec::with_capacity(n),
             iovs: Vec::with_capacity(n),
             controls: Vec::with_capacity(n),
+            addrs: Vec::with_capacity(n),
             stopped: Vec::with_capacity(MAX_BATCH_PACKETS),
             counters: Counters::default(),
         }
@@ -118,6 +122,7 @@ impl Uring {
         self.msgs.clear();
         self.iovs.clear();
         self.controls.clear();
+        self.addrs.clear();
         // Capacity is ENTRIES and range.len() <= ENTRIES: no reallocation
         // below, so the pointers taken stay valid.
         debug_assert!(range.len() <= self.msgs.capacity());
@@ -135,6 +140,7 @@ impl Uring {
             self.msgs.push(unsafe { mem::zeroed() });
             self.iovs.push([MaybeUninit::uninit(); MAX_GROUP_IOVECS]);
             self.controls.push([0; 4]);
+            self.addrs.push(b.address());
             let k = self.msgs.len() - 1;
             // Heads by reference into the batch: it is not touched until
             // every completion (and zero-copy notification) is in.
@@ -145,6 +151,7 @@ impl Uring {
                 pkts,
                 None,
             );
+            set_name(&mut self.msgs[k], self.addrs[k].as_ref());
             let fd = types::Fd(b.socket.as_raw_fd());
             let flags = (libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) as u32;
             let msg = &self.msgs[k] as *const libc::msghdr;

@@ -13,3 +13,4 @@ mod fec;
 mod formats;
 mod load;
 mod peers;
+mod shared;

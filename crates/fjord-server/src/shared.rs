@@ -1,0 +1,360 @@
+//! One server port pair for every UDP session (`udp_sockets = "shared"`),
+//! as live555 and most RTSP servers do: SETUP gives every client the same
+//! `server_port=`. Per local address the server binds one pair; each engine
+//! thread sends RTP from its own unconnected socket bound to the pair's RTP
+//! port (`SO_REUSEPORT`; its zero-copy completions stay its own), with the
+//! destination in every message; sender reports and BYE leave from the
+//! RTCP socket, which also receives every client's receiver reports. A
+//! report is routed by its source address to the stream whose client
+//! announced that RTCP port; from any other address it is dropped. The
+//! kernel then holds two sockets per local address and engine thread, not
+//! two per session.
+
+use std::{
+    collections::HashMap,
+    io,
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, Mutex, MutexGuard, Weak},
+};
+
+use socket2::Socket;
+
+use crate::{
+    ports::{PortPool, bind_rtp_again},
+    session::Session,
+};
+
+/// RTCP routes a pair holds per `max_sessions`: a session's streams each
+/// have one (video, audio, their repair streams).
+pub const ROUTES_PER_SESSION: usize = 4;
+
+/// The shared pairs, one per local address, made on first use.
+pub struct SharedPorts {
+    threads: usize,
+    /// The most RTCP routes one pair holds.
+    limit: usize,
+    pairs: Mutex<HashMap<IpAddr, Arc<SharedPair>>>,
+}
+
+impl SharedPorts {
+    /// Pairs with a socket for each of `threads` engine threads, each
+    /// routing RTCP for at most `limit` streams.
+    pub fn new(threads: usize, limit: usize) -> Self {
+        Self {
+            threads: threads.max(1),
+            limit,
+            pairs: Mutex::default(),
+        }
+    }
+
+    /// The pair on `ip`: bound from `pool` and its RTCP reader started
+    /// the first time (inside the tokio runtime).
+    pub fn pair(&self, ip: IpAddr, pool: &PortPool) -> io::Result<Arc<SharedPair>> {
+        let mut pairs = self.pairs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pairs.get(&ip) {
+            return Ok(p.clone());
+        }
+        let (pair, reader) = SharedPair::bind(ip, pool, self.threads, self.limit)?;
+        let reader = tokio::net::UdpSocket::from_std(reader.into())?;
+        tokio::spawn(read_rtcp(Arc::downgrade(&pair), reader));
+        tracing::info!(%ip, rtp_port = pair.rtp_port, "shared UDP port pair");
+        pairs.insert(ip, pair.clone());
+        Ok(pair)
+    }
+}
+
+/// Where RTCP from one client address goes.
+struct Route {
+    session: Weak<Session>,
+    engine_id: u64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum RouteError {
+    /// Another stream's client already announced this RTCP address.
+    Taken,
+    /// The table holds its limit of streams.
+    Full,
+}
+
+pub struct SharedPair {
+    pub rtp_port: u16,
+    /// One RTP socket per engine thread, all on `rtp_port`.
+    rtp: Vec<Arc<Socket>>,
+    rtcp: Arc<Socket>,
+    /// By the client's RTCP address (as the kernel reports a source).
+    routes: Mutex<HashMap<SocketAddr, Route>>,
+    limit: usize,
+}
+
+impl SharedPair {
+    /// Binds the pair and returns it with a handle on its RTCP socket for
+    /// the reader.
+    fn bind(
+        ip: IpAddr,
+        pool: &PortPool,
+        threads: usize,
+        limit: usize,
+    ) -> io::Result<(Arc<Self>, Socket)> {
+        let pair = pool.bind_shared(ip)?;
+        let addr = SocketAddr::new(ip, pair.rtp_port);
+        let mut rtp = vec![pair.rtp];
+        for _ in 1..threads {
+            rtp.push(bind_rtp_again(addr)?);
+        }
+        let rtp = rtp
+            .into_iter()
+            .map(|s| {
+                fjord_engine::datapath::prepare_shared(&s)?;
+                // Nobody reads the RTP port: keep what clients send to it
+                // (NAT keep-alives) from piling up.
+                let _ = s.set_recv_buffer_size(0);
+                Ok(Arc::new(s))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        pair.rtcp.set_nonblocking(true)?;
+        let reader = pair.rtcp.try_clone()?;
+        Ok((
+            Arc::new(Self {
+                rtp_port: pair.rtp_port,
+                rtp,
+                rtcp: Arc::new(pair.rtcp),
+                routes: Mutex::default(),
+                limit,
+            }),
+            reader,
+        ))
+    }
+
+    /// The RTP socket of the engine thread that `shard` names.
+    pub fn rtp(&self, shard: u64) -> Arc<Socket> {
+        self.rtp[(shard % self.rtp.len() as u64) as usize].clone()
+    }
+
+    pub fn rtcp(&self) -> Arc<Socket> {
+        self.rtcp.clone()
+    }
+
+    /// `client` as the kernel reports the source of a datagram to this
+    /// pair's sockets (IPv4 clients of an IPv6 socket appear mapped).
+    pub fn peer(&self, client: SocketAddr) -> SocketAddr {
+        match (
+            client,
+            self.rtcp.local_addr().ok().and_then(|a| a.as_socket()),
+        ) {
+            (SocketAddr::V4(a), Some(SocketAddr::V6(_))) => {
+                SocketAddr::new(IpAddr::V6(a.ip().to_ipv6_mapped()), a.port())
+            }
+            _ => client,
+        }
+    }
+
+    fn routes(&self) -> MutexGuard<'_, HashMap<SocketAddr, Route>> {
+        self.routes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends RTCP from `client` to stream `engine_id` of `session`.
+    pub fn route(
+        &self,
+        client: SocketAddr,
+        session: &Arc<Session>,
+        engine_id: u64,
+    ) -> Result<(), RouteError> {
+        let mut routes = self.routes();
+        // A route whose session is gone (ended without its streams) frees
+        // its address.
+        if let Some(r) = routes.get(&client) {
+            if r.session.strong_count() > 0 {
+                return Err(RouteError::Taken);
+            }
+            routes.remove(&client);
+        }
+        if routes.len() >= self.limit {
+            return Err(RouteError::Full);
+        }
+        routes.insert(
+            client,
+            Route {
+                session: Arc::downgrade(session),
+                engine_id,
+            },
+        );
+        Ok(())
+    }
+
+    /// Forgets the route of stream `engine_id` from `client`.
+    pub fn unroute(&self, client: SocketAddr, engine_id: u64) {
+        let mut routes = self.routes();
+        if routes
+            .get(&client)
+            .is_some_and(|r| r.engine_id == engine_id)
+        {
+            routes.remove(&client);
+        }
+    }
+
+    #[cfg(test)]
+    pub fn route_count(&self) -> usize {
+        self.routes().len()
+    }
+
+    /// One RTCP datagram from `from`: to its stream's session, or dropped
+    /// (false) when no stream's client announced that address.
+    pub fn deliver(&self, from: SocketAddr, bytes: &[u8]) -> bool {
+        let target = self
+            .routes()
+            .get(&from)
+            .and_then(|r| Some((r.session.upgrade()?, r.engine_id)));
+        let Some((session, engine_id)) = target else {
+            return false;
+        };
+        if let Ok(infos) = fjord_proto::rtcp::parse_compound(bytes) {
+            session.on_rtcp(Some(engine_id), &infos);
+        }
+        true
+    }
+}
+
+/// Reads the pair's RTCP socket for as long as the pair lives.
+async fn read_rtcp(pair: Weak<SharedPair>, socket: tokio::net::UdpSocket) {
+    let mut buf = [0u8; 1500];
+    loop {
+        let Ok((n, from)) = socket.recv_from(&mut buf).await else {
+            // ICMP errors (a client's RTCP port closed) end no reader.
+            continue;
+        };
+        let Some(pair) = pair.upgrade() else { return };
+        if !pair.deliver(from, &buf[..n]) {
+            tracing::debug!(%from, "RTCP from an address no stream announced; dropped");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{net::UdpSocket, time::Duration};
+
+    use super::*;
+
+    /// An RTCP RR with one report block about `ssrc`.
+    fn rr(ssrc: u32, lost: u32) -> Vec<u8> {
+        let mut p = vec![0x81, 201, 0, 7];
+        p.extend(0xabcu32.to_be_bytes());
+        p.extend(ssrc.to_be_bytes());
+        p.extend((lost & 0xff_ffff).to_be_bytes());
+        p.extend(1000u32.to_be_bytes());
+        p.extend(7u32.to_be_bytes());
+        p.extend([0; 8]);
+        p
+    }
+
+    fn session(dir: &std::path::Path, id: &str) -> Arc<Session> {
+        let media = dir.join("t.ts");
+        let index =
+            fjord_media::synthetic::write_constant_rate(&media, 188, 10_000_000, 10).unwrap();
+        let title = Arc::new(fjord_engine::Title::new(index, &media).unwrap());
+        Arc::new(Session::new(id.into(), 1, "t.ts".into(), title))
+    }
+
+    fn reports(s: &Session, engine_id: u64) -> (u64, u32) {
+        let inner = s.lock();
+        let st = inner.streams.iter().find(|st| st.engine_id == engine_id);
+        st.map_or((0, 0), |st| {
+            (st.reports.reports, st.reports.cumulative_lost)
+        })
+    }
+
+    /// Receiver reports reach the stream whose client announced their
+    /// source address; a stranger's (another port, another host) are
+    /// dropped; a route goes with its stream; the table is bounded.
+    #[tokio::test]
+    async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = PortPool::new(46000, 46099);
+        let ports = SharedPorts::new(2, 2);
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let pair = ports.pair(ip, &pool).unwrap();
+        assert!(
+            Arc::ptr_eq(&pair, &ports.pair(ip, &pool).unwrap()),
+            "one pair per address"
+        );
+        assert_eq!(
+            pair.rtp(0)
+                .local_addr()
+                .unwrap()
+                .as_socket()
+                .unwrap()
+                .port(),
+            pair.rtp_port
+        );
+        assert_eq!(
+            pair.rtp(1)
+                .local_addr()
+                .unwrap()
+                .as_socket()
+                .unwrap()
+                .port(),
+            pair.rtp_port
+        );
+        assert_eq!(
+            pair.rtcp()
+                .local_addr()
+                .unwrap()
+                .as_socket()
+                .unwrap()
+                .port(),
+            pair.rtp_port + 1
+        );
+        let server_rtcp = SocketAddr::new(ip, pair.rtp_port + 1);
+        let a = session(dir.path(), "A");
+        let b = session(dir.path(), "B");
+        for (s, id) in [(&a, 1), (&b, 2)] {
+            s.lock()
+                .streams
+                .push(crate::session::Stream::test_stream(id));
+        }
+        let client_a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let client_b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (addr_a, addr_b) = (
+            client_a.local_addr().unwrap(),
+            client_b.local_addr().unwrap(),
+        );
+        pair.route(addr_a, &a, 1).unwrap();
+        pair.route(addr_b, &b, 2).unwrap();
+        assert_eq!(pair.route(addr_a, &b, 2), Err(RouteError::Taken));
+        assert_eq!(
+            pair.route(stranger.local_addr().unwrap(), &b, 3),
+            Err(RouteError::Full),
+            "bounded"
+        );
+        client_a.send_to(&rr(1, 5), server_rtcp).unwrap();
+        client_b.send_to(&rr(2, 9), server_rtcp).unwrap();
+        client_b.send_to(&rr(2, 11), server_rtcp).unwrap();
+        stranger.send_to(&rr(1, 99), server_rtcp).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while (reports(&a, 1).0 < 1 || reports(&b, 2).0 < 2) && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The stranger's report was sent before the last ones were read.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(reports(&a, 1), (1, 5), "A got its own report only");
+        assert_eq!(reports(&b, 2), (2, 11), "B got its own reports only");
+        assert!(!pair.deliver(stranger.local_addr().unwrap(), &rr(1, 1)));
+        // A stream's route goes with it, and only its own.
+        pair.unroute(addr_a, 2);
+        assert_eq!(pair.route_count(), 2, "another stream's id removes nothing");
+        pair.unroute(addr_a, 1);
+        assert_eq!(pair.route_count(), 1);
+        assert!(!pair.deliver(addr_a, &rr(1, 1)));
+        pair.route(stranger.local_addr().unwrap(), &b, 3).unwrap();
+        // A session that is gone gets nothing, and nothing breaks.
+        drop(b);
+        assert!(!pair.deliver(addr_b, &rr(2, 1)));
+        // ... and its address is free again.
+        pair.unroute(stranger.local_addr().unwrap(), 3);
+        pair.route(addr_b, &a, 4).unwrap();
+        assert!(pair.deliver(addr_b, &rr(1, 1)));
+    }
+}
