@@ -285,16 +285,16 @@ impl Session {
         let Some(track) = self.title.index().track(self.track) else {
             return planned;
         };
-        let horizon = now + burst;
+        let Some(limit_ns) = due_by(t0, origin_ns, now + burst) else {
+            return planned;
+        };
         let pt = track.payload_type();
         let first = batch.packets.len();
         let mut seq = self.seq;
         let end = self.block_end().unwrap_or(usize::MAX);
         for i in self.next as usize..end {
             let Some(rec) = track.packet(i) else { break };
-            if due(t0, origin_ns, rec.send_time_ns) > horizon
-                || batch.packets.len() - first >= MAX_BURST_PACKETS
-            {
+            if rec.send_time_ns > limit_ns || batch.packets.len() - first >= MAX_BURST_PACKETS {
                 break;
             }
             let Some(packet) = self.packet(&self.title, pt, &rec, seq) else {
@@ -447,7 +447,7 @@ impl Session {
         };
         let title = self.title.clone();
         let track = title.index().track(self.track)?;
-        let horizon = p.now + p.burst;
+        let limit_ns = due_by(t0, origin_ns, p.now + p.burst);
         let pt = track.payload_type();
         loop {
             if !self.pump_repair_interleaved(&title, p) {
@@ -461,7 +461,7 @@ impl Session {
                 let Some(rec) = track.packet(self.next as usize + n) else {
                     break;
                 };
-                if due(t0, origin_ns, rec.send_time_ns) > horizon {
+                if limit_ns.is_none_or(|l| rec.send_time_ns > l) {
                     break;
                 }
                 let Some(packet) = self.packet(&title, pt, &rec, seq) else {
@@ -556,14 +556,14 @@ impl Session {
         origin_ns: u64,
         p: &mut Pacing,
     ) {
+        // Lateness of a packet: how far `now` is past its due time, i.e.
+        // `elapsed` since `t0` less its send time after `origin_ns`.
+        let elapsed = p.now.saturating_duration_since(t0);
         for i in 0..sent {
             if let Some(rec) = track.packet(self.next as usize + i) {
                 self.octets = self.octets.wrapping_add(rec.payload_len() as u32);
-                p.stats.count(p.now.saturating_duration_since(due(
-                    t0,
-                    origin_ns,
-                    rec.send_time_ns,
-                )));
+                let after = Duration::from_nanos(rec.send_time_ns.saturating_sub(origin_ns));
+                p.stats.count(elapsed.saturating_sub(after));
             }
         }
         self.next += sent as u32;
@@ -670,6 +670,15 @@ fn send_rtcp(output: &Output, bytes: &[u8], p: &mut Pacing) {
 /// `origin_ns` at `t0`.
 fn due(t0: Instant, origin_ns: u64, ns: u64) -> Instant {
     t0 + Duration::from_nanos(ns.saturating_sub(origin_ns))
+}
+
+/// The latest index send time due by `horizon` on that clock (a packet is
+/// due by it iff its send time is at most this), or `None` when nothing is:
+/// computed once per burst instead of a `due` per packet.
+fn due_by(t0: Instant, origin_ns: u64, horizon: Instant) -> Option<u64> {
+    let ahead = horizon.checked_duration_since(t0)?;
+    let ahead = u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX);
+    Some(origin_ns.saturating_add(ahead))
 }
 
 #[cfg(test)]

@@ -140,15 +140,18 @@ pub(crate) fn fill_gso_msg(
         .len()
         .min(MAX_SEGMENTS)
         .min(heads.map_or(usize::MAX, <[_]>::len));
-    let mut slots = iov.iter_mut();
+    // At most 3 iovecs per packet and n <= MAX_SEGMENTS: `iov` has room.
     let mut len = 0;
     for (i, p) in pkts[..n].iter().enumerate() {
-        let head = heads.map_or(p.head(), |h| &h[i][..p.head().len()]);
-        let parts = std::iter::once(head).chain(p.parts().skip(1));
-        // Parts first: zip takes from its first iterator before it knows
-        // the second is done.
-        for (part, slot) in parts.zip(slots.by_ref()) {
-            slot.write(iovec(part));
+        let head = match heads {
+            Some(h) => &h[i][..p.head().len()],
+            None => p.head(),
+        };
+        iov[len].write(iovec(head));
+        iov[len + 1].write(iovec(p.payload));
+        len += 2;
+        if !p.payload2.is_empty() {
+            iov[len].write(iovec(p.payload2));
             len += 1;
         }
     }

@@ -66,6 +66,7 @@ pub struct Packet<'a> {
 impl<'a> Packet<'a> {
     /// A packet of `header`, `prefix` (at most [`MAX_HEAD`] bytes in all
     /// are used) and the file run `payload` found at `offset` in `file`.
+    #[inline]
     pub fn new(
         header: &[u8; RTP_HEADER_LEN],
         prefix: &[u8],
@@ -76,7 +77,10 @@ impl<'a> Packet<'a> {
         let prefix = &prefix[..prefix.len().min(MAX_HEAD - RTP_HEADER_LEN)];
         let mut head = [0; MAX_HEAD];
         head[..RTP_HEADER_LEN].copy_from_slice(header);
-        head[RTP_HEADER_LEN..][..prefix.len()].copy_from_slice(prefix);
+        // Most packets (MPEG-TS, AAC, MP3) have none: no copy call then.
+        if !prefix.is_empty() {
+            head[RTP_HEADER_LEN..][..prefix.len()].copy_from_slice(prefix);
+        }
         Self {
             head,
             head_len: (RTP_HEADER_LEN + prefix.len()) as u8,
@@ -89,6 +93,7 @@ impl<'a> Packet<'a> {
     }
 
     /// Adds the second file run `payload2`, found at `offset2`.
+    #[inline]
     pub fn with_second_run(self, payload2: &'a [u8], offset2: u64) -> Self {
         Self {
             payload2,
@@ -98,12 +103,14 @@ impl<'a> Packet<'a> {
     }
 
     /// The RTP header and payload-header bytes: what precedes the file runs.
+    #[inline]
     pub fn head(&self) -> &[u8] {
         &self.head[..usize::from(self.head_len)]
     }
 
     /// What the kernel gathers for this packet, in order: the head, the
     /// first run, and the second run only when there is one.
+    #[inline]
     pub fn parts(&self) -> impl Iterator<Item = &[u8]> {
         let n = if self.payload2.is_empty() { 2 } else { 3 };
         [self.head(), self.payload, self.payload2]
@@ -112,12 +119,14 @@ impl<'a> Packet<'a> {
     }
 
     /// Bytes on the wire above UDP: head and both runs.
+    #[inline]
     pub fn wire_len(&self) -> usize {
         usize::from(self.head_len) + self.payload.len() + self.payload2.len()
     }
 }
 
 /// An iovec for `bytes`; the kernel only reads through it.
+#[inline]
 fn iovec(bytes: &[u8]) -> libc::iovec {
     libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
@@ -192,6 +201,7 @@ impl<'a> Batch<'a> {
 
     /// Makes the packets added since index `first` one burst to `dest`
     /// from `socket` (none if there are none); returns how many there are.
+    #[inline]
     pub fn close_burst(&mut self, first: usize, socket: &'a UdpSocket, dest: SocketAddr) -> usize {
         let n = self.packets.len() - first;
         if n > 0 {
