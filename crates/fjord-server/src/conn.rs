@@ -14,7 +14,7 @@ use fjord_proto::rtsp::{
     response::Response,
 };
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
+    io::AsyncWriteExt,
     net::{
         TcpStream,
         tcp::{OwnedReadHalf, OwnedWriteHalf},
@@ -125,8 +125,13 @@ pub(crate) async fn serve_connection(server: Arc<Server>, stream: TcpStream, pee
     tracing::debug!(%peer, conn = conn.id, "closed");
 }
 
+/// Bytes read at a time; the buffer holds them only while a request is
+/// being read, so an idle connection (a player between keepalives) keeps
+/// no buffer.
+const READ_CHUNK: usize = 4096;
+
 async fn run(server: &Server, conn: &mut Conn) {
-    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut buf: Vec<u8> = Vec::new();
     let mut partial_since: Option<Instant> = None;
     // Until its first request a connection gets the request timeout, not
     // the idle timeout: a client that connects and says nothing goes soon.
@@ -171,6 +176,9 @@ async fn run(server: &Server, conn: &mut Conn) {
                 }
             }
         }
+        if buf.is_empty() {
+            buf = Vec::new();
+        }
         let now = Instant::now();
         if !buf.is_empty() && partial_since.is_none() {
             partial_since = Some(now);
@@ -184,9 +192,17 @@ async fn run(server: &Server, conn: &mut Conn) {
             // Sessions keep the connection; the session timeout ends them.
             None => now + Duration::from_secs(1),
         };
-        match tokio::time::timeout_at(deadline.into(), conn.rd.read_buf(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return,
-            Ok(Ok(_)) => {}
+        match tokio::time::timeout_at(deadline.into(), conn.rd.readable()).await {
+            Ok(Err(_)) => return,
+            Ok(Ok(())) => {
+                buf.reserve(READ_CHUNK);
+                match conn.rd.try_read_buf(&mut buf) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => return,
+                }
+            }
             Err(_) if partial_since.is_some() || conn.live_sessions(server).is_empty() => {
                 tracing::debug!(peer = %conn.peer, "dropping a silent or slow client");
                 return;
