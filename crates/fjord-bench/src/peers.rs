@@ -95,6 +95,8 @@ pub struct Run {
     pub sessions: usize,
     pub playing: usize,
     pub packets: u64,
+    /// RTP bytes (header and payload) received.
+    pub bytes: u64,
     pub lost: u64,
     pub loss_percent: f64,
     pub late: u64,
@@ -103,6 +105,9 @@ pub struct Run {
     pub mbps_per_session: f64,
     /// The server's CPU (user + system) over the receive window, seconds.
     pub cpu_s: f64,
+    /// Time the server's threads waited on a run queue over the window
+    /// (ready to run, CPU taken by something else), seconds.
+    pub wait_s: f64,
     /// The receive window, seconds.
     pub window_s: f64,
     pub us_per_packet: f64,
@@ -165,6 +170,27 @@ pub fn process_cpu(pid: u32) -> anyhow::Result<Duration> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Ok(Duration::from_nanos((u + s) * 1_000_000_000 / hz))
+}
+
+/// Run and run-queue wait time (ns) from a `/proc/PID/task/TID/schedstat`
+/// line.
+pub fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
+    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some((f.next()??, f.next()??))
+}
+
+/// Run-queue wait of every live thread of a process, summed.
+pub fn process_wait(pid: u32) -> Duration {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| parse_schedstat(&s))
+        .map(|(_, wait)| wait)
+        .sum();
+    Duration::from_nanos(ns)
 }
 
 /// The CPU at `t_ns`, linear between the samples `(time ns, CPU s)` around
@@ -425,7 +451,7 @@ impl Drop for ServerChild {
 /// Samples a process's CPU every `period` on a thread of its own.
 pub struct CpuSampler {
     stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<Vec<(i64, f64)>>>,
+    handle: Option<std::thread::JoinHandle<Vec<(i64, f64, f64)>>>,
 }
 
 impl CpuSampler {
@@ -437,7 +463,8 @@ impl CpuSampler {
             loop {
                 let done = flag.load(Ordering::Relaxed);
                 if let Ok(cpu) = process_cpu(pid) {
-                    samples.push((unix_ns(), cpu.as_secs_f64()));
+                    let wait = process_wait(pid).as_secs_f64();
+                    samples.push((unix_ns(), cpu.as_secs_f64(), wait));
                 }
                 if done {
                     return samples;
@@ -451,9 +478,9 @@ impl CpuSampler {
         }
     }
 
-    /// `(CLOCK_REALTIME ns, CPU s)`, sorted by time; one last sample is
-    /// taken now.
-    pub fn finish(mut self) -> Vec<(i64, f64)> {
+    /// `(CLOCK_REALTIME ns, CPU s, run-queue wait s)`, sorted by time; one
+    /// last sample is taken now.
+    pub fn finish(mut self) -> Vec<(i64, f64, f64)> {
         self.stop.store(true, Ordering::Relaxed);
         self.handle
             .take()
@@ -606,10 +633,13 @@ fn run_once(p: &Prepared, cfg: &PeersConfig, rep: usize) -> anyhow::Result<Run> 
         .map(|s| s.seconds)
         .fold(0.0, f64::max);
     let start = end - (window_s * 1e9) as i64;
-    let cpu_s = match (cpu_at(&samples, start), cpu_at(&samples, end)) {
+    let over_window = |series: Vec<(i64, f64)>| match (cpu_at(&series, start), cpu_at(&series, end))
+    {
         (Some(a), Some(b)) => b - a,
         _ => f64::NAN,
     };
+    let cpu_s = over_window(samples.iter().map(|&(t, c, _)| (t, c)).collect());
+    let wait_s = over_window(samples.iter().map(|&(t, _, w)| (t, w)).collect());
     let t = &report.totals;
     let mut error = None;
     if report.sessions_playing < cfg.sessions || report.sessions_dropped > 0 {
@@ -635,6 +665,7 @@ fn run_once(p: &Prepared, cfg: &PeersConfig, rep: usize) -> anyhow::Result<Run> 
         sessions: cfg.sessions,
         playing: report.sessions_playing,
         packets: t.packets,
+        bytes: t.bytes,
         lost: t.lost,
         loss_percent: t.loss_percent,
         late: t.late,
@@ -642,6 +673,7 @@ fn run_once(p: &Prepared, cfg: &PeersConfig, rep: usize) -> anyhow::Result<Run> 
         max_late_ms: t.max_lateness_ms,
         mbps_per_session: t.mbps_per_session,
         cpu_s,
+        wait_s,
         window_s,
         us_per_packet: cpu_s * 1e6 / t.packets.max(1) as f64,
         setup_s: report.setup_s,
@@ -767,13 +799,13 @@ pub fn run(cfg: &PeersConfig) -> anyhow::Result<PeersReport> {
 /// The CSV of every run.
 pub fn csv(r: &PeersReport) -> String {
     let mut s = String::from(
-        "server,version,transport,rep,sessions,playing,packets,cpu_s,window_s,us_per_packet,lost,loss_percent,late,late_percent,max_late_ms,mbps_per_session,setup_s,error\n",
+        "server,version,transport,rep,sessions,playing,packets,bytes,cpu_s,wait_s,window_s,us_per_packet,lost,loss_percent,late,late_percent,max_late_ms,mbps_per_session,setup_s,error\n",
     );
     let transport = if r.config.tcp { "tcp" } else { "udp" };
     for p in &r.results {
         for x in &p.runs {
             s.push_str(&format!(
-                "{},{},{},{},{},{},{},{:.4},{:.3},{:.4},{},{:.5},{},{:.5},{:.3},{:.4},{:.3},{}\n",
+                "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.3},{:.4},{},{:.5},{},{:.5},{:.3},{:.4},{:.3},{}\n",
                 p.peer.name(),
                 p.version,
                 transport,
@@ -781,7 +813,9 @@ pub fn csv(r: &PeersReport) -> String {
                 x.sessions,
                 x.playing,
                 x.packets,
+                x.bytes,
                 x.cpu_s,
+                x.wait_s,
                 x.window_s,
                 x.us_per_packet,
                 x.lost,
@@ -838,8 +872,8 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
         c.seconds,
         c.reps
     ));
-    md.push_str("| server | sessions | packets | CPU s | µs CPU/packet | ratio to fjord | Mbit/s per session | loss | late >2 ms |\n");
-    md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    md.push_str("| server | sessions | packets | bytes/packet | CPU s | % of a core | waited for CPU s | µs CPU/packet | ratio to fjord | Mbit/s per session | loss | late >2 ms |\n");
+    md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for p in &r.results {
         if p.skipped.is_some() {
             continue;
@@ -847,7 +881,7 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
         let good = p.good().count();
         let Some(us) = p.us_per_packet() else {
             md.push_str(&format!(
-                "| {} | {} | no run counted | | | | | | |\n",
+                "| {} | {} | no run counted | | | | | | | | | |\n",
                 p.version, c.sessions
             ));
             continue;
@@ -857,7 +891,7 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
             _ => "–".into(),
         };
         md.push_str(&format!(
-            "| {}{} | {} | {:.0} | {:.3} | {:.2} [{:.2}, {:.2}] | {} | {:.2} | {:.3} % | {:.3} % |\n",
+            "| {}{} | {} | {:.0} | {:.0} | {:.3} | {:.0} % | {:.3} | {:.2} [{:.2}, {:.2}] | {} | {:.2} | {:.3} % | {:.3} % |\n",
             p.version,
             if good < p.runs.len() {
                 format!(" ({good} of {} runs counted)", p.runs.len())
@@ -866,7 +900,10 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
             },
             c.sessions,
             p.med(|x| x.packets as f64),
+            p.med(|x| x.bytes as f64 / x.packets.max(1) as f64),
             p.med(|x| x.cpu_s),
+            p.med(|x| 100.0 * x.cpu_s / x.window_s),
+            p.med(|x| x.wait_s),
             us.median,
             us.ci_low,
             us.ci_high,
@@ -907,10 +944,18 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
          `fjord load` (one thread, epoll + recvmmsg) in the bench process, pinned to CPU {}. \
          CPU is `utime + stime` of the server process from `/proc/PID/stat` (all threads), \
          sampled every 20 ms and interpolated to the receive window: from the first PLAY reply \
-         to the end of receiving. Packets are the RTP packets the receivers got in that window \
-         (7 TS packets each, 1316 bytes of payload, from all three servers). Loss is from RTP \
-         sequence numbers; late is packets more than 2 ms after their schedule (first arrival \
-         plus the RTP timestamp offset). CSV of every run: peers.csv.\n",
+         to the end of receiving. Packets are the RTP packets the receivers got in that window; \
+         bytes/packet is their mean size with the 12-byte RTP header (7 TS packets make \
+         1328). Waited for CPU is the \
+         time the server's threads were ready to run while the CPU ran something else \
+         (`/proc/PID/task/*/schedstat`): on a shared machine, a server that falls behind \
+         because it was not given the CPU shows it here. Mbit/s per session is what each \
+         session received over its own time; the title has 4.5 Mbit/s of TS (4.54 with RTP \
+         headers), so less means the server fell behind; live555 stamps its RTP packets with the \
+         wall-clock time it read them from the file, so its lateness cannot show that. Loss is from RTP \
+         sequence numbers; late is packets more than 2 ms after their schedule (the session's \
+         first arrival plus the RTP timestamp offset, so a server that sends its first packets \
+         ahead of the rest shows the rest as late). CSV of every run: peers.csv.\n",
         c.cpu, r.load_cpu
     ));
     md
@@ -930,6 +975,18 @@ mod tests {
         assert_eq!(parse_proc_stat(line), Some((15, 6)));
         assert_eq!(parse_proc_stat("77 (x) R 1 2"), None);
         assert_eq!(parse_proc_stat("garbage"), None);
+    }
+
+    #[test]
+    fn schedstat_run_and_wait() {
+        assert_eq!(
+            parse_schedstat("2617388 41257 37\n"),
+            Some((2617388, 41257))
+        );
+        assert_eq!(parse_schedstat("12"), None);
+        assert_eq!(parse_schedstat("x y z"), None);
+        // Our own threads are readable.
+        let _ = process_wait(std::process::id());
     }
 
     #[test]
@@ -984,6 +1041,7 @@ mod tests {
             sessions: 20,
             playing: 20,
             packets: 85_000,
+            bytes: 85_000 * 1328,
             cpu_s: us * 85_000.0 / 1e6,
             window_s: 10.0,
             us_per_packet: us,
@@ -1038,7 +1096,7 @@ mod tests {
         let md = markdown(&report(), "fjord bench peers", "a 2 vCPU shared VM");
         assert!(md.contains("Command: `fjord bench peers`"), "{md}");
         assert!(
-            md.contains("| fjord 0.1.0 | 20 | 85000 | 0.085 | 1.00 "),
+            md.contains("| fjord 0.1.0 | 20 | 85000 | 1328 | 0.085 | 1 % | 0.000 | 1.00 "),
             "{md}"
         );
         // live555: the failed run is left out, median of 12 and 14.

@@ -92,7 +92,15 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
         fjord_exe: std::env::current_exe()?,
         media_dir: media,
     };
+    let load = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "?".into())
+    };
+    let load_before = load();
     let report = fjord_bench::peers::run(&cfg)?;
+    let load_after = load();
     let command = format!(
         "fjord bench peers --sessions {} --seconds {}{} --reps {} --out {}",
         a.sessions,
@@ -102,7 +110,8 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
         a.out.display()
     );
     let machine = format!(
-        "{} (a shared virtual machine: other work may run beside the benchmark)",
+        "{} (a shared virtual machine: other work may run beside the benchmark; \
+         1-minute load average {load_before} before the runs, {load_after} after)",
         fjord_bench::peers::machine()
     );
     let md = fjord_bench::peers::markdown(&report, &command, &machine);
