@@ -62,6 +62,9 @@ pub struct PeersConfig {
     pub reps: usize,
     /// The CPU the servers are pinned to (the receivers take the next one).
     pub cpu: usize,
+    /// Every server, all its threads, under SCHED_FIFO at the same low
+    /// priority, so other work on a shared machine cannot take its CPU.
+    pub realtime: bool,
     /// The `fjord` executable that serves.
     pub fjord_exe: PathBuf,
     /// Where the title is made and kept.
@@ -191,6 +194,27 @@ pub fn process_wait(pid: u32) -> Duration {
         .map(|(_, wait)| wait)
         .sum();
     Duration::from_nanos(ns)
+}
+
+/// The machine's total and stolen CPU time (clock ticks) from the `cpu `
+/// line of `/proc/stat`: steal is time the hypervisor gave the virtual
+/// CPUs to someone else.
+pub fn parse_cpu_steal(proc_stat: &str) -> Option<(u64, u64)> {
+    let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice]:
+    // guest time is already in user time.
+    let total = f.iter().take(8).sum();
+    Some((total, *f.get(7)?))
+}
+
+/// Machine-wide `(total, steal)` ticks now.
+pub fn cpu_steal() -> Option<(u64, u64)> {
+    parse_cpu_steal(&std::fs::read_to_string("/proc/stat").ok()?)
 }
 
 /// The CPU at `t_ns`, linear between the samples `(time ns, CPU s)` around
@@ -355,6 +379,7 @@ impl ServerChild {
     pub fn spawn(
         mut cmd: Command,
         cpu: usize,
+        realtime: bool,
         timeout: Duration,
         ready: impl Fn(&str) -> Option<String>,
     ) -> anyhow::Result<(Self, String)> {
@@ -367,6 +392,15 @@ impl ServerChild {
             cmd.pre_exec(move || {
                 pin_current_thread(cpu);
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if realtime {
+                    // Threads it makes inherit the policy.
+                    let param = libc::sched_param {
+                        sched_priority: REALTIME_PRIORITY,
+                    };
+                    if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 Ok(())
             });
         }
@@ -510,13 +544,17 @@ struct Prepared {
 
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// The SCHED_FIFO priority of `--realtime` (fjord's own `realtime = true`
+/// uses a low one too).
+pub const REALTIME_PRIORITY: i32 = 10;
+
 fn prepare(
     peer: Peer,
     cfg: &PeersConfig,
     title: &Path,
     scratch: &Path,
 ) -> Result<(Prepared, String), String> {
-    let cpu = cfg.cpu;
+    let (cpu, rt) = (cfg.cpu, cfg.realtime);
     let name = title
         .file_name()
         .and_then(|n| n.to_str())
@@ -538,7 +576,7 @@ fn prepare(
                 let mut cmd = Command::new(&exe);
                 cmd.arg("serve").arg("--config").arg(&config);
                 let name = name.clone();
-                ServerChild::spawn(cmd, cpu, START_TIMEOUT, move |l| {
+                ServerChild::spawn(cmd, cpu, rt, START_TIMEOUT, move |l| {
                     let addr = l
                         .trim()
                         .strip_prefix("fjord: listening on rtsp://")?
@@ -563,7 +601,7 @@ fn prepare(
                 // It serves the files of its working directory, by suffix.
                 cmd.current_dir(&dir);
                 let name = name.clone();
-                ServerChild::spawn(cmd, cpu, START_TIMEOUT, move |l| {
+                ServerChild::spawn(cmd, cpu, rt, START_TIMEOUT, move |l| {
                     let port = live555_port(l)?;
                     Some(format!("rtsp://127.0.0.1:{port}/{name}"))
                 })
@@ -591,7 +629,7 @@ fn prepare(
             let start = move || {
                 let mut cmd = Command::new(&python);
                 cmd.arg(&script).arg(&title).args(["--bind", "127.0.0.1"]);
-                ServerChild::spawn(cmd, cpu, START_TIMEOUT, |l| {
+                ServerChild::spawn(cmd, cpu, rt, START_TIMEOUT, |l| {
                     l.trim()
                         .strip_prefix("listening on ")
                         .map(|u| u.split_whitespace().next().unwrap_or(u).to_string())
@@ -937,7 +975,7 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
     ));
     md.push_str(&format!(
         "How: each server is a child process started afresh for each run and pinned, all its \
-         threads, to CPU {} (`sched_setaffinity`); fjord as `fjord serve` with one engine thread \
+         threads, to CPU {} (`sched_setaffinity`){}; fjord as `fjord serve` with one engine thread \
          and its default data path; live555MediaServer serving its working directory; \
          GStreamer's rtsp-server from `bench/peers/gst_rtsp_vod.py` with one pipeline per client \
          (`filesrc ! tsparse set-timestamps=true ! rtpmp2tpay`, not shared). The receivers are \
@@ -956,7 +994,16 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
          sequence numbers; late is packets more than 2 ms after their schedule (the session's \
          first arrival plus the RTP timestamp offset, so a server that sends its first packets \
          ahead of the rest shows the rest as late). CSV of every run: peers.csv.\n",
-        c.cpu, r.load_cpu
+        c.cpu,
+        if c.realtime {
+            format!(
+                " and run under SCHED_FIFO priority {REALTIME_PRIORITY} (`--realtime`, the same \
+                 for every server: other work on the machine cannot take their CPU)"
+            )
+        } else {
+            String::new()
+        },
+        r.load_cpu
     ));
     md
 }
@@ -975,6 +1022,22 @@ mod tests {
         assert_eq!(parse_proc_stat(line), Some((15, 6)));
         assert_eq!(parse_proc_stat("77 (x) R 1 2"), None);
         assert_eq!(parse_proc_stat("garbage"), None);
+    }
+
+    #[test]
+    fn steal_from_proc_stat() {
+        let s =
+            "cpu  2764909 41125 303153 1222251 5357 0 10611 108424 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        assert_eq!(
+            parse_cpu_steal(s),
+            Some((
+                2764909 + 41125 + 303153 + 1222251 + 5357 + 10611 + 108424,
+                108424
+            ))
+        );
+        assert_eq!(parse_cpu_steal("cpu0 1 2 3"), None);
+        assert_eq!(parse_cpu_steal("cpu  1 2 3"), None);
+        assert!(cpu_steal().is_some());
     }
 
     #[test]
@@ -1055,6 +1118,7 @@ mod tests {
                 tcp: false,
                 reps: 3,
                 cpu: 0,
+                realtime: false,
                 fjord_exe: "fjord".into(),
                 media_dir: "m".into(),
             },

@@ -65,6 +65,11 @@ pub struct PeersArgs {
     /// CPU the servers are pinned to (the receivers take the next one)
     #[arg(long, default_value_t = 0)]
     pub cpu: usize,
+    /// Every server, all its threads, under SCHED_FIFO at one low
+    /// priority (the same for all), so other work on a shared machine does
+    /// not take their CPU; needs root or CAP_SYS_NICE
+    #[arg(long)]
+    pub realtime: bool,
     /// Directory for peers.md and peers.csv
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -89,6 +94,7 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
         tcp: a.tcp,
         reps: a.reps,
         cpu: a.cpu,
+        realtime: a.realtime,
         fjord_exe: std::env::current_exe()?,
         media_dir: media,
     };
@@ -99,19 +105,28 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| "?".into())
     };
     let load_before = load();
+    let steal_before = fjord_bench::peers::cpu_steal();
     let report = fjord_bench::peers::run(&cfg)?;
     let load_after = load();
+    let steal = match (steal_before, fjord_bench::peers::cpu_steal()) {
+        (Some((t0, s0)), Some((t1, s1))) if t1 > t0 => format!(
+            "; the hypervisor took {:.0} % of the virtual CPUs' time during the runs (steal)",
+            100.0 * (s1 - s0) as f64 / (t1 - t0) as f64
+        ),
+        _ => String::new(),
+    };
     let command = format!(
-        "fjord bench peers --sessions {} --seconds {}{} --reps {} --out {}",
+        "fjord bench peers --sessions {} --seconds {}{}{} --reps {} --out {}",
         a.sessions,
         a.seconds,
         if a.tcp { " --tcp" } else { "" },
+        if a.realtime { " --realtime" } else { "" },
         a.reps,
         a.out.display()
     );
     let machine = format!(
         "{} (a shared virtual machine: other work may run beside the benchmark; \
-         1-minute load average {load_before} before the runs, {load_after} after)",
+         1-minute load average {load_before} before the runs, {load_after} after{steal})",
         fjord_bench::peers::machine()
     );
     let md = fjord_bench::peers::markdown(&report, &command, &machine);
