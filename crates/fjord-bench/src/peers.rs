@@ -986,8 +986,9 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
          bytes/packet is their mean size with the 12-byte RTP header (7 TS packets make \
          1328). Waited for CPU is the \
          time the server's threads were ready to run while the CPU ran something else \
-         (`/proc/PID/task/*/schedstat`): on a shared machine, a server that falls behind \
-         because it was not given the CPU shows it here. Mbit/s per session is what each \
+         (`/proc/PID/task/*/schedstat`, summed over its threads, so threads of one server \
+         waiting for each other on its one CPU count too): on a shared machine, a server that \
+         falls behind because it was not given the CPU shows it here. Mbit/s per session is what each \
          session received over its own time; the title has 4.5 Mbit/s of TS (4.54 with RTP \
          headers), so less means the server fell behind; live555 stamps its RTP packets with the \
          wall-clock time it read them from the file, so its lateness cannot show that. Loss is from RTP \
