@@ -313,7 +313,7 @@ fn spinner(msg: &str) -> ProgressBar {
 pub fn find_live555() -> Result<PathBuf, String> {
     find_on_path("live555MediaServer").ok_or_else(|| {
         "live555MediaServer: skipped, not installed (apt-get install livemedia-utils; Debian \
-         bookworm does not have it, trixie/sid do)"
+         bookworm and trixie have none: `make peers` takes sid's)"
             .to_string()
     })
 }
