@@ -3,6 +3,7 @@
 #               a bounded fuzz run of every target (FUZZ_SECONDS each)
 #   make run    build, make demo titles if ./media is empty, serve it
 #   make fuzz   run every fuzz target for FUZZ_SECONDS (nightly + cargo-fuzz)
+#   make peers  install the peers `fjord bench peers` compares fjord with
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -11,7 +12,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-base \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav
 
-.PHONY: test deps run build
+.PHONY: test deps run build peers
 
 # Installs ffmpeg and GStreamer (rtspsrc, rtpmp2tdepay) only when missing.
 deps:
@@ -68,3 +69,21 @@ fuzz:
 	cd fuzz && for t in $$($(CARGO) +nightly fuzz list); do \
 	  $(CARGO) +nightly fuzz run $(FUZZ_BUILD) $$t -- -max_total_time=$(FUZZ_SECONDS) -timeout=10 || exit 1; \
 	done
+
+# The servers `fjord bench peers` measures beside fjord: GStreamer's
+# rtsp-server (Python bindings, tsparse, rtpmp2tpay) and live555MediaServer.
+# Debian bookworm has no livemedia-utils: then live555 comes from Debian sid's
+# packages, unpacked under /opt/live555 (bench/peers/live555-from-sid.sh).
+PEER_PACKAGES := ffmpeg python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base \
+	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+peers:
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(PEER_PACKAGES)
+	@if ! command -v live555MediaServer >/dev/null; then \
+	  if apt-cache policy livemedia-utils | grep -q 'Candidate: [0-9]'; then \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends livemedia-utils; \
+	  else \
+	    echo "livemedia-utils is not in this distribution: taking it from Debian sid"; \
+	    $(SUDO) bash bench/peers/live555-from-sid.sh; \
+	  fi; \
+	fi

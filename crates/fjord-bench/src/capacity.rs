@@ -333,12 +333,12 @@ impl Drop for ServerChild {
     }
 }
 
-fn available_cpus() -> usize {
+pub(crate) fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Pins the calling thread (or, before exec, the process) to one CPU.
-fn pin_current_thread(cpu: usize) {
+pub(crate) fn pin_current_thread(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays inside it.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
@@ -629,7 +629,7 @@ fn kb_field(path: &str, name: &str) -> u64 {
 }
 
 /// Thousands of sessions need thousands of sockets.
-fn raise_fd_limit() {
+pub(crate) fn raise_fd_limit() {
     // SAFETY: getrlimit/setrlimit fill and read a valid struct.
     unsafe {
         let mut r: libc::rlimit = std::mem::zeroed();

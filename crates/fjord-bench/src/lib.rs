@@ -17,6 +17,7 @@ pub mod copies;
 pub mod cpu;
 pub mod download;
 pub mod floor;
+pub mod peers;
 pub mod report;
 pub mod sink;
 pub mod stats;

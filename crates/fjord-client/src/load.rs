@@ -1411,6 +1411,7 @@ impl<'a> Runner<'a> {
             duration_s: self.cfg.duration.as_secs_f64(),
             setup_s: (self.last_play_ns.max(self.t0) - self.t0) as f64 / 1e9,
             wall_s,
+            started_unix_ns: self.t0,
             replay: self.cfg.replay,
             late_threshold_ms: self.cfg.late_threshold.as_secs_f64() * 1e3,
             fec: self.fec_setup(),

@@ -34,6 +34,113 @@ pub enum BenchCmd {
     /// (made and removed here; needs root). Prints the table and writes
     /// txtime.md to --out.
     Txtime(TxtimeArgs),
+    /// The same load against fjord, live555MediaServer and GStreamer's
+    /// rtsp-server: server CPU per packet side by side.
+    ///
+    /// Makes (once, with ffmpeg, kept in --media) a 4.5 Mbit/s H.264 + AAC
+    /// MPEG-TS title; for each installed server, starts it afresh per run,
+    /// pinned to one CPU, plays N sessions of the title to `fjord load`
+    /// receivers on another CPU over loopback, and reads the server
+    /// process's CPU over the receive window. A peer that is not installed
+    /// is skipped with the package to install (`make peers` installs them);
+    /// MediaMTX is skipped (live relay, no video on demand). Writes
+    /// peers.md and peers.csv to --out and prints the table.
+    Peers(PeersArgs),
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct PeersArgs {
+    /// Concurrent sessions per run
+    #[arg(long, default_value_t = 20)]
+    pub sessions: usize,
+    /// Seconds the receivers receive per run
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// RTP interleaved on the RTSP connections instead of UDP
+    #[arg(long)]
+    pub tcp: bool,
+    /// Runs per server (interleaved between servers); medians over these
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// CPU the servers are pinned to (the receivers take the next one)
+    #[arg(long, default_value_t = 0)]
+    pub cpu: usize,
+    /// Every server, all its threads, under SCHED_FIFO at one low
+    /// priority (the same for all), so other work on a shared machine does
+    /// not take their CPU; needs root or CAP_SYS_NICE
+    #[arg(long)]
+    pub realtime: bool,
+    /// Directory for peers.md and peers.csv
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Where the title is made and kept [default: $XDG_CACHE_HOME/fjord/peers]
+    #[arg(long)]
+    pub media: Option<PathBuf>,
+}
+
+fn peers(a: PeersArgs) -> anyhow::Result<()> {
+    let media = match a.media.clone() {
+        Some(m) => m,
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("fjord")
+            .join("peers"),
+    };
+    let cfg = fjord_bench::peers::PeersConfig {
+        sessions: a.sessions,
+        seconds: a.seconds,
+        tcp: a.tcp,
+        reps: a.reps,
+        cpu: a.cpu,
+        realtime: a.realtime,
+        fjord_exe: std::env::current_exe()?,
+        media_dir: media,
+    };
+    let load = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "?".into())
+    };
+    let load_before = load();
+    let steal_before = fjord_bench::peers::cpu_steal();
+    let report = fjord_bench::peers::run(&cfg)?;
+    let load_after = load();
+    let steal = match (steal_before, fjord_bench::peers::cpu_steal()) {
+        (Some((t0, s0)), Some((t1, s1))) if t1 > t0 => format!(
+            "; the hypervisor took {:.0} % of the virtual CPUs' time during the runs (steal)",
+            100.0 * (s1 - s0) as f64 / (t1 - t0) as f64
+        ),
+        _ => String::new(),
+    };
+    let command = format!(
+        "fjord bench peers --sessions {} --seconds {}{}{} --reps {} --out {}",
+        a.sessions,
+        a.seconds,
+        if a.tcp { " --tcp" } else { "" },
+        if a.realtime { " --realtime" } else { "" },
+        a.reps,
+        a.out.display()
+    );
+    let machine = format!(
+        "{} (a shared virtual machine: other work may run beside the benchmark; \
+         1-minute load average {load_before} before the runs, {load_after} after{steal})",
+        fjord_bench::peers::machine()
+    );
+    let md = fjord_bench::peers::markdown(&report, &command, &machine);
+    println!("{md}");
+    std::fs::create_dir_all(&a.out)?;
+    for (name, text) in [
+        ("peers.md", md),
+        ("peers.csv", fjord_bench::peers::csv(&report)),
+    ] {
+        let path = a.out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        println!("written: {}", path.display());
+    }
+    Ok(())
 }
 
 #[derive(Args, Clone)]
@@ -350,6 +457,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let cfg = match cmd {
         BenchCmd::Capacity(a) => return capacity(a),
         BenchCmd::Txtime(a) => return txtime(a),
+        BenchCmd::Peers(a) => return peers(a),
         BenchCmd::Datapath(a) => a.config()?,
         BenchCmd::Download(a) => {
             let mut cfg = DatapathConfig {

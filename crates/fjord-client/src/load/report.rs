@@ -29,6 +29,12 @@ pub struct LoadReport {
     pub setup_s: f64,
     /// From the first connect to the end of receiving, seconds.
     pub wall_s: f64,
+    /// When the first connect was made, nanoseconds since the Unix epoch
+    /// (`CLOCK_REALTIME`): with `wall_s` and each session's `seconds`, it
+    /// places the receive window in time, e.g. to read a server's CPU
+    /// over exactly that window.
+    #[serde(default)]
+    pub started_unix_ns: i64,
     /// Titles shorter than the run are played again from the start after
     /// their RTCP BYE (`true`), or the session just ends (`false`).
     pub replay: bool,
