@@ -85,7 +85,7 @@ pub struct Generator {
 impl Generator {
     /// Builds GM's left factor for `k` source symbols (1 ≤ k < 255).
     pub fn new(k: usize) -> Result<Generator, CodecError> {
-        Generator::with_points(k, |j| gf::exp(j))
+        Generator::with_points(k, gf::exp)
     }
 
     /// The generator for evaluation points `point(j)` (ESI j): RFC 5510's
@@ -385,14 +385,16 @@ mod tests {
             codec.set_layout(k, m).unwrap();
             let mut repairs = vec![0u8; m * e];
             codec.encode(&sources, &mut repairs).unwrap();
-            // Lose up to m symbols among sources and repairs.
-            let mut present: Vec<bool> = (0..k).map(|i| !lose[i]).collect();
-            let mut kept_repairs: Vec<usize> = (0..m).filter(|j| !lose[40 + j]).collect();
-            let mut lost = present.iter().filter(|p| !**p).count() + (m - kept_repairs.len());
-            for i in 0..k {
-                if lost > m && !present[i] { present[i] = true; lost -= 1; }
-            }
-            while lost > m { kept_repairs.push((0..m).find(|j| !kept_repairs.contains(j)).unwrap()); lost -= 1; }
+            // Lose up to m symbols among sources and repairs: the first m
+            // of those `lose` picks.
+            let mut budget = m;
+            let mut take = |pick: bool| {
+                let lost = pick && budget > 0;
+                budget -= usize::from(lost);
+                lost
+            };
+            let present: Vec<bool> = lose[..k].iter().map(|&l| !take(l)).collect();
+            let kept_repairs: Vec<usize> = (0..m).filter(|&j| !take(lose[40 + j])).collect();
             let mut symbols = sources.clone();
             for i in (0..k).filter(|&i| !present[i]) {
                 symbols[i * e..i * e + e].fill(0xEE);
