@@ -185,14 +185,7 @@ impl Codec {
         if repairs.len() != m * e || e == 0 {
             return Err(CodecError::SymbolLength);
         }
-        repairs.fill(0);
-        // Source-major: each source symbol is read once and stays in L1
-        // while it is added into every repair symbol.
-        for (i, s) in sources.chunks_exact(e).enumerate() {
-            for (j, r) in repairs.chunks_exact_mut(e).enumerate() {
-                gf::mul_add(self.repair_rows[j * k + i], s, r);
-            }
-        }
+        gf::dot(&self.repair_rows, sources, e, repairs);
         Ok(())
     }
 
@@ -231,16 +224,21 @@ impl Codec {
         if used.iter().any(|(j, r)| *j >= m || r.len() != e) {
             return Err(CodecError::SymbolLength);
         }
-        // Syndromes: each repair symbol with the received sources' share removed.
-        let mut syn = vec![0u8; t * e];
-        for ((j, r), out) in used.iter().zip(syn.chunks_exact_mut(e)) {
-            out.copy_from_slice(r);
+        // Syndromes: each repair symbol with the received sources' share
+        // removed (the missing sources get coefficient 0).
+        self.matrix.clear();
+        for (j, _) in used {
             let row = &self.repair_rows[j * k..j * k + k];
-            for (i, s) in symbols.chunks_exact(e).enumerate() {
-                if present[i] {
-                    gf::mul_add(row[i], s, out);
-                }
-            }
+            self.matrix.extend(
+                row.iter()
+                    .zip(present)
+                    .map(|(&c, &p)| if p { c } else { 0 }),
+            );
+        }
+        let mut syn = vec![0u8; t * e];
+        gf::dot(&self.matrix, symbols, e, &mut syn);
+        for ((_, r), out) in used.iter().zip(syn.chunks_exact_mut(e)) {
+            gf::mul_add(1, r, out);
         }
         // B(a, b) = GM(lost[b], k + j_a); s_lost = B^-1 · syndromes.
         self.matrix.clear();
@@ -249,12 +247,10 @@ impl Codec {
             self.matrix.extend(lost.iter().map(|&l| row[l]));
         }
         invert(&mut self.matrix, t, &mut self.work)?;
-        for (b, &l) in lost.iter().enumerate() {
-            let out = &mut symbols[l * e..l * e + e];
-            out.fill(0);
-            for (a, s) in syn.chunks_exact(e).enumerate() {
-                gf::mul_add(self.matrix[b * t + a], s, out);
-            }
+        let mut rebuilt = vec![0u8; t * e];
+        gf::dot(&self.matrix, &syn, e, &mut rebuilt);
+        for (&l, sym) in lost.iter().zip(rebuilt.chunks_exact(e)) {
+            symbols[l * e..l * e + e].copy_from_slice(sym);
         }
         Ok(lost)
     }
