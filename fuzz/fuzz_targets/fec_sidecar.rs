@@ -14,7 +14,9 @@ fuzz_target!(|data: &[u8]| {
         for b in 0..track.block_count() {
             let blk = track.block(b).unwrap();
             assert!(track.repair_data(&blk).is_some());
-            assert!(blk.symbol_len.is_multiple_of(2) && blk.repair_count == track.params().m);
+            assert!(blk.symbol_len == track.symbol_len() && blk.repair_count == track.params().m);
+            let p = track.params();
+            assert!(usize::from(p.k) + usize::from(p.m) <= fjord_fec::rs::MAX_N);
             assert!(track.symbol_hash(blk.packets().end - 1).is_some());
         }
     }

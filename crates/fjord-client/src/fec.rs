@@ -10,8 +10,9 @@ use fjord_fec::{BlockDecoder, RepairHeader, SourcePacket};
 
 use crate::Describe;
 
-/// The encoding name of fjord's repair payload format.
-pub const REPAIR_ENCODING: &str = "x-fjord-rs16";
+/// The encoding name of fjord's repair payload format (RFC 6865 repair
+/// symbols in fjord's RTP framing; no registered name exists).
+pub const REPAIR_ENCODING: &str = fjord_fec::symbol::REPAIR_ENCODING;
 
 /// A source stream of a DESCRIBE and its repair stream, if one is offered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +29,9 @@ pub struct RepairOffer {
     pub k: u16,
     /// Repair packets per block.
     pub m: u16,
+    /// E, the symbol length (RFC 6865 FEC Framework Configuration
+    /// Information, `fssi=E:…`), when the SDP gives it.
+    pub symbol_len: Option<u16>,
 }
 
 /// The source streams of `d`, each with its repair stream when the SDP
@@ -66,19 +70,30 @@ pub fn fec_streams(d: &Describe) -> Vec<FecStream> {
     let is_repair = |s: &Section| s.encoding.eq_ignore_ascii_case(REPAIR_ENCODING);
     let url = |i: usize| d.track_urls.get(i).cloned().unwrap_or_default();
     let offer = |i: usize, s: &Section| {
-        let param = |name: &str| {
+        let value = |name: &str| {
             s.fmtp
                 .split(';')
                 .filter_map(|p| p.trim().split_once('='))
                 .find(|(n, _)| n.trim() == name)
+                .map(|(_, v)| v.trim())
+        };
+        let param = |name: &str| value(name).and_then(|v| v.parse::<u16>().ok());
+        // fssi=E:1324,m:8 (RFC 6364's scheme-specific information).
+        let fssi = |name: &str| {
+            value("fssi")?
+                .split(',')
+                .filter_map(|p| p.split_once(':'))
+                .find(|(n, _)| n.trim() == name)
                 .and_then(|(_, v)| v.trim().parse::<u16>().ok())
         };
-        let (k, m) = (param("k")?, param("m")?);
-        // K + M ≤ 32768 keeps a block's sequence numbers unambiguous.
-        (k > 0 && m > 0 && u32::from(k) + u32::from(m) <= 32_768).then(|| RepairOffer {
+        let (k, m) = (param("k")?, param("repair")?);
+        // RFC 6865 for m = 8 only (encoding ID 8, GF(2^8)): K + M ≤ 255.
+        let ours = value("encoding-id") == Some("8") && fssi("m").is_none_or(|m| m == 8);
+        (ours && k > 0 && m > 0 && u32::from(k) + u32::from(m) <= 255).then(|| RepairOffer {
             url: url(i),
             k,
             m,
+            symbol_len: fssi("E"),
         })
     };
     sections
@@ -134,7 +149,6 @@ pub struct FecStats {
 /// A block's repair packets as received.
 struct Block {
     k: u16,
-    m: u16,
     timestamp: u32,
     repairs: Vec<(RepairHeader, Vec<u8>)>,
 }
@@ -219,12 +233,11 @@ impl FecReceiver {
         // A block the head is inside of still helps: a receiver that
         // started mid-block rebuilds the rest of it.
         let fits = header.k <= self.k
-            && header.m == self.m
+            && header.repair_index() < self.m
             && self.head.is_none_or(|h| base + u64::from(header.k) > h)
             && (self.blocks.len() < MAX_OPEN_BLOCKS || self.blocks.contains_key(&base));
         let block = self.blocks.entry(base).or_insert_with(|| Block {
             k: header.k,
-            m: header.m,
             timestamp,
             repairs: Vec::new(),
         });
@@ -313,7 +326,7 @@ impl FecReceiver {
         let mut rebuilt: BTreeMap<u64, SourcePacket> = BTreeMap::new();
         if missing > 0 && missing <= block.repairs.len() {
             let started = thread_cpu();
-            self.decoder.reset(block.k, block.m);
+            self.decoder.reset(block.k, self.m);
             let mut ok = true;
             for seq in range.clone() {
                 if let Some(p) = self.sources.get(&seq) {
@@ -453,8 +466,8 @@ impl Loss {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fjord_fec::rs::Codec;
     use fjord_fec::symbol::{SymbolMeta, frame, symbol_len};
-    use reed_solomon_simd::ReedSolomonEncoder;
 
     fn packet(i: u16) -> SourcePacket {
         SourcePacket {
@@ -468,29 +481,25 @@ mod tests {
     /// server sends them (seq of packet i = seq0 + i).
     fn repairs(first: u16, k: u16, m: u16, seq0: u16) -> Vec<Vec<u8>> {
         let pkts: Vec<SourcePacket> = (first..first + k).map(packet).collect();
-        let e = symbol_len(pkts.iter().map(|p| p.payload.len()).max().unwrap());
-        let mut enc = ReedSolomonEncoder::new(usize::from(k), usize::from(m), e).unwrap();
-        for p in &pkts {
-            let mut s = vec![0; e];
+        // E: the track's longest packet (packet() is at most 106 bytes).
+        let e = symbol_len(106);
+        let mut symbols = vec![0; usize::from(k) * e];
+        for (p, s) in pkts.iter().zip(symbols.chunks_exact_mut(e)) {
             let meta = SymbolMeta {
                 marker: p.marker,
                 ts_delta: p.timestamp.wrapping_sub(pkts[0].timestamp),
             };
-            frame(&mut s, &[&p.payload], meta).unwrap();
-            enc.add_original_shard(&s).unwrap();
+            frame(s, &[&p.payload], meta).unwrap();
         }
-        let result = enc.encode().unwrap();
-        result
-            .recovery_iter()
+        let mut codec = Codec::new();
+        codec.set_layout(usize::from(k), usize::from(m)).unwrap();
+        let mut out = vec![0; usize::from(m) * e];
+        codec.encode(&symbols, &mut out).unwrap();
+        out.chunks_exact(e)
             .enumerate()
             .map(|(j, sym)| {
-                let h = RepairHeader {
-                    sbn: u32::from(first / k),
-                    seq_base: seq0.wrapping_add(first),
-                    k,
-                    esi: j as u16,
-                    m,
-                };
+                let h =
+                    RepairHeader::new(u64::from(first / k), k, j as u16, seq0.wrapping_add(first));
                 [&h.to_bytes()[..], sym].concat()
             })
             .collect()

@@ -307,7 +307,8 @@ impl Session {
         planned
     }
 
-    /// Repair packet `esi` of a finished block as it leaves: the RTP header
+    /// Repair packet `esi` (the block's repair index j; its ESI on the wire
+    /// is k + j) of a finished block as it leaves: the RTP header
     /// (sequence `seq`, the timestamp of the block's first source packet as
     /// sent), the FEC payload ID, and the repair symbol by reference into
     /// the sidecar. `None` past the block's last repair packet.
@@ -328,13 +329,7 @@ impl Session {
         let mut header = [0u8; rtp::RTP_HEADER_LEN];
         let ts = self.ts0.wrapping_add(first.rtp_ts);
         rtp::write_header(&mut header, r.pt, false, seq, ts, r.ssrc);
-        let id = RepairHeader {
-            sbn: pending.block as u32,
-            seq_base: pending.seq_base,
-            k: blk.source_count,
-            esi,
-            m: blk.repair_count,
-        };
+        let id = RepairHeader::new(pending.block, blk.source_count, esi, pending.seq_base);
         Some(Packet::new(&header, &id.to_bytes(), symbol, fd, offset))
     }
 
@@ -1112,10 +1107,9 @@ mod tests {
                     h,
                     RepairHeader {
                         sbn: b as u32,
-                        seq_base: sources[0].0,
+                        esi: blk.source_count as u8 + j as u8,
                         k: blk.source_count,
-                        esi: j as u16,
-                        m: 2,
+                        seq_base: sources[0].0,
                     }
                 );
                 let (off, len) = blk.repair_symbol_range(j as u16).unwrap();

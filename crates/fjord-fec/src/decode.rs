@@ -1,8 +1,7 @@
 //! Receiver side, sans-IO: collect one block's source and repair packets,
 //! recover the missing source packets bit-exact or say which are lost.
 
-use reed_solomon_simd::ReedSolomonDecoder;
-
+use crate::rs::Codec;
 use crate::symbol::{self, MAX_PAYLOAD, RepairHeader, SymbolMeta};
 
 /// A source packet as received (or recovered): what RTP carried.
@@ -43,7 +42,7 @@ pub struct BlockDecoder {
     ts_base: Option<u32>,
     symbol_len: usize,
     scratch: Vec<u8>,
-    rs: Option<ReedSolomonDecoder>,
+    codec: Codec,
 }
 
 impl BlockDecoder {
@@ -86,7 +85,6 @@ impl BlockDecoder {
         symbol: &[u8],
     ) -> Result<(), DecodeError> {
         if header.k != self.k
-            || header.m != self.m
             || (self.symbol_len != 0 && symbol.len() != self.symbol_len)
             || self.ts_base.is_some_and(|t| t != rtp_timestamp)
         {
@@ -94,7 +92,7 @@ impl BlockDecoder {
         }
         let slot = self
             .repairs
-            .get_mut(usize::from(header.esi))
+            .get_mut(usize::from(header.repair_index()))
             .ok_or(DecodeError::Layout)?;
         *slot = Some(symbol.to_vec());
         self.symbol_len = symbol.len();
@@ -125,34 +123,40 @@ impl BlockDecoder {
         }
         let (e, ts_base) = (self.symbol_len, self.ts_base.unwrap_or_default());
         let (k, m) = (usize::from(self.k), usize::from(self.m));
-        let rs_err = |_| DecodeError::Layout;
-        let rs = match &mut self.rs {
-            Some(rs) => {
-                rs.reset(k, m, e).map_err(rs_err)?;
-                rs
-            }
-            slot => slot.insert(ReedSolomonDecoder::new(k, m, e).map_err(rs_err)?),
-        };
-        self.scratch.resize(e, 0);
-        for (i, s) in self.sources.iter().enumerate() {
-            if let Some(p) = s {
+        self.codec
+            .set_layout(k, m)
+            .map_err(|_| DecodeError::Layout)?;
+        self.scratch.clear();
+        self.scratch.resize(k * e, 0);
+        let mut present = vec![false; k];
+        for ((s, sym), p) in self
+            .sources
+            .iter()
+            .zip(self.scratch.chunks_exact_mut(e))
+            .zip(&mut present)
+        {
+            if let Some(s) = s {
                 let meta = SymbolMeta {
-                    marker: p.marker,
-                    ts_delta: p.timestamp.wrapping_sub(ts_base),
+                    marker: s.marker,
+                    ts_delta: s.timestamp.wrapping_sub(ts_base),
                 };
-                symbol::frame(&mut self.scratch, &[&p.payload], meta)
-                    .map_err(|_| DecodeError::SourceTooLong)?;
-                rs.add_original_shard(i, &self.scratch).map_err(rs_err)?;
+                symbol::frame(sym, &[&s.payload], meta).map_err(|_| DecodeError::SourceTooLong)?;
+                *p = true;
             }
         }
-        for (j, r) in self.repairs.iter().enumerate() {
-            if let Some(r) = r {
-                rs.add_recovery_shard(j, r).map_err(rs_err)?;
-            }
-        }
-        let result = rs.decode().map_err(rs_err)?;
+        let repairs: Vec<(usize, &[u8])> = self
+            .repairs
+            .iter()
+            .enumerate()
+            .filter_map(|(j, r)| Some((j, r.as_deref()?)))
+            .collect();
+        let rebuilt = self
+            .codec
+            .decode(&mut self.scratch, &present, &repairs)
+            .map_err(|_| DecodeError::Layout)?;
         let mut out = Vec::with_capacity(missing);
-        for (i, sym) in result.restored_original_iter() {
+        for i in rebuilt {
+            let sym = &self.scratch[i * e..i * e + e];
             let (meta, payload) = symbol::unframe(sym).map_err(|_| DecodeError::Malformed)?;
             out.push((
                 i as u16,

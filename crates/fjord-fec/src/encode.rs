@@ -7,10 +7,10 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use fjord_media::{Index, PacketRecord, Track};
-use reed_solomon_simd::ReedSolomonEncoder;
 
 use crate::FecError;
 use crate::params::FecParams;
+use crate::rs::Codec;
 use crate::sidecar::{
     BLOCK_ENTRY_LEN, CHECKSUM_LEN, DATA_ALIGN, HEADER_LEN, MAGIC, SYMBOL_HASH_LEN, TRACK_ENTRY_LEN,
     VERSION,
@@ -112,7 +112,7 @@ pub(crate) fn source_hash(symbol_hashes: &[[u8; SYMBOL_HASH_LEN]]) -> [u8; 32] {
 #[derive(Default)]
 struct Worker {
     scratch: Vec<u8>,
-    rs: Option<ReedSolomonEncoder>,
+    codec: Codec,
 }
 
 impl Worker {
@@ -132,23 +132,11 @@ impl Worker {
             let rec = record(track, plan.first + i as u64)?;
             symbol_hashes.push(frame_packet(sym, &rec, base_ts, media)?);
         }
-        let rs_err = |e: reed_solomon_simd::Error| FecError::Invalid(format!("Reed-Solomon: {e}"));
-        let rs = match &mut self.rs {
-            Some(rs) => {
-                rs.reset(k, usize::from(plan.m), e).map_err(rs_err)?;
-                rs
-            }
-            slot => {
-                slot.insert(ReedSolomonEncoder::new(k, usize::from(plan.m), e).map_err(rs_err)?)
-            }
-        };
-        for sym in self.scratch.chunks_exact(e) {
-            rs.add_original_shard(sym).map_err(rs_err)?;
-        }
-        let result = rs.encode().map_err(rs_err)?;
-        for (dst, src) in out.chunks_exact_mut(e).zip(result.recovery_iter()) {
-            dst.copy_from_slice(src);
-        }
+        let rs_err = |e: crate::rs::CodecError| FecError::Invalid(format!("Reed-Solomon: {e}"));
+        self.codec
+            .set_layout(k, usize::from(plan.m))
+            .map_err(rs_err)?;
+        self.codec.encode(&self.scratch, out).map_err(rs_err)?;
         Ok(BlockResult {
             source_hash: source_hash(&symbol_hashes),
             repair_hash: *blake3::hash(out).as_bytes(),
@@ -164,10 +152,33 @@ pub(crate) fn record(track: &Track<'_>, i: u64) -> Result<PacketRecord, FecError
         .ok_or_else(|| FecError::Invalid("packet beyond the index's table".into()))
 }
 
+/// The symbol length E of every track: its longest packet's ADUI, so
+/// each packet is exactly one source symbol.
+fn track_symbol_lens(index: &Index) -> Result<Vec<u32>, FecError> {
+    index
+        .tracks()
+        .enumerate()
+        .map(|(t, track)| {
+            let mut longest = 0;
+            for i in 0..track.packet_count() as u64 {
+                let len = record(&track, i)?.payload_len();
+                if len > MAX_PAYLOAD {
+                    return Err(FecError::Invalid(format!(
+                        "track {t} packet {i} has a {len}-byte payload; FEC covers at most {MAX_PAYLOAD}"
+                    )));
+                }
+                longest = longest.max(len);
+            }
+            Ok(symbol::symbol_len(longest) as u32)
+        })
+        .collect()
+}
+
 /// The block plan of every track, repair offsets assigned from `data_off`.
 fn plan_blocks(
     index: &Index,
     params: &[FecParams],
+    symbol_lens: &[u32],
     data_off: u64,
 ) -> Result<Vec<BlockPlan>, FecError> {
     let mut plans = Vec::new();
@@ -177,24 +188,16 @@ fn plan_blocks(
         let mut first = 0;
         while first < n {
             let count = (n - first).min(u64::from(p.k));
-            let mut longest = 0;
             let mut payload_bytes = 0;
             for i in first..first + count {
-                let len = record(&track, i)?.payload_len();
-                if len > MAX_PAYLOAD {
-                    return Err(FecError::Invalid(format!(
-                        "track {t} packet {i} has a {len}-byte payload; FEC covers at most {MAX_PAYLOAD}"
-                    )));
-                }
-                longest = longest.max(len);
-                payload_bytes += len as u64;
+                payload_bytes += record(&track, i)?.payload_len() as u64;
             }
             let plan = BlockPlan {
                 track: t,
                 first,
                 count: count as u16,
                 m: p.m,
-                symbol_len: symbol::symbol_len(longest) as u32,
+                symbol_len: symbol_lens[t],
                 repair_off: at,
                 payload_bytes,
             };
@@ -244,7 +247,8 @@ pub fn write_sidecar(
         + blocks_total * BLOCK_ENTRY_LEN as u64
         + packets_total * SYMBOL_HASH_LEN as u64;
     let data_off = (meta_len + CHECKSUM_LEN as u64).next_multiple_of(DATA_ALIGN);
-    let plans = plan_blocks(index, params, data_off)?;
+    let symbol_lens = track_symbol_lens(index)?;
+    let plans = plan_blocks(index, params, &symbol_lens, data_off)?;
     let data_len: u64 = plans.iter().map(BlockPlan::repair_len).sum();
     let source_bytes: u64 = plans.iter().map(|p| p.payload_bytes).sum();
 
@@ -292,6 +296,7 @@ pub fn write_sidecar(
         index,
         index_checksum,
         params,
+        &symbol_lens,
         &block_counts,
         &plans,
         &results,
@@ -376,6 +381,7 @@ fn encode_meta(
     index: &Index,
     index_checksum: &[u8; 32],
     params: &[FecParams],
+    symbol_lens: &[u32],
     block_counts: &[u64],
     plans: &[BlockPlan],
     results: &[BlockResult],
@@ -405,12 +411,16 @@ fn encode_meta(
     }
     let mut blocks_off = (HEADER_LEN + entries_len) as u64;
     let mut hashes_off = blocks_off + blocks_len;
-    for (track, (p, &blocks)) in index.tracks().zip(params.iter().zip(block_counts)) {
+    for (t, (track, (p, &blocks))) in index
+        .tracks()
+        .zip(params.iter().zip(block_counts))
+        .enumerate()
+    {
         let packets = track.packet_count() as u64;
         buf.extend_from_slice(&packets.to_le_bytes());
         buf.extend_from_slice(&p.k.to_le_bytes());
         buf.extend_from_slice(&p.m.to_le_bytes());
-        buf.extend_from_slice(&[0; 4]);
+        buf.extend_from_slice(&symbol_lens[t].to_le_bytes());
         buf.extend_from_slice(&blocks.to_le_bytes());
         buf.extend_from_slice(&blocks_off.to_le_bytes());
         buf.extend_from_slice(&hashes_off.to_le_bytes());

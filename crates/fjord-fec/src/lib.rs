@@ -1,4 +1,5 @@
-//! fjord-fec: Reed-Solomon parity computed once at ingest.
+//! fjord-fec: Reed-Solomon parity computed once at ingest: RFC 6865's
+//! scheme for m = 8 (the RFC 5510 codec over GF(2^8), [`rs`]).
 //!
 //! The same parity serves two purposes: sent as an RTP repair stream it lets
 //! receivers rebuild lost packets without retransmission ([`decode`]), and
@@ -8,7 +9,9 @@
 
 pub mod decode;
 pub mod encode;
+pub mod gf;
 pub mod params;
+pub mod rs;
 pub mod sidecar;
 pub mod storage;
 pub mod symbol;

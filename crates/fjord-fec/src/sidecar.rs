@@ -4,11 +4,11 @@
 //! this file) without parsing anything but the tables; `verify` and `repair`
 //! use the per-symbol hashes to find damaged packets.
 //!
-//! # Layout (version 1, little-endian)
+//! # Layout (version 2, little-endian)
 //!
 //! ```text
 //! 0    magic "FJORDFEC"
-//! 8    version u32 = 1
+//! 8    version u32 = 2
 //! 12   track_count u32 (equal to the index's)
 //! 16   media identity as in the index: size u64, mtime_ns i64,
 //!      content_hash [32], sample_hash [32]
@@ -17,10 +17,11 @@
 //! 136  data_off u64, data_len u64: the repair symbols, to the end of the file
 //! 152  8 × 0
 //! 160  track entries, 48 bytes each:
-//!        packet_count u64, k u16, m u16, 4 × 0, block_count u64,
+//!        packet_count u64, k u16, m u16, symbol_len u32 (E), block_count u64,
 //!        blocks_off u64, hashes_off u64, 8 × 0
 //! ...  per track a block table, 80 bytes per block:
-//!        repair_off u64, symbol_len u32, source_count u16, repair_count u16,
+//!        repair_off u64, symbol_len u32 (= the track's E), source_count u16,
+//!        repair_count u16,
 //!        source_hash [32], repair_hash [32]
 //! ...  per track a symbol hash table, 16 bytes per packet
 //! meta_len  blake3 of bytes [0, meta_len) [32]
@@ -28,7 +29,8 @@
 //! ```
 //!
 //! Block `b` of a track holds packets `b*k ..` (`source_count` of them: k,
-//! the last block fewer). Symbol hash = first 16 bytes of blake3 of the
+//! the last block fewer). E is the track's symbol length (RFC 6865's
+//! encoding symbol length, the same for every block). Symbol hash = first 16 bytes of blake3 of the
 //! unpadded source symbol; source_hash = blake3 of the block's symbol hashes;
 //! repair_hash = blake3 of the block's repair symbols.
 
@@ -40,10 +42,10 @@ use fjord_media::{Index, SourceId};
 use memmap2::Mmap;
 
 use crate::params::FecParams;
-use crate::symbol::MAX_SYMBOL_LEN;
+use crate::symbol::{MAX_SYMBOL_LEN, SYMBOL_HEADER_LEN};
 
 pub const MAGIC: [u8; 8] = *b"FJORDFEC";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 160;
 pub const TRACK_ENTRY_LEN: usize = 48;
 pub const BLOCK_ENTRY_LEN: usize = 80;
@@ -96,7 +98,7 @@ pub struct BlockFec {
     pub first_packet: u64,
     pub source_count: u16,
     pub repair_count: u16,
-    /// E: bytes per symbol (source and repair) in this block; even.
+    /// E: bytes per symbol (source and repair), the track's.
     pub symbol_len: u32,
     /// File offset of the block's first repair symbol; symbol `j` is at
     /// `repair_off + j * symbol_len`.
@@ -112,7 +114,7 @@ impl BlockFec {
     }
 
     /// (file offset, length) of repair symbol `j`: what serving sends after
-    /// the 12-byte repair header.
+    /// the 8-byte repair header.
     pub fn repair_symbol_range(&self, j: u16) -> Option<(u64, usize)> {
         (j < self.repair_count).then(|| {
             (
@@ -131,6 +133,7 @@ impl BlockFec {
 #[derive(Debug, Clone)]
 struct TrackInfo {
     params: FecParams,
+    symbol_len: u32,
     packet_count: u64,
     blocks: Range<usize>,
     hashes: Range<usize>,
@@ -234,6 +237,10 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
             let packet_count = u64_at(b, e)?;
             let params = FecParams::new(u16_at(b, e + 8)?.into(), u16_at(b, e + 10)?.into())
                 .map_err(|_| corrupt("invalid K:M"))?;
+            let symbol_len = u32_at(b, e + 12)?;
+            if !(SYMBOL_HEADER_LEN..=MAX_SYMBOL_LEN).contains(&(symbol_len as usize)) {
+                return Err(corrupt("symbol length out of range"));
+            }
             let block_count = u64_at(b, e + 16)?;
             if block_count != packet_count.div_ceil(u64::from(params.k)) {
                 return Err(corrupt("block count does not match the packet count"));
@@ -242,6 +249,7 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
             let hashes = table(u64_at(b, e + 32)?, packet_count, SYMBOL_HASH_LEN, meta_len)?;
             let info = TrackInfo {
                 params,
+                symbol_len,
                 packet_count,
                 blocks,
                 hashes,
@@ -253,12 +261,9 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
             for i in 0..block_count {
                 let blk = track.block(i).ok_or(corrupt("block table"))?;
                 let expected_k = (packet_count - blk.first_packet).min(u64::from(params.k));
-                let symbol = blk.symbol_len as usize;
                 if u64::from(blk.source_count) != expected_k
                     || blk.repair_count != params.m
-                    || symbol == 0
-                    || !symbol.is_multiple_of(2)
-                    || symbol > MAX_SYMBOL_LEN
+                    || blk.symbol_len != symbol_len
                     || blk.repair_off < data_off
                     || blk.repair_range().end > b.len() as u64
                 {
@@ -350,6 +355,11 @@ impl<'a> TrackFec<'a> {
 
     pub fn packet_count(&self) -> u64 {
         self.info.packet_count
+    }
+
+    /// E: the length of every source and repair symbol of the track.
+    pub fn symbol_len(&self) -> u32 {
+        self.info.symbol_len
     }
 
     pub fn block_count(&self) -> u64 {

@@ -11,10 +11,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fjord_media::index::{index_path_for, map_media};
 use fjord_media::{Index, Track};
 use memmap2::Mmap;
-use reed_solomon_simd::ReedSolomonDecoder;
 
 use crate::FecError;
 use crate::encode::{frame_packet, meta_of, payload_parts, persist, record, source_hash};
+use crate::rs::Codec;
 use crate::sidecar::{self, BlockFec, Sidecar, TrackFec};
 use crate::symbol::{self, SYMBOL_HEADER_LEN};
 
@@ -366,9 +366,9 @@ pub fn repair(media_path: &Path) -> Result<RepairOutcome, FecError> {
         )));
     }
     let mut patches: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut rs: Option<ReedSolomonDecoder> = None;
+    let mut codec = Codec::new();
     for d in &report.damaged {
-        rebuild_block(&title, d, &mut rs, &mut patches)?;
+        rebuild_block(&title, d, &mut codec, &mut patches)?;
     }
     let bytes = patches.iter().map(|(_, b)| b.len() as u64).sum();
     write_repaired(media_path, &title, &patches)?;
@@ -383,7 +383,7 @@ pub fn repair(media_path: &Path) -> Result<RepairOutcome, FecError> {
 fn rebuild_block(
     title: &Title,
     d: &DamagedBlock,
-    rs: &mut Option<ReedSolomonDecoder>,
+    codec: &mut Codec,
     patches: &mut Vec<(u64, Vec<u8>)>,
 ) -> Result<(), FecError> {
     let missing = || FecError::Invalid("track or block missing".into());
@@ -393,27 +393,27 @@ fn rebuild_block(
     let parity = fec.repair_data(&blk).ok_or_else(missing)?;
     let e = blk.symbol_len as usize;
     let (k, m) = (usize::from(blk.source_count), usize::from(blk.repair_count));
-    let rs_err = |e: reed_solomon_simd::Error| FecError::Invalid(format!("Reed-Solomon: {e}"));
-    let rs = match rs {
-        Some(rs) => {
-            rs.reset(k, m, e).map_err(rs_err)?;
-            rs
-        }
-        slot => slot.insert(ReedSolomonDecoder::new(k, m, e).map_err(rs_err)?),
-    };
+    let rs_err = |e: crate::rs::CodecError| FecError::Invalid(format!("Reed-Solomon: {e}"));
+    codec.set_layout(k, m).map_err(rs_err)?;
     let base_ts = record(&track, blk.first_packet)?.rtp_ts;
-    let mut sym = vec![0u8; e];
-    for (j, i) in blk.packets().enumerate() {
+    let mut symbols = vec![0u8; k * e];
+    let mut present = vec![false; k];
+    for ((i, sym), p) in blk
+        .packets()
+        .zip(symbols.chunks_exact_mut(e))
+        .zip(&mut present)
+    {
         if !d.damaged.contains(&i) {
-            frame_packet(&mut sym, &record(&track, i)?, base_ts, &title.media)?;
-            rs.add_original_shard(j, &sym).map_err(rs_err)?;
+            frame_packet(sym, &record(&track, i)?, base_ts, &title.media)?;
+            *p = true;
         }
     }
-    for (j, r) in parity.chunks_exact(e).enumerate() {
-        rs.add_recovery_shard(j, r).map_err(rs_err)?;
-    }
-    let result = rs.decode().map_err(rs_err)?;
-    for (j, restored) in result.restored_original_iter() {
+    let repairs: Vec<(usize, &[u8])> = parity.chunks_exact(e).enumerate().collect();
+    let rebuilt = codec
+        .decode(&mut symbols, &present, &repairs)
+        .map_err(rs_err)?;
+    for j in rebuilt {
+        let restored = &symbols[j * e..j * e + e];
         let i = blk.first_packet + j as u64;
         let rec = record(&track, i)?;
         let (_, payload) =

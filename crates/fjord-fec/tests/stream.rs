@@ -101,13 +101,12 @@ fn send(media: &Path, params: FecParams) -> Vec<SentBlock> {
             let repairs = (0..blk.repair_count)
                 .map(|j| {
                     let (off, len) = blk.repair_symbol_range(j).unwrap();
-                    let header = RepairHeader {
-                        sbn: b as u32,
-                        seq_base: seq0.wrapping_add(blk.first_packet as u16),
-                        k: blk.source_count,
-                        esi: j,
-                        m: blk.repair_count,
-                    };
+                    let header = RepairHeader::new(
+                        b,
+                        blk.source_count,
+                        j,
+                        seq0.wrapping_add(blk.first_packet as u16),
+                    );
                     let mut wire = header.to_bytes().to_vec();
                     wire.extend_from_slice(&sidecar.bytes()[off as usize..][..len]);
                     let (h, symbol) = RepairHeader::parse(&wire).unwrap();
@@ -124,7 +123,7 @@ fn send(media: &Path, params: FecParams) -> Vec<SentBlock> {
 fn receive(dec: &mut BlockDecoder, block: &SentBlock, lost: &[usize]) -> bool {
     let k = block.sources.len();
     let (h0, _, _) = &block.repairs[0];
-    dec.reset(h0.k, h0.m);
+    dec.reset(h0.k, block.repairs.len() as u16);
     for (i, s) in block.sources.iter().enumerate() {
         if !lost.contains(&i) {
             dec.add_source(i as u16, s.clone()).unwrap();
@@ -166,7 +165,7 @@ fn ten_percent_loss_and_bursts_up_to_m_recover_bit_exact() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let media = title(dir.path(), 3000, &mut rng);
-    let blocks = send(&media, FecParams { k: 224, m: 32 });
+    let blocks = send(&media, FecParams { k: 223, m: 32 });
     assert_eq!(blocks.len(), 14, "last block short");
     let mut dec = BlockDecoder::new();
     for block in &blocks {

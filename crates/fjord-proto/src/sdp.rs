@@ -182,10 +182,10 @@ mod tests {
         let repair = SdpTrack {
             media: "application",
             payload_type: 100,
-            encoding: "x-fjord-rs16",
+            encoding: "x-fjord-rfc6865",
             clock_rate: 90000,
             channels: 0,
-            fmtp: Some("k=224; m=32; repair-window=300000"),
+            fmtp: Some("encoding-id=8; fssi=E:1324,m:8; k=223; repair=32; repair-window=300000"),
             control: "track1-fec",
             mid: Some("R1"),
         };
@@ -197,8 +197,9 @@ mod tests {
             s.ends_with(
                 "a=range:npt=0-10.000\r\na=group:FEC-FR S1 R1\r\n\
                  m=video 0 RTP/AVP 33\r\na=rtpmap:33 MP2T/90000\r\na=control:track1\r\na=mid:S1\r\n\
-                 m=application 0 RTP/AVP 100\r\na=rtpmap:100 x-fjord-rs16/90000\r\n\
-                 a=fmtp:100 k=224; m=32; repair-window=300000\r\na=control:track1-fec\r\na=mid:R1\r\n"
+                 m=application 0 RTP/AVP 100\r\na=rtpmap:100 x-fjord-rfc6865/90000\r\n\
+                 a=fmtp:100 encoding-id=8; fssi=E:1324,m:8; k=223; repair=32; repair-window=300000\r\n\
+                 a=control:track1-fec\r\na=mid:R1\r\n"
             ),
             "{s}"
         );

@@ -214,15 +214,21 @@ fn track_control(i: usize) -> String {
 /// A repair stream's control URL is its track's with this appended.
 const REPAIR_SUFFIX: &str = "-fec";
 /// The repair payload format of `docs/fec.md`.
-const REPAIR_ENCODING: &str = "x-fjord-rs16";
+const REPAIR_ENCODING: &str = fjord_fec::symbol::REPAIR_ENCODING;
 
-/// `a=fmtp` of track `t`'s repair stream, when the title has parity for it.
+/// `a=fmtp` of track `t`'s repair stream, when the title has parity for it:
+/// RFC 6865's FEC Encoding ID and scheme-specific information (E and m, in
+/// RFC 6364's `fssi` form), the block layout and the repair window.
 fn repair_fmtp(title: &Title, t: usize) -> Option<String> {
-    let params = title.fec(t)?.params();
+    let fec = title.fec(t)?;
+    let params = fec.params();
     let window_us = title.repair_window_ns(t)?.div_ceil(1000);
     Some(format!(
-        "k={}; m={}; repair-window={window_us}",
-        params.k, params.m
+        "encoding-id={}; fssi=E:{},m:8; k={}; repair={}; repair-window={window_us}",
+        fjord_fec::symbol::FEC_ENCODING_ID,
+        fec.symbol_len(),
+        params.k,
+        params.m
     ))
 }
 

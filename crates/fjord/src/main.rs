@@ -69,7 +69,8 @@ enum Cmd {
         #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u8).range(1..=7))]
         ts_per_rtp: u8,
         /// Parity sidecar FILE.fjfec: K source and M repair packets per
-        /// block, "auto" (12.5 %, ≤ 300 ms per block) or "off"
+        /// block (K + M ≤ 255, RFC 6865 Reed-Solomon over GF(2^8)), "auto"
+        /// (12.5 %, ≤ 300 ms per block, at most 223:32) or "off"
         #[arg(long, default_value = "auto", value_name = "K:M|auto|off")]
         fec: fjord_fec::FecChoice,
     },

@@ -142,7 +142,10 @@ fn random_loss_is_repaired_bit_exact_over_udp_and_tcp() {
     let sdp = c.describe_fec().unwrap().sdp;
     assert!(sdp.contains("a=group:FEC-FR S1 R1\r\n"), "{sdp}");
     assert!(
-        sdp.contains("a=rtpmap:96 x-fjord-rs16/90000\r\na=fmtp:96 k=12; m=8; repair-window="),
+        sdp.contains(
+            "a=rtpmap:96 x-fjord-rfc6865/90000\r\n\
+             a=fmtp:96 encoding-id=8; fssi=E:1324,m:8; k=12; repair=8; repair-window="
+        ),
         "{sdp}"
     );
     assert!(
