@@ -42,6 +42,10 @@ pub struct CapacityConfig {
     /// Every session also sends its repair stream with this layout (the
     /// packet counts then include the repair packets).
     pub fec: Option<FecParams>,
+    /// With `fec`: each session encodes its repair symbols as its packets
+    /// leave (what a server without stored parity does) instead of sending
+    /// the sidecar's; only for data paths that send from memory.
+    pub fec_live: bool,
     /// `shared`: the sessions send from one unconnected socket with an
     /// address per message (when the data path can); `per-session`: each
     /// from its own connected socket. As the server's `udp_sockets`.
@@ -62,6 +66,7 @@ impl Default for CapacityConfig {
             realtime: true,
             fixed: None,
             fec: None,
+            fec_live: false,
             udp_sockets: "shared".into(),
         }
     }
@@ -191,7 +196,14 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     let dir = tempfile::tempdir()?;
     let pps = cfg.bitrate as f64 / (cfg.payload as f64 * 8.0);
     let gap_ns = (1e9 / pps) as u64;
-    title(dir.path(), cfg.payload, gap_ns, cfg.seconds + 30.0, None)?;
+    title(
+        dir.path(),
+        cfg.payload,
+        gap_ns,
+        cfg.seconds + 30.0,
+        None,
+        false,
+    )?;
     let config = dir.path().join("serve.toml");
     std::fs::write(
         &config,
@@ -353,7 +365,14 @@ pub fn run(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     let dir = tempfile::tempdir()?;
     let pps = cfg.bitrate as f64 / (cfg.payload as f64 * 8.0);
     let gap_ns = (1e9 / pps) as u64;
-    let title = title(dir.path(), cfg.payload, gap_ns, cfg.seconds + 10.0, cfg.fec)?;
+    let title = title(
+        dir.path(),
+        cfg.payload,
+        gap_ns,
+        cfg.seconds + 10.0,
+        cfg.fec,
+        cfg.fec_live,
+    )?;
     let sink = Sink::create(cfg.sink)?;
     let datapath = fjord_engine::datapath::resolve(&cfg.datapath)?.to_string();
     eprintln!("sink: {}", sink.describe());
@@ -540,6 +559,7 @@ fn title(
     gap_ns: u64,
     seconds: f64,
     fec: Option<FecParams>,
+    fec_live: bool,
 ) -> anyhow::Result<Arc<Title>> {
     let media = dir.join("capacity.ts");
     let packets = (seconds * 1e9 / gap_ns as f64) as u64;
@@ -551,6 +571,9 @@ fn title(
             &fjord_fec::sidecar_path_for(&media),
             &fjord_media::index::index_path_for(&media),
         )?;
+        if fec_live {
+            title.encode_parity_live();
+        }
     }
     Ok(Arc::new(title))
 }

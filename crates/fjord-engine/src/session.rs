@@ -10,7 +10,11 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use fjord_fec::{RepairHeader, symbol::REPAIR_HEADER_LEN};
+use fjord_fec::{
+    RepairHeader,
+    live::LiveEncoder,
+    symbol::{REPAIR_HEADER_LEN, SymbolMeta},
+};
 use fjord_media::{
     index::Track,
     plan::{PacketRecord, rtp_ticks},
@@ -76,6 +80,9 @@ struct Repair {
     report: SenderReportTemplate,
     packets: u32,
     octets: u32,
+    /// Repair symbols encoded here as the source packets leave, when the
+    /// title asks for it ([`Title::encode_parity_live`]).
+    live: Option<LiveEncoder>,
 }
 
 /// A block whose repair packets are due.
@@ -140,9 +147,13 @@ impl Session {
             (Output::Interleaved { conn: a, .. }, Output::Interleaved { conn: b, .. }) => a == b,
             _ => false,
         };
-        if !same_kind || self.title.fec(self.track).is_none() {
+        let Some(fec) = self.title.fec(self.track).filter(|_| same_kind) else {
             return false;
-        }
+        };
+        let live = self
+            .title
+            .parity_is_live()
+            .then(|| LiveEncoder::new(usize::from(fec.params().m), fec.symbol_len() as usize));
         self.repair = Some(Repair {
             report: SenderReportTemplate::new(spec.ssrc, cname),
             ssrc: spec.ssrc,
@@ -152,6 +163,7 @@ impl Session {
             pending: None,
             packets: 0,
             octets: 0,
+            live,
         });
         true
     }
@@ -315,13 +327,17 @@ impl Session {
     fn repair_packet<'t>(
         &self,
         title: &'t Title,
-        r: &Repair,
+        r: &'t Repair,
         pending: PendingRepair,
         esi: u16,
         seq: u16,
     ) -> Option<Packet<'t>> {
         let blk = title.fec(self.track)?.block(pending.block)?;
-        let (fd, offset, symbol) = title.repair_symbol(self.track, pending.block, esi)?;
+        let (fd, offset, symbol) = match &r.live {
+            Some(live) if esi < blk.repair_count => (title.fd(), 0, live.repair(esi.into())?),
+            Some(_) => return None,
+            None => title.repair_symbol(self.track, pending.block, esi)?,
+        };
         let first = title
             .index()
             .track(self.track)?
@@ -559,6 +575,7 @@ impl Session {
                 self.octets = self.octets.wrapping_add(rec.payload_len() as u32);
                 let after = Duration::from_nanos(rec.send_time_ns.saturating_sub(origin_ns));
                 p.stats.count(elapsed.saturating_sub(after));
+                self.encode_live(track, u64::from(self.next) + i as u64, &rec);
             }
         }
         self.next += sent as u32;
@@ -583,6 +600,33 @@ impl Session {
                 esi: 0,
                 seq_base: self.seq.wrapping_sub((next - blk.first_packet) as u16),
             });
+        }
+    }
+
+    /// Multiplies packet `i` (just sent) into its block's repair symbols
+    /// when the session encodes them on the fly.
+    fn encode_live(&mut self, track: Track<'_>, i: u64, rec: &PacketRecord) {
+        let (Some(r), Some(fec)) = (&mut self.repair, self.title.fec(self.track)) else {
+            return;
+        };
+        let Some(live) = &mut r.live else { return };
+        let Some(blk) = fec.block_of(i).and_then(|b| fec.block(b)) else {
+            return;
+        };
+        let at = (i - blk.first_packet) as usize;
+        let Some(first) = track.packet(blk.first_packet as usize) else {
+            return;
+        };
+        let Some((run1, run2)) = self.title.runs(rec) else {
+            return;
+        };
+        let meta = SymbolMeta {
+            marker: rec.marker(),
+            ts_delta: rec.rtp_ts.wrapping_sub(first.rtp_ts),
+        };
+        let started = at > 0 || live.start_block(blk.source_count.into()).is_ok();
+        if started && let Err(e) = live.add(at, &[rec.prefix(), run1, run2], meta) {
+            tracing::warn!("live parity: {e}");
         }
     }
 
@@ -1025,6 +1069,60 @@ mod tests {
     /// timestamp of the block's first source packet as sent), the FEC
     /// payload ID (`seq_base` = that packet's sequence number) and the
     /// sidecar's bytes, which rebuild lost source packets.
+    /// Repair symbols encoded on the fly as the packets leave (the bench's
+    /// model of a server without stored parity) are the sidecar's bytes,
+    /// the short last block included.
+    #[test]
+    fn live_parity_equals_the_sidecar() {
+        use fjord_fec::{FecChoice, FecParams};
+
+        let dir = tempfile::tempdir().unwrap();
+        let media = dir.path().join("t.ts");
+        drop(write_constant_rate(&media, 188, 10 * MS, 10).unwrap());
+        let choice = FecChoice::Fixed(FecParams::new(4, 2).unwrap());
+        fjord_fec::protect(&media, choice, &mut |_, _| {}).unwrap();
+        let repairs = |live: bool| {
+            let index = Index::open(&index::index_path_for(&media)).unwrap();
+            let mut title = Title::new(index, &media).unwrap();
+            title
+                .attach_fec(
+                    &fjord_fec::sidecar_path_for(&media),
+                    &index::index_path_for(&media),
+                )
+                .unwrap();
+            assert!(!live || title.encode_parity_live());
+            let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut s = session(Arc::new(title), &rtcp);
+            let spec = RepairSpec {
+                ssrc: 0x5678,
+                seq0: 7,
+                payload_type: 100,
+                output: Output::Udp {
+                    rtp: udp().into(),
+                    rtp_peer: "127.0.0.1:9".parse().unwrap(),
+                    rtcp: udp().into(),
+                    rtcp_peer: rtcp.local_addr().unwrap(),
+                },
+            };
+            assert!(s.attach_repair(spec, "test"));
+            s.play(Start::Resume);
+            let t0 = Instant::now();
+            s.start(t0, 0);
+            (0..7)
+                .map(|_| tick(&mut s, t0 + Duration::from_secs(1), usize::MAX).0)
+                .collect::<Vec<_>>()
+        };
+        let (stored, live) = (repairs(false), repairs(true));
+        assert_eq!(
+            stored.iter().map(Vec::len).collect::<Vec<_>>(),
+            [4, 2, 4, 2, 2, 2, 0]
+        );
+        assert!(
+            stored == live,
+            "live-encoded repair packets differ from the sidecar's"
+        );
+    }
+
     #[test]
     fn repair_packets_follow_their_block() {
         use fjord_fec::{BlockDecoder, FecChoice, FecParams, SourcePacket};

@@ -29,6 +29,9 @@ struct Parity {
     file: File,
     sidecar: Sidecar<Mmap>,
     windows_ns: Vec<u64>,
+    /// Sessions encode their repair symbols as they send instead of
+    /// reading the sidecar's (for `fjord bench capacity --fec-live`).
+    live: bool,
 }
 
 impl Title {
@@ -77,8 +80,22 @@ impl Title {
             file,
             sidecar,
             windows_ns,
+            live: false,
         });
         Ok(())
+    }
+
+    /// Makes sessions encode repair symbols on the fly, as a server without
+    /// stored parity must; the sidecar then only gives the block layout.
+    /// Only for data paths that send from memory (the symbols are in the
+    /// session, not in a file). False when the title has no parity.
+    pub fn encode_parity_live(&mut self) -> bool {
+        self.fec.as_mut().map(|f| f.live = true).is_some()
+    }
+
+    /// Whether sessions encode repair symbols on the fly.
+    pub fn parity_is_live(&self) -> bool {
+        self.fec.as_ref().is_some_and(|f| f.live)
     }
 
     /// Parity of track `t`, when the title has a sidecar.

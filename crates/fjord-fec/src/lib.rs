@@ -10,6 +10,7 @@
 pub mod decode;
 pub mod encode;
 pub mod gf;
+pub mod live;
 pub mod params;
 pub mod rs;
 pub mod sidecar;

@@ -317,6 +317,12 @@ pub struct CapacityArgs {
     /// repair packets); compare with a run without it at --sessions N
     #[arg(long, value_name = "K:M")]
     fec: Option<fjord_fec::FecChoice>,
+    /// With --fec: every session encodes its repair packets on the fly as
+    /// its source packets leave (a server without stored parity), instead
+    /// of sending the sidecar's; data paths gso, gso-zerocopy, sendmmsg,
+    /// mmap-writev or uring
+    #[arg(long, requires = "fec")]
+    fec_live: bool,
     /// UDP sockets of the sessions: `shared` (one unconnected socket, an
     /// address per message, as `fjord serve` by default) or `per-session`
     /// (a connected socket each)
@@ -337,8 +343,22 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
         fec.is_none() || !a.receivers,
         "--fec measures the engine alone; leave out --receivers"
     );
+    anyhow::ensure!(
+        !a.fec_live
+            || [
+                "auto",
+                "gso",
+                "gso-zerocopy",
+                "sendmmsg",
+                "mmap-writev",
+                "uring"
+            ]
+            .contains(&a.datapath.as_str()),
+        "--fec-live sends repair symbols from memory: use a data path that sends by reference (gso, gso-zerocopy, sendmmsg, mmap-writev, uring)"
+    );
     let cfg = fjord_bench::capacity::CapacityConfig {
         fec,
+        fec_live: a.fec_live,
         seconds: a.seconds,
         max_sessions: a.max,
         datapath: a.datapath,
