@@ -1069,28 +1069,37 @@ mod tests {
     /// timestamp of the block's first source packet as sent), the FEC
     /// payload ID (`seq_base` = that packet's sequence number) and the
     /// sidecar's bytes, which rebuild lost source packets.
+    /// A 10-packet title with 4:2 parity (a short last block), its sidecar
+    /// attached; `live`: sessions encode the repair symbols themselves.
+    fn protected_title(dir: &std::path::Path, live: bool) -> Title {
+        use fjord_fec::{FecChoice, FecParams};
+
+        let media = dir.join("t.ts");
+        if !media.exists() {
+            drop(write_constant_rate(&media, 188, 10 * MS, 10).unwrap());
+            let choice = FecChoice::Fixed(FecParams::new(4, 2).unwrap());
+            fjord_fec::protect(&media, choice, &mut |_, _| {}).unwrap();
+        }
+        let index = Index::open(&index::index_path_for(&media)).unwrap();
+        let mut title = Title::new(index, &media).unwrap();
+        title
+            .attach_fec(
+                &fjord_fec::sidecar_path_for(&media),
+                &index::index_path_for(&media),
+            )
+            .unwrap();
+        assert!(!live || title.encode_parity_live());
+        title
+    }
+
     /// Repair symbols encoded on the fly as the packets leave (the bench's
     /// model of a server without stored parity) are the sidecar's bytes,
     /// the short last block included.
     #[test]
     fn live_parity_equals_the_sidecar() {
-        use fjord_fec::{FecChoice, FecParams};
-
         let dir = tempfile::tempdir().unwrap();
-        let media = dir.path().join("t.ts");
-        drop(write_constant_rate(&media, 188, 10 * MS, 10).unwrap());
-        let choice = FecChoice::Fixed(FecParams::new(4, 2).unwrap());
-        fjord_fec::protect(&media, choice, &mut |_, _| {}).unwrap();
         let repairs = |live: bool| {
-            let index = Index::open(&index::index_path_for(&media)).unwrap();
-            let mut title = Title::new(index, &media).unwrap();
-            title
-                .attach_fec(
-                    &fjord_fec::sidecar_path_for(&media),
-                    &index::index_path_for(&media),
-                )
-                .unwrap();
-            assert!(!live || title.encode_parity_live());
+            let title = protected_title(dir.path(), live);
             let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
             let mut s = session(Arc::new(title), &rtcp);
             let spec = RepairSpec {
@@ -1125,23 +1134,10 @@ mod tests {
 
     #[test]
     fn repair_packets_follow_their_block() {
-        use fjord_fec::{BlockDecoder, FecChoice, FecParams, SourcePacket};
+        use fjord_fec::{BlockDecoder, SourcePacket};
 
         let dir = tempfile::tempdir().unwrap();
-        let media = dir.path().join("t.ts");
-        let index = write_constant_rate(&media, 188, 10 * MS, 10).unwrap();
-        drop(index);
-        let choice = FecChoice::Fixed(FecParams::new(4, 2).unwrap());
-        fjord_fec::protect(&media, choice, &mut |_, _| {}).unwrap();
-        let index = Index::open(&index::index_path_for(&media)).unwrap();
-        let mut title = Title::new(index, &media).unwrap();
-        title
-            .attach_fec(
-                &fjord_fec::sidecar_path_for(&media),
-                &index::index_path_for(&media),
-            )
-            .unwrap();
-        let title = Arc::new(title);
+        let title = Arc::new(protected_title(dir.path(), false));
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title.clone(), &rtcp);
         let repair_output = || RepairSpec {
