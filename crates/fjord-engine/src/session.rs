@@ -31,9 +31,10 @@ use crate::{
     interleaved::{Connection, Frame, MAX_FRAMES},
 };
 
-/// After the last packet, wait this long before RTCP BYE so the client has
-/// read the final packets before it learns the stream ended.
-const BYE_DELAY: Duration = Duration::from_millis(500);
+/// After the last packet was due and after it actually left (a stalled
+/// thread may send it late), wait this long before RTCP BYE, so the client
+/// has read the final packets before it learns the stream ended.
+const BYE_DELAY: Duration = Duration::from_secs(1);
 /// The most packets one session puts in one tick's batch (one GSO send).
 pub(crate) const MAX_BURST_PACKETS: usize = 64;
 /// How soon to retry a session whose socket was full.
@@ -64,6 +65,8 @@ pub(crate) struct Session {
     next_report: Instant,
     report: SenderReportTemplate,
     repair: Option<Repair>,
+    /// When the latest packet left (the BYE waits for it, too).
+    last_sent: Option<Instant>,
     /// First packet of the latest seek: blocks that start before it get no
     /// repair packets, since part of them was never sent in this sequence.
     floor: u32,
@@ -134,6 +137,7 @@ impl Session {
             state: State::Stopped,
             next_report: Instant::now(),
             repair: None,
+            last_sent: None,
             floor: 0,
         }
     }
@@ -366,6 +370,9 @@ impl Session {
         pending.esi = pending.esi.saturating_add(sent as u16);
         r.seq = r.seq.wrapping_add(sent as u16);
         r.packets = r.packets.wrapping_add(sent as u32);
+        if sent > 0 {
+            self.last_sent = Some(p.now);
+        }
         r.octets = r.octets.wrapping_add(len.wrapping_mul(sent as u32));
         for _ in 0..sent {
             p.stats.count(Duration::ZERO);
@@ -578,6 +585,9 @@ impl Session {
                 self.encode_live(track, u64::from(self.next) + i as u64, &rec);
             }
         }
+        if sent > 0 {
+            self.last_sent = Some(p.now);
+        }
         self.next += sent as u32;
         self.seq = self.seq.wrapping_add(sent as u16);
         self.packets = self.packets.wrapping_add(sent as u32);
@@ -645,7 +655,8 @@ impl Session {
             at.checked_sub(p.burst / 4).unwrap_or(at)
         } else {
             let (last_ns, _) = self.media_time(count.saturating_sub(1));
-            let bye_at = due(t0, origin_ns, last_ns) + BYE_DELAY;
+            let last_left = self.last_sent.unwrap_or(p.now);
+            let bye_at = due(t0, origin_ns, last_ns).max(last_left) + BYE_DELAY;
             if p.now >= bye_at {
                 self.report(p, true);
                 self.state = State::Ended;
@@ -1168,6 +1179,8 @@ mod tests {
         let repair_octets: u32 = (0..3)
             .map(|b| 2 * (REPAIR_HEADER_LEN as u32 + fec.block(b).unwrap().symbol_len))
             .sum();
+        // The BYEs leave BYE_DELAY after the last packet did.
+        assert!(tick(&mut s, late + BYE_DELAY, usize::MAX).0.is_empty());
         rtcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let mut buf = [0u8; 512];
         let last_repair_report = loop {

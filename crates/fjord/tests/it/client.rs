@@ -161,6 +161,7 @@ fn pause_and_resume_lose_nothing() {
 }
 
 #[test]
+#[ignore = "timing: `make test` runs it alone after the parallel suite"]
 fn pacing_follows_the_clock() {
     let server = Server::start("burst_ms = 40\n");
     let (mut c, mut rx, duration) = open(&server, "vbr.ts", false);
@@ -187,7 +188,7 @@ fn pacing_follows_the_clock() {
         "a packet arrived {:.1} ms early",
         worst * 1000.0
     );
-    // At least one RTCP SR during 10 s, and SR+BYE at the end ~0.5 s after.
+    // At least one RTCP SR during 10 s, and SR+BYE at the end ~1 s after.
     let srs = cap
         .rtcp
         .iter()
@@ -358,6 +359,7 @@ fn assert_sender_reports_map_the_clock(cap: &fjord_client::Capture) {
 /// thread, a third SETUP gets 453, and the two admitted streams arrive
 /// complete and on schedule.
 #[test]
+#[ignore = "timing: `make test` runs it alone after the parallel suite"]
 fn admission_refuses_beyond_capacity_and_admitted_streams_keep_time() {
     let clip =
         fjord_media::ts::packetize(clip_bytes(), &fjord_media::ts::TsOptions::default()).unwrap();
