@@ -9,10 +9,9 @@ use crate::gf;
 use crate::rs::{CodecError, Generator};
 use crate::symbol::{self, FramingError, SymbolMeta};
 
-/// Per-session encoder state, sized once for blocks of at most `k_max`
-/// source packets of E bytes and M repair packets: nothing is allocated
-/// per packet, and per block only when the block size changes (a title's
-/// last block).
+/// Per-session encoder state, sized once for M repair symbols of E bytes:
+/// nothing is allocated per packet, and per block only when the block size
+/// changes (a title's last block).
 pub struct LiveEncoder {
     m: usize,
     e: usize,
