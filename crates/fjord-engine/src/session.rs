@@ -616,10 +616,14 @@ impl Session {
     /// Multiplies packet `i` (just sent) into its block's repair symbols
     /// when the session encodes them on the fly.
     fn encode_live(&mut self, track: Track<'_>, i: u64, rec: &PacketRecord) {
-        let (Some(r), Some(fec)) = (&mut self.repair, self.title.fec(self.track)) else {
+        // Checked first: this runs for every packet sent, and only the
+        // bench's live-encoding sessions go past it.
+        let Some(live) = self.repair.as_mut().and_then(|r| r.live.as_mut()) else {
             return;
         };
-        let Some(live) = &mut r.live else { return };
+        let Some(fec) = self.title.fec(self.track) else {
+            return;
+        };
         let Some(blk) = fec.block_of(i).and_then(|b| fec.block(b)) else {
             return;
         };
@@ -1103,6 +1107,21 @@ mod tests {
         title
     }
 
+    /// A repair stream (SSRC 0x5678, PT 100) whose RTCP goes to `rtcp`.
+    fn repair_spec(seq0: u16, rtcp: &UdpSocket) -> RepairSpec {
+        RepairSpec {
+            ssrc: 0x5678,
+            seq0,
+            payload_type: 100,
+            output: Output::Udp {
+                rtp: udp().into(),
+                rtp_peer: "127.0.0.1:9".parse().unwrap(),
+                rtcp: udp().into(),
+                rtcp_peer: rtcp.local_addr().unwrap(),
+            },
+        }
+    }
+
     /// Repair symbols encoded on the fly as the packets leave (the bench's
     /// model of a server without stored parity) are the sidecar's bytes,
     /// the short last block included.
@@ -1113,17 +1132,7 @@ mod tests {
             let title = protected_title(dir.path(), live);
             let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
             let mut s = session(Arc::new(title), &rtcp);
-            let spec = RepairSpec {
-                ssrc: 0x5678,
-                seq0: 7,
-                payload_type: 100,
-                output: Output::Udp {
-                    rtp: udp().into(),
-                    rtp_peer: "127.0.0.1:9".parse().unwrap(),
-                    rtcp: udp().into(),
-                    rtcp_peer: rtcp.local_addr().unwrap(),
-                },
-            };
+            let spec = repair_spec(7, &rtcp);
             assert!(s.attach_repair(spec, "test"));
             s.play(Start::Resume);
             let t0 = Instant::now();
@@ -1151,17 +1160,7 @@ mod tests {
         let title = Arc::new(protected_title(dir.path(), false));
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title.clone(), &rtcp);
-        let repair_output = || RepairSpec {
-            ssrc: 0x5678,
-            seq0: 65535,
-            payload_type: 100,
-            output: Output::Udp {
-                rtp: udp().into(),
-                rtp_peer: "127.0.0.1:9".parse().unwrap(),
-                rtcp: udp().into(),
-                rtcp_peer: rtcp.local_addr().unwrap(),
-            },
-        };
+        let repair_output = || repair_spec(65535, &rtcp);
         assert!(s.attach_repair(repair_output(), "test"));
         s.play(Start::Resume);
         let t0 = Instant::now();
