@@ -2,20 +2,22 @@
 //! it: systematic, over GF(2^8) ([`crate::gf`]), k source symbols and up to
 //! n − k repair symbols per block with n ≤ 255.
 //!
-//! Generator matrix (RFC 5510 section 8, as written there): V_{k,n} is
-//! the k × n Vandermonde matrix with entry (i, j) = α^(i·j), and
+//! Generator matrix: V_{k,n} is the k × n Vandermonde matrix whose column j
+//! holds the powers x_j^0 … x_j^(k−1) of the evaluation point of ESI j,
+//! x_0 = 0 and x_j = α^(j−1) (0, 1, α, …, α^(n−2)), and
 //! GM = V_{k,k}^-1 · V_{k,n}, whose first k columns are the identity. The
 //! encoding symbol with ESI j is e_j = Σ_i s_i · GM(i, j); for j ≥ k it is a
-//! repair symbol. Equivalently e_j is the value at α^j of the polynomial of
-//! degree < k that takes the value s_i at α^i (the tests check it that way).
+//! repair symbol. Equivalently e_j is the value at x_j of the polynomial of
+//! degree < k that takes the value s_i at x_i (the tests check it that way).
+//! These are the points of Luigi Rizzo's fec.c, with which RFC 5510 says its
+//! schemes are compatible, and of its descendants (zfec; OpenFEC's RFC 5510
+//! codec builds the same matrix): the known-answer test reproduces zfec's
+//! repair symbols byte for byte.
 //!
 //! No Rust crate implements this matrix (the crates build other Vandermonde
 //! or Cauchy matrices, or other fields), so it is built here by hand: a
 //! Gauss-Jordan inversion of V_{k,k} once per k, then one column per repair
-//! ESI. Note that Rizzo's fec.c and the implementations derived from it
-//! (zfec, OpenFEC's GF(2^8) codec) start their evaluation points at 0
-//! (0, 1, α, α², …) instead of RFC 5510's (1, α, α², …), so their repair
-//! bytes differ from these; see `docs/fec.md`.
+//! ESI.
 
 use crate::gf;
 
@@ -74,6 +76,11 @@ fn invert(a: &mut [u8], n: usize, work: &mut Vec<u8>) -> Result<(), CodecError> 
     Ok(())
 }
 
+/// The evaluation point of encoding symbol `esi` (< 255): 0, then α^(esi−1).
+pub fn point(esi: usize) -> u8 {
+    esi.checked_sub(1).map_or(0, gf::exp)
+}
+
 /// RFC 5510's systematic generator for blocks of k source symbols.
 #[derive(Debug, Clone)]
 pub struct Generator {
@@ -85,12 +92,6 @@ pub struct Generator {
 impl Generator {
     /// Builds GM's left factor for `k` source symbols (1 ≤ k < 255).
     pub fn new(k: usize) -> Result<Generator, CodecError> {
-        Generator::with_points(k, gf::exp)
-    }
-
-    /// The generator for evaluation points `point(j)` (ESI j): RFC 5510's
-    /// are α^j; tests also build Rizzo's to check against zfec.
-    fn with_points(k: usize, point: impl Fn(usize) -> u8) -> Result<Generator, CodecError> {
         if k == 0 || k >= MAX_N {
             return Err(CodecError::Layout { k, n: k });
         }
@@ -115,7 +116,7 @@ impl Generator {
     /// Column `esi` of GM (k entries): the coefficients of the source
     /// symbols in encoding symbol `esi` (k ≤ esi < 255).
     pub fn column(&self, esi: usize, out: &mut [u8]) {
-        self.column_at(gf::exp(esi), out);
+        self.column_at(point(esi), out);
     }
 
     /// GM · (1, x, x², …)ᵀ: the column of the point x.
@@ -262,7 +263,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// An independent reading of RFC 5510's definition: the value at
-    /// α^esi of the polynomial through (α^i, s_i), by Lagrange
+    /// x_esi of the polynomial through (x_i, s_i), by Lagrange
     /// interpolation with plain field arithmetic, no matrix inversion.
     fn lagrange_coefficients(points: &[u8], x: u8) -> Vec<u8> {
         (0..points.len())
@@ -283,13 +284,13 @@ mod tests {
     fn generator_is_rfc5510s_definition() {
         for k in [1usize, 2, 3, 7, 32, 100, 223, 254] {
             let g = Generator::new(k).unwrap();
-            let points: Vec<u8> = (0..k).map(gf::exp).collect();
+            let points: Vec<u8> = (0..k).map(point).collect();
             let mut col = vec![0u8; k];
             for esi in [k, k + 1, 254].into_iter().filter(|&e| e < MAX_N) {
                 g.column(esi, &mut col);
                 assert_eq!(
                     col,
-                    lagrange_coefficients(&points, gf::exp(esi)),
+                    lagrange_coefficients(&points, point(esi)),
                     "k {k} esi {esi}"
                 );
             }
@@ -309,19 +310,21 @@ mod tests {
             .collect()
     }
 
-    /// Known answers from tests/fixtures/rfc5510_kat.py (Lagrange
-    /// interpolation in Python, independent of this code): `rfc5510` lines
-    /// are RFC 5510's repair symbols, which `Codec` must reproduce; `zfec`
-    /// lines are zfec 1.6's (Rizzo's points 0, 1, α, …), which the same
-    /// machinery reproduces with those points: the field, the inversion and
-    /// the encoding are right, only the choice of points differs.
+    /// Known answers from tests/fixtures/rfc5510_kat.py: `rfc5510` lines by
+    /// Lagrange interpolation in Python (independent of this code), `zfec`
+    /// lines by zfec 1.6, a third-party implementation of Rizzo's codec.
+    /// `Codec` must reproduce both.
     #[test]
     fn fixture_known_answers() {
         let fixture = include_str!("../tests/fixtures/rfc5510_kat.txt");
         let mut checked = (0, 0);
         for line in fixture.lines() {
             let mut words = line.split_whitespace();
-            let kind = words.next().unwrap();
+            match words.next().unwrap() {
+                "rfc5510" => checked.0 += 1,
+                "zfec" => checked.1 += 1,
+                other => panic!("unknown fixture line {other}"),
+            }
             let mut num = |name: &str| -> usize {
                 let w = words.next().unwrap();
                 w.strip_prefix(name).unwrap().parse().unwrap()
@@ -336,27 +339,9 @@ mod tests {
                 .collect();
             let sources = fixture_sources(k, e);
             let mut repairs = vec![0u8; m * e];
-            match kind {
-                "rfc5510" => {
-                    let mut c = Codec::new();
-                    c.set_layout(k, m).unwrap();
-                    c.encode(&sources, &mut repairs).unwrap();
-                    checked.0 += 1;
-                }
-                "zfec" => {
-                    let rizzo = |j: usize| if j == 0 { 0 } else { gf::exp(j - 1) };
-                    let g = Generator::with_points(k, rizzo).unwrap();
-                    let mut col = vec![0u8; k];
-                    for (j, r) in repairs.chunks_exact_mut(e).enumerate() {
-                        g.column_at(rizzo(k + j), &mut col);
-                        for (i, s) in sources.chunks_exact(e).enumerate() {
-                            gf::mul_add(col[i], s, r);
-                        }
-                    }
-                    checked.1 += 1;
-                }
-                other => panic!("unknown fixture line {other}"),
-            }
+            let mut c = Codec::new();
+            c.set_layout(k, m).unwrap();
+            c.encode(&sources, &mut repairs).unwrap();
             assert_eq!(repairs, expect, "{line:.40}");
         }
         assert_eq!(checked, (3, 3));

@@ -4,11 +4,11 @@
 //! this file) without parsing anything but the tables; `verify` and `repair`
 //! use the per-symbol hashes to find damaged packets.
 //!
-//! # Layout (version 2, little-endian)
+//! # Layout (version 3, little-endian)
 //!
 //! ```text
 //! 0    magic "FJORDFEC"
-//! 8    version u32 = 2
+//! 8    version u32 = 3
 //! 12   track_count u32 (equal to the index's)
 //! 16   media identity as in the index: size u64, mtime_ns i64,
 //!      content_hash [32], sample_hash [32]
@@ -45,7 +45,7 @@ use crate::params::FecParams;
 use crate::symbol::{MAX_SYMBOL_LEN, SYMBOL_HEADER_LEN};
 
 pub const MAGIC: [u8; 8] = *b"FJORDFEC";
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 pub const HEADER_LEN: usize = 160;
 pub const TRACK_ENTRY_LEN: usize = 48;
 pub const BLOCK_ENTRY_LEN: usize = 80;
