@@ -563,10 +563,11 @@ fn title(
 ) -> anyhow::Result<Arc<Title>> {
     let media = dir.join("capacity.ts");
     let packets = (seconds * 1e9 / gap_ns as f64) as u64;
-    let index = write_constant_rate(&media, payload, gap_ns, packets)?;
+    let layouts = fjord_fec::layouts(fec.map_or(FecChoice::Off, FecChoice::Fixed));
+    let index = write_constant_rate(&media, payload, gap_ns, packets, &layouts)?;
     let mut title = Title::new(index, &media)?;
-    if let Some(p) = fec {
-        fjord_fec::protect(&media, FecChoice::Fixed(p), &mut |_, _| {})?;
+    if fec.is_some() {
+        fjord_fec::protect(&media, &mut |_, _| {})?;
         title.attach_fec(
             &fjord_fec::sidecar_path_for(&media),
             &fjord_media::index::index_path_for(&media),

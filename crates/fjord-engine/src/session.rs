@@ -747,6 +747,7 @@ mod tests {
 
     use fjord_media::{
         index::{self, Index},
+        no_parity,
         synthetic::{write_constant_rate, write_video_track},
     };
     use fjord_proto::rtcp::{RtcpInfo, parse_compound};
@@ -759,7 +760,7 @@ mod tests {
     /// Ten 188-byte packets, one every 10 ms, each filled with its number.
     fn title(dir: &std::path::Path) -> Arc<Title> {
         let media = dir.join("t.ts");
-        let index = write_constant_rate(&media, 188, 10 * MS, 10).unwrap();
+        let index = write_constant_rate(&media, 188, 10 * MS, 10, &no_parity).unwrap();
         Arc::new(Title::new(index, &media).unwrap())
     }
 
@@ -1091,9 +1092,10 @@ mod tests {
 
         let media = dir.join("t.ts");
         if !media.exists() {
-            drop(write_constant_rate(&media, 188, 10 * MS, 10).unwrap());
             let choice = FecChoice::Fixed(FecParams::new(4, 2).unwrap());
-            fjord_fec::protect(&media, choice, &mut |_, _| {}).unwrap();
+            let layouts = fjord_fec::layouts(choice);
+            drop(write_constant_rate(&media, 188, 10 * MS, 10, &layouts).unwrap());
+            fjord_fec::protect(&media, &mut |_, _| {}).unwrap();
         }
         let index = Index::open(&index::index_path_for(&media)).unwrap();
         let mut title = Title::new(index, &media).unwrap();

@@ -50,7 +50,8 @@ static GLOBAL: Counting = Counting;
 /// A 4.5 Mbit/s title: 1316-byte packets every 2.34 ms for 20 s.
 fn title(dir: &std::path::Path) -> Arc<Title> {
     let media = dir.join("t.ts");
-    let index = write_constant_rate(&media, 1316, 2_339_000, 8_550).unwrap();
+    let index =
+        write_constant_rate(&media, 1316, 2_339_000, 8_550, &fjord_media::no_parity).unwrap();
     Arc::new(Title::new(index, &media).unwrap())
 }
 

@@ -6,7 +6,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use fjord_media::{Index, PacketRecord, Track};
+use fjord_media::{BlockLayout, Index, PacketRecord, Track};
 
 use crate::FecError;
 use crate::params::FecParams;
@@ -15,7 +15,7 @@ use crate::sidecar::{
     BLOCK_ENTRY_LEN, CHECKSUM_LEN, DATA_ALIGN, HEADER_LEN, MAGIC, SYMBOL_HASH_LEN, TRACK_ENTRY_LEN,
     VERSION,
 };
-use crate::symbol::{self, MAX_PAYLOAD, SymbolMeta};
+use crate::symbol::{self, MAX_PAYLOAD, MAX_SYMBOL_LEN, SYMBOL_HEADER_LEN, SymbolMeta};
 
 /// Repair data produced per batch: bounds memory whatever the title's size.
 const BATCH_BYTES: u64 = 8 << 20;
@@ -152,26 +152,46 @@ pub(crate) fn record(track: &Track<'_>, i: u64) -> Result<PacketRecord, FecError
         .ok_or_else(|| FecError::Invalid("packet beyond the index's table".into()))
 }
 
-/// The symbol length E of every track: its longest packet's ADUI, so
-/// each packet is exactly one source symbol.
-fn track_symbol_lens(index: &Index) -> Result<Vec<u32>, FecError> {
-    index
-        .tracks()
-        .enumerate()
-        .map(|(t, track)| {
-            let mut longest = 0;
-            for i in 0..track.packet_count() as u64 {
-                let len = record(&track, i)?.payload_len();
-                if len > MAX_PAYLOAD {
-                    return Err(FecError::Invalid(format!(
-                        "track {t} packet {i} has a {len}-byte payload; FEC covers at most {MAX_PAYLOAD}"
-                    )));
-                }
-                longest = longest.max(len);
+/// The symbol length E of a track whose longest RTP payload is `longest`
+/// bytes: that packet's ADUI, so each packet is exactly one source symbol.
+/// `None` beyond what one symbol holds.
+pub fn symbol_len_for(longest: usize) -> Option<u32> {
+    (longest <= MAX_PAYLOAD).then(|| symbol::symbol_len(longest) as u32)
+}
+
+/// The code parameters and symbol length of every track, from the layouts
+/// the index records, checked against the code's limits and the packets.
+fn checked_layouts(
+    index: &Index,
+    layouts: &[BlockLayout],
+) -> Result<(Vec<FecParams>, Vec<u32>), FecError> {
+    if layouts.len() != index.track_count() {
+        return Err(FecError::Invalid(
+            "one FEC layout per track is needed".into(),
+        ));
+    }
+    let mut params = Vec::with_capacity(layouts.len());
+    for (t, (track, l)) in index.tracks().zip(layouts).enumerate() {
+        let p = FecParams::new(l.k.into(), l.m.into())
+            .map_err(|e| FecError::Invalid(format!("track {t}: {e}; re-ingest with --fec")))?;
+        if !(SYMBOL_HEADER_LEN..=MAX_SYMBOL_LEN).contains(&(l.symbol_len as usize)) {
+            return Err(FecError::Invalid(format!(
+                "track {t}: symbol length {} outside {SYMBOL_HEADER_LEN}..={MAX_SYMBOL_LEN}; re-ingest with --fec",
+                l.symbol_len
+            )));
+        }
+        for i in 0..track.packet_count() as u64 {
+            let len = record(&track, i)?.payload_len();
+            if symbol_len_for(len).is_none_or(|e| e > l.symbol_len) {
+                return Err(FecError::Invalid(format!(
+                    "track {t} packet {i} has a {len}-byte payload, too long for its {}-byte symbols; re-ingest",
+                    l.symbol_len
+                )));
             }
-            Ok(symbol::symbol_len(longest) as u32)
-        })
-        .collect()
+        }
+        params.push(p);
+    }
+    Ok((params, layouts.iter().map(|l| l.symbol_len).collect()))
 }
 
 /// The block plan of every track, repair offsets assigned from `data_off`.
@@ -211,14 +231,14 @@ fn plan_blocks(
 
 /// Computes the parity of an indexed title and writes it to `path`
 /// atomically (temp file in the same directory, fsync, rename). `media` is
-/// the whole media file; `params` holds one layout per track; `progress`
-/// gets (payload bytes done, total) after every batch.
+/// the whole media file; `layouts` holds the layout the index records for
+/// each track; `progress` gets (payload bytes done, total) after every batch.
 pub fn write_sidecar(
     path: &Path,
     index: &Index,
     index_checksum: &[u8; 32],
     media: &[u8],
-    params: &[FecParams],
+    layouts: &[BlockLayout],
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<EncodeSummary, FecError> {
     let src = index.source();
@@ -229,11 +249,8 @@ pub fn write_sidecar(
             src.size
         )));
     }
-    if params.len() != index.track_count() {
-        return Err(FecError::Invalid(
-            "one FEC layout per track is needed".into(),
-        ));
-    }
+    let (params, symbol_lens) = checked_layouts(index, layouts)?;
+    let params = params.as_slice();
     let tracks: Vec<Track<'_>> = index.tracks().collect();
     let block_counts: Vec<u64> = tracks
         .iter()
@@ -247,7 +264,6 @@ pub fn write_sidecar(
         + blocks_total * BLOCK_ENTRY_LEN as u64
         + packets_total * SYMBOL_HASH_LEN as u64;
     let data_off = (meta_len + CHECKSUM_LEN as u64).next_multiple_of(DATA_ALIGN);
-    let symbol_lens = track_symbol_lens(index)?;
     let plans = plan_blocks(index, params, &symbol_lens, data_off)?;
     let data_len: u64 = plans.iter().map(BlockPlan::repair_len).sum();
     let source_bytes: u64 = plans.iter().map(|p| p.payload_bytes).sum();

@@ -19,8 +19,8 @@ pub mod symbol;
 
 use std::path::{Path, PathBuf};
 
-use fjord_media::Index;
 use fjord_media::index::{IndexError, index_path_for, map_media};
+use fjord_media::{BlockLayout, Index, MediaPlan};
 
 pub use decode::{BlockDecoder, DecodeError, SourcePacket};
 pub use encode::{EncodeSummary, write_sidecar};
@@ -48,34 +48,47 @@ pub enum FecError {
     BeyondRepair(String),
 }
 
-/// Per-track layouts for `choice` (`None` for [`FecChoice::Off`]).
-pub fn layouts(index: &Index, choice: FecChoice) -> Option<Vec<FecParams>> {
-    let duration_ns = index.duration_ns();
-    let per_track = |t: fjord_media::Track<'_>| match choice {
-        FecChoice::Fixed(p) => p,
-        _ => {
-            let n = t.packet_count();
-            let bytes: u64 = (0..n)
-                .filter_map(|i| t.packet(i))
-                .map(|p| p.payload_len() as u64)
-                .sum();
-            let bitrate = (u128::from(bytes) * 8 * 1_000_000_000)
-                .checked_div(u128::from(duration_ns))
-                .unwrap_or(0);
-            FecParams::for_track(
-                u64::try_from(bitrate).unwrap_or(u64::MAX),
-                bytes.checked_div(n as u64).unwrap_or(0),
-            )
-        }
-    };
-    (choice != FecChoice::Off).then(|| index.tracks().map(per_track).collect())
+/// The block layouts `choice` gives the tracks of a planned title, for
+/// ingest to record in the index (`fjord_media::ingest_file`): none for
+/// [`FecChoice::Off`], and none for a title with a packet too long for one
+/// symbol (no planner makes one).
+pub fn layouts(choice: FecChoice) -> impl Fn(&MediaPlan) -> Vec<Option<BlockLayout>> {
+    move |plan| {
+        let per_track = |t: &fjord_media::TrackPlan| {
+            let longest = t.packets.iter().map(|p| p.payload_len()).max();
+            let symbol_len = encode::symbol_len_for(longest.unwrap_or(0))?;
+            let p = match choice {
+                FecChoice::Off => return None,
+                FecChoice::Fixed(p) => p,
+                FecChoice::Auto => {
+                    let n = t.packets.len() as u64;
+                    let bytes: u64 = t.packets.iter().map(|p| p.payload_len() as u64).sum();
+                    let bitrate = (u128::from(bytes) * 8 * 1_000_000_000)
+                        .checked_div(u128::from(plan.duration_ns))
+                        .unwrap_or(0);
+                    FecParams::for_track(
+                        u64::try_from(bitrate).unwrap_or(u64::MAX),
+                        bytes.checked_div(n).unwrap_or(0),
+                    )
+                }
+            };
+            Some(BlockLayout {
+                k: p.k,
+                m: p.m,
+                symbol_len,
+            })
+        };
+        let all: Option<Vec<BlockLayout>> = plan.tracks.iter().map(per_track).collect();
+        all.map(|v| v.into_iter().map(Some).collect())
+            .unwrap_or_default()
+    }
 }
 
-/// After ingest: writes `MEDIA.fjfec` for the freshly written index of
-/// `media` (or removes a stale one when `choice` is off).
+/// After ingest: writes `MEDIA.fjfec` for the block layouts the freshly
+/// written index of `media` records (or removes a stale one when it records
+/// none).
 pub fn protect(
     media: &Path,
-    choice: FecChoice,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Option<EncodeSummary>, FecError> {
     let path = sidecar_path_for(media);
@@ -84,7 +97,8 @@ pub fn protect(
         path: index_path.clone(),
         source,
     })?;
-    let Some(params) = layouts(&index, choice) else {
+    let recorded: Vec<Option<BlockLayout>> = index.tracks().map(|t| t.fec_layout()).collect();
+    if recorded.iter().all(Option::is_none) {
         return match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(FecError::Io {
                 what: format!("remove {}", path.display()),
@@ -92,7 +106,13 @@ pub fn protect(
             }),
             _ => Ok(None),
         };
-    };
+    }
+    let layouts: Vec<BlockLayout> = recorded.into_iter().collect::<Option<_>>().ok_or_else(|| {
+        FecError::Invalid(format!(
+            "{} records a FEC layout for some tracks only; run `fjord ingest --fec K:M` on the media file",
+            index_path.display()
+        ))
+    })?;
     let io_err = |what: String| move |source| FecError::Io { what, source };
     let checksum = sidecar::index_checksum(&index_path)
         .map_err(io_err(format!("read {}", index_path.display())))?;
@@ -106,5 +126,5 @@ pub fn protect(
         let _ = unsafe { data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
         progress(done, total);
     };
-    write_sidecar(&path, &index, &checksum, &data, &params, &mut progress).map(Some)
+    write_sidecar(&path, &index, &checksum, &data, &layouts, &mut progress).map(Some)
 }

@@ -329,6 +329,16 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
         if !same_tracks {
             return Err(SidecarError::Mismatch("its tracks differ from the index's"));
         }
+        let same_layouts = self.tracks.iter().zip(index.tracks()).all(|(s, t)| {
+            t.fec_layout().is_some_and(|l| {
+                FecParams { k: l.k, m: l.m } == s.params && l.symbol_len == s.symbol_len
+            })
+        });
+        if !same_layouts {
+            return Err(SidecarError::Mismatch(
+                "its block layout is not the one the index records",
+            ));
+        }
         Ok(())
     }
 }

@@ -35,8 +35,9 @@ fn make_title(dir: &Path, name: &str, tone: u32) -> PathBuf {
         .status()
         .expect("ffmpeg is needed for this test (make test installs it)");
     assert!(status.success(), "ffmpeg failed");
-    fjord_media::ingest_file(&path, &TsOptions::default(), &mut |_, _| {}).unwrap();
-    fjord_fec::protect(&path, FecChoice::Fixed(PARAMS), &mut |_, _| {}).unwrap();
+    let layouts = fjord_fec::layouts(FecChoice::Fixed(PARAMS));
+    fjord_media::ingest_file(&path, &TsOptions::default(), &layouts, &mut |_, _| {}).unwrap();
+    fjord_fec::protect(&path, &mut |_, _| {}).unwrap();
     path
 }
 
@@ -209,12 +210,13 @@ fn a_sidecar_from_another_file_is_refused() {
         }
     }
     // Same media, but an index re-made with other options: refused too.
-    fjord_fec::protect(&a, FecChoice::Fixed(PARAMS), &mut |_, _| {}).unwrap();
+    fjord_fec::protect(&a, &mut |_, _| {}).unwrap();
     let opts = TsOptions {
         ts_per_rtp: 3,
         ..TsOptions::default()
     };
-    fjord_media::ingest_file(&a, &opts, &mut |_, _| {}).unwrap();
+    let layouts = fjord_fec::layouts(FecChoice::Fixed(PARAMS));
+    fjord_media::ingest_file(&a, &opts, &layouts, &mut |_, _| {}).unwrap();
     assert!(matches!(
         fjord_fec::verify(&a),
         Err(FecError::Sidecar {
@@ -222,4 +224,40 @@ fn a_sidecar_from_another_file_is_refused() {
             ..
         })
     ));
+}
+
+#[test]
+fn the_index_records_the_layout_and_the_sidecar_must_match_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let media = make_title(dir.path(), "a.ts", 440);
+    let idx = Index::open(&index_path_for(&media)).unwrap();
+    for t in idx.tracks() {
+        let l = t.fec_layout().expect("ingest with --fec records a layout");
+        assert_eq!((l.k, l.m), (PARAMS.k, PARAMS.m));
+        let longest = (0..t.packet_count())
+            .map(|i| t.packet(i).unwrap().payload_len())
+            .max()
+            .unwrap();
+        assert_eq!(l.symbol_len as usize, longest + 8, "E: the longest ADUI");
+    }
+    let sidecar = fjord_fec::sidecar::open(&sidecar_path_for(&media)).unwrap();
+
+    // Re-ingested with another layout, the same media's index no longer
+    // describes that sidecar, even if the checksum binding were forged.
+    let other = fjord_fec::layouts(FecChoice::Fixed(FecParams { k: 10, m: 2 }));
+    fjord_media::ingest_file(&media, &TsOptions::default(), &other, &mut |_, _| {}).unwrap();
+    let idx = Index::open(&index_path_for(&media)).unwrap();
+    assert!(matches!(
+        sidecar.check_belongs(&idx, &sidecar.index_checksum()),
+        Err(SidecarError::Mismatch(why)) if why.contains("block layout")
+    ));
+
+    // Ingested without parity: the index records none and `protect`
+    // removes the stale sidecar.
+    let off = fjord_fec::layouts(FecChoice::Off);
+    fjord_media::ingest_file(&media, &TsOptions::default(), &off, &mut |_, _| {}).unwrap();
+    let idx = Index::open(&index_path_for(&media)).unwrap();
+    assert!(idx.tracks().all(|t| t.fec_layout().is_none()));
+    assert_eq!(fjord_fec::protect(&media, &mut |_, _| {}).unwrap(), None);
+    assert!(!sidecar_path_for(&media).exists());
 }

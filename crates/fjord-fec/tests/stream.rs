@@ -25,8 +25,9 @@ impl Rng {
     }
 }
 
-/// A title whose packets vary in length, payload header and split runs.
-fn title(dir: &Path, packets: u64, rng: &mut Rng) -> std::path::PathBuf {
+/// A title whose packets vary in length, payload header and split runs,
+/// indexed with the block layout `params`.
+fn title(dir: &Path, packets: u64, params: FecParams, rng: &mut Rng) -> std::path::PathBuf {
     let media = dir.join("t.bin");
     let mut data = Vec::new();
     let mut records = Vec::new();
@@ -55,16 +56,18 @@ fn title(dir: &Path, packets: u64, rng: &mut Rng) -> std::path::PathBuf {
         records.push(r);
     }
     std::fs::write(&media, &data).unwrap();
-    let plan = MediaPlan {
+    let mut plan = MediaPlan {
         tracks: vec![TrackPlan {
             desc: TrackDesc::mpeg_ts(),
             packets: records,
             sync: vec![SyncPoint::default()],
+            fec: None,
         }],
         duration_ns: packets * 1_000_000,
         ts_per_rtp: 0,
         report: IngestReport::new("test", packets, 8_000_000),
     };
+    plan.choose_fec(&fjord_fec::layouts(FecChoice::Fixed(params)));
     let src = SourceId::of(&data, &std::fs::metadata(&media).unwrap());
     index::write(&index::index_path_for(&media), &plan, &src).unwrap();
     media
@@ -76,8 +79,8 @@ struct SentBlock {
     repairs: Vec<(RepairHeader, u32, Vec<u8>)>,
 }
 
-fn send(media: &Path, params: FecParams) -> Vec<SentBlock> {
-    fjord_fec::protect(media, FecChoice::Fixed(params), &mut |_, _| {}).unwrap();
+fn send(media: &Path) -> Vec<SentBlock> {
+    fjord_fec::protect(media, &mut |_, _| {}).unwrap();
     let idx = Index::open(&index::index_path_for(media)).unwrap();
     let sidecar = fjord_fec::sidecar::open(&fjord_fec::sidecar_path_for(media)).unwrap();
     let data = std::fs::read(media).unwrap();
@@ -164,8 +167,8 @@ fn receive(dec: &mut BlockDecoder, block: &SentBlock, lost: &[usize]) -> bool {
 fn ten_percent_loss_and_bursts_up_to_m_recover_bit_exact() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let media = title(dir.path(), 3000, &mut rng);
-    let blocks = send(&media, FecParams { k: 223, m: 32 });
+    let media = title(dir.path(), 3000, FecParams { k: 223, m: 32 }, &mut rng);
+    let blocks = send(&media);
     assert_eq!(blocks.len(), 14, "last block short");
     let mut dec = BlockDecoder::new();
     for block in &blocks {
@@ -198,8 +201,8 @@ fn ten_percent_loss_and_bursts_up_to_m_recover_bit_exact() {
 fn independent_loss_recovers_or_reports_never_wrong_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng(42);
-    let media = title(dir.path(), 4000, &mut rng);
-    let blocks = send(&media, FecParams { k: 56, m: 8 });
+    let media = title(dir.path(), 4000, FecParams { k: 56, m: 8 }, &mut rng);
+    let blocks = send(&media);
     let mut dec = BlockDecoder::new();
     let (mut ok, mut reported) = (0, 0);
     for _ in 0..10 {
@@ -223,8 +226,8 @@ fn independent_loss_recovers_or_reports_never_wrong_bytes() {
 fn more_than_m_lost_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng(7);
-    let media = title(dir.path(), 300, &mut rng);
-    let blocks = send(&media, FecParams { k: 20, m: 4 });
+    let media = title(dir.path(), 300, FecParams { k: 20, m: 4 }, &mut rng);
+    let blocks = send(&media);
     let mut dec = BlockDecoder::new();
     for block in &blocks {
         let burst: Vec<usize> = (0..block.repairs.len() + 1).collect();

@@ -283,6 +283,7 @@ pub fn plan_adts(data: &[u8]) -> Result<MediaPlan, FormatError> {
             desc: track_desc(96, rate, f.channels, &asc.to_be_bytes()),
             packets,
             sync: Vec::new(),
+            fec: None,
         }],
         duration_ns,
         ts_per_rtp: 0,

@@ -5,11 +5,11 @@
 //! leaves a half index; it is tied to the media file by size, mtime and hashes,
 //! so a changed file is re-ingested, not mis-served.
 //!
-//! # Layout (version 2, little-endian, all tables 8-byte aligned)
+//! # Layout (version 3, little-endian, all tables 8-byte aligned)
 //!
 //! ```text
 //! 0    magic "FJORDIDX"
-//! 8    version u32 = 2
+//! 8    version u32 = 3
 //! 12   track_count u32
 //! 16   source size u64, mtime_ns i64, content_hash [32], sample_hash [32]
 //! 96   duration_ns u64
@@ -23,7 +23,8 @@
 //!        kind u8 (0 video, 1 audio, 2 data), payload_type u8, channels u8, 0,
 //!        clock_rate u32, packets_off u64, packets_count u64,
 //!        sync_off u64, sync_count u64, encoding_off u32, encoding_len u32,
-//!        fmtp_off u32, fmtp_len u32, 8 × 0
+//!        fmtp_off u32, fmtp_len u32,
+//!        FEC block layout: k u16, m u16, symbol_len u32 (all 0: no parity)
 //! ...  strings, packet tables, sync tables (offsets are from the file start)
 //! end  blake3 of every preceding byte [32]
 //! ```
@@ -40,10 +41,12 @@ use std::time::UNIX_EPOCH;
 
 use memmap2::Mmap;
 
-use crate::plan::{IngestReport, MAX_PREFIX, MediaPlan, PacketRecord, SyncPoint, TimingSource};
+use crate::plan::{
+    BlockLayout, IngestReport, MAX_PREFIX, MediaPlan, PacketRecord, SyncPoint, TimingSource,
+};
 
 pub const MAGIC: [u8; 8] = *b"FJORDIDX";
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Bytes per packet record.
 pub const PACKET_RECORD_LEN: usize = 40;
 /// Bytes per sync record.
@@ -381,7 +384,15 @@ fn encode(p: &MediaPlan, src: &SourceId, file: &mut File) -> io::Result<()> {
         for v in [encoding.0, encoding.1, fmtp.0, fmtp.1] {
             head.extend_from_slice(&u32_of(v)?.to_le_bytes());
         }
-        head.resize(entry_start + TRACK_ENTRY_LEN, 0);
+        let fec = track.fec.unwrap_or(BlockLayout {
+            k: 0,
+            m: 0,
+            symbol_len: 0,
+        });
+        head.extend_from_slice(&fec.k.to_le_bytes());
+        head.extend_from_slice(&fec.m.to_le_bytes());
+        head.extend_from_slice(&fec.symbol_len.to_le_bytes());
+        debug_assert_eq!(head.len(), entry_start + TRACK_ENTRY_LEN);
     }
     head.extend_from_slice(&strings);
     head.resize(head.len().next_multiple_of(8), 0);
@@ -432,6 +443,7 @@ struct TrackInfo {
     fmtp: String,
     packets: std::ops::Range<usize>,
     sync: std::ops::Range<usize>,
+    fec: Option<BlockLayout>,
 }
 
 /// An open, validated index (memory-mapped).
@@ -457,6 +469,9 @@ impl Reader<'_> {
     }
     fn u8(&self, at: usize) -> Result<u8, IndexError> {
         Ok(self.bytes::<1>(at)?[0])
+    }
+    fn u16(&self, at: usize) -> Result<u16, IndexError> {
+        self.bytes(at).map(u16::from_le_bytes)
     }
     fn u32(&self, at: usize) -> Result<u32, IndexError> {
         self.bytes(at).map(u32::from_le_bytes)
@@ -642,6 +657,7 @@ fn validate(bytes: &[u8]) -> Result<Vec<TrackInfo>, IndexError> {
             fmtp: r.string(r.u32(e + 48)?.into(), r.u32(e + 52)?.into())?,
             packets,
             sync,
+            fec: block_layout(r.u16(e + 56)?, r.u16(e + 58)?, r.u32(e + 60)?)?,
         };
         let track = Track {
             info: &info,
@@ -667,6 +683,18 @@ fn validate(bytes: &[u8]) -> Result<Vec<TrackInfo>, IndexError> {
         tracks.push(info);
     }
     Ok(tracks)
+}
+
+/// The recorded layout: all zero for none, else every field non-zero (the
+/// parity code checks the rest against its own limits).
+fn block_layout(k: u16, m: u16, symbol_len: u32) -> Result<Option<BlockLayout>, IndexError> {
+    match (k, m, symbol_len) {
+        (0, 0, 0) => Ok(None),
+        _ if k == 0 || m == 0 || symbol_len == 0 => {
+            Err(IndexError::Corrupt("partial FEC block layout"))
+        }
+        _ => Ok(Some(BlockLayout { k, m, symbol_len })),
+    }
 }
 
 /// One track of an open index: cheap to copy, decodes records on demand.
@@ -706,6 +734,10 @@ impl<'a> Track<'a> {
     }
     pub fn fmtp(&self) -> &'a str {
         &self.info.fmtp
+    }
+    /// The FEC block layout ingest chose (`None`: no parity).
+    pub fn fec_layout(&self) -> Option<BlockLayout> {
+        self.info.fec
     }
 
     pub fn packet_count(&self) -> usize {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::format::{self, FormatError};
 use crate::index::{self, Index, SourceId};
-use crate::plan::IngestReport;
+use crate::plan::{ChooseLayouts, IngestReport};
 use crate::ts::TsOptions;
 
 /// Why a media file could not be ingested. Every variant names the file and
@@ -84,11 +84,13 @@ impl Pager<'_> {
     }
 }
 
-/// Parse `path`, hash it and write its index next to it. `progress` gets
-/// (bytes done, bytes total) every [`PROGRESS_PERIOD`] and once at the end.
+/// Parse `path`, hash it and write its index next to it, with the block
+/// layouts `fec` chooses. `progress` gets (bytes done, bytes total) every
+/// [`PROGRESS_PERIOD`] and once at the end.
 pub fn ingest_file(
     path: &Path,
     opts: &TsOptions,
+    fec: ChooseLayouts<'_>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<IngestReport, IngestError> {
     let open_err = |source| IngestError::Open {
@@ -147,7 +149,8 @@ pub fn ingest_file(
         (p, source)
     });
     progress(total, total);
-    let plan = plan.map_err(format_error(path))?;
+    let mut plan = plan.map_err(format_error(path))?;
+    plan.choose_fec(fec);
     let source = source
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         .map_err(open_err)?;
@@ -173,11 +176,13 @@ fn format_error(path: &Path) -> impl Fn(FormatError) -> IngestError {
 }
 
 /// The index of `media`: the existing one if it opens, was made with the same
-/// options and still matches the file; else a fresh ingest (whose report is
+/// options and still matches the file (whatever block layout it records);
+/// else a fresh ingest with the layouts `fec` chooses (whose report is
 /// returned too). Missing, stale, corrupt and old-version indexes are replaced.
 pub fn open_or_ingest(
     media: &Path,
     opts: &TsOptions,
+    fec: ChooseLayouts<'_>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<(Index, Option<IngestReport>), IngestError> {
     let index_path = index::index_path_for(media);
@@ -187,7 +192,7 @@ pub fn open_or_ingest(
     {
         return Ok((idx, None));
     }
-    let report = ingest_file(media, opts, progress)?;
+    let report = ingest_file(media, opts, fec, progress)?;
     let idx = Index::open(&index_path).map_err(|source| IngestError::ReadBack {
         path: index_path,
         source,

@@ -26,7 +26,7 @@ pub use format::{Container, FormatError};
 pub use index::{Index, IndexError, SourceId, Track, TrackDesc, TrackKind};
 pub use ingest::{IngestError, ingest_file, open_or_ingest};
 pub use plan::{
-    FLAG_MARKER, FLAG_RANDOM_ACCESS, IngestReport, MediaPlan, PacketRecord, SyncPoint,
-    TimingSource, TrackPlan,
+    BlockLayout, ChooseLayouts, FLAG_MARKER, FLAG_RANDOM_ACCESS, IngestReport, MediaPlan,
+    PacketRecord, SyncPoint, TimingSource, TrackPlan, no_parity,
 };
 pub use ts::{Packetization, TsOptions, looks_like_ts, packetize};

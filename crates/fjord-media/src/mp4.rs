@@ -883,6 +883,7 @@ fn track_plan(
             desc,
             packets,
             sync,
+            fec: None,
         },
         end_ns,
     ))

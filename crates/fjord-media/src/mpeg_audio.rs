@@ -355,6 +355,7 @@ pub fn plan(data: &[u8]) -> Result<MediaPlan, FormatError> {
             desc: track_desc(info.first.layer),
             packets: timed.packets,
             sync: Vec::new(),
+            fec: None,
         }],
         duration_ns,
         ts_per_rtp: 0,

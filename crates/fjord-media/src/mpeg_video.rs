@@ -89,6 +89,7 @@ pub fn plan(data: &[u8]) -> Result<MediaPlan, FormatError> {
             desc: track_desc(),
             packets: timed.packets,
             sync,
+            fec: None,
         }],
         duration_ns,
         ts_per_rtp: 0,

@@ -111,6 +111,26 @@ pub struct SyncPoint {
     pub time_ns: u64,
 }
 
+/// A track's FEC block layout: K source packets and M repair packets per
+/// block, E bytes per symbol. The parity code (fjord-fec) chooses it at
+/// ingest and the index records it; the parity sidecar must match it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockLayout {
+    pub k: u16,
+    pub m: u16,
+    pub symbol_len: u32,
+}
+
+/// Chooses the FEC block layout of each track of a planned title, in track
+/// order (the parity code's `--fec` choice, `fjord_fec::layouts`); ingest
+/// records it in the index. Tracks without an entry get none.
+pub type ChooseLayouts<'a> = &'a dyn Fn(&MediaPlan) -> Vec<Option<BlockLayout>>;
+
+/// The [`ChooseLayouts`] of a title without parity.
+pub fn no_parity(_: &MediaPlan) -> Vec<Option<BlockLayout>> {
+    Vec::new()
+}
+
 /// Everything one RTP stream of a title needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrackPlan {
@@ -118,6 +138,8 @@ pub struct TrackPlan {
     pub packets: Vec<PacketRecord>,
     /// Sorted by packet and time; empty for tracks entered by time (audio).
     pub sync: Vec<SyncPoint>,
+    /// Planners leave it `None`; ingest sets what the parity code chose.
+    pub fec: Option<BlockLayout>,
 }
 
 /// A whole title: what ingest writes into the index.
@@ -130,6 +152,16 @@ pub struct MediaPlan {
     /// made with other options is re-ingested.
     pub ts_per_rtp: u8,
     pub report: IngestReport,
+}
+
+impl MediaPlan {
+    /// Sets every track's block layout to what `fec` chooses for this plan.
+    pub fn choose_fec(&mut self, fec: ChooseLayouts<'_>) {
+        let layouts = fec(self);
+        for (track, layout) in self.tracks.iter_mut().zip(layouts) {
+            track.fec = layout;
+        }
+    }
 }
 
 /// Where the send times came from.

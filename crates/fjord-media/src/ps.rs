@@ -286,6 +286,7 @@ pub fn plan(data: &[u8]) -> Result<MediaPlan, FormatError> {
             desc,
             packets: t.packets,
             sync,
+            fec: None,
         });
     }
     report.format = format!("MPEG-PS ({})", codecs.join(", "));

@@ -7,17 +7,21 @@ use std::{io, path::Path};
 
 use crate::{
     index::{self, Index, SourceId, TrackDesc, TrackKind},
-    plan::{IngestReport, MediaPlan, PacketRecord, SyncPoint, TimingSource, TrackPlan},
+    plan::{
+        ChooseLayouts, IngestReport, MediaPlan, PacketRecord, SyncPoint, TimingSource, TrackPlan,
+    },
     ts::{Packetization, rtp_timestamp},
 };
 
 /// Writes `packets` packets of `payload` bytes, one every `gap_ns`, to
-/// `media`, and its index beside it; returns the opened index.
+/// `media`, and its index beside it with the block layout `fec` chooses;
+/// returns the opened index.
 pub fn write_constant_rate(
     media: &Path,
     payload: usize,
     gap_ns: u64,
     packets: u64,
+    fec: ChooseLayouts<'_>,
 ) -> io::Result<Index> {
     let data: Vec<u8> = (0..packets)
         .flat_map(|i| std::iter::repeat_n(i as u8, payload))
@@ -54,7 +58,9 @@ pub fn write_constant_rate(
                 .unwrap_or(0),
         },
     };
-    write_title(media, &data, &p.into_plan())
+    let mut plan = p.into_plan();
+    plan.choose_fec(fec);
+    write_title(media, &data, &plan)
 }
 
 /// Writes `data` to `media` and, beside it, the index of one H.264 video
@@ -86,6 +92,7 @@ pub fn write_video_track(
             },
             packets,
             sync: vec![SyncPoint::default()],
+            fec: None,
         }],
         duration_ns,
         ts_per_rtp: 0,
@@ -110,7 +117,7 @@ mod tests {
     fn packets_carry_their_number_at_their_time() {
         let dir = tempfile::tempdir().unwrap();
         let media = dir.path().join("t.ts");
-        let idx = write_constant_rate(&media, 188, 10_000_000, 300).unwrap();
+        let idx = write_constant_rate(&media, 188, 10_000_000, 300, &crate::no_parity).unwrap();
         let track = idx.track(0).unwrap();
         assert_eq!(track.packet_count(), 300);
         assert_eq!(idx.duration_ns(), 3_000_000_000);

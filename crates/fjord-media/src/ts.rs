@@ -772,6 +772,7 @@ impl Packetization {
                 desc: TrackDesc::mpeg_ts(),
                 packets: self.packets,
                 sync: self.sync,
+                fec: None,
             }],
             duration_ns: self.duration_ns,
             ts_per_rtp: self.ts_per_rtp,

@@ -5,7 +5,9 @@ mod synth;
 use std::path::{Path, PathBuf};
 
 use fjord_media::index::{self, Index, IndexError, SourceId, TrackDesc, TrackKind};
-use fjord_media::plan::{FLAG_MARKER, IngestReport, MediaPlan, PacketRecord, TrackPlan};
+use fjord_media::plan::{
+    BlockLayout, FLAG_MARKER, IngestReport, MediaPlan, PacketRecord, TrackPlan,
+};
 use fjord_media::ts::{SyncPoint, TsOptions, packetize};
 use synth::Stream;
 
@@ -41,6 +43,7 @@ pub fn assert_round_trip(idx: &Index, p: &MediaPlan) {
         }
         assert_eq!(t.packet(plan.packets.len()), None);
         assert_eq!(t.sync_points().collect::<Vec<_>>(), plan.sync);
+        assert_eq!(t.fec_layout(), plan.fec);
     }
 }
 
@@ -80,6 +83,7 @@ fn two_tracks() -> MediaPlan {
                 time_ns: 200_000_000,
             },
         ],
+        fec: None,
     };
     let audio = TrackPlan {
         desc: TrackDesc {
@@ -102,6 +106,7 @@ fn two_tracks() -> MediaPlan {
             })
             .collect(),
         sync: vec![],
+        fec: None,
     };
     MediaPlan {
         tracks: vec![video, audio],
@@ -126,6 +131,31 @@ fn several_tracks_with_payload_headers_round_trip() {
     assert_eq!(audio.first_sent_at_or_after(u64::MAX), 20);
     let split = idx.track(0).unwrap().packet(7).unwrap();
     assert_eq!((split.offset2(), split.payload_len()), (7914, 932));
+}
+
+#[test]
+fn the_fec_block_layout_is_recorded_per_track() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clip.mp4.fjidx");
+    let mut plan = two_tracks();
+    plan.tracks[0].fec = Some(BlockLayout {
+        k: 223,
+        m: 32,
+        symbol_len: 1324,
+    });
+    index::write(&path, &plan, &source()).unwrap();
+    let idx = Index::open(&path).unwrap();
+    assert_round_trip(&idx, &plan);
+    assert_eq!(idx.track(1).unwrap().fec_layout(), None);
+
+    // A layout with a zero field is neither "none" nor a layout.
+    plan.tracks[1].fec = Some(BlockLayout {
+        k: 10,
+        m: 0,
+        symbol_len: 200,
+    });
+    index::write(&path, &plan, &source()).unwrap();
+    assert!(matches!(Index::open(&path), Err(IndexError::Corrupt(_))));
 }
 
 #[test]

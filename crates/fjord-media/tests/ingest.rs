@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use fjord_media::index::{self, Index};
 use fjord_media::ingest::{IngestError, ingest_file, open_or_ingest};
+use fjord_media::no_parity;
 use fjord_media::ts::TsOptions;
 use synth::Stream;
 
@@ -20,7 +21,7 @@ fn ingest_writes_a_matching_index() {
     let media = dir.path().join("clip.ts");
     std::fs::write(&media, Stream::default().cbr(0)).unwrap();
     let mut calls = Vec::new();
-    let report = ingest_file(&media, &TsOptions::default(), &mut |d, t| {
+    let report = ingest_file(&media, &TsOptions::default(), &no_parity, &mut |d, t| {
         calls.push((d, t))
     })
     .unwrap();
@@ -44,9 +45,9 @@ fn open_or_ingest_reuses_then_reingests_when_stale() {
     let data = Stream::default().cbr(0);
     std::fs::write(&media, &data).unwrap();
     let opts = TsOptions::default();
-    let (_, report) = open_or_ingest(&media, &opts, &mut no_progress()).unwrap();
+    let (_, report) = open_or_ingest(&media, &opts, &no_parity, &mut no_progress()).unwrap();
     assert!(report.is_some());
-    let (_, report) = open_or_ingest(&media, &opts, &mut no_progress()).unwrap();
+    let (_, report) = open_or_ingest(&media, &opts, &no_parity, &mut no_progress()).unwrap();
     assert!(report.is_none(), "fresh index is reused");
 
     // Same size, different content, mtime set back to what it was: the sample hash catches it.
@@ -62,7 +63,7 @@ fn open_or_ingest_reuses_then_reingests_when_stale() {
         .unwrap();
     let idx = Index::open(&index::index_path_for(&media)).unwrap();
     assert!(!idx.matches(&media).unwrap());
-    let (_, report) = open_or_ingest(&media, &opts, &mut no_progress()).unwrap();
+    let (_, report) = open_or_ingest(&media, &opts, &no_parity, &mut no_progress()).unwrap();
     assert!(report.is_some(), "changed content re-ingests");
 
     // Only the mtime changes.
@@ -74,7 +75,7 @@ fn open_or_ingest_reuses_then_reingests_when_stale() {
         .unwrap();
     let idx = Index::open(&index::index_path_for(&media)).unwrap();
     assert!(!idx.matches(&media).unwrap());
-    let (_, report) = open_or_ingest(&media, &opts, &mut no_progress()).unwrap();
+    let (_, report) = open_or_ingest(&media, &opts, &no_parity, &mut no_progress()).unwrap();
     assert!(report.is_some(), "new mtime re-ingests");
 
     // Other options re-ingest too.
@@ -82,7 +83,7 @@ fn open_or_ingest_reuses_then_reingests_when_stale() {
         ts_per_rtp: 3,
         ..opts
     };
-    let (idx, report) = open_or_ingest(&media, &other, &mut no_progress()).unwrap();
+    let (idx, report) = open_or_ingest(&media, &other, &no_parity, &mut no_progress()).unwrap();
     assert!(report.is_some());
     assert_eq!(idx.ts_per_rtp(), 3);
 }
@@ -94,7 +95,13 @@ fn corrupt_index_is_replaced() {
     let data = Stream::default().cbr(0);
     std::fs::write(&media, &data).unwrap();
     std::fs::write(index::index_path_for(&media), b"FJORDIDX garbage").unwrap();
-    let (idx, report) = open_or_ingest(&media, &TsOptions::default(), &mut no_progress()).unwrap();
+    let (idx, report) = open_or_ingest(
+        &media,
+        &TsOptions::default(),
+        &no_parity,
+        &mut no_progress(),
+    )
+    .unwrap();
     assert!(report.is_some());
     let expected = fjord_media::ts::packetize(&data, &TsOptions::default()).unwrap();
     assert_eq!(idx.track(0).unwrap().packet_count(), expected.packets.len());
@@ -105,22 +112,22 @@ fn errors_name_the_file_and_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let opts = TsOptions::default();
     let missing = dir.path().join("missing.ts");
-    let e = ingest_file(&missing, &opts, &mut no_progress()).unwrap_err();
+    let e = ingest_file(&missing, &opts, &no_parity, &mut no_progress()).unwrap_err();
     assert!(matches!(e, IngestError::Open { .. }), "{e}");
     assert!(e.to_string().contains("missing.ts: cannot open"), "{e}");
 
-    let e = ingest_file(dir.path(), &opts, &mut no_progress()).unwrap_err();
+    let e = ingest_file(dir.path(), &opts, &no_parity, &mut no_progress()).unwrap_err();
     assert!(matches!(e, IngestError::NotAFile { .. }), "{e}");
 
     let empty = dir.path().join("empty.ts");
     std::fs::write(&empty, b"").unwrap();
-    let e = ingest_file(&empty, &opts, &mut no_progress()).unwrap_err();
+    let e = ingest_file(&empty, &opts, &no_parity, &mut no_progress()).unwrap_err();
     assert!(matches!(e, IngestError::Empty { .. }), "{e}");
     assert!(e.to_string().contains("empty.ts: the file is empty"), "{e}");
 
     let text = dir.path().join("notes.ts");
     std::fs::write(&text, "just some words\n".repeat(100)).unwrap();
-    let e = open_or_ingest(&text, &opts, &mut no_progress()).unwrap_err();
+    let e = open_or_ingest(&text, &opts, &no_parity, &mut no_progress()).unwrap_err();
     assert!(matches!(e, IngestError::Unsupported { .. }), "{e}");
     assert!(
         e.to_string()

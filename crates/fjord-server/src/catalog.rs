@@ -40,6 +40,8 @@ impl CatalogError {
 pub struct Catalog {
     root: PathBuf,
     options: TsOptions,
+    /// The block layouts of titles this catalog ingests.
+    fec: FecChoice,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// Titles waiting for parity, made one at a time by one low-priority
     /// thread (the work is CPU-bound; the engine's deadlines come first).
@@ -76,11 +78,12 @@ impl Catalog {
             .map_err(|e| io::Error::new(e.kind(), format!("media root {}: {e}", root.display())))?;
         let parity = match fec {
             FecChoice::Off => None,
-            choice => Some(parity_worker(choice)?),
+            _ => Some(parity_worker()?),
         };
         Ok(Self {
             root,
             options,
+            fec,
             slots: Mutex::new(HashMap::new()),
             parity,
         })
@@ -136,14 +139,16 @@ impl Catalog {
         {
             return Ok(l.title.clone());
         }
-        let options = self.options;
+        let (options, fec) = (self.options, self.fec);
         let name = title.to_owned();
         let media = path.clone();
-        let (title, protected) = tokio::task::spawn_blocking(move || load(&media, &options))
+        let (title, parity) = tokio::task::spawn_blocking(move || load(&media, &options, fec))
             .await
             .map_err(|e| CatalogError::Failed(e.to_string()))??;
         tracing::info!(title = %name, "title ready");
-        if !protected && let Some(queue) = &self.parity {
+        if parity == Parity::Missing
+            && let Some(queue) = &self.parity
+        {
             let job = ParityJob {
                 name: name.clone(),
                 path,
@@ -168,7 +173,7 @@ impl Catalog {
 /// The thread that writes sidecars for queued titles, then drops each
 /// loaded title if it is still that file's, so the next client gets it
 /// with its repair streams (sessions playing keep theirs).
-fn parity_worker(choice: FecChoice) -> io::Result<mpsc::SyncSender<ParityJob>> {
+fn parity_worker() -> io::Result<mpsc::SyncSender<ParityJob>> {
     let (tx, rx) = mpsc::sync_channel::<ParityJob>(PARITY_QUEUE);
     std::thread::Builder::new()
         .name("fjord-parity".to_owned())
@@ -178,7 +183,7 @@ fn parity_worker(choice: FecChoice) -> io::Result<mpsc::SyncSender<ParityJob>> {
             unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
             for job in rx {
                 let started = std::time::Instant::now();
-                match fjord_fec::protect(&job.path, choice, &mut |_, _| {}) {
+                match fjord_fec::protect(&job.path, &mut |_, _| {}) {
                     Ok(_) => {
                         tracing::info!(
                             title = %job.name,
@@ -203,10 +208,28 @@ fn parity_worker(choice: FecChoice) -> io::Result<mpsc::SyncSender<ParityJob>> {
     Ok(tx)
 }
 
-/// The title, and whether a valid parity sidecar was attached.
-fn load(path: &Path, options: &TsOptions) -> Result<(Title, bool), CatalogError> {
-    let (index, report) =
-        fjord_media::ingest::open_or_ingest(path, options, &mut |_, _| {}).map_err(classify)?;
+/// Whether a title has the parity its index asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parity {
+    /// The index records no block layout (ingested with `--fec off`).
+    None,
+    /// A valid sidecar is attached.
+    Attached,
+    /// The index records a layout, but the sidecar is missing or unusable.
+    Missing,
+}
+
+/// The title (ingested with the layouts `fec` chooses if its index is
+/// missing or stale), and where its parity stands.
+fn load(path: &Path, options: &TsOptions, fec: FecChoice) -> Result<(Title, Parity), CatalogError> {
+    let (index, report) = fjord_media::ingest::open_or_ingest(
+        path,
+        options,
+        &fjord_fec::layouts(fec),
+        &mut |_, _| {},
+    )
+    .map_err(classify)?;
+    let layout = index.tracks().any(|t| t.fec_layout().is_some());
     if let Some(r) = report {
         for w in &r.warnings {
             tracing::warn!(file = %path.display(), "{w}");
@@ -215,21 +238,24 @@ fn load(path: &Path, options: &TsOptions) -> Result<(Title, bool), CatalogError>
     let mut title = Title::new(index, path)
         .map_err(|e| CatalogError::Failed(format!("{}: {e}", path.display())))?;
     let sidecar = fjord_fec::sidecar_path_for(path);
-    let protected = match title.attach_fec(&sidecar, &fjord_media::index::index_path_for(path)) {
+    if !layout {
+        return Ok((title, Parity::None));
+    }
+    let parity = match title.attach_fec(&sidecar, &fjord_media::index::index_path_for(path)) {
         Ok(()) => {
             tracing::info!(file = %path.display(), "parity sidecar found; repair streams offered");
-            true
+            Parity::Attached
         }
         Err(fjord_fec::SidecarError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
-            tracing::info!(file = %path.display(), "no parity sidecar");
-            false
+            tracing::info!(file = %path.display(), "no parity sidecar yet");
+            Parity::Missing
         }
         Err(e) => {
             tracing::warn!(file = %path.display(), "{}: {e}", sidecar.display());
-            false
+            Parity::Missing
         }
     };
-    Ok((title, protected))
+    Ok((title, parity))
 }
 
 /// Extensions of files fjord writes beside the media.

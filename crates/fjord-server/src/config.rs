@@ -54,8 +54,9 @@ pub struct Config {
     pub rtcp_interval_s: u64,
     /// TS packets per RTP packet when titles are ingested on demand (1..=7).
     pub ts_per_rtp: u8,
-    /// Parity for titles without a valid sidecar, made in the background
-    /// after on-demand ingest: `auto`, `K:M` or `off` (as `fjord ingest --fec`).
+    /// Block layout of titles ingested on demand, recorded in their index
+    /// (`auto`, `K:M` or `off`, as `fjord ingest --fec`); their parity is
+    /// made in the background (`off`: never).
     pub fec: String,
     /// Networks a SETUP `destination=` may name besides the client's own
     /// address. Empty: RTP goes only to the client that asked for it.

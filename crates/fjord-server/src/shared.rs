@@ -250,8 +250,14 @@ mod tests {
 
     fn session(dir: &std::path::Path, id: &str) -> Arc<Session> {
         let media = dir.join("t.ts");
-        let index =
-            fjord_media::synthetic::write_constant_rate(&media, 188, 10_000_000, 10).unwrap();
+        let index = fjord_media::synthetic::write_constant_rate(
+            &media,
+            188,
+            10_000_000,
+            10,
+            &fjord_media::no_parity,
+        )
+        .unwrap();
         let title = Arc::new(fjord_engine::Title::new(index, &media).unwrap());
         Arc::new(Session::new(id.into(), 1, "t.ts".into(), title))
     }

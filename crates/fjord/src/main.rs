@@ -50,8 +50,8 @@ enum Cmd {
         /// How packets leave [default: auto, the best this kernel supports]
         #[arg(long)]
         datapath: Option<String>,
-        /// Parity for titles without a sidecar, made in the background after
-        /// on-demand ingest: auto, K:M or off [default: auto]
+        /// FEC block layout of titles ingested on demand (their parity is
+        /// made in the background): auto, K:M or off [default: auto]
         #[arg(long, value_name = "auto|K:M|off")]
         fec: Option<String>,
         /// TOML file with the settings documented in README.md
@@ -234,6 +234,7 @@ fn ingest_all(paths: &[PathBuf], ts_per_rtp: u8, fec: fjord_fec::FecChoice) -> a
         ts_per_rtp,
         ..Default::default()
     };
+    let layouts = fjord_fec::layouts(fec);
     let mut failed = 0;
     for path in paths {
         let started = Instant::now();
@@ -254,9 +255,10 @@ fn ingest_all(paths: &[PathBuf], ts_per_rtp: u8, fec: fjord_fec::FecChoice) -> a
                 b.set_position(done);
             }
         };
-        let result = ingest::ingest_file(path, &options, &mut progress).map_err(|e| e.to_string());
+        let result =
+            ingest::ingest_file(path, &options, &layouts, &mut progress).map_err(|e| e.to_string());
         let result = result.and_then(|r| {
-            let parity = fjord_fec::protect(path, fec, &mut |_, _| {});
+            let parity = fjord_fec::protect(path, &mut |_, _| {});
             parity
                 .map(|s| (r, s))
                 .map_err(|e| format!("{}: parity: {e}", path.display()))

@@ -360,9 +360,29 @@ fn serve_makes_parity_for_new_titles_in_the_background() {
         "recovered stream differs"
     );
 
+    assert!(
+        sdp.contains("k=12; repair=8"),
+        "the configured layout:\n{sdp}"
+    );
+
     let off = Server::start_with("fec = \"off\"\n", populate);
     let sdp = sdp_of(&off, "fec.ts");
     std::thread::sleep(Duration::from_secs(1));
     assert!(!sdp.contains("FEC-FR"));
     assert!(!off.root.path().join("media/fec.ts.fjfec").exists());
+
+    // A title ingested with `--fec off` keeps its index's choice: a server
+    // making parity for what it ingests leaves it alone.
+    let kept = Server::start_with("fec = \"12:8\"\n", |root| {
+        populate(root);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+        cmd.args(["ingest", "--fec", "off"])
+            .arg(root.join("fec.ts"));
+        let out = run_bounded(cmd, Duration::from_secs(60));
+        assert!(out.status.success(), "ingest: {}", out.stderr);
+    });
+    let sdp = sdp_of(&kept, "fec.ts");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!sdp_of(&kept, "fec.ts").contains("FEC-FR"), "{sdp}");
+    assert!(!kept.root.path().join("media/fec.ts.fjfec").exists());
 }
