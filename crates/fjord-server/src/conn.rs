@@ -193,6 +193,16 @@ async fn respond(server: &Server, conn: &mut Conn, req: &Request) -> bool {
 /// no buffer.
 const READ_CHUNK: usize = 4096;
 
+/// Appends what the socket holds (up to [`READ_CHUNK`]) to `buf`, read
+/// through the stack: `buf` grows by what arrived, not by a whole chunk
+/// per connection in the middle of a request.
+fn read_some(rd: &OwnedReadHalf, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut chunk = [0u8; READ_CHUNK];
+    let n = rd.try_read(&mut chunk)?;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
+}
+
 async fn run(server: &Server, conn: &mut Conn) {
     let mut buf: Vec<u8> = Vec::new();
     let mut partial_since: Option<Instant> = None;
@@ -234,15 +244,12 @@ async fn run(server: &Server, conn: &mut Conn) {
         let readable = std::future::poll_fn(|cx| conn.rd.as_ref().poll_read_ready(cx));
         match tokio::time::timeout_at(deadline.into(), readable).await {
             Ok(Err(_)) => return,
-            Ok(Ok(())) => {
-                buf.reserve(READ_CHUNK);
-                match conn.rd.try_read_buf(&mut buf) {
-                    Ok(0) => return,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(_) => return,
-                }
-            }
+            Ok(Ok(())) => match read_some(&conn.rd, &mut buf) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            },
             Err(_) if partial_since.is_some() || conn.live_sessions(server).is_empty() => {
                 tracing::debug!(peer = %conn.peer, "dropping a silent or slow client");
                 return;
