@@ -64,7 +64,9 @@ pub(crate) struct Session {
     state: State,
     next_report: Instant,
     report: SenderReportTemplate,
-    repair: Option<Repair>,
+    /// Boxed: few sessions send a repair stream, and its state is as large
+    /// as the rest of a session.
+    repair: Option<Box<Repair>>,
     /// When the latest packet left (the BYE waits for it, too).
     last_sent: Option<Instant>,
     /// First packet of the latest seek: blocks that start before it get no
@@ -158,7 +160,7 @@ impl Session {
             .title
             .parity_is_live()
             .then(|| LiveEncoder::new(usize::from(fec.params().m), fec.symbol_len() as usize));
-        self.repair = Some(Repair {
+        self.repair = Some(Box::new(Repair {
             report: SenderReportTemplate::new(spec.ssrc, cname),
             ssrc: spec.ssrc,
             seq: spec.seq0,
@@ -168,7 +170,7 @@ impl Session {
             packets: 0,
             octets: 0,
             live,
-        });
+        }));
         true
     }
 

@@ -81,19 +81,22 @@ pub fn sender_report(
 /// level framing, applied to RTCP). The sender info sits at fixed offsets
 /// of the first packet (RFC 3550 §6.4.1).
 pub struct SenderReportTemplate {
-    report: Box<[u8]>,
-    with_bye: Box<[u8]>,
+    /// SR, SDES and BYE: one allocation per stream, as BYE comes last.
+    packet: Box<[u8]>,
+    /// Where the BYE starts; the report without it ends here.
+    bye_at: usize,
 }
 
 impl SenderReportTemplate {
     pub fn new(ssrc: u32, cname: &str) -> Self {
         let mut buf = [0u8; SENDER_REPORT_MAX_LEN];
         let zero = NtpTime(0);
-        let n = sender_report(&mut buf, ssrc, zero, 0, 0, 0, cname, false);
-        let report = buf[..n].into();
+        let bye_at = sender_report(&mut buf, ssrc, zero, 0, 0, 0, cname, false);
         let n = sender_report(&mut buf, ssrc, zero, 0, 0, 0, cname, true);
-        let with_bye = buf[..n].into();
-        Self { report, with_bye }
+        Self {
+            packet: buf[..n].into(),
+            bye_at,
+        }
     }
 
     /// The compound packet for these values (with BYE when `bye`).
@@ -106,9 +109,9 @@ impl SenderReportTemplate {
         bye: bool,
     ) -> &[u8] {
         let out = if bye {
-            &mut self.with_bye
+            &mut self.packet[..]
         } else {
-            &mut self.report
+            &mut self.packet[..self.bye_at]
         };
         if let Some(info) = out.get_mut(8..28) {
             info[0..8].copy_from_slice(&ntp.0.to_be_bytes());
@@ -221,6 +224,7 @@ mod template_tests {
         for (ntp, rtp, p, o, bye) in [
             (1u64 << 40 | 77, 9u32, 3u32, 4000u32, false),
             (u64::MAX, u32::MAX, 1, 2, true),
+            (5, 6, 7, 8, false),
         ] {
             let mut want = [0u8; SENDER_REPORT_MAX_LEN];
             let n = sender_report(

@@ -10,7 +10,7 @@ use std::{
 
 use fjord_engine::Command;
 use fjord_proto::rtsp::{
-    framing::{Frame, next_frame},
+    framing::{Frame, Request, next_frame},
     response::Response,
 };
 use tokio::{
@@ -19,6 +19,7 @@ use tokio::{
         TcpStream,
         tcp::{OwnedReadHalf, OwnedWriteHalf},
     },
+    sync::OwnedSemaphorePermit,
 };
 
 use crate::{Server, control, session::Session};
@@ -95,10 +96,17 @@ impl Conn {
     }
 }
 
-pub(crate) async fn serve_connection(server: Arc<Server>, stream: TcpStream, peer: SocketAddr) {
-    let Ok(local) = stream.local_addr() else {
-        return;
-    };
+/// The task serving one connection; `permit` holds its place under the
+/// connection limit until it closes. The connection is set up before the
+/// `async` block, so the task holds only `Conn`, not the accepted stream
+/// and address beside it: players keep one such task while they play.
+pub(crate) fn serve_connection(
+    server: Arc<Server>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    permit: OwnedSemaphorePermit,
+) -> Option<impl Future<Output = ()> + Send> {
+    let local = stream.local_addr().ok()?;
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
     let mut conn = Conn {
@@ -110,25 +118,90 @@ pub(crate) async fn serve_connection(server: Arc<Server>, stream: TcpStream, pee
         channels: Vec::new(),
         sessions: Vec::new(),
     };
-    tracing::debug!(%peer, conn = conn.id, "connected");
-    run(&server, &mut conn).await;
-    for s in conn.live_sessions(&server).to_vec() {
-        server
-            .sessions
-            .remove(&s.id, &server.engine, &server.admission);
+    Some(async move {
+        tracing::debug!(peer = %conn.peer, conn = conn.id, "connected");
+        run(&server, &mut conn).await;
+        for s in conn.live_sessions(&server).to_vec() {
+            server
+                .sessions
+                .remove(&s.id, &server.engine, &server.admission);
+        }
+        if conn.attached() {
+            server
+                .engine
+                .send(conn.id, Command::DetachConnection { conn: conn.id });
+        }
+        tracing::debug!(peer = %conn.peer, conn = conn.id, "closed");
+        drop(permit);
+    })
+}
+
+enum Served {
+    Close,
+    /// When the last complete frame was read, if there was one.
+    Frames(Option<Instant>),
+}
+
+/// Serves every complete frame at the front of `buf`, in order.
+async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Served {
+    let mut last = None;
+    loop {
+        match next_frame(buf, &server.limits) {
+            Ok(Some((frame, used))) => {
+                buf.drain(..used);
+                last = Some(Instant::now());
+                match frame {
+                    Frame::Request(req) => {
+                        if !respond(server, conn, &req).await {
+                            return Served::Close;
+                        }
+                    }
+                    Frame::Interleaved { channel, payload } => {
+                        control::on_interleaved(server, conn, channel, &payload);
+                    }
+                }
+            }
+            Ok(None) => return Served::Frames(last),
+            Err(e) => {
+                tracing::debug!(peer = %conn.peer, "bad request: {e}");
+                let _ = conn
+                    .write(server, Response::new(e.status()).to_bytes(None))
+                    .await;
+                return Served::Close;
+            }
+        }
     }
-    if conn.attached() {
-        server
-            .engine
-            .send(conn.id, Command::DetachConnection { conn: conn.id });
+}
+
+/// Answers one request; false when the connection is to close.
+async fn respond(server: &Server, conn: &mut Conn, req: &Request) -> bool {
+    let reply = control::handle(server, conn, req).await;
+    if !conn
+        .write(server, reply.response.to_bytes(req.cseq()))
+        .await
+    {
+        return false;
     }
-    tracing::debug!(%peer, conn = conn.id, "closed");
+    if let Some(start) = reply.start {
+        start.send(server);
+    }
+    !reply.close
 }
 
 /// Bytes read at a time; the buffer holds them only while a request is
 /// being read, so an idle connection (a player between keepalives) keeps
 /// no buffer.
 const READ_CHUNK: usize = 4096;
+
+/// Appends what the socket holds (up to [`READ_CHUNK`]) to `buf`, read
+/// through the stack: `buf` grows by what arrived, not by a whole chunk
+/// per connection in the middle of a request.
+fn read_some(rd: &OwnedReadHalf, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut chunk = [0u8; READ_CHUNK];
+    let n = rd.try_read(&mut chunk)?;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
+}
 
 async fn run(server: &Server, conn: &mut Conn) {
     let mut buf: Vec<u8> = Vec::new();
@@ -138,41 +211,15 @@ async fn run(server: &Server, conn: &mut Conn) {
     let mut last_request: Option<Instant> = None;
     let connected = Instant::now();
     loop {
-        loop {
-            match next_frame(&buf, &server.limits) {
-                Ok(Some((frame, used))) => {
-                    buf.drain(..used);
+        if !buf.is_empty() {
+            // Boxed: parsing and serving requests takes a large future,
+            // which the task of an idle connection need not hold.
+            match Box::pin(serve_frames(server, conn, &mut buf)).await {
+                Served::Close => return,
+                Served::Frames(None) => {}
+                Served::Frames(Some(at)) => {
                     partial_since = None;
-                    last_request = Some(Instant::now());
-                    match frame {
-                        Frame::Request(req) => {
-                            let reply = control::handle(server, conn, &req).await;
-                            let close = reply.close;
-                            if !conn
-                                .write(server, reply.response.to_bytes(req.cseq()))
-                                .await
-                            {
-                                return;
-                            }
-                            if let Some(start) = reply.start {
-                                start.send(server);
-                            }
-                            if close {
-                                return;
-                            }
-                        }
-                        Frame::Interleaved { channel, payload } => {
-                            control::on_interleaved(server, conn, channel, &payload);
-                        }
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::debug!(peer = %conn.peer, "bad request: {e}");
-                    let _ = conn
-                        .write(server, Response::new(e.status()).to_bytes(None))
-                        .await;
-                    return;
+                    last_request = Some(at);
                 }
             }
         }
@@ -192,17 +239,17 @@ async fn run(server: &Server, conn: &mut Conn) {
             // Sessions keep the connection; the session timeout ends them.
             None => now + Duration::from_secs(1),
         };
-        match tokio::time::timeout_at(deadline.into(), conn.rd.readable()).await {
+        // `poll_read_ready` keeps the waker in the socket's registration;
+        // `readable()` would put a larger waiter in this task.
+        let readable = std::future::poll_fn(|cx| conn.rd.as_ref().poll_read_ready(cx));
+        match tokio::time::timeout_at(deadline.into(), readable).await {
             Ok(Err(_)) => return,
-            Ok(Ok(())) => {
-                buf.reserve(READ_CHUNK);
-                match conn.rd.try_read_buf(&mut buf) {
-                    Ok(0) => return,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(_) => return,
-                }
-            }
+            Ok(Ok(())) => match read_some(&conn.rd, &mut buf) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            },
             Err(_) if partial_since.is_some() || conn.live_sessions(server).is_empty() => {
                 tracing::debug!(peer = %conn.peer, "dropping a silent or slow client");
                 return;

@@ -520,6 +520,9 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     };
     {
         let mut inner = session.lock();
+        // Most sessions have one or two streams; `push` alone would make
+        // room for four.
+        inner.streams.reserve_exact(1);
         inner.streams.push(Stream {
             track,
             repair,

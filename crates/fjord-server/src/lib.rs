@@ -138,11 +138,9 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
                     tracing::warn!(%peer, "connection limit reached; refusing");
                     continue;
                 };
-                let server = server.clone();
-                tokio::spawn(async move {
-                    conn::serve_connection(server, stream, peer).await;
-                    drop(permit);
-                });
+                if let Some(task) = conn::serve_connection(server.clone(), stream, peer, permit) {
+                    tokio::spawn(task);
+                }
             }
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
