@@ -13,32 +13,19 @@ use fjord_proto::rtsp::{
     framing::{Frame, Request, next_frame},
     response::Response,
 };
-use tokio::{
-    io::AsyncWriteExt,
-    net::{
-        TcpStream,
-        tcp::{OwnedReadHalf, OwnedWriteHalf},
-    },
-    sync::OwnedSemaphorePermit,
-};
+use tokio::{io::AsyncWriteExt, net::TcpStream, sync::OwnedSemaphorePermit};
 
 use crate::{Server, control, session::Session};
-
-/// Where replies go. Once a session streams interleaved on this connection
-/// the engine owns the write side, so replies queue behind its `$` frames.
-enum Out {
-    Direct(OwnedWriteHalf),
-    /// The write half stays alive (dropping it would shut the socket's write
-    /// side down under the engine) but is no longer used.
-    Engine(#[allow(dead_code)] OwnedWriteHalf),
-}
 
 pub(crate) struct Conn {
     pub id: u64,
     pub peer: SocketAddr,
     pub local: SocketAddr,
-    rd: OwnedReadHalf,
-    out: Option<Out>,
+    /// Not split into halves: that would put the stream behind an `Arc`.
+    stream: TcpStream,
+    /// Once a session streams interleaved on this connection the engine
+    /// owns the write side, so replies queue behind its `$` frames.
+    attached: bool,
     /// Interleaved channels already in use on this connection.
     pub channels: Vec<u8>,
     /// Sessions made on this connection (some may have timed out since).
@@ -53,46 +40,35 @@ impl Conn {
         &self.sessions
     }
 
-    pub fn attached(&self) -> bool {
-        matches!(self.out, Some(Out::Engine(_)))
-    }
-
     /// Hands the write side to the engine thread of this connection.
     pub fn attach(&mut self, server: &Server) -> std::io::Result<()> {
-        if self.attached() {
+        if self.attached {
             return Ok(());
         }
-        let fd = self.rd.as_ref().as_fd().try_clone_to_owned()?;
+        let fd = self.stream.as_fd().try_clone_to_owned()?;
         server
             .engine
             .send(self.id, Command::AttachConnection { conn: self.id, fd });
-        if let Some(Out::Direct(w)) = self.out.take() {
-            self.out = Some(Out::Engine(w));
-        }
+        self.attached = true;
         Ok(())
     }
 
     async fn write(&mut self, server: &Server, bytes: Vec<u8>) -> bool {
-        match &mut self.out {
-            Some(Out::Direct(w)) => {
-                let timeout = server.config.request_timeout();
-                matches!(
-                    tokio::time::timeout(timeout, w.write_all(&bytes)).await,
-                    Ok(Ok(()))
-                )
-            }
-            Some(Out::Engine(_)) => {
-                server.engine.send(
-                    self.id,
-                    Command::Write {
-                        conn: self.id,
-                        bytes,
-                    },
-                );
-                true
-            }
-            None => false,
+        if self.attached {
+            server.engine.send(
+                self.id,
+                Command::Write {
+                    conn: self.id,
+                    bytes,
+                },
+            );
+            return true;
         }
+        let timeout = server.config.request_timeout();
+        matches!(
+            tokio::time::timeout(timeout, self.stream.write_all(&bytes)).await,
+            Ok(Ok(()))
+        )
     }
 }
 
@@ -108,13 +84,12 @@ pub(crate) fn serve_connection(
 ) -> Option<impl Future<Output = ()> + Send> {
     let local = stream.local_addr().ok()?;
     let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
     let mut conn = Conn {
         id: server.next_id(),
         peer,
         local,
-        rd,
-        out: Some(Out::Direct(wr)),
+        stream,
+        attached: false,
         channels: Vec::new(),
         sessions: Vec::new(),
     };
@@ -126,7 +101,7 @@ pub(crate) fn serve_connection(
                 .sessions
                 .remove(&s.id, &server.engine, &server.admission);
         }
-        if conn.attached() {
+        if conn.attached {
             server
                 .engine
                 .send(conn.id, Command::DetachConnection { conn: conn.id });
@@ -196,7 +171,7 @@ const READ_CHUNK: usize = 4096;
 /// Appends what the socket holds (up to [`READ_CHUNK`]) to `buf`, read
 /// through the stack: `buf` grows by what arrived, not by a whole chunk
 /// per connection in the middle of a request.
-fn read_some(rd: &OwnedReadHalf, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+fn read_some(rd: &TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
     let mut chunk = [0u8; READ_CHUNK];
     let n = rd.try_read(&mut chunk)?;
     buf.extend_from_slice(&chunk[..n]);
@@ -241,10 +216,10 @@ async fn run(server: &Server, conn: &mut Conn) {
         };
         // `poll_read_ready` keeps the waker in the socket's registration;
         // `readable()` would put a larger waiter in this task.
-        let readable = std::future::poll_fn(|cx| conn.rd.as_ref().poll_read_ready(cx));
+        let readable = std::future::poll_fn(|cx| conn.stream.poll_read_ready(cx));
         match tokio::time::timeout_at(deadline.into(), readable).await {
             Ok(Err(_)) => return,
-            Ok(Ok(())) => match read_some(&conn.rd, &mut buf) {
+            Ok(Ok(())) => match read_some(&conn.stream, &mut buf) {
                 Ok(0) => return,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
