@@ -35,8 +35,7 @@ pub(crate) struct Conn {
 impl Conn {
     /// The sessions of this connection that are still alive.
     pub fn live_sessions(&mut self, server: &Server) -> &[Arc<Session>] {
-        self.sessions
-            .retain(|s| server.sessions.get(&s.id).is_some());
+        self.sessions.retain(|s| server.sessions.contains(s.id));
         &self.sessions
     }
 
@@ -99,7 +98,7 @@ pub(crate) fn serve_connection(
         for s in conn.live_sessions(&server).to_vec() {
             server
                 .sessions
-                .remove(&s.id, &server.engine, &server.admission);
+                .remove(s.id, &server.engine, &server.admission);
         }
         if conn.attached {
             server

@@ -3,6 +3,7 @@
 
 use std::{
     collections::HashMap,
+    fmt,
     net::SocketAddr,
     sync::{Arc, Mutex, MutexGuard},
     time::Instant,
@@ -19,8 +20,34 @@ use fjord_proto::{
     rtsp::session::State,
 };
 
+/// A session's id: on the wire (`Session` headers), 16 uppercase hex
+/// digits. Kept as a number: a string would cost two allocations per
+/// session, in the session and in the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionId(u64);
+
+impl SessionId {
+    pub fn random() -> Self {
+        Self(rand::random())
+    }
+
+    /// The id a `Session` header names; none unless it has the form this
+    /// server gives ids, so no other spelling finds a session.
+    pub fn parse(s: &str) -> Option<Self> {
+        let hex = s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'F'));
+        hex.then(|| u64::from_str_radix(s, 16).ok().map(Self))
+            .flatten()
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016X}", self.0)
+    }
+}
+
 pub struct Session {
-    pub id: String,
+    pub id: SessionId,
     /// The RTSP connection that created the session; when it closes, the
     /// session ends (players keep their connection open while they play).
     pub conn: u64,
@@ -95,7 +122,7 @@ impl ReceiverStats {
 }
 
 impl Session {
-    pub fn new(id: String, conn: u64, title_name: String, title: Arc<Title>) -> Self {
+    pub fn new(id: SessionId, conn: u64, title_name: String, title: Arc<Title>) -> Self {
         Self {
             id,
             conn,
@@ -139,16 +166,21 @@ impl Session {
 /// Every live session, by id.
 #[derive(Default)]
 pub struct Sessions {
-    map: Mutex<HashMap<String, Arc<Session>>>,
+    map: Mutex<HashMap<SessionId, Arc<Session>>>,
 }
 
 impl Sessions {
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Session>>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The session a `Session` header names.
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        self.map().get(id).cloned()
+        self.map().get(&SessionId::parse(id)?).cloned()
+    }
+
+    pub fn contains(&self, id: SessionId) -> bool {
+        self.map().contains_key(&id)
     }
 
     /// Adds `s` unless `max` sessions exist already.
@@ -157,7 +189,7 @@ impl Sessions {
         if map.len() >= max {
             return false;
         }
-        map.insert(s.id.clone(), s);
+        map.insert(s.id, s);
         true
     }
 
@@ -171,8 +203,8 @@ impl Sessions {
 
     /// Ends a session: its engine streams stop, its sockets close, its ports
     /// return to the pool.
-    pub fn remove(&self, id: &str, engine: &Engine, admission: &Admission) -> bool {
-        let Some(s) = self.map().remove(id) else {
+    pub fn remove(&self, id: SessionId, engine: &Engine, admission: &Admission) -> bool {
+        let Some(s) = self.map().remove(&id) else {
             return false;
         };
         let streams = std::mem::take(&mut s.lock().streams);
@@ -224,6 +256,26 @@ pub async fn rtcp_reader(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_ids_are_16_uppercase_hex_digits_both_ways() {
+        let id = SessionId::random();
+        let wire = id.to_string();
+        assert_eq!(wire.len(), 16);
+        assert_eq!(SessionId::parse(&wire), Some(id));
+        let small = SessionId::parse("00000000000000AB").unwrap();
+        assert_eq!(small.to_string(), "00000000000000AB");
+        for other in [
+            "00000000000000ab",
+            "+0000000000000AB",
+            "0000000000000000A",
+            "00000000000000A",
+            " 00000000000000A",
+            "",
+        ] {
+            assert_eq!(SessionId::parse(other), None, "{other:?}");
+        }
+    }
 
     #[test]
     fn receiver_stats_keep_the_latest_report() {
