@@ -4,8 +4,10 @@
 use std::{
     net::SocketAddr,
     os::fd::AsFd,
+    pin::Pin,
     sync::Arc,
-    time::{Duration, Instant},
+    task::{Poll, Waker},
+    time::Instant,
 };
 
 use fjord_engine::Command;
@@ -13,7 +15,7 @@ use fjord_proto::rtsp::{
     framing::{Frame, Request, next_frame},
     response::Response,
 };
-use tokio::{io::AsyncWriteExt, net::TcpStream, sync::OwnedSemaphorePermit};
+use tokio::{io::AsyncWriteExt, net::TcpStream, sync::OwnedSemaphorePermit, time::Sleep};
 
 use crate::{Server, control, session::Session};
 
@@ -37,6 +39,17 @@ impl Conn {
     pub fn live_sessions(&mut self, server: &Server) -> &[Arc<Session>] {
         self.sessions.retain(|s| server.sessions.contains(s.id));
         &self.sessions
+    }
+
+    /// Whether sessions keep the connection open; ending one of them then
+    /// wakes `waker`.
+    fn wake_when_a_session_ends(&mut self, server: &Server, waker: &Waker) -> bool {
+        for s in self.live_sessions(server) {
+            s.wake_on_end(waker);
+        }
+        // Checked again: a session that ended before it had the waker
+        // would wake nobody.
+        !self.live_sessions(server).is_empty()
     }
 
     /// Hands the write side to the engine thread of this connection.
@@ -177,13 +190,23 @@ fn read_some(rd: &TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
     Ok(n)
 }
 
+/// What a waiting connection woke up for.
+enum Woken {
+    Readable(std::io::Result<()>),
+    Deadline,
+    /// A session that kept the connection open ended.
+    SessionEnded,
+}
+
 async fn run(server: &Server, conn: &mut Conn) {
     let mut buf: Vec<u8> = Vec::new();
     let mut partial_since: Option<Instant> = None;
     // Until its first request a connection gets the request timeout, not
     // the idle timeout: a client that connects and says nothing goes soon.
-    let mut last_request: Option<Instant> = None;
-    let connected = Instant::now();
+    let mut idle_deadline = Instant::now() + server.config.request_timeout();
+    // Boxed, and only while no session keeps the connection open: the
+    // task of a player holds no timer.
+    let mut timer: Option<Pin<Box<Sleep>>> = None;
     loop {
         if !buf.is_empty() {
             // Boxed: parsing and serving requests takes a large future,
@@ -193,42 +216,54 @@ async fn run(server: &Server, conn: &mut Conn) {
                 Served::Frames(None) => {}
                 Served::Frames(Some(at)) => {
                     partial_since = None;
-                    last_request = Some(at);
+                    idle_deadline = at + server.config.idle_timeout();
                 }
             }
         }
         if buf.is_empty() {
             buf = Vec::new();
         }
-        let now = Instant::now();
         if !buf.is_empty() && partial_since.is_none() {
-            partial_since = Some(now);
+            partial_since = Some(Instant::now());
         }
         let deadline = match partial_since {
-            Some(since) => since + server.config.request_timeout(),
-            None if conn.live_sessions(server).is_empty() => match last_request {
-                Some(at) => at + server.config.idle_timeout(),
-                None => connected + server.config.request_timeout(),
-            },
-            // Sessions keep the connection; the session timeout ends them.
-            None => now + Duration::from_secs(1),
+            Some(since) => Some(since + server.config.request_timeout()),
+            None if conn.live_sessions(server).is_empty() => Some(idle_deadline),
+            // Sessions keep the connection; the session timeout ends them,
+            // and ending one wakes this task.
+            None => None,
         };
+        match (deadline, timer.as_mut()) {
+            (Some(at), Some(t)) => t.as_mut().reset(at.into()),
+            (Some(at), None) => timer = Some(Box::pin(tokio::time::sleep_until(at.into()))),
+            (None, _) => timer = None,
+        }
         // `poll_read_ready` keeps the waker in the socket's registration;
         // `readable()` would put a larger waiter in this task.
-        let readable = std::future::poll_fn(|cx| conn.stream.poll_read_ready(cx));
-        match tokio::time::timeout_at(deadline.into(), readable).await {
-            Ok(Err(_)) => return,
-            Ok(Ok(())) => match read_some(&conn.stream, &mut buf) {
+        let woken = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = conn.stream.poll_read_ready(cx) {
+                return Poll::Ready(Woken::Readable(r));
+            }
+            match timer.as_mut() {
+                Some(t) => t.as_mut().poll(cx).map(|()| Woken::Deadline),
+                None if conn.wake_when_a_session_ends(server, cx.waker()) => Poll::Pending,
+                None => Poll::Ready(Woken::SessionEnded),
+            }
+        })
+        .await;
+        match woken {
+            Woken::Readable(Err(_)) => return,
+            Woken::Readable(Ok(())) => match read_some(&conn.stream, &mut buf) {
                 Ok(0) => return,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => return,
             },
-            Err(_) if partial_since.is_some() || conn.live_sessions(server).is_empty() => {
+            Woken::Deadline => {
                 tracing::debug!(peer = %conn.peer, "dropping a silent or slow client");
                 return;
             }
-            Err(_) => {}
+            Woken::SessionEnded => {}
         }
     }
 }

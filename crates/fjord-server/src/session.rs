@@ -6,6 +6,7 @@ use std::{
     fmt,
     net::SocketAddr,
     sync::{Arc, Mutex, MutexGuard},
+    task::Waker,
     time::Instant,
 };
 
@@ -60,6 +61,8 @@ pub struct Inner {
     pub state: State,
     pub last_activity: Instant,
     pub streams: Vec<Stream>,
+    /// The connection's task, waiting for the session to end.
+    on_end: Option<Waker>,
 }
 
 pub struct Stream {
@@ -132,12 +135,21 @@ impl Session {
                 state: State::Init,
                 last_activity: Instant::now(),
                 streams: Vec::new(),
+                on_end: None,
             }),
         }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Has `waker` woken when the session ends.
+    pub fn wake_on_end(&self, waker: &Waker) {
+        let mut inner = self.lock();
+        if !inner.on_end.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            inner.on_end = Some(waker.clone());
+        }
     }
 
     pub fn touch(&self) {
@@ -207,7 +219,10 @@ impl Sessions {
         let Some(s) = self.map().remove(&id) else {
             return false;
         };
-        let streams = std::mem::take(&mut s.lock().streams);
+        let (streams, on_end) = {
+            let mut inner = s.lock();
+            (std::mem::take(&mut inner.streams), inner.on_end.take())
+        };
         for st in streams {
             let r = st.reports;
             tracing::info!(
@@ -226,6 +241,9 @@ impl Sessions {
             if let Some((pair, client)) = st.route {
                 pair.unroute(client, st.engine_id);
             }
+        }
+        if let Some(w) = on_end {
+            w.wake();
         }
         true
     }
