@@ -4,8 +4,10 @@
 use std::{
     net::SocketAddr,
     os::fd::AsFd,
+    pin::Pin,
     sync::Arc,
-    time::{Duration, Instant},
+    task::{Poll, Waker},
+    time::Instant,
 };
 
 use fjord_engine::Command;
@@ -13,32 +15,19 @@ use fjord_proto::rtsp::{
     framing::{Frame, Request, next_frame},
     response::Response,
 };
-use tokio::{
-    io::AsyncWriteExt,
-    net::{
-        TcpStream,
-        tcp::{OwnedReadHalf, OwnedWriteHalf},
-    },
-    sync::OwnedSemaphorePermit,
-};
+use tokio::{io::AsyncWriteExt, net::TcpStream, sync::OwnedSemaphorePermit, time::Sleep};
 
 use crate::{Server, control, session::Session};
-
-/// Where replies go. Once a session streams interleaved on this connection
-/// the engine owns the write side, so replies queue behind its `$` frames.
-enum Out {
-    Direct(OwnedWriteHalf),
-    /// The write half stays alive (dropping it would shut the socket's write
-    /// side down under the engine) but is no longer used.
-    Engine(#[allow(dead_code)] OwnedWriteHalf),
-}
 
 pub(crate) struct Conn {
     pub id: u64,
     pub peer: SocketAddr,
     pub local: SocketAddr,
-    rd: OwnedReadHalf,
-    out: Option<Out>,
+    /// Not split into halves: that would put the stream behind an `Arc`.
+    stream: TcpStream,
+    /// Once a session streams interleaved on this connection the engine
+    /// owns the write side, so replies queue behind its `$` frames.
+    attached: bool,
     /// Interleaved channels already in use on this connection.
     pub channels: Vec<u8>,
     /// Sessions made on this connection (some may have timed out since).
@@ -48,51 +37,50 @@ pub(crate) struct Conn {
 impl Conn {
     /// The sessions of this connection that are still alive.
     pub fn live_sessions(&mut self, server: &Server) -> &[Arc<Session>] {
-        self.sessions
-            .retain(|s| server.sessions.get(&s.id).is_some());
+        self.sessions.retain(|s| server.sessions.contains(s.id));
         &self.sessions
     }
 
-    pub fn attached(&self) -> bool {
-        matches!(self.out, Some(Out::Engine(_)))
+    /// Whether sessions keep the connection open; ending one of them then
+    /// wakes `waker`.
+    fn wake_when_a_session_ends(&mut self, server: &Server, waker: &Waker) -> bool {
+        for s in self.live_sessions(server) {
+            s.wake_on_end(waker);
+        }
+        // Checked again: a session that ended before it had the waker
+        // would wake nobody.
+        !self.live_sessions(server).is_empty()
     }
 
     /// Hands the write side to the engine thread of this connection.
     pub fn attach(&mut self, server: &Server) -> std::io::Result<()> {
-        if self.attached() {
+        if self.attached {
             return Ok(());
         }
-        let fd = self.rd.as_ref().as_fd().try_clone_to_owned()?;
+        let fd = self.stream.as_fd().try_clone_to_owned()?;
         server
             .engine
             .send(self.id, Command::AttachConnection { conn: self.id, fd });
-        if let Some(Out::Direct(w)) = self.out.take() {
-            self.out = Some(Out::Engine(w));
-        }
+        self.attached = true;
         Ok(())
     }
 
     async fn write(&mut self, server: &Server, bytes: Vec<u8>) -> bool {
-        match &mut self.out {
-            Some(Out::Direct(w)) => {
-                let timeout = server.config.request_timeout();
-                matches!(
-                    tokio::time::timeout(timeout, w.write_all(&bytes)).await,
-                    Ok(Ok(()))
-                )
-            }
-            Some(Out::Engine(_)) => {
-                server.engine.send(
-                    self.id,
-                    Command::Write {
-                        conn: self.id,
-                        bytes,
-                    },
-                );
-                true
-            }
-            None => false,
+        if self.attached {
+            server.engine.send(
+                self.id,
+                Command::Write {
+                    conn: self.id,
+                    bytes,
+                },
+            );
+            return true;
         }
+        let timeout = server.config.request_timeout();
+        matches!(
+            tokio::time::timeout(timeout, self.stream.write_all(&bytes)).await,
+            Ok(Ok(()))
+        )
     }
 }
 
@@ -108,13 +96,12 @@ pub(crate) fn serve_connection(
 ) -> Option<impl Future<Output = ()> + Send> {
     let local = stream.local_addr().ok()?;
     let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
     let mut conn = Conn {
         id: server.next_id(),
         peer,
         local,
-        rd,
-        out: Some(Out::Direct(wr)),
+        stream,
+        attached: false,
         channels: Vec::new(),
         sessions: Vec::new(),
     };
@@ -124,9 +111,9 @@ pub(crate) fn serve_connection(
         for s in conn.live_sessions(&server).to_vec() {
             server
                 .sessions
-                .remove(&s.id, &server.engine, &server.admission);
+                .remove(s.id, &server.engine, &server.admission);
         }
-        if conn.attached() {
+        if conn.attached {
             server
                 .engine
                 .send(conn.id, Command::DetachConnection { conn: conn.id });
@@ -196,11 +183,19 @@ const READ_CHUNK: usize = 4096;
 /// Appends what the socket holds (up to [`READ_CHUNK`]) to `buf`, read
 /// through the stack: `buf` grows by what arrived, not by a whole chunk
 /// per connection in the middle of a request.
-fn read_some(rd: &OwnedReadHalf, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+fn read_some(rd: &TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
     let mut chunk = [0u8; READ_CHUNK];
     let n = rd.try_read(&mut chunk)?;
     buf.extend_from_slice(&chunk[..n]);
     Ok(n)
+}
+
+/// What a waiting connection woke up for.
+enum Woken {
+    Readable(std::io::Result<()>),
+    Deadline,
+    /// A session that kept the connection open ended.
+    SessionEnded,
 }
 
 async fn run(server: &Server, conn: &mut Conn) {
@@ -208,8 +203,10 @@ async fn run(server: &Server, conn: &mut Conn) {
     let mut partial_since: Option<Instant> = None;
     // Until its first request a connection gets the request timeout, not
     // the idle timeout: a client that connects and says nothing goes soon.
-    let mut last_request: Option<Instant> = None;
-    let connected = Instant::now();
+    let mut idle_deadline = Instant::now() + server.config.request_timeout();
+    // Boxed, and only while no session keeps the connection open: the
+    // task of a player holds no timer.
+    let mut timer: Option<Pin<Box<Sleep>>> = None;
     loop {
         if !buf.is_empty() {
             // Boxed: parsing and serving requests takes a large future,
@@ -219,42 +216,54 @@ async fn run(server: &Server, conn: &mut Conn) {
                 Served::Frames(None) => {}
                 Served::Frames(Some(at)) => {
                     partial_since = None;
-                    last_request = Some(at);
+                    idle_deadline = at + server.config.idle_timeout();
                 }
             }
         }
         if buf.is_empty() {
             buf = Vec::new();
         }
-        let now = Instant::now();
         if !buf.is_empty() && partial_since.is_none() {
-            partial_since = Some(now);
+            partial_since = Some(Instant::now());
         }
         let deadline = match partial_since {
-            Some(since) => since + server.config.request_timeout(),
-            None if conn.live_sessions(server).is_empty() => match last_request {
-                Some(at) => at + server.config.idle_timeout(),
-                None => connected + server.config.request_timeout(),
-            },
-            // Sessions keep the connection; the session timeout ends them.
-            None => now + Duration::from_secs(1),
+            Some(since) => Some(since + server.config.request_timeout()),
+            None if conn.live_sessions(server).is_empty() => Some(idle_deadline),
+            // Sessions keep the connection; the session timeout ends them,
+            // and ending one wakes this task.
+            None => None,
         };
+        match (deadline, timer.as_mut()) {
+            (Some(at), Some(t)) => t.as_mut().reset(at.into()),
+            (Some(at), None) => timer = Some(Box::pin(tokio::time::sleep_until(at.into()))),
+            (None, _) => timer = None,
+        }
         // `poll_read_ready` keeps the waker in the socket's registration;
         // `readable()` would put a larger waiter in this task.
-        let readable = std::future::poll_fn(|cx| conn.rd.as_ref().poll_read_ready(cx));
-        match tokio::time::timeout_at(deadline.into(), readable).await {
-            Ok(Err(_)) => return,
-            Ok(Ok(())) => match read_some(&conn.rd, &mut buf) {
+        let woken = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = conn.stream.poll_read_ready(cx) {
+                return Poll::Ready(Woken::Readable(r));
+            }
+            match timer.as_mut() {
+                Some(t) => t.as_mut().poll(cx).map(|()| Woken::Deadline),
+                None if conn.wake_when_a_session_ends(server, cx.waker()) => Poll::Pending,
+                None => Poll::Ready(Woken::SessionEnded),
+            }
+        })
+        .await;
+        match woken {
+            Woken::Readable(Err(_)) => return,
+            Woken::Readable(Ok(())) => match read_some(&conn.stream, &mut buf) {
                 Ok(0) => return,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => return,
             },
-            Err(_) if partial_since.is_some() || conn.live_sessions(server).is_empty() => {
+            Woken::Deadline => {
                 tracing::debug!(peer = %conn.peer, "dropping a silent or slow client");
                 return;
             }
-            Err(_) => {}
+            Woken::SessionEnded => {}
         }
     }
 }

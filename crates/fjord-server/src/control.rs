@@ -24,7 +24,7 @@ use fjord_proto::{
 use crate::{
     Server,
     conn::Conn,
-    session::{ReceiverStats, Session, Stream, rtcp_reader},
+    session::{ReceiverStats, Session, SessionId, Stream, rtcp_reader},
     shared::{RouteError, SharedPair},
 };
 
@@ -330,7 +330,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     }
     let session = existing.clone().unwrap_or_else(|| {
         Arc::new(Session::new(
-            format!("{:016X}", rand::random::<u64>()),
+            SessionId::random(),
             conn.id,
             target.title.clone(),
             title.clone(),
@@ -349,7 +349,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         if existing.is_none() {
             server
                 .sessions
-                .remove(&session.id, &server.engine, &server.admission);
+                .remove(session.id, &server.engine, &server.admission);
         }
     };
     // Admission: the stream's packet rate against its engine thread's
@@ -545,7 +545,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     session.touch();
     Response::new(200)
         .header("Transport", &transport_reply)
-        .header("Session", session_header(server, &session.id))
+        .header("Session", session_header(server, session.id))
         .into()
 }
 
@@ -573,7 +573,7 @@ fn udp_output(
     Ok(pair)
 }
 
-fn session_header(server: &Server, id: &str) -> String {
+fn session_header(server: &Server, id: SessionId) -> String {
     format!("{id};timeout={}", server.config.session_timeout_s)
 }
 
@@ -661,7 +661,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
                 range::format_npt(origin_ns as f64 / 1e9, Some(duration_s)),
             )
             .header("RTP-Info", rtp_info::format(&rtp_info))
-            .header("Session", session_header(server, &session.id)),
+            .header("Session", session_header(server, session.id)),
         start: Some(PlayStart {
             streams: started,
             origin_ns,
@@ -702,7 +702,7 @@ fn pause(server: &Server, conn: &Conn, req: &Request) -> Reply {
             .send(s.shard, Command::Pause { id: s.engine_id });
     }
     Response::new(200)
-        .header("Session", session_header(server, &session.id))
+        .header("Session", session_header(server, session.id))
         .into()
 }
 
@@ -718,7 +718,7 @@ fn teardown(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     }
     server
         .sessions
-        .remove(&session.id, &server.engine, &server.admission);
+        .remove(session.id, &server.engine, &server.admission);
     status(200)
 }
 

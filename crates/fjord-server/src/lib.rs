@@ -164,7 +164,7 @@ async fn reap_idle_sessions(server: Arc<Server>) {
             tracing::info!(session = %s.id, "session timed out");
             server
                 .sessions
-                .remove(&s.id, &server.engine, &server.admission);
+                .remove(s.id, &server.engine, &server.admission);
         }
     }
 }

@@ -3,8 +3,10 @@
 
 use std::{
     collections::HashMap,
+    fmt,
     net::SocketAddr,
     sync::{Arc, Mutex, MutexGuard},
+    task::Waker,
     time::Instant,
 };
 
@@ -19,8 +21,34 @@ use fjord_proto::{
     rtsp::session::State,
 };
 
+/// A session's id: on the wire (`Session` headers), 16 uppercase hex
+/// digits. Kept as a number: a string would cost two allocations per
+/// session, in the session and in the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionId(u64);
+
+impl SessionId {
+    pub fn random() -> Self {
+        Self(rand::random())
+    }
+
+    /// The id a `Session` header names; none unless it has the form this
+    /// server gives ids, so no other spelling finds a session.
+    pub fn parse(s: &str) -> Option<Self> {
+        let hex = s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'A'..=b'F'));
+        hex.then(|| u64::from_str_radix(s, 16).ok().map(Self))
+            .flatten()
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016X}", self.0)
+    }
+}
+
 pub struct Session {
-    pub id: String,
+    pub id: SessionId,
     /// The RTSP connection that created the session; when it closes, the
     /// session ends (players keep their connection open while they play).
     pub conn: u64,
@@ -33,6 +61,8 @@ pub struct Inner {
     pub state: State,
     pub last_activity: Instant,
     pub streams: Vec<Stream>,
+    /// The connection's task, waiting for the session to end.
+    on_end: Option<Waker>,
 }
 
 pub struct Stream {
@@ -95,7 +125,7 @@ impl ReceiverStats {
 }
 
 impl Session {
-    pub fn new(id: String, conn: u64, title_name: String, title: Arc<Title>) -> Self {
+    pub fn new(id: SessionId, conn: u64, title_name: String, title: Arc<Title>) -> Self {
         Self {
             id,
             conn,
@@ -105,12 +135,21 @@ impl Session {
                 state: State::Init,
                 last_activity: Instant::now(),
                 streams: Vec::new(),
+                on_end: None,
             }),
         }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Has `waker` woken when the session ends.
+    pub fn wake_on_end(&self, waker: &Waker) {
+        let mut inner = self.lock();
+        if !inner.on_end.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            inner.on_end = Some(waker.clone());
+        }
     }
 
     pub fn touch(&self) {
@@ -139,16 +178,21 @@ impl Session {
 /// Every live session, by id.
 #[derive(Default)]
 pub struct Sessions {
-    map: Mutex<HashMap<String, Arc<Session>>>,
+    map: Mutex<HashMap<SessionId, Arc<Session>>>,
 }
 
 impl Sessions {
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Session>>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The session a `Session` header names.
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        self.map().get(id).cloned()
+        self.map().get(&SessionId::parse(id)?).cloned()
+    }
+
+    pub fn contains(&self, id: SessionId) -> bool {
+        self.map().contains_key(&id)
     }
 
     /// Adds `s` unless `max` sessions exist already.
@@ -157,7 +201,7 @@ impl Sessions {
         if map.len() >= max {
             return false;
         }
-        map.insert(s.id.clone(), s);
+        map.insert(s.id, s);
         true
     }
 
@@ -171,11 +215,14 @@ impl Sessions {
 
     /// Ends a session: its engine streams stop, its sockets close, its ports
     /// return to the pool.
-    pub fn remove(&self, id: &str, engine: &Engine, admission: &Admission) -> bool {
-        let Some(s) = self.map().remove(id) else {
+    pub fn remove(&self, id: SessionId, engine: &Engine, admission: &Admission) -> bool {
+        let Some(s) = self.map().remove(&id) else {
             return false;
         };
-        let streams = std::mem::take(&mut s.lock().streams);
+        let (streams, on_end) = {
+            let mut inner = s.lock();
+            (std::mem::take(&mut inner.streams), inner.on_end.take())
+        };
         for st in streams {
             let r = st.reports;
             tracing::info!(
@@ -194,6 +241,9 @@ impl Sessions {
             if let Some((pair, client)) = st.route {
                 pair.unroute(client, st.engine_id);
             }
+        }
+        if let Some(w) = on_end {
+            w.wake();
         }
         true
     }
@@ -224,6 +274,26 @@ pub async fn rtcp_reader(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_ids_are_16_uppercase_hex_digits_both_ways() {
+        let id = SessionId::random();
+        let wire = id.to_string();
+        assert_eq!(wire.len(), 16);
+        assert_eq!(SessionId::parse(&wire), Some(id));
+        let small = SessionId::parse("00000000000000AB").unwrap();
+        assert_eq!(small.to_string(), "00000000000000AB");
+        for other in [
+            "00000000000000ab",
+            "+0000000000000AB",
+            "0000000000000000A",
+            "00000000000000A",
+            " 00000000000000A",
+            "",
+        ] {
+            assert_eq!(SessionId::parse(other), None, "{other:?}");
+        }
+    }
 
     #[test]
     fn receiver_stats_keep_the_latest_report() {

@@ -235,6 +235,7 @@ mod tests {
     use std::{net::UdpSocket, time::Duration};
 
     use super::*;
+    use crate::session::SessionId;
 
     /// An RTCP RR with one report block about `ssrc`.
     fn rr(ssrc: u32, lost: u32) -> Vec<u8> {
@@ -248,7 +249,7 @@ mod tests {
         p
     }
 
-    fn session(dir: &std::path::Path, id: &str) -> Arc<Session> {
+    fn session(dir: &std::path::Path) -> Arc<Session> {
         let media = dir.join("t.ts");
         let index = fjord_media::synthetic::write_constant_rate(
             &media,
@@ -259,7 +260,7 @@ mod tests {
         )
         .unwrap();
         let title = Arc::new(fjord_engine::Title::new(index, &media).unwrap());
-        Arc::new(Session::new(id.into(), 1, "t.ts".into(), title))
+        Arc::new(Session::new(SessionId::random(), 1, "t.ts".into(), title))
     }
 
     fn reports(s: &Session, engine_id: u64) -> (u64, u32) {
@@ -312,8 +313,8 @@ mod tests {
             pair.rtp_port + 1
         );
         let server_rtcp = SocketAddr::new(ip, pair.rtp_port + 1);
-        let a = session(dir.path(), "A");
-        let b = session(dir.path(), "B");
+        let a = session(dir.path());
+        let b = session(dir.path());
         for (s, id) in [(&a, 1), (&b, 2)] {
             s.lock()
                 .streams

@@ -363,6 +363,27 @@ fn silent_session_times_out() {
     s.assert_healthy();
 }
 
+/// A player's connection stays open while its session lives, even past
+/// the idle timeout, and closes once the session has timed out.
+#[test]
+fn connection_closes_after_its_session_times_out() {
+    let mut s = Server::start("session_timeout_s = 2\nidle_timeout_s = 1\n");
+    let mut c = RtspClient::connect(&s.url("clip.ts")).unwrap();
+    let d = c.describe().unwrap();
+    let _udp = c.setup_udp(&d.track_urls[0]).unwrap();
+    c.play(None).unwrap();
+    let t0 = Instant::now();
+    c.set_timeout(Duration::from_secs(10));
+    let r = c.read_any_response();
+    let closed = t0.elapsed();
+    assert!(r.is_err(), "the server sent something unasked: {r:?}");
+    assert!(
+        closed >= Duration::from_millis(1500) && closed < Duration::from_secs(6),
+        "connection closed {closed:?} after PLAY with session_timeout_s = 2"
+    );
+    s.assert_healthy();
+}
+
 #[test]
 fn keepalive_holds_a_session_past_its_timeout() {
     let mut s = Server::start("session_timeout_s = 2\n");
