@@ -399,6 +399,9 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                 return fail(403, "RTP goes only to the requesting client's address");
             }
             let shard = reservation.thread as u64;
+            let reply = |server_rtp: u16| {
+                transport::reply_udp(client_rtp, client_rtcp, server_rtp, server_rtp + 1, ssrc)
+            };
             if let Some(shared) = &server.shared {
                 let pair = match shared.pair(conn.local.ip(), &server.ports) {
                     Ok(p) => p,
@@ -413,13 +416,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                     }
                     Err(RouteError::Full) => return fail(453, "too many UDP streams"),
                 }
-                let reply = transport::reply_udp(
-                    client_rtp,
-                    client_rtcp,
-                    pair.rtp_port,
-                    pair.rtp_port + 1,
-                    ssrc,
-                );
+                let reply = reply(pair.rtp_port);
                 let output = Output::Udp {
                     rtp: UdpSocket::Shared(pair.rtp(shard)),
                     rtp_peer,
@@ -437,13 +434,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                     Ok(r) => r,
                     Err(e) => return fail(500, &e.to_string()),
                 };
-                let reply = transport::reply_udp(
-                    client_rtp,
-                    client_rtcp,
-                    pair.rtp_port,
-                    pair.rtp_port + 1,
-                    ssrc,
-                );
+                let reply = reply(pair.rtp_port);
                 let output = Output::Udp {
                     rtp: pair.rtp.into(),
                     rtp_peer: SocketAddr::new(dest, client_rtp),

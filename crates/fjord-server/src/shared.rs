@@ -285,33 +285,10 @@ mod tests {
             Arc::ptr_eq(&pair, &ports.pair(ip, &pool).unwrap()),
             "one pair per address"
         );
-        assert_eq!(
-            pair.rtp(0)
-                .local_addr()
-                .unwrap()
-                .as_socket()
-                .unwrap()
-                .port(),
-            pair.rtp_port
-        );
-        assert_eq!(
-            pair.rtp(1)
-                .local_addr()
-                .unwrap()
-                .as_socket()
-                .unwrap()
-                .port(),
-            pair.rtp_port
-        );
-        assert_eq!(
-            pair.rtcp()
-                .local_addr()
-                .unwrap()
-                .as_socket()
-                .unwrap()
-                .port(),
-            pair.rtp_port + 1
-        );
+        let port = |s: Arc<Socket>| s.local_addr().unwrap().as_socket().unwrap().port();
+        assert_eq!(port(pair.rtp(0)), pair.rtp_port);
+        assert_eq!(port(pair.rtp(1)), pair.rtp_port);
+        assert_eq!(port(pair.rtcp()), pair.rtp_port + 1);
         let server_rtcp = SocketAddr::new(ip, pair.rtp_port + 1);
         let a = session(dir.path());
         let b = session(dir.path());
