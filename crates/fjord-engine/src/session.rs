@@ -18,6 +18,7 @@ use fjord_fec::{
 use fjord_media::{
     index::Track,
     plan::{PacketRecord, rtp_ticks},
+    prefab::Ids,
 };
 use fjord_proto::{
     rtcp::{NtpTime, SenderReportTemplate},
@@ -58,7 +59,12 @@ pub(crate) struct Session {
     next: u32,
     /// Where playback stands on the title timeline while stopped.
     position_ns: u64,
-    seq: u16,
+    /// Packet `i` carries sequence number `seq0 + i`: a PLAY at another
+    /// position jumps, and RTP-Info says where it starts.
+    seq0: u16,
+    /// The title's prefabricated packets carry this session's header fields
+    /// (its SSRC, `seq0` and `ts0`), so they may be sent as they are.
+    prefab: bool,
     packets: u32,
     octets: u32,
     state: State,
@@ -124,6 +130,12 @@ pub(crate) struct Pacing<'a> {
 
 impl Session {
     pub(crate) fn new(spec: SessionSpec, cname: &str) -> Self {
+        let prefab = spec.title.prefab_ids(spec.track)
+            == Some(Ids {
+                ssrc: spec.ssrc,
+                seq0: spec.seq0,
+                ts0: spec.ts0,
+            });
         Self {
             report: SenderReportTemplate::new(spec.ssrc, cname),
             title: spec.title,
@@ -133,7 +145,8 @@ impl Session {
             output: spec.output,
             next: 0,
             position_ns: 0,
-            seq: spec.seq0,
+            seq0: spec.seq0,
+            prefab,
             packets: 0,
             octets: 0,
             state: State::Stopped,
@@ -236,7 +249,7 @@ impl Session {
         let clock = self.track().map_or(90_000, |t| t.clock_rate());
         PlayInfo {
             packet: self.next,
-            seq: self.seq,
+            seq: self.seq0.wrapping_add(self.next as u16),
             rtptime: self.ts0.wrapping_add(rtp_ticks(self.position_ns, clock)),
             time_ns: self.position_ns,
         }
@@ -268,11 +281,13 @@ impl Session {
     /// Adds to `batch` the due repair packets of a finished block, or else
     /// a burst of every source packet due by `now + burst` (at most
     /// [`MAX_BURST_PACKETS`], ending at a block's end when the session
-    /// sends repair packets); returns how many of each it added.
+    /// sends repair packets; prefabricated ones when the title has them and
+    /// `prefab`); returns how many of each it added.
     pub(crate) fn collect<'a>(
         &'a self,
         now: Instant,
         burst: Duration,
+        prefab: bool,
         batch: &mut Batch<'a>,
     ) -> Planned {
         let mut planned = Planned::default();
@@ -308,18 +323,16 @@ impl Session {
         };
         let pt = track.payload_type();
         let first = batch.packets.len();
-        let mut seq = self.seq;
         let end = self.block_end().unwrap_or(usize::MAX);
         for i in self.next as usize..end {
             let Some(rec) = track.packet(i) else { break };
             if rec.send_time_ns > limit_ns || batch.packets.len() - first >= MAX_BURST_PACKETS {
                 break;
             }
-            let Some(packet) = self.packet(&self.title, pt, &rec, seq) else {
+            let Some(packet) = self.packet(&self.title, pt, &rec, i, prefab) else {
                 break;
             };
             batch.packets.push(packet);
-            seq = seq.wrapping_add(1);
         }
         planned.source = batch.close_burst(first, rtp, *rtp_peer);
         planned
@@ -384,20 +397,27 @@ impl Session {
         }
     }
 
-    /// Packet `rec` as it leaves: the RTP header (sequence `seq`, the
-    /// session's timestamp offset and SSRC), the record's payload-header
-    /// bytes and its file runs in `title`. `None` when a run lies outside
-    /// the mapping.
+    /// Packet `i` (record `rec`) as it leaves: prefabricated when the title
+    /// has it and `prefab`, else the RTP header (the session's sequence
+    /// base, timestamp offset and SSRC), the record's payload-header bytes
+    /// and its file runs in `title`. `None` when a run lies outside the
+    /// mapping.
     fn packet<'t>(
         &self,
         title: &'t Title,
         pt: u8,
         rec: &PacketRecord,
-        seq: u16,
+        i: usize,
+        prefab: bool,
     ) -> Option<Packet<'t>> {
+        if prefab && self.prefab {
+            let (offset, bytes) = title.prefab(self.track)?.packet(i)?;
+            return Some(Packet::prefabricated(bytes, title.prefab_fd()?, offset));
+        }
         let (run1, run2) = title.runs(rec)?;
         let mut header = [0u8; rtp::RTP_HEADER_LEN];
         let ts = self.ts0.wrapping_add(rec.rtp_ts);
+        let seq = self.seq0.wrapping_add(i as u16);
         rtp::write_header(&mut header, pt, rec.marker(), seq, ts, self.ssrc);
         Some(
             Packet::new(&header, rec.prefix(), run1, title.fd(), rec.offset)
@@ -476,15 +496,15 @@ impl Session {
             let end = self.block_end().unwrap_or(usize::MAX);
             let mut packets: [Option<Packet<'_>>; MAX_FRAMES] = [None; MAX_FRAMES];
             let mut n = 0;
-            let mut seq = self.seq;
             while n < MAX_FRAMES && (self.next as usize + n) < end {
-                let Some(rec) = track.packet(self.next as usize + n) else {
+                let i = self.next as usize + n;
+                let Some(rec) = track.packet(i) else {
                     break;
                 };
                 if limit_ns.is_none_or(|l| rec.send_time_ns > l) {
                     break;
                 }
-                let Some(packet) = self.packet(&title, pt, &rec, seq) else {
+                let Some(packet) = self.packet(&title, pt, &rec, i, true) else {
                     if n == 0 {
                         tracing::warn!(
                             ssrc = self.ssrc,
@@ -496,7 +516,6 @@ impl Session {
                     break;
                 };
                 packets[n] = Some(packet);
-                seq = seq.wrapping_add(1);
                 n += 1;
             }
             if n == 0 {
@@ -591,7 +610,6 @@ impl Session {
             self.last_sent = Some(p.now);
         }
         self.next += sent as u32;
-        self.seq = self.seq.wrapping_add(sent as u16);
         self.packets = self.packets.wrapping_add(sent as u32);
         let (Some(r), Some(fec)) = (&mut self.repair, self.title.fec(self.track)) else {
             return;
@@ -610,7 +628,7 @@ impl Session {
             r.pending = Some(PendingRepair {
                 block,
                 esi: 0,
-                seq_base: self.seq.wrapping_sub((next - blk.first_packet) as u16),
+                seq_base: self.seq0.wrapping_add(blk.first_packet as u16),
             });
         }
     }
@@ -829,23 +847,22 @@ mod tests {
     /// (sequence number, RTP timestamp, payload) of a packet that left.
     type Sent = (u16, u32, Vec<u8>);
 
+    fn sent_packet(p: &Packet<'_>) -> Sent {
+        let b = p.parts().collect::<Vec<_>>().concat();
+        (
+            u16::from_be_bytes([b[2], b[3]]),
+            u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+            b[rtp::RTP_HEADER_LEN..].to_vec(),
+        )
+    }
+
     /// One engine tick for one session with a data path that sends `room`
     /// packets at most; returns (seq, ts, payload) of what left, and the wake.
     fn tick(s: &mut Session, now: Instant, room: usize) -> (Vec<Sent>, Option<Instant>) {
         let mut batch = Batch::default();
-        let planned = s.collect(now, Duration::from_millis(15), &mut batch);
+        let planned = s.collect(now, Duration::from_millis(15), true, &mut batch);
         let sent = (planned.source + planned.repair).min(room);
-        let out = batch.packets[..sent]
-            .iter()
-            .map(|p| {
-                let h = p.head();
-                (
-                    u16::from_be_bytes([h[2], h[3]]),
-                    u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
-                    [&h[rtp::RTP_HEADER_LEN..], p.payload, p.payload2].concat(),
-                )
-            })
-            .collect();
+        let out = batch.packets[..sent].iter().map(sent_packet).collect();
         drop(batch);
         let mut connections = HashMap::new();
         let mut stats = ThreadStats::default();
@@ -917,7 +934,7 @@ mod tests {
     }
 
     #[test]
-    fn pause_resume_and_seek_continue_the_sequence() {
+    fn pause_resume_continues_the_sequence_and_a_seek_jumps_it() {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
@@ -946,13 +963,108 @@ mod tests {
         );
 
         // A seek on a track without sync points enters at the first packet
-        // at or after the time.
+        // at or after the time; packet i carries sequence number seq0 + i.
         let info = s.play(Start::At(75 * MS));
-        assert_eq!((info.packet, info.seq), (8, 2));
+        assert_eq!((info.packet, info.seq), (8, 65534u16.wrapping_add(8)));
         assert_eq!(info.rtptime, (u32::MAX - 100).wrapping_add(75 * 90));
         s.start(t1, info.time_ns);
         let (d, _) = tick(&mut s, t1, usize::MAX);
         assert_eq!(d.last().unwrap().2, vec![9; 188]);
+        assert_eq!(d[0].0, info.seq, "RTP-Info names the first packet's number");
+    }
+
+    /// A session whose header fields are the title's sends the packet file's
+    /// bytes, which are exactly the packets it would build, one contiguous
+    /// run per burst; a session with its own fields builds its headers.
+    #[test]
+    fn prefabricated_packets_are_the_packets_a_session_builds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, expected) = prefixed_title(dir.path());
+        let media = dir.path().join("t.h264");
+        fjord_media::prefab::prefabricate(&media, &mut |_, _| {}).unwrap();
+        let index = Index::open(&index::index_path_for(&media)).unwrap();
+        let mut title = Title::new(index, &media).unwrap();
+        title
+            .attach_prefab(&fjord_media::prefab::prefab_path_for(&media))
+            .unwrap();
+        let title = Arc::new(title);
+        let ids = title.prefab_ids(0).unwrap();
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let make = |ssrc: u32| {
+            let rtp = udp();
+            rtp.connect(&rx.local_addr().unwrap().into()).unwrap();
+            let mut s = Session::new(
+                SessionSpec {
+                    id: 1,
+                    title: title.clone(),
+                    track: 0,
+                    ssrc,
+                    seq0: ids.seq0,
+                    ts0: ids.ts0,
+                    output: Output::Udp {
+                        rtp: rtp.into(),
+                        rtp_peer: rx.local_addr().unwrap(),
+                        rtcp: udp().into(),
+                        rtcp_peer: "127.0.0.1:9".parse().unwrap(),
+                    },
+                },
+                "test",
+            );
+            s.play(Start::Resume);
+            s
+        };
+        let t0 = Instant::now();
+        let late = t0 + Duration::from_secs(1);
+        let burst = Duration::from_millis(15);
+        let (mut prefab, mut built, mut own) = (make(ids.ssrc), make(ids.ssrc), make(!ids.ssrc));
+        let (mut a, mut b, mut c) = (Batch::default(), Batch::default(), Batch::default());
+        for s in [&mut prefab, &mut built, &mut own] {
+            s.start(t0, 0);
+        }
+        assert_eq!(prefab.collect(late, burst, true, &mut a).source, 12);
+        assert_eq!(built.collect(late, burst, false, &mut b).source, 12);
+        assert_eq!(own.collect(late, burst, true, &mut c).source, 12);
+        for (i, want) in expected.iter().enumerate() {
+            let (p, q) = (&a.packets[i], &b.packets[i]);
+            assert!(p.head().is_empty() && !q.head().is_empty(), "packet {i}");
+            assert_eq!(
+                p.parts().collect::<Vec<_>>().concat(),
+                q.parts().collect::<Vec<_>>().concat()
+            );
+            assert_eq!(
+                sent_packet(p),
+                (
+                    ids.seq0.wrapping_add(i as u16),
+                    ids.ts0.wrapping_add(i as u32 * 900),
+                    want.clone()
+                )
+            );
+            let own = c.packets[i].head();
+            assert_eq!(
+                own[8..12],
+                (!ids.ssrc).to_be_bytes(),
+                "packet {i}: own SSRC"
+            );
+            if i > 0 {
+                let prev = a.packets[i - 1].payload.as_ptr_range().end;
+                assert_eq!(
+                    prev,
+                    p.payload.as_ptr(),
+                    "packet {i} follows packet {}",
+                    i - 1
+                );
+            }
+        }
+        // Over UDP the burst leaves as it was made.
+        let mut sent = [0];
+        let mut path = datapath::by_name("gso").unwrap();
+        path.send(&a, &mut sent).unwrap();
+        assert_eq!(sent, [12]);
+        let mut buf = [0u8; 2048];
+        for (i, want) in expected.iter().enumerate() {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[rtp::RTP_HEADER_LEN..n], &want[..], "UDP packet {i}");
+        }
     }
 
     #[test]
@@ -1012,7 +1124,7 @@ mod tests {
         s.start(t0, 0);
         let mut batch = Batch::default();
         assert_eq!(
-            s.collect(late, Duration::from_millis(15), &mut batch),
+            s.collect(late, Duration::from_millis(15), true, &mut batch),
             Planned {
                 source: 12,
                 repair: 0

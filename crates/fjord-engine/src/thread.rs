@@ -209,6 +209,7 @@ impl Worker {
         };
         let mut batch = self.batch.take().unwrap_or_default().recycle();
         self.planned.clear();
+        let prefab = self.path.prefabricated();
         let mut end = first;
         while end < self.due.len() && batch.packets.len() + MAX_BURST_PACKETS <= MAX_BATCH_PACKETS {
             let key = self.due[end];
@@ -219,7 +220,7 @@ impl Worker {
             let n = if session.is_interleaved() {
                 Planned::default()
             } else {
-                session.collect(now, pacing.burst, &mut batch)
+                session.collect(now, pacing.burst, prefab, &mut batch)
             };
             self.planned.push((key, n));
         }

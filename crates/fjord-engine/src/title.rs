@@ -3,7 +3,9 @@
 //! Sessions share it through an `Arc`; a re-ingested title is a new `Title`,
 //! so playing sessions keep the mapping they started with. A title may carry
 //! the parity sidecar written at ingest: its repair symbols are sent by
-//! reference, like the media.
+//! reference, like the media. It may carry the prefabricated packets
+//! written at ingest, which the batching paths send instead of building
+//! headers (`fjord_media::prefab`).
 
 use std::{
     fs::File,
@@ -13,7 +15,11 @@ use std::{
 };
 
 use fjord_fec::{Sidecar, SidecarError, sidecar::TrackFec};
-use fjord_media::{index::Index, plan::PacketRecord};
+use fjord_media::{
+    index::Index,
+    plan::PacketRecord,
+    prefab::{Ids, Prefab, PrefabError, PrefabTrack},
+};
 use memmap2::Mmap;
 
 pub struct Title {
@@ -21,6 +27,7 @@ pub struct Title {
     file: File,
     media: Mmap,
     fec: Option<Parity>,
+    prefab: Option<(File, Prefab<Mmap>)>,
 }
 
 /// The sidecar, checked against the index, and per track the repair window:
@@ -43,7 +50,32 @@ impl Title {
             file,
             media,
             fec: None,
+            prefab: None,
         })
+    }
+
+    /// Attaches the prefabricated packets at `path` after checking they
+    /// were made from this title's index.
+    pub fn attach_prefab(&mut self, path: &Path) -> Result<(), PrefabError> {
+        self.prefab = Some(fjord_media::prefab::open(path, &self.index)?);
+        Ok(())
+    }
+
+    /// The prefabricated packets of track `t`, when the title has them.
+    pub fn prefab(&self, t: usize) -> Option<PrefabTrack<'_>> {
+        self.prefab.as_ref()?.1.track(t)
+    }
+
+    /// The packet file, for the paths that read or sendfile.
+    pub fn prefab_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.prefab.as_ref()?.0.as_fd())
+    }
+
+    /// The SSRC, first sequence number and timestamp offset of track `t`'s
+    /// packets when they are prefabricated: a session must use them to send
+    /// those packets.
+    pub fn prefab_ids(&self, t: usize) -> Option<Ids> {
+        Some(self.prefab(t)?.ids)
     }
 
     /// Attaches the parity sidecar `sidecar_path` after checking it was made

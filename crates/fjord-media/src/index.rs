@@ -555,6 +555,13 @@ impl Index {
         Ok(map.len() as u64 == src.size && sample_hash(&map) == src.sample_hash)
     }
 
+    /// The index file's checksum (its last bytes: blake3 of the rest), which
+    /// files derived from it record to prove they belong to it.
+    pub fn checksum(&self) -> [u8; 32] {
+        let at = self.map.len().saturating_sub(TRAILER_LEN);
+        self.reader().bytes(at).unwrap_or_default()
+    }
+
     pub fn duration_ns(&self) -> u64 {
         self.u64_at(96)
     }

@@ -18,6 +18,7 @@ pub mod mpeg_audio;
 pub mod mpeg_video;
 pub mod nal;
 pub mod plan;
+pub mod prefab;
 pub mod ps;
 pub mod synthetic;
 pub mod ts;

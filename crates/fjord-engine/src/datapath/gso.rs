@@ -1,6 +1,6 @@
 //! UDP generic segmentation offload: a session's burst leaves in one
-//! `sendmsg` of [head, payload(, second run)]… iovecs with a `UDP_SEGMENT`
-//! control message; the kernel cuts it into datagrams (in the NIC where it
+//! `sendmsg` of [head, payload(, second run)]… iovecs (one iovec for
+//! prefabricated packets) with a `UDP_SEGMENT` control message; the kernel cuts it into datagrams (in the NIC where it
 //! can), one pass down the stack for up to 64 packets. The payload stays in
 //! the mapping until the kernel copies it once into the socket buffer.
 
@@ -142,18 +142,31 @@ pub(crate) fn fill_gso_msg(
         .min(heads.map_or(usize::MAX, <[_]>::len));
     // At most 3 iovecs per packet and n <= MAX_SEGMENTS: `iov` has room.
     let mut len = 0;
+    // Where the last iovec ends: a part that starts there (the next of
+    // consecutive prefabricated packets) extends it, so a burst of them is
+    // one iovec.
+    let mut end = std::ptr::null::<u8>();
+    let mut push = |bytes: &[u8]| {
+        if bytes.is_empty() {
+            return;
+        }
+        if len > 0 && bytes.as_ptr() == end {
+            // SAFETY: iov[len - 1] was written below.
+            unsafe { iov[len - 1].assume_init_mut() }.iov_len += bytes.len();
+        } else {
+            iov[len].write(iovec(bytes));
+            len += 1;
+        }
+        end = bytes.as_ptr_range().end;
+    };
     for (i, p) in pkts[..n].iter().enumerate() {
         let head = match heads {
             Some(h) => &h[i][..p.head().len()],
             None => p.head(),
         };
-        iov[len].write(iovec(head));
-        iov[len + 1].write(iovec(p.payload));
-        len += 2;
-        if !p.payload2.is_empty() {
-            iov[len].write(iovec(p.payload2));
-            len += 1;
-        }
+        push(head);
+        push(p.payload);
+        push(p.payload2);
     }
     msg.msg_iov = iov.as_mut_ptr().cast();
     msg.msg_iovlen = len;

@@ -50,4 +50,8 @@ impl DataPath for MmapWritev {
     fn counters(&self) -> Counters {
         self.counters
     }
+
+    fn prefabricated(&self) -> bool {
+        false
+    }
 }

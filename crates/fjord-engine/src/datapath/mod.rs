@@ -48,7 +48,8 @@ const fn max(a: usize, b: usize) -> usize {
 }
 
 /// One RTP packet ready to leave: the head (RTP header, then payload-header
-/// bytes), then one or two runs of the media file.
+/// bytes), then one or two runs of the media file. A prefabricated packet
+/// has no head: its one run in the packet file is the whole packet.
 #[derive(Clone, Copy)]
 pub struct Packet<'a> {
     head: [u8; MAX_HEAD],
@@ -92,6 +93,21 @@ impl<'a> Packet<'a> {
         }
     }
 
+    /// A prefabricated packet: `bytes` (header and payload) found at `offset`
+    /// in the packet file `file`.
+    #[inline]
+    pub fn prefabricated(bytes: &'a [u8], file: BorrowedFd<'a>, offset: u64) -> Self {
+        Self {
+            head: [0; MAX_HEAD],
+            head_len: 0,
+            payload: bytes,
+            payload2: &[],
+            file,
+            offset,
+            offset2: 0,
+        }
+    }
+
     /// Adds the second file run `payload2`, found at `offset2`.
     #[inline]
     pub fn with_second_run(self, payload2: &'a [u8], offset2: u64) -> Self {
@@ -108,14 +124,17 @@ impl<'a> Packet<'a> {
         &self.head[..usize::from(self.head_len)]
     }
 
-    /// What the kernel gathers for this packet, in order: the head, the
-    /// first run, and the second run only when there is one.
+    /// What the kernel gathers for this packet, in order: the head (none
+    /// when prefabricated), the first run, and the second run only when
+    /// there is one.
     #[inline]
     pub fn parts(&self) -> impl Iterator<Item = &[u8]> {
+        let skip = usize::from(self.head_len == 0);
         let n = if self.payload2.is_empty() { 2 } else { 3 };
         [self.head(), self.payload, self.payload2]
             .into_iter()
             .take(n)
+            .skip(skip)
     }
 
     /// Bytes on the wire above UDP: head and both runs.
@@ -245,6 +264,14 @@ pub trait DataPath: Send {
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()>;
 
     fn counters(&self) -> Counters;
+
+    /// Whether the path sends prefabricated packets when a title has them.
+    /// The seeds' per-packet reference lines (`read-send`, `read-writev`,
+    /// `mmap-writev`, `sendfile-cork`) do not: they build each header and
+    /// take the payload from the media file, as the servers they model did.
+    fn prefabricated(&self) -> bool {
+        true
+    }
 }
 
 /// The loop every per-packet path shares: bursts in order, one `send_one`

@@ -92,4 +92,8 @@ impl DataPath for ReadSend {
     fn counters(&self) -> Counters {
         self.counters
     }
+
+    fn prefabricated(&self) -> bool {
+        false
+    }
 }

@@ -54,4 +54,8 @@ impl DataPath for ReadWritev {
     fn counters(&self) -> Counters {
         self.counters
     }
+
+    fn prefabricated(&self) -> bool {
+        false
+    }
 }

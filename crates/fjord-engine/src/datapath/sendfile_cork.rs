@@ -156,4 +156,8 @@ impl DataPath for SendfileCork {
     fn counters(&self) -> Counters {
         self.counters
     }
+
+    fn prefabricated(&self) -> bool {
+        false
+    }
 }
