@@ -66,6 +66,10 @@ impl Title {
         self.prefab.as_ref()?.1.track(t)
     }
 
+    pub fn has_prefab(&self) -> bool {
+        self.prefab.is_some()
+    }
+
     /// The packet file, for the paths that read or sendfile.
     pub fn prefab_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.prefab.as_ref()?.0.as_fd())

@@ -1,9 +1,11 @@
 //! The titles under the media root: path resolution that cannot escape the
 //! root, and on-demand ingest with one ingest per title however many clients
 //! ask at once (the others wait; clients of other titles are not blocked).
-//! Parity for a title without a valid sidecar is made afterwards, in the
-//! background, so the first client does not wait for it; clients that
-//! open the title once it is written are offered the repair streams.
+//! Parity for a title without a valid sidecar, and its prefabricated
+//! packets, are made afterwards, in the background, so the first client
+//! does not wait for them; clients that open the title once they are
+//! written are offered the repair streams and sent the prefabricated
+//! packets.
 
 use std::{
     collections::HashMap,
@@ -42,25 +44,31 @@ pub struct Catalog {
     options: TsOptions,
     /// The block layouts of titles this catalog ingests.
     fec: FecChoice,
+    /// Whether titles get prefabricated packets.
+    prefab: bool,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
-    /// Titles waiting for parity, made one at a time by one low-priority
-    /// thread (the work is CPU-bound; the engine's deadlines come first).
-    /// `None` when parity is off.
-    parity: Option<mpsc::SyncSender<ParityJob>>,
+    /// Titles waiting for parity or packets, made one at a time by one
+    /// low-priority thread (the work is CPU-bound; the engine's deadlines
+    /// come first). `None` when both are off.
+    derived: Option<mpsc::SyncSender<DeriveJob>>,
 }
 
 type Slot = tokio::sync::Mutex<Option<Loaded>>;
 
-/// Titles that may wait for parity at once; beyond it a title is served
-/// without repair streams until its file changes or the server restarts.
-const PARITY_QUEUE: usize = 256;
+/// Titles that may wait at once; beyond it a title is served without
+/// repair streams or prefabricated packets until its file changes or the
+/// server restarts.
+const DERIVE_QUEUE: usize = 256;
 
-struct ParityJob {
+/// Files to derive from a title in the background.
+struct DeriveJob {
     name: String,
     path: PathBuf,
     slot: Arc<Slot>,
     size: u64,
     mtime: SystemTime,
+    parity: bool,
+    packets: bool,
 }
 
 struct Loaded {
@@ -71,21 +79,24 @@ struct Loaded {
 
 impl Catalog {
     /// `fec`: the parity layout for titles that have no valid sidecar
-    /// (`Off`: serve them without repair streams).
-    pub fn new(root: &Path, options: TsOptions, fec: FecChoice) -> io::Result<Self> {
+    /// (`Off`: serve them without repair streams); `prefab`: whether to
+    /// make prefabricated packets for titles without valid ones.
+    pub fn new(root: &Path, options: TsOptions, fec: FecChoice, prefab: bool) -> io::Result<Self> {
         let root = root
             .canonicalize()
             .map_err(|e| io::Error::new(e.kind(), format!("media root {}: {e}", root.display())))?;
-        let parity = match fec {
-            FecChoice::Off => None,
-            _ => Some(parity_worker()?),
+        let derived = if fec == FecChoice::Off && !prefab {
+            None
+        } else {
+            Some(derive_worker()?)
         };
         Ok(Self {
             root,
             options,
             fec,
+            prefab,
             slots: Mutex::new(HashMap::new()),
-            parity,
+            derived,
         })
     }
 
@@ -146,18 +157,21 @@ impl Catalog {
             .await
             .map_err(|e| CatalogError::Failed(e.to_string()))??;
         tracing::info!(title = %name, "title ready");
-        if parity == Parity::Missing
-            && let Some(queue) = &self.parity
+        let packets = self.prefab && !title.has_prefab();
+        if (parity == Parity::Missing || packets)
+            && let Some(queue) = &self.derived
         {
-            let job = ParityJob {
+            let job = DeriveJob {
                 name: name.clone(),
                 path,
                 slot: slot.clone(),
                 size: meta.len(),
                 mtime,
+                parity: parity == Parity::Missing,
+                packets,
             };
             if queue.try_send(job).is_err() {
-                tracing::warn!(title = %name, "{PARITY_QUEUE} titles wait for parity already; served without repair streams");
+                tracing::warn!(title = %name, "{DERIVE_QUEUE} titles wait already; served without repair streams or prefabricated packets");
             }
         }
         let title = Arc::new(title);
@@ -170,38 +184,59 @@ impl Catalog {
     }
 }
 
-/// The thread that writes sidecars for queued titles, then drops each
-/// loaded title if it is still that file's, so the next client gets it
-/// with its repair streams (sessions playing keep theirs).
-fn parity_worker() -> io::Result<mpsc::SyncSender<ParityJob>> {
-    let (tx, rx) = mpsc::sync_channel::<ParityJob>(PARITY_QUEUE);
+/// The thread that writes sidecars and packet files for queued titles,
+/// then drops each loaded title if it is still that file's, so the next
+/// client gets it with them (sessions playing keep theirs).
+fn derive_worker() -> io::Result<mpsc::SyncSender<DeriveJob>> {
+    let (tx, rx) = mpsc::sync_channel::<DeriveJob>(DERIVE_QUEUE);
     std::thread::Builder::new()
-        .name("fjord-parity".to_owned())
+        .name("fjord-derive".to_owned())
         .spawn(move || {
             // SAFETY: a plain syscall; on Linux a thread id names just this
-            // thread, so only the parity thread is reniced.
+            // thread, so only this thread is reniced.
             unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
             for job in rx {
                 let started = std::time::Instant::now();
-                match fjord_fec::protect(&job.path, &mut |_, _| {}) {
-                    Ok(_) => {
-                        tracing::info!(
-                            title = %job.name,
-                            seconds = started.elapsed().as_secs_f32(),
-                            "parity written; repair streams offered to new sessions"
-                        );
-                        let mut loaded = job.slot.blocking_lock();
-                        if loaded
-                            .as_ref()
-                            .is_some_and(|l| l.size == job.size && l.mtime == job.mtime)
-                        {
-                            *loaded = None;
+                let mut made = false;
+                if job.parity {
+                    match fjord_fec::protect(&job.path, &mut |_, _| {}) {
+                        Ok(_) => {
+                            made = true;
+                            tracing::info!(
+                                title = %job.name,
+                                seconds = started.elapsed().as_secs_f32(),
+                                "parity written; repair streams offered to new sessions"
+                            );
                         }
+                        Err(e) => tracing::warn!(
+                            title = %job.name,
+                            "no parity: {e}; served without repair streams"
+                        ),
                     }
-                    Err(e) => tracing::warn!(
-                        title = %job.name,
-                        "no parity: {e}; served without repair streams"
-                    ),
+                }
+                if job.packets {
+                    match fjord_media::prefab::prefabricate(&job.path, &mut |_, _| {}) {
+                        Ok(_) => {
+                            made = true;
+                            tracing::info!(
+                                title = %job.name,
+                                seconds = started.elapsed().as_secs_f32(),
+                                "packets prefabricated; new sessions are sent them"
+                            );
+                        }
+                        Err(e) => tracing::warn!(
+                            title = %job.name,
+                            "no prefabricated packets: {e}; headers are built per packet"
+                        ),
+                    }
+                }
+                let mut loaded = job.slot.blocking_lock();
+                if made
+                    && loaded
+                        .as_ref()
+                        .is_some_and(|l| l.size == job.size && l.mtime == job.mtime)
+                {
+                    *loaded = None;
                 }
             }
         })?;
@@ -237,6 +272,12 @@ fn load(path: &Path, options: &TsOptions, fec: FecChoice) -> Result<(Title, Pari
     }
     let mut title = Title::new(index, path)
         .map_err(|e| CatalogError::Failed(format!("{}: {e}", path.display())))?;
+    let packets = fjord_media::prefab::prefab_path_for(path);
+    match title.attach_prefab(&packets) {
+        Ok(()) => tracing::info!(file = %path.display(), "prefabricated packets found"),
+        Err(fjord_media::prefab::PrefabError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(file = %path.display(), "{}: {e}", packets.display()),
+    }
     let sidecar = fjord_fec::sidecar_path_for(path);
     if !layout {
         return Ok((title, Parity::None));
@@ -259,7 +300,7 @@ fn load(path: &Path, options: &TsOptions, fec: FecChoice) -> Result<(Title, Pari
 }
 
 /// Extensions of files fjord writes beside the media.
-const OWN_EXTENSIONS: &[&str] = &["fjidx", "fjfec"];
+const OWN_EXTENSIONS: &[&str] = &["fjidx", "fjfec", "fjpkt"];
 
 /// What a client is told when a title cannot be served.
 fn classify(e: fjord_media::ingest::IngestError) -> CatalogError {

@@ -58,6 +58,10 @@ pub struct Config {
     /// (`auto`, `K:M` or `off`, as `fjord ingest --fec`); their parity is
     /// made in the background (`off`: never).
     pub fec: String,
+    /// Titles get prefabricated packets (`NAME.fjpkt`, about the media
+    /// file's size again), made in the background; the batching data paths
+    /// then send each burst as one run of that file.
+    pub prefab: bool,
     /// Networks a SETUP `destination=` may name besides the client's own
     /// address. Empty: RTP goes only to the client that asked for it.
     pub destination_allow: Vec<IpNet>,
@@ -87,6 +91,7 @@ impl Default for Config {
             rtcp_interval_s: 5,
             ts_per_rtp: 7,
             fec: "auto".to_owned(),
+            prefab: true,
             destination_allow: Vec::new(),
         }
     }

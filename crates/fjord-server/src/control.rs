@@ -381,7 +381,18 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         refuse(code, reason)
     };
     let engine_id = server.next_id();
-    let ssrc = rand::random::<u32>();
+    // A source stream of a title with prefabricated packets takes their
+    // header fields, so its packets can leave as they are stored.
+    let ids = match source {
+        None => title.prefab_ids(track),
+        Some(_) => None,
+    }
+    .unwrap_or_else(|| fjord_media::prefab::Ids {
+        ssrc: rand::random(),
+        seq0: rand::random(),
+        ts0: rand::random(),
+    });
+    let ssrc = ids.ssrc;
     let (output, shard, transport_reply, interleaved, rtcp) = match request {
         TransportRequest::Udp {
             client_rtp,
@@ -488,8 +499,8 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             title: title.clone(),
             track,
             ssrc,
-            seq0: rand::random(),
-            ts0: rand::random(),
+            seq0: ids.seq0,
+            ts0: ids.ts0,
             output,
         })),
     };

@@ -70,6 +70,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             ..Default::default()
         },
         config.fec(),
+        config.prefab,
     )?;
     let listener = TcpListener::bind(SocketAddr::new(config.bind, config.port))
         .await
