@@ -57,6 +57,9 @@ pub struct DatapathConfig {
     pub sink: SinkChoice,
     /// Also run the floors.
     pub floors: bool,
+    /// Paths that send prefabricated packets get them (as from a title
+    /// ingested with them); false: every path builds its headers.
+    pub prefab: bool,
     /// Also run the download experiment.
     pub download: bool,
     /// Show a progress bar.
@@ -77,6 +80,7 @@ impl Default for DatapathConfig {
             out: PathBuf::from("bench-out"),
             sink: SinkChoice::Auto,
             floors: true,
+            prefab: true,
             download: false,
             progress: true,
             tmpdir: None,
@@ -205,6 +209,18 @@ pub fn run_datapath(cfg: &DatapathConfig) -> anyhow::Result<Results> {
         None
     };
     let media = MediaFile::create(cfg.bytes, cfg.tmpdir.as_deref()).context("media file")?;
+    let prefab_paths = cfg
+        .paths
+        .iter()
+        .any(|p| datapath::by_name(p).is_some_and(|p| p.prefabricated()));
+    let mut packet_files = std::collections::BTreeMap::new();
+    if cfg.prefab && prefab_paths {
+        for &size in &cfg.sizes {
+            let f = workload::PacketFile::create(&media, size, cfg.tmpdir.as_deref())
+                .context("packet file")?;
+            packet_files.insert(size, f);
+        }
+    }
     let mut floors: BTreeSet<FloorKind> = if cfg.floors {
         cfg.paths.iter().map(|p| floor::floor_of(p)).collect()
     } else {
@@ -269,7 +285,15 @@ pub fn run_datapath(cfg: &DatapathConfig) -> anyhow::Result<Results> {
                     }
                     None => match datapath::by_name(&cell.name) {
                         Some(mut path) => {
-                            workload::stream(path.as_mut(), &media, cell.size, &sessions, cfg.burst)
+                            let packets = packet_files.get(&cell.size);
+                            workload::stream(
+                                path.as_mut(),
+                                &media,
+                                packets,
+                                cell.size,
+                                &sessions,
+                                cfg.burst,
+                            )
                         }
                         None => Err(anyhow::anyhow!("no data path {:?}", cell.name)),
                     },

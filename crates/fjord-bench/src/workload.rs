@@ -1,7 +1,8 @@
 //! The streaming workload: a cached file sliced into RTP packets of one
 //! payload size, sent by a data path in the engine's shape (a burst per
 //! session per tick, every session's burst in one [`Batch`]) until the whole
-//! file has gone.
+//! file has gone. Paths that send prefabricated packets get them from a
+//! [`PacketFile`], as the engine gets them from a title's packet file.
 
 use std::{
     fs::File,
@@ -69,6 +70,51 @@ impl MediaFile {
     }
 }
 
+/// The media file's packets of one payload size prefabricated as ingest
+/// writes them: each slice behind its RTP header, back to back, cached.
+pub struct PacketFile {
+    file: File,
+    map: Mmap,
+    size: usize,
+}
+
+impl PacketFile {
+    pub fn create(media: &MediaFile, size: usize, dir: Option<&Path>) -> io::Result<Self> {
+        let file = match dir {
+            Some(d) => tempfile::tempfile_in(d)?,
+            None => tempfile::tempfile()?,
+        };
+        let mut out = io::BufWriter::with_capacity(1 << 20, &file);
+        for (i, r) in packet_ranges(media.len(), size).enumerate() {
+            out.write_all(&header(i as u16, 0))?;
+            out.write_all(&media.map[r])?;
+        }
+        out.flush()?;
+        drop(out);
+        // SAFETY: the file is ours (an unlinked temporary) and never
+        // truncated while mapped.
+        let map = unsafe { Mmap::map(&file)? };
+        // Touch every page: the page cache holds it from here on.
+        let _ = map.iter().step_by(4096).fold(0u8, |a, &b| a ^ b);
+        Ok(Self { file, map, size })
+    }
+
+    /// Packet `i` with its header, as a session would send it.
+    fn packet(&self, i: usize) -> Packet<'_> {
+        let start = i * (RTP_HEADER_LEN + self.size);
+        let end = (start + RTP_HEADER_LEN + self.size).min(self.map.len());
+        Packet::prefabricated(&self.map[start..end], self.file.as_fd(), start as u64)
+    }
+}
+
+/// The header of the bench's packet with sequence number `seq` of session `s`.
+fn header(seq: u16, s: usize) -> [u8; RTP_HEADER_LEN] {
+    let mut h = [0u8; RTP_HEADER_LEN];
+    let ts = u32::from(seq).wrapping_mul(90);
+    write_header(&mut h, PT, false, seq, ts, 0x464a_0000 + s as u32);
+    h
+}
+
 /// Number of packets of `size` payload bytes a file of `len` bytes makes
 /// (the last one shorter).
 pub fn packet_count(len: usize, size: usize) -> u64 {
@@ -115,16 +161,19 @@ pub struct Sessions {
 }
 
 /// Streams the whole of `media` through `path` in packets of `size` payload
-/// bytes: per tick one burst of up to `burst` packets per session, headers
-/// built as the engine builds them, unsent remainders sent again until
-/// every packet has left. Measures the calling thread's CPU.
+/// bytes: per tick one burst of up to `burst` packets per session, from
+/// `packets` when given and the path sends prefabricated packets, else
+/// with headers built as the engine builds them; unsent remainders sent
+/// again until every packet has left. Measures the calling thread's CPU.
 pub fn stream(
     path: &mut dyn DataPath,
     media: &MediaFile,
+    packets: Option<&PacketFile>,
     size: usize,
     sessions: &Sessions,
     burst: usize,
 ) -> anyhow::Result<Sample> {
+    let packets = packets.filter(|p| p.size == size && path.prefabricated());
     let n_sessions = sessions.sockets.len();
     let len = media.len();
     let data: &[u8] = &media.map;
@@ -150,20 +199,15 @@ pub fn stream(
                     break;
                 }
                 let end = (off + size).min(len);
-                let mut header = [0u8; RTP_HEADER_LEN];
-                let q = *next_seq;
-                *next_seq = q.wrapping_add(1);
-                write_header(
-                    &mut header,
-                    PT,
-                    false,
-                    q,
-                    u32::from(q).wrapping_mul(90),
-                    0x464a_0000 + s as u32,
-                );
-                batch
-                    .packets
-                    .push(Packet::new(&header, &[], &data[off..end], fd, off as u64));
+                let packet = match packets {
+                    Some(p) => p.packet(off / size),
+                    None => {
+                        let q = *next_seq;
+                        *next_seq = q.wrapping_add(1);
+                        Packet::new(&header(q, s), &[], &data[off..end], fd, off as u64)
+                    }
+                };
+                batch.packets.push(packet);
                 off = end;
             }
             batch.bursts.push(Burst {

@@ -377,6 +377,16 @@ impl Sess {
         if self.new_segment {
             self.new_segment = false;
             self.timing.reanchor();
+            // The title ended (BYE) and plays again: a server that numbers
+            // by position starts over, maybe before its PLAY answer is read.
+            if self.seq.expected() > 0
+                && (self.seq.extended_highest() as u16).wrapping_add(1) != seq
+            {
+                if let Some(f) = self.fec.as_deref_mut() {
+                    f.restart(&mut self.seq);
+                }
+                self.seq.resync();
+            }
         }
         self.packets += 1;
         self.since_bye += 1;
@@ -1490,6 +1500,12 @@ mod tests {
         s.on_rtp(&pkt(1, 5_000_000), 10_000 * ms);
         s.on_rtp(&pkt(2, 5_000_000 + 900), 10_013 * ms);
         assert_eq!((s.packets, s.seq.lost(), s.timing.late), (5, 0, 1));
+        // It ends again and the server numbers packets by position: the
+        // replay starts over at the first number, before its PLAY answer.
+        s.new_segment = true;
+        s.on_rtp(&pkt(65534, 0), 20_000 * ms);
+        s.on_rtp(&pkt(65535, 90), 20_001 * ms);
+        assert_eq!((s.packets, s.seq.lost(), s.seq.duplicates), (7, 0, 0));
         s.on_rtp(b"not rtp", 0);
         assert_eq!(s.garbage, 1);
     }

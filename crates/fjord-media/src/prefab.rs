@@ -266,7 +266,9 @@ impl<'a> PrefabTrack<'a> {
         let (start, rest) = self.table.get(at..)?.split_first_chunk::<8>()?;
         let (end, _) = rest.split_first_chunk::<8>()?;
         let (start, end) = (u64::from_le_bytes(*start), u64::from_le_bytes(*end));
-        let bytes = self.bytes.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
+        let bytes = self
+            .bytes
+            .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
         Some((start, bytes))
     }
 
@@ -280,7 +282,9 @@ impl<'a> PrefabTrack<'a> {
         } else {
             start
         };
-        let bytes = self.bytes.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
+        let bytes = self
+            .bytes
+            .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
         Some((start, bytes))
     }
 }

@@ -217,6 +217,10 @@ pub struct DatapathArgs {
     /// Skip the floors
     #[arg(long)]
     pub no_floor: bool,
+    /// Every path builds its headers, none sends prefabricated packets (as
+    /// for a title ingested with --prefab off)
+    #[arg(long)]
+    pub built_headers: bool,
     /// Also run the download experiment
     #[arg(long)]
     pub download: bool,
@@ -262,6 +266,7 @@ impl DatapathArgs {
                 SinkChoice::Auto
             },
             floors: !self.no_floor,
+            prefab: !self.built_headers,
             download: self.download,
             progress: true,
             tmpdir: self.tmpdir.clone(),

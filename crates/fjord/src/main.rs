@@ -292,7 +292,9 @@ fn ingest_all(
             let packets = if prefab {
                 fjord_media::prefab::prefabricate(path, &mut |_, _| {}).map(Some)
             } else {
-                fjord_media::prefab::remove(path).map(|()| None).map_err(Into::into)
+                fjord_media::prefab::remove(path)
+                    .map(|()| None)
+                    .map_err(Into::into)
             };
             let packets =
                 packets.map_err(|e| format!("{}: prefabricated packets: {e}", path.display()))?;

@@ -258,6 +258,26 @@ impl Server {
         })
     }
 
+    /// Starts a server whose root holds `clip.ts` and `vbr.ts` ingested
+    /// ahead by `fjord ingest`: index, parity and prefabricated packets.
+    pub fn start_ingested(config: &str) -> Server {
+        Server::start_with(config, |root| {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+            cmd.arg("ingest");
+            for (src, name) in [(&media().clip, "clip.ts"), (&media().vbr, "vbr.ts")] {
+                fs::copy(src, root.join(name)).unwrap();
+                cmd.arg(root.join(name));
+            }
+            let out = run_bounded(cmd, Duration::from_secs(60));
+            assert!(out.status.success(), "ingest: {}", out.stderr);
+            assert!(
+                root.join("clip.ts.fjpkt").exists(),
+                "{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        })
+    }
+
     /// Starts a server after `populate` has filled its root.
     pub fn start_with(config: &str, populate: impl FnOnce(&Path)) -> Server {
         let root = tempfile::Builder::new()

@@ -351,6 +351,10 @@ fn serve_makes_parity_for_new_titles_in_the_background() {
         sdp = sdp_of(&server, "fec.ts");
     }
     assert!(media.join("fec.ts.fjfec").exists());
+    // Its packets were prefabricated by the same background job, and the
+    // title reloaded with them: the play below recovers from them.
+    assert!(media.join("fec.ts.fjpkt").exists());
+    assert!(server.log_text().contains("packets prefabricated"));
     let dir = tempfile::tempdir().unwrap();
     let (report, got) = play(&server, dir.path(), "fec.ts", &["--drop", "0.1"]);
     assert!(report.get("recovered") > 0, "{}", report.text);
@@ -365,11 +369,12 @@ fn serve_makes_parity_for_new_titles_in_the_background() {
         "the configured layout:\n{sdp}"
     );
 
-    let off = Server::start_with("fec = \"off\"\n", populate);
+    let off = Server::start_with("fec = \"off\"\nprefab = false\n", populate);
     let sdp = sdp_of(&off, "fec.ts");
     std::thread::sleep(Duration::from_secs(1));
     assert!(!sdp.contains("FEC-FR"));
     assert!(!off.root.path().join("media/fec.ts.fjfec").exists());
+    assert!(!off.root.path().join("media/fec.ts.fjpkt").exists());
 
     // A title ingested with `--fec off` keeps its index's choice: a server
     // making parity for what it ingests leaves it alone.

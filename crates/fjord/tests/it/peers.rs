@@ -166,7 +166,9 @@ fn every_data_path_serves_ffmpeg_and_gstreamer() {
     std::thread::scope(|s| {
         for &path in fjord_engine::datapath::NAMES {
             s.spawn(move || {
-                let server = Server::start(&format!("datapath = {path:?}\n"));
+                // Ingested ahead: the paths that send prefabricated packets
+                // send them, the others build headers.
+                let server = Server::start_ingested(&format!("datapath = {path:?}\n"));
                 let what = format!("via {path}");
                 std::thread::scope(|s| {
                     s.spawn(|| ffmpeg_receives_every_frame_from(&server, "udp", &what));
@@ -179,6 +181,7 @@ fn every_data_path_serves_ffmpeg_and_gstreamer() {
                             && l.contains(&format!("datapath=\"{path}\""))),
                     "the server ran with {path}: {log}"
                 );
+                assert!(log.contains("prefabricated packets found"), "{log}");
             });
         }
     });
