@@ -46,6 +46,9 @@ pub struct CapacityConfig {
     /// leave (what a server without stored parity does) instead of sending
     /// the sidecar's; only for data paths that send from memory.
     pub fec_live: bool,
+    /// The title has prefabricated packets (sent by the paths that use
+    /// them), as after `fjord ingest`.
+    pub prefab: bool,
     /// `shared`: the sessions send from one unconnected socket with an
     /// address per message (when the data path can); `per-session`: each
     /// from its own connected socket. As the server's `udp_sockets`.
@@ -67,6 +70,7 @@ impl Default for CapacityConfig {
             fixed: None,
             fec: None,
             fec_live: false,
+            prefab: true,
             udp_sockets: "shared".into(),
         }
     }
@@ -203,6 +207,7 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
         cfg.seconds + 30.0,
         None,
         false,
+        cfg.prefab,
     )?;
     let config = dir.path().join("serve.toml");
     std::fs::write(
@@ -372,6 +377,7 @@ pub fn run(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
         cfg.seconds + 10.0,
         cfg.fec,
         cfg.fec_live,
+        cfg.prefab,
     )?;
     let sink = Sink::create(cfg.sink)?;
     let datapath = fjord_engine::datapath::resolve(&cfg.datapath)?.to_string();
@@ -444,6 +450,7 @@ fn run_once(
             (None, None) => anyhow::bail!("no socket for a stream"),
         })
     };
+    let prefab = title.prefab_ids(0);
     for i in 0..n {
         let id = i as u64 + 1;
         let rtp = out(sockets.next())?;
@@ -453,9 +460,9 @@ fn run_once(
                 id,
                 title: title.clone(),
                 track: 0,
-                ssrc: i as u32,
-                seq0: 0,
-                ts0: 0,
+                ssrc: prefab.map_or(i as u32, |p| p.ssrc),
+                seq0: prefab.map_or(0, |p| p.seq0),
+                ts0: prefab.map_or(0, |p| p.ts0),
                 output: Output::Udp {
                     rtp,
                     rtp_peer: sink.dest(i),
@@ -551,8 +558,8 @@ fn one(engine: &Engine) -> ThreadStats {
 }
 
 /// A constant-rate title of `seconds`: `payload`-byte packets every
-/// `gap_ns`, written as `capacity.ts` (and its index, and with `fec` its
-/// parity sidecar) in `dir`.
+/// `gap_ns`, written as `capacity.ts` (and its index, with `fec` its
+/// parity sidecar, with `prefab` its prefabricated packets) in `dir`.
 fn title(
     dir: &Path,
     payload: usize,
@@ -560,6 +567,7 @@ fn title(
     seconds: f64,
     fec: Option<FecParams>,
     fec_live: bool,
+    prefab: bool,
 ) -> anyhow::Result<Arc<Title>> {
     let media = dir.join("capacity.ts");
     let packets = (seconds * 1e9 / gap_ns as f64) as u64;
@@ -575,6 +583,10 @@ fn title(
         if fec_live {
             title.encode_parity_live();
         }
+    }
+    if prefab {
+        fjord_media::prefab::prefabricate(&media, &mut |_, _| {})?;
+        title.attach_prefab(&fjord_media::prefab::prefab_path_for(&media))?;
     }
     Ok(Arc::new(title))
 }

@@ -47,12 +47,20 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// A 4.5 Mbit/s title: 1316-byte packets every 2.34 ms for 20 s.
-fn title(dir: &std::path::Path) -> Arc<Title> {
-    let media = dir.join("t.ts");
+/// A 4.5 Mbit/s title: 1316-byte packets every 2.34 ms for 20 s, as `name`,
+/// with prefabricated packets when `prefab`.
+fn title(dir: &std::path::Path, name: &str, prefab: bool) -> Arc<Title> {
+    let media = dir.join(name);
     let index =
         write_constant_rate(&media, 1316, 2_339_000, 8_550, &fjord_media::no_parity).unwrap();
-    Arc::new(Title::new(index, &media).unwrap())
+    let mut title = Title::new(index, &media).unwrap();
+    if prefab {
+        fjord_media::prefab::prefabricate(&media, &mut |_, _| {}).unwrap();
+        title
+            .attach_prefab(&fjord_media::prefab::prefab_path_for(&media))
+            .unwrap();
+    }
+    Arc::new(title)
 }
 
 /// The same rate in the elementary-stream shape: 2- to 8-byte payload
@@ -79,8 +87,12 @@ fn prefixed_title(dir: &std::path::Path) -> Arc<Title> {
 #[test]
 fn streaming_sessions_allocate_nothing_per_packet() {
     let dir = tempfile::tempdir().unwrap();
-    // Even sessions play MPEG-TS-shaped packets, odd ones prefixed and split.
-    let titles = [title(dir.path()), prefixed_title(dir.path())];
+    // MPEG-TS-shaped packets, prefixed and split ones, prefabricated ones.
+    let titles = [
+        title(dir.path(), "t.ts", false),
+        prefixed_title(dir.path()),
+        title(dir.path(), "p.ts", true),
+    ];
     for &path in datapath::NAMES {
         let engine = Engine::start(EngineConfig {
             threads: 1,
@@ -110,15 +122,17 @@ fn streaming_sessions_allocate_nothing_per_packet() {
                 rtp.into()
             };
             let id = i as u64 + 1;
+            let title = titles[i % 3].clone();
+            let ids = title.prefab_ids(0);
             engine.send(
                 id,
                 Command::Add(Box::new(SessionSpec {
                     id,
-                    title: titles[i % 2].clone(),
+                    title,
                     track: 0,
-                    ssrc: i as u32,
-                    seq0: 0,
-                    ts0: 0,
+                    ssrc: ids.map_or(i as u32, |p| p.ssrc),
+                    seq0: ids.map_or(0, |p| p.seq0),
+                    ts0: ids.map_or(0, |p| p.ts0),
                     output: Output::Udp {
                         rtp,
                         rtp_peer: rx.local_addr().unwrap(),

@@ -328,6 +328,10 @@ pub struct CapacityArgs {
     /// mmap-writev or uring
     #[arg(long, requires = "fec")]
     fec_live: bool,
+    /// The title has no prefabricated packets: every session builds its
+    /// headers (as for a title ingested with --prefab off)
+    #[arg(long)]
+    built_headers: bool,
     /// UDP sockets of the sessions: `shared` (one unconnected socket, an
     /// address per message, as `fjord serve` by default) or `per-session`
     /// (a connected socket each)
@@ -364,6 +368,7 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
     let cfg = fjord_bench::capacity::CapacityConfig {
         fec,
         fec_live: a.fec_live,
+        prefab: !a.built_headers,
         seconds: a.seconds,
         max_sessions: a.max,
         datapath: a.datapath,
