@@ -198,37 +198,31 @@ fn derive_worker() -> io::Result<mpsc::SyncSender<DeriveJob>> {
             for job in rx {
                 let started = std::time::Instant::now();
                 let mut made = false;
-                if job.parity {
-                    match fjord_fec::protect(&job.path, &mut |_, _| {}) {
-                        Ok(_) => {
-                            made = true;
-                            tracing::info!(
-                                title = %job.name,
-                                seconds = started.elapsed().as_secs_f32(),
-                                "parity written; repair streams offered to new sessions"
-                            );
-                        }
-                        Err(e) => tracing::warn!(
-                            title = %job.name,
-                            "no parity: {e}; served without repair streams"
-                        ),
+                let mut outcome = |r: Result<(), String>, done: &str, without: &str| match r {
+                    Ok(()) => {
+                        made = true;
+                        let seconds = started.elapsed().as_secs_f32();
+                        tracing::info!(title = %job.name, seconds, "{done}");
                     }
+                    Err(e) => tracing::warn!(title = %job.name, "{without}: {e}"),
+                };
+                if job.parity {
+                    outcome(
+                        fjord_fec::protect(&job.path, &mut |_, _| {})
+                            .map(drop)
+                            .map_err(|e| e.to_string()),
+                        "parity written; repair streams offered to new sessions",
+                        "no parity, served without repair streams",
+                    );
                 }
                 if job.packets {
-                    match fjord_media::prefab::prefabricate(&job.path, &mut |_, _| {}) {
-                        Ok(_) => {
-                            made = true;
-                            tracing::info!(
-                                title = %job.name,
-                                seconds = started.elapsed().as_secs_f32(),
-                                "packets prefabricated; new sessions are sent them"
-                            );
-                        }
-                        Err(e) => tracing::warn!(
-                            title = %job.name,
-                            "no prefabricated packets: {e}; headers are built per packet"
-                        ),
-                    }
+                    outcome(
+                        fjord_media::prefab::prefabricate(&job.path, &mut |_, _| {})
+                            .map(drop)
+                            .map_err(|e| e.to_string()),
+                        "packets prefabricated; new sessions are sent them",
+                        "no prefabricated packets, headers built per packet",
+                    );
                 }
                 let mut loaded = job.slot.blocking_lock();
                 if made
