@@ -54,6 +54,27 @@ pub struct Report {
     /// The file differs from the ingested one outside every packet: bytes
     /// that are never served and that the parity does not cover.
     pub outside_packets: bool,
+    pub packet_file: PacketFile,
+}
+
+/// The title's prefabricated packets (`NAME.fjpkt`), checked against the
+/// media when the media is intact; derived data, so `repair` rewrites them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PacketFile {
+    /// None, or not checked (the media is damaged: repair rewrites them).
+    #[default]
+    Unchecked,
+    Intact,
+    /// This many packets differ from the media's.
+    Damaged(usize),
+    /// It does not open against the index (why).
+    Unusable(String),
+}
+
+impl PacketFile {
+    fn is_fine(&self) -> bool {
+        matches!(self, PacketFile::Unchecked | PacketFile::Intact)
+    }
 }
 
 impl Report {
@@ -62,6 +83,7 @@ impl Report {
             && self.damaged.is_empty()
             && self.parity_damaged.is_empty()
             && !self.outside_packets
+            && self.packet_file.is_fine()
     }
 
     /// Why `repair` cannot restore the file, if it cannot.
@@ -145,6 +167,14 @@ impl fmt::Display for Report {
         for (t, b) in &self.parity_damaged {
             writeln!(f, "damaged parity: track {t} block {b} (in the sidecar)")?;
         }
+        match &self.packet_file {
+            PacketFile::Damaged(n) => writeln!(
+                f,
+                "damaged: {n} prefabricated packets (in the packet file; repair rewrites it from the media)"
+            )?,
+            PacketFile::Unusable(why) => writeln!(f, "unusable packet file: {why}")?,
+            PacketFile::Unchecked | PacketFile::Intact => {}
+        }
         if self.outside_packets {
             writeln!(
                 f,
@@ -197,10 +227,10 @@ fn load(media_path: &Path) -> Result<Title, FecError> {
 /// Checks `media_path` against its index and parity sidecar.
 pub fn verify(media_path: &Path) -> Result<Report, FecError> {
     let title = load(media_path)?;
-    verify_title(&title)
+    verify_title(&title, media_path)
 }
 
-fn verify_title(title: &Title) -> Result<Report, FecError> {
+fn verify_title(title: &Title, media_path: &Path) -> Result<Report, FecError> {
     let src = title.index.source();
     let media: &[u8] = &title.media;
     let mut report = Report {
@@ -232,7 +262,24 @@ fn verify_title(title: &Title) -> Result<Report, FecError> {
         }
     }
     report.outside_packets = !whole_ok && report.damaged.is_empty();
+    if whole_ok {
+        report.packet_file = check_packet_file(title, media_path);
+    }
     Ok(report)
+}
+
+fn check_packet_file(title: &Title, media_path: &Path) -> PacketFile {
+    use fjord_media::prefab::{self, PrefabError};
+    match prefab::open(&prefab::prefab_path_for(media_path), &title.index) {
+        Ok((_, p)) => match p.damaged(&title.index, &title.media).len() {
+            0 => PacketFile::Intact,
+            n => PacketFile::Damaged(n),
+        },
+        Err(PrefabError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            PacketFile::Unchecked
+        }
+        Err(e) => PacketFile::Unusable(e.to_string()),
+    }
 }
 
 fn content_hash(data: &[u8]) -> [u8; 32] {
@@ -344,6 +391,8 @@ pub enum RepairOutcome {
         blocks: usize,
         packets: usize,
         bytes: u64,
+        /// The prefabricated packets were rewritten from the media.
+        packet_file: bool,
     },
 }
 
@@ -352,14 +401,14 @@ pub enum RepairOutcome {
 /// saying why) when the damage exceeds what the parity covers.
 pub fn repair(media_path: &Path) -> Result<RepairOutcome, FecError> {
     let title = load(media_path)?;
-    let report = verify_title(&title)?;
+    let report = verify_title(&title, media_path)?;
     if report.is_clean() {
         return Ok(RepairOutcome::Clean);
     }
     if let Some(why) = report.beyond_repair() {
         return Err(FecError::BeyondRepair(why));
     }
-    if report.damaged.is_empty() {
+    if report.damaged.is_empty() && !report.parity_damaged.is_empty() {
         return Err(FecError::BeyondRepair(format!(
             "the media is intact but the parity sidecar is damaged in {} blocks: re-ingest with --fec to rewrite it",
             report.parity_damaged.len()
@@ -371,11 +420,23 @@ pub fn repair(media_path: &Path) -> Result<RepairOutcome, FecError> {
         rebuild_block(&title, d, &mut codec, &mut patches)?;
     }
     let bytes = patches.iter().map(|(_, b)| b.len() as u64).sum();
-    write_repaired(media_path, &title, &patches)?;
+    if !patches.is_empty() {
+        write_repaired(media_path, &title, &patches)?;
+    }
+    // Made from damaged media, or damaged itself: made again from the
+    // (now intact) media.
+    let packets_path = fjord_media::prefab::prefab_path_for(media_path);
+    let packet_file =
+        packets_path.exists() && (!patches.is_empty() || !report.packet_file.is_fine());
+    if packet_file {
+        fjord_media::prefab::prefabricate(media_path, &mut |_, _| {})
+            .map_err(|e| FecError::Invalid(format!("{}: {e}", packets_path.display())))?;
+    }
     Ok(RepairOutcome::Repaired {
         blocks: report.damaged.len(),
         packets: report.damaged.iter().map(|d| d.damaged.len()).sum(),
         bytes,
+        packet_file,
     })
 }
 

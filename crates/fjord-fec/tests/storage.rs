@@ -116,6 +116,7 @@ fn verify_finds_and_repair_undoes_flipped_bytes() {
                 .map(|&i| packet_range(&media, i))
                 .map(|r| r.end - r.start)
                 .sum(),
+            packet_file: false,
         }
     );
     assert!(
@@ -260,4 +261,55 @@ fn the_index_records_the_layout_and_the_sidecar_must_match_it() {
     assert!(idx.tracks().all(|t| t.fec_layout().is_none()));
     assert_eq!(fjord_fec::protect(&media, &mut |_, _| {}).unwrap(), None);
     assert!(!sidecar_path_for(&media).exists());
+}
+
+#[test]
+fn prefabricated_packets_are_checked_and_made_again_by_repair() {
+    use fjord_fec::storage::PacketFile;
+    use fjord_media::prefab::{prefab_path_for, prefabricate};
+    let dir = tempfile::tempdir().unwrap();
+    let media = make_title(dir.path(), "p.ts", 440);
+    prefabricate(&media, &mut |_, _| {}).unwrap();
+    let packets = prefab_path_for(&media);
+    let good = std::fs::read(&packets).unwrap();
+    let report = fjord_fec::verify(&media).unwrap();
+    assert_eq!(report.packet_file, PacketFile::Intact);
+    assert!(report.is_clean());
+
+    // A flipped byte in the packet file: one packet differs from the media.
+    let mut bad = good.clone();
+    let at = bad.len() - 100;
+    bad[at] ^= 0x5A;
+    std::fs::write(&packets, &bad).unwrap();
+    let report = fjord_fec::verify(&media).unwrap();
+    assert_eq!(report.packet_file, PacketFile::Damaged(1), "{report}");
+    assert!(!report.is_clean() && report.beyond_repair().is_none());
+    assert!(
+        report.to_string().contains("prefabricated packets"),
+        "{report}"
+    );
+    match fjord_fec::repair(&media).unwrap() {
+        RepairOutcome::Repaired {
+            packets: 0,
+            packet_file: true,
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(std::fs::read(&packets).unwrap() == good);
+
+    // Damaged media: the packets are made again from the repaired file.
+    damage(&media, &[3]);
+    let report = fjord_fec::verify(&media).unwrap();
+    assert_eq!(report.packet_file, PacketFile::Unchecked);
+    match fjord_fec::repair(&media).unwrap() {
+        RepairOutcome::Repaired {
+            packets: 1,
+            packet_file: true,
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(std::fs::read(&packets).unwrap() == good);
+    assert!(fjord_fec::verify(&media).unwrap().is_clean());
 }

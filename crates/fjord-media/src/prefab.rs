@@ -372,6 +372,38 @@ impl<B: AsRef<[u8]>> Prefab<B> {
         Ok(Prefab { bytes, tracks })
     }
 
+    /// Packets (track, index) whose bytes differ from what `index` and its
+    /// media bytes `media` make: the file was damaged after it was written.
+    pub fn damaged(&self, index: &Index, media: &[u8]) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for (t, track) in index.tracks().enumerate() {
+            let Some(p) = self.track(t) else { continue };
+            let pt = track.payload_type();
+            for i in 0..track.packet_count() {
+                let same = track
+                    .packet(i)
+                    .zip(p.packet(i))
+                    .is_some_and(|(rec, (_, got))| {
+                        let (head, rest) = got.split_at(RTP_HEADER_LEN.min(got.len()));
+                        let (prefix, rest) = rest.split_at(rec.prefix().len().min(rest.len()));
+                        let run = |offset: u64, len: u32| {
+                            let start = usize::try_from(offset).ok()?;
+                            media.get(start..start.checked_add(len as usize)?)
+                        };
+                        let (run1, run2) = rest.split_at((rec.len as usize).min(rest.len()));
+                        head == rtp_header(p.ids, pt, i, &rec)
+                            && prefix == rec.prefix()
+                            && run(rec.offset, rec.len) == Some(run1)
+                            && (rec.len2 == 0 || run(rec.offset2(), rec.len2) == Some(run2))
+                    });
+                if !same {
+                    out.push((t, i));
+                }
+            }
+        }
+        out
+    }
+
     pub fn track(&self, t: usize) -> Option<PrefabTrack<'_>> {
         let e = self.tracks.get(t)?;
         let b = self.bytes.as_ref();

@@ -207,10 +207,16 @@ fn storage(path: &std::path::Path, repair: bool) -> ExitCode {
                 blocks,
                 packets,
                 bytes,
+                packet_file,
             }) => {
-                println!(
-                    "{shown}: repaired {packets} packets ({bytes} bytes) in {blocks} blocks; bit-exact to the ingested file again"
-                );
+                if packets > 0 {
+                    println!(
+                        "{shown}: repaired {packets} packets ({bytes} bytes) in {blocks} blocks; bit-exact to the ingested file again"
+                    );
+                }
+                if packet_file {
+                    println!("{shown}: prefabricated packets rewritten from the media");
+                }
                 0
             }
             Err(e @ FecError::BeyondRepair(_)) => {
