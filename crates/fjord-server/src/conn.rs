@@ -19,10 +19,10 @@ use tokio::{io::AsyncWriteExt, net::TcpStream, sync::OwnedSemaphorePermit, time:
 
 use crate::{Server, control, session::Session};
 
+/// Its addresses are asked of the socket when needed rather than kept:
+/// the connection's task holds a `Conn` for as long as its client plays.
 pub(crate) struct Conn {
     pub id: u64,
-    pub peer: SocketAddr,
-    pub local: SocketAddr,
     /// Not split into halves: that would put the stream behind an `Arc`.
     stream: TcpStream,
     /// Once a session streams interleaved on this connection the engine
@@ -35,6 +35,14 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    pub fn peer(&self) -> std::io::Result<SocketAddr> {
+        self.stream.peer_addr()
+    }
+
+    pub fn local(&self) -> std::io::Result<SocketAddr> {
+        self.stream.local_addr()
+    }
+
     /// The sessions of this connection that are still alive.
     pub fn live_sessions(&mut self, server: &Server) -> &[Arc<Session>] {
         self.sessions.retain(|s| server.sessions.contains(s.id));
@@ -93,20 +101,17 @@ pub(crate) fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     permit: OwnedSemaphorePermit,
-) -> Option<impl Future<Output = ()> + Send> {
-    let local = stream.local_addr().ok()?;
+) -> impl Future<Output = ()> + Send {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn {
         id: server.next_id(),
-        peer,
-        local,
         stream,
         attached: false,
         channels: Vec::new(),
         sessions: Vec::new(),
     };
-    Some(async move {
-        tracing::debug!(peer = %conn.peer, conn = conn.id, "connected");
+    tracing::debug!(%peer, conn = conn.id, "connected");
+    async move {
         run(&server, &mut conn).await;
         for s in conn.live_sessions(&server).to_vec() {
             server
@@ -118,9 +123,9 @@ pub(crate) fn serve_connection(
                 .engine
                 .send(conn.id, Command::DetachConnection { conn: conn.id });
         }
-        tracing::debug!(peer = %conn.peer, conn = conn.id, "closed");
+        tracing::debug!(conn = conn.id, "closed");
         drop(permit);
-    })
+    }
 }
 
 enum Served {
@@ -150,7 +155,7 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
             }
             Ok(None) => return Served::Frames(last),
             Err(e) => {
-                tracing::debug!(peer = %conn.peer, "bad request: {e}");
+                tracing::debug!(conn = conn.id, peer = ?conn.peer().ok(), "bad request: {e}");
                 let _ = conn
                     .write(server, Response::new(e.status()).to_bytes(None))
                     .await;
@@ -260,7 +265,11 @@ async fn run(server: &Server, conn: &mut Conn) {
                 Err(_) => return,
             },
             Woken::Deadline => {
-                tracing::debug!(peer = %conn.peer, "dropping a silent or slow client");
+                tracing::debug!(
+                    conn = conn.id,
+                    peer = ?conn.peer().ok(),
+                    "dropping a silent or slow client"
+                );
                 return;
             }
             Woken::SessionEnded => {}

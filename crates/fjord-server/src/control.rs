@@ -116,6 +116,10 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
         Ok(t) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
+    let local = match conn.local() {
+        Ok(a) => a,
+        Err(e) => return refuse(500, &e.to_string()),
+    };
     let index = title.index();
     let n = index.track_count();
     let controls: Vec<String> = (0..n).map(track_control).collect();
@@ -164,7 +168,7 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
     }
     let body = sdp::describe(&sdp::SdpTitle {
         name: &target.title,
-        origin_addr: conn.local.ip(),
+        origin_addr: local.ip(),
         session_id: rand::random::<u32>() as u64,
         duration_s: index.duration_ns() as f64 / 1e9,
         tracks: &tracks,
@@ -388,8 +392,12 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             client_rtcp,
             destination,
         } => {
-            let dest = destination.unwrap_or(conn.peer.ip());
-            if dest != conn.peer.ip()
+            let (peer, local) = match (conn.peer(), conn.local()) {
+                (Ok(peer), Ok(local)) => (peer.ip(), local.ip()),
+                (Err(e), _) | (_, Err(e)) => return fail(500, &e.to_string()),
+            };
+            let dest = destination.unwrap_or(peer);
+            if dest != peer
                 && !server
                     .config
                     .destination_allow
@@ -403,7 +411,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                 transport::reply_udp(client_rtp, client_rtcp, server_rtp, server_rtp + 1, ssrc)
             };
             if let Some(shared) = &server.shared {
-                let pair = match shared.pair(conn.local.ip(), &server.ports) {
+                let pair = match shared.pair(local, &server.ports) {
                     Ok(p) => p,
                     Err(e) => return fail(453, &e.to_string()),
                 };
@@ -425,7 +433,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                 };
                 (output, shard, reply, None, RtcpIn::Routed(pair, rtcp_peer))
             } else {
-                let pair = match udp_output(server, conn.local.ip(), dest, client_rtp) {
+                let pair = match udp_output(server, local, dest, client_rtp) {
                     Ok(p) => p,
                     Err(e) => return fail(453, &e.to_string()),
                 };
