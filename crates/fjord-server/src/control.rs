@@ -24,7 +24,7 @@ use fjord_proto::{
 use crate::{
     Server,
     conn::Conn,
-    session::{ReceiverStats, Session, SessionId, Stream, rtcp_reader},
+    session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
     shared::{RouteError, SharedPair},
 };
 
@@ -113,7 +113,7 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
         return status(404);
     }
     let title = match server.catalog.open(&target.title).await {
-        Ok(t) => t,
+        Ok((_, t)) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
     let local = match conn.local() {
@@ -274,16 +274,16 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     };
     let existing = match req.session_id() {
         Some(id) => match server.sessions.get(id) {
-            Some(s) if s.conn == conn.id && s.title_name == target.title => Some(s),
+            Some(s) if s.conn == conn.id && *s.title_name == *target.title => Some(s),
             Some(_) => return refuse(459, "a session serves one title"),
             None => return status(454),
         },
         None => None,
     };
-    let title = match &existing {
-        Some(s) => s.title.clone(),
+    let (title_name, title) = match &existing {
+        Some(s) => (s.title_name.clone(), s.title.clone()),
         None => match server.catalog.open(&target.title).await {
-            Ok(t) => t,
+            Ok(opened) => opened,
             Err(e) => return refuse(e.status(), &e.to_string()),
         },
     };
@@ -312,7 +312,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         if inner
             .streams
             .iter()
-            .any(|st| st.track == track && st.repair == repair)
+            .any(|st| st.track as usize == track && st.repair == repair)
         {
             return refuse(455, "track already set up in this session");
         }
@@ -320,7 +320,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             let Some(src) = inner
                 .streams
                 .iter()
-                .find(|st| st.track == track && !st.repair)
+                .find(|st| st.track as usize == track && !st.repair)
             else {
                 return refuse(455, "SETUP the source track before its repair stream");
             };
@@ -336,7 +336,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         Arc::new(Session::new(
             SessionId::random(),
             conn.id,
-            target.title.clone(),
+            title_name,
             title.clone(),
         ))
     });
@@ -417,7 +417,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                 };
                 let rtp_peer = pair.peer(SocketAddr::new(dest, client_rtp));
                 let rtcp_peer = pair.peer(SocketAddr::new(dest, client_rtcp));
-                match pair.route(rtcp_peer, &session, engine_id) {
+                match pair.route(rtcp_peer, &session) {
                     Ok(()) => {}
                     Err(RouteError::Taken) => {
                         return fail(461, "client_port already in use by another stream");
@@ -502,7 +502,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         })),
     };
     server.engine.send(shard, command);
-    let (rtcp_task, route) = match rtcp {
+    let rtcp = match rtcp {
         RtcpIn::Own(socket, peer) => {
             let task = (|| {
                 socket.set_nonblocking(true).ok()?;
@@ -512,25 +512,21 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                         .abort_handle(),
                 )
             })();
-            (task, None)
+            task.map_or(StreamRtcp::None, StreamRtcp::Reader)
         }
-        RtcpIn::Routed(pair, client) => (None, Some((pair, client))),
-        RtcpIn::Interleaved => (None, None),
+        RtcpIn::Routed(pair, client) => StreamRtcp::Route(pair, client),
+        RtcpIn::Interleaved => StreamRtcp::None,
     };
     {
         let mut inner = session.lock();
-        // Most sessions have one or two streams; `push` alone would make
-        // room for four.
-        inner.streams.reserve_exact(1);
-        inner.streams.push(Stream {
-            track,
+        inner.add_stream(Stream {
+            track: track as u32,
             repair,
             engine_id,
             shard,
-            url: req.uri.clone(),
+            url: req.uri.as_str().into(),
             interleaved,
-            rtcp_task,
-            route,
+            rtcp,
             reports: ReceiverStats::default(),
             reservation,
         });
@@ -622,7 +618,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
             .streams
             .iter()
             .filter(|s| !s.repair)
-            .map(|s| (s.shard, s.engine_id, s.url.clone()))
+            .map(|s| (s.shard, s.engine_id, s.url.to_string()))
             .collect()
     };
     // A seek starts every track at the random-access point of the title's
@@ -745,7 +741,7 @@ pub(crate) fn on_interleaved(server: &Server, conn: &mut Conn, channel: u8, payl
             .map(|st| st.engine_id);
         if let Some(id) = stream {
             let infos = fjord_proto::rtcp::parse_compound(payload).unwrap_or_default();
-            s.on_rtcp(Some(id), &infos);
+            s.on_rtcp(|st| st.engine_id == id, &infos);
         }
     }
 }
