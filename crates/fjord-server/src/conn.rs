@@ -31,7 +31,37 @@ pub(crate) struct Conn {
     /// Interleaved channels already in use on this connection.
     pub channels: Vec<u8>,
     /// Sessions made on this connection (some may have timed out since).
-    pub sessions: Vec<Arc<Session>>,
+    pub sessions: ConnSessions,
+}
+
+/// A connection's sessions, the first inline: players make one, and a
+/// `Vec` of one would be an allocation per player.
+#[derive(Default)]
+pub(crate) struct ConnSessions {
+    first: Option<Arc<Session>>,
+    more: Vec<Arc<Session>>,
+}
+
+impl ConnSessions {
+    pub fn push(&mut self, s: Arc<Session>) {
+        match self.first {
+            None => self.first = Some(s),
+            Some(_) => self.more.push(s),
+        }
+    }
+
+    /// Keeps the sessions `keep` picks, in order.
+    fn retain(&mut self, keep: impl Fn(&Arc<Session>) -> bool) {
+        self.first = self.first.take().filter(&keep);
+        self.more.retain(&keep);
+        if self.first.is_none() && !self.more.is_empty() {
+            self.first = Some(self.more.remove(0));
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<Session>> {
+        self.first.iter().chain(&self.more)
+    }
 }
 
 impl Conn {
@@ -44,9 +74,9 @@ impl Conn {
     }
 
     /// The sessions of this connection that are still alive.
-    pub fn live_sessions(&mut self, server: &Server) -> &[Arc<Session>] {
+    pub fn live_sessions(&mut self, server: &Server) -> impl Iterator<Item = &Arc<Session>> {
         self.sessions.retain(|s| server.sessions.contains(s.id));
-        &self.sessions
+        self.sessions.iter()
     }
 
     /// Whether sessions keep the connection open; ending one of them then
@@ -57,7 +87,7 @@ impl Conn {
         }
         // Checked again: a session that ended before it had the waker
         // would wake nobody.
-        !self.live_sessions(server).is_empty()
+        self.live_sessions(server).next().is_some()
     }
 
     /// Hands the write side to the engine thread of this connection.
@@ -108,12 +138,12 @@ pub(crate) fn serve_connection(
         stream,
         attached: false,
         channels: Vec::new(),
-        sessions: Vec::new(),
+        sessions: ConnSessions::default(),
     };
     tracing::debug!(%peer, conn = conn.id, "connected");
     async move {
         run(&server, &mut conn).await;
-        for s in conn.live_sessions(&server).to_vec() {
+        for s in conn.live_sessions(&server) {
             server
                 .sessions
                 .remove(s.id, &server.engine, &server.admission);
@@ -233,7 +263,7 @@ async fn run(server: &Server, conn: &mut Conn) {
         }
         let deadline = match partial_since {
             Some(since) => Some(since + server.config.request_timeout()),
-            None if conn.live_sessions(server).is_empty() => Some(idle_deadline),
+            None if conn.live_sessions(server).next().is_none() => Some(idle_deadline),
             // Sessions keep the connection; the session timeout ends them,
             // and ending one wakes this task.
             None => None,

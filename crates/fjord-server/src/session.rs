@@ -2,8 +2,10 @@
 //! receiver reports, and the engine streams (one per set-up track).
 
 use std::{
-    collections::HashMap,
+    borrow::Borrow,
+    collections::HashSet,
     fmt,
+    hash::{Hash, Hasher},
     net::SocketAddr,
     sync::{Arc, Mutex, MutexGuard},
     task::Waker,
@@ -199,48 +201,72 @@ impl Session {
     }
 }
 
+/// A session in the table, found by its id: the id is in the session, so
+/// the table need not hold it again.
+struct ById(Arc<Session>);
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for ById {}
+
+impl Hash for ById {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state);
+    }
+}
+
+impl Borrow<SessionId> for ById {
+    fn borrow(&self) -> &SessionId {
+        &self.0.id
+    }
+}
+
 /// Every live session, by id.
 #[derive(Default)]
 pub struct Sessions {
-    map: Mutex<HashMap<SessionId, Arc<Session>>>,
+    set: Mutex<HashSet<ById>>,
 }
 
 impl Sessions {
-    fn map(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Session>>> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    fn set(&self) -> MutexGuard<'_, HashSet<ById>> {
+        self.set.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The session a `Session` header names.
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        self.map().get(&SessionId::parse(id)?).cloned()
+        self.set().get(&SessionId::parse(id)?).map(|s| s.0.clone())
     }
 
     pub fn contains(&self, id: SessionId) -> bool {
-        self.map().contains_key(&id)
+        self.set().contains(&id)
     }
 
     /// Adds `s` unless `max` sessions exist already.
     pub fn insert_within(&self, s: Arc<Session>, max: usize) -> bool {
-        let mut map = self.map();
-        if map.len() >= max {
+        let mut set = self.set();
+        if set.len() >= max {
             return false;
         }
-        map.insert(s.id, s);
+        set.replace(ById(s));
         true
     }
 
     pub fn idle_since(&self, deadline: Instant) -> Vec<Arc<Session>> {
-        self.map()
-            .values()
-            .filter(|s| s.lock().last_activity < deadline)
-            .cloned()
+        self.set()
+            .iter()
+            .filter(|s| s.0.lock().last_activity < deadline)
+            .map(|s| s.0.clone())
             .collect()
     }
 
     /// Ends a session: its engine streams stop, its sockets close, its ports
     /// return to the pool.
     pub fn remove(&self, id: SessionId, engine: &Engine, admission: &Admission) -> bool {
-        let Some(s) = self.map().remove(&id) else {
+        let Some(ById(s)) = self.set().take(&id) else {
             return false;
         };
         let (streams, on_end) = {
