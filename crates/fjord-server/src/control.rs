@@ -456,7 +456,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             rtp_channel,
             rtcp_channel,
         } => {
-            if conn.channels.contains(&rtp_channel) || conn.channels.contains(&rtcp_channel) {
+            if conn.channel_in_use(rtp_channel) || conn.channel_in_use(rtcp_channel) {
                 return fail(
                     461,
                     "interleaved channels already in use on this connection",
@@ -465,7 +465,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             if let Err(e) = conn.attach(server) {
                 return fail(500, &e.to_string());
             }
-            conn.channels.extend([rtp_channel, rtcp_channel]);
+            conn.use_channels([rtp_channel, rtcp_channel]);
             let output = Output::Interleaved {
                 conn: conn.id,
                 rtp_channel,
@@ -535,7 +535,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         }
     }
     if existing.is_none() {
-        conn.sessions.push(session.clone());
+        conn.add_session(session.clone());
     }
     session.touch();
     Response::new(200)
@@ -708,7 +708,7 @@ fn teardown(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     };
     for st in session.lock().streams.iter() {
         if let Some((a, b)) = st.interleaved {
-            conn.channels.retain(|c| *c != a && *c != b);
+            conn.free_channels([a, b]);
         }
     }
     server
