@@ -46,7 +46,7 @@ pub struct Catalog {
     fec: FecChoice,
     /// Whether titles get prefabricated packets.
     prefab: bool,
-    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
     /// Titles waiting for parity or packets, made one at a time by one
     /// low-priority thread (the work is CPU-bound; the engine's deadlines
     /// come first). `None` when both are off.
@@ -132,12 +132,20 @@ impl Catalog {
         Ok(path)
     }
 
-    /// The title, ingesting it first when it is new or its file changed.
-    pub async fn open(&self, title: &str) -> Result<Arc<Title>, CatalogError> {
+    /// The title with its name, ingesting it first when it is new or its
+    /// file changed. Sessions keep the name the catalog holds.
+    pub async fn open(&self, title: &str) -> Result<(Arc<str>, Arc<Title>), CatalogError> {
         let path = self.resolve(title)?;
-        let slot = {
+        let (key, slot) = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-            slots.entry(title.to_owned()).or_default().clone()
+            match slots.get_key_value(title) {
+                Some((k, v)) => (k.clone(), v.clone()),
+                None => {
+                    let (k, v) = (Arc::<str>::from(title), Arc::<Slot>::default());
+                    slots.insert(k.clone(), v.clone());
+                    (k, v)
+                }
+            }
         };
         let mut loaded = slot.lock().await;
         let meta = std::fs::metadata(&path).map_err(|_| CatalogError::NotFound)?;
@@ -148,7 +156,7 @@ impl Catalog {
             && l.size == meta.len()
             && l.mtime == mtime
         {
-            return Ok(l.title.clone());
+            return Ok((key, l.title.clone()));
         }
         let (options, fec) = (self.options, self.fec);
         let name = title.to_owned();
@@ -180,7 +188,7 @@ impl Catalog {
             size: meta.len(),
             mtime,
         });
-        Ok(title)
+        Ok((key, title))
     }
 }
 

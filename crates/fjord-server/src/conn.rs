@@ -19,26 +19,80 @@ use tokio::{io::AsyncWriteExt, net::TcpStream, sync::OwnedSemaphorePermit, time:
 
 use crate::{Server, control, session::Session};
 
+/// Its addresses are asked of the socket when needed rather than kept,
+/// and what few connections need is boxed: the connection's task holds a
+/// `Conn` for as long as its client plays, and tokio sizes tasks in steps
+/// of 128 B.
 pub(crate) struct Conn {
     pub id: u64,
-    pub peer: SocketAddr,
-    pub local: SocketAddr,
     /// Not split into halves: that would put the stream behind an `Arc`.
     stream: TcpStream,
     /// Once a session streams interleaved on this connection the engine
     /// owns the write side, so replies queue behind its `$` frames.
     attached: bool,
-    /// Interleaved channels already in use on this connection.
-    pub channels: Vec<u8>,
-    /// Sessions made on this connection (some may have timed out since).
-    pub sessions: Vec<Arc<Session>>,
+    /// The first session made on this connection (it may have timed out
+    /// since): players make one.
+    session: Option<Arc<Session>>,
+    /// Made on first use.
+    more: Option<Box<More>>,
+}
+
+#[derive(Default)]
+struct More {
+    /// Sessions made after the first, in order.
+    sessions: Vec<Arc<Session>>,
+    /// Interleaved channels in use on this connection.
+    channels: Vec<u8>,
 }
 
 impl Conn {
-    /// The sessions of this connection that are still alive.
-    pub fn live_sessions(&mut self, server: &Server) -> &[Arc<Session>] {
-        self.sessions.retain(|s| server.sessions.contains(s.id));
-        &self.sessions
+    pub fn peer(&self) -> std::io::Result<SocketAddr> {
+        self.stream.peer_addr()
+    }
+
+    pub fn local(&self) -> std::io::Result<SocketAddr> {
+        self.stream.local_addr()
+    }
+
+    fn more(&mut self) -> &mut More {
+        self.more.get_or_insert_default()
+    }
+
+    pub fn add_session(&mut self, s: Arc<Session>) {
+        match self.session {
+            None => self.session = Some(s),
+            Some(_) => self.more().sessions.push(s),
+        }
+    }
+
+    /// The sessions of this connection that are still alive, in order.
+    pub fn live_sessions(&mut self, server: &Server) -> impl Iterator<Item = &Arc<Session>> {
+        let live = |s: &Arc<Session>| server.sessions.contains(s.id);
+        self.session = self.session.take().filter(live);
+        if let Some(more) = &mut self.more {
+            more.sessions.retain(live);
+            if self.session.is_none() && !more.sessions.is_empty() {
+                self.session = Some(more.sessions.remove(0));
+            }
+        }
+        let more = self.more.as_deref().map_or(&[][..], |m| &m.sessions);
+        self.session.iter().chain(more)
+    }
+
+    pub fn channel_in_use(&self, channel: u8) -> bool {
+        self.more
+            .as_ref()
+            .is_some_and(|m| m.channels.contains(&channel))
+    }
+
+    pub fn use_channels(&mut self, channels: [u8; 2]) {
+        self.more().channels.extend(channels);
+    }
+
+    pub fn free_channels(&mut self, channels: [u8; 2]) {
+        if let Some(m) = &mut self.more {
+            m.channels.retain(|c| !channels.contains(c));
+        }
     }
 
     /// Whether sessions keep the connection open; ending one of them then
@@ -49,7 +103,7 @@ impl Conn {
         }
         // Checked again: a session that ended before it had the waker
         // would wake nobody.
-        !self.live_sessions(server).is_empty()
+        self.live_sessions(server).next().is_some()
     }
 
     /// Hands the write side to the engine thread of this connection.
@@ -84,45 +138,6 @@ impl Conn {
     }
 }
 
-/// The task serving one connection; `permit` holds its place under the
-/// connection limit until it closes. The connection is set up before the
-/// `async` block, so the task holds only `Conn`, not the accepted stream
-/// and address beside it: players keep one such task while they play.
-pub(crate) fn serve_connection(
-    server: Arc<Server>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    permit: OwnedSemaphorePermit,
-) -> Option<impl Future<Output = ()> + Send> {
-    let local = stream.local_addr().ok()?;
-    let _ = stream.set_nodelay(true);
-    let mut conn = Conn {
-        id: server.next_id(),
-        peer,
-        local,
-        stream,
-        attached: false,
-        channels: Vec::new(),
-        sessions: Vec::new(),
-    };
-    Some(async move {
-        tracing::debug!(peer = %conn.peer, conn = conn.id, "connected");
-        run(&server, &mut conn).await;
-        for s in conn.live_sessions(&server).to_vec() {
-            server
-                .sessions
-                .remove(s.id, &server.engine, &server.admission);
-        }
-        if conn.attached {
-            server
-                .engine
-                .send(conn.id, Command::DetachConnection { conn: conn.id });
-        }
-        tracing::debug!(peer = %conn.peer, conn = conn.id, "closed");
-        drop(permit);
-    })
-}
-
 enum Served {
     Close,
     /// When the last complete frame was read, if there was one.
@@ -150,7 +165,7 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
             }
             Ok(None) => return Served::Frames(last),
             Err(e) => {
-                tracing::debug!(peer = %conn.peer, "bad request: {e}");
+                tracing::debug!(conn = conn.id, peer = ?conn.peer().ok(), "bad request: {e}");
                 let _ = conn
                     .write(server, Response::new(e.status()).to_bytes(None))
                     .await;
@@ -198,72 +213,130 @@ enum Woken {
     SessionEnded,
 }
 
-async fn run(server: &Server, conn: &mut Conn) {
-    let mut buf: Vec<u8> = Vec::new();
-    let mut partial_since: Option<Instant> = None;
-    // Until its first request a connection gets the request timeout, not
-    // the idle timeout: a client that connects and says nothing goes soon.
-    let mut idle_deadline = Instant::now() + server.config.request_timeout();
-    // Boxed, and only while no session keeps the connection open: the
-    // task of a player holds no timer.
-    let mut timer: Option<Pin<Box<Sleep>>> = None;
-    loop {
-        if !buf.is_empty() {
-            // Boxed: parsing and serving requests takes a large future,
-            // which the task of an idle connection need not hold.
-            match Box::pin(serve_frames(server, conn, &mut buf)).await {
-                Served::Close => return,
-                Served::Frames(None) => {}
-                Served::Frames(Some(at)) => {
-                    partial_since = None;
-                    idle_deadline = at + server.config.idle_timeout();
+/// Bytes of a request still arriving, and since when: boxed, and only
+/// while a request is being read, so an idle connection (a player between
+/// keepalives) keeps neither.
+struct Partial {
+    buf: Vec<u8>,
+    /// When the incomplete request began (none until it is known that a
+    /// read did not complete it).
+    since: Option<Instant>,
+}
+
+/// The task serving one connection until it closes, then ending its
+/// sessions; `permit` holds its place under the connection limit. The
+/// connection is set up before the `async` block, so the task holds only
+/// `Conn`, not the accepted stream and address beside it; and it is one
+/// block, not an `async fn` or a loop awaited inside it: either would keep
+/// room for its arguments twice. Players keep this task while they play.
+pub(crate) fn serve_connection(
+    server: Arc<Server>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    permit: OwnedSemaphorePermit,
+) -> impl Future<Output = ()> + Send {
+    let _ = stream.set_nodelay(true);
+    let mut conn = Conn {
+        id: server.next_id(),
+        stream,
+        attached: false,
+        session: None,
+        more: None,
+    };
+    tracing::debug!(%peer, conn = conn.id, "connected");
+    async move {
+        let mut partial: Option<Box<Partial>> = None;
+        // Until its first request a connection gets the request timeout, not
+        // the idle timeout: a client that connects and says nothing goes soon.
+        let mut idle_deadline = Instant::now() + server.config.request_timeout();
+        // Boxed, and only while no session keeps the connection open: the
+        // task of a player holds no timer.
+        let mut timer: Option<Pin<Box<Sleep>>> = None;
+        loop {
+            if let Some(p) = partial.as_mut().filter(|p| !p.buf.is_empty()) {
+                // Boxed: parsing and serving requests takes a large future,
+                // which the task of an idle connection need not hold.
+                match Box::pin(serve_frames(&server, &mut conn, &mut p.buf)).await {
+                    Served::Close => break,
+                    Served::Frames(None) => {}
+                    Served::Frames(Some(at)) => {
+                        idle_deadline = at + server.config.idle_timeout();
+                        if let Some(p) = partial.as_mut() {
+                            p.since = None;
+                        }
+                    }
                 }
             }
-        }
-        if buf.is_empty() {
-            buf = Vec::new();
-        }
-        if !buf.is_empty() && partial_since.is_none() {
-            partial_since = Some(Instant::now());
-        }
-        let deadline = match partial_since {
-            Some(since) => Some(since + server.config.request_timeout()),
-            None if conn.live_sessions(server).is_empty() => Some(idle_deadline),
-            // Sessions keep the connection; the session timeout ends them,
-            // and ending one wakes this task.
-            None => None,
-        };
-        match (deadline, timer.as_mut()) {
-            (Some(at), Some(t)) => t.as_mut().reset(at.into()),
-            (Some(at), None) => timer = Some(Box::pin(tokio::time::sleep_until(at.into()))),
-            (None, _) => timer = None,
-        }
-        // `poll_read_ready` keeps the waker in the socket's registration;
-        // `readable()` would put a larger waiter in this task.
-        let woken = std::future::poll_fn(|cx| {
-            if let Poll::Ready(r) = conn.stream.poll_read_ready(cx) {
-                return Poll::Ready(Woken::Readable(r));
+            match partial.as_mut() {
+                Some(p) if p.buf.is_empty() => partial = None,
+                Some(p) => {
+                    p.since.get_or_insert_with(Instant::now);
+                }
+                None => {}
             }
-            match timer.as_mut() {
-                Some(t) => t.as_mut().poll(cx).map(|()| Woken::Deadline),
-                None if conn.wake_when_a_session_ends(server, cx.waker()) => Poll::Pending,
-                None => Poll::Ready(Woken::SessionEnded),
+            let deadline = match partial.as_ref().and_then(|p| p.since) {
+                Some(since) => Some(since + server.config.request_timeout()),
+                None if conn.live_sessions(&server).next().is_none() => Some(idle_deadline),
+                // Sessions keep the connection; the session timeout ends them,
+                // and ending one wakes this task.
+                None => None,
+            };
+            match (deadline, timer.as_mut()) {
+                (Some(at), Some(t)) => t.as_mut().reset(at.into()),
+                (Some(at), None) => timer = Some(Box::pin(tokio::time::sleep_until(at.into()))),
+                (None, _) => timer = None,
             }
-        })
-        .await;
-        match woken {
-            Woken::Readable(Err(_)) => return,
-            Woken::Readable(Ok(())) => match read_some(&conn.stream, &mut buf) {
-                Ok(0) => return,
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            },
-            Woken::Deadline => {
-                tracing::debug!(peer = %conn.peer, "dropping a silent or slow client");
-                return;
+            // `poll_read_ready` keeps the waker in the socket's registration;
+            // `readable()` would put a larger waiter in this task.
+            let woken = std::future::poll_fn(|cx| {
+                if let Poll::Ready(r) = conn.stream.poll_read_ready(cx) {
+                    return Poll::Ready(Woken::Readable(r));
+                }
+                match timer.as_mut() {
+                    Some(t) => t.as_mut().poll(cx).map(|()| Woken::Deadline),
+                    None if conn.wake_when_a_session_ends(&server, cx.waker()) => Poll::Pending,
+                    None => Poll::Ready(Woken::SessionEnded),
+                }
+            })
+            .await;
+            match woken {
+                Woken::Readable(Err(_)) => break,
+                Woken::Readable(Ok(())) => {
+                    let p = partial.get_or_insert_with(|| {
+                        Box::new(Partial {
+                            buf: Vec::new(),
+                            since: None,
+                        })
+                    });
+                    match read_some(&conn.stream, &mut p.buf) {
+                        Ok(0) => break,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => break,
+                    }
+                }
+                Woken::Deadline => {
+                    tracing::debug!(
+                        conn = conn.id,
+                        peer = ?conn.peer().ok(),
+                        "dropping a silent or slow client"
+                    );
+                    break;
+                }
+                Woken::SessionEnded => {}
             }
-            Woken::SessionEnded => {}
         }
+        for s in conn.live_sessions(&server) {
+            server
+                .sessions
+                .remove(s.id, &server.engine, &server.admission);
+        }
+        if conn.attached {
+            server
+                .engine
+                .send(conn.id, Command::DetachConnection { conn: conn.id });
+        }
+        tracing::debug!(conn = conn.id, "closed");
+        drop(permit);
     }
 }

@@ -24,7 +24,7 @@ use fjord_proto::{
 use crate::{
     Server,
     conn::Conn,
-    session::{ReceiverStats, Session, SessionId, Stream, rtcp_reader},
+    session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
     shared::{RouteError, SharedPair},
 };
 
@@ -113,8 +113,12 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
         return status(404);
     }
     let title = match server.catalog.open(&target.title).await {
-        Ok(t) => t,
+        Ok((_, t)) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
+    };
+    let local = match conn.local() {
+        Ok(a) => a,
+        Err(e) => return refuse(500, &e.to_string()),
     };
     let index = title.index();
     let n = index.track_count();
@@ -164,7 +168,7 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
     }
     let body = sdp::describe(&sdp::SdpTitle {
         name: &target.title,
-        origin_addr: conn.local.ip(),
+        origin_addr: local.ip(),
         session_id: rand::random::<u32>() as u64,
         duration_s: index.duration_ns() as f64 / 1e9,
         tracks: &tracks,
@@ -270,16 +274,16 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     };
     let existing = match req.session_id() {
         Some(id) => match server.sessions.get(id) {
-            Some(s) if s.conn == conn.id && s.title_name == target.title => Some(s),
+            Some(s) if s.conn == conn.id && *s.title_name == *target.title => Some(s),
             Some(_) => return refuse(459, "a session serves one title"),
             None => return status(454),
         },
         None => None,
     };
-    let title = match &existing {
-        Some(s) => s.title.clone(),
+    let (title_name, title) = match &existing {
+        Some(s) => (s.title_name.clone(), s.title.clone()),
         None => match server.catalog.open(&target.title).await {
-            Ok(t) => t,
+            Ok(opened) => opened,
             Err(e) => return refuse(e.status(), &e.to_string()),
         },
     };
@@ -308,7 +312,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         if inner
             .streams
             .iter()
-            .any(|st| st.track == track && st.repair == repair)
+            .any(|st| st.track as usize == track && st.repair == repair)
         {
             return refuse(455, "track already set up in this session");
         }
@@ -316,7 +320,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             let Some(src) = inner
                 .streams
                 .iter()
-                .find(|st| st.track == track && !st.repair)
+                .find(|st| st.track as usize == track && !st.repair)
             else {
                 return refuse(455, "SETUP the source track before its repair stream");
             };
@@ -332,7 +336,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         Arc::new(Session::new(
             SessionId::random(),
             conn.id,
-            target.title.clone(),
+            title_name,
             title.clone(),
         ))
     });
@@ -399,8 +403,12 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             client_rtcp,
             destination,
         } => {
-            let dest = destination.unwrap_or(conn.peer.ip());
-            if dest != conn.peer.ip()
+            let (peer, local) = match (conn.peer(), conn.local()) {
+                (Ok(peer), Ok(local)) => (peer.ip(), local.ip()),
+                (Err(e), _) | (_, Err(e)) => return fail(500, &e.to_string()),
+            };
+            let dest = destination.unwrap_or(peer);
+            if dest != peer
                 && !server
                     .config
                     .destination_allow
@@ -414,13 +422,13 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                 transport::reply_udp(client_rtp, client_rtcp, server_rtp, server_rtp + 1, ssrc)
             };
             if let Some(shared) = &server.shared {
-                let pair = match shared.pair(conn.local.ip(), &server.ports) {
+                let pair = match shared.pair(local, &server.ports) {
                     Ok(p) => p,
                     Err(e) => return fail(453, &e.to_string()),
                 };
                 let rtp_peer = pair.peer(SocketAddr::new(dest, client_rtp));
                 let rtcp_peer = pair.peer(SocketAddr::new(dest, client_rtcp));
-                match pair.route(rtcp_peer, &session, engine_id) {
+                match pair.route(rtcp_peer, &session) {
                     Ok(()) => {}
                     Err(RouteError::Taken) => {
                         return fail(461, "client_port already in use by another stream");
@@ -436,7 +444,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                 };
                 (output, shard, reply, None, RtcpIn::Routed(pair, rtcp_peer))
             } else {
-                let pair = match udp_output(server, conn.local.ip(), dest, client_rtp) {
+                let pair = match udp_output(server, local, dest, client_rtp) {
                     Ok(p) => p,
                     Err(e) => return fail(453, &e.to_string()),
                 };
@@ -459,7 +467,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             rtp_channel,
             rtcp_channel,
         } => {
-            if conn.channels.contains(&rtp_channel) || conn.channels.contains(&rtcp_channel) {
+            if conn.channel_in_use(rtp_channel) || conn.channel_in_use(rtcp_channel) {
                 return fail(
                     461,
                     "interleaved channels already in use on this connection",
@@ -468,7 +476,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             if let Err(e) = conn.attach(server) {
                 return fail(500, &e.to_string());
             }
-            conn.channels.extend([rtp_channel, rtcp_channel]);
+            conn.use_channels([rtp_channel, rtcp_channel]);
             let output = Output::Interleaved {
                 conn: conn.id,
                 rtp_channel,
@@ -505,7 +513,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         })),
     };
     server.engine.send(shard, command);
-    let (rtcp_task, route) = match rtcp {
+    let rtcp = match rtcp {
         RtcpIn::Own(socket, peer) => {
             let task = (|| {
                 socket.set_nonblocking(true).ok()?;
@@ -515,25 +523,21 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                         .abort_handle(),
                 )
             })();
-            (task, None)
+            task.map_or(StreamRtcp::None, StreamRtcp::Reader)
         }
-        RtcpIn::Routed(pair, client) => (None, Some((pair, client))),
-        RtcpIn::Interleaved => (None, None),
+        RtcpIn::Routed(pair, client) => StreamRtcp::Route(pair, client),
+        RtcpIn::Interleaved => StreamRtcp::None,
     };
     {
         let mut inner = session.lock();
-        // Most sessions have one or two streams; `push` alone would make
-        // room for four.
-        inner.streams.reserve_exact(1);
-        inner.streams.push(Stream {
-            track,
+        inner.add_stream(Stream {
+            track: track as u32,
             repair,
             engine_id,
             shard,
-            url: req.uri.clone(),
+            url: req.uri.as_str().into(),
             interleaved,
-            rtcp_task,
-            route,
+            rtcp,
             reports: ReceiverStats::default(),
             reservation,
         });
@@ -542,7 +546,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         }
     }
     if existing.is_none() {
-        conn.sessions.push(session.clone());
+        conn.add_session(session.clone());
     }
     session.touch();
     Response::new(200)
@@ -625,7 +629,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
             .streams
             .iter()
             .filter(|s| !s.repair)
-            .map(|s| (s.shard, s.engine_id, s.url.clone()))
+            .map(|s| (s.shard, s.engine_id, s.url.to_string()))
             .collect()
     };
     // A seek starts every track at the random-access point of the title's
@@ -715,7 +719,7 @@ fn teardown(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     };
     for st in session.lock().streams.iter() {
         if let Some((a, b)) = st.interleaved {
-            conn.channels.retain(|c| *c != a && *c != b);
+            conn.free_channels([a, b]);
         }
     }
     server
@@ -748,7 +752,7 @@ pub(crate) fn on_interleaved(server: &Server, conn: &mut Conn, channel: u8, payl
             .map(|st| st.engine_id);
         if let Some(id) = stream {
             let infos = fjord_proto::rtcp::parse_compound(payload).unwrap_or_default();
-            s.on_rtcp(Some(id), &infos);
+            s.on_rtcp(|st| st.engine_id == id, &infos);
         }
     }
 }

@@ -139,9 +139,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
                     tracing::warn!(%peer, "connection limit reached; refusing");
                     continue;
                 };
-                if let Some(task) = conn::serve_connection(server.clone(), stream, peer, permit) {
-                    tokio::spawn(task);
-                }
+                tokio::spawn(conn::serve_connection(server.clone(), stream, peer, permit));
             }
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,

@@ -2,8 +2,10 @@
 //! receiver reports, and the engine streams (one per set-up track).
 
 use std::{
-    collections::HashMap,
+    borrow::Borrow,
+    collections::HashSet,
     fmt,
+    hash::{Hash, Hasher},
     net::SocketAddr,
     sync::{Arc, Mutex, MutexGuard},
     task::Waker,
@@ -52,7 +54,8 @@ pub struct Session {
     /// The RTSP connection that created the session; when it closes, the
     /// session ends (players keep their connection open while they play).
     pub conn: u64,
-    pub title_name: String,
+    /// Shared with the catalog: a copy would cost an allocation.
+    pub title_name: Arc<str>,
     pub title: Arc<Title>,
     inner: Mutex<Inner>,
 }
@@ -60,13 +63,27 @@ pub struct Session {
 pub struct Inner {
     pub state: State,
     pub last_activity: Instant,
-    pub streams: Vec<Stream>,
+    /// A boxed slice, not a `Vec`: the capacity would take the session a
+    /// size class up.
+    pub streams: Box<[Stream]>,
     /// The connection's task, waiting for the session to end.
     on_end: Option<Waker>,
 }
 
+impl Inner {
+    pub fn add_stream(&mut self, st: Stream) {
+        let mut streams = std::mem::take(&mut self.streams).into_vec();
+        // Exactly one more: `push` alone would make room for four.
+        streams.reserve_exact(1);
+        streams.push(st);
+        self.streams = streams.into_boxed_slice();
+    }
+}
+
+/// Kept small: one per set-up track of every session, in its own
+/// allocation.
 pub struct Stream {
-    pub track: usize,
+    pub track: u32,
     /// The track's repair stream, sent by the track's engine session (so
     /// it is not played, paused or removed on its own).
     pub repair: bool,
@@ -74,15 +91,24 @@ pub struct Stream {
     pub engine_id: u64,
     pub shard: u64,
     /// The URL the client set the track up with; RTP-Info names it.
-    pub url: String,
+    pub url: Box<str>,
     pub interleaved: Option<(u8, u8)>,
-    pub rtcp_task: Option<tokio::task::AbortHandle>,
-    /// The stream's RTCP route on the shared port pair (its client's RTCP
-    /// address), removed when the stream ends.
-    pub route: Option<(Arc<SharedPair>, SocketAddr)>,
+    pub rtcp: StreamRtcp,
     pub reports: ReceiverStats,
     /// Its share of the engine thread's capacity.
     pub reservation: Reservation,
+}
+
+/// How a stream's RTCP from the client comes in, undone when it ends.
+pub enum StreamRtcp {
+    /// A task reads the stream's own RTCP socket.
+    Reader(tokio::task::AbortHandle),
+    /// The stream's route on the shared port pair (its client's RTCP
+    /// address).
+    Route(Arc<SharedPair>, SocketAddr),
+    /// Nothing of the stream's own: interleaved RTCP arrives on the
+    /// connection, or the reader could not start.
+    None,
 }
 
 /// The latest RTCP receiver report about a stream (RFC 3550 §6.4.2).
@@ -104,10 +130,9 @@ impl Stream {
             repair: false,
             engine_id,
             shard: 0,
-            url: String::new(),
+            url: "".into(),
             interleaved: None,
-            rtcp_task: None,
-            route: None,
+            rtcp: StreamRtcp::None,
             reports: ReceiverStats::default(),
             reservation: Admission::new(1, None).reserve(None, 0).expect("no limit"),
         }
@@ -125,7 +150,7 @@ impl ReceiverStats {
 }
 
 impl Session {
-    pub fn new(id: SessionId, conn: u64, title_name: String, title: Arc<Title>) -> Self {
+    pub fn new(id: SessionId, conn: u64, title_name: Arc<str>, title: Arc<Title>) -> Self {
         Self {
             id,
             conn,
@@ -134,7 +159,7 @@ impl Session {
             inner: Mutex::new(Inner {
                 state: State::Init,
                 last_activity: Instant::now(),
-                streams: Vec::new(),
+                streams: Box::default(),
                 on_end: None,
             }),
         }
@@ -156,8 +181,9 @@ impl Session {
         self.lock().last_activity = Instant::now();
     }
 
-    /// Records RTCP from the client: it is alive, and how it receives.
-    pub fn on_rtcp(&self, engine_id: Option<u64>, infos: &[RtcpInfo]) {
+    /// Records RTCP from the client about the streams `about` picks: the
+    /// client is alive, and how it receives.
+    pub fn on_rtcp(&self, about: impl Fn(&Stream) -> bool, infos: &[RtcpInfo]) {
         let mut inner = self.lock();
         inner.last_activity = Instant::now();
         for info in infos {
@@ -166,7 +192,7 @@ impl Session {
             };
             for b in blocks {
                 for s in inner.streams.iter_mut() {
-                    if engine_id.is_none_or(|id| id == s.engine_id) {
+                    if about(s) {
                         s.reports.record(b);
                     }
                 }
@@ -175,55 +201,79 @@ impl Session {
     }
 }
 
+/// A session in the table, found by its id: the id is in the session, so
+/// the table need not hold it again.
+struct ById(Arc<Session>);
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for ById {}
+
+impl Hash for ById {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state);
+    }
+}
+
+impl Borrow<SessionId> for ById {
+    fn borrow(&self) -> &SessionId {
+        &self.0.id
+    }
+}
+
 /// Every live session, by id.
 #[derive(Default)]
 pub struct Sessions {
-    map: Mutex<HashMap<SessionId, Arc<Session>>>,
+    set: Mutex<HashSet<ById>>,
 }
 
 impl Sessions {
-    fn map(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Session>>> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    fn set(&self) -> MutexGuard<'_, HashSet<ById>> {
+        self.set.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The session a `Session` header names.
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        self.map().get(&SessionId::parse(id)?).cloned()
+        self.set().get(&SessionId::parse(id)?).map(|s| s.0.clone())
     }
 
     pub fn contains(&self, id: SessionId) -> bool {
-        self.map().contains_key(&id)
+        self.set().contains(&id)
     }
 
     /// Adds `s` unless `max` sessions exist already.
     pub fn insert_within(&self, s: Arc<Session>, max: usize) -> bool {
-        let mut map = self.map();
-        if map.len() >= max {
+        let mut set = self.set();
+        if set.len() >= max {
             return false;
         }
-        map.insert(s.id, s);
+        set.replace(ById(s));
         true
     }
 
     pub fn idle_since(&self, deadline: Instant) -> Vec<Arc<Session>> {
-        self.map()
-            .values()
-            .filter(|s| s.lock().last_activity < deadline)
-            .cloned()
+        self.set()
+            .iter()
+            .filter(|s| s.0.lock().last_activity < deadline)
+            .map(|s| s.0.clone())
             .collect()
     }
 
     /// Ends a session: its engine streams stop, its sockets close, its ports
     /// return to the pool.
     pub fn remove(&self, id: SessionId, engine: &Engine, admission: &Admission) -> bool {
-        let Some(s) = self.map().remove(&id) else {
+        let Some(ById(s)) = self.set().take(&id) else {
             return false;
         };
         let (streams, on_end) = {
             let mut inner = s.lock();
             (std::mem::take(&mut inner.streams), inner.on_end.take())
         };
-        for st in streams {
+        for st in streams.into_vec() {
             let r = st.reports;
             tracing::info!(
                 session = %s.id,
@@ -235,11 +285,10 @@ impl Sessions {
             );
             engine.send(st.shard, Command::Remove { id: st.engine_id });
             admission.release(&st.reservation);
-            if let Some(t) = st.rtcp_task {
-                t.abort();
-            }
-            if let Some((pair, client)) = st.route {
-                pair.unroute(client, st.engine_id);
+            match st.rtcp {
+                StreamRtcp::Reader(t) => t.abort(),
+                StreamRtcp::Route(pair, client) => pair.unroute(client, &s),
+                StreamRtcp::None => {}
             }
         }
         if let Some(w) = on_end {
@@ -266,7 +315,7 @@ pub async fn rtcp_reader(
             continue;
         }
         if let Ok(infos) = fjord_proto::rtcp::parse_compound(&buf[..n]) {
-            session.on_rtcp(Some(engine_id), &infos);
+            session.on_rtcp(|st| st.engine_id == engine_id, &infos);
         }
     }
 }

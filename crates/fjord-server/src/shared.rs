@@ -13,7 +13,7 @@
 use std::{
     collections::HashMap,
     io,
-    net::{IpAddr, SocketAddr},
+    net::{IpAddr, Ipv6Addr, SocketAddr},
     sync::{Arc, Mutex, MutexGuard, Weak},
 };
 
@@ -21,7 +21,7 @@ use socket2::Socket;
 
 use crate::{
     ports::{PortPool, bind_rtp_again},
-    session::Session,
+    session::{Session, Stream, StreamRtcp},
 };
 
 /// RTCP routes a pair holds per `max_sessions`: a session's streams each
@@ -63,10 +63,17 @@ impl SharedPorts {
     }
 }
 
-/// Where RTCP from one client address goes.
-struct Route {
-    session: Weak<Session>,
-    engine_id: u64,
+/// A client's RTCP address as a route's key: IPv4 as IPv4-mapped IPv6,
+/// 18 bytes where a `SocketAddr` takes 32 (the table has an entry per
+/// stream).
+type RouteKey = (Ipv6Addr, u16);
+
+fn route_key(client: SocketAddr) -> RouteKey {
+    let ip = match client.ip() {
+        IpAddr::V4(ip) => ip.to_ipv6_mapped(),
+        IpAddr::V6(ip) => ip,
+    };
+    (ip, client.port())
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -82,8 +89,9 @@ pub struct SharedPair {
     /// One RTP socket per engine thread, all on `rtp_port`.
     rtp: Vec<Arc<Socket>>,
     rtcp: Arc<Socket>,
-    /// By the client's RTCP address (as the kernel reports a source).
-    routes: Mutex<HashMap<SocketAddr, Route>>,
+    /// The session of each client's RTCP address (as the kernel reports a
+    /// source); its stream is the one set up with that address.
+    routes: Mutex<HashMap<RouteKey, Weak<Session>>>,
     limit: usize,
 }
 
@@ -149,47 +157,40 @@ impl SharedPair {
         }
     }
 
-    fn routes(&self) -> MutexGuard<'_, HashMap<SocketAddr, Route>> {
+    fn routes(&self) -> MutexGuard<'_, HashMap<RouteKey, Weak<Session>>> {
         self.routes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sends RTCP from `client` to stream `engine_id` of `session`.
-    pub fn route(
-        &self,
-        client: SocketAddr,
-        session: &Arc<Session>,
-        engine_id: u64,
-    ) -> Result<(), RouteError> {
+    /// Sends RTCP from `client` to the stream of `session` set up with
+    /// that address.
+    pub fn route(&self, client: SocketAddr, session: &Arc<Session>) -> Result<(), RouteError> {
+        let key = route_key(client);
         let mut routes = self.routes();
         // A route whose session is gone (ended without its streams) frees
         // its address.
-        if let Some(r) = routes.get(&client) {
-            if r.session.strong_count() > 0 {
+        if let Some(r) = routes.get(&key) {
+            if r.strong_count() > 0 {
                 return Err(RouteError::Taken);
             }
-            routes.remove(&client);
+            routes.remove(&key);
         }
         if routes.len() >= self.limit {
             return Err(RouteError::Full);
         }
-        routes.insert(
-            client,
-            Route {
-                session: Arc::downgrade(session),
-                engine_id,
-            },
-        );
+        routes.insert(key, Arc::downgrade(session));
         Ok(())
     }
 
-    /// Forgets the route of stream `engine_id` from `client`.
-    pub fn unroute(&self, client: SocketAddr, engine_id: u64) {
+    /// Forgets the route from `client` if it is `session`'s (one address
+    /// routes to one stream, so that is the stream's).
+    pub fn unroute(&self, client: SocketAddr, session: &Arc<Session>) {
+        let key = route_key(client);
         let mut routes = self.routes();
         if routes
-            .get(&client)
-            .is_some_and(|r| r.engine_id == engine_id)
+            .get(&key)
+            .is_some_and(|r| std::ptr::eq(r.as_ptr(), Arc::as_ptr(session)))
         {
-            routes.remove(&client);
+            routes.remove(&key);
         }
     }
 
@@ -201,15 +202,15 @@ impl SharedPair {
     /// One RTCP datagram from `from`: to its stream's session, or dropped
     /// (false) when no stream's client announced that address.
     pub fn deliver(&self, from: SocketAddr, bytes: &[u8]) -> bool {
-        let target = self
-            .routes()
-            .get(&from)
-            .and_then(|r| Some((r.session.upgrade()?, r.engine_id)));
-        let Some((session, engine_id)) = target else {
+        let key = route_key(from);
+        let session = self.routes().get(&key).and_then(Weak::upgrade);
+        let Some(session) = session else {
             return false;
         };
         if let Ok(infos) = fjord_proto::rtcp::parse_compound(bytes) {
-            session.on_rtcp(Some(engine_id), &infos);
+            let routed_here =
+                |st: &Stream| matches!(&st.rtcp, StreamRtcp::Route(_, a) if route_key(*a) == key);
+            session.on_rtcp(routed_here, &infos);
         }
         true
     }
@@ -290,13 +291,6 @@ mod tests {
         assert_eq!(port(pair.rtp(1)), pair.rtp_port);
         assert_eq!(port(pair.rtcp()), pair.rtp_port + 1);
         let server_rtcp = SocketAddr::new(ip, pair.rtp_port + 1);
-        let a = session(dir.path());
-        let b = session(dir.path());
-        for (s, id) in [(&a, 1), (&b, 2)] {
-            s.lock()
-                .streams
-                .push(crate::session::Stream::test_stream(id));
-        }
         let client_a = UdpSocket::bind("127.0.0.1:0").unwrap();
         let client_b = UdpSocket::bind("127.0.0.1:0").unwrap();
         let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -304,11 +298,19 @@ mod tests {
             client_a.local_addr().unwrap(),
             client_b.local_addr().unwrap(),
         );
-        pair.route(addr_a, &a, 1).unwrap();
-        pair.route(addr_b, &b, 2).unwrap();
-        assert_eq!(pair.route(addr_a, &b, 2), Err(RouteError::Taken));
+        let a = session(dir.path());
+        let b = session(dir.path());
+        for (s, id, client) in [(&a, 1, addr_a), (&b, 2, addr_b)] {
+            s.lock().add_stream(Stream {
+                rtcp: StreamRtcp::Route(pair.clone(), client),
+                ..Stream::test_stream(id)
+            });
+        }
+        pair.route(addr_a, &a).unwrap();
+        pair.route(addr_b, &b).unwrap();
+        assert_eq!(pair.route(addr_a, &b), Err(RouteError::Taken));
         assert_eq!(
-            pair.route(stranger.local_addr().unwrap(), &b, 3),
+            pair.route(stranger.local_addr().unwrap(), &b),
             Err(RouteError::Full),
             "bounded"
         );
@@ -327,18 +329,18 @@ mod tests {
         assert_eq!(reports(&b, 2), (2, 11), "B got its own reports only");
         assert!(!pair.deliver(stranger.local_addr().unwrap(), &rr(1, 1)));
         // A stream's route goes with it, and only its own.
-        pair.unroute(addr_a, 2);
-        assert_eq!(pair.route_count(), 2, "another stream's id removes nothing");
-        pair.unroute(addr_a, 1);
+        pair.unroute(addr_a, &b);
+        assert_eq!(pair.route_count(), 2, "another session removes nothing");
+        pair.unroute(addr_a, &a);
         assert_eq!(pair.route_count(), 1);
         assert!(!pair.deliver(addr_a, &rr(1, 1)));
-        pair.route(stranger.local_addr().unwrap(), &b, 3).unwrap();
+        pair.route(stranger.local_addr().unwrap(), &b).unwrap();
+        pair.unroute(stranger.local_addr().unwrap(), &b);
         // A session that is gone gets nothing, and nothing breaks.
         drop(b);
         assert!(!pair.deliver(addr_b, &rr(2, 1)));
         // ... and its address is free again.
-        pair.unroute(stranger.local_addr().unwrap(), 3);
-        pair.route(addr_b, &a, 4).unwrap();
+        pair.route(addr_b, &a).unwrap();
         assert!(pair.deliver(addr_b, &rr(1, 1)));
     }
 }
