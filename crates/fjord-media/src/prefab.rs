@@ -254,10 +254,6 @@ pub struct PrefabTrack<'a> {
 }
 
 impl<'a> PrefabTrack<'a> {
-    pub fn packet_count(&self) -> usize {
-        self.table.len() / 8 - 1
-    }
-
     /// Packet `i` (header and payload) and its offset in the file, by
     /// reference (hot path: no allocation).
     #[inline]
@@ -266,22 +262,6 @@ impl<'a> PrefabTrack<'a> {
         let (start, rest) = self.table.get(at..)?.split_first_chunk::<8>()?;
         let (end, _) = rest.split_first_chunk::<8>()?;
         let (start, end) = (u64::from_le_bytes(*start), u64::from_le_bytes(*end));
-        let bytes = self
-            .bytes
-            .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
-        Some((start, bytes))
-    }
-
-    /// Packets `range` back to back, as one slice.
-    #[inline]
-    pub fn run(&self, range: std::ops::Range<usize>) -> Option<(u64, &'a [u8])> {
-        let (start, _) = self.packet(range.start)?;
-        let end = if range.end > range.start {
-            let (s, last) = self.packet(range.end - 1)?;
-            s + last.len() as u64
-        } else {
-            start
-        };
         let bytes = self
             .bytes
             .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
