@@ -168,20 +168,6 @@ impl Title {
     /// mapping (the file shrank since it was mapped; the engine stops the
     /// session rather than fault).
     pub fn runs(&self, rec: &PacketRecord) -> Option<(&[u8], &[u8])> {
-        let run1 = self.run(rec.offset, rec.len)?;
-        if rec.len2 == 0 {
-            return Some((run1, &[]));
-        }
-        let offset2 = rec
-            .offset
-            .checked_add(u64::from(rec.len))?
-            .checked_add(u64::from(rec.skip))?;
-        Some((run1, self.run(offset2, rec.len2)?))
-    }
-
-    fn run(&self, offset: u64, len: u32) -> Option<&[u8]> {
-        let start = usize::try_from(offset).ok()?;
-        let end = start.checked_add(len as usize)?;
-        self.media.get(start..end)
+        rec.runs(&self.media)
     }
 }

@@ -1,12 +1,10 @@
 //! Parity at ingest: frame every packet of an indexed title as a source
 //! symbol, Reed-Solomon encode each block and write the sidecar atomically.
 
-use std::fs::File;
-use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use fjord_media::{BlockLayout, Index, PacketRecord, Track};
+use fjord_media::{BlockLayout, Index, PacketRecord, Track, durable};
 
 use crate::FecError;
 use crate::params::FecParams;
@@ -61,15 +59,8 @@ struct BlockResult {
 /// The parts of a packet's RTP payload: payload header, then its file runs.
 /// `None` if a run lies outside `media` (an index for another file).
 pub fn payload_parts<'m>(rec: &'m PacketRecord, media: &'m [u8]) -> Option<[&'m [u8]; 3]> {
-    let run = |off: u64, len: u32| {
-        let start = usize::try_from(off).ok()?;
-        media.get(start..start.checked_add(len as usize)?)
-    };
-    Some([
-        rec.prefix(),
-        run(rec.offset, rec.len)?,
-        run(rec.offset2(), rec.len2)?,
-    ])
+    let (run1, run2) = rec.runs(media)?;
+    Some([rec.prefix(), run1, run2])
 }
 
 /// Frames packet `rec` into `out` (E bytes) and returns its symbol hash.
@@ -268,18 +259,12 @@ pub fn write_sidecar(
     let data_len: u64 = plans.iter().map(BlockPlan::repair_len).sum();
     let source_bytes: u64 = plans.iter().map(|p| p.payload_bytes).sum();
 
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
     let io_err = |what: &str| {
         let what = format!("{what} {}", path.display());
         move |source| FecError::Io { what, source }
     };
-    let tmp = tempfile::Builder::new()
-        .prefix(".fjfec.tmp")
-        .tempfile_in(dir)
-        .map_err(io_err("create a temporary file for"))?;
+    let tmp =
+        durable::temp_beside(path, ".fjfec.tmp").map_err(io_err("create a temporary file for"))?;
     let file = tmp.as_file();
     file.set_len(data_off + data_len).map_err(io_err("size"))?;
 
@@ -324,7 +309,7 @@ pub fn write_sidecar(
     file.write_all_at(blake3::hash(&meta).as_bytes(), meta_len)
         .map_err(io_err("write"))?;
     // As readable as the index beside it.
-    persist(tmp, path, dir, 0o644).map_err(io_err("write"))?;
+    durable::persist(tmp, path, 0o644).map_err(io_err("write"))?;
     Ok(EncodeSummary {
         tracks: params.iter().copied().zip(block_counts).collect(),
         repair_bytes: data_len,
@@ -458,24 +443,4 @@ fn encode_meta(
         }
     }
     buf
-}
-
-/// Sets `mode` (temp files are 0600), fsyncs, renames into place and makes
-/// the rename durable.
-pub(crate) fn persist(
-    tmp: tempfile::NamedTempFile,
-    path: &Path,
-    dir: &Path,
-    mode: u32,
-) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(mode))?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    // Not all filesystems allow syncing a directory.
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }

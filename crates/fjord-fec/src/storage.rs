@@ -8,12 +8,13 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fjord_media::durable;
 use fjord_media::index::{index_path_for, map_media};
 use fjord_media::{Index, Track};
 use memmap2::Mmap;
 
 use crate::FecError;
-use crate::encode::{frame_packet, meta_of, payload_parts, persist, record, source_hash};
+use crate::encode::{frame_packet, meta_of, payload_parts, record, source_hash};
 use crate::rs::Codec;
 use crate::sidecar::{self, BlockFec, Sidecar, TrackFec};
 use crate::symbol::{self, SYMBOL_HEADER_LEN};
@@ -510,17 +511,11 @@ fn write_repaired(
         let what = format!("{what} {}", media_path.display());
         move |source| FecError::Io { what, source }
     };
-    let dir = match media_path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
     let mode = std::fs::metadata(media_path)
         .map_err(io_err("stat"))?
         .mode()
         & 0o7777;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".fjord-repair.tmp")
-        .tempfile_in(dir)
+    let mut tmp = durable::temp_beside(media_path, ".fjord-repair.tmp")
         .map_err(io_err("create a temporary file beside"))?;
     std::io::Write::write_all(&mut tmp, &title.media).map_err(io_err("write a copy of"))?;
     let file = tmp.as_file();
@@ -544,7 +539,7 @@ fn write_repaired(
             "after rebuilding every damaged packet the file still differs from the ingested one; restore it from a backup".into(),
         ));
     }
-    persist(tmp, media_path, dir, mode).map_err(io_err("replace"))
+    durable::persist(tmp, media_path, mode).map_err(io_err("replace"))
 }
 
 fn system_time(ns: i64) -> SystemTime {

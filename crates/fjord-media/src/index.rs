@@ -41,6 +41,7 @@ use std::time::UNIX_EPOCH;
 
 use memmap2::Mmap;
 
+use crate::durable;
 use crate::plan::{
     BlockLayout, IngestReport, MAX_PREFIX, MediaPlan, PacketRecord, SyncPoint, TimingSource,
 };
@@ -247,28 +248,10 @@ pub enum IndexError {
 
 /// Write the index of a title atomically (temp file, fsync, rename).
 pub fn write(path: &Path, plan: &MediaPlan, src: &SourceId) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".fjidx.tmp")
-        .tempfile_in(dir)?;
+    let mut tmp = durable::temp_beside(path, ".fjidx.tmp")?;
     encode(plan, src, tmp.as_file_mut())?;
-    // Temp files are created 0600; an index is as readable as its media.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    }
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    // Make the rename itself durable; not all filesystems allow syncing a directory.
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    // As readable as its media.
+    durable::persist(tmp, path, 0o644)
 }
 
 fn too_big(what: &str) -> io::Error {

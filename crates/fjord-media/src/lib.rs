@@ -7,6 +7,7 @@
 
 pub mod aac;
 pub mod ac3;
+pub mod durable;
 mod es;
 pub mod format;
 pub mod h264;

@@ -92,6 +92,26 @@ impl PacketRecord {
         }
     }
 
+    /// The packet's file runs in `media` (the second empty when it has
+    /// none); `None` when a run lies outside it.
+    pub fn runs<'m>(&self, media: &'m [u8]) -> Option<(&'m [u8], &'m [u8])> {
+        let run = |offset: u64, len: u32| {
+            let start = usize::try_from(offset).ok()?;
+            media.get(start..start.checked_add(len as usize)?)
+        };
+        let run2 = if self.len2 == 0 {
+            &[][..]
+        } else {
+            run(
+                self.offset
+                    .checked_add(u64::from(self.len))?
+                    .checked_add(u64::from(self.skip))?,
+                self.len2,
+            )?
+        };
+        Some((run(self.offset, self.len)?, run2))
+    }
+
     /// RTP payload length: prefix and both runs.
     pub fn payload_len(&self) -> usize {
         self.prefix().len() + self.len as usize + self.len2 as usize

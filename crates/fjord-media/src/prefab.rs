@@ -38,6 +38,7 @@ use fjord_proto::rtp::{RTP_HEADER_LEN, write_header};
 use memmap2::Mmap;
 
 use crate::{
+    durable,
     index::{Index, Track, index_path_for, map_media},
     plan::PacketRecord,
 };
@@ -139,6 +140,9 @@ pub fn write(
 ) -> Result<u64, PrefabError> {
     let checksum = index.checksum();
     let tracks: Vec<Track<'_>> = index.tracks().collect();
+    let ids: Vec<Ids> = (0..tracks.len())
+        .map(|t| Ids::derive(&checksum, t))
+        .collect();
     let tables_len: u64 = tracks
         .iter()
         .map(|t| 8 * (t.packet_count() as u64 + 1))
@@ -153,8 +157,7 @@ pub fn write(
     let file_len_at = meta.len();
     meta.extend_from_slice(&[0; 16]);
     let mut table_off = (HEADER_LEN + TRACK_ENTRY_LEN * tracks.len()) as u64;
-    for (t, track) in tracks.iter().enumerate() {
-        let ids = Ids::derive(&checksum, t);
+    for (track, ids) in tracks.iter().zip(&ids) {
         meta.extend_from_slice(&ids.ssrc.to_le_bytes());
         meta.extend_from_slice(&ids.ts0.to_le_bytes());
         meta.extend_from_slice(&ids.seq0.to_le_bytes());
@@ -174,35 +177,23 @@ pub fn write(
     let file_len = at;
     meta[file_len_at..file_len_at + 8].copy_from_slice(&file_len.to_le_bytes());
 
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix(".fjpkt.tmp")
-        .tempfile_in(dir)?;
+    let tmp = durable::temp_beside(path, ".fjpkt.tmp")?;
     let mut out = BufWriter::with_capacity(1 << 20, tmp.as_file());
     out.write_all(&meta)?;
     let total = file_len - data_start;
     let mut done = 0u64;
     let mut reported = 0u64;
-    let run = |offset: u64, len: u32| -> Result<&[u8], PrefabError> {
-        let start = usize::try_from(offset).map_err(|_| PrefabError::Corrupt("offset"))?;
-        media
-            .get(start..start + len as usize)
-            .ok_or(PrefabError::Corrupt("the index points past the media file"))
-    };
-    for (t, track) in tracks.iter().enumerate() {
-        let ids = Ids::derive(&checksum, t);
+    for (track, &ids) in tracks.iter().zip(&ids) {
         let pt = track.payload_type();
         for i in 0..track.packet_count() {
             let Some(rec) = track.packet(i) else { break };
+            let (run1, run2) = rec
+                .runs(media)
+                .ok_or(PrefabError::Corrupt("the index points past the media file"))?;
             out.write_all(&rtp_header(ids, pt, i, &rec))?;
             out.write_all(rec.prefix())?;
-            out.write_all(run(rec.offset, rec.len)?)?;
-            if rec.len2 > 0 {
-                out.write_all(run(rec.offset2(), rec.len2)?)?;
-            }
+            out.write_all(run1)?;
+            out.write_all(run2)?;
             done += wire_len(&rec);
             if done - reported >= 64 << 20 {
                 reported = done;
@@ -217,15 +208,8 @@ pub fn write(
     }
     out.flush()?;
     drop(out);
-    tmp.as_file().sync_all()?;
     // As readable as the index beside it.
-    use std::os::unix::fs::PermissionsExt;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
+    durable::persist(tmp, path, 0o644)?;
     progress(total, total);
     Ok(file_len)
 }
@@ -366,15 +350,10 @@ impl<B: AsRef<[u8]>> Prefab<B> {
                     .is_some_and(|(rec, (_, got))| {
                         let (head, rest) = got.split_at(RTP_HEADER_LEN.min(got.len()));
                         let (prefix, rest) = rest.split_at(rec.prefix().len().min(rest.len()));
-                        let run = |offset: u64, len: u32| {
-                            let start = usize::try_from(offset).ok()?;
-                            media.get(start..start.checked_add(len as usize)?)
-                        };
-                        let (run1, run2) = rest.split_at((rec.len as usize).min(rest.len()));
+                        let (got1, got2) = rest.split_at((rec.len as usize).min(rest.len()));
                         head == rtp_header(p.ids, pt, i, &rec)
                             && prefix == rec.prefix()
-                            && run(rec.offset, rec.len) == Some(run1)
-                            && (rec.len2 == 0 || run(rec.offset2(), rec.len2) == Some(run2))
+                            && rec.runs(media) == Some((got1, got2))
                     });
                 if !same {
                     out.push((t, i));
