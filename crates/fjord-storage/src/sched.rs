@@ -1,0 +1,1 @@
+//! Per-disk request scheduling (sans-IO). Placeholder: being written.
