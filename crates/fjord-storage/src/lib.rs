@@ -1,5 +1,28 @@
-//! fjord's storage layer: makes sure an engine thread never waits for a disk.
+//! fjord's storage layer: an engine thread never waits for a disk.
 //!
-//! (Contract: written as the crate grows.)
+//! In: titles as [`Source`]s (their mapped files, and which bytes a run of
+//! packets touches), sessions registered as [`ReadAhead`]s with their
+//! position, a memory budget. Out: per session a window of packets whose
+//! bytes are resident and locked ([`Cursor::ready_from`], a few atomic
+//! loads, never a lock or a wait), kept `readahead` ahead of the session by
+//! worker threads per disk, earliest deadline first; a failed mark when a
+//! title's files changed or could not be read. The first seconds and the
+//! tables of every loaded title stay resident ([`HeadPin`]).
+//!
+//! It never parses media, never copies payload (pages are locked where the
+//! engine already maps them) and never blocks the caller of
+//! [`Cursor::ready_from`]; registering and loading a title's head may wait.
 
+mod budget;
+mod cursor;
+pub mod pin;
 pub mod sched;
+mod service;
+mod source;
+
+pub use budget::default_budget;
+pub use cursor::{Cursor, Mode};
+pub use service::{
+    HeadPin, ReadAhead, Storage, StorageConfig, StorageStats, device_of,
+};
+pub use source::{Extent, MappedFile, Source, Uses};

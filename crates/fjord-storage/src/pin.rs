@@ -1,0 +1,380 @@
+//! Resident, pinned chunks of mapped files, counted by reference.
+//!
+//! A chunk is [`CHUNK`] bytes of one mapping. The first holder reads it
+//! ahead (`readahead(2)`: one large request) and locks it (`mlock(2)`: the
+//! pages are read if they are not yet, mapped into the process and kept
+//! from eviction); the last holder unlocks it (the pages stay in the page
+//! cache, evictable). mlock is not counted — one `munlock` unlocks for
+//! everybody — so sessions sharing a chunk share one count here.
+//!
+//! Why mlock on the mapping rather than reads into owned buffers: the data
+//! paths already send by reference from these mappings (and the same page
+//! serves every session of a title), so a locked page is exactly "known to
+//! be resident" with no change to how packets leave. Where locking is not
+//! allowed (`RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`), chunks are only
+//! populated (`MADV_POPULATE_READ`): resident when handed over, but the
+//! kernel may evict them under memory pressure; the server says so at start.
+
+use std::{
+    collections::HashMap,
+    io,
+    ops::Range,
+    sync::{
+        Condvar, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+};
+
+use crate::source::MappedFile;
+
+/// Bytes per chunk: large enough that a refill is a few big reads, small
+/// enough that a low-rate session does not hold much.
+pub const CHUNK: usize = 256 * 1024;
+
+/// A chunk: the mapping's base address and the chunk's number in it.
+pub type ChunkKey = (usize, usize);
+
+#[derive(Debug)]
+enum State {
+    Loading,
+    Resident,
+}
+
+struct Entry {
+    refs: u32,
+    state: State,
+    len: usize,
+}
+
+/// Why a chunk could not be made resident.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    /// The disk failed to read it (EIO).
+    #[error("read error: {0}")]
+    Read(io::Error),
+    /// The file is shorter than the mapping now.
+    #[error("the file shrank")]
+    Truncated,
+    #[error("{0}")]
+    Other(io::Error),
+}
+
+pub struct Pins {
+    table: Mutex<HashMap<ChunkKey, Entry>>,
+    loaded: Condvar,
+    /// Bytes of resident chunks held.
+    pinned: AtomicU64,
+    /// Locking is allowed (else chunks are only populated).
+    lock: AtomicBool,
+}
+
+impl Default for Pins {
+    fn default() -> Self {
+        Self {
+            table: Mutex::new(HashMap::new()),
+            loaded: Condvar::new(),
+            pinned: AtomicU64::new(0),
+            lock: AtomicBool::new(allow_locking()),
+        }
+    }
+}
+
+impl Pins {
+    pub fn pinned_bytes(&self) -> u64 {
+        self.pinned.load(Ordering::Relaxed)
+    }
+
+    pub fn locks(&self) -> bool {
+        self.lock.load(Ordering::Relaxed)
+    }
+
+    /// Makes the chunks covering `range` of `file` resident and holds them
+    /// (appending their keys to `held`); blocks for the disk. On error the
+    /// chunks of this call already held stay in `held`.
+    pub fn pin(
+        &self,
+        file: &MappedFile,
+        range: Range<usize>,
+        held: &mut Vec<ChunkKey>,
+    ) -> Result<(), PinError> {
+        let range = range.start.min(file.len)..range.end.min(file.len);
+        if range.is_empty() {
+            return Ok(());
+        }
+        let chunks = range.start / CHUNK..range.end.div_ceil(CHUNK);
+        let mut fresh = Vec::new();
+        {
+            let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+            for c in chunks.clone() {
+                let key = (file.base as usize, c);
+                let e = table.entry(key).or_insert_with(|| {
+                    fresh.push(c);
+                    Entry {
+                        refs: 0,
+                        state: State::Loading,
+                        len: chunk_len(file, c),
+                    }
+                });
+                e.refs += 1;
+                held.push(key);
+            }
+        }
+        if !fresh.is_empty() {
+            let first = fresh[0] * CHUNK;
+            let last = (fresh[fresh.len() - 1] * CHUNK + CHUNK).min(file.len);
+            readahead(file, first..last);
+        }
+        let mut failure = None;
+        for &c in &fresh {
+            let r = self.make_resident(file, c);
+            let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+            let key = (file.base as usize, c);
+            match r {
+                Ok(()) => {
+                    if let Some(e) = table.get_mut(&key) {
+                        e.state = State::Resident;
+                        self.pinned.fetch_add(e.len as u64, Ordering::Relaxed);
+                    }
+                }
+                Err(err) => {
+                    // Not resident: nobody may take it for resident.
+                    table.remove(&key);
+                    held.retain(|k| *k != key);
+                    failure.get_or_insert(err);
+                }
+            }
+            self.loaded.notify_all();
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        self.wait_loaded(held, chunks.len())
+    }
+
+    /// Waits until the last `n` keys of `held` (loaded by other threads
+    /// perhaps) are resident; a chunk whose load failed is an error.
+    fn wait_loaded(&self, held: &mut Vec<ChunkKey>, n: usize) -> Result<(), PinError> {
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let from = held.len().saturating_sub(n);
+        loop {
+            let mut loading = false;
+            for key in &held[from..] {
+                match table.get(key) {
+                    Some(Entry {
+                        state: State::Loading,
+                        ..
+                    }) => loading = true,
+                    Some(_) => {}
+                    None => {
+                        let key = *key;
+                        drop(table);
+                        held.retain(|k| *k != key);
+                        return Err(PinError::Other(io::Error::other(
+                            "another reader failed to load the chunk",
+                        )));
+                    }
+                }
+            }
+            if !loading {
+                return Ok(());
+            }
+            table = self.loaded.wait(table).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn make_resident(&self, file: &MappedFile, c: usize) -> Result<(), PinError> {
+        let start = c * CHUNK;
+        let len = chunk_len(file, c);
+        // SAFETY: start..start+len lies inside the mapping (chunk_len clips
+        // it), which the Source keeps mapped while it is pinned.
+        let addr = unsafe { file.base.add(start) } as *const libc::c_void;
+        if self.locks() {
+            // SAFETY: a range of a live mapping; mlock only faults it in.
+            if unsafe { libc::mlock(addr, len) } == 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EPERM) {
+                self.lock.store(false, Ordering::Relaxed);
+                tracing::warn!(
+                    "cannot lock read-ahead ({e}); pages are populated but may be evicted before they are sent"
+                );
+            }
+        } else {
+            // SAFETY: as above; MADV_POPULATE_READ only faults pages in.
+            if unsafe { libc::madvise(addr as *mut _, len, libc::MADV_POPULATE_READ) } == 0 {
+                return Ok(());
+            }
+        }
+        Err(classify(file, start, len))
+    }
+
+    /// Releases chunks held by one holder.
+    pub fn unpin(&self, keys: &[ChunkKey]) {
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        for key in keys {
+            let Some(e) = table.get_mut(key) else {
+                continue;
+            };
+            e.refs -= 1;
+            if e.refs > 0 {
+                continue;
+            }
+            let len = e.len;
+            table.remove(key);
+            self.pinned.fetch_sub(len as u64, Ordering::Relaxed);
+            if self.locks() {
+                // SAFETY: the chunk of a live mapping (holders keep it
+                // mapped); munlock never faults.
+                unsafe { libc::munlock((key.0 + key.1 * CHUNK) as *const libc::c_void, len) };
+            }
+        }
+    }
+}
+
+fn chunk_len(file: &MappedFile, c: usize) -> usize {
+    (file.len - c * CHUNK).min(CHUNK)
+}
+
+/// Starts reading `range` of the file into the page cache as one request
+/// (the fault path of mlock would read it in read-around pieces).
+fn readahead(file: &MappedFile, range: Range<usize>) {
+    // SAFETY: readahead only reads into the page cache.
+    unsafe { libc::readahead(file.fd, range.start as i64, range.len()) };
+}
+
+/// Why a chunk could not be faulted in: the read's own error.
+fn classify(file: &MappedFile, start: usize, len: usize) -> PinError {
+    let mut buf = vec![0u8; len];
+    // SAFETY: buf has len bytes.
+    let n = unsafe { libc::pread(file.fd, buf.as_mut_ptr().cast(), len, start as i64) };
+    match n {
+        n if n < 0 => {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EIO) {
+                PinError::Read(e)
+            } else {
+                PinError::Other(e)
+            }
+        }
+        n if (n as usize) < len => PinError::Truncated,
+        _ => PinError::Other(io::Error::other("cannot fault the chunk in")),
+    }
+}
+
+/// Lifts the soft memory-lock limit to the hard one; whether locking then
+/// looks possible (root, CAP_IPC_LOCK or an unlimited limit).
+fn allow_locking() -> bool {
+    // SAFETY: get/setrlimit on a local struct.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) != 0 {
+            return false;
+        }
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim);
+        lim.rlim_cur == libc::RLIM_INFINITY || libc::geteuid() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::{io::Write, os::fd::AsRawFd};
+
+    fn mapped(len: usize) -> (tempfile::NamedTempFile, memmap::Map, MappedFile) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&vec![7u8; len]).unwrap();
+        let map = memmap::Map::new(f.as_file(), len);
+        let file = MappedFile {
+            base: map.ptr,
+            len,
+            fd: f.as_file().as_raw_fd(),
+        };
+        (f, map, file)
+    }
+
+    /// A read-only shared mapping for the tests (the crate itself only
+    /// pins mappings others made).
+    mod memmap {
+        pub struct Map {
+            pub ptr: *const u8,
+            len: usize,
+        }
+        impl Map {
+            pub fn new(f: &std::fs::File, len: usize) -> Self {
+                use std::os::fd::AsRawFd;
+                // SAFETY: maps a file we hold open; unmapped on drop.
+                let ptr = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ,
+                        libc::MAP_SHARED,
+                        f.as_raw_fd(),
+                        0,
+                    )
+                };
+                assert_ne!(ptr, libc::MAP_FAILED);
+                Map {
+                    ptr: ptr as *const u8,
+                    len,
+                }
+            }
+        }
+        impl Drop for Map {
+            fn drop(&mut self) {
+                // SAFETY: our own mapping.
+                unsafe { libc::munmap(self.ptr as *mut _, self.len) };
+            }
+        }
+    }
+
+    #[test]
+    fn shared_chunks_are_counted_once_and_released_by_the_last_holder() {
+        let (_f, _m, file) = mapped(3 * CHUNK + 100);
+        let pins = Pins::default();
+        let (mut a, mut b) = (vec![], vec![]);
+        pins.pin(&file, 10..CHUNK + 1, &mut a).unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(pins.pinned_bytes(), 2 * CHUNK as u64);
+        pins.pin(&file, CHUNK..3 * CHUNK + 100, &mut b).unwrap();
+        assert_eq!(b.len(), 3, "the last chunk is short");
+        assert_eq!(pins.pinned_bytes(), (3 * CHUNK + 100) as u64);
+        pins.unpin(&a);
+        assert_eq!(
+            pins.pinned_bytes(),
+            (2 * CHUNK + 100) as u64,
+            "chunk 1 is still held by b"
+        );
+        pins.unpin(&b);
+        assert_eq!(pins.pinned_bytes(), 0);
+    }
+
+    #[test]
+    fn pinned_pages_are_resident() {
+        let (_f, _m, file) = mapped(2 * CHUNK);
+        let pins = Pins::default();
+        let mut held = vec![];
+        pins.pin(&file, 0..2 * CHUNK, &mut held).unwrap();
+        let pages = 2 * CHUNK / 4096;
+        let mut vec = vec![0u8; pages];
+        // SAFETY: mincore on our mapping into a vector of one byte per page.
+        let r = unsafe { libc::mincore(file.base as *mut _, 2 * CHUNK, vec.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        assert!(vec.iter().all(|v| v & 1 == 1), "every page resident");
+        pins.unpin(&held);
+    }
+
+    #[test]
+    fn a_truncated_file_is_an_error_not_a_crash() {
+        let (f, _m, file) = mapped(2 * CHUNK);
+        f.as_file().set_len(CHUNK as u64 / 2).unwrap();
+        let pins = Pins::default();
+        let mut held = vec![];
+        let r = pins.pin(&file, CHUNK..2 * CHUNK, &mut held);
+        assert!(matches!(r, Err(PinError::Truncated)), "{r:?}");
+        assert!(held.is_empty());
+        assert_eq!(pins.pinned_bytes(), 0);
+    }
+}

@@ -1,0 +1,580 @@
+//! The storage service: per disk, worker threads that keep every playing
+//! session's next seconds resident, earliest deadline first.
+//!
+//! Each registered session (a [`ReadAhead`]) is looked at when its
+//! resident lead is about to fall below half the read-ahead, when the
+//! engine moves it (PLAY, PAUSE), or when a refill of it finished. A
+//! refill pins the bytes of the next packets up to the read-ahead
+//! ([`crate::pin`]) and then widens the session's window; packets the
+//! session has passed are released. A session whose title changed on disk
+//! or could not be read is marked failed, and its engine thread ends it.
+
+use std::{
+    cmp::Reverse,
+    collections::{BinaryHeap, HashMap, VecDeque},
+    io,
+    os::fd::RawFd,
+    sync::{
+        Arc, Condvar, Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+    time::{Duration, Instant},
+};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::{
+    cursor::{Cursor, Mode},
+    pin::{ChunkKey, PinError, Pins},
+    source::{Extent, Source, Uses},
+};
+
+#[derive(Clone, Debug)]
+pub struct StorageConfig {
+    /// How far ahead of a playing session its packets are kept resident.
+    pub readahead: Duration,
+    /// The first read of a session at a new position: small, so its first
+    /// packet leaves soon; the rest follows at once.
+    pub first_read: Duration,
+    /// Bytes of pinned read-ahead at most (see [`crate::default_budget`]).
+    pub budget: u64,
+    /// Seconds at the start of every loaded title kept resident.
+    pub head: Duration,
+    /// Reads in flight per disk.
+    pub workers_per_disk: usize,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            readahead: Duration::from_secs(4),
+            first_read: Duration::from_millis(500),
+            budget: crate::budget::default_budget(),
+            head: Duration::from_secs(2),
+            workers_per_disk: 2,
+        }
+    }
+}
+
+/// Counters of the whole storage layer.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StorageStats {
+    pub budget_bytes: u64,
+    pub pinned_bytes: u64,
+    /// Refills done and the bytes they covered.
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub read_errors: u64,
+    /// Refills that finished after the session would have run dry.
+    pub late_reads: u64,
+    /// Times a refill waited because the budget was spent.
+    pub budget_waits: u64,
+    /// Sessions registered now.
+    pub sessions: u64,
+    /// Whether pinned pages are locked (else only populated).
+    pub locked: bool,
+}
+
+#[derive(Default)]
+struct Counters {
+    reads: AtomicU64,
+    read_bytes: AtomicU64,
+    read_errors: AtomicU64,
+    late_reads: AtomicU64,
+    budget_waits: AtomicU64,
+    sessions: AtomicU64,
+}
+
+/// Handle to the storage layer; clones share it.
+#[derive(Clone)]
+pub struct Storage {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: StorageConfig,
+    pins: Pins,
+    counters: Counters,
+    disks: Mutex<HashMap<u64, Arc<Disk>>>,
+}
+
+struct Disk {
+    state: Mutex<DiskState>,
+    wake: Condvar,
+    pokes: (Sender<usize>, Receiver<usize>),
+}
+
+#[derive(Default)]
+struct DiskState {
+    entries: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    /// When to look at which entry next (entry, generation).
+    checks: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    /// Refills waiting for a worker, earliest deadline first.
+    queue: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+}
+
+struct Entry {
+    cursor: Arc<Cursor>,
+    source: Arc<dyn Source>,
+    track: usize,
+    uses: Uses,
+    /// Pinned runs of packets, oldest first.
+    grants: VecDeque<Grant>,
+    /// A refill to this packet is queued or running.
+    refill: Option<u32>,
+    /// Bumped whenever the entry is rescheduled: stale heap entries skip.
+    generation: u64,
+}
+
+struct Grant {
+    /// One past the last packet this grant covers.
+    end: u32,
+    chunks: Vec<ChunkKey>,
+}
+
+/// A session's read-ahead: held by the engine's session; dropping it
+/// releases what was pinned for it.
+pub struct ReadAhead {
+    cursor: Arc<Cursor>,
+    id: usize,
+    disk: Arc<Disk>,
+}
+
+impl ReadAhead {
+    pub fn cursor(&self) -> &Cursor {
+        &self.cursor
+    }
+
+    /// The session moved or changed mode: look at it now.
+    pub fn position(&self, packet: u32, mode: Mode) {
+        self.cursor.position(packet, mode);
+        self.disk.poke(self.id);
+    }
+
+    pub fn set_uses(&self, uses: Uses) {
+        self.cursor.set_uses(uses);
+        self.disk.poke(self.id);
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        self.cursor.set_gone();
+        self.disk.poke(self.id);
+    }
+}
+
+/// Pinned head of a title: its tables and first seconds, while loaded.
+pub struct HeadPin {
+    chunks: Vec<ChunkKey>,
+    storage: Storage,
+    // Keeps the mappings alive while they are pinned.
+    _source: Arc<dyn Source>,
+}
+
+impl Drop for HeadPin {
+    fn drop(&mut self) {
+        self.storage.inner.pins.unpin(&self.chunks);
+    }
+}
+
+impl Disk {
+    fn poke(&self, id: usize) {
+        let _ = self.pokes.0.send(id);
+        self.wake.notify_one();
+    }
+}
+
+impl Storage {
+    pub fn new(config: StorageConfig) -> Self {
+        let pins = Pins::default();
+        if !pins.locks() {
+            tracing::warn!(
+                "read-ahead cannot be locked in memory (RLIMIT_MEMLOCK; run as root or with CAP_IPC_LOCK): pages may be evicted before they are sent"
+            );
+        }
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                pins,
+                counters: Counters::default(),
+                disks: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &StorageConfig {
+        &self.inner.config
+    }
+
+    pub fn stats(&self) -> StorageStats {
+        let c = &self.inner.counters;
+        StorageStats {
+            budget_bytes: self.inner.config.budget,
+            pinned_bytes: self.inner.pins.pinned_bytes(),
+            reads: c.reads.load(Relaxed),
+            read_bytes: c.read_bytes.load(Relaxed),
+            read_errors: c.read_errors.load(Relaxed),
+            late_reads: c.late_reads.load(Relaxed),
+            budget_waits: c.budget_waits.load(Relaxed),
+            sessions: c.sessions.load(Relaxed),
+            locked: self.inner.pins.locks(),
+        }
+    }
+
+    /// Registers a session of `source`'s track `track` reading `uses`,
+    /// positioned at packet 0 and waiting to start.
+    pub fn register(
+        &self,
+        source: Arc<dyn Source>,
+        track: usize,
+        uses: Uses,
+    ) -> io::Result<ReadAhead> {
+        let disk = self.disk(source.device())?;
+        let cursor = Arc::new(Cursor::new(uses));
+        let id = {
+            let mut st = lock(&disk.state);
+            let entry = Entry {
+                cursor: cursor.clone(),
+                source,
+                track,
+                uses,
+                grants: VecDeque::new(),
+                refill: None,
+                generation: 0,
+            };
+            match st.free.pop() {
+                Some(id) => {
+                    st.entries[id] = Some(entry);
+                    id
+                }
+                None => {
+                    st.entries.push(Some(entry));
+                    st.entries.len() - 1
+                }
+            }
+        };
+        self.inner.counters.sessions.fetch_add(1, Relaxed);
+        disk.poke(id);
+        Ok(ReadAhead { cursor, id, disk })
+    }
+
+    /// Pins `source`'s head and the first seconds of every track (blocks
+    /// for the disk: call it where loading a title may wait).
+    pub fn hold_head(&self, source: Arc<dyn Source>) -> Result<HeadPin, PinError> {
+        let mut extents = Vec::new();
+        source.head(&mut extents);
+        let head_ns = self.inner.config.head.as_nanos() as u64;
+        for t in 0..source.track_count() {
+            let count = source.packet_count(t);
+            let end = packet_at_or_after(&*source, t, 0, head_ns, count);
+            source.extents(t, 0..end, source.default_uses(), &mut extents);
+        }
+        let mut head = HeadPin {
+            chunks: Vec::new(),
+            storage: self.clone(),
+            _source: source.clone(),
+        };
+        for e in &extents {
+            let file = source.files()[e.file];
+            self.inner.pins.pin(&file, e.range.clone(), &mut head.chunks)?;
+        }
+        Ok(head)
+    }
+
+    fn disk(&self, device: u64) -> io::Result<Arc<Disk>> {
+        let mut disks = lock(&self.inner.disks);
+        if let Some(d) = disks.get(&device) {
+            return Ok(d.clone());
+        }
+        let disk = Arc::new(Disk {
+            state: Mutex::new(DiskState::default()),
+            wake: Condvar::new(),
+            pokes: crossbeam_channel::unbounded(),
+        });
+        for w in 0..self.inner.config.workers_per_disk.max(1) {
+            let (inner, disk) = (self.inner.clone(), disk.clone());
+            std::thread::Builder::new()
+                .name(format!("fjord-storage-{w}"))
+                .spawn(move || Worker { inner, disk }.run())?;
+        }
+        disks.insert(device, disk.clone());
+        Ok(disk)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The first packet of track `t` (from `from`) due at or after `ns`, or
+/// `count`.
+fn packet_at_or_after(source: &dyn Source, t: usize, from: u32, ns: u64, count: u32) -> u32 {
+    let (mut lo, mut hi) = (from, count);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if source.send_time_ns(t, mid).is_some_and(|s| s < ns) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// A refill a worker took from the queue.
+struct Refill {
+    id: usize,
+    source: Arc<dyn Source>,
+    track: usize,
+    uses: Uses,
+    packets: std::ops::Range<u32>,
+    deadline: Instant,
+}
+
+struct Worker {
+    inner: Arc<Inner>,
+    disk: Arc<Disk>,
+}
+
+/// How often an idle worker looks at its sessions anyway.
+const IDLE: Duration = Duration::from_millis(200);
+/// How soon to look again at a session whose refill waits for budget.
+const BUDGET_RETRY: Duration = Duration::from_millis(20);
+
+impl Worker {
+    fn run(self) {
+        loop {
+            let refill = self.next_refill();
+            let (result, bytes) = self.pin(&refill);
+            self.finish(refill, result, bytes);
+        }
+    }
+
+    /// Plans what is due and takes the most urgent refill; waits for one.
+    fn next_refill(&self) -> Refill {
+        let mut st = lock(&self.disk.state);
+        loop {
+            let now = Instant::now();
+            while let Ok(id) = self.disk.pokes.1.try_recv() {
+                self.plan(&mut st, id, now);
+            }
+            while let Some(&Reverse((at, id, generation))) = st.checks.peek() {
+                if at > now {
+                    break;
+                }
+                st.checks.pop();
+                if st.entries.get(id).and_then(Option::as_ref).map(|e| e.generation)
+                    == Some(generation)
+                {
+                    self.plan(&mut st, id, now);
+                }
+            }
+            if let Some(r) = self.take(&mut st) {
+                return r;
+            }
+            let wait = st
+                .checks
+                .peek()
+                .map_or(IDLE, |Reverse((at, ..))| at.saturating_duration_since(now))
+                .min(IDLE);
+            st = self
+                .disk
+                .wake
+                .wait_timeout(st, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn take(&self, st: &mut DiskState) -> Option<Refill> {
+        while let Some(Reverse((deadline, id, generation))) = st.queue.pop() {
+            let Some(e) = st.entries.get(id).and_then(Option::as_ref) else {
+                continue;
+            };
+            let (Some(end), true) = (e.refill, e.generation == generation) else {
+                continue;
+            };
+            let (_, from) = e.cursor.window();
+            return Some(Refill {
+                id,
+                source: e.source.clone(),
+                track: e.track,
+                uses: e.uses,
+                packets: from..end,
+                deadline,
+            });
+        }
+        None
+    }
+
+    /// Looks at entry `id`: drops it when gone, releases what it passed,
+    /// and queues a refill or schedules the next look.
+    fn plan(&self, st: &mut DiskState, id: usize, now: Instant) {
+        let Some(e) = st.entries.get_mut(id).and_then(Option::as_mut) else {
+            return;
+        };
+        e.cursor.take_poke();
+        if e.cursor.is_gone() || e.cursor.failed() {
+            self.release(e, u32::MAX);
+            st.entries[id] = None;
+            st.free.push(id);
+            self.inner.counters.sessions.fetch_sub(1, Relaxed);
+            return;
+        }
+        if e.source.changed() {
+            tracing::warn!("a file of a playing title changed on disk; ending its sessions");
+            e.cursor.fail();
+            return;
+        }
+        if e.refill.is_some() {
+            return; // looked at again when it finishes
+        }
+        let next = e.cursor.next();
+        let (start, end) = e.cursor.window();
+        if next < start || next > end || e.cursor.uses() != e.uses {
+            self.release(e, u32::MAX);
+            e.uses = e.cursor.uses();
+            e.cursor.set_window(next, next);
+        } else if e.cursor.shrink_window(next) {
+            self.release(e, next);
+        }
+        let (at, refill) = self.schedule(e, now);
+        e.generation += 1;
+        let generation = e.generation;
+        match refill {
+            Some((to, deadline)) => {
+                e.refill = Some(to);
+                st.queue.push(Reverse((deadline, id, generation)));
+            }
+            None => st.checks.push(Reverse((at, id, generation))),
+        }
+    }
+
+    /// When to look at `e` next, or the refill it needs now (to which
+    /// packet, by when).
+    fn schedule(&self, e: &Entry, now: Instant) -> (Instant, Option<(u32, Instant)>) {
+        let cfg = &self.inner.config;
+        let count = e.source.packet_count(e.track);
+        let (next, end) = (e.cursor.next(), e.cursor.window().1);
+        if end >= count {
+            return (now + IDLE * 5, None);
+        }
+        let time = |i| e.source.send_time_ns(e.track, i).unwrap_or(u64::MAX);
+        let (t_next, t_end) = (time(next), time(end));
+        let lead = Duration::from_nanos(t_end.saturating_sub(t_next));
+        let mode = e.cursor.mode();
+        let low = cfg.readahead / 2;
+        if mode == Mode::Paused && end > next || lead >= low {
+            let until_low = if mode == Mode::Playing {
+                lead - low
+            } else {
+                IDLE
+            };
+            return (now + until_low.min(IDLE * 5), None);
+        }
+        if self.inner.pins.pinned_bytes() >= cfg.budget {
+            self.inner.counters.budget_waits.fetch_add(1, Relaxed);
+            return (now + BUDGET_RETRY, None);
+        }
+        let ahead = if end == next {
+            cfg.first_read
+        } else {
+            cfg.readahead
+        };
+        let to = packet_at_or_after(
+            &*e.source,
+            e.track,
+            end + 1,
+            t_next.saturating_add(ahead.as_nanos() as u64),
+            count,
+        );
+        let deadline = match mode {
+            Mode::Playing => now + lead,
+            Mode::Starting => now,
+            Mode::Paused => now + IDLE * 5,
+        };
+        (now, Some((to.max(end + 1), deadline)))
+    }
+
+    /// Releases the grants of `e` wholly before packet `upto`.
+    fn release(&self, e: &mut Entry, upto: u32) {
+        while e.grants.front().is_some_and(|g| g.end <= upto) {
+            if let Some(g) = e.grants.pop_front() {
+                self.inner.pins.unpin(&g.chunks);
+            }
+        }
+    }
+
+    /// Pins the bytes of a refill (no lock held: this waits for the disk).
+    fn pin(&self, r: &Refill) -> (Result<Vec<ChunkKey>, PinError>, u64) {
+        let mut extents: Vec<Extent> = Vec::new();
+        r.source
+            .extents(r.track, r.packets.clone(), r.uses, &mut extents);
+        let mut chunks = Vec::new();
+        let mut bytes = 0;
+        for e in &extents {
+            let Some(file) = r.source.files().get(e.file).copied() else {
+                continue;
+            };
+            bytes += e.range.len() as u64;
+            if let Err(err) = self.inner.pins.pin(&file, e.range.clone(), &mut chunks) {
+                self.inner.pins.unpin(&chunks);
+                return (Err(err), bytes);
+            }
+        }
+        (Ok(chunks), bytes)
+    }
+
+    fn finish(&self, r: Refill, result: Result<Vec<ChunkKey>, PinError>, bytes: u64) {
+        let now = Instant::now();
+        let c = &self.inner.counters;
+        let mut st = lock(&self.disk.state);
+        let Some(e) = st.entries.get_mut(r.id).and_then(Option::as_mut) else {
+            if let Ok(chunks) = result {
+                self.inner.pins.unpin(&chunks);
+            }
+            return;
+        };
+        e.refill = None;
+        match result {
+            Ok(chunks) => {
+                c.reads.fetch_add(1, Relaxed);
+                c.read_bytes.fetch_add(bytes, Relaxed);
+                if now > r.deadline + Duration::from_millis(1) {
+                    c.late_reads.fetch_add(1, Relaxed);
+                }
+                e.grants.push_back(Grant {
+                    end: r.packets.end,
+                    chunks,
+                });
+                let (start, end) = e.cursor.window();
+                if end == r.packets.start {
+                    e.cursor.set_window(start, r.packets.end);
+                }
+            }
+            Err(err) => {
+                if matches!(err, PinError::Read(_)) {
+                    c.read_errors.fetch_add(1, Relaxed);
+                }
+                tracing::warn!("read-ahead of a playing title failed ({err}); ending its session");
+                e.cursor.fail();
+            }
+        }
+        self.plan(&mut st, r.id, now);
+    }
+}
+
+/// The device a file lives on (`st_dev`), which names its disk's queue.
+pub fn device_of(fd: RawFd) -> u64 {
+    // SAFETY: fstat fills the struct it is given.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) == 0 {
+            st.st_dev
+        } else {
+            0
+        }
+    }
+}

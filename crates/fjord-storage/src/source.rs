@@ -1,0 +1,91 @@
+//! What the storage layer needs to know of a title: its mapped files, and
+//! which bytes of them a run of packets touches. The engine's `Title`
+//! implements it; this crate never parses media or index formats.
+
+use std::{ops::Range, os::fd::RawFd};
+
+/// Which of a title's files a session reads, as bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Uses(pub u8);
+
+impl Uses {
+    /// Packet records of the index (every session).
+    pub const INDEX: Uses = Uses(1);
+    /// The media file's runs (sessions that build headers).
+    pub const MEDIA: Uses = Uses(2);
+    /// Prefabricated packets and their offset table.
+    pub const PREFAB: Uses = Uses(4);
+    /// Repair symbols of the parity sidecar.
+    pub const PARITY: Uses = Uses(8);
+
+    pub fn has(self, other: Uses) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Uses {
+    type Output = Uses;
+    fn bitor(self, rhs: Uses) -> Uses {
+        Uses(self.0 | rhs.0)
+    }
+}
+
+/// One file of a title as it is mapped: the storage layer pins pages of the
+/// mapping (`base..base + len`) and reads ahead through `fd`.
+#[derive(Clone, Copy, Debug)]
+pub struct MappedFile {
+    pub base: *const u8,
+    pub len: usize,
+    pub fd: RawFd,
+}
+
+// SAFETY: a MappedFile only names a mapping and a descriptor that the
+// `Source` owning them keeps alive; the storage layer passes them to the
+// kernel (mlock, readahead) and never dereferences `base`.
+unsafe impl Send for MappedFile {}
+unsafe impl Sync for MappedFile {}
+
+impl MappedFile {
+    /// The offsets of `bytes` (a slice of this mapping) in the file, or
+    /// `None` when it is not inside the mapping.
+    pub fn offsets_of(&self, bytes: &[u8]) -> Option<Range<usize>> {
+        let start = (bytes.as_ptr() as usize).checked_sub(self.base as usize)?;
+        let end = start.checked_add(bytes.len())?;
+        (end <= self.len).then_some(start..end)
+    }
+}
+
+/// Bytes `range` of file `file` (an index into [`Source::files`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub file: usize,
+    pub range: Range<usize>,
+}
+
+/// A title as the storage layer sees it. Implementations may read their
+/// own mapped index here: these calls run on storage threads, which may
+/// wait for the disk.
+pub trait Source: Send + Sync {
+    /// The title's mapped files; indices into this slice name them.
+    fn files(&self) -> &[MappedFile];
+    /// The device holding the title (`st_dev`): its disk's queue serves it.
+    fn device(&self) -> u64;
+    fn track_count(&self) -> usize;
+    /// The files a session of this title reads unless told otherwise (what
+    /// the title's head is pinned for).
+    fn default_uses(&self) -> Uses;
+    /// Packets of track `t`.
+    fn packet_count(&self, t: usize) -> u32;
+    /// When packet `i` of track `t` is due on the title timeline.
+    fn send_time_ns(&self, t: usize, i: u32) -> Option<u64>;
+    /// Appends the bytes packets `packets` of track `t` touch when sent
+    /// the way `uses` says.
+    fn extents(&self, t: usize, packets: Range<u32>, uses: Uses, out: &mut Vec<Extent>);
+    /// Bytes that stay resident while the title is loaded: headers and
+    /// seek tables the engine reads at PLAY, whatever the position.
+    fn head(&self, out: &mut Vec<Extent>);
+    /// Whether a file of the title changed on disk (truncated, replaced,
+    /// deleted) or a mapped page vanished since it was loaded: its sessions
+    /// must end.
+    fn changed(&self) -> bool;
+}
