@@ -420,6 +420,7 @@ fn run_once(
         datapath: datapath.into(),
         cpus: vec![cfg.cpu],
         realtime: cfg.realtime,
+        storage: None,
     })?;
     let rss_before = rss_bytes();
     let mem_before = meminfo();

@@ -88,13 +88,26 @@ impl From<socket2::Socket> for UdpSocket {
 /// Where a PLAY starts.
 #[derive(Clone, Copy, Debug)]
 pub enum Start {
-    /// At this time on the title timeline (a seek; the control plane chose
-    /// the time of a random-access point). A track with sync points starts
-    /// at its last one at or before it, any other track at its first packet
-    /// sent at or after it, so all tracks of a title start together.
-    At(u64),
+    /// At time `ns` on the title timeline (a seek; the control plane chose
+    /// the time of a random-access point), from packet `packet`: see
+    /// [`Start::at`].
+    At { ns: u64, packet: u32 },
     /// Where the session stopped (resume after PAUSE), or at the beginning.
     Resume,
+}
+
+impl Start {
+    /// A seek of track `track` to `ns`: a track with sync points starts at
+    /// its last one at or before it, any other track at its first packet
+    /// sent at or after it, so all tracks of a title start together. The
+    /// caller finds the packet, since that may read the index from disk,
+    /// which an engine thread never waits for.
+    pub fn at(title: &Title, track: usize, ns: u64) -> Start {
+        Start::At {
+            ns,
+            packet: title.start_packet(track, ns),
+        }
+    }
 }
 
 /// What the RTSP PLAY reply reports for one stream.
@@ -169,6 +182,9 @@ pub struct ThreadStats {
     /// Packets that left more than [`LATE`] after their scheduled time.
     pub late: u64,
     pub max_late: Duration,
+    /// Times a session's next packet was not resident yet and it was
+    /// looked at again shortly (the storage layer was still reading it).
+    pub not_ready: u64,
     /// CPU the thread used, user and system.
     pub user: Duration,
     pub system: Duration,

@@ -10,6 +10,7 @@ pub mod command;
 pub mod datapath;
 mod interleaved;
 mod session;
+mod storage;
 mod thread;
 pub mod title;
 mod wheel;

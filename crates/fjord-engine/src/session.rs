@@ -24,6 +24,7 @@ use fjord_proto::{
     rtcp::{NtpTime, SenderReportTemplate},
     rtp,
 };
+use fjord_storage::{Mode, ReadAhead, Storage, Uses};
 
 use crate::{
     PlayInfo, Start, ThreadStats, Title,
@@ -40,6 +41,9 @@ const BYE_DELAY: Duration = Duration::from_secs(1);
 pub(crate) const MAX_BURST_PACKETS: usize = 64;
 /// How soon to retry a session whose socket was full.
 const RETRY: Duration = Duration::from_millis(1);
+/// How soon to look again at a session whose next packet is not resident
+/// yet (the storage layer is reading it).
+const NOT_READY_RETRY: Duration = Duration::from_millis(2);
 
 enum State {
     /// Set up, paused, or positioned by PLAY and waiting for `Start`.
@@ -78,6 +82,9 @@ pub(crate) struct Session {
     /// First packet of the latest seek: blocks that start before it get no
     /// repair packets, since part of them was never sent in this sequence.
     floor: u32,
+    /// The storage layer's read-ahead for this session: which packets are
+    /// resident. Without it (tests, in-memory benches) every packet is.
+    readahead: Option<ReadAhead>,
 }
 
 struct Repair {
@@ -154,6 +161,58 @@ impl Session {
             repair: None,
             last_sent: None,
             floor: 0,
+            readahead: None,
+        }
+    }
+
+    /// Has the storage layer read ahead of this session; `prefab_path`:
+    /// the engine's data path sends prefabricated packets.
+    pub(crate) fn attach_storage(&mut self, storage: &Storage, prefab_path: bool) {
+        match storage.register(self.title.clone(), self.track, self.uses(prefab_path)) {
+            Ok(r) => self.readahead = Some(r),
+            Err(e) => tracing::warn!("no read-ahead for a session: {e}"),
+        }
+    }
+
+    /// The files this session reads when the data path sends prefabricated
+    /// packets (`prefab_path`) or not.
+    fn uses(&self, prefab_path: bool) -> Uses {
+        let packets = if self.prefab && (prefab_path || self.is_interleaved()) {
+            Uses::PREFAB
+        } else {
+            Uses::MEDIA
+        };
+        let parity = match &self.repair {
+            Some(r) if r.live.is_none() => Uses::PARITY,
+            _ => Uses(0),
+        };
+        Uses::INDEX | packets | parity
+    }
+
+    /// The data path changed: read ahead what the session now sends.
+    pub(crate) fn set_prefab_path(&self, prefab_path: bool) {
+        let uses = self.uses(prefab_path);
+        if let Some(r) = &self.readahead {
+            r.set_uses(uses);
+        }
+    }
+
+    /// How many packets from the next one are resident.
+    fn ready(&self) -> u32 {
+        self.readahead
+            .as_ref()
+            .map_or(u32::MAX, |r| r.cursor().ready_from(self.next))
+    }
+
+    /// Whether the storage layer found the title's files changed or
+    /// unreadable.
+    fn storage_failed(&self) -> bool {
+        self.readahead.as_ref().is_some_and(|r| r.cursor().failed())
+    }
+
+    fn tell_storage(&self, mode: Mode) {
+        if let Some(r) = &self.readahead {
+            r.position(self.next, mode);
         }
     }
 
@@ -184,6 +243,10 @@ impl Session {
             octets: 0,
             live,
         }));
+        if let Some(r) = &self.readahead {
+            let prefab_path = r.cursor().uses().has(Uses::PREFAB);
+            r.set_uses(self.uses(prefab_path));
+        }
         true
     }
 
@@ -230,15 +293,8 @@ impl Session {
     }
 
     pub(crate) fn play(&mut self, start: Start) -> PlayInfo {
-        if let Start::At(ns) = start {
-            self.next = self.track().map_or(0, |t| {
-                if t.sync_count() > 0 {
-                    t.sync_before(ns).packet
-                } else {
-                    t.first_sent_at_or_after(ns)
-                }
-            });
-            self.next = self.next.min(self.count());
+        if let Start::At { ns, packet } = start {
+            self.next = packet.min(self.count());
             self.position_ns = ns;
             self.floor = self.next;
             if let Some(r) = &mut self.repair {
@@ -246,6 +302,7 @@ impl Session {
             }
         }
         self.state = State::Stopped;
+        self.tell_storage(Mode::Starting);
         let clock = self.track().map_or(90_000, |t| t.clock_rate());
         PlayInfo {
             packet: self.next,
@@ -258,12 +315,14 @@ impl Session {
     pub(crate) fn start(&mut self, at: Instant, origin_ns: u64) {
         self.state = State::Playing { t0: at, origin_ns };
         self.next_report = at;
+        self.tell_storage(Mode::Playing);
     }
 
     pub(crate) fn pause(&mut self, now: Instant) {
         if let State::Playing { t0, origin_ns } = self.state {
             self.position_ns = origin_ns + now.saturating_duration_since(t0).as_nanos() as u64;
             self.state = State::Stopped;
+            self.tell_storage(Mode::Paused);
         }
     }
 
@@ -323,7 +382,8 @@ impl Session {
         };
         let pt = track.payload_type();
         let first = batch.packets.len();
-        let end = self.block_end().unwrap_or(usize::MAX);
+        let ready = self.next as usize + self.ready() as usize;
+        let end = self.block_end().unwrap_or(usize::MAX).min(ready);
         for i in self.next as usize..end {
             let Some(rec) = track.packet(i) else { break };
             if rec.send_time_ns > limit_ns || batch.packets.len() - first >= MAX_BURST_PACKETS {
@@ -434,6 +494,13 @@ impl Session {
         p: &mut Pacing,
     ) -> Option<Instant> {
         let (t0, origin_ns) = self.clock()?;
+        if self.storage_failed() {
+            return self.end_early(p);
+        }
+        if planned == Planned::default() && self.next < self.count() && self.ready() == 0 {
+            p.stats.not_ready += 1;
+            return Some(p.now + NOT_READY_RETRY);
+        }
         if planned == Planned::default()
             && let Some(r) = &mut self.repair
             && r.pending.take().is_some()
@@ -485,6 +552,9 @@ impl Session {
         else {
             return None;
         };
+        if self.storage_failed() {
+            return self.end_early(p);
+        }
         let title = self.title.clone();
         let track = title.index().track(self.track)?;
         let limit_ns = due_by(t0, origin_ns, p.now + p.burst);
@@ -493,7 +563,13 @@ impl Session {
             if !self.pump_repair_interleaved(&title, p) {
                 return Some(p.now + RETRY);
             }
-            let end = self.block_end().unwrap_or(usize::MAX);
+            let ready = self.ready();
+            if ready == 0 && self.next < self.count() {
+                p.stats.not_ready += 1;
+                return Some(p.now + NOT_READY_RETRY);
+            }
+            let ready = self.next as usize + ready as usize;
+            let end = self.block_end().unwrap_or(usize::MAX).min(ready);
             let mut packets: [Option<Packet<'_>>; MAX_FRAMES] = [None; MAX_FRAMES];
             let mut n = 0;
             while n < MAX_FRAMES && (self.next as usize + n) < end {
@@ -670,7 +746,10 @@ impl Session {
             return Some(p.now);
         }
         let count = self.count();
-        let wake = if self.next < count {
+        let wake = if self.next < count && self.ready() == 0 {
+            // Not resident yet: its due time is in the index page that is not.
+            p.now + NOT_READY_RETRY
+        } else if self.next < count {
             // Wake a quarter burst before the next packet is due: it may
             // leave that early anyway, and a late wake-up (a busy CPU)
             // then costs slack instead of a late packet.
@@ -693,6 +772,18 @@ impl Session {
             self.next_report = p.now + p.rtcp_interval;
         }
         Some(wake.min(self.next_report.max(p.now)))
+    }
+
+    /// Ends the session now, with RTCP BYE: its title's files changed on
+    /// disk or could not be read.
+    fn end_early(&mut self, p: &mut Pacing) -> Option<Instant> {
+        tracing::warn!(
+            ssrc = self.ssrc,
+            "a file of the title changed or failed under a playing session; ending it"
+        );
+        self.report(p, true);
+        self.state = State::Ended;
+        None
     }
 
     /// RTCP sender report (RFC 3550 §6.4.1): the wall clock now against the
@@ -964,7 +1055,7 @@ mod tests {
 
         // A seek on a track without sync points enters at the first packet
         // at or after the time; packet i carries sequence number seq0 + i.
-        let info = s.play(Start::At(75 * MS));
+        let info = s.play(Start::at(&s.title.clone(), 0, 75 * MS));
         assert_eq!((info.packet, info.seq), (8, 65534u16.wrapping_add(8)));
         assert_eq!(info.rtptime, (u32::MAX - 100).wrapping_add(75 * 90));
         s.start(t1, info.time_ns);
@@ -1370,7 +1461,7 @@ mod tests {
 
         // A seek into the middle of a block: that block gets no repair
         // packets (part of it was never sent), the next one does.
-        let info = s.play(Start::At(50 * MS));
+        let info = s.play(Start::at(&title, 0, 50 * MS));
         assert_eq!(info.packet, 5);
         s.start(late, info.time_ns);
         let a = tick(&mut s, late + Duration::from_secs(1), usize::MAX).0;

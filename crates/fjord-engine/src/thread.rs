@@ -34,6 +34,9 @@ pub struct EngineConfig {
     /// Run the threads under SCHED_FIFO so other work on the core cannot
     /// delay a wake-up (needs CAP_SYS_NICE; without it, a warning).
     pub realtime: bool,
+    /// The storage layer that reads ahead of every session; without it
+    /// (benches of titles in memory) every page is taken for resident.
+    pub storage: Option<fjord_storage::Storage>,
 }
 
 /// Handle to the engine threads. Commands about one session (or one
@@ -235,6 +238,9 @@ impl Worker {
                     self.path.name()
                 );
                 self.path = Box::new(datapath::MmapWritev::default());
+                for s in self.slots.iter().flatten() {
+                    s.set_prefab_path(false);
+                }
             } else {
                 tracing::warn!("data path {}: {e}", self.path.name());
             }
@@ -285,7 +291,10 @@ impl Worker {
         match cmd {
             Command::Add(spec) => {
                 let id = spec.id;
-                let session = Session::new(*spec, &self.config.cname);
+                let mut session = Session::new(*spec, &self.config.cname);
+                if let Some(storage) = &self.config.storage {
+                    session.attach_storage(storage, self.path.prefabricated());
+                }
                 let key = match self.free.pop() {
                     Some(k) => {
                         self.slots[k as usize] = Some(session);

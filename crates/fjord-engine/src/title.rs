@@ -22,12 +22,16 @@ use fjord_media::{
 };
 use memmap2::Mmap;
 
+use crate::storage::{Files, Slot};
+
 pub struct Title {
     index: Index,
     file: File,
     media: Mmap,
     fec: Option<Parity>,
     prefab: Option<(File, Prefab<Mmap>)>,
+    /// The files as loaded, to tell when one changes on disk.
+    files: Files,
 }
 
 /// The sidecar, checked against the index, and per track the repair window:
@@ -45,19 +49,23 @@ impl Title {
     pub fn new(index: Index, media_path: &Path) -> io::Result<Self> {
         let file = File::open(media_path)?;
         let media = fjord_media::index::map_media(media_path)?;
+        let files = Files::new(media_path, &file, &media, index.bytes())?;
         Ok(Self {
             index,
             file,
             media,
             fec: None,
             prefab: None,
+            files,
         })
     }
 
     /// Attaches the prefabricated packets at `path` after checking they
     /// were made from this title's index.
     pub fn attach_prefab(&mut self, path: &Path) -> Result<(), PrefabError> {
-        self.prefab = Some(fjord_media::prefab::open(path, &self.index)?);
+        let (file, prefab) = fjord_media::prefab::open(path, &self.index)?;
+        self.files.set(Slot::Prefab, path, &file, prefab.bytes())?;
+        self.prefab = Some((file, prefab));
         Ok(())
     }
 
@@ -112,6 +120,7 @@ impl Title {
                     .unwrap_or(0)
             })
             .collect();
+        self.files.set(Slot::Parity, sidecar_path, &file, sidecar.bytes())?;
         self.fec = Some(Parity {
             file,
             sidecar,
@@ -169,5 +178,44 @@ impl Title {
     /// session rather than fault).
     pub fn runs(&self, rec: &PacketRecord) -> Option<(&[u8], &[u8])> {
         rec.runs(&self.media)
+    }
+
+    pub(crate) fn media(&self) -> &[u8] {
+        &self.media
+    }
+
+
+    pub(crate) fn prefab_head(&self) -> Option<&[u8]> {
+        Some(self.prefab.as_ref()?.1.head())
+    }
+
+    pub(crate) fn sidecar(&self) -> Option<(&Sidecar<Mmap>, BorrowedFd<'_>)> {
+        let f = self.fec.as_ref()?;
+        Some((&f.sidecar, f.file.as_fd()))
+    }
+
+    /// Whether a file of the title is no longer what was loaded (deleted,
+    /// replaced, truncated or written): load it again.
+    pub fn files_changed(&self) -> bool {
+        self.files.changed()
+    }
+
+    pub(crate) fn files(&self) -> &Files {
+        &self.files
+    }
+
+    /// The start packet of track `t` for a PLAY at `ns` on the title
+    /// timeline: the sync point at or before it, or for a track without
+    /// any the first packet sent at or after it. May read the index from
+    /// disk: the control plane asks, not an engine thread.
+    pub fn start_packet(&self, t: usize, ns: u64) -> u32 {
+        self.index.track(t).map_or(0, |t| {
+            let p = if t.sync_count() > 0 {
+                t.sync_before(ns).packet
+            } else {
+                t.first_sent_at_or_after(ns)
+            };
+            p.min(t.packet_count() as u32)
+        })
     }
 }

@@ -102,6 +102,7 @@ fn streaming_sessions_allocate_nothing_per_packet() {
             datapath: path.into(),
             cpus: vec![],
             realtime: false,
+            storage: None,
         })
         .unwrap();
         let receivers: Vec<UdpSocket> = (0..20)

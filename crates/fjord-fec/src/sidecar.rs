@@ -275,6 +275,12 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
         Ok(Sidecar { bytes, tracks })
     }
 
+    /// Header and track entries.
+    pub fn head(&self) -> &[u8] {
+        let b = self.bytes.as_ref();
+        &b[..(HEADER_LEN + TRACK_ENTRY_LEN * self.tracks.len()).min(b.len())]
+    }
+
     pub fn bytes(&self) -> &[u8] {
         self.bytes.as_ref()
     }
@@ -384,6 +390,11 @@ impl<'a> TrackFec<'a> {
             .get(self.info.blocks.clone())?
             .get(at..at + BLOCK_ENTRY_LEN)?;
         block_at(entry, 0, b * u64::from(self.info.params.k)).ok()
+    }
+
+    /// The block table's bytes (what serving reads besides the symbols).
+    pub fn block_table(&self) -> &'a [u8] {
+        self.bytes.get(self.info.blocks.clone()).unwrap_or_default()
     }
 
     /// The block that holds packet `i`.

@@ -593,6 +593,21 @@ impl Index {
         self.tracks.len()
     }
 
+    /// The whole index as mapped (the storage layer pins parts of it).
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Where the first table starts: header, track entries and strings
+    /// lie before it.
+    pub fn head_len(&self) -> usize {
+        self.tracks
+            .iter()
+            .map(|t| t.packets.start.min(t.sync.start))
+            .min()
+            .unwrap_or(self.map.len())
+    }
+
     pub fn track(&self, i: usize) -> Option<Track<'_>> {
         let info = self.tracks.get(i)?;
         Some(Track {
@@ -732,6 +747,18 @@ impl<'a> Track<'a> {
 
     pub fn packet_count(&self) -> usize {
         self.packets.len() / PACKET_RECORD_LEN
+    }
+
+    /// The bytes of records `range` (clipped to the table).
+    pub fn records(&self, range: std::ops::Range<usize>) -> &'a [u8] {
+        let end = range.end.min(self.packet_count()) * PACKET_RECORD_LEN;
+        let start = (range.start * PACKET_RECORD_LEN).min(end);
+        &self.packets[start..end]
+    }
+
+    /// The bytes of the sync table.
+    pub fn sync_table(&self) -> &'a [u8] {
+        self.sync
     }
 
     /// Packet record `i` (hot path: no allocation).

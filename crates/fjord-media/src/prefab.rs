@@ -251,6 +251,16 @@ impl<'a> PrefabTrack<'a> {
             .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
         Some((start, bytes))
     }
+
+    /// The offset-table entries of packets `range` and the packets' own
+    /// bytes: what sending them reads.
+    pub fn spans(&self, range: std::ops::Range<usize>) -> Option<(&'a [u8], &'a [u8])> {
+        let table = self.table.get(range.start * 8..(range.end + 1) * 8)?;
+        let (first, _) = self.packet(range.start)?;
+        let (last, bytes) = self.packet(range.end.checked_sub(1)?)?;
+        let end = usize::try_from(last).ok()? + bytes.len();
+        Some((table, self.bytes.get(usize::try_from(first).ok()?..end)?))
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -361,6 +371,17 @@ impl<B: AsRef<[u8]>> Prefab<B> {
             }
         }
         out
+    }
+
+    /// The whole file as mapped.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_ref()
+    }
+
+    /// Header and track entries.
+    pub fn head(&self) -> &[u8] {
+        let b = self.bytes.as_ref();
+        &b[..(HEADER_LEN + TRACK_ENTRY_LEN * self.tracks.len()).min(b.len())]
     }
 
     pub fn track(&self, t: usize) -> Option<PrefabTrack<'_>> {

@@ -18,6 +18,7 @@ use std::{
 use fjord_engine::Title;
 use fjord_fec::FecChoice;
 use fjord_media::ts::TsOptions;
+use fjord_storage::{HeadPin, Storage};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -51,6 +52,8 @@ pub struct Catalog {
     /// low-priority thread (the work is CPU-bound; the engine's deadlines
     /// come first). `None` when both are off.
     derived: Option<mpsc::SyncSender<DeriveJob>>,
+    /// Keeps each loaded title's head resident; `None`: no storage layer.
+    storage: Option<Storage>,
 }
 
 type Slot = tokio::sync::Mutex<Option<Loaded>>;
@@ -75,13 +78,21 @@ struct Loaded {
     title: Arc<Title>,
     size: u64,
     mtime: SystemTime,
+    /// The title's tables and first seconds, resident while it is loaded.
+    _head: Option<HeadPin>,
 }
 
 impl Catalog {
     /// `fec`: the parity layout for titles that have no valid sidecar
     /// (`Off`: serve them without repair streams); `prefab`: whether to
     /// make prefabricated packets for titles without valid ones.
-    pub fn new(root: &Path, options: TsOptions, fec: FecChoice, prefab: bool) -> io::Result<Self> {
+    pub fn new(
+        root: &Path,
+        options: TsOptions,
+        fec: FecChoice,
+        prefab: bool,
+        storage: Option<Storage>,
+    ) -> io::Result<Self> {
         let root = root
             .canonicalize()
             .map_err(|e| io::Error::new(e.kind(), format!("media root {}: {e}", root.display())))?;
@@ -97,6 +108,7 @@ impl Catalog {
             prefab,
             slots: Mutex::new(HashMap::new()),
             derived,
+            storage,
         })
     }
 
@@ -155,15 +167,28 @@ impl Catalog {
         if let Some(l) = loaded.as_ref()
             && l.size == meta.len()
             && l.mtime == mtime
+            && !l.title.files_changed()
         {
             return Ok((key, l.title.clone()));
         }
         let (options, fec) = (self.options, self.fec);
         let name = title.to_owned();
         let media = path.clone();
-        let (title, parity) = tokio::task::spawn_blocking(move || load(&media, &options, fec))
-            .await
-            .map_err(|e| CatalogError::Failed(e.to_string()))??;
+        let storage = self.storage.clone();
+        let (title, parity, head) = tokio::task::spawn_blocking(move || {
+            let (title, parity) = load(&media, &options, fec)?;
+            let title = Arc::new(title);
+            let head = storage.and_then(|s| match s.hold_head(title.clone()) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    tracing::warn!(file = %media.display(), "title head not kept resident: {e}");
+                    None
+                }
+            });
+            Ok::<_, CatalogError>((title, parity, head))
+        })
+        .await
+        .map_err(|e| CatalogError::Failed(e.to_string()))??;
         tracing::info!(title = %name, "title ready");
         let packets = self.prefab && !title.has_prefab();
         if (parity == Parity::Missing || packets)
@@ -182,11 +207,11 @@ impl Catalog {
                 tracing::warn!(title = %name, "{DERIVE_QUEUE} titles wait already; served without repair streams or prefabricated packets");
             }
         }
-        let title = Arc::new(title);
         *loaded = Some(Loaded {
             title: title.clone(),
             size: meta.len(),
             mtime,
+            _head: head,
         });
         Ok((key, title))
     }

@@ -65,6 +65,22 @@ pub struct Config {
     /// Networks a SETUP `destination=` may name besides the client's own
     /// address. Empty: RTP goes only to the client that asked for it.
     pub destination_allow: Vec<IpNet>,
+    /// How far ahead of every playing session the storage layer keeps its
+    /// packets resident (read and locked in memory), so an engine thread
+    /// never waits for a disk. `0`: no storage layer (serve straight from
+    /// the mapped files: only for libraries that stay in the page cache).
+    pub readahead_ms: u64,
+    /// Memory the read-ahead may lock, in MiB; `0`: a quarter of RAM, or
+    /// of the memory cgroup's limit when it is lower.
+    pub readahead_budget_mb: u64,
+    /// The first seconds of every loaded title kept resident, so PLAY from
+    /// the start never waits for the disk.
+    pub head_s: u64,
+    /// Reads in flight per disk.
+    pub storage_threads: usize,
+    /// A file the server rewrites every second with its counters (JSON:
+    /// per engine thread and of the storage layer); empty: none.
+    pub stats_file: PathBuf,
 }
 
 impl Default for Config {
@@ -93,6 +109,11 @@ impl Default for Config {
             fec: "auto".to_owned(),
             prefab: true,
             destination_allow: Vec::new(),
+            readahead_ms: 4000,
+            readahead_budget_mb: 0,
+            head_s: 2,
+            storage_threads: 2,
+            stats_file: PathBuf::new(),
         }
     }
 }
@@ -147,10 +168,31 @@ impl Config {
         if !matches!(self.udp_sockets.as_str(), "shared" | "per-session") {
             return bad("udp_sockets must be \"shared\" or \"per-session\"");
         }
+        if self.readahead_ms != 0 && self.readahead_ms < 200 {
+            return bad("readahead_ms must be 0 (off) or at least 200");
+        }
+        if self.storage_threads == 0 || self.storage_threads > 64 {
+            return bad("storage_threads must be between 1 and 64");
+        }
         if self.max_connections == 0 || self.max_sessions == 0 {
             return bad("max_connections and max_sessions must be at least 1");
         }
         Ok(())
+    }
+
+    /// The storage layer's settings, or `None` when it is off.
+    pub fn storage(&self) -> Option<fjord_storage::StorageConfig> {
+        let readahead = Duration::from_millis(self.readahead_ms);
+        (self.readahead_ms > 0).then(|| fjord_storage::StorageConfig {
+            readahead,
+            first_read: (readahead / 8).max(Duration::from_millis(100)),
+            budget: match self.readahead_budget_mb {
+                0 => fjord_storage::default_budget(),
+                mb => mb << 20,
+            },
+            head: Duration::from_secs(self.head_s),
+            workers_per_disk: self.storage_threads,
+        })
     }
 
     /// The parity layout for on-demand ingest (checked by `validate`).

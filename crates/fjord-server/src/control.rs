@@ -619,7 +619,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
             }
         },
     };
-    let streams: Vec<(u64, u64, String)> = {
+    let streams: Vec<(u64, u64, String, u32)> = {
         let mut inner = session.lock();
         match next_state(inner.state, &Method::Play) {
             Ok(s) => inner.state = s,
@@ -629,23 +629,26 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
             .streams
             .iter()
             .filter(|s| !s.repair)
-            .map(|s| (s.shard, s.engine_id, s.url.to_string()))
+            .map(|s| (s.shard, s.engine_id, s.url.to_string(), s.track))
             .collect()
     };
     // A seek starts every track at the random-access point of the title's
     // first track that has them (the video) at or before the requested time;
     // before the first one (other tracks may start earlier), at that time.
-    let start = match seek_ns {
-        Some(ns) => {
-            let index = session.title.index();
-            let key = index.tracks().find(|t| t.sync_count() > 0);
-            Start::At(key.map_or(ns, |t| t.sync_before(ns).time_ns.min(ns)))
-        }
-        None => Start::Resume,
-    };
+    let seek_ns = seek_ns.map(|ns| {
+        let index = session.title.index();
+        let key = index.tracks().find(|t| t.sync_count() > 0);
+        key.map_or(ns, |t| t.sync_before(ns).time_ns.min(ns))
+    });
     let mut infos = Vec::with_capacity(streams.len());
     let mut started = Vec::with_capacity(streams.len());
-    for (shard, id, url) in streams {
+    for (shard, id, url, track) in streams {
+        // Finding the start packet may read the index from disk: here, not
+        // on an engine thread.
+        let start = match seek_ns {
+            Some(ns) => Start::at(&session.title, track as usize, ns),
+            None => Start::Resume,
+        };
         let Some(info) = engine_play(server, shard, id, start).await else {
             return status(454);
         };

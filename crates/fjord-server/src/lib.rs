@@ -10,6 +10,7 @@ mod control;
 mod ports;
 mod session;
 mod shared;
+mod stats_file;
 
 use std::{
     net::SocketAddr,
@@ -50,6 +51,7 @@ pub(crate) struct Server {
     /// or none: a pair per session.
     shared: Option<SharedPorts>,
     admission: Admission,
+    storage: Option<fjord_storage::Storage>,
     ids: AtomicU64,
 }
 
@@ -63,6 +65,7 @@ impl Server {
 /// stdout once the socket is bound (tests and scripts read it from there).
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     config.validate()?;
+    let storage = config.storage().map(fjord_storage::Storage::new);
     let catalog = Catalog::new(
         &config.root,
         fjord_media::ts::TsOptions {
@@ -71,6 +74,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         },
         config.fec(),
         config.prefab,
+        storage.clone(),
     )?;
     let listener = TcpListener::bind(SocketAddr::new(config.bind, config.port))
         .await
@@ -92,7 +96,17 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         datapath: config.datapath.clone(),
         cpus: vec![],
         realtime: config.realtime,
+        storage: storage.clone(),
     })?;
+    if let Some(s) = &storage {
+        let c = s.config();
+        tracing::info!(
+            readahead_ms = c.readahead.as_millis() as u64,
+            budget_mb = c.budget >> 20,
+            head_s = c.head.as_secs(),
+            "storage layer: reading ahead of every session"
+        );
+    }
     let server = Arc::new(Server {
         limits: Limits {
             max_header_bytes: config.max_header_bytes,
@@ -110,6 +124,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             )
         }),
         admission: Admission::new(config.threads(), config.capacity_pps_per_core()),
+        storage,
         catalog,
         engine,
         sessions: Sessions::default(),
@@ -127,6 +142,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     );
 
     tokio::spawn(reap_idle_sessions(server.clone()));
+    if !server.config.stats_file.as_os_str().is_empty() {
+        let path = server.config.stats_file.clone();
+        tokio::spawn(stats_file::write_every_second(server.clone(), path));
+    }
     let slots = Arc::new(Semaphore::new(server.config.max_connections));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {

@@ -100,7 +100,8 @@ impl Cursor {
         }
     }
 
-    pub(crate) fn uses(&self) -> Uses {
+    /// The files the session reads.
+    pub fn uses(&self) -> Uses {
         Uses(self.uses.load(Relaxed))
     }
 

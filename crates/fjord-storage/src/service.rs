@@ -179,6 +179,14 @@ impl Drop for HeadPin {
     }
 }
 
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Disk {
     fn poke(&self, id: usize) {
         let _ = self.pokes.0.send(id);
@@ -437,8 +445,11 @@ impl Worker {
             self.release(e, u32::MAX);
             e.uses = e.cursor.uses();
             e.cursor.set_window(next, next);
-        } else if e.cursor.shrink_window(next) {
-            self.release(e, next);
+        } else {
+            let keep = next.saturating_sub(e.source.trailing_packets(e.track));
+            if e.cursor.shrink_window(keep.max(start)) {
+                self.release(e, keep);
+            }
         }
         let (at, refill) = self.schedule(e, now);
         e.generation += 1;

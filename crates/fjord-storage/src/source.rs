@@ -81,6 +81,9 @@ pub trait Source: Send + Sync {
     /// Appends the bytes packets `packets` of track `t` touch when sent
     /// the way `uses` says.
     fn extents(&self, t: usize, packets: Range<u32>, uses: Uses, out: &mut Vec<Extent>);
+    /// How many packets behind its position a session may still read
+    /// (records of a block whose repair packets are still to go).
+    fn trailing_packets(&self, t: usize) -> u32;
     /// Bytes that stay resident while the title is loaded: headers and
     /// seek tables the engine reads at PLAY, whatever the position.
     fn head(&self, out: &mut Vec<Extent>);

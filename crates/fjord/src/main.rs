@@ -34,30 +34,7 @@ enum Cmd {
     /// elementary streams, ADTS AAC and MP3, detected by content. Play with
     /// e.g. `ffplay rtsp://HOST:8554/NAME.mp4`. Settings come from
     /// --config (TOML, see README.md) with these flags on top.
-    Serve {
-        /// Directory of titles [default: ./media]
-        #[arg(long)]
-        root: Option<PathBuf>,
-        /// RTSP port [default: 8554]; 0 picks a free one
-        #[arg(long)]
-        port: Option<u16>,
-        /// Address to listen on [default: 0.0.0.0]
-        #[arg(long)]
-        bind: Option<std::net::IpAddr>,
-        /// Engine threads [default: one per core]
-        #[arg(long)]
-        threads: Option<usize>,
-        /// How packets leave [default: auto, the best this kernel supports]
-        #[arg(long)]
-        datapath: Option<String>,
-        /// FEC block layout of titles ingested on demand (their parity is
-        /// made in the background): auto, K:M or off [default: auto]
-        #[arg(long, value_name = "auto|K:M|off")]
-        fec: Option<String>,
-        /// TOML file with the settings documented in README.md
-        #[arg(long)]
-        config: Option<PathBuf>,
-    },
+    Serve(ServeArgs),
     /// Packetize media files once, writing FILE.fjidx beside each (and
     /// FILE.fjfec, FILE.fjpkt).
     ///
@@ -103,6 +80,39 @@ enum Cmd {
     },
 }
 
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Directory of titles [default: ./media]
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// RTSP port [default: 8554]; 0 picks a free one
+    #[arg(long)]
+    port: Option<u16>,
+    /// Address to listen on [default: 0.0.0.0]
+    #[arg(long)]
+    bind: Option<std::net::IpAddr>,
+    /// Engine threads [default: one per core]
+    #[arg(long)]
+    threads: Option<usize>,
+    /// How packets leave [default: auto, the best this kernel supports]
+    #[arg(long)]
+    datapath: Option<String>,
+    /// FEC block layout of titles ingested on demand (their parity is
+    /// made in the background): auto, K:M or off [default: auto]
+    #[arg(long, value_name = "auto|K:M|off")]
+    fec: Option<String>,
+    /// TOML file with the settings documented in README.md
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// How far ahead of each session its packets are kept resident, in
+    /// milliseconds; 0 serves straight from the mapped files [default: 4000]
+    #[arg(long)]
+    readahead_ms: Option<u64>,
+    /// Rewrite this file every second with the server's counters (JSON)
+    #[arg(long)]
+    stats_file: Option<PathBuf>,
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -114,15 +124,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Serve {
-            root,
-            port,
-            bind,
-            threads,
-            datapath,
-            fec,
-            config,
-        } => serve(root, port, bind, threads, datapath, fec, config),
+        Cmd::Serve(args) => serve(args),
         Cmd::Ingest {
             paths,
             ts_per_rtp,
@@ -144,15 +146,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(
-    root: Option<PathBuf>,
-    port: Option<u16>,
-    bind: Option<std::net::IpAddr>,
-    threads: Option<usize>,
-    datapath: Option<String>,
-    fec: Option<String>,
-    config: Option<PathBuf>,
-) -> anyhow::Result<()> {
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let ServeArgs {
+        root,
+        port,
+        bind,
+        threads,
+        datapath,
+        fec,
+        config,
+        readahead_ms,
+        stats_file,
+    } = args;
     let mut cfg = match config {
         Some(path) => Config::load(&path)?,
         None => Config::default(),
@@ -174,6 +179,12 @@ fn serve(
     }
     if let Some(f) = fec {
         cfg.fec = f;
+    }
+    if let Some(r) = readahead_ms {
+        cfg.readahead_ms = r;
+    }
+    if let Some(f) = stats_file {
+        cfg.stats_file = f;
     }
     // One malloc arena for the whole server, set before any thread starts:
     // only the control plane allocates (the engine's sending never does),

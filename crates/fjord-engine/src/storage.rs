@@ -1,0 +1,239 @@
+//! A title as the storage layer sees it (`fjord_storage::Source`): its
+//! mapped files, the bytes each run of packets touches, and whether a file
+//! changed on disk since it was loaded.
+
+use std::{
+    fs::File,
+    io,
+    ops::Range,
+    os::{
+        fd::{AsRawFd, RawFd},
+        unix::fs::MetadataExt,
+    },
+    path::{Path, PathBuf},
+};
+
+use fjord_storage::{Extent, MappedFile, Source, Uses};
+
+use crate::Title;
+
+/// The files of a title, by their place in [`Source::files`].
+#[derive(Clone, Copy)]
+pub(crate) enum Slot {
+    Index = 0,
+    Media = 1,
+    Prefab = 2,
+    Parity = 3,
+}
+
+/// What a file was when the title loaded it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i64,
+}
+
+impl Identity {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        }
+    }
+}
+
+pub(crate) struct Files {
+    paths: [Option<(PathBuf, Identity)>; 4],
+    mapped: [MappedFile; 4],
+    /// The index, open for read-ahead (the index keeps only its mapping).
+    index: File,
+    device: u64,
+}
+
+const NONE: MappedFile = MappedFile {
+    base: std::ptr::null(),
+    len: 0,
+    fd: -1,
+};
+
+impl Files {
+    pub(crate) fn new(
+        media_path: &Path,
+        media: &File,
+        media_bytes: &[u8],
+        index_bytes: &[u8],
+    ) -> io::Result<Self> {
+        let index_path = fjord_media::index::index_path_for(media_path);
+        let index = File::open(&index_path)?;
+        let meta = media.metadata()?;
+        let mut files = Self {
+            paths: [None, None, None, None],
+            mapped: [NONE; 4],
+            device: meta.dev(),
+            index,
+        };
+        files.set(Slot::Media, media_path, media, media_bytes)?;
+        let index = files.index.try_clone()?;
+        files.set(Slot::Index, &index_path, &index, index_bytes)?;
+        Ok(files)
+    }
+
+    /// Records file `slot` at `path`, open as `file` and mapped as `bytes`.
+    pub(crate) fn set(
+        &mut self,
+        slot: Slot,
+        path: &Path,
+        file: &File,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        let fd: RawFd = match slot {
+            Slot::Index => self.index.as_raw_fd(),
+            _ => file.as_raw_fd(),
+        };
+        self.paths[slot as usize] = Some((path.to_owned(), Identity::of(&file.metadata()?)));
+        self.mapped[slot as usize] = MappedFile {
+            base: bytes.as_ptr(),
+            len: bytes.len(),
+            fd,
+        };
+        Ok(())
+    }
+
+    /// Whether a file is no longer what was loaded: deleted, replaced,
+    /// truncated or written.
+    pub(crate) fn changed(&self) -> bool {
+        self.paths.iter().flatten().any(|(path, was)| {
+            std::fs::metadata(path).map_or(true, |m| Identity::of(&m) != *was)
+        })
+    }
+}
+
+impl Source for Title {
+    fn files(&self) -> &[MappedFile] {
+        &self.files().mapped
+    }
+
+    fn device(&self) -> u64 {
+        self.files().device
+    }
+
+    fn track_count(&self) -> usize {
+        self.index().track_count()
+    }
+
+    fn default_uses(&self) -> Uses {
+        if self.has_prefab() {
+            Uses::INDEX | Uses::PREFAB
+        } else {
+            Uses::INDEX | Uses::MEDIA
+        }
+    }
+
+    fn packet_count(&self, t: usize) -> u32 {
+        self.index().track(t).map_or(0, |t| t.packet_count() as u32)
+    }
+
+    fn send_time_ns(&self, t: usize, i: u32) -> Option<u64> {
+        Some(self.index().track(t)?.packet(i as usize)?.send_time_ns)
+    }
+
+    fn extents(&self, t: usize, packets: Range<u32>, uses: Uses, out: &mut Vec<Extent>) {
+        let Some(track) = self.index().track(t) else {
+            return;
+        };
+        let range = packets.start as usize..packets.end as usize;
+        let files = &self.files().mapped;
+        let mut add = |slot: Slot, bytes: &[u8]| {
+            if let Some(range) = files[slot as usize].offsets_of(bytes) {
+                out.push(Extent {
+                    file: slot as usize,
+                    range,
+                });
+            }
+        };
+        add(Slot::Index, track.records(range.clone()));
+        if uses.has(Uses::PREFAB)
+            && let Some((table, bytes)) = self.prefab(t).and_then(|p| p.spans(range.clone()))
+        {
+            add(Slot::Prefab, table);
+            add(Slot::Prefab, bytes);
+        }
+        if uses.has(Uses::MEDIA) {
+            let span = range
+                .clone()
+                .filter_map(|i| track.packet(i))
+                .fold(None::<(u64, u64)>, |acc, r| {
+                    let (a, b) = acc.unwrap_or((r.offset, r.file_end()));
+                    Some((a.min(r.offset), b.max(r.file_end())))
+                });
+            if let Some((a, b)) = span {
+                let media = self.media();
+                add(Slot::Media, media.get(a as usize..b as usize).unwrap_or_default());
+            }
+        }
+        if uses.has(Uses::PARITY) {
+            self.parity_extents(t, range, &mut add);
+        }
+    }
+
+    fn head(&self, out: &mut Vec<Extent>) {
+        let files = &self.files().mapped;
+        let mut add = |slot: Slot, bytes: &[u8]| {
+            if let Some(range) = files[slot as usize].offsets_of(bytes) {
+                out.push(Extent {
+                    file: slot as usize,
+                    range,
+                });
+            }
+        };
+        let index = self.index();
+        add(Slot::Index, &index.bytes()[..index.head_len()]);
+        for track in index.tracks() {
+            add(Slot::Index, track.sync_table());
+        }
+        if let Some(head) = self.prefab_head() {
+            add(Slot::Prefab, head);
+        }
+        if let Some((sidecar, _)) = self.sidecar() {
+            add(Slot::Parity, sidecar.head());
+            for t in 0..sidecar.track_count() {
+                if let Some(fec) = sidecar.track(t) {
+                    add(Slot::Parity, fec.block_table());
+                }
+            }
+        }
+    }
+
+    fn trailing_packets(&self, t: usize) -> u32 {
+        // A block's repair packets read its first packet's record.
+        self.fec(t).map_or(1, |f| u32::from(f.params().k) + 1)
+    }
+
+    fn changed(&self) -> bool {
+        self.files_changed()
+    }
+}
+
+impl Title {
+    /// The repair symbols of the blocks holding packets `range` of track `t`.
+    fn parity_extents(&self, t: usize, range: Range<usize>, add: &mut impl FnMut(Slot, &[u8])) {
+        let Some(fec) = self.fec(t) else { return };
+        let first = fec.block_of(range.start as u64);
+        let last = range
+            .end
+            .checked_sub(1)
+            .and_then(|i| fec.block_of(i as u64));
+        let (Some(first), Some(last)) = (first, last) else {
+            return;
+        };
+        for b in first..=last {
+            if let Some(data) = fec.block(b).and_then(|blk| fec.repair_data(&blk)) {
+                add(Slot::Parity, data);
+            }
+        }
+    }
+}
