@@ -1,0 +1,237 @@
+//! The storage service against a fake title: one file of fixed-size
+//! packets, one every 10 ms. The tests wait for the service's threads by
+//! polling with a generous bound; they assert what was read and released,
+//! never how fast.
+
+use std::{
+    fs::File,
+    io::Write,
+    ops::Range,
+    os::fd::AsRawFd,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use fjord_storage::{Extent, MappedFile, Mode, Source, Storage, StorageConfig, Uses};
+
+const PACKET: usize = 1000;
+const PACKETS: u32 = 20_000;
+const STEP_NS: u64 = 10_000_000;
+
+struct Fake {
+    _file: File,
+    files: [MappedFile; 1],
+    changed: AtomicBool,
+}
+
+impl Fake {
+    fn new(dir: &std::path::Path) -> Arc<Fake> {
+        let path = dir.join("title");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&vec![1u8; PACKET * PACKETS as usize]).unwrap();
+        let file = File::open(&path).unwrap();
+        let len = PACKET * PACKETS as usize;
+        // SAFETY: maps a file we keep open for the test's lifetime.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        Arc::new(Fake {
+            files: [MappedFile {
+                base: base as *const u8,
+                len,
+                fd: file.as_raw_fd(),
+            }],
+            _file: file,
+            changed: AtomicBool::new(false),
+        })
+    }
+
+    fn truncate(&self, dir: &std::path::Path) {
+        File::options()
+            .write(true)
+            .open(dir.join("title"))
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    }
+}
+
+impl Source for Fake {
+    fn files(&self) -> &[MappedFile] {
+        &self.files
+    }
+    fn device(&self) -> u64 {
+        1
+    }
+    fn track_count(&self) -> usize {
+        1
+    }
+    fn default_uses(&self) -> Uses {
+        Uses::MEDIA
+    }
+    fn packet_count(&self, _: usize) -> u32 {
+        PACKETS
+    }
+    fn send_time_ns(&self, _: usize, i: u32) -> Option<u64> {
+        (i < PACKETS).then(|| u64::from(i) * STEP_NS)
+    }
+    fn extents(&self, _: usize, packets: Range<u32>, _: Uses, out: &mut Vec<Extent>) {
+        out.push(Extent {
+            file: 0,
+            range: packets.start as usize * PACKET..packets.end as usize * PACKET,
+        });
+    }
+    fn head(&self, _: &mut Vec<Extent>) {}
+    fn trailing_packets(&self, _: usize) -> u32 {
+        1
+    }
+    fn changed(&self) -> bool {
+        self.changed.load(Ordering::Relaxed)
+    }
+}
+
+fn storage(budget: u64) -> Storage {
+    Storage::new(StorageConfig {
+        readahead: Duration::from_secs(2),
+        first_read: Duration::from_millis(200),
+        budget,
+        head: Duration::from_secs(1),
+        workers_per_disk: 2,
+    })
+}
+
+/// Polls `f` until it holds, for at most 10 s.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < until, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_session_gets_its_read_ahead_and_releases_it_behind_and_at_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    r.position(5000, Mode::Starting);
+    eventually("packet 5000 is resident", || r.cursor().ready_from(5000) > 0);
+    r.position(5000, Mode::Playing);
+    // 2 s of read-ahead at 100 packets/s: about 200 packets ahead.
+    eventually("the window reaches the read-ahead", || {
+        r.cursor().ready_from(5000) >= 150
+    });
+    let pinned = s.stats().pinned_bytes;
+    assert!(pinned >= 150 * PACKET as u64, "{pinned}");
+    // The session moves on: what it passed is released, the window follows.
+    for i in (5000..5600).step_by(20) {
+        eventually("the window follows", || r.cursor().ready_from(i) > 0);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    eventually("far ahead", || r.cursor().ready_from(5600) >= 100);
+    assert!(
+        s.stats().pinned_bytes < 2 * pinned + (1 << 20),
+        "passed chunks are released: {} pinned",
+        s.stats().pinned_bytes
+    );
+    drop(r);
+    eventually("everything is released", || s.stats().pinned_bytes == 0);
+    assert_eq!(s.stats().sessions, 0);
+}
+
+#[test]
+fn a_seek_moves_the_window_and_is_read_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    r.position(0, Mode::Starting);
+    eventually("start resident", || r.cursor().ready_from(0) > 0);
+    r.position(15_000, Mode::Starting);
+    assert_eq!(r.cursor().ready_from(15_000), 0, "not resident at once");
+    eventually("the new place is resident", || {
+        r.cursor().ready_from(15_000) > 0
+    });
+    assert_eq!(r.cursor().ready_from(10), 0, "the old window is gone");
+}
+
+#[test]
+fn a_changed_or_truncated_title_fails_its_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let a = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    a.position(0, Mode::Playing);
+    eventually("resident", || a.cursor().ready_from(0) > 0);
+    fake.changed.store(true, Ordering::Relaxed);
+    a.position(0, Mode::Playing);
+    eventually("the session is failed", || a.cursor().failed());
+
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    fake.truncate(dir.path());
+    let b = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    b.position(100, Mode::Starting);
+    eventually("a read of a truncated file fails the session", || {
+        b.cursor().failed()
+    });
+    assert_eq!(b.cursor().ready_from(100), 0);
+}
+
+#[test]
+fn the_budget_bounds_what_is_pinned_and_sessions_wait_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let budget = 4 << 20;
+    let s = storage(budget);
+    let sessions: Vec<_> = (0..40)
+        .map(|i| {
+            let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+            r.position(i * 500, Mode::Starting);
+            r
+        })
+        .collect();
+    eventually("some sessions wait for the budget", || {
+        s.stats().budget_waits > 0
+    });
+    // A refill may overshoot by what one read covers per worker.
+    assert!(
+        s.stats().pinned_bytes <= budget + 2 * (1 << 20),
+        "{} pinned of {budget}",
+        s.stats().pinned_bytes
+    );
+    let waiting = sessions
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| r.cursor().ready_from(*i as u32 * 500) == 0)
+        .count();
+    assert!(waiting > 0, "not every session fits the budget");
+}
+
+#[test]
+fn a_title_head_stays_resident_while_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let head = s.hold_head(fake.clone()).unwrap();
+    // 1 s of packets, rounded up to whole chunks.
+    let pinned = s.stats().pinned_bytes;
+    assert!(
+        (100 * PACKET as u64..=100 * PACKET as u64 + 256 * 1024).contains(&pinned),
+        "{pinned}"
+    );
+    drop(head);
+    assert_eq!(s.stats().pinned_bytes, 0);
+}
