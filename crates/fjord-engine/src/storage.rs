@@ -106,9 +106,10 @@ impl Files {
     /// Whether a file is no longer what was loaded: deleted, replaced,
     /// truncated or written.
     pub(crate) fn changed(&self) -> bool {
-        self.paths.iter().flatten().any(|(path, was)| {
-            std::fs::metadata(path).map_or(true, |m| Identity::of(&m) != *was)
-        })
+        self.paths
+            .iter()
+            .flatten()
+            .any(|(path, was)| std::fs::metadata(path).map_or(true, |m| Identity::of(&m) != *was))
     }
 }
 
@@ -163,16 +164,20 @@ impl Source for Title {
             add(Slot::Prefab, bytes);
         }
         if uses.has(Uses::MEDIA) {
-            let span = range
-                .clone()
-                .filter_map(|i| track.packet(i))
-                .fold(None::<(u64, u64)>, |acc, r| {
-                    let (a, b) = acc.unwrap_or((r.offset, r.file_end()));
-                    Some((a.min(r.offset), b.max(r.file_end())))
-                });
+            let span =
+                range
+                    .clone()
+                    .filter_map(|i| track.packet(i))
+                    .fold(None::<(u64, u64)>, |acc, r| {
+                        let (a, b) = acc.unwrap_or((r.offset, r.file_end()));
+                        Some((a.min(r.offset), b.max(r.file_end())))
+                    });
             if let Some((a, b)) = span {
                 let media = self.media();
-                add(Slot::Media, media.get(a as usize..b as usize).unwrap_or_default());
+                add(
+                    Slot::Media,
+                    media.get(a as usize..b as usize).unwrap_or_default(),
+                );
             }
         }
         if uses.has(Uses::PARITY) {

@@ -120,7 +120,8 @@ impl Title {
                     .unwrap_or(0)
             })
             .collect();
-        self.files.set(Slot::Parity, sidecar_path, &file, sidecar.bytes())?;
+        self.files
+            .set(Slot::Parity, sidecar_path, &file, sidecar.bytes())?;
         self.fec = Some(Parity {
             file,
             sidecar,
@@ -183,7 +184,6 @@ impl Title {
     pub(crate) fn media(&self) -> &[u8] {
         &self.media
     }
-
 
     pub(crate) fn prefab_head(&self) -> Option<&[u8]> {
         Some(self.prefab.as_ref()?.1.head())

@@ -78,6 +78,9 @@ pub struct Config {
     pub head_s: u64,
     /// Reads in flight per disk.
     pub storage_threads: usize,
+    /// What the media root's disk reads, in MB/s, for admission: streams
+    /// are promised at most 80 % of it (SETUP beyond: 453). `0`: no limit.
+    pub disk_mbps: u64,
     /// A file the server rewrites every second with its counters (JSON:
     /// per engine thread and of the storage layer); empty: none.
     pub stats_file: PathBuf,
@@ -113,6 +116,7 @@ impl Default for Config {
             readahead_budget_mb: 0,
             head_s: 2,
             storage_threads: 2,
+            disk_mbps: 0,
             stats_file: PathBuf::new(),
         }
     }
@@ -192,7 +196,18 @@ impl Config {
             },
             head: Duration::from_secs(self.head_s),
             workers_per_disk: self.storage_threads,
+            disk_capacity: self.disk_capacity(),
         })
+    }
+
+    /// Bytes per second of the root's disk, by its device number.
+    fn disk_capacity(&self) -> std::collections::HashMap<u64, u64> {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(&self.root).map(|m| m.dev());
+        match (self.disk_mbps, dev) {
+            (0, _) | (_, Err(_)) => Default::default(),
+            (mbps, Ok(dev)) => [(dev, mbps * 1_000_000)].into(),
+        }
     }
 
     /// The parity layout for on-demand ingest (checked by `validate`).

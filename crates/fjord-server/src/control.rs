@@ -379,6 +379,19 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         abandon();
         return refuse(453, "the server is at its capacity; try again later");
     };
+    // The storage layer's promise: the disk's bandwidth and the read-ahead
+    // memory the stream needs (held by the stream, given back with it).
+    let storage = match &server.storage {
+        None => None,
+        Some(s) => match s.reserve(&*title, pps * average_packet_bytes(&title)) {
+            Ok(r) => Some(Box::new(r)),
+            Err(e) => {
+                server.admission.release(&reservation);
+                abandon();
+                return refuse(453, &e.to_string());
+            }
+        },
+    };
     let fail = |code: u16, reason: &str| {
         server.admission.release(&reservation);
         abandon();
@@ -540,6 +553,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             rtcp,
             reports: ReceiverStats::default(),
             reservation,
+            _storage: storage,
         });
         if inner.state == State::Init {
             inner.state = State::Ready;
@@ -553,6 +567,17 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         .header("Transport", &transport_reply)
         .header("Session", session_header(server, session.id))
         .into()
+}
+
+/// Bytes per packet over the whole title (its media file's size over all
+/// its packets): enough to turn a stream's packet rate into disk bandwidth.
+fn average_packet_bytes(title: &Title) -> u64 {
+    let packets: u64 = title
+        .index()
+        .tracks()
+        .map(|t| t.packet_count() as u64)
+        .sum();
+    title.index().source().size / packets.max(1)
 }
 
 /// Where a stream's RTCP from the client comes in.

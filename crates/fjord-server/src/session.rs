@@ -97,6 +97,9 @@ pub struct Stream {
     pub reports: ReceiverStats,
     /// Its share of the engine thread's capacity.
     pub reservation: Reservation,
+    /// Its share of its disk and of the read-ahead memory (storage layer),
+    /// given back when the stream is dropped.
+    pub _storage: Option<Box<fjord_storage::StorageReservation>>,
 }
 
 /// How a stream's RTCP from the client comes in, undone when it ends.
@@ -135,6 +138,7 @@ impl Stream {
             rtcp: StreamRtcp::None,
             reports: ReceiverStats::default(),
             reservation: Admission::new(1, None).reserve(None, 0).expect("no limit"),
+            _storage: None,
         }
     }
 }

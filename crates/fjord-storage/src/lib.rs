@@ -7,12 +7,15 @@
 //! loads, never a lock or a wait), kept `readahead` ahead of the session by
 //! worker threads per disk, earliest deadline first; a failed mark when a
 //! title's files changed or could not be read. The first seconds and the
-//! tables of every loaded title stay resident ([`HeadPin`]).
+//! tables of every loaded title stay resident ([`HeadPin`]). Admission
+//! ([`Storage::reserve`]) promises a stream its disk's bandwidth and its
+//! read-ahead memory, or refuses it.
 //!
 //! It never parses media, never copies payload (pages are locked where the
 //! engine already maps them) and never blocks the caller of
 //! [`Cursor::ready_from`]; registering and loading a title's head may wait.
 
+pub mod admission;
 mod budget;
 mod cursor;
 pub mod pin;
@@ -20,9 +23,10 @@ pub mod sched;
 mod service;
 mod source;
 
+pub use admission::Refusal;
 pub use budget::default_budget;
 pub use cursor::{Cursor, Mode};
 pub use service::{
-    HeadPin, ReadAhead, Storage, StorageConfig, StorageStats, device_of,
+    HeadPin, ReadAhead, Storage, StorageConfig, StorageReservation, StorageStats, device_of,
 };
 pub use source::{Extent, MappedFile, Source, Uses};

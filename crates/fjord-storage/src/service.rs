@@ -24,8 +24,9 @@ use std::{
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::{
+    admission::{Charge, Ledger, Refusal},
     cursor::{Cursor, Mode},
-    pin::{ChunkKey, PinError, Pins},
+    pin::{CHUNK, ChunkKey, PinError, Pins},
     source::{Extent, Source, Uses},
 };
 
@@ -42,6 +43,9 @@ pub struct StorageConfig {
     pub head: Duration,
     /// Reads in flight per disk.
     pub workers_per_disk: usize,
+    /// Bytes per second each disk (by `st_dev`) reads, for admission;
+    /// disks not listed are not limited.
+    pub disk_capacity: HashMap<u64, u64>,
 }
 
 impl Default for StorageConfig {
@@ -52,6 +56,7 @@ impl Default for StorageConfig {
             budget: crate::budget::default_budget(),
             head: Duration::from_secs(2),
             workers_per_disk: 2,
+            disk_capacity: HashMap::new(),
         }
     }
 }
@@ -92,6 +97,10 @@ pub struct Storage {
 }
 
 struct Inner {
+    ledger: Mutex<Ledger>,
+    /// Bytes that queued and running refills are about to pin (estimated),
+    /// so that the budget holds before they finish.
+    committed: AtomicU64,
     config: StorageConfig,
     pins: Pins,
     counters: Counters,
@@ -121,8 +130,9 @@ struct Entry {
     uses: Uses,
     /// Pinned runs of packets, oldest first.
     grants: VecDeque<Grant>,
-    /// A refill to this packet is queued or running.
-    refill: Option<u32>,
+    /// A refill to this packet is queued or running, and the bytes it is
+    /// expected to pin.
+    refill: Option<(u32, u64)>,
     /// Bumped whenever the entry is rescheduled: stale heap entries skip.
     generation: u64,
 }
@@ -165,6 +175,20 @@ impl Drop for ReadAhead {
     }
 }
 
+/// A stream's promise of disk bandwidth and read-ahead memory, given
+/// back when it is dropped.
+#[derive(Debug)]
+pub struct StorageReservation {
+    storage: Storage,
+    charge: Charge,
+}
+
+impl Drop for StorageReservation {
+    fn drop(&mut self) {
+        lock(&self.storage.inner.ledger).release(self.charge);
+    }
+}
+
 /// Pinned head of a title: its tables and first seconds, while loaded.
 pub struct HeadPin {
     chunks: Vec<ChunkKey>,
@@ -204,12 +228,36 @@ impl Storage {
         }
         Self {
             inner: Arc::new(Inner {
+                ledger: Mutex::new(Ledger::new(config.budget, config.disk_capacity.clone())),
+                committed: AtomicU64::new(0),
                 config,
                 pins,
                 counters: Counters::default(),
                 disks: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// Promises a stream of `source` at `bytes_per_s` its disk's share
+    /// and its read-ahead memory, or says why not (RTSP 453).
+    pub fn reserve(
+        &self,
+        source: &dyn Source,
+        bytes_per_s: u64,
+    ) -> Result<StorageReservation, Refusal> {
+        let readahead = self.inner.config.readahead.as_secs_f64();
+        let charge = Charge {
+            device: source.device(),
+            title: source.files().first().map_or(0, |f| f.base as usize),
+            bytes_per_s,
+            memory: (bytes_per_s as f64 * readahead) as u64 + 4 * CHUNK as u64,
+        };
+        let title_bytes = source.files().iter().map(|f| f.len as u64).sum();
+        lock(&self.inner.ledger).reserve(charge, title_bytes)?;
+        Ok(StorageReservation {
+            storage: self.clone(),
+            charge,
+        })
     }
 
     pub fn config(&self) -> &StorageConfig {
@@ -286,7 +334,9 @@ impl Storage {
         };
         for e in &extents {
             let file = source.files()[e.file];
-            self.inner.pins.pin(&file, e.range.clone(), &mut head.chunks)?;
+            self.inner
+                .pins
+                .pin(&file, e.range.clone(), &mut head.chunks)?;
         }
         Ok(head)
     }
@@ -331,8 +381,19 @@ fn packet_at_or_after(source: &dyn Source, t: usize, from: u32, ns: u64, count: 
     lo
 }
 
+/// About how many bytes of its files one packet of `source` pins.
+fn bytes_per_packet(source: &dyn Source) -> u64 {
+    let bytes: u64 = source.files().iter().map(|f| f.len as u64).sum();
+    let packets: u64 = (0..source.track_count())
+        .map(|t| u64::from(source.packet_count(t)))
+        .sum();
+    bytes / packets.max(1)
+}
+
 /// A refill a worker took from the queue.
 struct Refill {
+    /// Bytes of the budget this refill committed (see `Inner::committed`).
+    committed: u64,
     id: usize,
     source: Arc<dyn Source>,
     track: usize,
@@ -373,7 +434,11 @@ impl Worker {
                     break;
                 }
                 st.checks.pop();
-                if st.entries.get(id).and_then(Option::as_ref).map(|e| e.generation)
+                if st
+                    .entries
+                    .get(id)
+                    .and_then(Option::as_ref)
+                    .map(|e| e.generation)
                     == Some(generation)
                 {
                     self.plan(&mut st, id, now);
@@ -398,14 +463,17 @@ impl Worker {
 
     fn take(&self, st: &mut DiskState) -> Option<Refill> {
         while let Some(Reverse((deadline, id, generation))) = st.queue.pop() {
-            let Some(e) = st.entries.get(id).and_then(Option::as_ref) else {
+            let Some(e) = st.entries.get_mut(id).and_then(Option::as_mut) else {
                 continue;
             };
-            let (Some(end), true) = (e.refill, e.generation == generation) else {
+            let (Some((end, committed)), true) = (e.refill, e.generation == generation) else {
                 continue;
             };
+            // The running refill carries its commitment from here on.
+            e.refill = Some((end, 0));
             let (_, from) = e.cursor.window();
             return Some(Refill {
+                committed,
                 id,
                 source: e.source.clone(),
                 track: e.track,
@@ -425,6 +493,10 @@ impl Worker {
         };
         e.cursor.take_poke();
         if e.cursor.is_gone() || e.cursor.failed() {
+            if e.refill.is_some() {
+                // Removed when it finishes: its id must not be reused first.
+                return;
+            }
             self.release(e, u32::MAX);
             st.entries[id] = None;
             st.free.push(id);
@@ -456,7 +528,9 @@ impl Worker {
         let generation = e.generation;
         match refill {
             Some((to, deadline)) => {
-                e.refill = Some(to);
+                let bytes = u64::from(to - end) * bytes_per_packet(&*e.source);
+                self.inner.committed.fetch_add(bytes, Relaxed);
+                e.refill = Some((to, bytes));
                 st.queue.push(Reverse((deadline, id, generation)));
             }
             None => st.checks.push(Reverse((at, id, generation))),
@@ -485,7 +559,8 @@ impl Worker {
             };
             return (now + until_low.min(IDLE * 5), None);
         }
-        if self.inner.pins.pinned_bytes() >= cfg.budget {
+        let committed = self.inner.committed.load(Relaxed);
+        if self.inner.pins.pinned_bytes() + committed >= cfg.budget {
             self.inner.counters.budget_waits.fetch_add(1, Relaxed);
             return (now + BUDGET_RETRY, None);
         }
@@ -539,6 +614,7 @@ impl Worker {
     }
 
     fn finish(&self, r: Refill, result: Result<Vec<ChunkKey>, PinError>, bytes: u64) {
+        self.inner.committed.fetch_sub(r.committed, Relaxed);
         let now = Instant::now();
         let c = &self.inner.counters;
         let mut st = lock(&self.disk.state);

@@ -1,0 +1,175 @@
+//! Storage admission (sans-IO ledger): a stream is admitted only when the
+//! disk holding its title can read it besides every admitted stream — at
+//! most [`DISK_SHARE`] of the disk's measured bandwidth, the rest left for
+//! seeks and bulk I/O — and the read-ahead budget can hold its window.
+//! Streams of one title never charge more memory than the title's files
+//! hold: they share its pages.
+
+use std::collections::HashMap;
+
+/// The share of a disk's bandwidth real-time streams may be promised.
+pub const DISK_SHARE: f64 = 0.8;
+
+/// Why a stream was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "the disk holding this title is at its capacity ({reserved_mbps} of {capacity_mbps} MB/s promised); try again later"
+    )]
+    Disk {
+        reserved_mbps: u64,
+        capacity_mbps: u64,
+    },
+    #[error(
+        "the read-ahead memory budget is spent ({reserved_mb} of {budget_mb} MiB promised); try again later"
+    )]
+    Memory { reserved_mb: u64, budget_mb: u64 },
+}
+
+/// What one stream was promised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    pub device: u64,
+    /// The title's identity (any key unique while it is loaded).
+    pub title: usize,
+    pub bytes_per_s: u64,
+    pub memory: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Ledger {
+    budget: u64,
+    /// Bytes per second each disk can read; disks not listed: no limit.
+    capacity: HashMap<u64, u64>,
+    disk: HashMap<u64, u64>,
+    /// Per title: memory its streams asked for, and what its files hold.
+    titles: HashMap<usize, (u64, u64)>,
+    memory: u64,
+}
+
+impl Ledger {
+    pub fn new(budget: u64, capacity: HashMap<u64, u64>) -> Self {
+        Self {
+            budget,
+            capacity,
+            ..Default::default()
+        }
+    }
+
+    /// What the title's streams take of the budget: what they asked for,
+    /// at most the title's size.
+    fn title_memory(&self, title: usize) -> u64 {
+        self.titles
+            .get(&title)
+            .map_or(0, |&(asked, cap)| asked.min(cap))
+    }
+
+    /// Promises `c` (a title of `title_bytes`), or says why not.
+    pub fn reserve(&mut self, c: Charge, title_bytes: u64) -> Result<(), Refusal> {
+        let reserved = self.disk.get(&c.device).copied().unwrap_or(0);
+        if let Some(&cap) = self.capacity.get(&c.device)
+            && (reserved + c.bytes_per_s) as f64 > cap as f64 * DISK_SHARE
+        {
+            return Err(Refusal::Disk {
+                reserved_mbps: reserved / 1_000_000,
+                capacity_mbps: cap / 1_000_000,
+            });
+        }
+        let before = self.title_memory(c.title);
+        let (asked, _) = self.titles.get(&c.title).copied().unwrap_or((0, 0));
+        let after = (asked + c.memory).min(title_bytes);
+        if self.memory - before + after > self.budget {
+            return Err(Refusal::Memory {
+                reserved_mb: self.memory >> 20,
+                budget_mb: self.budget >> 20,
+            });
+        }
+        self.titles.insert(c.title, (asked + c.memory, title_bytes));
+        self.memory = self.memory - before + after;
+        *self.disk.entry(c.device).or_default() += c.bytes_per_s;
+        Ok(())
+    }
+
+    pub fn release(&mut self, c: Charge) {
+        if let Some(d) = self.disk.get_mut(&c.device) {
+            *d = d.saturating_sub(c.bytes_per_s);
+        }
+        let before = self.title_memory(c.title);
+        if let Some(t) = self.titles.get_mut(&c.title) {
+            t.0 = t.0.saturating_sub(c.memory);
+            if t.0 == 0 {
+                self.titles.remove(&c.title);
+            }
+        }
+        self.memory = self.memory.saturating_sub(before) + self.title_memory(c.title);
+    }
+
+    pub fn memory(&self) -> u64 {
+        self.memory
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: u64 = 1_000_000;
+
+    fn charge(title: usize, mbps: u64, memory: u64) -> Charge {
+        Charge {
+            device: 7,
+            title,
+            bytes_per_s: mbps * MB,
+            memory,
+        }
+    }
+
+    #[test]
+    fn a_disk_takes_streams_up_to_its_share_and_again_after_release() {
+        let mut l = Ledger::new(u64::MAX, HashMap::from([(7, 100 * MB)]));
+        for t in 0..8 {
+            l.reserve(charge(t, 10, 0), 1 << 30).unwrap();
+        }
+        assert!(matches!(
+            l.reserve(charge(9, 10, 0), 1 << 30),
+            Err(Refusal::Disk {
+                reserved_mbps: 80,
+                capacity_mbps: 100
+            })
+        ));
+        l.release(charge(0, 10, 0));
+        l.reserve(charge(9, 10, 0), 1 << 30).unwrap();
+        // Another disk is not limited by this one.
+        let other = Charge {
+            device: 8,
+            ..charge(10, 500, 0)
+        };
+        l.reserve(other, 1 << 30).unwrap();
+    }
+
+    #[test]
+    fn streams_of_one_title_share_its_memory_and_others_meet_the_budget() {
+        let mut l = Ledger::new(100, HashMap::new());
+        // A 30-byte title: a thousand streams of it cost 30.
+        for _ in 0..1000 {
+            l.reserve(charge(1, 0, 10), 30).unwrap();
+        }
+        assert_eq!(l.memory(), 30);
+        l.reserve(charge(2, 0, 60), 1000).unwrap();
+        assert_eq!(l.memory(), 90);
+        assert!(matches!(
+            l.reserve(charge(3, 0, 20), 1000),
+            Err(Refusal::Memory { .. })
+        ));
+        for _ in 0..998 {
+            l.release(charge(1, 0, 10));
+        }
+        assert_eq!(l.memory(), 80, "two streams of title 1 ask 20 < 30");
+        l.reserve(charge(3, 0, 20), 1000).unwrap();
+        l.release(charge(1, 0, 10));
+        l.release(charge(1, 0, 10));
+        l.release(charge(2, 0, 60));
+        l.release(charge(3, 0, 20));
+        assert_eq!(l.memory(), 0);
+    }
+}
