@@ -644,6 +644,57 @@ mod tests {
         cmd: BenchCmd,
     }
 
+    fn report(root: &str, seq_mb: u64) -> fjord_bench::disk::DiskReport {
+        use fjord_bench::disk::{Access, Phase};
+        let phase = |access, block, depth| Phase {
+            access,
+            block,
+            depth,
+            ops: seq_mb,
+            bytes: seq_mb * block as u64,
+            elapsed: std::time::Duration::from_secs(1),
+            p50: None,
+            p99: Some(std::time::Duration::from_micros(12_345)),
+        };
+        fjord_bench::disk::DiskReport {
+            root: root.into(),
+            device: (253, 0),
+            device_name: Some("vda".into()),
+            filesystem: "ext4".into(),
+            size: 1 << 30,
+            seconds: 5.0,
+            direct: true,
+            note: None,
+            phases: vec![
+                phase(Access::SeqRead, 1 << 20, 1),
+                phase(Access::RandRead, 1 << 20, 1),
+                phase(Access::RandRead, 4096, 4),
+            ],
+        }
+    }
+
+    #[test]
+    fn disk_figures_replace_their_own_entry_and_keep_others() {
+        let first = save_disk("", &report("/a", 100)).unwrap();
+        let both = save_disk(&first, &report("/b", 200)).unwrap();
+        let again = save_disk(&both, &report("/a", 300)).unwrap();
+        let doc: toml::Table = again.parse().unwrap();
+        let disks = doc["disk"].as_array().unwrap();
+        let by_root = |root: &str| {
+            disks
+                .iter()
+                .find(|d| d["root"].as_str() == Some(root))
+                .unwrap()
+        };
+        assert_eq!(disks.len(), 2);
+        assert_eq!(by_root("/a")["device"].as_str(), Some("253:0"));
+        assert_eq!(by_root("/a")["seq_read_mb_s"].as_float(), Some(314.6)); // 300 MiB in 1 s
+        assert_eq!(by_root("/b")["seq_read_mb_s"].as_float(), Some(209.7));
+        assert_eq!(by_root("/a")["rand_4k_qd4_iops"].as_float(), Some(300.0));
+        assert_eq!(by_root("/a")["rand_1m_qd1_p99_ms"].as_float(), Some(12.3));
+        assert!(save_disk("disk = 3", &report("/a", 1)).is_err());
+    }
+
     #[test]
     fn flags_parse_into_a_config() {
         let cli = Cli::try_parse_from([
