@@ -15,6 +15,7 @@
 pub mod capacity;
 pub mod copies;
 pub mod cpu;
+pub mod disk;
 pub mod download;
 pub mod floor;
 pub mod peers;
