@@ -41,7 +41,7 @@ impl CatalogError {
 }
 
 pub struct Catalog {
-    root: PathBuf,
+    roots: Vec<PathBuf>,
     options: TsOptions,
     /// The block layouts of titles this catalog ingests.
     fec: FecChoice,
@@ -86,23 +86,30 @@ impl Catalog {
     /// `fec`: the parity layout for titles that have no valid sidecar
     /// (`Off`: serve them without repair streams); `prefab`: whether to
     /// make prefabricated packets for titles without valid ones.
+    /// `roots`: the media roots of the pool (a disk each, typically),
+    /// searched in order.
     pub fn new(
-        root: &Path,
+        roots: &[PathBuf],
         options: TsOptions,
         fec: FecChoice,
         prefab: bool,
         storage: Option<Storage>,
     ) -> io::Result<Self> {
-        let root = root
-            .canonicalize()
-            .map_err(|e| io::Error::new(e.kind(), format!("media root {}: {e}", root.display())))?;
+        let roots = roots
+            .iter()
+            .map(|root| {
+                root.canonicalize().map_err(|e| {
+                    io::Error::new(e.kind(), format!("media root {}: {e}", root.display()))
+                })
+            })
+            .collect::<io::Result<Vec<_>>>()?;
         let derived = if fec == FecChoice::Off && !prefab {
             None
         } else {
-            Some(derive_worker()?)
+            Some(derive_worker(storage.clone())?)
         };
         Ok(Self {
-            root,
+            roots,
             options,
             fec,
             prefab,
@@ -112,11 +119,12 @@ impl Catalog {
         })
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
     }
 
-    /// The file of a title, or `NotFound` for anything outside the root:
+    /// The file of a title in the first root that has it, or `NotFound`
+    /// for anything outside the roots:
     /// `..`, absolute paths and symlinks leading out are refused before any
     /// file is opened (canonicalize only stats and reads links). fjord's own
     /// files (indexes, parity, temporaries) and hidden files are not titles;
@@ -133,15 +141,13 @@ impl Catalog {
         if title.is_empty() || !plain || ours {
             return Err(CatalogError::NotFound);
         }
-        let path = self
-            .root
-            .join(rel)
-            .canonicalize()
-            .map_err(|_| CatalogError::NotFound)?;
-        if !path.starts_with(&self.root) || !path.is_file() {
-            return Err(CatalogError::NotFound);
-        }
-        Ok(path)
+        self.roots
+            .iter()
+            .find_map(|root| {
+                let path = root.join(rel).canonicalize().ok()?;
+                (path.starts_with(root) && path.is_file()).then_some(path)
+            })
+            .ok_or(CatalogError::NotFound)
     }
 
     /// The title with its name, ingesting it first when it is new or its
@@ -176,7 +182,7 @@ impl Catalog {
         let media = path.clone();
         let storage = self.storage.clone();
         let (title, parity, head) = tokio::task::spawn_blocking(move || {
-            let (title, parity) = load(&media, &options, fec)?;
+            let (title, parity) = load(&media, &options, fec, storage.as_ref())?;
             let title = Arc::new(title);
             let head = storage.and_then(|s| match s.hold_head(title.clone()) {
                 Ok(h) => Some(h),
@@ -220,7 +226,7 @@ impl Catalog {
 /// The thread that writes sidecars and packet files for queued titles,
 /// then drops each loaded title if it is still that file's, so the next
 /// client gets it with them (sessions playing keep theirs).
-fn derive_worker() -> io::Result<mpsc::SyncSender<DeriveJob>> {
+fn derive_worker(storage: Option<Storage>) -> io::Result<mpsc::SyncSender<DeriveJob>> {
     let (tx, rx) = mpsc::sync_channel::<DeriveJob>(DERIVE_QUEUE);
     std::thread::Builder::new()
         .name("fjord-derive".to_owned())
@@ -228,7 +234,9 @@ fn derive_worker() -> io::Result<mpsc::SyncSender<DeriveJob>> {
             // SAFETY: a plain syscall; on Linux a thread id names just this
             // thread, so only this thread is reniced.
             unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+            fjord_storage::ioprio::bulk();
             for job in rx {
+                let mut pacer = bulk_pacer(storage.as_ref(), &job.path);
                 let started = std::time::Instant::now();
                 let mut made = false;
                 let mut outcome = |r: Result<(), String>, done: &str, without: &str| match r {
@@ -241,7 +249,7 @@ fn derive_worker() -> io::Result<mpsc::SyncSender<DeriveJob>> {
                 };
                 if job.parity {
                     outcome(
-                        fjord_fec::protect(&job.path, &mut |_, _| {})
+                        fjord_fec::protect(&job.path, &mut |done, _| pacer(done))
                             .map(drop)
                             .map_err(|e| e.to_string()),
                         "parity written; repair streams offered to new sessions",
@@ -250,7 +258,7 @@ fn derive_worker() -> io::Result<mpsc::SyncSender<DeriveJob>> {
                 }
                 if job.packets {
                     outcome(
-                        fjord_media::prefab::prefabricate(&job.path, &mut |_, _| {})
+                        fjord_media::prefab::prefabricate(&job.path, &mut |done, _| pacer(done))
                             .map(drop)
                             .map_err(|e| e.to_string()),
                         "packets prefabricated; new sessions are sent them",
@@ -281,14 +289,34 @@ enum Parity {
     Missing,
 }
 
+/// Bulk work on the file at `path` waits for its turns on the file's disk
+/// (the storage layer's scheduler: playing sessions first); without a
+/// storage layer it runs freely.
+fn bulk_pacer(storage: Option<&Storage>, path: &Path) -> impl FnMut(u64) + use<> {
+    use std::os::unix::fs::MetadataExt;
+    let device = std::fs::metadata(path).map_or(0, |m| m.dev());
+    let mut pacer = storage.map(|s| s.bulk_pacer(device));
+    move |done| {
+        if let Some(p) = &mut pacer {
+            p.progress(done);
+        }
+    }
+}
+
 /// The title (ingested with the layouts `fec` chooses if its index is
-/// missing or stale), and where its parity stands.
-fn load(path: &Path, options: &TsOptions, fec: FecChoice) -> Result<(Title, Parity), CatalogError> {
+/// missing or stale, as bulk work), and where its parity stands.
+fn load(
+    path: &Path,
+    options: &TsOptions,
+    fec: FecChoice,
+    storage: Option<&Storage>,
+) -> Result<(Title, Parity), CatalogError> {
+    let mut pacer = bulk_pacer(storage, path);
     let (index, report) = fjord_media::ingest::open_or_ingest(
         path,
         options,
         &fjord_fec::layouts(fec),
-        &mut |_, _| {},
+        &mut |done, _| pacer(done),
     )
     .map_err(classify)?;
     let layout = index.tracks().any(|t| t.fec_layout().is_some());
@@ -338,5 +366,36 @@ fn classify(e: fjord_media::ingest::IngestError) -> CatalogError {
             CatalogError::Unsupported(e.to_string())
         }
         E::WriteIndex { .. } | E::ReadBack { .. } => CatalogError::Failed(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool of two roots: a title is found in the first root that has
+    /// it, and no name leads out of the roots.
+    #[test]
+    fn a_pool_finds_titles_in_every_root_in_order() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(a.path().join("both.ts"), b"a").unwrap();
+        std::fs::write(b.path().join("both.ts"), b"b").unwrap();
+        std::fs::create_dir(b.path().join("films")).unwrap();
+        std::fs::write(b.path().join("films/only-b.ts"), b"b").unwrap();
+        let roots = [a.path().to_owned(), b.path().to_owned()];
+        let c = Catalog::new(&roots, TsOptions::default(), FecChoice::Off, false, None).unwrap();
+        let b_root = b.path().canonicalize().unwrap();
+        let a_root = a.path().canonicalize().unwrap();
+        assert_eq!(c.resolve("both.ts").unwrap(), a_root.join("both.ts"));
+        assert_eq!(
+            c.resolve("films/only-b.ts").unwrap(),
+            b_root.join("films/only-b.ts")
+        );
+        assert!(matches!(c.resolve("none.ts"), Err(CatalogError::NotFound)));
+        let up = format!(
+            "../{}/both.ts",
+            b_root.file_name().unwrap().to_str().unwrap()
+        );
+        assert!(matches!(c.resolve(&up), Err(CatalogError::NotFound)));
     }
 }

@@ -78,9 +78,13 @@ pub struct Config {
     pub head_s: u64,
     /// Reads in flight per disk.
     pub storage_threads: usize,
-    /// What the media root's disk reads, in MB/s, for admission: streams
-    /// are promised at most 80 % of it (SETUP beyond: 453). `0`: no limit.
+    /// What each media root's disk reads, in MB/s, for admission: streams
+    /// of titles on a disk are promised at most 80 % of it (SETUP beyond:
+    /// 453). `0`: no limit.
     pub disk_mbps: u64,
+    /// A storage pool: several media roots, a disk each, searched in order
+    /// for a title, each disk with its own read queue. Empty: `root` alone.
+    pub roots: Vec<PathBuf>,
     /// A file the server rewrites every second with its counters (JSON:
     /// per engine thread and of the storage layer); empty: none.
     pub stats_file: PathBuf,
@@ -117,6 +121,7 @@ impl Default for Config {
             head_s: 2,
             storage_threads: 2,
             disk_mbps: 0,
+            roots: Vec::new(),
             stats_file: PathBuf::new(),
         }
     }
@@ -200,14 +205,26 @@ impl Config {
         })
     }
 
-    /// Bytes per second of the root's disk, by its device number.
+    /// The media roots: `roots`, or `root` alone.
+    pub fn roots(&self) -> Vec<PathBuf> {
+        if self.roots.is_empty() {
+            vec![self.root.clone()]
+        } else {
+            self.roots.clone()
+        }
+    }
+
+    /// Bytes per second of each root's disk, by its device number.
     fn disk_capacity(&self) -> std::collections::HashMap<u64, u64> {
         use std::os::unix::fs::MetadataExt;
-        let dev = std::fs::metadata(&self.root).map(|m| m.dev());
-        match (self.disk_mbps, dev) {
-            (0, _) | (_, Err(_)) => Default::default(),
-            (mbps, Ok(dev)) => [(dev, mbps * 1_000_000)].into(),
+        if self.disk_mbps == 0 {
+            return Default::default();
         }
+        self.roots()
+            .iter()
+            .filter_map(|r| std::fs::metadata(r).ok())
+            .map(|m| (m.dev(), self.disk_mbps * 1_000_000))
+            .collect()
     }
 
     /// The parity layout for on-demand ingest (checked by `validate`).

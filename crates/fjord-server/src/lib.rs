@@ -67,7 +67,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     config.validate()?;
     let storage = config.storage().map(fjord_storage::Storage::new);
     let catalog = Catalog::new(
-        &config.root,
+        &config.roots(),
         fjord_media::ts::TsOptions {
             ts_per_rtp: config.ts_per_rtp,
             ..Default::default()
@@ -133,7 +133,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     });
     println!("fjord: listening on rtsp://{local}/");
     tracing::info!(
-        root = %server.catalog.root().display(),
+        roots = ?server.catalog.roots(),
         datapath = server.engine.datapath(),
         udp_sockets = if server.shared.is_some() { "shared" } else { "per-session" },
         threads = server.admission.threads(),

@@ -18,6 +18,7 @@
 pub mod admission;
 mod budget;
 mod cursor;
+pub mod ioprio;
 pub mod pin;
 pub mod sched;
 mod service;
@@ -27,6 +28,7 @@ pub use admission::Refusal;
 pub use budget::default_budget;
 pub use cursor::{Cursor, Mode};
 pub use service::{
-    HeadPin, ReadAhead, Storage, StorageConfig, StorageReservation, StorageStats, device_of,
+    BulkGrant, BulkPacer, HeadPin, ReadAhead, Storage, StorageConfig, StorageReservation,
+    StorageStats, device_of,
 };
 pub use source::{Extent, MappedFile, Source, Uses};

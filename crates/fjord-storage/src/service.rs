@@ -27,6 +27,7 @@ use crate::{
     admission::{Charge, Ledger, Refusal},
     cursor::{Cursor, Mode},
     pin::{CHUNK, ChunkKey, PinError, Pins},
+    sched::{self, Class, Scheduler, Ticket},
     source::{Extent, Source, Uses},
 };
 
@@ -111,16 +112,32 @@ struct Disk {
     state: Mutex<DiskState>,
     wake: Condvar,
     pokes: (Sender<usize>, Receiver<usize>),
+    /// The origin of the scheduler's clock.
+    epoch: Instant,
 }
 
-#[derive(Default)]
 struct DiskState {
     entries: Vec<Option<Entry>>,
     free: Vec<usize>,
     /// When to look at which entry next (entry, generation).
     checks: BinaryHeap<Reverse<(Instant, usize, u64)>>,
-    /// Refills waiting for a worker, earliest deadline first.
-    queue: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    /// Refills (earliest deadline first) and bulk work, shared by DRR.
+    sched: Scheduler<Tag>,
+}
+
+/// What a scheduled request is for.
+enum Tag {
+    /// A refill of entry `id` at `generation`, committing `bytes`.
+    Refill { id: usize, generation: u64 },
+    /// Bulk work waiting for its turn.
+    Bulk(Arc<BulkTurn>),
+}
+
+/// A bulk job's turn: set when the scheduler dispatches it.
+#[derive(Default)]
+struct BulkTurn {
+    ticket: Mutex<Option<Ticket>>,
+    given: Condvar,
 }
 
 struct Entry {
@@ -215,6 +232,46 @@ impl Disk {
     fn poke(&self, id: usize) {
         let _ = self.pokes.0.send(id);
         self.wake.notify_one();
+    }
+
+    fn now_ns(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+}
+
+/// Permission for bulk work to do some I/O on a disk; the I/O is done
+/// when this is dropped, which frees the disk's slot.
+pub struct BulkGrant {
+    disk: Arc<Disk>,
+    ticket: Ticket,
+}
+
+impl Drop for BulkGrant {
+    fn drop(&mut self) {
+        let now = self.disk.now_ns(Instant::now());
+        lock(&self.disk.state).sched.complete(self.ticket, now);
+        self.disk.wake.notify_all();
+    }
+}
+
+/// Paces bulk work that reports its progress (ingest, parity, packet
+/// files): each piece waits for its turn on the disk, so bulk gets what
+/// the playing sessions leave (at least the scheduler's bulk share).
+pub struct BulkPacer {
+    storage: Storage,
+    device: u64,
+    done: u64,
+    grant: Option<BulkGrant>,
+}
+
+impl BulkPacer {
+    /// The work has done `done` bytes: the piece before is over; wait for
+    /// the disk's permission for the next one (as large as the last).
+    pub fn progress(&mut self, done: u64) {
+        drop(self.grant.take());
+        let piece = done.saturating_sub(self.done).max(1 << 20);
+        self.done = done;
+        self.grant = self.storage.bulk(self.device, piece).ok();
     }
 }
 
@@ -341,15 +398,55 @@ impl Storage {
         Ok(head)
     }
 
+    /// Waits until the disk `device` lets bulk work do `bytes` of I/O.
+    pub fn bulk(&self, device: u64, bytes: u64) -> io::Result<BulkGrant> {
+        let disk = self.disk(device)?;
+        let turn = Arc::new(BulkTurn::default());
+        lock(&disk.state)
+            .sched
+            .push_bulk(Tag::Bulk(turn.clone()), bytes);
+        disk.wake.notify_one();
+        let mut ticket = lock(&turn.ticket);
+        let ticket = loop {
+            match *ticket {
+                Some(t) => break t,
+                None => ticket = turn.given.wait(ticket).unwrap_or_else(|e| e.into_inner()),
+            }
+        };
+        Ok(BulkGrant { disk, ticket })
+    }
+
+    /// A pacer for bulk work on the disk `device` (see [`BulkPacer`]).
+    pub fn bulk_pacer(&self, device: u64) -> BulkPacer {
+        BulkPacer {
+            storage: self.clone(),
+            device,
+            done: 0,
+            grant: None,
+        }
+    }
+
     fn disk(&self, device: u64) -> io::Result<Arc<Disk>> {
         let mut disks = lock(&self.inner.disks);
         if let Some(d) = disks.get(&device) {
             return Ok(d.clone());
         }
+        let depth = self.inner.config.workers_per_disk.max(1);
         let disk = Arc::new(Disk {
-            state: Mutex::new(DiskState::default()),
+            state: Mutex::new(DiskState {
+                entries: Vec::new(),
+                free: Vec::new(),
+                checks: BinaryHeap::new(),
+                sched: Scheduler::new(sched::Config {
+                    depth,
+                    // A slot is kept for stream reads when there are two.
+                    bulk_depth: (depth - 1).max(1),
+                    ..Default::default()
+                }),
+            }),
             wake: Condvar::new(),
             pokes: crossbeam_channel::unbounded(),
+            epoch: Instant::now(),
         });
         for w in 0..self.inner.config.workers_per_disk.max(1) {
             let (inner, disk) = (self.inner.clone(), disk.clone());
@@ -392,6 +489,7 @@ fn bytes_per_packet(source: &dyn Source) -> u64 {
 
 /// A refill a worker took from the queue.
 struct Refill {
+    ticket: Ticket,
     /// Bytes of the budget this refill committed (see `Inner::committed`).
     committed: u64,
     id: usize,
@@ -414,6 +512,7 @@ const BUDGET_RETRY: Duration = Duration::from_millis(20);
 
 impl Worker {
     fn run(self) {
+        crate::ioprio::stream_reads();
         loop {
             let refill = self.next_refill();
             let (result, bytes) = self.pin(&refill);
@@ -444,7 +543,7 @@ impl Worker {
                     self.plan(&mut st, id, now);
                 }
             }
-            if let Some(r) = self.take(&mut st) {
+            if let Some(r) = self.take(&mut st, now) {
                 return r;
             }
             let wait = st
@@ -461,25 +560,43 @@ impl Worker {
         }
     }
 
-    fn take(&self, st: &mut DiskState) -> Option<Refill> {
-        while let Some(Reverse((deadline, id, generation))) = st.queue.pop() {
-            let Some(e) = st.entries.get_mut(id).and_then(Option::as_mut) else {
+    /// The next refill the scheduler dispatches; bulk turns it meets are
+    /// handed to their waiting jobs on the way.
+    fn take(&self, st: &mut DiskState, now: Instant) -> Option<Refill> {
+        while let Some(d) = st.sched.next(self.disk.now_ns(now)) {
+            let (id, generation) = match d.tag {
+                Tag::Bulk(turn) => {
+                    *lock(&turn.ticket) = Some(d.ticket);
+                    turn.given.notify_one();
+                    continue;
+                }
+                Tag::Refill { id, generation } => (id, generation),
+            };
+            let live = st.entries.get_mut(id).and_then(Option::as_mut);
+            let Some(e) = live.filter(|e| e.generation == generation) else {
+                st.sched.complete(d.ticket, self.disk.now_ns(now));
                 continue;
             };
-            let (Some((end, committed)), true) = (e.refill, e.generation == generation) else {
+            let Some((end, committed)) = e.refill else {
+                st.sched.complete(d.ticket, self.disk.now_ns(now));
                 continue;
             };
             // The running refill carries its commitment from here on.
             e.refill = Some((end, 0));
             let (_, from) = e.cursor.window();
+            let deadline = match d.class {
+                Class::Rt { deadline_ns } => deadline_ns,
+                Class::Bulk => self.disk.now_ns(now),
+            };
             return Some(Refill {
+                ticket: d.ticket,
                 committed,
                 id,
                 source: e.source.clone(),
                 track: e.track,
                 uses: e.uses,
                 packets: from..end,
-                deadline,
+                deadline: self.disk.epoch + Duration::from_nanos(deadline),
             });
         }
         None
@@ -531,7 +648,9 @@ impl Worker {
                 let bytes = u64::from(to - end) * bytes_per_packet(&*e.source);
                 self.inner.committed.fetch_add(bytes, Relaxed);
                 e.refill = Some((to, bytes));
-                st.queue.push(Reverse((deadline, id, generation)));
+                let deadline_ns = self.disk.now_ns(deadline);
+                let tag = Tag::Refill { id, generation };
+                st.sched.push_rt(tag, bytes, deadline_ns);
             }
             None => st.checks.push(Reverse((at, id, generation))),
         }
@@ -618,6 +737,8 @@ impl Worker {
         let now = Instant::now();
         let c = &self.inner.counters;
         let mut st = lock(&self.disk.state);
+        st.sched.complete(r.ticket, self.disk.now_ns(now));
+        self.disk.wake.notify_all();
         let Some(e) = st.entries.get_mut(r.id).and_then(Option::as_mut) else {
             if let Ok(chunks) = result {
                 self.inner.pins.unpin(&chunks);
