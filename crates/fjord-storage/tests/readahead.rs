@@ -237,3 +237,39 @@ fn a_title_head_stays_resident_while_held() {
     drop(head);
     assert_eq!(s.stats().pinned_bytes, 0);
 }
+
+/// Bulk work beside playing sessions still gets its turns (it is not
+/// starved), and every session keeps its read-ahead meanwhile.
+#[test]
+fn bulk_work_progresses_beside_playing_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let sessions: Vec<_> = (0..8)
+        .map(|i| {
+            let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+            r.position(i * 2000, Mode::Playing);
+            r
+        })
+        .collect();
+    let bulk = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            let mut pacer = s.bulk_pacer(1);
+            for piece in 1..=50u64 {
+                pacer.progress(piece << 20);
+            }
+        })
+    };
+    for (i, r) in sessions.iter().enumerate() {
+        eventually("every session has its read-ahead", || {
+            r.cursor().ready_from(i as u32 * 2000) >= 150
+        });
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while !bulk.is_finished() {
+        assert!(Instant::now() < until, "bulk work starved");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    bulk.join().unwrap();
+}
