@@ -63,6 +63,9 @@ impl Server {
 /// stdout once the socket is bound (tests and scripts read it from there).
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     config.validate()?;
+    // A title's file truncated while it plays ends its sessions, not the
+    // server (idempotent; `fjord serve` installed it already).
+    fjord_media::guard::install();
     let catalog = Catalog::new(
         &config.root,
         fjord_media::ts::TsOptions {

@@ -113,6 +113,14 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
+    // The verbs that map files (serve, ingest, verify, repair) survive a
+    // file truncated underneath: see fjord_media::guard.
+    if matches!(
+        cli.command,
+        Cmd::Serve { .. } | Cmd::Ingest { .. } | Cmd::Verify { .. } | Cmd::Repair { .. }
+    ) {
+        fjord_media::guard::install();
+    }
     let result = match cli.command {
         Cmd::Serve {
             root,
