@@ -695,6 +695,29 @@ impl Session {
         Some(wake.min(self.next_report.max(p.now)))
     }
 
+    /// Whether a file of the session's title shrank under its mapping and
+    /// was read since ([`Title::damaged`]).
+    pub(crate) fn title_damaged(&self) -> bool {
+        self.title.damaged()
+    }
+
+    /// Ends a session whose title can no longer be read (a burst failed
+    /// with EFAULT, or [`Self::title_damaged`]): an RTCP BYE tells the
+    /// client the stream ended, and the engine never wakes it again (the
+    /// client's TEARDOWN or the session timeout removes it).
+    pub(crate) fn end_unreadable(&mut self, p: &mut Pacing) -> Option<Instant> {
+        if matches!(self.state, State::Playing { .. }) {
+            tracing::warn!(
+                ssrc = self.ssrc,
+                track = self.track,
+                "a file of the title shrank under a playing session (truncated in place?); ending the session"
+            );
+            self.report(p, true);
+        }
+        self.state = State::Ended;
+        None
+    }
+
     /// RTCP sender report (RFC 3550 §6.4.1): the wall clock now against the
     /// RTP timestamp the stream's clock has now, so players can sync tracks.
     fn report(&mut self, p: &mut Pacing, bye: bool) {

@@ -252,15 +252,35 @@ pub struct Counters {
     pub zerocopy_done: u64,
 }
 
+/// `sent[i]` of a burst whose bytes cannot be read: the kernel answered
+/// EFAULT (a page of the mapped media or packet file vanished: the file was
+/// truncated underneath), or a `pread`/`sendfile` found the file shorter
+/// than the packet. Such a burst never leaves, however often it is tried:
+/// the path goes on with the next burst (so the other sessions of the
+/// batch are not starved), and the engine ends the session.
+pub const FAULTED: usize = usize::MAX;
+
+/// An error that means "this burst's bytes are gone", not "this path does
+/// not work": see [`FAULTED`].
+fn is_fault(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EFAULT)
+}
+
+/// What a read path reports when the file ended before a packet's run: as
+/// a vanished page does, EFAULT.
+fn shrank() -> io::Error {
+    io::Error::from_raw_os_error(libc::EFAULT)
+}
+
 pub trait DataPath: Send {
     fn name(&self) -> &'static str;
 
     /// Sends what it can of every burst of `batch`. `sent[i]` receives how
     /// many packets of burst `i` left (always a prefix; the rest wait for the
-    /// next tick because the socket was full). A packet the network refused
-    /// (e.g. ICMP port unreachable) counts as sent: UDP may lose it anyway.
-    /// An error means the path itself does not work here (the engine then
-    /// falls back to a simpler one).
+    /// next tick because the socket was full), or [`FAULTED`]. A packet the
+    /// network refused (e.g. ICMP port unreachable) counts as sent: UDP may
+    /// lose it anyway. An error means the path itself does not work here
+    /// (the engine then falls back to a simpler one).
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()>;
 
     fn counters(&self) -> Counters;
@@ -276,7 +296,8 @@ pub trait DataPath: Send {
 
 /// The loop every per-packet path shares: bursts in order, one `send_one`
 /// per packet. A full socket (`WouldBlock`) ends the burst's prefix; a
-/// transient error loses only that packet; any other error is the path's.
+/// transient error loses only that packet; unreadable bytes end the burst
+/// as [`FAULTED`]; any other error is the path's.
 fn per_packet(
     batch: &Batch<'_>,
     sent: &mut [usize],
@@ -289,6 +310,10 @@ fn per_packet(
             match send_one(counters, burst, p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if is_fault(&e) => {
+                    sent[i] = FAULTED;
+                    break;
+                }
                 Err(e) if is_transient(&e) => {}
                 Err(e) => return Err(e),
             }
