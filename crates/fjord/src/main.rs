@@ -77,7 +77,7 @@ enum Cmd {
         /// Prefabricated packets FILE.fjpkt: every RTP packet, header and
         /// payload, back to back, so a burst leaves as one run of the file
         /// (less CPU per packet; costs about the file's size again on disk)
-        #[arg(long, default_value = "on", value_name = "on|off", value_parser = on_off)]
+        #[arg(long, default_value = "on", value_name = "on|off", value_parser = on_off, action = clap::ArgAction::Set)]
         prefab: bool,
     },
     /// Check a media file against the parity written at ingest; names damaged
