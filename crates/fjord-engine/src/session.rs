@@ -495,7 +495,7 @@ impl Session {
     ) -> Option<Instant> {
         let (t0, origin_ns) = self.clock()?;
         if self.storage_failed() {
-            return self.end_early(p);
+            return self.end_unreadable(p);
         }
         if planned == Planned::default() && self.next < self.count() && self.ready() == 0 {
             p.stats.not_ready += 1;
@@ -553,7 +553,7 @@ impl Session {
             return None;
         };
         if self.storage_failed() {
-            return self.end_early(p);
+            return self.end_unreadable(p);
         }
         let title = self.title.clone();
         let track = title.index().track(self.track)?;
@@ -774,14 +774,26 @@ impl Session {
         Some(wake.min(self.next_report.max(p.now)))
     }
 
-    /// Ends the session now, with RTCP BYE: its title's files changed on
-    /// disk or could not be read.
-    fn end_early(&mut self, p: &mut Pacing) -> Option<Instant> {
-        tracing::warn!(
-            ssrc = self.ssrc,
-            "a file of the title changed or failed under a playing session; ending it"
-        );
-        self.report(p, true);
+    /// Whether a file of the session's title shrank under its mapping and
+    /// was read since ([`Title::damaged`]).
+    pub(crate) fn title_damaged(&self) -> bool {
+        self.title.damaged()
+    }
+
+    /// Ends a session whose title can no longer be read (a burst failed
+    /// with EFAULT, [`Self::title_damaged`], or the storage layer found a
+    /// file of it changed or unreadable): an RTCP BYE tells the client the
+    /// stream ended, and the engine never wakes it again (the client's
+    /// TEARDOWN or the session timeout removes it).
+    pub(crate) fn end_unreadable(&mut self, p: &mut Pacing) -> Option<Instant> {
+        if matches!(self.state, State::Playing { .. }) {
+            tracing::warn!(
+                ssrc = self.ssrc,
+                track = self.track,
+                "a file of the title changed or cannot be read under a playing session; ending the session"
+            );
+            self.report(p, true);
+        }
         self.state = State::Ended;
         None
     }

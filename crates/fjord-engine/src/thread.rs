@@ -220,10 +220,20 @@ impl Worker {
             let Some(session) = self.slots[key as usize].as_ref() else {
                 continue;
             };
-            let n = if session.is_interleaved() {
+            let (packets, bursts) = (batch.packets.len(), batch.bursts.len());
+            let n = if session.is_interleaved() || session.title_damaged() {
                 Planned::default()
             } else {
                 session.collect(now, pacing.burst, prefab, &mut batch)
+            };
+            // A file of the title shrank and collecting read zeros from it
+            // (`Title::damaged`): none of that leaves; the session ends below.
+            let n = if n != Planned::default() && session.title_damaged() {
+                batch.packets.truncate(packets);
+                batch.bursts.truncate(bursts);
+                Planned::default()
+            } else {
+                n
             };
             self.planned.push((key, n));
         }
@@ -251,16 +261,20 @@ impl Worker {
             let Some(session) = self.slots[key as usize].as_mut() else {
                 continue;
             };
-            let wake = if session.is_interleaved() {
+            // A session adds at most one burst: repair or source.
+            let own = (n.bursts() > 0).then(|| {
+                burst += 1;
+                self.sent[burst - 1]
+            });
+            let wake = if own == Some(datapath::FAULTED) || session.title_damaged() {
+                // Its bytes are gone (EFAULT: a mapped file was truncated)
+                // or read as zeros: retrying would fail, or send garbage,
+                // forever. End it (RTCP BYE); other sessions go on.
+                session.end_unreadable(&mut pacing)
+            } else if session.is_interleaved() {
                 session.pump_interleaved(&mut pacing)
             } else {
-                // A session adds at most one burst: repair or source.
-                let sent = if n.bursts() > 0 {
-                    burst += 1;
-                    self.sent[burst - 1]
-                } else {
-                    0
-                };
+                let sent = own.unwrap_or(0);
                 let sent = Planned {
                     source: if n.source > 0 { sent } else { 0 },
                     repair: if n.repair > 0 { sent } else { 0 },

@@ -16,20 +16,20 @@ use std::{
 
 use fjord_fec::{Sidecar, SidecarError, sidecar::TrackFec};
 use fjord_media::{
+    guard::Guarded,
     index::Index,
     plan::PacketRecord,
     prefab::{Ids, Prefab, PrefabError, PrefabTrack},
 };
-use memmap2::Mmap;
 
 use crate::storage::{Files, Slot};
 
 pub struct Title {
     index: Index,
     file: File,
-    media: Mmap,
+    media: Guarded,
     fec: Option<Parity>,
-    prefab: Option<(File, Prefab<Mmap>)>,
+    prefab: Option<(File, Prefab<Guarded>)>,
     /// The files as loaded, to tell when one changes on disk.
     files: Files,
 }
@@ -38,7 +38,7 @@ pub struct Title {
 /// the longest time from a block's first source packet to its last one.
 struct Parity {
     file: File,
-    sidecar: Sidecar<Mmap>,
+    sidecar: Sidecar<Guarded>,
     windows_ns: Vec<u64>,
     /// Sessions encode their repair symbols as they send instead of
     /// reading the sidecar's (for `fjord bench capacity --fec-live`).
@@ -165,6 +165,24 @@ impl Title {
         Some((fec.file.as_fd(), offset, bytes))
     }
 
+    /// Whether one of the title's files shrank under its mapping and a
+    /// vanished page was read since (as zeros, see `fjord_media::guard`):
+    /// the index, the media, the packet file or the parity sidecar. What
+    /// sessions send of the title can no longer be trusted; the engine ends
+    /// them, and the catalog opens the files afresh for the next client.
+    pub fn damaged(&self) -> bool {
+        self.index.damaged()
+            || self.media.damaged()
+            || self
+                .prefab
+                .as_ref()
+                .is_some_and(|(_, p)| p.storage().damaged())
+            || self
+                .fec
+                .as_ref()
+                .is_some_and(|f| f.sidecar.storage().damaged())
+    }
+
     pub fn index(&self) -> &Index {
         &self.index
     }
@@ -189,7 +207,7 @@ impl Title {
         Some(self.prefab.as_ref()?.1.head())
     }
 
-    pub(crate) fn sidecar(&self) -> Option<(&Sidecar<Mmap>, BorrowedFd<'_>)> {
+    pub(crate) fn sidecar(&self) -> Option<(&Sidecar<Guarded>, BorrowedFd<'_>)> {
         let f = self.fec.as_ref()?;
         Some((&f.sidecar, f.file.as_fd()))
     }

@@ -123,8 +123,20 @@ pub fn protect(
     let mut progress = |done: u64, total: u64| {
         // SAFETY: the mapping is read-only and file-backed; after
         // MADV_DONTNEED its pages read the file's contents again.
-        let _ = unsafe { data.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        let _ = unsafe {
+            data.mmap()
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        };
         progress(done, total);
     };
-    write_sidecar(&path, &index, &checksum, &data, &layouts, &mut progress).map(Some)
+    let summary = write_sidecar(&path, &index, &checksum, &data, &layouts, &mut progress)?;
+    // Parity of zeros read from a file truncated meanwhile protects nothing.
+    if data.damaged() || index.damaged() {
+        let _ = std::fs::remove_file(&path);
+        return Err(FecError::Invalid(format!(
+            "{} or its index shrank while the parity was computed; run again once nothing writes them",
+            media.display()
+        )));
+    }
+    Ok(Some(summary))
 }

@@ -38,8 +38,8 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use fjord_media::guard::Guarded;
 use fjord_media::{Index, SourceId};
-use memmap2::Mmap;
 
 use crate::params::FecParams;
 use crate::symbol::{MAX_SYMBOL_LEN, SYMBOL_HEADER_LEN};
@@ -285,6 +285,11 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
         self.bytes.as_ref()
     }
 
+    /// What the sidecar is read from (the mapping, when opened from a file).
+    pub fn storage(&self) -> &B {
+        &self.bytes
+    }
+
     /// Identity of the media file the parity was computed from.
     pub fn source(&self) -> SourceId {
         let b = self.bytes();
@@ -350,17 +355,18 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
 }
 
 /// Opens and validates a sidecar file (memory-mapped).
-pub fn open(path: &Path) -> Result<Sidecar<Mmap>, SidecarError> {
+pub fn open(path: &Path) -> Result<Sidecar<Guarded>, SidecarError> {
     open_with_file(path).map(|(_, s)| s)
 }
 
 /// Like [`open`], also returning the open file: serving hands repair
 /// symbols to the data paths that send from a file descriptor.
-pub fn open_with_file(path: &Path) -> Result<(File, Sidecar<Mmap>), SidecarError> {
+pub fn open_with_file(path: &Path) -> Result<(File, Sidecar<Guarded>), SidecarError> {
     let file = File::open(path)?;
     // SAFETY: sidecars are only ever replaced by rename, never written in
-    // place, so the mapped bytes do not change under us.
-    let map = unsafe { Mmap::map(&file)? };
+    // place, so the mapped bytes do not change under us; one truncated by
+    // someone else reads zeros and says so (`storage().damaged()`).
+    let map = unsafe { Guarded::map(&file)? };
     Ok((file, Sidecar::parse(map)?))
 }
 

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fjord_media::durable;
+use fjord_media::guard::Guarded;
 use fjord_media::index::{index_path_for, map_media};
 use fjord_media::{Index, Track};
 use memmap2::Mmap;
@@ -189,8 +190,22 @@ impl fmt::Display for Report {
 /// Index, sidecar and media of a title, checked to belong together.
 struct Title {
     index: Index,
-    sidecar: Sidecar<Mmap>,
-    media: Mmap,
+    sidecar: Sidecar<Guarded>,
+    media: Guarded,
+}
+
+impl Title {
+    /// An error when one of the files shrank while it was read (its pages
+    /// past the new end read as zeros): nothing read may be trusted then.
+    fn unchanged(&self, media_path: &Path) -> Result<(), FecError> {
+        if self.index.damaged() || self.sidecar.storage().damaged() || self.media.damaged() {
+            return Err(FecError::Invalid(format!(
+                "{}, its index or its parity sidecar shrank while being read; run again once nothing writes them",
+                media_path.display()
+            )));
+        }
+        Ok(())
+    }
 }
 
 fn load(media_path: &Path) -> Result<Title, FecError> {
@@ -228,7 +243,9 @@ fn load(media_path: &Path) -> Result<Title, FecError> {
 /// Checks `media_path` against its index and parity sidecar.
 pub fn verify(media_path: &Path) -> Result<Report, FecError> {
     let title = load(media_path)?;
-    verify_title(&title, media_path)
+    let report = verify_title(&title, media_path)?;
+    title.unchanged(media_path)?;
+    Ok(report)
 }
 
 fn verify_title(title: &Title, media_path: &Path) -> Result<Report, FecError> {
@@ -403,6 +420,7 @@ pub enum RepairOutcome {
 pub fn repair(media_path: &Path) -> Result<RepairOutcome, FecError> {
     let title = load(media_path)?;
     let report = verify_title(&title, media_path)?;
+    title.unchanged(media_path)?;
     if report.is_clean() {
         return Ok(RepairOutcome::Clean);
     }
@@ -421,6 +439,7 @@ pub fn repair(media_path: &Path) -> Result<RepairOutcome, FecError> {
         rebuild_block(&title, d, &mut codec, &mut patches)?;
     }
     let bytes = patches.iter().map(|(_, b)| b.len() as u64).sum();
+    title.unchanged(media_path)?;
     if !patches.is_empty() {
         write_repaired(media_path, &title, &patches)?;
     }

@@ -39,7 +39,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use memmap2::Mmap;
+use crate::guard::Guarded;
 
 use crate::durable;
 use crate::plan::{
@@ -171,12 +171,14 @@ pub fn index_path_for(media: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Map a media file read-only for serving.
-pub fn map_media(path: &Path) -> io::Result<Mmap> {
+/// Map a media file read-only for serving. Guarded: a file truncated
+/// underneath reads zeros past its new end and the mapping says it is
+/// [`damaged`](Guarded::damaged) (see [`crate::guard`]).
+pub fn map_media(path: &Path) -> io::Result<Guarded> {
     let file = File::open(path)?;
-    // SAFETY: the mapping is read-only; fjord never writes media files, and a
-    // file truncated underneath a server is an operator error it cannot guard.
-    unsafe { Mmap::map(&file) }
+    // SAFETY: the mapping is read-only; fjord never writes media files in
+    // place, and a file truncated underneath is survived by the guard.
+    unsafe { Guarded::map(&file) }
 }
 
 /// What a track carries.
@@ -432,7 +434,7 @@ struct TrackInfo {
 /// An open, validated index (memory-mapped).
 #[derive(Debug)]
 pub struct Index {
-    map: Mmap,
+    map: Guarded,
     tracks: Vec<TrackInfo>,
 }
 
@@ -498,10 +500,17 @@ impl Index {
             return Err(IndexError::Corrupt("file too short"));
         }
         // SAFETY: index files are only ever replaced by rename, never written
-        // in place, so the mapped bytes do not change under us.
-        let map = unsafe { Mmap::map(&file)? };
+        // in place, so the mapped bytes do not change under us; a file
+        // truncated by someone else reads zeros and marks the map damaged.
+        let map = unsafe { Guarded::map(&file)? };
         let tracks = validate(&map)?;
         Ok(Index { map, tracks })
+    }
+
+    /// Whether the index file shrank under this mapping and a vanished page
+    /// was read (as zeros): records read from it must not be trusted.
+    pub fn damaged(&self) -> bool {
+        self.map.damaged()
     }
 
     fn reader(&self) -> Reader<'_> {
@@ -535,7 +544,8 @@ impl Index {
             return Ok(src.sample_hash == sample_hash(&[]));
         }
         let map = map_media(media)?;
-        Ok(map.len() as u64 == src.size && sample_hash(&map) == src.sample_hash)
+        let same = map.len() as u64 == src.size && sample_hash(&map) == src.sample_hash;
+        Ok(same && !map.damaged() && !self.damaged())
     }
 
     /// The index file's checksum (its last bytes: blake3 of the rest), which

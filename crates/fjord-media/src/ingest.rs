@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::format::{self, FormatError};
+use crate::guard::Guarded;
 use crate::index::{self, Index, SourceId};
 use crate::plan::{ChooseLayouts, IngestReport};
 use crate::ts::TsOptions;
@@ -38,6 +39,8 @@ pub enum IngestError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{}: the file shrank while it was ingested; try again once it is complete", path.display())]
+    Changed { path: PathBuf },
     #[error("{}: the index just written cannot be read back ({source})", path.display())]
     ReadBack {
         path: PathBuf,
@@ -57,7 +60,7 @@ const DROP_EVERY: u64 = 32 << 20;
 /// [`DROP_EVERY`] bytes the planner or the hasher passes, and on each
 /// progress tick for planners that do not report where they are.
 struct Pager<'a> {
-    data: &'a memmap2::Mmap,
+    data: &'a Guarded,
     dropped_at: AtomicU64,
 }
 
@@ -79,6 +82,7 @@ impl Pager<'_> {
         // MADV_DONTNEED its pages read the file's contents again.
         let _ = unsafe {
             self.data
+                .mmap()
                 .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
         };
     }
@@ -110,8 +114,8 @@ pub fn ingest_file(
         });
     }
     // SAFETY: read-only mapping of a file fjord never writes; see `index::map_media`.
-    let data = unsafe { memmap2::Mmap::map(&file) }.map_err(open_err)?;
-    let _ = data.advise(memmap2::Advice::Sequential);
+    let data = unsafe { Guarded::map(&file) }.map_err(open_err)?;
+    let _ = data.mmap().advise(memmap2::Advice::Sequential);
     // Refuse what is not media before reading all of it.
     format::Container::sniff(&data).map_err(format_error(path))?;
     let total = meta.len();
@@ -149,6 +153,13 @@ pub fn ingest_file(
         (p, source)
     });
     progress(total, total);
+    // Truncated while being read: what was planned and hashed past the new
+    // end were zeros.
+    if data.damaged() {
+        return Err(IngestError::Changed {
+            path: path.to_owned(),
+        });
+    }
     let mut plan = plan.map_err(format_error(path))?;
     plan.choose_fec(fec);
     let source = source

@@ -10,6 +10,7 @@ pub mod ac3;
 pub mod durable;
 mod es;
 pub mod format;
+pub mod guard;
 pub mod h264;
 pub mod h265;
 pub mod index;

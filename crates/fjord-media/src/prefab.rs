@@ -34,14 +34,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use fjord_proto::rtp::{RTP_HEADER_LEN, write_header};
-use memmap2::Mmap;
-
 use crate::{
     durable,
+    guard::Guarded,
     index::{Index, Track, index_path_for, map_media},
     plan::PacketRecord,
 };
+use fjord_proto::rtp::{RTP_HEADER_LEN, write_header};
 
 pub const MAGIC: [u8; 8] = *b"FJORDPKT";
 pub const VERSION: u32 = 1;
@@ -69,6 +68,10 @@ pub enum PrefabError {
     Corrupt(&'static str),
     #[error("the packet file was made for another index of this media; run `fjord ingest` again")]
     OtherIndex,
+    #[error(
+        "the media file or its index shrank while the packets were written; run `fjord ingest` again"
+    )]
+    Changed,
 }
 
 /// The fixed RTP header fields of a track's packets.
@@ -135,7 +138,7 @@ pub fn remove(media: &Path) -> io::Result<()> {
 pub fn write(
     path: &Path,
     index: &Index,
-    media: &Mmap,
+    media: &Guarded,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<u64, PrefabError> {
     let checksum = index.checksum();
@@ -201,13 +204,21 @@ pub fn write(
                 // them (they stay in the page cache) to bound memory.
                 // SAFETY: read-only file-backed mapping; after DONTNEED its
                 // pages read the file again.
-                let _ = unsafe { media.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+                let _ = unsafe {
+                    media
+                        .mmap()
+                        .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+                };
                 progress(done, total);
             }
         }
     }
     out.flush()?;
     drop(out);
+    // Zeros read from a file truncated meanwhile must not become packets.
+    if media.damaged() || index.damaged() {
+        return Err(PrefabError::Changed);
+    }
     // As readable as the index beside it.
     durable::persist(tmp, path, 0o644)?;
     progress(total, total);
@@ -384,6 +395,11 @@ impl<B: AsRef<[u8]>> Prefab<B> {
         &b[..(HEADER_LEN + TRACK_ENTRY_LEN * self.tracks.len()).min(b.len())]
     }
 
+    /// What the packets are read from (the mapping, when opened from a file).
+    pub fn storage(&self) -> &B {
+        &self.bytes
+    }
+
     pub fn track(&self, t: usize) -> Option<PrefabTrack<'_>> {
         let e = self.tracks.get(t)?;
         let b = self.bytes.as_ref();
@@ -397,10 +413,11 @@ impl<B: AsRef<[u8]>> Prefab<B> {
 
 /// Opens and checks the packet file at `path` against `index`; the file
 /// stays open for the data paths that read or sendfile.
-pub fn open(path: &Path, index: &Index) -> Result<(File, Prefab<Mmap>), PrefabError> {
+pub fn open(path: &Path, index: &Index) -> Result<(File, Prefab<Guarded>), PrefabError> {
     let file = File::open(path)?;
     // SAFETY: packet files are only ever replaced by rename, never written
-    // in place, so the mapped bytes do not change under us.
-    let map = unsafe { Mmap::map(&file)? };
+    // in place, so the mapped bytes do not change under us; one truncated by
+    // someone else reads zeros and says so (`storage().damaged()`).
+    let map = unsafe { Guarded::map(&file)? };
     Ok((file, Prefab::parse(map, index)?))
 }

@@ -174,9 +174,12 @@ impl Catalog {
             && l.size == meta.len()
             && l.mtime == mtime
             && !l.title.files_changed()
+            && !l.title.damaged()
         {
             return Ok((key, l.title.clone()));
         }
+        // A title whose file shrank under its mapping (`Title::damaged`) is
+        // opened afresh: its files are checked, re-ingested or re-derived.
         let (options, fec) = (self.options, self.fec);
         let name = title.to_owned();
         let media = path.clone();
@@ -365,7 +368,9 @@ fn classify(e: fjord_media::ingest::IngestError) -> CatalogError {
         E::Empty { .. } | E::Unsupported { .. } | E::TooLarge { .. } => {
             CatalogError::Unsupported(e.to_string())
         }
-        E::WriteIndex { .. } | E::ReadBack { .. } => CatalogError::Failed(e.to_string()),
+        E::WriteIndex { .. } | E::ReadBack { .. } | E::Changed { .. } => {
+            CatalogError::Failed(e.to_string())
+        }
     }
 }
 

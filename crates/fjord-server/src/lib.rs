@@ -66,6 +66,9 @@ impl Server {
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     config.validate()?;
     let storage = config.storage().map(fjord_storage::Storage::new);
+    // A title's file truncated while it plays ends its sessions, not the
+    // server (idempotent; `fjord serve` installed it already).
+    fjord_media::guard::install();
     let catalog = Catalog::new(
         &config.roots(),
         fjord_media::ts::TsOptions {

@@ -54,7 +54,7 @@ enum Cmd {
         /// Prefabricated packets FILE.fjpkt: every RTP packet, header and
         /// payload, back to back, so a burst leaves as one run of the file
         /// (less CPU per packet; costs about the file's size again on disk)
-        #[arg(long, default_value = "on", value_name = "on|off", value_parser = on_off)]
+        #[arg(long, default_value = "on", value_name = "on|off", value_parser = on_off, action = clap::ArgAction::Set)]
         prefab: bool,
     },
     /// Check a media file against the parity written at ingest; names damaged
@@ -123,6 +123,14 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
+    // The verbs that map files (serve, ingest, verify, repair) survive a
+    // file truncated underneath: see fjord_media::guard.
+    if matches!(
+        cli.command,
+        Cmd::Serve { .. } | Cmd::Ingest { .. } | Cmd::Verify { .. } | Cmd::Repair { .. }
+    ) {
+        fjord_media::guard::install();
+    }
     let result = match cli.command {
         Cmd::Serve(args) => serve(args),
         Cmd::Ingest {

@@ -12,7 +12,10 @@ use std::{
 
 use socket2::SockAddr;
 
-use super::{Batch, Burst, Counters, DataPath, MAX_HEAD, Packet, iovec, is_transient, set_name};
+use super::{
+    Batch, Burst, Counters, DataPath, FAULTED, MAX_HEAD, Packet, iovec, is_fault, is_transient,
+    set_name,
+};
 
 /// Segments per send: the kernel's UDP_MAX_SEGMENTS is 64 on older kernels.
 pub(crate) const MAX_SEGMENTS: usize = 64;
@@ -48,8 +51,8 @@ pub fn supported() -> bool {
 /// [`group_len`] handed to `send` (the burst, the group, whether it is the
 /// burst's first), which returns how many of the group's packets went. A
 /// full socket ends the burst's prefix, a transient error loses only that
-/// group, any other error is the path's (as in `per_packet`). `packets`
-/// counts what went.
+/// group, unreadable bytes end the burst as [`FAULTED`], any other error is
+/// the path's (as in `per_packet`). `packets` counts what went.
 pub(crate) fn per_group(
     batch: &Batch<'_>,
     sent: &mut [usize],
@@ -64,6 +67,10 @@ pub(crate) fn per_group(
             let n = match send(burst, group, done == 0) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if is_fault(&e) => {
+                    done = FAULTED;
+                    break;
+                }
                 Err(e) if is_transient(&e) => group.len(),
                 Err(e) => {
                     sent[i] = done;

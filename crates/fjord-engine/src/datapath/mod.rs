@@ -252,15 +252,35 @@ pub struct Counters {
     pub zerocopy_done: u64,
 }
 
+/// `sent[i]` of a burst whose bytes cannot be read: the kernel answered
+/// EFAULT (a page of the mapped media or packet file vanished: the file was
+/// truncated underneath), or a `pread`/`sendfile` found the file shorter
+/// than the packet. Such a burst never leaves, however often it is tried:
+/// the path goes on with the next burst (so the other sessions of the
+/// batch are not starved), and the engine ends the session.
+pub const FAULTED: usize = usize::MAX;
+
+/// An error that means "this burst's bytes are gone", not "this path does
+/// not work": see [`FAULTED`].
+fn is_fault(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EFAULT)
+}
+
+/// What a read path reports when the file ended before a packet's run: as
+/// a vanished page does, EFAULT.
+fn shrank() -> io::Error {
+    io::Error::from_raw_os_error(libc::EFAULT)
+}
+
 pub trait DataPath: Send {
     fn name(&self) -> &'static str;
 
     /// Sends what it can of every burst of `batch`. `sent[i]` receives how
     /// many packets of burst `i` left (always a prefix; the rest wait for the
-    /// next tick because the socket was full). A packet the network refused
-    /// (e.g. ICMP port unreachable) counts as sent: UDP may lose it anyway.
-    /// An error means the path itself does not work here (the engine then
-    /// falls back to a simpler one).
+    /// next tick because the socket was full), or [`FAULTED`]. A packet the
+    /// network refused (e.g. ICMP port unreachable) counts as sent: UDP may
+    /// lose it anyway. An error means the path itself does not work here
+    /// (the engine then falls back to a simpler one).
     fn send(&mut self, batch: &Batch<'_>, sent: &mut [usize]) -> io::Result<()>;
 
     fn counters(&self) -> Counters;
@@ -276,7 +296,8 @@ pub trait DataPath: Send {
 
 /// The loop every per-packet path shares: bursts in order, one `send_one`
 /// per packet. A full socket (`WouldBlock`) ends the burst's prefix; a
-/// transient error loses only that packet; any other error is the path's.
+/// transient error loses only that packet; unreadable bytes end the burst
+/// as [`FAULTED`]; any other error is the path's.
 fn per_packet(
     batch: &Batch<'_>,
     sent: &mut [usize],
@@ -289,6 +310,10 @@ fn per_packet(
             match send_one(counters, burst, p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if is_fault(&e) => {
+                    sent[i] = FAULTED;
+                    break;
+                }
                 Err(e) if is_transient(&e) => {}
                 Err(e) => return Err(e),
             }
@@ -440,6 +465,91 @@ mod tests {
     /// (comma-separated); any other unsupported path fails the test.
     fn skipped(name: &str) -> bool {
         std::env::var("FJORD_TEST_SKIP_PATHS").is_ok_and(|v| v.split(',').any(|n| n.trim() == name))
+    }
+
+    /// A burst whose bytes vanished (its mapped file truncated underneath:
+    /// EFAULT from the kernel, or a read or sendfile finding the file
+    /// short) is FAULTED by every path, which goes on with the next bursts:
+    /// they arrive intact.
+    #[test]
+    fn every_path_faults_a_vanished_burst_and_sends_the_others() {
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut good = tempfile::tempfile().unwrap();
+        good.write_all(&data).unwrap();
+        let mut gone = tempfile::tempfile().unwrap();
+        gone.write_all(&data).unwrap();
+        // SAFETY: never read in user space once truncated (only the kernel
+        // is handed its pages, and answers EFAULT).
+        let map = unsafe { memmap2::Mmap::map(&gone) }.unwrap();
+        gone.set_len(0).unwrap();
+        const N: usize = 3;
+        const LEN: usize = 1316;
+        let header = [0x80u8, 33, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        for name in NAMES {
+            let rxs: Vec<UdpSocket> = (0..4)
+                .map(|_| {
+                    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+                    rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                    rx
+                })
+                .collect();
+            let txs: Vec<Socket> = rxs
+                .iter()
+                .map(|rx| {
+                    let tx = Socket::from(UdpSocket::bind("127.0.0.1:0").unwrap());
+                    tx.connect(&rx.local_addr().unwrap().into()).unwrap();
+                    tx
+                })
+                .collect();
+            let mut batch = Batch::default();
+            for (b, tx) in txs.iter().enumerate() {
+                let first = batch.packets.len();
+                for i in 0..N {
+                    let at = 65_536 + 2 * LEN * i;
+                    let (bytes, file) = if b % 2 == 0 {
+                        (&map[..], gone.as_fd())
+                    } else {
+                        (&data[..], good.as_fd())
+                    };
+                    batch.packets.push(Packet::new(
+                        &header,
+                        &[],
+                        &bytes[at..at + LEN],
+                        file,
+                        at as u64,
+                    ));
+                }
+                batch.bursts.push(Burst {
+                    socket: tx,
+                    dest: rxs[b].local_addr().unwrap(),
+                    shared: false,
+                    packets: first..batch.packets.len(),
+                });
+            }
+            let mut path = by_name(name).unwrap();
+            let mut sent = vec![0; 4];
+            match path.send(&batch, &mut sent) {
+                Ok(()) => {}
+                Err(e) if is_unsupported(&e) && skipped(name) => {
+                    eprintln!("{name}: SKIPPED, unsupported here ({e})");
+                    continue;
+                }
+                Err(e) => panic!("{name}: {e}"),
+            }
+            assert_eq!(sent, [FAULTED, N, FAULTED, N], "{name}");
+            let mut buf = [0u8; 2048];
+            for b in [1, 3] {
+                for i in 0..N {
+                    let n = rxs[b].recv(&mut buf).unwrap();
+                    let at = 65_536 + 2 * LEN * i;
+                    assert_eq!(n, RTP_HEADER_LEN + LEN, "{name}: burst {b}");
+                    assert!(
+                        buf[RTP_HEADER_LEN..n] == data[at..at + LEN],
+                        "{name}: burst {b}"
+                    );
+                }
+            }
+        }
     }
 
     /// One test packet: `prefix` payload-header bytes, `len` file bytes,

@@ -8,7 +8,7 @@
 
 use std::{io, os::fd::AsRawFd};
 
-use super::{Batch, Counters, DataPath, Packet, per_packet, transfer_all};
+use super::{Batch, Counters, DataPath, Packet, per_packet, shrank, transfer_all};
 
 /// Large enough for any payload a UDP datagram can carry.
 const BUF_LEN: usize = 65_536;
@@ -45,21 +45,24 @@ pub(crate) fn pread_full(fd: libc::c_int, buf: &mut [u8], offset: u64) -> io::Re
 }
 
 /// Reads both file runs of `p` into `buf` (exactly their length), counting
-/// the calls and the copy; false when the file ended first (it shrank under
-/// the session: the packet is lost, the session notices through its mapping).
-pub(crate) fn pread_runs(c: &mut Counters, p: &Packet<'_>, buf: &mut [u8]) -> io::Result<bool> {
+/// the calls and the copy; EFAULT when the file ended first (it shrank
+/// under the session: see `FAULTED`).
+pub(crate) fn pread_runs(c: &mut Counters, p: &Packet<'_>, buf: &mut [u8]) -> io::Result<()> {
     let fd = p.file.as_raw_fd();
     let (run1, run2) = buf.split_at_mut(p.payload.len());
     c.user_copies += 1;
     c.syscalls += 1;
     if pread_full(fd, run1, p.offset)? < run1.len() {
-        return Ok(false);
+        return Err(shrank());
     }
     if run2.is_empty() {
-        return Ok(true);
+        return Ok(());
     }
     c.syscalls += 1;
-    Ok(pread_full(fd, run2, p.offset2)? == run2.len())
+    if pread_full(fd, run2, p.offset2)? < run2.len() {
+        return Err(shrank());
+    }
+    Ok(())
 }
 
 impl DataPath for ReadSend {
@@ -74,9 +77,7 @@ impl DataPath for ReadSend {
                 .get_mut(..p.wire_len())
                 .ok_or_else(|| io::Error::from_raw_os_error(libc::EMSGSIZE))?;
             let (head, runs) = packet.split_at_mut(p.head().len());
-            if !pread_runs(c, p, runs)? {
-                return Ok(());
-            }
+            pread_runs(c, p, runs)?;
             head.copy_from_slice(p.head());
             c.syscalls += 1;
             match burst.address() {

@@ -32,7 +32,7 @@
 use std::{io, mem, os::fd::AsRawFd};
 
 use super::{
-    Batch, Counters, DataPath, Packet, is_transient, mmap_writev::send_mapped, per_packet,
+    Batch, Counters, DataPath, Packet, is_transient, mmap_writev::send_mapped, per_packet, shrank,
     transfer_all,
 };
 
@@ -105,7 +105,14 @@ fn send_one_run(c: &mut Counters, sock: libc::c_int, p: &Packet<'_>) -> io::Resu
         c.syscalls += 1;
         let _ = send_raw(sock, &[], libc::MSG_NOSIGNAL);
     }
-    after_head(r.map(drop))
+    // The file ended first: it shrank under the session (see FAULTED).
+    after_head(r.and_then(|n| {
+        if n < p.payload.len() {
+            Err(shrank())
+        } else {
+            Ok(())
+        }
+    }))
 }
 
 /// Head and both runs under `UDP_CORK`; clearing it sends the datagram.
@@ -119,11 +126,17 @@ fn send_two_runs(c: &mut Counters, sock: libc::c_int, p: &Packet<'_>) -> io::Res
         c.syscalls += 1;
         sendfile_all(sock, file, p.offset, p.payload.len()).and_then(|n| {
             if n < p.payload.len() {
-                // The file shrank: the packet leaves truncated.
-                return Ok(());
+                // The file shrank (see FAULTED): the packet leaves truncated.
+                return Err(shrank());
             }
             c.syscalls += 1;
-            sendfile_all(sock, file, p.offset2, p.payload2.len()).map(drop)
+            sendfile_all(sock, file, p.offset2, p.payload2.len()).and_then(|n| {
+                if n < p.payload2.len() {
+                    Err(shrank())
+                } else {
+                    Ok(())
+                }
+            })
         })
     } else {
         Ok(())

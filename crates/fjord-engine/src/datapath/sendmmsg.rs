@@ -28,7 +28,7 @@ use std::{
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::{Batch, Counters, DataPath, MAX_BATCH_PACKETS, iovec, is_transient};
+use super::{Batch, Counters, DataPath, FAULTED, MAX_BATCH_PACKETS, iovec, is_fault, is_transient};
 
 /// The most messages one `sendmmsg` takes (`UIO_MAXIOV`).
 const MAX_MESSAGES: usize = 1024;
@@ -183,6 +183,16 @@ impl DataPath for Sendmmsg {
             };
             let (went, stop) = if r < 0 {
                 let e = io::Error::last_os_error();
+                if is_fault(&e) {
+                    // The first message's bytes are gone (its file shrank):
+                    // its burst is done for, the next one goes on.
+                    let rest = batch.bursts[burst].packets.len() - in_burst;
+                    sent[burst] = FAULTED;
+                    done += rest;
+                    burst += 1;
+                    in_burst = 0;
+                    continue;
+                }
                 if e.kind() == io::ErrorKind::WouldBlock {
                     (0, true)
                 } else if e.kind() == io::ErrorKind::Interrupted {

@@ -25,7 +25,7 @@ use std::{
 use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
 
 use super::{
-    Batch, Counters, DataPath, MAX_BATCH_PACKETS, Packet,
+    Batch, Counters, DataPath, FAULTED, MAX_BATCH_PACKETS, Packet,
     gso::{MAX_GROUP_IOVECS, fill_gso_msg, group_len},
     gso_zerocopy::{MIN_ZEROCOPY_BYTES, zc_group_len},
     is_transient, set_name,
@@ -273,6 +273,11 @@ impl DataPath for Uring {
                     continue;
                 }
                 self.stopped[b] = true;
+                if -g.res == libc::EFAULT {
+                    // Its bytes are gone (the file shrank): see FAULTED.
+                    sent[b] = FAULTED;
+                    continue;
+                }
                 if ![libc::EAGAIN, libc::ECANCELED, libc::EINTR].contains(&-g.res) {
                     failure.get_or_insert(io::Error::from_raw_os_error(-g.res));
                 }

@@ -10,6 +10,7 @@ mod client;
 mod common;
 mod errors;
 mod fec;
+mod files;
 mod formats;
 mod load;
 mod peers;
