@@ -14,6 +14,11 @@
 //! allowed (`RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`), chunks are only
 //! populated (`MADV_POPULATE_READ`): resident when handed over, but the
 //! kernel may evict them under memory pressure; the server says so at start.
+//!
+//! A chunk the disk fails to read (EIO) is rebuilt when the caller says
+//! how ([`Rebuild`]: the title's parity) and laid over the mapping
+//! ([`crate::overlay`]): it then counts as resident like the others, and
+//! stays so (anonymous memory, locked again by the next holder).
 
 use std::{
     collections::HashMap,
@@ -30,6 +35,11 @@ use crate::source::MappedFile;
 /// Bytes per chunk: large enough that a refill is a few big reads, small
 /// enough that a low-rate session does not hold much.
 pub const CHUNK: usize = 256 * 1024;
+
+/// Rebuilds bytes `range` of the file being pinned into the buffer given
+/// (`Source::rebuild` for that file) when the disk fails to read them:
+/// how many packets it rebuilt, or why it cannot.
+pub type Rebuild<'a> = &'a dyn Fn(Range<usize>, &mut [u8]) -> Result<usize, String>;
 
 /// A chunk: the mapping's base address and the chunk's number in it.
 pub type ChunkKey = (usize, usize);
@@ -66,6 +76,10 @@ pub struct Pins {
     pinned: AtomicU64,
     /// Locking is allowed (else chunks are only populated).
     lock: AtomicBool,
+    /// Chunks the disk failed to read (EIO), rebuilt or not.
+    read_errors: AtomicU64,
+    /// Chunks rebuilt and laid over their mapping.
+    repaired: AtomicU64,
 }
 
 impl Default for Pins {
@@ -75,6 +89,8 @@ impl Default for Pins {
             loaded: Condvar::new(),
             pinned: AtomicU64::new(0),
             lock: AtomicBool::new(allow_locking()),
+            read_errors: AtomicU64::new(0),
+            repaired: AtomicU64::new(0),
         }
     }
 }
@@ -88,14 +104,26 @@ impl Pins {
         self.lock.load(Ordering::Relaxed)
     }
 
+    /// Chunks the disk failed to read (EIO), whether rebuilt or not.
+    pub fn read_errors(&self) -> u64 {
+        self.read_errors.load(Ordering::Relaxed)
+    }
+
+    /// Chunks rebuilt after a read error and laid over their mapping.
+    pub fn repaired_chunks(&self) -> u64 {
+        self.repaired.load(Ordering::Relaxed)
+    }
+
     /// Makes the chunks covering `range` of `file` resident and holds them
-    /// (appending their keys to `held`); blocks for the disk. On error the
+    /// (appending their keys to `held`); blocks for the disk. A chunk the
+    /// disk fails to read is rebuilt with `rebuild` when given. On error the
     /// chunks of this call already held stay in `held`.
     pub fn pin(
         &self,
         file: &MappedFile,
         range: Range<usize>,
         held: &mut Vec<ChunkKey>,
+        rebuild: Option<Rebuild<'_>>,
     ) -> Result<(), PinError> {
         let range = range.start.min(file.len)..range.end.min(file.len);
         if range.is_empty() {
@@ -126,7 +154,27 @@ impl Pins {
         }
         let mut failure = None;
         for &c in &fresh {
-            let r = self.make_resident(file, c);
+            let r = match self.make_resident(file, c) {
+                // The disk cannot read the chunk: rebuild its bytes and lay
+                // them over the mapping, so the sessions play on; when they
+                // cannot be rebuilt, the read error stands (its sessions end).
+                Err(PinError::Read(e)) => {
+                    self.read_errors.fetch_add(1, Ordering::Relaxed);
+                    match rebuild.map(|f| self.repair(file, c, f)) {
+                        Some(Ok(())) => Ok(()),
+                        Some(Err(why)) => {
+                            tracing::warn!(
+                                "read error ({e}) at bytes {}..{} of a title's file, not rebuilt: {why}",
+                                c * CHUNK,
+                                c * CHUNK + chunk_len(file, c)
+                            );
+                            Err(PinError::Read(e))
+                        }
+                        None => Err(PinError::Read(e)),
+                    }
+                }
+                r => r,
+            };
             let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
             let key = (file.base as usize, c);
             match r {
@@ -207,6 +255,21 @@ impl Pins {
             }
         }
         Err(classify(file, start, len))
+    }
+
+    /// Rebuilds chunk `c` of `file` with `rebuild` and lays the bytes over
+    /// the mapping ([`crate::overlay`]), locked when locking is allowed.
+    fn repair(&self, file: &MappedFile, c: usize, rebuild: Rebuild<'_>) -> Result<(), String> {
+        let start = c * CHUNK;
+        let mut bytes = vec![0u8; chunk_len(file, c)];
+        rebuild(start..start + bytes.len(), &mut bytes)?;
+        // SAFETY: the chunk starts on a page (CHUNK is a multiple of the page
+        // size, the mapping starts on one) and lies inside the mapping, which
+        // the Source keeps mapped; nobody reads it while it is loading.
+        unsafe { crate::overlay::replace(file.base.add(start), &bytes, self.locks()) }
+            .map_err(|e| format!("cannot lay the rebuilt bytes over the mapping: {e}"))?;
+        self.repaired.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Releases chunks held by one holder.
@@ -335,10 +398,11 @@ mod tests {
         let (_f, _m, file) = mapped(3 * CHUNK + 100);
         let pins = Pins::default();
         let (mut a, mut b) = (vec![], vec![]);
-        pins.pin(&file, 10..CHUNK + 1, &mut a).unwrap();
+        pins.pin(&file, 10..CHUNK + 1, &mut a, None).unwrap();
         assert_eq!(a.len(), 2);
         assert_eq!(pins.pinned_bytes(), 2 * CHUNK as u64);
-        pins.pin(&file, CHUNK..3 * CHUNK + 100, &mut b).unwrap();
+        pins.pin(&file, CHUNK..3 * CHUNK + 100, &mut b, None)
+            .unwrap();
         assert_eq!(b.len(), 3, "the last chunk is short");
         assert_eq!(pins.pinned_bytes(), (3 * CHUNK + 100) as u64);
         pins.unpin(&a);
@@ -356,7 +420,7 @@ mod tests {
         let (_f, _m, file) = mapped(2 * CHUNK);
         let pins = Pins::default();
         let mut held = vec![];
-        pins.pin(&file, 0..2 * CHUNK, &mut held).unwrap();
+        pins.pin(&file, 0..2 * CHUNK, &mut held, None).unwrap();
         let pages = 2 * CHUNK / 4096;
         let mut vec = vec![0u8; pages];
         // SAFETY: mincore on our mapping into a vector of one byte per page.
@@ -372,9 +436,34 @@ mod tests {
         f.as_file().set_len(CHUNK as u64 / 2).unwrap();
         let pins = Pins::default();
         let mut held = vec![];
-        let r = pins.pin(&file, CHUNK..2 * CHUNK, &mut held);
+        let r = pins.pin(&file, CHUNK..2 * CHUNK, &mut held, None);
         assert!(matches!(r, Err(PinError::Truncated)), "{r:?}");
         assert!(held.is_empty());
         assert_eq!(pins.pinned_bytes(), 0);
+    }
+
+    #[test]
+    fn a_rebuilt_chunk_is_laid_over_the_mapping_and_counted() {
+        let (_f, _m, file) = mapped(2 * CHUNK + 300);
+        let pins = Pins::default();
+        let rebuild = |range: Range<usize>, out: &mut [u8]| {
+            assert_eq!(range, 2 * CHUNK..2 * CHUNK + 300);
+            out.fill(9);
+            Ok(3)
+        };
+        pins.repair(&file, 2, &rebuild).unwrap();
+        assert_eq!(pins.repaired_chunks(), 1);
+        // SAFETY: the test's mapping, still mapped (file pages and overlay).
+        let seen = unsafe { std::slice::from_raw_parts(file.base, file.len) };
+        assert!(seen[..2 * CHUNK].iter().all(|&b| b == 7), "file bytes");
+        assert!(seen[2 * CHUNK..].iter().all(|&b| b == 9), "rebuilt bytes");
+        // Pinning it again needs no rebuild: the overlay is resident.
+        let mut held = vec![];
+        pins.pin(&file, 2 * CHUNK..2 * CHUNK + 300, &mut held, None)
+            .unwrap();
+        pins.unpin(&held);
+        let refuse = |_: Range<usize>, _: &mut [u8]| Err("no parity".to_owned());
+        assert!(pins.repair(&file, 0, &refuse).is_err());
+        assert_eq!(pins.repaired_chunks(), 1);
     }
 }

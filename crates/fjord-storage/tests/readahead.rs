@@ -127,7 +127,9 @@ fn a_session_gets_its_read_ahead_and_releases_it_behind_and_at_the_end() {
     let s = storage(1 << 30);
     let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
     r.position(5000, Mode::Starting);
-    eventually("packet 5000 is resident", || r.cursor().ready_from(5000) > 0);
+    eventually("packet 5000 is resident", || {
+        r.cursor().ready_from(5000) > 0
+    });
     r.position(5000, Mode::Playing);
     // 2 s of read-ahead at 100 packets/s: about 200 packets ahead.
     eventually("the window reaches the read-ahead", || {
