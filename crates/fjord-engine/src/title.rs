@@ -12,6 +12,7 @@ use std::{
     io,
     os::fd::{AsFd, BorrowedFd},
     path::Path,
+    sync::atomic::{AtomicBool, Ordering},
 };
 
 use fjord_fec::{Sidecar, SidecarError, sidecar::TrackFec};
@@ -32,6 +33,8 @@ pub struct Title {
     prefab: Option<(File, Prefab<Mmap>)>,
     /// The files as loaded, to tell when one changes on disk.
     files: Files,
+    /// A file failed to read (EIO) while playing: `fjord repair` it.
+    needs_repair: AtomicBool,
 }
 
 /// The sidecar, checked against the index, and per track the repair window:
@@ -57,6 +60,7 @@ impl Title {
             fec: None,
             prefab: None,
             files,
+            needs_repair: AtomicBool::new(false),
         })
     }
 
@@ -120,7 +124,8 @@ impl Title {
                     .unwrap_or(0)
             })
             .collect();
-        self.files.set(Slot::Parity, sidecar_path, &file, sidecar.bytes())?;
+        self.files
+            .set(Slot::Parity, sidecar_path, &file, sidecar.bytes())?;
         self.fec = Some(Parity {
             file,
             sidecar,
@@ -184,7 +189,16 @@ impl Title {
         &self.media
     }
 
+    /// Whether a file of the title failed to read (EIO) while it played:
+    /// the bytes were rebuilt in memory (or its sessions ended), but the
+    /// disk still holds the damage; `fjord repair` the title.
+    pub fn needs_repair(&self) -> bool {
+        self.needs_repair.load(Ordering::Relaxed)
+    }
 
+    pub(crate) fn flag_for_repair(&self) {
+        self.needs_repair.store(true, Ordering::Relaxed);
+    }
     pub(crate) fn prefab_head(&self) -> Option<&[u8]> {
         Some(self.prefab.as_ref()?.1.head())
     }

@@ -160,17 +160,10 @@ impl Pins {
                 // cannot be rebuilt, the read error stands (its sessions end).
                 Err(PinError::Read(e)) => {
                     self.read_errors.fetch_add(1, Ordering::Relaxed);
+                    // (The source says why when it cannot rebuild.)
                     match rebuild.map(|f| self.repair(file, c, f)) {
                         Some(Ok(())) => Ok(()),
-                        Some(Err(why)) => {
-                            tracing::warn!(
-                                "read error ({e}) at bytes {}..{} of a title's file, not rebuilt: {why}",
-                                c * CHUNK,
-                                c * CHUNK + chunk_len(file, c)
-                            );
-                            Err(PinError::Read(e))
-                        }
-                        None => Err(PinError::Read(e)),
+                        Some(Err(_)) | None => Err(PinError::Read(e)),
                     }
                 }
                 r => r,
@@ -266,8 +259,12 @@ impl Pins {
         // SAFETY: the chunk starts on a page (CHUNK is a multiple of the page
         // size, the mapping starts on one) and lies inside the mapping, which
         // the Source keeps mapped; nobody reads it while it is loading.
-        unsafe { crate::overlay::replace(file.base.add(start), &bytes, self.locks()) }
-            .map_err(|e| format!("cannot lay the rebuilt bytes over the mapping: {e}"))?;
+        unsafe { crate::overlay::replace(file.base.add(start), &bytes, self.locks()) }.map_err(
+            |e| {
+                tracing::warn!("cannot lay rebuilt bytes over a title's mapping: {e}");
+                format!("cannot lay the rebuilt bytes over the mapping: {e}")
+            },
+        )?;
         self.repaired.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
