@@ -80,6 +80,11 @@ pub struct Pins {
     read_errors: AtomicU64,
     /// Chunks rebuilt and laid over their mapping.
     repaired: AtomicU64,
+    /// Chunks laid over with rebuilt bytes, and the file each belongs to:
+    /// they are not read from the disk again. (A new mapping of the same
+    /// file at the same address would be taken for overlaid: rare, and then
+    /// it is only not checked before it is locked, as before overlays.)
+    overlaid: Mutex<HashMap<ChunkKey, (u64, u64)>>,
 }
 
 impl Default for Pins {
@@ -91,6 +96,7 @@ impl Default for Pins {
             lock: AtomicBool::new(allow_locking()),
             read_errors: AtomicU64::new(0),
             repaired: AtomicU64::new(0),
+            overlaid: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -226,6 +232,19 @@ impl Pins {
     fn make_resident(&self, file: &MappedFile, c: usize) -> Result<(), PinError> {
         let start = c * CHUNK;
         let len = chunk_len(file, c);
+        let overlaid = {
+            let set = self.overlaid.lock().unwrap_or_else(|e| e.into_inner());
+            set.get(&(file.base as usize, c)) == Some(&file_id(file))
+        };
+        if !overlaid {
+            // Read the chunk into the page cache first, seeing the disk's
+            // errors: mlock and MADV_POPULATE_READ must only ever fault in
+            // pages already read, because on a page the disk fails to read
+            // they retry the read forever (the fault path drops the error
+            // when it retries; seen on Linux 6.18 with FUSE). A chunk laid
+            // over with rebuilt bytes is anonymous memory: nothing to read.
+            read_into_cache(file, start, len)?;
+        }
         // SAFETY: start..start+len lies inside the mapping (chunk_len clips
         // it), which the Source keeps mapped while it is pinned.
         let addr = unsafe { file.base.add(start) } as *const libc::c_void;
@@ -266,6 +285,8 @@ impl Pins {
             },
         )?;
         self.repaired.fetch_add(1, Ordering::Relaxed);
+        let mut set = self.overlaid.lock().unwrap_or_else(|e| e.into_inner());
+        set.insert((file.base as usize, c), file_id(file));
         Ok(())
     }
 
@@ -301,6 +322,62 @@ fn chunk_len(file: &MappedFile, c: usize) -> usize {
 fn readahead(file: &MappedFile, range: Range<usize>) {
     // SAFETY: readahead only reads into the page cache.
     unsafe { libc::readahead(file.fd, range.start as i64, range.len()) };
+}
+
+/// The file behind a mapping: (device, inode).
+fn file_id(file: &MappedFile) -> (u64, u64) {
+    // SAFETY: fstat fills the struct it is given.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(file.fd, &mut st) == 0 {
+            (st.st_dev, st.st_ino)
+        } else {
+            (0, 0)
+        }
+    }
+}
+
+/// Reads bytes `start..start + len` of the file into the page cache and
+/// waits for them, without copying them anywhere: `sendfile` to /dev/null
+/// moves page references. The disk's error (EIO) is the read's error.
+fn read_into_cache(file: &MappedFile, start: usize, len: usize) -> Result<(), PinError> {
+    static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let Some(null) = NULL.get_or_init(|| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .ok()
+    }) else {
+        return Ok(()); // cannot check: lock as before
+    };
+    let mut off = start as libc::off_t;
+    let end = (start + len) as libc::off_t;
+    while off < end {
+        // SAFETY: sendfile between two descriptors we hold; it advances off.
+        let n = unsafe {
+            libc::sendfile(
+                std::os::fd::AsRawFd::as_raw_fd(null),
+                file.fd,
+                &mut off,
+                (end - off) as usize,
+            )
+        };
+        match n {
+            0 => return Err(PinError::Truncated),
+            n if n > 0 => {}
+            _ => {
+                let e = io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
+                    Some(libc::EIO) => Err(PinError::Read(e)),
+                    // A file that cannot be spliced: lock as before.
+                    Some(libc::EINVAL) | Some(libc::ENOSYS) => Ok(()),
+                    _ => Err(PinError::Other(e)),
+                };
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Why a chunk could not be faulted in: the read's own error.
