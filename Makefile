@@ -10,13 +10,17 @@ CARGO ?= cargo
 PORT ?= 8554
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-base \
-	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav
+	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav \
+	fuse3 python3-fusepy
 
 .PHONY: test deps run build peers
 
-# Installs ffmpeg and GStreamer (rtspsrc, rtpmp2tdepay) only when missing.
+# Installs ffmpeg, GStreamer (rtspsrc, rtpmp2tdepay) and FUSE with
+# python3-fusepy (the disk-error tests' faulty filesystem) only when missing.
 deps:
 	@if ! command -v ffmpeg >/dev/null || ! command -v gst-launch-1.0 >/dev/null \
+	    || ! command -v fusermount3 >/dev/null \
+	    || ! /usr/bin/python3 -c 'import fusepy' >/dev/null 2>&1 \
 	    || ! gst-inspect-1.0 rtpmp2tdepay >/dev/null 2>&1 \
 	    || ! gst-inspect-1.0 rtspsrc >/dev/null 2>&1; then \
 	  echo "installing test peers: $(APT_PACKAGES)"; \

@@ -9,6 +9,7 @@
 pub mod command;
 pub mod datapath;
 mod interleaved;
+mod rebuild;
 mod session;
 mod storage;
 mod thread;

@@ -7,8 +7,8 @@ use std::{
     io,
     ops::Range,
     os::{
-        fd::{AsRawFd, RawFd},
-        unix::fs::MetadataExt,
+        fd::{AsRawFd, FromRawFd, RawFd},
+        unix::fs::{FileExt, MetadataExt},
     },
     path::{Path, PathBuf},
 };
@@ -101,6 +101,28 @@ impl Files {
             fd,
         };
         Ok(())
+    }
+
+    /// Reads `buf.len()` bytes of file `slot` at `offset` with `pread`
+    /// (never through the mapping, where a page the disk fails to read
+    /// would be SIGBUS).
+    pub(crate) fn read_at(&self, slot: Slot, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let fd = self.mapped[slot as usize].fd;
+        if fd < 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "the title has no such file",
+            ));
+        }
+        // SAFETY: the descriptor is open while the title is (the Title owns
+        // the File behind it); ManuallyDrop never closes it.
+        let file = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
+        file.read_exact_at(buf, offset)
+    }
+
+    /// The path of file `slot`, when the title has it.
+    pub(crate) fn path(&self, slot: Slot) -> Option<&Path> {
+        self.paths[slot as usize].as_ref().map(|(p, _)| p.as_path())
     }
 
     /// Whether a file is no longer what was loaded: deleted, replaced,
@@ -220,6 +242,50 @@ impl Source for Title {
 
     fn changed(&self) -> bool {
         self.files_changed()
+    }
+
+    fn rebuild(&self, file: usize, range: Range<usize>, out: &mut [u8]) -> Result<usize, String> {
+        let slot = match file {
+            f if f == Slot::Media as usize => Slot::Media,
+            f if f == Slot::Prefab as usize => Slot::Prefab,
+            _ => return Err("only the media and packet files can be rebuilt".into()),
+        };
+        let files = self.files();
+        let shown = |s: Slot| {
+            files
+                .path(s)
+                .map_or("?".into(), |p| p.display().to_string())
+        };
+        let (name, media) = (shown(slot), shown(Slot::Media));
+        let read = |s: Slot, buf: &mut [u8], at: u64| files.read_at(s, buf, at);
+        let bytes = format!("bytes {}..{}", range.start, range.end);
+        match crate::rebuild::rebuild(self, slot, range, out, &read) {
+            Ok(r) if r.failed.is_empty() => Ok(0),
+            Ok(r) => {
+                self.flag_for_repair();
+                let failed: Vec<String> = r
+                    .failed
+                    .iter()
+                    .map(|f| format!("{}..{}", f.start, f.end))
+                    .collect();
+                tracing::warn!(
+                    file = %name,
+                    "read error at bytes {}: rebuilt {} packets ({} from the parity) in memory, the title plays on; run `fjord repair {media}`",
+                    failed.join(", "),
+                    r.packets,
+                    r.from_parity,
+                );
+                Ok(r.packets)
+            }
+            Err(why) => {
+                self.flag_for_repair();
+                tracing::warn!(
+                    file = %name,
+                    "read error in {bytes} that cannot be rebuilt: {why}; its sessions end; run `fjord repair {media}` (or restore the file)"
+                );
+                Err(why)
+            }
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::{
     io,
     os::fd::{AsFd, BorrowedFd},
     path::Path,
+    sync::atomic::{AtomicBool, Ordering},
 };
 
 use fjord_fec::{Sidecar, SidecarError, sidecar::TrackFec};
@@ -32,6 +33,8 @@ pub struct Title {
     prefab: Option<(File, Prefab<Guarded>)>,
     /// The files as loaded, to tell when one changes on disk.
     files: Files,
+    /// A file failed to read (EIO) while playing: `fjord repair` it.
+    needs_repair: AtomicBool,
 }
 
 /// The sidecar, checked against the index, and per track the repair window:
@@ -57,6 +60,7 @@ impl Title {
             fec: None,
             prefab: None,
             files,
+            needs_repair: AtomicBool::new(false),
         })
     }
 
@@ -201,6 +205,17 @@ impl Title {
 
     pub(crate) fn media(&self) -> &[u8] {
         &self.media
+    }
+
+    /// Whether a file of the title failed to read (EIO) while it played:
+    /// the bytes were rebuilt in memory (or its sessions ended), but the
+    /// disk still holds the damage; `fjord repair` the title.
+    pub fn needs_repair(&self) -> bool {
+        self.needs_repair.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn flag_for_repair(&self) {
+        self.needs_repair.store(true, Ordering::Relaxed);
     }
 
     pub(crate) fn prefab_head(&self) -> Option<&[u8]> {

@@ -15,7 +15,7 @@ use fjord_media::{Index, Track};
 use memmap2::Mmap;
 
 use crate::FecError;
-use crate::encode::{frame_packet, meta_of, payload_parts, record, source_hash};
+use crate::encode::{meta_of, payload_parts, record, source_hash};
 use crate::rs::Codec;
 use crate::sidecar::{self, BlockFec, Sidecar, TrackFec};
 use crate::symbol::{self, SYMBOL_HEADER_LEN};
@@ -472,20 +472,93 @@ fn rebuild_block(
     let fec = title.sidecar.track(d.track).ok_or_else(missing)?;
     let blk: BlockFec = fec.block(d.block).ok_or_else(missing)?;
     let parity = fec.repair_data(&blk).ok_or_else(missing)?;
+    let mut runs = Vec::with_capacity(usize::from(blk.source_count));
+    for i in blk.packets() {
+        runs.push(if d.damaged.contains(&i) {
+            None
+        } else {
+            let rec = record(&track, i)?;
+            let (run1, run2) = rec
+                .runs(&title.media)
+                .ok_or_else(|| FecError::Invalid("a packet lies outside the media file".into()))?;
+            Some([run1, run2])
+        });
+    }
+    let rebuilt = decode_block(&track, &fec, &blk, parity, &runs, codec).map_err(|e| match e {
+        FecError::BeyondRepair(why) => FecError::BeyondRepair(format!(
+            "track {}: {why}; restore the file from a backup",
+            d.track
+        )),
+        e => e,
+    })?;
+    for (i, bytes) in rebuilt {
+        let rec = record(&track, i)?;
+        let (run1, run2) = bytes.split_at(rec.len as usize);
+        patches.push((rec.offset, run1.to_vec()));
+        if !run2.is_empty() {
+            patches.push((rec.offset2(), run2.to_vec()));
+        }
+    }
+    Ok(())
+}
+
+/// Rebuilds the lost source packets of block `blk` of a track from the
+/// block's other packets and its repair symbols `parity` (all of them, back
+/// to back, as [`TrackFec::repair_data`] gives them). `runs` has one entry
+/// per packet of the block: its two file runs, or `None` when it is lost
+/// (unreadable or damaged). Returns each lost packet with its file bytes
+/// (first run then second run, as the index records them), checked against
+/// the symbol hash written at ingest: never bytes that are not the ingested
+/// ones. More lost packets than repair symbols, or a result that does not
+/// hash right, is [`FecError::BeyondRepair`].
+///
+/// `fjord repair` passes runs from the mapped media; the server passes
+/// runs it read with `pread`, to rebuild pages the disk fails to read.
+pub fn decode_block(
+    track: &Track<'_>,
+    fec: &TrackFec<'_>,
+    blk: &BlockFec,
+    parity: &[u8],
+    runs: &[Option<[&[u8]; 2]>],
+    codec: &mut Codec,
+) -> Result<Vec<(u64, Vec<u8>)>, FecError> {
     let e = blk.symbol_len as usize;
     let (k, m) = (usize::from(blk.source_count), usize::from(blk.repair_count));
+    if runs.len() != k || parity.len() != m * e {
+        return Err(FecError::Invalid(
+            "block decode: runs or parity do not match the block".into(),
+        ));
+    }
+    let lost = runs.iter().filter(|r| r.is_none()).count();
+    if lost == 0 {
+        return Ok(Vec::new());
+    }
+    if lost > m {
+        return Err(FecError::BeyondRepair(format!(
+            "block {}: {lost} packets lost, the parity repairs at most {m}",
+            blk.first_packet / (k.max(1) as u64)
+        )));
+    }
     let rs_err = |e: crate::rs::CodecError| FecError::Invalid(format!("Reed-Solomon: {e}"));
     codec.set_layout(k, m).map_err(rs_err)?;
-    let base_ts = record(&track, blk.first_packet)?.rtp_ts;
+    let base_ts = record(track, blk.first_packet)?.rtp_ts;
     let mut symbols = vec![0u8; k * e];
     let mut present = vec![false; k];
-    for ((i, sym), p) in blk
+    for (((i, sym), p), r) in blk
         .packets()
         .zip(symbols.chunks_exact_mut(e))
         .zip(&mut present)
+        .zip(runs)
     {
-        if !d.damaged.contains(&i) {
-            frame_packet(sym, &record(&track, i)?, base_ts, &title.media)?;
+        if let Some([run1, run2]) = r {
+            let rec = record(track, i)?;
+            if run1.len() != rec.len as usize || run2.len() != rec.len2 as usize {
+                return Err(FecError::Invalid(
+                    "block decode: a run's length differs from its record".into(),
+                ));
+            }
+            symbol::frame(sym, &[rec.prefix(), run1, run2], meta_of(&rec, base_ts))
+                .map_err(|e| FecError::Invalid(format!("cannot frame a packet: {e}")))?;
             *p = true;
         }
     }
@@ -493,10 +566,11 @@ fn rebuild_block(
     let rebuilt = codec
         .decode(&mut symbols, &present, &repairs)
         .map_err(rs_err)?;
+    let mut out = Vec::with_capacity(rebuilt.len());
     for j in rebuilt {
         let restored = &symbols[j * e..j * e + e];
         let i = blk.first_packet + j as u64;
-        let rec = record(&track, i)?;
+        let rec = record(track, i)?;
         let (_, payload) =
             symbol::unframe(restored).map_err(|e| FecError::Invalid(e.to_string()))?;
         let unpadded = &restored[..SYMBOL_HEADER_LEN + payload.len()];
@@ -505,17 +579,12 @@ fn rebuild_block(
             || !payload.starts_with(rec.prefix())
         {
             return Err(FecError::BeyondRepair(format!(
-                "track {} packet {i}: the parity does not reproduce the ingested bytes; restore the file from a backup",
-                d.track
+                "packet {i}: the parity does not reproduce the ingested bytes"
             )));
         }
-        let (run1, run2) = payload[rec.prefix().len()..].split_at(rec.len as usize);
-        patches.push((rec.offset, run1.to_vec()));
-        if !run2.is_empty() {
-            patches.push((rec.offset2(), run2.to_vec()));
-        }
+        out.push((i, payload[rec.prefix().len()..].to_vec()));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Writes the repaired file beside the original (temp file, patches, the

@@ -263,6 +263,13 @@ impl<'a> PrefabTrack<'a> {
         Some((start, bytes))
     }
 
+    /// Where the track's offset table starts in the file (entry `i`, a
+    /// little-endian u64, at `table_offset() + 8 * i`): for readers that
+    /// read it with `pread` rather than through the mapping.
+    pub fn table_offset(&self) -> u64 {
+        (self.table.as_ptr() as usize - self.bytes.as_ptr() as usize) as u64
+    }
+
     /// The offset-table entries of packets `range` and the packets' own
     /// bytes: what sending them reads.
     pub fn spans(&self, range: std::ops::Range<usize>) -> Option<(&'a [u8], &'a [u8])> {

@@ -226,6 +226,25 @@ impl Catalog {
     }
 }
 
+impl Catalog {
+    /// Loaded titles a file of which failed to read while playing (their
+    /// bytes were rebuilt from parity, or their sessions ended): they need
+    /// `fjord repair`. Titles busy loading are skipped.
+    pub fn needing_repair(&self) -> Vec<String> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<String> = slots
+            .iter()
+            .filter(|(_, slot)| {
+                slot.try_lock()
+                    .is_ok_and(|l| l.as_ref().is_some_and(|l| l.title.needs_repair()))
+            })
+            .map(|(name, _)| name.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
 /// The thread that writes sidecars and packet files for queued titles,
 /// then drops each loaded title if it is still that file's, so the next
 /// client gets it with them (sessions playing keep theirs).

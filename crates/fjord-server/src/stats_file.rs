@@ -50,6 +50,8 @@ fn snapshot(server: &Server) -> serde_json::Value {
             "reads": st.reads,
             "read_bytes": st.read_bytes,
             "read_errors": st.read_errors,
+            "repaired_chunks": st.repaired_chunks,
+            "needs_repair": server.catalog.needing_repair(),
             "late_reads": st.late_reads,
             "budget_waits": st.budget_waits,
             "sessions": st.sessions,

@@ -14,11 +14,17 @@
 //! It never parses media, never copies payload (pages are locked where the
 //! engine already maps them) and never blocks the caller of
 //! [`Cursor::ready_from`]; registering and loading a title's head may wait.
+//!
+//! A chunk the disk fails to read (EIO) is rebuilt by its title
+//! ([`Source::rebuild`], from parity) into memory laid over the chunk
+//! ([`overlay`]); its sessions play on. Only what cannot be rebuilt ends
+//! the sessions reading it.
 
 pub mod admission;
 mod budget;
 mod cursor;
 pub mod ioprio;
+pub mod overlay;
 pub mod pin;
 pub mod sched;
 mod service;

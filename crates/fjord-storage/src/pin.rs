@@ -14,6 +14,11 @@
 //! allowed (`RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`), chunks are only
 //! populated (`MADV_POPULATE_READ`): resident when handed over, but the
 //! kernel may evict them under memory pressure; the server says so at start.
+//!
+//! A chunk the disk fails to read (EIO) is rebuilt when the caller says
+//! how ([`Rebuild`]: the title's parity) and laid over the mapping
+//! ([`crate::overlay`]): it then counts as resident like the others, and
+//! stays so (anonymous memory, locked again by the next holder).
 
 use std::{
     collections::HashMap,
@@ -30,6 +35,11 @@ use crate::source::MappedFile;
 /// Bytes per chunk: large enough that a refill is a few big reads, small
 /// enough that a low-rate session does not hold much.
 pub const CHUNK: usize = 256 * 1024;
+
+/// Rebuilds bytes `range` of the file being pinned into the buffer given
+/// (`Source::rebuild` for that file) when the disk fails to read them:
+/// how many packets it rebuilt, or why it cannot.
+pub type Rebuild<'a> = &'a dyn Fn(Range<usize>, &mut [u8]) -> Result<usize, String>;
 
 /// A chunk: the mapping's base address and the chunk's number in it.
 pub type ChunkKey = (usize, usize);
@@ -66,6 +76,15 @@ pub struct Pins {
     pinned: AtomicU64,
     /// Locking is allowed (else chunks are only populated).
     lock: AtomicBool,
+    /// Chunks the disk failed to read (EIO), rebuilt or not.
+    read_errors: AtomicU64,
+    /// Chunks rebuilt and laid over their mapping.
+    repaired: AtomicU64,
+    /// Chunks laid over with rebuilt bytes, and the file each belongs to:
+    /// they are not read from the disk again. (A new mapping of the same
+    /// file at the same address would be taken for overlaid: rare, and then
+    /// it is only not checked before it is locked, as before overlays.)
+    overlaid: Mutex<HashMap<ChunkKey, (u64, u64)>>,
 }
 
 impl Default for Pins {
@@ -75,6 +94,9 @@ impl Default for Pins {
             loaded: Condvar::new(),
             pinned: AtomicU64::new(0),
             lock: AtomicBool::new(allow_locking()),
+            read_errors: AtomicU64::new(0),
+            repaired: AtomicU64::new(0),
+            overlaid: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -88,14 +110,26 @@ impl Pins {
         self.lock.load(Ordering::Relaxed)
     }
 
+    /// Chunks the disk failed to read (EIO), whether rebuilt or not.
+    pub fn read_errors(&self) -> u64 {
+        self.read_errors.load(Ordering::Relaxed)
+    }
+
+    /// Chunks rebuilt after a read error and laid over their mapping.
+    pub fn repaired_chunks(&self) -> u64 {
+        self.repaired.load(Ordering::Relaxed)
+    }
+
     /// Makes the chunks covering `range` of `file` resident and holds them
-    /// (appending their keys to `held`); blocks for the disk. On error the
+    /// (appending their keys to `held`); blocks for the disk. A chunk the
+    /// disk fails to read is rebuilt with `rebuild` when given. On error the
     /// chunks of this call already held stay in `held`.
     pub fn pin(
         &self,
         file: &MappedFile,
         range: Range<usize>,
         held: &mut Vec<ChunkKey>,
+        rebuild: Option<Rebuild<'_>>,
     ) -> Result<(), PinError> {
         let range = range.start.min(file.len)..range.end.min(file.len);
         if range.is_empty() {
@@ -126,7 +160,20 @@ impl Pins {
         }
         let mut failure = None;
         for &c in &fresh {
-            let r = self.make_resident(file, c);
+            let r = match self.make_resident(file, c) {
+                // The disk cannot read the chunk: rebuild its bytes and lay
+                // them over the mapping, so the sessions play on; when they
+                // cannot be rebuilt, the read error stands (its sessions end).
+                Err(PinError::Read(e)) => {
+                    self.read_errors.fetch_add(1, Ordering::Relaxed);
+                    // (The source says why when it cannot rebuild.)
+                    match rebuild.map(|f| self.repair(file, c, f)) {
+                        Some(Ok(())) => Ok(()),
+                        Some(Err(_)) | None => Err(PinError::Read(e)),
+                    }
+                }
+                r => r,
+            };
             let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
             let key = (file.base as usize, c);
             match r {
@@ -185,6 +232,19 @@ impl Pins {
     fn make_resident(&self, file: &MappedFile, c: usize) -> Result<(), PinError> {
         let start = c * CHUNK;
         let len = chunk_len(file, c);
+        let overlaid = {
+            let set = self.overlaid.lock().unwrap_or_else(|e| e.into_inner());
+            set.get(&(file.base as usize, c)) == Some(&file_id(file))
+        };
+        if !overlaid {
+            // Read the chunk into the page cache first, seeing the disk's
+            // errors: mlock and MADV_POPULATE_READ must only ever fault in
+            // pages already read, because on a page the disk fails to read
+            // they retry the read forever (the fault path drops the error
+            // when it retries; seen on Linux 6.18 with FUSE). A chunk laid
+            // over with rebuilt bytes is anonymous memory: nothing to read.
+            read_into_cache(file, start, len)?;
+        }
         // SAFETY: start..start+len lies inside the mapping (chunk_len clips
         // it), which the Source keeps mapped while it is pinned.
         let addr = unsafe { file.base.add(start) } as *const libc::c_void;
@@ -207,6 +267,27 @@ impl Pins {
             }
         }
         Err(classify(file, start, len))
+    }
+
+    /// Rebuilds chunk `c` of `file` with `rebuild` and lays the bytes over
+    /// the mapping ([`crate::overlay`]), locked when locking is allowed.
+    fn repair(&self, file: &MappedFile, c: usize, rebuild: Rebuild<'_>) -> Result<(), String> {
+        let start = c * CHUNK;
+        let mut bytes = vec![0u8; chunk_len(file, c)];
+        rebuild(start..start + bytes.len(), &mut bytes)?;
+        // SAFETY: the chunk starts on a page (CHUNK is a multiple of the page
+        // size, the mapping starts on one) and lies inside the mapping, which
+        // the Source keeps mapped; nobody reads it while it is loading.
+        unsafe { crate::overlay::replace(file.base.add(start), &bytes, self.locks()) }.map_err(
+            |e| {
+                tracing::warn!("cannot lay rebuilt bytes over a title's mapping: {e}");
+                format!("cannot lay the rebuilt bytes over the mapping: {e}")
+            },
+        )?;
+        self.repaired.fetch_add(1, Ordering::Relaxed);
+        let mut set = self.overlaid.lock().unwrap_or_else(|e| e.into_inner());
+        set.insert((file.base as usize, c), file_id(file));
+        Ok(())
     }
 
     /// Releases chunks held by one holder.
@@ -241,6 +322,62 @@ fn chunk_len(file: &MappedFile, c: usize) -> usize {
 fn readahead(file: &MappedFile, range: Range<usize>) {
     // SAFETY: readahead only reads into the page cache.
     unsafe { libc::readahead(file.fd, range.start as i64, range.len()) };
+}
+
+/// The file behind a mapping: (device, inode).
+fn file_id(file: &MappedFile) -> (u64, u64) {
+    // SAFETY: fstat fills the struct it is given.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(file.fd, &mut st) == 0 {
+            (st.st_dev, st.st_ino)
+        } else {
+            (0, 0)
+        }
+    }
+}
+
+/// Reads bytes `start..start + len` of the file into the page cache and
+/// waits for them, without copying them anywhere: `sendfile` to /dev/null
+/// moves page references. The disk's error (EIO) is the read's error.
+fn read_into_cache(file: &MappedFile, start: usize, len: usize) -> Result<(), PinError> {
+    static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let Some(null) = NULL.get_or_init(|| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .ok()
+    }) else {
+        return Ok(()); // cannot check: lock as before
+    };
+    let mut off = start as libc::off_t;
+    let end = (start + len) as libc::off_t;
+    while off < end {
+        // SAFETY: sendfile between two descriptors we hold; it advances off.
+        let n = unsafe {
+            libc::sendfile(
+                std::os::fd::AsRawFd::as_raw_fd(null),
+                file.fd,
+                &mut off,
+                (end - off) as usize,
+            )
+        };
+        match n {
+            0 => return Err(PinError::Truncated),
+            n if n > 0 => {}
+            _ => {
+                let e = io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
+                    Some(libc::EIO) => Err(PinError::Read(e)),
+                    // A file that cannot be spliced: lock as before.
+                    Some(libc::EINVAL) | Some(libc::ENOSYS) => Ok(()),
+                    _ => Err(PinError::Other(e)),
+                };
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Why a chunk could not be faulted in: the read's own error.
@@ -335,10 +472,11 @@ mod tests {
         let (_f, _m, file) = mapped(3 * CHUNK + 100);
         let pins = Pins::default();
         let (mut a, mut b) = (vec![], vec![]);
-        pins.pin(&file, 10..CHUNK + 1, &mut a).unwrap();
+        pins.pin(&file, 10..CHUNK + 1, &mut a, None).unwrap();
         assert_eq!(a.len(), 2);
         assert_eq!(pins.pinned_bytes(), 2 * CHUNK as u64);
-        pins.pin(&file, CHUNK..3 * CHUNK + 100, &mut b).unwrap();
+        pins.pin(&file, CHUNK..3 * CHUNK + 100, &mut b, None)
+            .unwrap();
         assert_eq!(b.len(), 3, "the last chunk is short");
         assert_eq!(pins.pinned_bytes(), (3 * CHUNK + 100) as u64);
         pins.unpin(&a);
@@ -356,7 +494,7 @@ mod tests {
         let (_f, _m, file) = mapped(2 * CHUNK);
         let pins = Pins::default();
         let mut held = vec![];
-        pins.pin(&file, 0..2 * CHUNK, &mut held).unwrap();
+        pins.pin(&file, 0..2 * CHUNK, &mut held, None).unwrap();
         let pages = 2 * CHUNK / 4096;
         let mut vec = vec![0u8; pages];
         // SAFETY: mincore on our mapping into a vector of one byte per page.
@@ -372,9 +510,34 @@ mod tests {
         f.as_file().set_len(CHUNK as u64 / 2).unwrap();
         let pins = Pins::default();
         let mut held = vec![];
-        let r = pins.pin(&file, CHUNK..2 * CHUNK, &mut held);
+        let r = pins.pin(&file, CHUNK..2 * CHUNK, &mut held, None);
         assert!(matches!(r, Err(PinError::Truncated)), "{r:?}");
         assert!(held.is_empty());
         assert_eq!(pins.pinned_bytes(), 0);
+    }
+
+    #[test]
+    fn a_rebuilt_chunk_is_laid_over_the_mapping_and_counted() {
+        let (_f, _m, file) = mapped(2 * CHUNK + 300);
+        let pins = Pins::default();
+        let rebuild = |range: Range<usize>, out: &mut [u8]| {
+            assert_eq!(range, 2 * CHUNK..2 * CHUNK + 300);
+            out.fill(9);
+            Ok(3)
+        };
+        pins.repair(&file, 2, &rebuild).unwrap();
+        assert_eq!(pins.repaired_chunks(), 1);
+        // SAFETY: the test's mapping, still mapped (file pages and overlay).
+        let seen = unsafe { std::slice::from_raw_parts(file.base, file.len) };
+        assert!(seen[..2 * CHUNK].iter().all(|&b| b == 7), "file bytes");
+        assert!(seen[2 * CHUNK..].iter().all(|&b| b == 9), "rebuilt bytes");
+        // Pinning it again needs no rebuild: the overlay is resident.
+        let mut held = vec![];
+        pins.pin(&file, 2 * CHUNK..2 * CHUNK + 300, &mut held, None)
+            .unwrap();
+        pins.unpin(&held);
+        let refuse = |_: Range<usize>, _: &mut [u8]| Err("no parity".to_owned());
+        assert!(pins.repair(&file, 0, &refuse).is_err());
+        assert_eq!(pins.repaired_chunks(), 1);
     }
 }

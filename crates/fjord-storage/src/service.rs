@@ -70,7 +70,11 @@ pub struct StorageStats {
     /// Refills done and the bytes they covered.
     pub reads: u64,
     pub read_bytes: u64,
+    /// Chunks the disk failed to read (EIO), whether rebuilt or not.
     pub read_errors: u64,
+    /// Of those, chunks rebuilt from the title's parity: their sessions
+    /// played on (the title needs `fjord repair`).
+    pub repaired_chunks: u64,
     /// Refills that finished after the session would have run dry.
     pub late_reads: u64,
     /// Times a refill waited because the budget was spent.
@@ -85,7 +89,6 @@ pub struct StorageStats {
 struct Counters {
     reads: AtomicU64,
     read_bytes: AtomicU64,
-    read_errors: AtomicU64,
     late_reads: AtomicU64,
     budget_waits: AtomicU64,
     sessions: AtomicU64,
@@ -328,7 +331,8 @@ impl Storage {
             pinned_bytes: self.inner.pins.pinned_bytes(),
             reads: c.reads.load(Relaxed),
             read_bytes: c.read_bytes.load(Relaxed),
-            read_errors: c.read_errors.load(Relaxed),
+            read_errors: self.inner.pins.read_errors(),
+            repaired_chunks: self.inner.pins.repaired_chunks(),
             late_reads: c.late_reads.load(Relaxed),
             budget_waits: c.budget_waits.load(Relaxed),
             sessions: c.sessions.load(Relaxed),
@@ -391,9 +395,10 @@ impl Storage {
         };
         for e in &extents {
             let file = source.files()[e.file];
+            let rebuild = |range, out: &mut [u8]| source.rebuild(e.file, range, out);
             self.inner
                 .pins
-                .pin(&file, e.range.clone(), &mut head.chunks)?;
+                .pin(&file, e.range.clone(), &mut head.chunks, Some(&rebuild))?;
         }
         Ok(head)
     }
@@ -724,7 +729,12 @@ impl Worker {
                 continue;
             };
             bytes += e.range.len() as u64;
-            if let Err(err) = self.inner.pins.pin(&file, e.range.clone(), &mut chunks) {
+            let rebuild = |range, out: &mut [u8]| r.source.rebuild(e.file, range, out);
+            let pinned = self
+                .inner
+                .pins
+                .pin(&file, e.range.clone(), &mut chunks, Some(&rebuild));
+            if let Err(err) = pinned {
                 self.inner.pins.unpin(&chunks);
                 return (Err(err), bytes);
             }
@@ -763,9 +773,7 @@ impl Worker {
                 }
             }
             Err(err) => {
-                if matches!(err, PinError::Read(_)) {
-                    c.read_errors.fetch_add(1, Relaxed);
-                }
+                // A read error here could not be rebuilt (counted by Pins).
                 tracing::warn!("read-ahead of a playing title failed ({err}); ending its session");
                 e.cursor.fail();
             }

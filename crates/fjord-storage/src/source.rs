@@ -91,4 +91,14 @@ pub trait Source: Send + Sync {
     /// deleted) or a mapped page vanished since it was loaded: its sessions
     /// must end.
     fn changed(&self) -> bool;
+    /// Fills `out` with bytes `range` of file `file` when the disk failed
+    /// to read some of them (EIO): the readable pages as read (never through
+    /// the mapping, whose failed pages would fault), the others rebuilt
+    /// (from the title's parity). Returns how many packets it rebuilt, or
+    /// why it cannot; then the sessions reading those bytes end. `range`
+    /// starts on a page; called on storage threads, which may wait.
+    fn rebuild(&self, file: usize, range: Range<usize>, out: &mut [u8]) -> Result<usize, String> {
+        let _ = (file, range, out);
+        Err("this title has nothing to rebuild lost bytes from".into())
+    }
 }

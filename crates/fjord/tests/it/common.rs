@@ -245,6 +245,7 @@ pub struct Server {
     child: Child,
     pub port: u16,
     pub root: tempfile::TempDir,
+    media_root: PathBuf,
     log: PathBuf,
 }
 
@@ -287,6 +288,20 @@ impl Server {
         let media_root = root.path().join("media");
         fs::create_dir(&media_root).unwrap();
         populate(&media_root);
+        Server::spawn(root, media_root, config)
+    }
+
+    /// Starts a server serving `media_root`, which the caller made and
+    /// keeps (config and log go to a directory of the server's own).
+    pub fn start_on(media_root: &Path, config: &str) -> Server {
+        let root = tempfile::Builder::new()
+            .prefix("fjord-it-")
+            .tempdir()
+            .unwrap();
+        Server::spawn(root, media_root.to_owned(), config)
+    }
+
+    fn spawn(root: tempfile::TempDir, media_root: PathBuf, config: &str) -> Server {
         let cfg = root.path().join("fjord.toml");
         fs::write(&cfg, config).unwrap();
         let log = root.path().join("server.log");
@@ -328,6 +343,7 @@ impl Server {
             child,
             port: 0,
             root,
+            media_root,
             log,
         };
         match rx.recv_timeout(Duration::from_secs(20)) {
@@ -343,7 +359,7 @@ impl Server {
     }
 
     pub fn media_root(&self) -> PathBuf {
-        self.root.path().join("media")
+        self.media_root.clone()
     }
 
     pub fn url(&self, title: &str) -> String {

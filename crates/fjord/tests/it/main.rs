@@ -8,6 +8,7 @@
 mod cli;
 mod client;
 mod common;
+mod disk_errors;
 mod errors;
 mod fec;
 mod files;
