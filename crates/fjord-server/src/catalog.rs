@@ -20,6 +20,11 @@ use fjord_fec::FecChoice;
 use fjord_media::ts::TsOptions;
 use fjord_storage::{HeadPin, Storage};
 
+use crate::{
+    config::PrefabMode,
+    prefab_budget::{self, PrefabBudget},
+};
+
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
     #[error("no such title")]
@@ -46,7 +51,11 @@ pub struct Catalog {
     /// The block layouts of titles this catalog ingests.
     fec: FecChoice,
     /// Whether titles get prefabricated packets.
-    prefab: bool,
+    prefab: PrefabMode,
+    /// With `prefab = "auto"`: who gets them, and the share of the disk
+    /// (percent) they may take.
+    prefab_budget: PrefabBudget,
+    prefab_share_percent: u64,
     slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
     /// Titles waiting for parity or packets, made one at a time by one
     /// low-priority thread (the work is CPU-bound; the engine's deadlines
@@ -92,7 +101,8 @@ impl Catalog {
         roots: &[PathBuf],
         options: TsOptions,
         fec: FecChoice,
-        prefab: bool,
+        prefab: PrefabMode,
+        prefab_share_percent: u64,
         storage: Option<Storage>,
     ) -> io::Result<Self> {
         let roots = roots
@@ -103,7 +113,7 @@ impl Catalog {
                 })
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let derived = if fec == FecChoice::Off && !prefab {
+        let derived = if fec == FecChoice::Off && prefab == PrefabMode::Off {
             None
         } else {
             Some(derive_worker(storage.clone())?)
@@ -113,6 +123,8 @@ impl Catalog {
             options,
             fec,
             prefab,
+            prefab_budget: PrefabBudget::default(),
+            prefab_share_percent,
             slots: Mutex::new(HashMap::new()),
             derived,
             storage,
@@ -176,6 +188,9 @@ impl Catalog {
             && !l.title.files_changed()
             && !l.title.damaged()
         {
+            if self.auto_packets(&path, &l.title, meta.len()) {
+                self.derive(&key, &path, &slot, &meta, false, true);
+            }
             return Ok((key, l.title.clone()));
         }
         // A title whose file shrank under its mapping (`Title::damaged`) is
@@ -199,22 +214,20 @@ impl Catalog {
         .await
         .map_err(|e| CatalogError::Failed(e.to_string()))??;
         tracing::info!(title = %name, "title ready");
-        let packets = self.prefab && !title.has_prefab();
-        if (parity == Parity::Missing || packets)
-            && let Some(queue) = &self.derived
-        {
-            let job = DeriveJob {
-                name: name.clone(),
-                path,
-                slot: slot.clone(),
-                size: meta.len(),
-                mtime,
-                parity: parity == Parity::Missing,
+        let packets = match self.prefab {
+            PrefabMode::On => !title.has_prefab(),
+            PrefabMode::Off => false,
+            PrefabMode::Auto => self.auto_packets(&path, &title, meta.len()),
+        };
+        if parity == Parity::Missing || packets {
+            self.derive(
+                &name,
+                &path,
+                &slot,
+                &meta,
+                parity == Parity::Missing,
                 packets,
-            };
-            if queue.try_send(job).is_err() {
-                tracing::warn!(title = %name, "{DERIVE_QUEUE} titles wait already; served without repair streams or prefabricated packets");
-            }
+            );
         }
         *loaded = Some(Loaded {
             title: title.clone(),
@@ -227,6 +240,46 @@ impl Catalog {
 }
 
 impl Catalog {
+    /// With `prefab = "auto"`: counts a play of the title at `path`; whether
+    /// its packet file should be made now.
+    fn auto_packets(&self, path: &Path, title: &Title, size: u64) -> bool {
+        if self.prefab != PrefabMode::Auto {
+            return false;
+        }
+        let share = prefab_budget::share_of_disk(path, self.prefab_share_percent);
+        self.prefab_budget
+            .played(path, size, title.has_prefab(), share)
+    }
+
+    /// Queues the background job that makes the title's parity and/or
+    /// packet file.
+    fn derive(
+        &self,
+        name: &str,
+        path: &Path,
+        slot: &Arc<Slot>,
+        meta: &std::fs::Metadata,
+        parity: bool,
+        packets: bool,
+    ) {
+        let Some(queue) = &self.derived else { return };
+        let job = DeriveJob {
+            name: name.to_owned(),
+            path: path.to_owned(),
+            slot: slot.clone(),
+            size: meta.len(),
+            mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            parity,
+            packets,
+        };
+        if queue.try_send(job).is_err() {
+            tracing::warn!(title = %name, "{DERIVE_QUEUE} titles wait already; served without repair streams or prefabricated packets");
+            if packets {
+                self.prefab_budget.failed(path);
+            }
+        }
+    }
+
     /// Loaded titles a file of which failed to read while playing (their
     /// bytes were rebuilt from parity, or their sessions ended): they need
     /// `fjord repair`. Titles busy loading are skipped.
@@ -407,7 +460,15 @@ mod tests {
         std::fs::create_dir(b.path().join("films")).unwrap();
         std::fs::write(b.path().join("films/only-b.ts"), b"b").unwrap();
         let roots = [a.path().to_owned(), b.path().to_owned()];
-        let c = Catalog::new(&roots, TsOptions::default(), FecChoice::Off, false, None).unwrap();
+        let c = Catalog::new(
+            &roots,
+            TsOptions::default(),
+            FecChoice::Off,
+            PrefabMode::Off,
+            25,
+            None,
+        )
+        .unwrap();
         let b_root = b.path().canonicalize().unwrap();
         let a_root = a.path().canonicalize().unwrap();
         assert_eq!(c.resolve("both.ts").unwrap(), a_root.join("both.ts"));

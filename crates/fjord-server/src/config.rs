@@ -60,8 +60,12 @@ pub struct Config {
     pub fec: String,
     /// Titles get prefabricated packets (`NAME.fjpkt`, about the media
     /// file's size again), made in the background; the batching data paths
-    /// then send each burst as one run of that file.
-    pub prefab: bool,
+    /// then send each burst as one run of that file. `"auto"`: only titles
+    /// played often, within `prefab_share_percent` of the disk.
+    pub prefab: PrefabMode,
+    /// With `prefab = "auto"`: the share of each root's filesystem packet
+    /// files may take, in percent.
+    pub prefab_share_percent: u64,
     /// Networks a SETUP `destination=` may name besides the client's own
     /// address. Empty: RTP goes only to the client that asked for it.
     pub destination_allow: Vec<IpNet>,
@@ -116,7 +120,8 @@ impl Default for Config {
             rtcp_interval_s: 5,
             ts_per_rtp: 7,
             fec: "auto".to_owned(),
-            prefab: true,
+            prefab: PrefabMode::On,
+            prefab_share_percent: 25,
             destination_allow: Vec::new(),
             readahead_ms: 4000,
             readahead_budget_mb: 0,
@@ -125,6 +130,27 @@ impl Default for Config {
             disk_mbps: 0,
             roots: Vec::new(),
             stats_file: PathBuf::new(),
+        }
+    }
+}
+
+/// `prefab`: `true`, `false` or `"auto"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "toml::Value")]
+pub enum PrefabMode {
+    On,
+    Off,
+    Auto,
+}
+
+impl TryFrom<toml::Value> for PrefabMode {
+    type Error = String;
+    fn try_from(v: toml::Value) -> Result<Self, String> {
+        match v {
+            toml::Value::Boolean(true) => Ok(PrefabMode::On),
+            toml::Value::Boolean(false) => Ok(PrefabMode::Off),
+            toml::Value::String(s) if s == "auto" => Ok(PrefabMode::Auto),
+            _ => Err("prefab must be true, false or \"auto\"".to_owned()),
         }
     }
 }
@@ -181,6 +207,9 @@ impl Config {
         }
         if self.readahead_ms != 0 && self.readahead_ms < 200 {
             return bad("readahead_ms must be 0 (off) or at least 200");
+        }
+        if self.prefab_share_percent > 100 {
+            return bad("prefab_share_percent must be at most 100");
         }
         if self.storage_threads == 0 || self.storage_threads > 64 {
             return bad("storage_threads must be between 1 and 64");
@@ -335,5 +364,14 @@ mod tests {
         assert_eq!(measured_mbps(saved, libc::makedev(254, 0)), Some(455.2));
         assert_eq!(measured_mbps(saved, libc::makedev(9, 0)), None);
         assert_eq!(measured_mbps("not toml [", libc::makedev(8, 16)), None);
+    }
+
+    #[test]
+    fn prefab_is_on_off_or_auto() {
+        let parse = |v: &str| toml::from_str::<Config>(&format!("prefab = {v}")).map(|c| c.prefab);
+        assert_eq!(parse("true").unwrap(), PrefabMode::On);
+        assert_eq!(parse("false").unwrap(), PrefabMode::Off);
+        assert_eq!(parse("\"auto\"").unwrap(), PrefabMode::Auto);
+        assert!(parse("\"sometimes\"").is_err());
     }
 }

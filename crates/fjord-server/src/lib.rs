@@ -8,6 +8,7 @@ pub mod config;
 mod conn;
 mod control;
 mod ports;
+mod prefab_budget;
 mod session;
 mod shared;
 mod stats_file;
@@ -77,6 +78,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         },
         config.fec(),
         config.prefab,
+        config.prefab_share_percent,
         storage.clone(),
     )?;
     let listener = TcpListener::bind(SocketAddr::new(config.bind, config.port))

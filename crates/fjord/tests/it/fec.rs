@@ -391,3 +391,40 @@ fn serve_makes_parity_for_new_titles_in_the_background() {
     assert!(!sdp_of(&kept, "fec.ts").contains("FEC-FR"), "{sdp}");
     assert!(!kept.root.path().join("media/fec.ts.fjfec").exists());
 }
+
+/// `prefab = "auto"`: a title played once is served with built headers and
+/// gets no packet file; played again, it gets one in the background; with
+/// no share of the disk for packet files, never.
+#[test]
+fn auto_prefab_makes_packets_for_titles_played_again() {
+    let populate = |root: &Path| {
+        fs::copy(source(), root.join("auto.ts")).unwrap();
+    };
+    let server = Server::start_with("fec = \"off\"\nprefab = \"auto\"\n", populate);
+    let packets = server.root.path().join("media/auto.ts.fjpkt");
+    sdp_of(&server, "auto.ts");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!packets.exists(), "one play makes no packet file");
+    sdp_of(&server, "auto.ts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !packets.exists() || !server.log_text().contains("packets prefabricated") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no packet file 30 s after the second play"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_, got) = play(&server, dir.path(), "auto.ts", &[]);
+    assert!(got == fs::read(source()).unwrap(), "played with packets");
+
+    let none = Server::start_with(
+        "fec = \"off\"\nprefab = \"auto\"\nprefab_share_percent = 0\n",
+        populate,
+    );
+    for _ in 0..3 {
+        sdp_of(&none, "auto.ts");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!none.root.path().join("media/auto.ts.fjpkt").exists());
+}
