@@ -14,3 +14,4 @@ mod formats;
 mod load;
 mod peers;
 mod shared;
+mod storage;
