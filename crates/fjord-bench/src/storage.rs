@@ -117,6 +117,12 @@ pub struct RunResult {
     pub ingest: Option<IngestResult>,
     /// Per second from the first connect.
     pub timeline: Vec<TimelineSecond>,
+    /// Mean time between two samples of the engine threads' state, ms.
+    #[serde(default)]
+    pub d_sample_ms: f64,
+    /// The cgroup's disk reads per second of the receive window.
+    #[serde(default)]
+    pub disk_timeline: Vec<DiskSecond>,
     /// Increments of a thread's I/O-blocked time larger than the time
     /// between two samples, left out (a kernel artefact).
     pub blkio_artefacts: u64,
@@ -166,6 +172,22 @@ pub struct ThreadRow {
     pub major_faults: u64,
     /// Time blocked on block I/O (delay accounting), ms.
     pub io_blocked_ms: f64,
+    /// Impossible increments of that time left out (see
+    /// [`procfs::BlkioTracker`]).
+    #[serde(default)]
+    pub io_blocked_artefacts: u64,
+    /// Time in uninterruptible sleep (`D`), estimated by sampling the
+    /// thread's state, ms (engine threads only).
+    #[serde(default)]
+    pub d_state_ms: Option<f64>,
+}
+
+/// One second of the run: what the cgroup read from the disk.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DiskSecond {
+    pub t_s: u64,
+    pub read_mbps: f64,
+    pub read_iops: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -602,6 +624,12 @@ fn run_one(
     let disk0 = cgroup::disk_stat(dev);
     let t0 = Instant::now();
     let mut blkio = procfs::BlkioTracker::new(&tasks0, t0);
+    let engine_tids: Vec<u32> = tasks0
+        .iter()
+        .filter(|(_, t)| t.name.starts_with("fjord-engine-"))
+        .map(|(tid, _)| *tid)
+        .collect();
+    let dstate = procfs::DStateSampler::start(pid, engine_tids, Duration::from_millis(2));
     let load_thread = std::thread::spawn(move || load::run(&lc));
     // Bulk I/O beside the streams.
     let ingest_thread = cfg.ingest_mb.map(|mb| {
@@ -626,6 +654,8 @@ fn run_one(
         ProgressBar::hidden()
     };
     let mut pinned_peak: Option<u64> = None;
+    let mut disk_timeline: Vec<DiskSecond> = Vec::new();
+    let mut disk_prev = io0;
     let mut last_stats: Option<ServerStats> = None;
     let timed_out = Arc::new(AtomicBool::new(false));
     while !load_thread.is_finished() {
@@ -640,6 +670,17 @@ fn run_one(
         }
         let tasks = procfs::tasks(pid);
         blkio.sample(&tasks, Instant::now());
+        if el >= (disk_timeline.len() + 1) as f64 {
+            let now = cg.io_read();
+            if let (Some(a), Some(b)) = (disk_prev, now) {
+                disk_timeline.push(DiskSecond {
+                    t_s: disk_timeline.len() as u64,
+                    read_mbps: mb(b.0.saturating_sub(a.0)),
+                    read_iops: b.1.saturating_sub(a.1) as f64,
+                });
+            }
+            disk_prev = now;
+        }
         let engine_faults: u64 = tasks
             .iter()
             .filter(|(_, t)| t.name.starts_with("fjord-engine-"))
@@ -659,6 +700,7 @@ fn run_one(
     }
     let elapsed = t0.elapsed().as_secs_f64();
     // After.
+    let dstate = dstate.finish();
     let tasks1 = procfs::tasks(pid);
     blkio.sample(&tasks1, Instant::now());
     let proc1 = procfs::process(pid).unwrap_or_default();
@@ -697,6 +739,12 @@ fn run_one(
             .major_faults
             .saturating_sub(a.map_or(0, |a| a.major_faults)),
         io_blocked_ms: blkio.ms(tid),
+        io_blocked_artefacts: blkio.artefacts.get(&tid).copied().unwrap_or(0),
+        d_state_ms: dstate
+            .d
+            .contains_key(&tid)
+            .then(|| dstate.ms(tid))
+            .or(Some(0.0)),
     };
     let engine_threads: Vec<ThreadRow> = tasks1
         .iter()
@@ -708,7 +756,10 @@ fn run_one(
     let mut process = row(pid, Some(&proc0), &proc1);
     process.name = "all threads".into();
     process.io_blocked_ms = tasks1.keys().map(|t| blkio.ms(*t)).sum();
-    let blkio_artefacts = blkio.artefacts;
+    process.io_blocked_artefacts = blkio.artefacts.values().sum();
+    process.d_state_ms = None;
+    let d_sample_ms = dstate.period_ms();
+    let blkio_artefacts = process.io_blocked_artefacts;
     let disk = DiskRow {
         device: format!("{} ({})", dev.name, dev.id()),
         seconds: elapsed,
@@ -790,6 +841,8 @@ fn run_one(
         ingest,
         timeline: load_report.timeline.clone(),
         blkio_artefacts,
+        disk_timeline,
+        d_sample_ms,
         errors: load_report.errors.clone(),
     })
 }

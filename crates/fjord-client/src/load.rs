@@ -1372,6 +1372,9 @@ impl<'a> Runner<'a> {
         let s = &mut self.sessions[i];
         let Some(c) = s.ctl.as_mut() else { return };
         let range = format!("npt={:.3}-", s.npt_s);
+        // Stamped before the request leaves: the first packet may beat the
+        // return of the write.
+        let sent = sys::now_ns();
         match c.request(
             Request::Play,
             "PLAY",
@@ -1380,7 +1383,7 @@ impl<'a> Runner<'a> {
         ) {
             Ok(()) => {
                 s.phase = Phase::PlaySent;
-                s.play_sent_ns = Some(sys::now_ns());
+                s.play_sent_ns = Some(sent);
             }
             Err(e) => {
                 s.fail(format!("PLAY: {e}"));

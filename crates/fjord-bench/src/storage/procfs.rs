@@ -78,8 +78,8 @@ pub struct BlkioTracker {
     last: Option<std::time::Instant>,
     /// Per thread: ticks counted.
     pub ticks: BTreeMap<u32, u64>,
-    /// Increments left out.
-    pub artefacts: u64,
+    /// Increments left out, per thread.
+    pub artefacts: BTreeMap<u32, u64>,
 }
 
 impl BlkioTracker {
@@ -102,7 +102,7 @@ impl BlkioTracker {
             let before = self.prev.get(tid).copied().unwrap_or(0);
             let d = s.blkio_ticks.saturating_sub(before);
             if d > limit {
-                self.artefacts += 1;
+                *self.artefacts.entry(*tid).or_default() += 1;
             } else {
                 *self.ticks.entry(*tid).or_default() += d;
             }
@@ -114,6 +114,104 @@ impl BlkioTracker {
     /// Milliseconds counted for thread `tid`.
     pub fn ms(&self, tid: u32) -> f64 {
         self.ticks.get(&tid).copied().unwrap_or(0) as f64 * 1000.0 / clock_ticks() as f64
+    }
+}
+
+/// Samples the state of some threads every `period` on a thread of its
+/// own and counts the samples in `D` (uninterruptible sleep: waiting for a
+/// page to be read, mostly): an estimate of the time each spent blocked on
+/// I/O that does not depend on delay accounting.
+pub struct DStateSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<DStateCounts>>,
+}
+
+/// What a [`DStateSampler`] counted.
+#[derive(Clone, Debug, Default)]
+pub struct DStateCounts {
+    /// Per thread: samples in `D`.
+    pub d: BTreeMap<u32, u64>,
+    /// Sampling rounds and the time they covered.
+    pub rounds: u64,
+    pub seconds: f64,
+}
+
+impl DStateCounts {
+    /// Estimated ms in `D` of thread `tid`.
+    pub fn ms(&self, tid: u32) -> f64 {
+        if self.rounds == 0 {
+            return 0.0;
+        }
+        self.d.get(&tid).copied().unwrap_or(0) as f64 / self.rounds as f64 * self.seconds * 1e3
+    }
+
+    /// Mean time between samples, ms.
+    pub fn period_ms(&self) -> f64 {
+        if self.rounds == 0 {
+            0.0
+        } else {
+            self.seconds * 1e3 / self.rounds as f64
+        }
+    }
+}
+
+/// The state letter of a `/proc/…/stat` line.
+pub fn parse_state(stat: &str) -> Option<char> {
+    let close = stat.rfind(')')?;
+    stat.get(close + 1..)?.trim_start().chars().next()
+}
+
+impl DStateSampler {
+    pub fn start(pid: u32, tids: Vec<u32>, period: std::time::Duration) -> DStateSampler {
+        use std::io::{Read, Seek};
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut files: Vec<(u32, fs::File)> = tids
+                .iter()
+                .filter_map(|t| {
+                    fs::File::open(format!("/proc/{pid}/task/{t}/stat"))
+                        .ok()
+                        .map(|f| (*t, f))
+                })
+                .collect();
+            let mut c = DStateCounts::default();
+            let t0 = std::time::Instant::now();
+            let mut buf = String::with_capacity(1024);
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                for (tid, f) in files.iter_mut() {
+                    buf.clear();
+                    if f.rewind().is_ok()
+                        && f.read_to_string(&mut buf).is_ok()
+                        && parse_state(&buf) == Some('D')
+                    {
+                        *c.d.entry(*tid).or_default() += 1;
+                    }
+                }
+                c.rounds += 1;
+                std::thread::sleep(period);
+            }
+            c.seconds = t0.elapsed().as_secs_f64();
+            c
+        });
+        DStateSampler {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn finish(mut self) -> DStateCounts {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for DStateSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -174,6 +272,8 @@ mod tests {
         let line = format!("1234 (fjord (x) y) {}", fields.join(" "));
         assert_eq!(parse_stat(&line), Some(("fjord (x) y".into(), 12, 42)));
         assert_eq!(parse_stat("1 (short) S 1 2"), None);
+        assert_eq!(parse_state(&line), Some('S'));
+        assert_eq!(parse_state("9 (a) b) D 1"), Some('D'));
     }
 
     #[test]
@@ -197,7 +297,7 @@ mod tests {
             &stat(146_778 + hz / 2),
             t0 + std::time::Duration::from_secs(2),
         );
-        assert_eq!(b.artefacts, 1);
+        assert_eq!(b.artefacts[&7], 1);
         assert!((b.ms(7) - 500.0).abs() < 1e-9);
     }
 

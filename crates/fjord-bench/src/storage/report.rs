@@ -95,32 +95,44 @@ pub fn markdown(r: &StorageReport) -> String {
             );
         }
     }
-    let _ = writeln!(s, "\n![lateness per second](storage.svg)");
+    let _ = writeln!(s, "\n![lateness and disk reads per second](storage.svg)");
     let _ = writeln!(s, "\n{}\n", SECTIONS[2]);
     let _ = writeln!(
         s,
         "Over the receive window, from `/proc/PID/task/TID/stat`: major faults (field 12) and time blocked on block I/O (field 42, delay accounting, `kernel.task_delayacct=1`).\n"
     );
-    let _ = writeln!(s, "| run | thread | major faults | blocked on I/O |");
-    let _ = writeln!(s, "|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| run | thread | major faults | blocked on I/O (delay accounting) | impossible increments left out | in D state (sampled) |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
     for run in &r.runs {
         for t in &run.engine_threads {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {:.0} ms |",
-                run.name, t.name, t.major_faults, t.io_blocked_ms
+                "| {} | {} | {} | {:.0} ms | {} | {} ms |",
+                run.name,
+                t.name,
+                t.major_faults,
+                t.io_blocked_ms,
+                t.io_blocked_artefacts,
+                opt(t.d_state_ms, 0)
             );
         }
         let _ = writeln!(
             s,
-            "| {} | whole server | {} | {:.0} ms |",
-            run.name, run.process.major_faults, run.process.io_blocked_ms
+            "| {} | whole server (faults: all threads, gone ones too; blocked: threads alive at the end) | {} | {:.0} ms | {} | n/a |",
+            run.name,
+            run.process.major_faults,
+            run.process.io_blocked_ms,
+            run.process.io_blocked_artefacts
         );
     }
     let artefacts: u64 = r.runs.iter().map(|x| x.blkio_artefacts).sum();
     let _ = writeln!(
         s,
-        "\nBlocked time is read every 250 ms; an increment larger than the time between two reads is impossible and left out ({artefacts} here): the kernel adds its whole uptime once when it ends an I/O wait it never saw start (e.g. the first after `task_delayacct` was turned on). Blocked time includes any sleep the kernel counts as I/O wait, e.g. an io_uring wait with requests in flight."
+        "\nBlocked time (delay accounting) is read every 250 ms; an increment larger than the time between two reads is impossible and left out ({artefacts} here): the kernel ends I/O waits it never saw start (the first after `task_delayacct` was turned on, and wake-ups that race the sleep) and then adds the time since an old start, the first time its whole uptime. The figure is therefore approximate (waits are lost with each left-out increment, and smaller stale increments stay in). It includes any sleep the kernel counts as I/O wait, e.g. an io_uring wait with requests in flight. The D-state column is independent of it: the engine threads' state read from `/proc/PID/task/TID/stat` every {:.1} ms on average, time in uninterruptible sleep (a page being read in, mostly) estimated as the share of samples in `D` times the window.",
+        r.runs.first().map_or(0.0, |x| x.d_sample_ms)
     );
     let _ = writeln!(s, "\n{}\n", SECTIONS[3]);
     let _ = writeln!(
@@ -241,19 +253,23 @@ pub fn write(r: &StorageReport, dir: &Path) -> anyhow::Result<String> {
     Ok(md)
 }
 
-/// Two panels over the seconds of the run: the share of packets more than
-/// 50 ms late, and the largest lateness; a line per run.
+type Series = Vec<(f64, f64)>;
+
+/// Three panels over the seconds of the run, a line per run: the share of
+/// packets more than 50 ms late, the largest lateness, and the disk reads
+/// of the server's cgroup.
 pub fn svg(runs: &[RunResult], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
+    let root = SVGBackend::new(path, (900, 1000)).into_drawing_area();
     root.fill(&WHITE)?;
-    let (top, bottom) = root.split_vertically(350);
+    let (top, rest) = root.split_vertically(340);
+    let (middle, bottom) = rest.split_vertically(340);
     let xmax = runs
         .iter()
-        .map(|r| r.timeline.len())
+        .map(|r| r.timeline.len().max(r.disk_timeline.len()))
         .max()
         .unwrap_or(1)
         .max(1) as f64;
-    let share = |r: &RunResult| -> Vec<(f64, f64)> {
+    let share = |r: &RunResult| -> Series {
         r.timeline
             .iter()
             .filter(|t| t.packets > 0)
@@ -265,52 +281,62 @@ pub fn svg(runs: &[RunResult], path: &Path) -> Result<(), Box<dyn std::error::Er
             })
             .collect()
     };
-    let worst = |r: &RunResult| -> Vec<(f64, f64)> {
+    let worst = |r: &RunResult| -> Series {
         r.timeline
             .iter()
             .filter(|t| t.packets > 0)
             .map(|t| (t.t_s as f64 + 0.5, t.max_lateness_ms.max(0.0)))
             .collect()
     };
-    let ymax_share = runs
-        .iter()
-        .flat_map(|r| share(r).into_iter().map(|p| p.1))
-        .fold(1.0f64, f64::max)
-        * 1.1;
-    let ymax_late = runs
-        .iter()
-        .flat_map(|r| worst(r).into_iter().map(|p| p.1))
-        .fold(10.0f64, f64::max)
-        * 1.1;
-    let panels: [(
-        &DrawingArea<SVGBackend, plotters::coord::Shift>,
-        f64,
-        &str,
-        &str,
-    ); 2] = [
+    let disk = |r: &RunResult| -> Series {
+        r.disk_timeline
+            .iter()
+            .map(|d| (d.t_s as f64 + 0.5, d.read_mbps))
+            .collect()
+    };
+    let series: [Vec<Series>; 3] = [
+        runs.iter().map(share).collect(),
+        runs.iter().map(worst).collect(),
+        runs.iter().map(disk).collect(),
+    ];
+    let panels = [
         (
             &top,
-            ymax_share,
             "packets more than 50 ms late, per second",
             "% of the second's packets",
+            "seconds since the first session connected",
+            1.0,
         ),
-        (&bottom, ymax_late, "largest lateness, per second", "ms"),
+        (
+            &middle,
+            "largest lateness, per second",
+            "ms",
+            "seconds since the first session connected",
+            10.0,
+        ),
+        (
+            &bottom,
+            "read from the disk by the server's cgroup, per second",
+            "MB/s",
+            "seconds since the receivers started",
+            1.0,
+        ),
     ];
-    for (k, (area, ymax, caption, ydesc)) in panels.into_iter().enumerate() {
+    for ((area, caption, ydesc, xdesc, floor), lines) in panels.into_iter().zip(series) {
+        let ymax = lines
+            .iter()
+            .flat_map(|l| l.iter().map(|p| p.1))
+            .fold(floor, f64::max)
+            * 1.1;
         let mut chart = ChartBuilder::on(area)
             .caption(caption, ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(60)
             .build_cartesian_2d(0.0..xmax, 0.0..ymax)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since the first session connected")
-            .y_desc(ydesc)
-            .draw()?;
-        for (i, r) in runs.iter().enumerate() {
+        chart.configure_mesh().x_desc(xdesc).y_desc(ydesc).draw()?;
+        for (i, (r, pts)) in runs.iter().zip(lines).enumerate() {
             let color = Palette99::pick(i).to_rgba();
-            let pts = if k == 0 { share(r) } else { worst(r) };
             chart
                 .draw_series(LineSeries::new(pts, color.stroke_width(2)))?
                 .label(r.name.clone())
