@@ -182,10 +182,12 @@ pub struct ThreadRow {
     pub d_state_ms: Option<f64>,
 }
 
-/// One second of the run: what the cgroup read from the disk.
+/// About one second of the run: what the cgroup read from the disk,
+/// averaged over the time since the previous sample.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct DiskSecond {
-    pub t_s: u64,
+    /// Seconds since the receivers started, at the end of the interval.
+    pub t_s: f64,
     pub read_mbps: f64,
     pub read_iops: f64,
 }
@@ -655,7 +657,7 @@ fn run_one(
     };
     let mut pinned_peak: Option<u64> = None;
     let mut disk_timeline: Vec<DiskSecond> = Vec::new();
-    let mut disk_prev = io0;
+    let mut disk_prev = (io0, 0.0f64);
     let mut last_stats: Option<ServerStats> = None;
     let timed_out = Arc::new(AtomicBool::new(false));
     while !load_thread.is_finished() {
@@ -670,16 +672,17 @@ fn run_one(
         }
         let tasks = procfs::tasks(pid);
         blkio.sample(&tasks, Instant::now());
-        if el >= (disk_timeline.len() + 1) as f64 {
+        if el >= disk_prev.1 + 1.0 {
             let now = cg.io_read();
-            if let (Some(a), Some(b)) = (disk_prev, now) {
+            let dt = el - disk_prev.1;
+            if let (Some(a), Some(b)) = (disk_prev.0, now) {
                 disk_timeline.push(DiskSecond {
-                    t_s: disk_timeline.len() as u64,
-                    read_mbps: mb(b.0.saturating_sub(a.0)),
-                    read_iops: b.1.saturating_sub(a.1) as f64,
+                    t_s: el,
+                    read_mbps: mb(b.0.saturating_sub(a.0)) / dt,
+                    read_iops: b.1.saturating_sub(a.1) as f64 / dt,
                 });
             }
-            disk_prev = now;
+            disk_prev = (now, el);
         }
         let engine_faults: u64 = tasks
             .iter()

@@ -291,7 +291,7 @@ pub fn svg(runs: &[RunResult], path: &Path) -> Result<(), Box<dyn std::error::Er
     let disk = |r: &RunResult| -> Series {
         r.disk_timeline
             .iter()
-            .map(|d| (d.t_s as f64 + 0.5, d.read_mbps))
+            .map(|d| (d.t_s, d.read_mbps))
             .collect()
     };
     let series: [Vec<Series>; 3] = [
