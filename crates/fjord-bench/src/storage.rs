@@ -288,7 +288,10 @@ fn install_handler() {
             }
             std::thread::sleep(Duration::from_millis(100));
             cgroup::remove_live();
-            eprintln!("fjord bench storage: interrupted; server killed, cgroups removed");
+            cgroup::restore_delayacct_if_changed();
+            eprintln!(
+                "fjord bench storage: interrupted; server killed, cgroups removed, task_delayacct restored"
+            );
             std::process::exit(130);
         });
     });

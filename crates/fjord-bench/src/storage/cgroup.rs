@@ -363,17 +363,36 @@ pub fn drop_caches() -> anyhow::Result<()> {
     write(Path::new("/proc/sys/vm/drop_caches"), "3")
 }
 
+/// What `kernel.task_delayacct` was before [`enable_delayacct`].
+static DELAYACCT_BEFORE: Mutex<Option<String>> = Mutex::new(None);
+
 /// Turns `kernel.task_delayacct` on; returns what it was (to restore).
 pub fn enable_delayacct() -> anyhow::Result<String> {
     let p = Path::new("/proc/sys/kernel/task_delayacct");
     let before = fs::read_to_string(p)
         .context("reading /proc/sys/kernel/task_delayacct (a kernel before 5.14 has none)")?;
+    let before = before.trim().to_string();
+    if let Ok(mut b) = DELAYACCT_BEFORE.lock() {
+        b.get_or_insert_with(|| before.clone());
+    }
     write(p, "1")?;
-    Ok(before.trim().to_string())
+    Ok(before)
 }
 
 pub fn restore_delayacct(before: &str) {
     let _ = fs::write("/proc/sys/kernel/task_delayacct", before);
+    if let Ok(mut b) = DELAYACCT_BEFORE.lock() {
+        *b = None;
+    }
+}
+
+/// Puts `kernel.task_delayacct` back if [`enable_delayacct`] changed it
+/// (for a Ctrl-C handler).
+pub fn restore_delayacct_if_changed() {
+    let before = DELAYACCT_BEFORE.lock().ok().and_then(|mut b| b.take());
+    if let Some(b) = before {
+        let _ = fs::write("/proc/sys/kernel/task_delayacct", b);
+    }
 }
 
 #[cfg(test)]
