@@ -327,11 +327,18 @@ impl fmt::Display for LoadReport {
         let t = &self.totals;
         let w = &self.worst;
         let r = &self.receiver;
+        let mut urls: Vec<&str> = self.sessions.iter().map(|s| s.url.as_str()).collect();
+        urls.sort_unstable();
+        urls.dedup();
+        let what = match urls.len() {
+            0 | 1 => self.url.clone(),
+            n => format!("{n} titles from random positions"),
+        };
         writeln!(
             f,
             "fjord load: {} × {} over {} for {:.1} s ({} playing, {} failed to set up, {} dropped)",
             self.sessions_requested,
-            self.url,
+            what,
             self.transport.to_uppercase(),
             self.duration_s,
             self.sessions_playing,
