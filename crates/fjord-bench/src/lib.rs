@@ -9,7 +9,8 @@
 //! the sending thread per packet (user, sys), system calls and payload
 //! copies per packet, CPU relative to `read-writev` (the seeds' reference
 //! line) and to the path's [`floor`]. The download experiment (Fig. 3,
-//! Table 3) is [`download`]. Statistics over repetitions are in [`stats`],
+//! Table 3) is [`download`]; the storage benchmark (sessions on time from
+//! a library larger than memory on a slow disk) is [`storage`]. Statistics over repetitions are in [`stats`],
 //! output in [`report`].
 
 pub mod capacity;
@@ -22,6 +23,7 @@ pub mod peers;
 pub mod report;
 pub mod sink;
 pub mod stats;
+pub mod storage;
 pub mod txtime;
 pub mod workload;
 

@@ -152,6 +152,10 @@ pub struct VethPair {
     pub remote: Ipv4Addr,
 }
 
+/// The sink's addresses are /30s of this /16, inside RFC 2544's
+/// benchmarking range 198.18.0.0/15.
+pub const SINK_NET: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
+
 impl VethPair {
     /// Needs root and iproute2.
     pub fn create() -> Result<Self, String> {
@@ -162,9 +166,11 @@ impl VethPair {
         install_handler();
         let pid = std::process::id();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        // A /30 of 10.77.0.0/16 per (process, pair).
+        // A /30 of 198.18.0.0/16 per (process, pair): the benchmarking
+        // range of RFC 2544 (198.18.0.0/15), which no real network uses,
+        // so the sink's routes never shadow one.
         let idx = (pid.wrapping_mul(7).wrapping_add(n)) % 16384;
-        let base = u32::from(Ipv4Addr::new(10, 77, 0, 0)) + idx * 4;
+        let base = u32::from(SINK_NET) + idx * 4;
         let pair = Self {
             netns: format!("fjbench{pid}x{n}"),
             veth: format!("fb{pid}x{n}a"),
@@ -359,6 +365,14 @@ mod tests {
             return;
         };
         let (netns, veth) = (pair.netns.clone(), pair.veth.clone());
+        // RFC 2544's benchmarking range, 198.18.0.0/15.
+        for a in [pair.local, pair.remote] {
+            assert_eq!(
+                u32::from(a) >> 17,
+                u32::from(Ipv4Addr::new(198, 18, 0, 0)) >> 17,
+                "{a}"
+            );
+        }
         let socks = sink.session_sockets(2).unwrap();
         for _ in 0..100 {
             socks[0].send(&[0u8; 1468]).unwrap();

@@ -39,7 +39,10 @@ use std::time::Duration;
 pub use report::{
     ClientCpu, FecCounts, FecSetup, LoadReport, ReceiverInfo, SessionReport, Totals, Worst,
 };
-pub use stats::{SEQ_WINDOW, SeqClass, SeqStats, Timing, gro_segments};
+pub use report::{LateCounts, TimelineSecond};
+pub use stats::{
+    LATE_THRESHOLDS_MS, LateBins, SEQ_WINDOW, SecondBin, SeqClass, SeqStats, Timing, gro_segments,
+};
 
 use crate::fec::{Delivery, FecReceiver, FecStats, Loss, LossModel, RepairOffer, fec_streams};
 use crate::rtcp::{RtcpPacket, parse_rtcp_compound};
@@ -87,6 +90,25 @@ pub struct LoadConfig {
     /// Receive the repair stream the SDP offers and rebuild lost packets
     /// (default `None`: no FEC).
     pub fec: Option<FecOptions>,
+    /// Ask for `UDP_GRO` on the RTP sockets (default on: fewer reads per
+    /// packet). Real players do not: off, every packet is its own datagram.
+    pub gro: bool,
+    /// Where each session starts: session `i` plays `starts[i % len]`
+    /// (its title and `PLAY Range: npt=X-`). Empty (default): every
+    /// session plays `url` from the start.
+    pub starts: Vec<SessionStart>,
+    /// Keep the lateness per second of the run ([`LoadReport::timeline`];
+    /// default off).
+    pub timeline: bool,
+}
+
+/// A session's title and start position ([`LoadConfig::starts`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionStart {
+    /// `rtsp://host[:port]/title`.
+    pub url: String,
+    /// Seconds into the title (`PLAY Range: npt=X-`).
+    pub npt_s: f64,
 }
 
 /// `--fec`: the loss model applied to received packets before recovery.
@@ -118,6 +140,9 @@ impl LoadConfig {
             min_poll_interval: Duration::from_millis(1),
             quickack: false,
             fec: None,
+            gro: true,
+            starts: Vec::new(),
+            timeline: false,
         }
     }
 }
@@ -144,6 +169,7 @@ enum Phase {
 }
 
 struct Sess {
+    index: usize,
     phase: Phase,
     ctl: Option<Control>,
     rtp: Option<UdpSocket>,
@@ -158,6 +184,14 @@ struct Sess {
     bytes: u64,
     started_ns: i64,
     play_ns: Option<i64>,
+    /// When the first PLAY was sent, and when the first RTP packet arrived.
+    play_sent_ns: Option<i64>,
+    first_packet_ns: Option<i64>,
+    /// Index into the runner's titles.
+    title: usize,
+    /// `PLAY Range: npt=X-` of the first PLAY.
+    npt_s: f64,
+    late_bins: LateBins,
     replays: u64,
     /// A BYE ended the title: the next packet starts a new timeline.
     new_segment: bool,
@@ -322,8 +356,14 @@ fn on_decided(d: Delivery, stats: &mut SeqStats, marks: &mut [u64; 1024], decide
 }
 
 impl Sess {
+    #[cfg(test)]
     fn new(index: usize, clock_rate: u32, late_ns: i64) -> Sess {
+        Sess::with_title(index, clock_rate, late_ns, 0, 0.0)
+    }
+
+    fn with_title(index: usize, clock_rate: u32, late_ns: i64, title: usize, npt_s: f64) -> Sess {
         Sess {
+            index,
             phase: Phase::Waiting,
             ctl: None,
             rtp: None,
@@ -338,6 +378,11 @@ impl Sess {
             bytes: 0,
             started_ns: 0,
             play_ns: None,
+            play_sent_ns: None,
+            first_packet_ns: None,
+            title,
+            npt_s,
+            late_bins: LateBins::default(),
             replays: 0,
             new_segment: false,
             since_bye: 0,
@@ -391,10 +436,15 @@ impl Sess {
         self.packets += 1;
         self.since_bye += 1;
         self.bytes += pkt.len() as u64;
+        if self.first_packet_ns.is_none() {
+            self.first_packet_ns = Some(arrival);
+        }
         let class = self.seq.on_packet(seq);
         if class != SeqClass::Duplicate {
-            self.timing
+            let lateness = self
+                .timing
                 .on_packet(arrival, ts, class == SeqClass::InOrder);
+            self.late_bins.on_packet(arrival, lateness);
         }
         if let Some(f) = self.fec.as_deref_mut() {
             f.source(pkt, seq, ts, &mut self.seq);
@@ -433,6 +483,11 @@ impl Sess {
                 RtcpPacket::Other { .. } => {}
             }
         }
+    }
+
+    /// Which of `n` starts this session plays (`starts[index % n]`).
+    fn index_in_starts(&self, n: usize) -> usize {
+        self.index % n.max(1)
     }
 
     fn fail(&mut self, msg: String) {
@@ -507,35 +562,129 @@ pub fn receiver_report(
 /// or the receive loop cannot run. Sessions that fail to set up are counted
 /// in the report.
 pub fn run(config: &LoadConfig) -> Result<LoadReport> {
-    let mut describe = RtspClient::connect(&config.url)?;
-    let d = match config.fec {
-        Some(_) => describe.describe_fec()?,
-        None => describe.describe()?,
+    // Every distinct title, described once.
+    let mut urls: Vec<&str> = Vec::new();
+    if config.starts.is_empty() {
+        urls.push(&config.url);
+    }
+    for st in &config.starts {
+        if !urls.contains(&st.url.as_str()) {
+            urls.push(&st.url);
+        }
+    }
+    let mut titles = Vec::with_capacity(urls.len());
+    let mut server = None;
+    for url in &urls {
+        let (title, addr) = describe_title(url, config.fec.is_some())?;
+        server.get_or_insert(addr);
+        titles.push(title);
+    }
+    let server = server.ok_or_else(|| Error::Protocol("no title to play".into()))?;
+    let starts: Vec<(usize, f64)> = if config.starts.is_empty() {
+        vec![(0, 0.0)]
+    } else {
+        config
+            .starts
+            .iter()
+            .map(|st| {
+                let t = urls.iter().position(|u| *u == st.url).unwrap_or(0);
+                (t, st.npt_s.max(0.0))
+            })
+            .collect()
+    };
+    let mut runner = Runner::new(config, server, titles, &starts)?;
+    runner.run()?;
+    Ok(runner.report())
+}
+
+/// `n` sessions at random places: each a uniformly chosen title of
+/// `titles` (URL, duration in seconds) and a uniform start in
+/// `[0, duration - seconds]` (0 for a title shorter than `seconds`).
+/// The same `seed` gives the same starts.
+pub fn random_starts(
+    titles: &[(String, f64)],
+    n: usize,
+    seconds: f64,
+    seed: u64,
+) -> Vec<SessionStart> {
+    let mut state = seed;
+    // SplitMix64: small, and enough to spread sessions.
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    if titles.is_empty() {
+        return Vec::new();
+    }
+    (0..n)
+        .map(|_| {
+            let (url, duration) = &titles[(next() % titles.len() as u64) as usize];
+            let span = (duration - seconds).max(0.0);
+            let u = (next() >> 11) as f64 / (1u64 << 53) as f64;
+            SessionStart {
+                url: url.clone(),
+                npt_s: (span * u * 1000.0).floor() / 1000.0,
+            }
+        })
+        .collect()
+}
+
+/// The duration `url` announces in its SDP, seconds.
+pub fn title_duration_s(url: &str) -> Result<f64> {
+    let mut c = RtspClient::connect(url)?;
+    let d = c.describe()?;
+    sdp_duration_s(&d.sdp)
+        .ok_or_else(|| Error::Protocol(format!("{url} announces no duration (a=range)")))
+}
+
+/// What a session needs of its title: where to SETUP and PLAY.
+struct Title {
+    track_url: String,
+    repair: Option<RepairOffer>,
+    control_url: String,
+    clock_rate: u32,
+}
+
+fn describe_title(url: &str, fec: bool) -> Result<(Title, SocketAddr)> {
+    let mut describe = RtspClient::connect(url)?;
+    let d = match fec {
+        true => describe.describe_fec()?,
+        false => describe.describe()?,
     };
     let server = describe.peer_addr()?;
     drop(describe);
-    let no_media = || Error::Protocol("the SDP has no media section".into());
-    let (track_url, repair) = match config.fec {
-        Some(_) => {
+    let no_media = || Error::Protocol(format!("the SDP of {url} has no media section"));
+    let (track_url, repair) = match fec {
+        true => {
             let stream = fec_streams(&d).into_iter().next().ok_or_else(no_media)?;
             let repair = stream.repair.ok_or_else(|| {
                 Error::Protocol("the title offers no repair stream (ingest it with --fec)".into())
             })?;
             (stream.source_url, Some(repair))
         }
-        None => (d.track_urls.first().cloned().ok_or_else(no_media)?, None),
+        false => (d.track_urls.first().cloned().ok_or_else(no_media)?, None),
     };
     let clock_rate = sdp_clock_rate(&d.sdp).unwrap_or(90_000);
-    let mut runner = Runner::new(
-        config,
-        server,
+    let title = Title {
         track_url,
         repair,
-        d.aggregate_url,
+        control_url: d.aggregate_url,
         clock_rate,
-    )?;
-    runner.run()?;
-    Ok(runner.report())
+    };
+    Ok((title, server))
+}
+
+/// The duration an SDP announces (`a=range:npt=0-X`), seconds; `None` for
+/// an open range or none.
+pub fn sdp_duration_s(sdp: &str) -> Option<f64> {
+    sdp.lines().find_map(|l| {
+        let r = l.trim().strip_prefix("a=range:npt=")?;
+        let (_, end) = r.split_once('-')?;
+        end.trim().parse::<f64>().ok().filter(|d| d.is_finite())
+    })
 }
 
 /// The clock rate of the first `a=rtpmap` of an SDP.
@@ -550,9 +699,7 @@ fn sdp_clock_rate(sdp: &str) -> Option<u32> {
 struct Runner<'a> {
     cfg: &'a LoadConfig,
     server: SocketAddr,
-    track_url: String,
-    repair: Option<RepairOffer>,
-    control_url: String,
+    titles: Vec<Title>,
     sessions: Vec<Sess>,
     epoll: Epoll,
     batch: RecvBatch,
@@ -574,16 +721,16 @@ impl<'a> Runner<'a> {
     fn new(
         cfg: &'a LoadConfig,
         server: SocketAddr,
-        track_url: String,
-        repair: Option<RepairOffer>,
-        control_url: String,
-        clock_rate: u32,
+        titles: Vec<Title>,
+        starts: &[(usize, f64)],
     ) -> Result<Runner<'a>> {
         let late_ns = cfg.late_threshold.as_nanos() as i64;
         let sessions = (0..cfg.sessions)
             .map(|i| {
-                let mut s = Sess::new(i, clock_rate, late_ns);
-                if let (Some(offer), Some(options)) = (&repair, &cfg.fec) {
+                let (title, npt) = starts[i % starts.len()];
+                let t = &titles[title];
+                let mut s = Sess::with_title(i, t.clock_rate, late_ns, title, npt);
+                if let (Some(offer), Some(options)) = (&t.repair, &cfg.fec) {
                     s.fec = Some(Box::new(SessFec::new(offer, options, i)));
                 }
                 s
@@ -592,9 +739,7 @@ impl<'a> Runner<'a> {
         Ok(Runner {
             cfg,
             server,
-            track_url,
-            repair,
-            control_url,
+            titles,
             sessions,
             epoll: Epoll::new(1024)?,
             batch: RecvBatch::new(),
@@ -618,6 +763,9 @@ impl<'a> Runner<'a> {
         let min_poll = self.cfg.min_poll_interval.as_nanos() as i64;
         self.cpu0 = sys::thread_cpu();
         self.t0 = sys::now_ns();
+        for s in &mut self.sessions {
+            s.late_bins = LateBins::new(self.t0, self.cfg.timeline);
+        }
         let n = self.sessions.len();
         let mut next_start = 0usize;
         let mut next_house = self.t0;
@@ -761,8 +909,8 @@ impl<'a> Runner<'a> {
             for sock in [&s.rtp, &s.rtcp].into_iter().flatten().chain(repair) {
                 self.epoll.delete(sock.as_raw_fd());
             }
-            let play_url = self.control_url.clone();
             let s = &mut self.sessions[i];
+            let play_url = self.titles[s.title].control_url.clone();
             if s.phase == Phase::Playing
                 && let Some(c) = s.ctl.as_mut()
             {
@@ -842,8 +990,8 @@ impl<'a> Runner<'a> {
     }
 
     fn on_bye(&mut self, i: usize) {
-        let control_url = self.control_url.clone();
         let s = &mut self.sessions[i];
+        let control_url = self.titles[s.title].control_url.clone();
         s.bye_pending = false;
         if !self.measuring || s.phase != Phase::Playing || s.ended {
             return;
@@ -943,7 +1091,7 @@ impl<'a> Runner<'a> {
                     return;
                 }
             };
-            let (rtp, rtcp, opts) = match sys::udp_pair(ip, self.cfg.rcvbuf) {
+            let (rtp, rtcp, opts) = match sys::udp_pair(ip, self.cfg.rcvbuf, self.cfg.gro) {
                 Ok(p) => p,
                 Err(e) => {
                     s.fail(format!("binding UDP ports: {e}"));
@@ -962,12 +1110,13 @@ impl<'a> Runner<'a> {
             if let Some(f) = s.fec.as_deref_mut()
                 && added.is_ok()
             {
-                added = sys::udp_pair(ip, self.cfg.rcvbuf).and_then(|(rtp, rtcp, _)| {
-                    let fd = rtp.as_raw_fd();
-                    f.rtp = Some(rtp);
-                    f.rtcp = Some(rtcp);
-                    self.epoll.add(fd, token(i, K_REPAIR), false)
-                });
+                added =
+                    sys::udp_pair(ip, self.cfg.rcvbuf, self.cfg.gro).and_then(|(rtp, rtcp, _)| {
+                        let fd = rtp.as_raw_fd();
+                        f.rtp = Some(rtp);
+                        f.rtcp = Some(rtcp);
+                        self.epoll.add(fd, token(i, K_REPAIR), false)
+                    });
             }
             if let Err(e) = added {
                 s.fail(format!("epoll: {e}"));
@@ -980,7 +1129,7 @@ impl<'a> Runner<'a> {
         match c.request(
             Request::Setup,
             "SETUP",
-            &self.track_url,
+            &self.titles[s.title].track_url,
             &[("Transport", &transport)],
         ) {
             Ok(()) => s.phase = Phase::SetupSent,
@@ -1187,8 +1336,9 @@ impl<'a> Runner<'a> {
     /// SETUP of session `i`'s repair stream, after its source stream's.
     fn setup_repair(&mut self, i: usize) {
         let tcp = self.cfg.tcp;
-        let url = self.repair.as_ref().map_or("", |r| r.url.as_str());
         let s = &mut self.sessions[i];
+        let repair = self.titles[s.title].repair.as_ref();
+        let url = repair.map_or("", |r| r.url.as_str());
         let (Some(c), Some(f)) = (s.ctl.as_mut(), s.fec.as_deref()) else {
             return;
         };
@@ -1221,13 +1371,20 @@ impl<'a> Runner<'a> {
     fn play(&mut self, i: usize) {
         let s = &mut self.sessions[i];
         let Some(c) = s.ctl.as_mut() else { return };
+        let range = format!("npt={:.3}-", s.npt_s);
+        // Stamped before the request leaves: the first packet may beat the
+        // return of the write.
+        let sent = sys::now_ns();
         match c.request(
             Request::Play,
             "PLAY",
-            &self.control_url,
-            &[("Range", "npt=0-")],
+            &self.titles[s.title].control_url,
+            &[("Range", &range)],
         ) {
-            Ok(()) => s.phase = Phase::PlaySent,
+            Ok(()) => {
+                s.phase = Phase::PlaySent;
+                s.play_sent_ns = Some(sent);
+            }
             Err(e) => {
                 s.fail(format!("PLAY: {e}"));
                 self.close(i);
@@ -1239,7 +1396,8 @@ impl<'a> Runner<'a> {
 
     /// The repair layout and loss model, for the report.
     fn fec_setup(&self) -> Option<FecSetup> {
-        let (offer, o) = (self.repair.as_ref()?, self.cfg.fec.as_ref()?);
+        let offer = self.titles.iter().find_map(|t| t.repair.as_ref())?;
+        let o = self.cfg.fec.as_ref()?;
         let loss = match LossModel::from_options(o.drop, o.burst, u32::from(offer.k)) {
             LossModel::None => "no loss model".to_owned(),
             LossModel::Random { p } => format!("random loss {p}, seed {}", o.seed),
@@ -1255,6 +1413,55 @@ impl<'a> Runner<'a> {
             m: offer.m,
             loss,
         })
+    }
+
+    /// The URL of session `s`'s title.
+    fn session_url(&self, s: &Sess) -> String {
+        match self.cfg.starts.is_empty() {
+            true => self.cfg.url.clone(),
+            false => self.cfg.starts[s.index_in_starts(self.cfg.starts.len())]
+                .url
+                .clone(),
+        }
+    }
+
+    /// Every session's seconds summed.
+    fn timeline(&self) -> Vec<TimelineSecond> {
+        let n = self
+            .sessions
+            .iter()
+            .map(|s| s.late_bins.seconds.len())
+            .max()
+            .unwrap_or(0);
+        let mut out: Vec<SecondBin> = vec![
+            SecondBin {
+                max_lateness_ns: i64::MIN,
+                ..SecondBin::default()
+            };
+            n
+        ];
+        for s in &self.sessions {
+            for (o, b) in out.iter_mut().zip(&s.late_bins.seconds) {
+                o.packets += b.packets;
+                for k in 0..3 {
+                    o.over[k] += b.over[k];
+                }
+                o.max_lateness_ns = o.max_lateness_ns.max(b.max_lateness_ns);
+            }
+        }
+        out.iter()
+            .enumerate()
+            .map(|(t, b)| TimelineSecond {
+                t_s: t as u64,
+                packets: b.packets,
+                late: LateCounts::from_array(b.over),
+                max_lateness_ms: if b.packets > 0 {
+                    b.max_lateness_ns as f64 / 1e6
+                } else {
+                    0.0
+                },
+            })
+            .collect()
     }
 
     fn report(&self) -> LoadReport {
@@ -1285,6 +1492,8 @@ impl<'a> Runner<'a> {
                 sessions.push(SessionReport {
                     index,
                     error: s.error.clone(),
+                    url: self.session_url(s),
+                    start_npt_s: s.npt_s,
                     ..SessionReport::default()
                 });
                 continue;
@@ -1320,7 +1529,17 @@ impl<'a> Runner<'a> {
                 timestamp_backwards: s.timing.timestamp_backwards,
                 replays: s.replays,
                 fec: s.fec.as_ref().map(|f| f.counts()),
+                url: self.session_url(s),
+                start_npt_s: s.npt_s,
+                first_packet_ms: match (s.play_sent_ns, s.first_packet_ns) {
+                    (Some(a), Some(b)) => Some((b - a) as f64 / 1e6),
+                    _ => None,
+                },
+                late_over: LateCounts::from_array(s.late_bins.over),
+                max_stall_ms: s.timing.max_stall_ns as f64 / 1e6,
             };
+            t.late_over.add(&r.late_over);
+            t.max_stall_ms = t.max_stall_ms.max(r.max_stall_ms);
             expected += s.seq.expected();
             jitter_sum += r.jitter_ms;
             t.packets += r.packets;
@@ -1410,6 +1629,7 @@ impl<'a> Runner<'a> {
             },
         };
         LoadReport {
+            timeline: self.timeline(),
             url: self.cfg.url.clone(),
             transport: if self.cfg.tcp { "tcp" } else { "udp" }.into(),
             sessions_requested: self.sessions.len(),
@@ -1465,6 +1685,24 @@ mod tests {
             parse_rtcp_compound(&rr),
             Some(vec![RtcpPacket::Other { pt: 201 }])
         );
+    }
+
+    #[test]
+    fn random_starts_stay_inside_their_titles() {
+        let titles = vec![("a".to_string(), 100.0), ("b".to_string(), 30.0)];
+        let starts = random_starts(&titles, 200, 20.0, 7);
+        assert_eq!(starts.len(), 200);
+        assert!(starts.iter().any(|s| s.url == "a") && starts.iter().any(|s| s.url == "b"));
+        for s in &starts {
+            let limit = if s.url == "a" { 80.0 } else { 10.0 };
+            assert!((0.0..=limit).contains(&s.npt_s), "{s:?}");
+        }
+        assert_eq!(starts, random_starts(&titles, 200, 20.0, 7));
+        assert_eq!(
+            sdp_duration_s("v=0\r\na=range:npt=0-600.040\r\n"),
+            Some(600.04)
+        );
+        assert_eq!(sdp_duration_s("a=range:npt=0-\r\n"), None);
     }
 
     #[test]

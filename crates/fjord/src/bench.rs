@@ -57,6 +57,22 @@ pub enum BenchCmd {
     /// $XDG_STATE_HOME/fjord/disks.toml, keyed by the root's device
     /// (major:minor) and path, for admission control.
     Disk(DiskArgs),
+    /// Sessions on time when the library does not fit in memory and the
+    /// disk is slow.
+    ///
+    /// Serves a library (--library, or --titles N --title-mb M made once
+    /// with ffmpeg and `fjord ingest`, kept in --library-cache) with
+    /// `fjord serve` inside a memory cgroup of --cache-mb (page cache
+    /// included) whose reads from the library's disk are throttled to
+    /// --disk-mbps and --disk-iops, caches dropped first (cgroup v1 memory +
+    /// blkio, or v2 memory.max + io.max; needs root). Plays --sessions at
+    /// random titles and positions for --seconds to `fjord load` receivers
+    /// without UDP_GRO. Reports packets, loss, lateness over 2/50/200 ms,
+    /// the worst stall, time to first packet, each engine thread's major
+    /// faults and time blocked on I/O, disk reads, and the server's
+    /// storage figures from --stats-file when it writes them. Writes
+    /// storage.md, storage.json and storage.svg to --out.
+    Storage(StorageArgs),
 }
 
 #[derive(Args, Clone, Debug)]
@@ -163,6 +179,110 @@ fn save_disk(old: &str, r: &fjord_bench::disk::DiskReport) -> anyhow::Result<Str
     disks.retain(|d| !same(d));
     disks.push(Value::Table(entry));
     Ok(toml::to_string(&doc)?)
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct StorageArgs {
+    /// Existing titles to serve (every file below DIR; those without an
+    /// index are ingested first)
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["titles", "title_mb"])]
+    pub library: Option<PathBuf>,
+    /// Titles to make (4.5 Mbit/s H.264 + AAC MPEG-TS)
+    #[arg(long, default_value_t = 8)]
+    pub titles: usize,
+    /// Size of each made title, MB
+    #[arg(long, default_value_t = 1000)]
+    pub title_mb: u64,
+    /// Where made libraries are kept and reused [default:
+    /// $XDG_CACHE_HOME/fjord/storage-library]
+    #[arg(long, value_name = "DIR")]
+    pub library_cache: Option<PathBuf>,
+    /// Memory of the server's cgroup, page cache included, MiB
+    #[arg(long, default_value_t = 1024)]
+    pub cache_mb: u64,
+    /// Read bandwidth allowed on the library's disk, MB/s
+    #[arg(long, default_value_t = 120)]
+    pub disk_mbps: u64,
+    /// Read operations per second allowed on the library's disk
+    #[arg(long, default_value_t = 300)]
+    pub disk_iops: u64,
+    /// Concurrent sessions
+    #[arg(long, default_value_t = 48)]
+    pub sessions: usize,
+    /// Seconds every session receives
+    #[arg(long, default_value_t = 60.0)]
+    pub seconds: f64,
+    /// While the sessions play, write a new title of N MB into the library
+    /// and `fjord ingest` it inside the same cgroup (bulk I/O beside the
+    /// streams); reports how long it took
+    #[arg(long, value_name = "N")]
+    pub ingest_mb: Option<u64>,
+    /// Also run the same scenario with everything cached and nothing
+    /// limited, for comparison
+    #[arg(long)]
+    pub baseline: bool,
+    /// Seed of the sessions' titles and positions
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Engine threads of the server [default: its own, one per core]
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Directory for storage.md, storage.json and storage.svg
+    #[arg(long, default_value = "bench/results/storage")]
+    pub out: PathBuf,
+    /// Only make (or check) the library, then stop
+    #[arg(long)]
+    pub prepare_only: bool,
+}
+
+fn storage(a: StorageArgs) -> anyhow::Result<()> {
+    use fjord_bench::storage::{self, LibrarySource, StorageConfig};
+    let library = match &a.library {
+        Some(d) => LibrarySource::Dir(d.clone()),
+        None => LibrarySource::Made {
+            titles: a.titles,
+            mb: a.title_mb,
+            cache: a
+                .library_cache
+                .clone()
+                .unwrap_or_else(storage::library::default_cache),
+        },
+    };
+    let cfg = StorageConfig {
+        library,
+        cache_mb: a.cache_mb,
+        disk_mbps: a.disk_mbps,
+        disk_iops: a.disk_iops,
+        sessions: a.sessions,
+        seconds: a.seconds,
+        ingest_mb: a.ingest_mb,
+        baseline: a.baseline,
+        seed: a.seed,
+        threads: a.threads,
+        fjord_exe: std::env::current_exe()?,
+        progress: true,
+    };
+    let command = std::env::args()
+        .enumerate()
+        .map(|(i, s)| if i == 0 { "fjord".to_string() } else { s })
+        .collect::<Vec<_>>()
+        .join(" ");
+    if a.prepare_only {
+        let lib = storage::prepare_library(&cfg)?;
+        println!(
+            "library ready: {} titles, {:.2} GB with sidecars, at {}",
+            lib.titles.len(),
+            lib.total_bytes() as f64 / 1e9,
+            lib.root.display()
+        );
+        return Ok(());
+    }
+    let report = storage::run(&cfg, &command)?;
+    let md = storage::report::write(&report, &a.out)
+        .with_context(|| format!("writing results to {}", a.out.display()))?;
+    println!("{md}");
+    println!("written: {}", a.out.display());
+    Ok(())
 }
 
 #[derive(Args, Clone, Debug)]
@@ -606,6 +726,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Txtime(a) => return txtime(a),
         BenchCmd::Peers(a) => return peers(a),
         BenchCmd::Disk(a) => return disk(a),
+        BenchCmd::Storage(a) => return storage(a),
         BenchCmd::Datapath(a) => a.config()?,
         BenchCmd::Download(a) => {
             let mut cfg = DatapathConfig {

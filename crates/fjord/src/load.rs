@@ -20,8 +20,10 @@ use fjord_client::load::{self, FecOptions, LoadConfig};
 /// not counted in throughput, lateness or jitter.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadArgs {
-    /// The title, e.g. rtsp://127.0.0.1:8554/clip.ts
-    pub url: String,
+    /// The title, e.g. rtsp://127.0.0.1:8554/clip.ts; with --random-start,
+    /// one or more titles
+    #[arg(required = true)]
+    pub urls: Vec<String>,
     /// Concurrent sessions
     #[arg(short = 'n', long = "sessions", default_value_t = 1)]
     pub n: usize,
@@ -46,9 +48,18 @@ pub struct LoadArgs {
     /// source packets (so a block of K loses at most N); repair packets kept
     #[arg(long, value_name = "N", requires = "drop")]
     pub burst: Option<u32>,
-    /// Seed of the loss model (session i uses SEED + i)
-    #[arg(long, default_value_t = 1, requires = "fec")]
+    /// Seed of the loss model (session i uses SEED + i), and of
+    /// --random-start
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Receive as players do: no UDP_GRO on the RTP sockets (every packet
+    /// its own datagram)
+    #[arg(long)]
+    pub no_gro: bool,
+    /// Each session plays a random one of the URLs from a random position
+    /// (PLAY Range: npt=X-, X uniform in [0, duration - time])
+    #[arg(long)]
+    pub random_start: bool,
 }
 
 pub fn run(args: LoadArgs) -> anyhow::Result<()> {
@@ -62,8 +73,21 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
         "--drop must be a probability between 0 and 1"
     );
     anyhow::ensure!(args.burst != Some(0), "--burst must be at least 1");
-    let mut config = LoadConfig::new(&args.url, args.n, Duration::from_secs_f64(args.t));
+    anyhow::ensure!(
+        args.random_start || args.urls.len() == 1,
+        "several URLs need --random-start"
+    );
+    let mut config = LoadConfig::new(&args.urls[0], args.n, Duration::from_secs_f64(args.t));
     config.tcp = args.tcp;
+    config.gro = !args.no_gro;
+    if args.random_start {
+        let titles = args
+            .urls
+            .iter()
+            .map(|u| Ok((u.clone(), load::title_duration_s(u)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        config.starts = load::random_starts(&titles, args.n, args.t, args.seed);
+    }
     config.fec = args.fec.then_some(FecOptions {
         drop: args.drop,
         burst: args.burst,

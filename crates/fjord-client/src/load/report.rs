@@ -53,6 +53,46 @@ pub struct LoadReport {
     pub receiver: ReceiverInfo,
     /// Every session.
     pub sessions: Vec<SessionReport>,
+    /// Per second from the first connect, over all sessions
+    /// ([`crate::load::LoadConfig::timeline`] only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<TimelineSecond>,
+}
+
+/// Packets more than 2, 50 and 200 ms after their schedule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LateCounts {
+    pub over_2ms: u64,
+    pub over_50ms: u64,
+    pub over_200ms: u64,
+}
+
+impl LateCounts {
+    /// From counts over [`crate::load::LATE_THRESHOLDS_MS`].
+    pub fn from_array(a: [u64; 3]) -> LateCounts {
+        LateCounts {
+            over_2ms: a[0],
+            over_50ms: a[1],
+            over_200ms: a[2],
+        }
+    }
+
+    pub fn add(&mut self, o: &LateCounts) {
+        self.over_2ms += o.over_2ms;
+        self.over_50ms += o.over_50ms;
+        self.over_200ms += o.over_200ms;
+    }
+}
+
+/// One second of the run over all sessions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimelineSecond {
+    /// Seconds since the first connect (this bin covers `[t, t + 1)`).
+    pub t_s: u64,
+    pub packets: u64,
+    pub late: LateCounts,
+    /// The largest lateness of a packet in this second, ms (0 if none).
+    pub max_lateness_ms: f64,
 }
 
 /// Sums over the playing sessions.
@@ -97,6 +137,13 @@ pub struct Totals {
     /// Repair-stream counts (`--fec` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fec: Option<FecCounts>,
+    /// Packets over each of the lateness thresholds 2, 50 and 200 ms.
+    #[serde(default)]
+    pub late_over: LateCounts,
+    /// The longest stall of any session, ms: a gap between two consecutive
+    /// arrivals beyond the media time between them.
+    #[serde(default)]
+    pub max_stall_ms: f64,
 }
 
 /// The repair streams of a `--fec` run.
@@ -226,6 +273,21 @@ pub struct SessionReport {
     pub replays: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fec: Option<FecCounts>,
+    /// The title's URL, when sessions play several.
+    #[serde(default)]
+    pub url: String,
+    /// Where its first PLAY started, seconds into the title.
+    #[serde(default)]
+    pub start_npt_s: f64,
+    /// From its first PLAY sent to its first RTP packet, ms.
+    #[serde(default)]
+    pub first_packet_ms: Option<f64>,
+    /// Packets over each of the lateness thresholds 2, 50 and 200 ms.
+    #[serde(default)]
+    pub late_over: LateCounts,
+    /// Its longest stall, ms (see [`Totals::max_stall_ms`]).
+    #[serde(default)]
+    pub max_stall_ms: f64,
 }
 
 impl LoadReport {
@@ -265,11 +327,18 @@ impl fmt::Display for LoadReport {
         let t = &self.totals;
         let w = &self.worst;
         let r = &self.receiver;
+        let mut urls: Vec<&str> = self.sessions.iter().map(|s| s.url.as_str()).collect();
+        urls.sort_unstable();
+        urls.dedup();
+        let what = match urls.len() {
+            0 | 1 => self.url.clone(),
+            n => format!("{n} titles from random positions"),
+        };
         writeln!(
             f,
             "fjord load: {} × {} over {} for {:.1} s ({} playing, {} failed to set up, {} dropped)",
             self.sessions_requested,
-            self.url,
+            what,
             self.transport.to_uppercase(),
             self.duration_s,
             self.sessions_playing,
@@ -327,6 +396,28 @@ impl fmt::Display for LoadReport {
             count(w.late),
             t.max_lateness_ms
         )?;
+        writeln!(
+            f,
+            "  late >50 ms  {}, >200 ms {}; longest stall {:.1} ms",
+            count(t.late_over.over_50ms),
+            count(t.late_over.over_200ms),
+            t.max_stall_ms
+        )?;
+        let mut ttfp: Vec<f64> = self
+            .sessions
+            .iter()
+            .filter_map(|s| s.first_packet_ms)
+            .collect();
+        ttfp.sort_by(f64::total_cmp);
+        if let (Some(first), Some(last)) = (ttfp.first(), ttfp.last()) {
+            writeln!(
+                f,
+                "  first packet {:.1} ms median after PLAY (fastest {:.1}, slowest {:.1})",
+                ttfp[ttfp.len() / 2],
+                first,
+                last
+            )?;
+        }
         writeln!(
             f,
             "  jitter       {:.2} ms mean, worst session {:.2} ms (peak {:.2} ms)  [RFC 3550 A.8]",

@@ -168,6 +168,10 @@ pub struct Timing {
     pub max_jitter_ns: f64,
     /// In-order packets whose timestamp is lower than their predecessor's.
     pub timestamp_backwards: u64,
+    /// The longest gap between two consecutive arrivals beyond the media
+    /// time between them (how much a packet's lateness grew over its
+    /// predecessor's), ns; 0 until two packets arrived.
+    pub max_stall_ns: i64,
 }
 
 impl Timing {
@@ -185,6 +189,7 @@ impl Timing {
             jitter_ns: 0.0,
             max_jitter_ns: 0.0,
             timestamp_backwards: 0,
+            max_stall_ns: 0,
         }
     }
 
@@ -214,6 +219,7 @@ impl Timing {
         self.max_lateness_ns = self.max_lateness_ns.max(lateness);
         // Transit time differences: arrival minus media time, on any origin.
         if let Some(prev) = self.prev_transit {
+            self.max_stall_ns = self.max_stall_ns.max(lateness - prev);
             let d = (lateness - prev).abs() as f64;
             self.jitter_ns += (d - self.jitter_ns) / 16.0;
             self.max_jitter_ns = self.max_jitter_ns.max(self.jitter_ns);
@@ -231,6 +237,77 @@ impl Timing {
     /// The jitter estimate in timestamp units, as a receiver report states it.
     pub fn jitter_ticks(&self) -> u32 {
         (self.jitter_ns * self.clock_rate as f64 / 1e9) as u32
+    }
+}
+
+/// Thresholds of [`LateBins`], ms: a packet more than this late counts.
+pub const LATE_THRESHOLDS_MS: [u64; 3] = [2, 50, 200];
+
+/// Packets per lateness threshold ([`LATE_THRESHOLDS_MS`]), in all and per
+/// second of the run.
+#[derive(Debug, Clone, Default)]
+pub struct LateBins {
+    /// Packets more than each threshold late.
+    pub over: [u64; 3],
+    /// Per second since `t0` (only when the timeline is kept).
+    pub seconds: Vec<SecondBin>,
+    t0: i64,
+    keep_timeline: bool,
+}
+
+/// One second of a run: packets, packets over each threshold, the worst
+/// lateness.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SecondBin {
+    pub packets: u64,
+    pub over: [u64; 3],
+    /// The largest lateness in this second, ns (`i64::MIN`: no packet).
+    pub max_lateness_ns: i64,
+}
+
+impl LateBins {
+    /// Counts from time `t0` (ns); with `timeline`, also per second.
+    pub fn new(t0: i64, timeline: bool) -> LateBins {
+        LateBins {
+            t0,
+            keep_timeline: timeline,
+            ..LateBins::default()
+        }
+    }
+
+    /// One packet that arrived at `arrival_ns`, `lateness_ns` late.
+    #[inline]
+    pub fn on_packet(&mut self, arrival_ns: i64, lateness_ns: i64) {
+        let mut over = [0u64; 3];
+        for (o, t) in over.iter_mut().zip(LATE_THRESHOLDS_MS) {
+            *o = u64::from(lateness_ns > t as i64 * 1_000_000);
+        }
+        for (a, o) in self.over.iter_mut().zip(over) {
+            *a += o;
+        }
+        if !self.keep_timeline || arrival_ns < self.t0 {
+            return;
+        }
+        let sec = ((arrival_ns - self.t0) / 1_000_000_000) as usize;
+        // Bounded: a run of a day at most.
+        if sec >= 86_400 {
+            return;
+        }
+        if self.seconds.len() <= sec {
+            self.seconds.resize(
+                sec + 1,
+                SecondBin {
+                    max_lateness_ns: i64::MIN,
+                    ..SecondBin::default()
+                },
+            );
+        }
+        let b = &mut self.seconds[sec];
+        b.packets += 1;
+        for (a, o) in b.over.iter_mut().zip(over) {
+            *a += o;
+        }
+        b.max_lateness_ns = b.max_lateness_ns.max(lateness_ns);
     }
 }
 
@@ -384,6 +461,32 @@ mod tests {
         assert_eq!(t.timestamp_backwards, 0);
         t.on_packet(10_050 * ms, 12345 + 1800, true);
         assert_eq!(t.timestamp_backwards, 1);
+    }
+
+    #[test]
+    fn stalls_and_late_bins() {
+        let ms = 1_000_000i64;
+        let mut t = Timing::new(90_000, 2 * ms);
+        let mut bins = LateBins::new(0, true);
+        // 10 ms of media apart; the third arrives 300 ms after the second.
+        for (a, ts) in [
+            (0, 0u32),
+            (10 * ms, 900),
+            (310 * ms, 1800),
+            (1_320 * ms, 2700),
+        ] {
+            let l = t.on_packet(a, ts, true);
+            bins.on_packet(a, l);
+        }
+        // Lateness 290 ms, then 1290 ms: the second gap grew it by 1 s.
+        assert_eq!(t.max_stall_ns, 1000 * ms);
+        // Lateness 0, 0, 290, 1290 ms.
+        assert_eq!(bins.over, [2, 2, 2]);
+        assert_eq!(bins.seconds.len(), 2);
+        assert_eq!(bins.seconds[0].packets, 3);
+        assert_eq!(bins.seconds[0].over, [1, 1, 1]);
+        assert_eq!(bins.seconds[0].max_lateness_ns, 290 * ms);
+        assert_eq!(bins.seconds[1].max_lateness_ns, 1290 * ms);
     }
 
     #[test]

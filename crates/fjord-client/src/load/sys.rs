@@ -76,9 +76,13 @@ pub struct UdpOptions {
 }
 
 /// Binds an even RTP port and the odd RTCP port above it on `ip`, both
-/// nonblocking; the RTP socket gets a big receive buffer, `UDP_GRO` and
-/// kernel timestamps where the kernel allows.
-pub fn udp_pair(ip: IpAddr, rcvbuf: usize) -> io::Result<(UdpSocket, UdpSocket, UdpOptions)> {
+/// nonblocking; the RTP socket gets a big receive buffer, `UDP_GRO` (if
+/// `gro`) and kernel timestamps where the kernel allows.
+pub fn udp_pair(
+    ip: IpAddr,
+    rcvbuf: usize,
+    gro: bool,
+) -> io::Result<(UdpSocket, UdpSocket, UdpOptions)> {
     let (rtp, rtcp) = crate::udp::bind_pair(ip)?;
     rtp.set_nonblocking(true)?;
     rtcp.set_nonblocking(true)?;
@@ -89,7 +93,7 @@ pub fn udp_pair(ip: IpAddr, rcvbuf: usize) -> io::Result<(UdpSocket, UdpSocket, 
         setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, want);
     }
     let opts = UdpOptions {
-        gro: setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1),
+        gro: gro && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1),
         timestamps: setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1),
         rcvbuf: getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(0) as usize,
     };
@@ -339,7 +343,7 @@ mod tests {
     #[test]
     fn recvmmsg_reads_a_batch_with_timestamps() {
         let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        let (rx, _rtcp, opts) = udp_pair(lo, 1 << 20).unwrap();
+        let (rx, _rtcp, opts) = udp_pair(lo, 1 << 20, true).unwrap();
         assert!(opts.rcvbuf > 0);
         let tx = UdpSocket::bind((lo, 0)).unwrap();
         let port = rx.local_addr().unwrap().port();
@@ -410,7 +414,7 @@ mod tests {
     #[test]
     fn a_gso_burst_arrives_whole_with_gro_and_splits_back() {
         let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        let (rx, _rtcp, opts) = udp_pair(lo, 1 << 20).unwrap();
+        let (rx, _rtcp, opts) = udp_pair(lo, 1 << 20, true).unwrap();
         let tx = UdpSocket::bind((lo, 0)).unwrap();
         let data: Vec<u8> = (0..350u32).map(|i| (i / 100) as u8).collect();
         if send_gso(&tx, rx.local_addr().unwrap(), &data, 100).is_err() {

@@ -16,3 +16,4 @@ mod formats;
 mod load;
 mod peers;
 mod shared;
+mod storage;
