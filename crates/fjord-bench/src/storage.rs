@@ -63,6 +63,9 @@ pub struct StorageConfig {
     pub disk_mbps: u64,
     pub disk_iops: u64,
     pub sessions: usize,
+    /// Time between two sessions' starts: 5 ms starts them all at once
+    /// (the harshest case for the disk), seconds spreads them as arrivals.
+    pub stagger: Duration,
     pub seconds: f64,
     /// Copy a new title of this many MB in and ingest it during the run.
     pub ingest_mb: Option<u64>,
@@ -230,8 +233,12 @@ pub struct IngestResult {
     pub started_at_s: f64,
     /// Writing the title (ffmpeg -c copy), seconds.
     pub copy_s: Option<f64>,
-    /// `fjord ingest` of it, seconds.
+    /// The server's ingest of it on its first DESCRIBE (the index),
+    /// seconds.
     pub ingest_s: Option<f64>,
+    /// Then its parity and packet file, made by the server in the
+    /// background, seconds.
+    pub derive_s: Option<f64>,
     pub error: Option<String>,
 }
 
@@ -566,6 +573,17 @@ fn run_one(
             eprintln!("fjord bench storage [{name}]: {m}");
         }
     };
+    // The title to ingest beside the streams arrives before the run (a copy
+    // from elsewhere is not the server's work); caches are dropped after.
+    let ingest_title = match cfg.ingest_mb {
+        Some(mb) => {
+            pb_msg("writing the title to ingest");
+            let source = library::clip_of(lib).unwrap_or_else(|| lib.titles[0].path.clone());
+            let path = lib.root.join("bench-ingest.ts");
+            Some((mb, write_title(&source, mb, &path), path))
+        }
+        None => None,
+    };
     let cg = Cgroup::create(dev, limits)?;
     report.cgroup = cg.describe();
     if limits.memory.is_some() {
@@ -579,8 +597,15 @@ fn run_one(
     let toml = format!(
         "root = {:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = {}\n\
          capacity_pps_per_core = 1000000000000\nmax_sessions = 100000\n\
-         max_connections = 100000\n",
-        lib.root, cfg.threads
+         max_connections = 100000\n{}",
+        lib.root,
+        cfg.threads,
+        // The operator tells the server what its disk reads (as `fjord
+        // bench disk` would): admission and bulk pacing use it.
+        limits.read_bps.map_or(String::new(), |b| format!(
+            "disk_mbps = {}\n",
+            b / 1_000_000
+        ))
     );
     std::fs::write(&config, toml)?;
     let stats_path = scratch.join(format!("stats-{name}.json"));
@@ -621,7 +646,7 @@ fn run_one(
     lc.starts = starts;
     lc.timeline = true;
     lc.setup_timeout = Duration::from_secs(30);
-    lc.stagger = Duration::from_millis(5);
+    lc.stagger = cfg.stagger;
     // Before.
     let tasks0 = procfs::tasks(pid);
     let proc0 = procfs::process(pid).unwrap_or_default();
@@ -637,12 +662,11 @@ fn run_one(
     let dstate = procfs::DStateSampler::start(pid, engine_tids, Duration::from_millis(2));
     let load_thread = std::thread::spawn(move || load::run(&lc));
     // Bulk I/O beside the streams.
-    let ingest_thread = cfg.ingest_mb.map(|mb| {
-        let procs = cg.procs_files();
-        let (exe, root) = (cfg.fjord_exe.clone(), lib.root.clone());
-        let source = lib.titles[0].path.clone();
+    let ingest_thread = ingest_title.map(|(mb, copied, path)| {
         let delay = Duration::from_secs_f64((cfg.seconds / 4.0).min(10.0));
-        std::thread::spawn(move || bulk_ingest(&exe, &root, &source, mb, &procs, delay))
+        let url = server.url.clone();
+        let within = Duration::from_secs_f64(cfg.seconds + 30.0);
+        std::thread::spawn(move || bulk_ingest(&url, &path, mb, copied, delay, within))
     });
     // Watch while it runs.
     let total = cfg.seconds + 35.0;
@@ -884,16 +908,37 @@ fn encode_path(name: &str) -> String {
     out
 }
 
-/// After `delay`, writes a new title of `mb` MB into `root` (looping
-/// `source`, stream copy) and runs `fjord ingest` on it, both inside the
-/// cgroup; then removes it and its sidecars.
+/// Writes a title of `mb` MB at `path` looping `source` (stream copy),
+/// flushed to disk; how long it took.
+fn write_title(source: &Path, mb: u64, path: &Path) -> Result<f64, String> {
+    let t = Instant::now();
+    let out = library::loop_command(source, mb * 1_000_000, path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+    }
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| e.to_string())?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// After `delay`, has the server ingest the title at `path` (written
+/// before the run, `copied`), as a title new to it: a DESCRIBE makes it
+/// write the index, then it makes the parity and packet file in the
+/// background, all as bulk work its storage layer schedules after the
+/// streams. Waits for the packet file at most `within`; then removes the
+/// title and its files.
 fn bulk_ingest(
-    exe: &Path,
-    root: &Path,
-    source: &Path,
+    url: &str,
+    path: &Path,
     mb: u64,
-    procs: &[PathBuf],
+    copied: Result<f64, String>,
     delay: Duration,
+    within: Duration,
 ) -> IngestResult {
     std::thread::sleep(delay);
     let mut r = IngestResult {
@@ -901,40 +946,53 @@ fn bulk_ingest(
         started_at_s: delay.as_secs_f64(),
         ..IngestResult::default()
     };
-    let path = root.join("bench-ingest.ts");
-    let run = |mut cmd: Command| -> Result<f64, String> {
-        join_cgroup(&mut cmd, procs).map_err(|e| e.to_string())?;
-        let t = Instant::now();
-        let out = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(t.elapsed().as_secs_f64())
-    };
-    match run(library::loop_command(source, mb * 1_000_000, &path)) {
+    match copied {
         Ok(s) => r.copy_s = Some(s),
         Err(e) => r.error = Some(format!("writing the title: {e}")),
     }
     if r.error.is_none() {
-        let mut cmd = Command::new(exe);
-        cmd.arg("ingest").arg(&path).stdin(Stdio::null());
-        match run(cmd) {
-            Ok(s) => r.ingest_s = Some(s),
-            Err(e) => r.error = Some(format!("fjord ingest: {e}")),
+        let t = Instant::now();
+        match describe(&format!("{url}bench-ingest.ts"), within) {
+            Ok(()) => r.ingest_s = Some(t.elapsed().as_secs_f64()),
+            Err(e) => r.error = Some(format!("DESCRIBE: {e}")),
+        }
+        let t = Instant::now();
+        let packets = library::sidecars(path)
+            .into_iter()
+            .find(|p| p.extension().is_some_and(|e| e == "fjpkt"));
+        while r.error.is_none() && t.elapsed() < within {
+            if packets.as_ref().is_some_and(|p| p.exists()) {
+                r.derive_s = Some(t.elapsed().as_secs_f64());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
-    for p in library::sidecars(&path).into_iter().chain([path.clone()]) {
+    for p in library::sidecars(path).into_iter().chain([path.to_owned()]) {
         let _ = std::fs::remove_file(p);
     }
     r
+}
+
+/// One RTSP DESCRIBE of `url`, waiting up to `within` for a 200.
+fn describe(url: &str, within: Duration) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let host = url
+        .strip_prefix("rtsp://")
+        .and_then(|r| r.split('/').next())
+        .ok_or("not an rtsp:// URL")?;
+    let mut c = std::net::TcpStream::connect(host).map_err(|e| e.to_string())?;
+    c.set_read_timeout(Some(within))
+        .map_err(|e| e.to_string())?;
+    write!(c, "DESCRIBE {url} RTSP/1.0\r\nCSeq: 1\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut head = [0u8; 64];
+    let n = c.read(&mut head).map_err(|e| e.to_string())?;
+    let line = String::from_utf8_lossy(&head[..n]);
+    if line.starts_with("RTSP/1.0 200") {
+        Ok(())
+    } else {
+        Err(line.lines().next().unwrap_or("no reply").to_owned())
+    }
 }
 
 /// Per-thread rows keyed by name, for tables.

@@ -85,6 +85,10 @@ pub(crate) struct Session {
     /// The storage layer's read-ahead for this session: which packets are
     /// resident. Without it (tests, in-memory benches) every packet is.
     readahead: Option<ReadAhead>,
+    /// No packet has left since PLAY started the session: while its first
+    /// one is not resident, its clock waits too (the stream starts late
+    /// rather than in a burst of packets already due).
+    starting: bool,
 }
 
 struct Repair {
@@ -162,6 +166,7 @@ impl Session {
             last_sent: None,
             floor: 0,
             readahead: None,
+            starting: false,
         }
     }
 
@@ -202,6 +207,23 @@ impl Session {
         self.readahead
             .as_ref()
             .map_or(u32::MAX, |r| r.cursor().ready_from(self.next))
+    }
+
+    /// The next packet is not resident yet: look again shortly. Before the
+    /// first packet of a PLAY the session's clock moves on with the wait.
+    fn not_ready(&mut self, p: &mut Pacing) -> Option<Instant> {
+        p.stats.not_ready += 1;
+        let retry = p.now + NOT_READY_RETRY;
+        if self.starting
+            && let State::Playing { origin_ns, .. } = self.state
+        {
+            self.state = State::Playing {
+                t0: retry,
+                origin_ns,
+            };
+            self.next_report = retry;
+        }
+        Some(retry)
     }
 
     /// Whether the storage layer found the title's files changed or
@@ -315,6 +337,7 @@ impl Session {
     pub(crate) fn start(&mut self, at: Instant, origin_ns: u64) {
         self.state = State::Playing { t0: at, origin_ns };
         self.next_report = at;
+        self.starting = true;
         self.tell_storage(Mode::Playing);
     }
 
@@ -498,8 +521,7 @@ impl Session {
             return self.end_unreadable(p);
         }
         if planned == Planned::default() && self.next < self.count() && self.ready() == 0 {
-            p.stats.not_ready += 1;
-            return Some(p.now + NOT_READY_RETRY);
+            return self.not_ready(p);
         }
         if planned == Planned::default()
             && let Some(r) = &mut self.repair
@@ -565,8 +587,7 @@ impl Session {
             }
             let ready = self.ready();
             if ready == 0 && self.next < self.count() {
-                p.stats.not_ready += 1;
-                return Some(p.now + NOT_READY_RETRY);
+                return self.not_ready(p);
             }
             let ready = self.next as usize + ready as usize;
             let end = self.block_end().unwrap_or(usize::MAX).min(ready);
@@ -684,6 +705,7 @@ impl Session {
         }
         if sent > 0 {
             self.last_sent = Some(p.now);
+            self.starting = false;
         }
         self.next += sent as u32;
         self.packets = self.packets.wrapping_add(sent as u32);

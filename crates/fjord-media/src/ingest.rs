@@ -97,6 +97,22 @@ pub fn ingest_file(
     fec: ChooseLayouts<'_>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<IngestReport, IngestError> {
+    ingest_paced(path, opts, fec, progress, &|_| {})
+}
+
+/// Bulk I/O pacing: called by the threads that read the media with the
+/// bytes each has read since its last call, so it may hold them back (a
+/// server keeps ingest to what its playing sessions leave of the disk).
+pub type Pace<'a> = &'a (dyn Fn(u64) + Sync);
+
+/// [`ingest_file`], its reads paced by `pace`.
+pub fn ingest_paced(
+    path: &Path,
+    opts: &TsOptions,
+    fec: ChooseLayouts<'_>,
+    progress: &mut (dyn FnMut(u64, u64) + Send),
+    pace: Pace<'_>,
+) -> Result<IngestReport, IngestError> {
     let open_err = |source| IngestError::Open {
         path: path.to_owned(),
         source,
@@ -140,12 +156,12 @@ pub fn ingest_file(
         });
         let hasher = s.spawn(|| {
             SourceId::of_file(&file, &meta, &|n| {
-                hashed.store(n, Ordering::Relaxed);
+                pace(n.saturating_sub(hashed.swap(n, Ordering::Relaxed)));
                 pager.passed(n);
             })
         });
         let p = format::plan(&data, opts, &mut |done, _| {
-            planned.store(done, Ordering::Relaxed);
+            pace(done.saturating_sub(planned.swap(done, Ordering::Relaxed)));
             pager.passed(done);
         });
         let source = hasher.join();
@@ -196,6 +212,17 @@ pub fn open_or_ingest(
     fec: ChooseLayouts<'_>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<(Index, Option<IngestReport>), IngestError> {
+    open_or_ingest_paced(media, opts, fec, progress, &|_| {})
+}
+
+/// [`open_or_ingest`], an ingest's reads paced by `pace`.
+pub fn open_or_ingest_paced(
+    media: &Path,
+    opts: &TsOptions,
+    fec: ChooseLayouts<'_>,
+    progress: &mut (dyn FnMut(u64, u64) + Send),
+    pace: Pace<'_>,
+) -> Result<(Index, Option<IngestReport>), IngestError> {
     let index_path = index::index_path_for(media);
     if let Ok(idx) = Index::open(&index_path)
         && (idx.ts_per_rtp() == 0 || idx.ts_per_rtp() == opts.ts_per_rtp.clamp(1, 7))
@@ -203,7 +230,7 @@ pub fn open_or_ingest(
     {
         return Ok((idx, None));
     }
-    let report = ingest_file(media, opts, fec, progress)?;
+    let report = ingest_paced(media, opts, fec, progress, pace)?;
     let idx = Index::open(&index_path).map_err(|source| IngestError::ReadBack {
         path: index_path,
         source,

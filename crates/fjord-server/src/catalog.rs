@@ -324,7 +324,7 @@ fn derive_worker(storage: Option<Storage>) -> io::Result<mpsc::SyncSender<Derive
                 };
                 if job.parity {
                     outcome(
-                        fjord_fec::protect(&job.path, &mut |done, _| pacer(done))
+                        fjord_fec::protect(&job.path, &mut deltas(&mut pacer))
                             .map(drop)
                             .map_err(|e| e.to_string()),
                         "parity written; repair streams offered to new sessions",
@@ -333,7 +333,7 @@ fn derive_worker(storage: Option<Storage>) -> io::Result<mpsc::SyncSender<Derive
                 }
                 if job.packets {
                     outcome(
-                        fjord_media::prefab::prefabricate(&job.path, &mut |done, _| pacer(done))
+                        fjord_media::prefab::prefabricate(&job.path, &mut deltas(&mut pacer))
                             .map(drop)
                             .map_err(|e| e.to_string()),
                         "packets prefabricated; new sessions are sent them",
@@ -364,16 +364,27 @@ enum Parity {
     Missing,
 }
 
+/// A progress callback (bytes done so far, of a total) that hands `read`
+/// the bytes done since its last call.
+fn deltas(read: &mut impl FnMut(u64)) -> impl FnMut(u64, u64) + '_ {
+    let mut last = 0;
+    move |done, _| {
+        read(done.saturating_sub(last));
+        last = done;
+    }
+}
+
 /// Bulk work on the file at `path` waits for its turns on the file's disk
 /// (the storage layer's scheduler: playing sessions first); without a
-/// storage layer it runs freely.
-fn bulk_pacer(storage: Option<&Storage>, path: &Path) -> impl FnMut(u64) + use<> {
+/// storage layer it runs freely. It is called with the bytes read since
+/// the last call.
+fn bulk_pacer(storage: Option<&Storage>, path: &Path) -> impl FnMut(u64) + Send + use<> {
     use std::os::unix::fs::MetadataExt;
     let device = std::fs::metadata(path).map_or(0, |m| m.dev());
     let mut pacer = storage.map(|s| s.bulk_pacer(device));
-    move |done| {
+    move |bytes| {
         if let Some(p) = &mut pacer {
-            p.progress(done);
+            p.read(bytes);
         }
     }
 }
@@ -386,12 +397,14 @@ fn load(
     fec: FecChoice,
     storage: Option<&Storage>,
 ) -> Result<(Title, Parity), CatalogError> {
-    let mut pacer = bulk_pacer(storage, path);
-    let (index, report) = fjord_media::ingest::open_or_ingest(
+    // Two threads read the media at once (hash and plan): one pacer for both.
+    let pacer = std::sync::Mutex::new(bulk_pacer(storage, path));
+    let (index, report) = fjord_media::ingest::open_or_ingest_paced(
         path,
         options,
         &fjord_fec::layouts(fec),
-        &mut |done, _| pacer(done),
+        &mut |_, _| {},
+        &|bytes| pacer.lock().unwrap_or_else(|e| e.into_inner())(bytes),
     )
     .map_err(classify)?;
     let layout = index.tracks().any(|t| t.fec_layout().is_some());

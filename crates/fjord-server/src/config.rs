@@ -126,7 +126,7 @@ impl Default for Config {
             readahead_ms: 4000,
             readahead_budget_mb: 0,
             head_s: 2,
-            storage_threads: 2,
+            storage_threads: 4,
             disk_mbps: 0,
             roots: Vec::new(),
             stats_file: PathBuf::new(),
@@ -225,7 +225,7 @@ impl Config {
         let readahead = Duration::from_millis(self.readahead_ms);
         (self.readahead_ms > 0).then(|| fjord_storage::StorageConfig {
             readahead,
-            first_read: (readahead / 8).max(Duration::from_millis(100)),
+            first_read: (readahead / 4).max(Duration::from_millis(100)),
             budget: match self.readahead_budget_mb {
                 0 => fjord_storage::default_budget(),
                 mb => mb << 20,

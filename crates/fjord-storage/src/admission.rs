@@ -104,6 +104,16 @@ impl Ledger {
         self.memory = self.memory.saturating_sub(before) + self.title_memory(c.title);
     }
 
+    /// Bytes per second bulk work may read from disk `device` besides the
+    /// streams promised on it: what the promise leaves of the disk's share,
+    /// at least a tenth of the disk; `None` for a disk of unknown speed.
+    pub fn bulk_rate(&self, device: u64) -> Option<u64> {
+        let cap = *self.capacity.get(&device)?;
+        let promised = self.disk.get(&device).copied().unwrap_or(0);
+        let left = (cap as f64 * DISK_SHARE) as u64;
+        Some(left.saturating_sub(promised).max(cap / 10))
+    }
+
     pub fn memory(&self) -> u64 {
         self.memory
     }
@@ -145,6 +155,19 @@ mod tests {
             ..charge(10, 500, 0)
         };
         l.reserve(other, 1 << 30).unwrap();
+    }
+
+    #[test]
+    fn bulk_gets_what_the_streams_leave_and_never_nothing() {
+        let mut l = Ledger::new(u64::MAX, HashMap::from([(7, 100 * MB)]));
+        assert_eq!(l.bulk_rate(7), Some(80 * MB));
+        for t in 0..3 {
+            l.reserve(charge(t, 20, 0), 1 << 30).unwrap();
+        }
+        assert_eq!(l.bulk_rate(7), Some(20 * MB));
+        l.reserve(charge(3, 20, 0), 1 << 30).unwrap();
+        assert_eq!(l.bulk_rate(7), Some(10 * MB), "a tenth at least");
+        assert_eq!(l.bulk_rate(8), None, "a disk of unknown speed");
     }
 
     #[test]

@@ -53,10 +53,10 @@ impl Default for StorageConfig {
     fn default() -> Self {
         Self {
             readahead: Duration::from_secs(4),
-            first_read: Duration::from_millis(500),
+            first_read: Duration::from_secs(1),
             budget: crate::budget::default_budget(),
             head: Duration::from_secs(2),
-            workers_per_disk: 2,
+            workers_per_disk: 4,
             disk_capacity: HashMap::new(),
         }
     }
@@ -259,21 +259,39 @@ impl Drop for BulkGrant {
 
 /// Paces bulk work that reports its progress (ingest, parity, packet
 /// files): each piece waits for its turn on the disk, so bulk gets what
-/// the playing sessions leave (at least the scheduler's bulk share).
+/// the playing sessions leave (at least the scheduler's bulk share); on a
+/// disk of known speed it also keeps to the bandwidth the streams'
+/// promises leave ([`Storage::bulk_rate`]): bulk work reads by page
+/// faults with the kernel's read-ahead, so the bytes it has in flight at
+/// a throttle or a disk queue would otherwise delay stream reads.
 pub struct BulkPacer {
     storage: Storage,
     device: u64,
     done: u64,
     grant: Option<BulkGrant>,
+    /// When the work started and the bytes it may have done by now.
+    started: Instant,
+    paced: u64,
 }
 
 impl BulkPacer {
     /// The work has done `done` bytes: the piece before is over; wait for
     /// the disk's permission for the next one (as large as the last).
     pub fn progress(&mut self, done: u64) {
-        drop(self.grant.take());
-        let piece = done.saturating_sub(self.done).max(1 << 20);
+        let piece = done.saturating_sub(self.done);
         self.done = done;
+        self.read(piece);
+    }
+
+    /// The work has read `bytes` more (see [`BulkPacer::progress`]).
+    pub fn read(&mut self, bytes: u64) {
+        drop(self.grant.take());
+        let piece = bytes.max(1 << 20);
+        self.paced += piece;
+        if let Some(rate) = self.storage.bulk_rate(self.device) {
+            let due = Duration::from_secs_f64(self.paced as f64 / rate.max(1) as f64);
+            std::thread::sleep(due.saturating_sub(self.started.elapsed()));
+        }
         self.grant = self.storage.bulk(self.device, piece).ok();
     }
 }
@@ -298,6 +316,12 @@ impl Storage {
         }
     }
 
+    /// Bytes per second bulk work may read from `device` (see
+    /// [`Ledger::bulk_rate`]); `None`: unknown disk speed, no limit.
+    pub fn bulk_rate(&self, device: u64) -> Option<u64> {
+        lock(&self.inner.ledger).bulk_rate(device)
+    }
+
     /// Promises a stream of `source` at `bytes_per_s` its disk's share
     /// and its read-ahead memory, or says why not (RTSP 453).
     pub fn reserve(
@@ -310,7 +334,10 @@ impl Storage {
             device: source.device(),
             title: source.files().first().map_or(0, |f| f.base as usize),
             bytes_per_s,
-            memory: (bytes_per_s as f64 * readahead) as u64 + 4 * CHUNK as u64,
+            // What a session holds at most: its read-ahead and the refill
+            // on its way (half as much again), and a partial chunk at both
+            // ends of each file it reads.
+            memory: (bytes_per_s as f64 * readahead * 1.5) as u64 + 6 * CHUNK as u64,
         };
         let title_bytes = source.files().iter().map(|f| f.len as u64).sum();
         lock(&self.inner.ledger).reserve(charge, title_bytes)?;
@@ -428,6 +455,8 @@ impl Storage {
             device,
             done: 0,
             grant: None,
+            started: Instant::now(),
+            paced: 0,
         }
     }
 
@@ -444,8 +473,8 @@ impl Storage {
                 checks: BinaryHeap::new(),
                 sched: Scheduler::new(sched::Config {
                     depth,
-                    // A slot is kept for stream reads when there are two.
-                    bulk_depth: (depth - 1).max(1),
+                    // One bulk piece at a time: the others are stream reads.
+                    bulk_depth: 1,
                     ..Default::default()
                 }),
             }),

@@ -224,6 +224,10 @@ pub struct StorageArgs {
     /// Seed of the sessions' titles and positions
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Milliseconds between two sessions' starts (5: all at once, the
+    /// harshest case; larger spreads them like arriving viewers)
+    #[arg(long, default_value_t = 5)]
+    pub stagger_ms: u64,
     /// Engine threads of the server [default: its own, one per core]
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -254,6 +258,7 @@ fn storage(a: StorageArgs) -> anyhow::Result<()> {
         disk_mbps: a.disk_mbps,
         disk_iops: a.disk_iops,
         sessions: a.sessions,
+        stagger: std::time::Duration::from_millis(a.stagger_ms),
         seconds: a.seconds,
         ingest_mb: a.ingest_mb,
         baseline: a.baseline,

@@ -196,6 +196,20 @@ pub fn make_clip(path: &Path, seconds: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The clip a made library's titles loop, when it is still there.
+pub fn clip_of(lib: &Library) -> Option<PathBuf> {
+    let cache = lib.root.parent()?;
+    fs::read_dir(cache)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(".clip-") && n.ends_with(".ts"))
+        })
+}
+
 /// The command that writes a title of `bytes` looping `clip` (stream
 /// copy: no encoding) to `out`.
 pub fn loop_command(clip: &Path, bytes: u64, out: &Path) -> Command {

@@ -206,24 +206,25 @@ pub fn markdown(r: &StorageReport) -> String {
     if !any {
         let _ = writeln!(
             s,
-            "none (`--ingest-mb N` copies in and ingests a title of N MB during the run, inside the same cgroup)"
+            "none (`--ingest-mb N` writes a title of N MB before the run and has the server ingest it during the run: index on its first DESCRIBE, then parity and packet file in the background, as bulk work)"
         );
     } else {
         let _ = writeln!(
             s,
-            "| run | MB | started at | writing (ffmpeg -c copy) | fjord ingest | error |"
+            "| run | MB | started at | written before the run (ffmpeg -c copy) | server ingest (index, on DESCRIBE) | then parity and packets | error |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
         for run in &r.runs {
             if let Some(i) = &run.ingest {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {:.0} s | {} s | {} s | {} |",
+                    "| {} | {} | {:.0} s | {} s | {} s | {} s | {} |",
                     run.name,
                     i.mb,
                     i.started_at_s,
                     opt(i.copy_s, 1),
                     opt(i.ingest_s, 1),
+                    opt(i.derive_s, 1),
                     i.error.as_deref().unwrap_or("")
                 );
             }
