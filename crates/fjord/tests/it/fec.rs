@@ -398,14 +398,14 @@ fn serve_makes_parity_for_new_titles_in_the_background() {
 #[test]
 fn auto_prefab_makes_packets_for_titles_played_again() {
     let populate = |root: &Path| {
-        fs::copy(source(), root.join("auto.ts")).unwrap();
+        fs::copy(source(), root.join("fec.ts")).unwrap();
     };
     let server = Server::start_with("fec = \"off\"\nprefab = \"auto\"\n", populate);
-    let packets = server.root.path().join("media/auto.ts.fjpkt");
-    sdp_of(&server, "auto.ts");
+    let packets = server.root.path().join("media/fec.ts.fjpkt");
+    sdp_of(&server, "fec.ts");
     std::thread::sleep(Duration::from_millis(500));
     assert!(!packets.exists(), "one play makes no packet file");
-    sdp_of(&server, "auto.ts");
+    sdp_of(&server, "fec.ts");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !packets.exists() || !server.log_text().contains("packets prefabricated") {
         assert!(
@@ -415,7 +415,7 @@ fn auto_prefab_makes_packets_for_titles_played_again() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let dir = tempfile::tempdir().unwrap();
-    let (_, got) = play(&server, dir.path(), "auto.ts", &[]);
+    let (_, got) = play(&server, dir.path(), "fec.ts", &[]);
     assert!(got == fs::read(source()).unwrap(), "played with packets");
 
     let none = Server::start_with(
@@ -423,8 +423,8 @@ fn auto_prefab_makes_packets_for_titles_played_again() {
         populate,
     );
     for _ in 0..3 {
-        sdp_of(&none, "auto.ts");
+        sdp_of(&none, "fec.ts");
     }
     std::thread::sleep(Duration::from_millis(500));
-    assert!(!none.root.path().join("media/auto.ts.fjpkt").exists());
+    assert!(!none.root.path().join("media/fec.ts.fjpkt").exists());
 }
