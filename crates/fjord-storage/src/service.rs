@@ -679,7 +679,11 @@ impl Worker {
         let generation = e.generation;
         match refill {
             Some((to, deadline)) => {
-                let bytes = u64::from(to - end) * bytes_per_packet(&*e.source);
+                // From the window's end as it is now (a seek moved it).
+                let from = e.cursor.window().1;
+                // Whole chunks are pinned: a partial one at either end.
+                let bytes = u64::from(to.saturating_sub(from)) * bytes_per_packet(&*e.source)
+                    + 2 * CHUNK as u64;
                 self.inner.committed.fetch_add(bytes, Relaxed);
                 e.refill = Some((to, bytes));
                 let deadline_ns = self.disk.now_ns(deadline);

@@ -273,3 +273,21 @@ fn bulk_work_progresses_beside_playing_sessions() {
     }
     bulk.join().unwrap();
 }
+
+/// A session that starts far into a title (or seeks) commits only what its
+/// refill reads, so the budget does not hold back the others meanwhile.
+#[test]
+fn a_seek_far_into_a_title_commits_only_its_refill() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    // Room for a few windows, far less than the title.
+    let s = storage(4 << 20);
+    let far = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    far.position(19_000, Mode::Starting);
+    let near = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    near.position(10, Mode::Starting);
+    eventually("both sessions are resident", || {
+        far.cursor().ready_from(19_000) > 0 && near.cursor().ready_from(10) > 0
+    });
+    assert_eq!(s.stats().budget_waits, 0, "nobody waited for the budget");
+}
