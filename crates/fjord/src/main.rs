@@ -131,6 +131,16 @@ fn main() -> ExitCode {
     ) {
         fjord_media::guard::install();
     }
+    // Ingest, verify and repair are bulk I/O: in the kernel's idle class, a
+    // disk scheduler that honours it (BFQ, mq-deadline) serves a running
+    // server's stream reads first. (A cgroup throttle does not look at it;
+    // a server ingesting titles itself paces them by its own scheduler.)
+    if matches!(
+        cli.command,
+        Cmd::Ingest { .. } | Cmd::Verify { .. } | Cmd::Repair { .. }
+    ) {
+        fjord_storage::ioprio::bulk();
+    }
     let result = match cli.command {
         Cmd::Serve(args) => serve(args),
         Cmd::Ingest {
