@@ -125,6 +125,16 @@ impl Files {
         self.paths[slot as usize].as_ref().map(|(p, _)| p.as_path())
     }
 
+    /// Appends the extent of `bytes`, a slice of file `slot`'s mapping.
+    fn extent(&self, slot: Slot, bytes: &[u8], out: &mut Vec<Extent>) {
+        if let Some(range) = self.mapped[slot as usize].offsets_of(bytes) {
+            out.push(Extent {
+                file: slot as usize,
+                range,
+            });
+        }
+    }
+
     /// Whether a file is no longer what was loaded: deleted, replaced,
     /// truncated or written.
     pub(crate) fn changed(&self) -> bool {
@@ -169,15 +179,7 @@ impl Source for Title {
             return;
         };
         let range = packets.start as usize..packets.end as usize;
-        let files = &self.files().mapped;
-        let mut add = |slot: Slot, bytes: &[u8]| {
-            if let Some(range) = files[slot as usize].offsets_of(bytes) {
-                out.push(Extent {
-                    file: slot as usize,
-                    range,
-                });
-            }
-        };
+        let mut add = |slot: Slot, bytes: &[u8]| self.files().extent(slot, bytes, out);
         add(Slot::Index, track.records(range.clone()));
         if uses.has(Uses::PREFAB)
             && let Some((table, bytes)) = self.prefab(t).and_then(|p| p.spans(range.clone()))
@@ -208,15 +210,7 @@ impl Source for Title {
     }
 
     fn head(&self, out: &mut Vec<Extent>) {
-        let files = &self.files().mapped;
-        let mut add = |slot: Slot, bytes: &[u8]| {
-            if let Some(range) = files[slot as usize].offsets_of(bytes) {
-                out.push(Extent {
-                    file: slot as usize,
-                    range,
-                });
-            }
-        };
+        let mut add = |slot: Slot, bytes: &[u8]| self.files().extent(slot, bytes, out);
         let index = self.index();
         add(Slot::Index, &index.bytes()[..index.head_len()]);
         for track in index.tracks() {
