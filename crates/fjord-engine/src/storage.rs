@@ -13,6 +13,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use fjord_storage::{Extent, MappedFile, Source, Uses};
 
 use crate::Title;
@@ -52,7 +54,16 @@ pub(crate) struct Files {
     /// The index, open for read-ahead (the index keeps only its mapping).
     index: File,
     device: u64,
+    /// When the files were last compared with the disk (ms since `loaded`)
+    /// and whether one had changed: every session's refills ask, the disk
+    /// is asked at most every [`RECHECK_MS`].
+    loaded: std::time::Instant,
+    checked_ms: AtomicU64,
+    changed: AtomicBool,
 }
+
+/// How often a title's files are compared with what was loaded.
+const RECHECK_MS: u64 = 500;
 
 const NONE: MappedFile = MappedFile {
     base: std::ptr::null(),
@@ -75,6 +86,9 @@ impl Files {
             mapped: [NONE; 4],
             device: meta.dev(),
             index,
+            loaded: std::time::Instant::now(),
+            checked_ms: AtomicU64::new(0),
+            changed: AtomicBool::new(false),
         };
         files.set(Slot::Media, media_path, media, media_bytes)?;
         let index = files.index.try_clone()?;
@@ -138,10 +152,23 @@ impl Files {
     /// Whether a file is no longer what was loaded: deleted, replaced,
     /// truncated or written.
     pub(crate) fn changed(&self) -> bool {
-        self.paths
-            .iter()
-            .flatten()
-            .any(|(path, was)| std::fs::metadata(path).map_or(true, |m| Identity::of(&m) != *was))
+        let now = self.loaded.elapsed().as_millis() as u64 + RECHECK_MS;
+        let last = self.checked_ms.load(Ordering::Relaxed);
+        if self.changed.load(Ordering::Relaxed)
+            || now < last + RECHECK_MS
+            || self
+                .checked_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return self.changed.load(Ordering::Relaxed);
+        }
+        let changed =
+            self.paths.iter().flatten().any(|(path, was)| {
+                std::fs::metadata(path).map_or(true, |m| Identity::of(&m) != *was)
+            });
+        self.changed.fetch_or(changed, Ordering::Relaxed);
+        changed
     }
 }
 
