@@ -14,6 +14,7 @@
 //! output in [`report`].
 
 pub mod capacity;
+pub mod clip;
 pub mod copies;
 pub mod cpu;
 pub mod disk;

@@ -277,24 +277,9 @@ pub fn make_title(dir: &Path, seconds: u64) -> anyhow::Result<PathBuf> {
     let bar = spinner(&format!(
         "making the title with ffmpeg: {seconds} s of 720p25 H.264 + AAC, muxrate 4.5 Mbit/s"
     ));
-    let status = Command::new("ffmpeg")
-        .args(["-nostdin", "-loglevel", "error", "-y"])
-        .args(["-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=25"])
-        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
-        .args(["-t", &seconds.to_string()])
-        .args(["-c:v", "libx264", "-preset", "veryfast", "-g", "50"])
-        .args(["-b:v", "3900k", "-minrate", "3900k", "-maxrate", "3900k"])
-        .args(["-bufsize", "1950k", "-x264-params", "nal-hrd=cbr"])
-        .args(["-c:a", "aac", "-b:a", "128k"])
-        .args(["-f", "mpegts", "-muxrate", &BITRATE.to_string()])
-        .arg(&tmp)
-        .status();
+    let made = crate::clip::encode(&tmp, seconds, 3900, BITRATE);
     bar.finish_and_clear();
-    match status {
-        Ok(s) if s.success() => {}
-        Ok(s) => bail!("ffmpeg failed ({s}) making {}", path.display()),
-        Err(e) => bail!("ffmpeg is needed to make the title (apt-get install ffmpeg): {e}"),
-    }
+    made?;
     std::fs::rename(&tmp, &path)?;
     Ok(path)
 }

@@ -78,6 +78,7 @@ impl Cursor {
         self.poke.store(true, Release);
     }
 
+    #[inline]
     pub fn failed(&self) -> bool {
         self.failed.load(Relaxed)
     }

@@ -174,24 +174,7 @@ pub fn make_clip(path: &Path, seconds: u64) -> anyhow::Result<()> {
         return Ok(());
     }
     let tmp = path.with_extension("tmp.ts");
-    let status = Command::new("ffmpeg")
-        .args(["-nostdin", "-loglevel", "error", "-y"])
-        .args(["-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=25"])
-        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
-        .args(["-t", &seconds.to_string()])
-        .args(["-c:v", "libx264", "-preset", "veryfast", "-g", "50"])
-        .args(["-b:v", "4300k", "-minrate", "4300k", "-maxrate", "4300k"])
-        .args(["-bufsize", "2150k", "-x264-params", "nal-hrd=cbr"])
-        .args(["-c:a", "aac", "-b:a", "128k"])
-        .args(["-f", "mpegts", "-muxrate", &MUX_RATE.to_string()])
-        .arg(&tmp)
-        .stdin(Stdio::null())
-        .status();
-    match status {
-        Ok(s) if s.success() => {}
-        Ok(s) => bail!("ffmpeg failed ({s}) making {}", path.display()),
-        Err(e) => bail!("ffmpeg is needed to make titles (apt-get install ffmpeg): {e}"),
-    }
+    crate::clip::encode(&tmp, seconds, 4300, MUX_RATE)?;
     fs::rename(&tmp, path)?;
     Ok(())
 }
