@@ -1,6 +1,7 @@
 //! Packet file parsing of arbitrary bytes against a small index: never
-//! panics, and whatever it accepts gives every packet of the index, at its
-//! record's length, inside the file.
+//! panics; unverified (as a server loads it) every packet read is bounded
+//! by the file, and whatever verifies gives every packet of the index, at
+//! its record's length, inside the file.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -52,9 +53,24 @@ fuzz_target!(|data: &[u8]| {
     if let Some(sum) = bytes.get_mut(16..48) {
         sum.copy_from_slice(&index.checksum());
     }
-    let Ok(prefab) = Prefab::parse(&bytes[..], index) else {
+    // As a server loads it: only the header checked, every packet read
+    // bounded; then as `verify` checks it: every packet at its length.
+    let Ok(prefab) = Prefab::parse_unverified(&bytes[..], index) else {
         return;
     };
+    for (t, track) in index.tracks().enumerate() {
+        let p = prefab.track(t).unwrap();
+        for i in 0..track.packet_count() {
+            if let Some((at, pkt)) = p.packet(i) {
+                assert!(pkt.len() <= usize::from(u16::MAX));
+                assert!(at as usize + pkt.len() <= bytes.len());
+            }
+            let _ = p.spans(i..i + 1);
+        }
+    }
+    if prefab.verify(index, &mut |_| {}).is_err() {
+        return;
+    }
     for (t, track) in index.tracks().enumerate() {
         let p = prefab.track(t).unwrap();
         for i in 0..track.packet_count() {

@@ -580,6 +580,7 @@ fn title(
         title.attach_fec(
             &fjord_fec::sidecar_path_for(&media),
             &fjord_media::index::index_path_for(&media),
+            fjord_media::index::Check::Now,
         )?;
         if fec_live {
             title.encode_parity_live();
@@ -587,7 +588,10 @@ fn title(
     }
     if prefab {
         fjord_media::prefab::prefabricate(&media, &mut |_, _| {})?;
-        title.attach_prefab(&fjord_media::prefab::prefab_path_for(&media))?;
+        title.attach_prefab(
+            &fjord_media::prefab::prefab_path_for(&media),
+            fjord_media::index::Check::Now,
+        )?;
     }
     Ok(Arc::new(title))
 }

@@ -357,10 +357,14 @@ mod tests {
         let index_path = index::index_path_for(&media);
         let mut title = Title::new(index::Index::open(&index_path).unwrap(), &media).unwrap();
         title
-            .attach_fec(&fjord_fec::sidecar_path_for(&media), &index_path)
+            .attach_fec(
+                &fjord_fec::sidecar_path_for(&media),
+                &index_path,
+                index::Check::Now,
+            )
             .unwrap();
         let packets = fjord_media::prefab::prefab_path_for(&media);
-        title.attach_prefab(&packets).unwrap();
+        title.attach_prefab(&packets, index::Check::Now).unwrap();
         (
             title,
             std::fs::read(&media).unwrap(),

@@ -1110,7 +1110,10 @@ mod tests {
         let index = Index::open(&index::index_path_for(&media)).unwrap();
         let mut title = Title::new(index, &media).unwrap();
         title
-            .attach_prefab(&fjord_media::prefab::prefab_path_for(&media))
+            .attach_prefab(
+                &fjord_media::prefab::prefab_path_for(&media),
+                index::Check::Now,
+            )
             .unwrap();
         let title = Arc::new(title);
         let ids = title.prefab_ids(0).unwrap();
@@ -1342,6 +1345,7 @@ mod tests {
             .attach_fec(
                 &fjord_fec::sidecar_path_for(&media),
                 &index::index_path_for(&media),
+                index::Check::Now,
             )
             .unwrap();
         assert!(!live || title.encode_parity_live());

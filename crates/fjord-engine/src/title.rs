@@ -18,7 +18,7 @@ use std::{
 use fjord_fec::{Sidecar, SidecarError, sidecar::TrackFec};
 use fjord_media::{
     guard::Guarded,
-    index::Index,
+    index::{Check, Index},
     plan::PacketRecord,
     prefab::{Ids, Prefab, PrefabError, PrefabTrack},
 };
@@ -35,6 +35,8 @@ pub struct Title {
     files: Files,
     /// A file failed to read (EIO) while playing: `fjord repair` it.
     needs_repair: AtomicBool,
+    /// A file failed [`Title::verify`]: its sessions end, it is loaded afresh.
+    corrupt: AtomicBool,
 }
 
 /// The sidecar, checked against the index, and per track the repair window:
@@ -61,13 +63,18 @@ impl Title {
             prefab: None,
             files,
             needs_repair: AtomicBool::new(false),
+            corrupt: AtomicBool::new(false),
         })
     }
 
     /// Attaches the prefabricated packets at `path` after checking they
-    /// were made from this title's index.
-    pub fn attach_prefab(&mut self, path: &Path) -> Result<(), PrefabError> {
-        let (file, prefab) = fjord_media::prefab::open(path, &self.index)?;
+    /// were made from this title's index (with `Check::Later` only their
+    /// header: the offsets are left to [`Title::verify`]).
+    pub fn attach_prefab(&mut self, path: &Path, check: Check) -> Result<(), PrefabError> {
+        let (file, prefab) = match check {
+            Check::Now => fjord_media::prefab::open(path, &self.index)?,
+            Check::Later => fjord_media::prefab::open_unverified(path, &self.index)?,
+        };
         self.files.set(Slot::Prefab, path, &file, prefab.bytes())?;
         self.prefab = Some((file, prefab));
         Ok(())
@@ -95,33 +102,34 @@ impl Title {
     }
 
     /// Attaches the parity sidecar `sidecar_path` after checking it was made
-    /// from this media file and its index at `index_path`; without it the
-    /// title is served without a repair stream.
+    /// from this media file and its index at `index_path` (with
+    /// `Check::Later` only its header: the tables are left to
+    /// [`Title::verify`]); without it the title is served without a repair
+    /// stream.
     pub fn attach_fec(
         &mut self,
         sidecar_path: &Path,
         index_path: &Path,
+        check: Check,
     ) -> Result<(), SidecarError> {
-        let (file, sidecar) = fjord_fec::sidecar::open_with_file(sidecar_path)?;
+        let (file, sidecar) = match check {
+            Check::Now => fjord_fec::sidecar::open_with_file(sidecar_path)?,
+            Check::Later => fjord_fec::sidecar::open_unverified(sidecar_path)?,
+        };
         let checksum = fjord_fec::sidecar::index_checksum(index_path)?;
         sidecar.check_belongs(&self.index, &checksum)?;
+        // Sidecars written before the window was recorded: computed from
+        // every block's first and last record (reads the whole index).
         let windows_ns = self
             .index
             .tracks()
             .enumerate()
             .map(|(t, track)| {
-                let Some(fec) = sidecar.track(t) else {
-                    return 0;
-                };
-                (0..fec.block_count())
-                    .filter_map(|b| fec.block(b))
-                    .filter_map(|b| {
-                        let first = track.packet(b.packets().start as usize)?;
-                        let last = track.packet(b.packets().end.checked_sub(1)? as usize)?;
-                        Some(last.send_time_ns.saturating_sub(first.send_time_ns))
+                sidecar.track(t).map_or(0, |fec| {
+                    fec.repair_window_ns().unwrap_or_else(|| {
+                        fjord_fec::encode::repair_window_ns(&track, fec.params().k)
                     })
-                    .max()
-                    .unwrap_or(0)
+                })
             })
             .collect();
         self.files
@@ -169,13 +177,55 @@ impl Title {
         Some((fec.file.as_fd(), offset, bytes))
     }
 
+    /// Checks the title's files whole, which loading left to this (to
+    /// load in a few pages): the index's checksum and records, the media
+    /// file's sampled content, the packet file's offsets and the parity's
+    /// checksum. `pace` is called with the bytes about to be read (bulk I/O
+    /// waits there for its turn). A title that fails is damaged from then
+    /// on: its sessions end and the catalog loads it afresh.
+    pub fn verify(&self, pace: &mut dyn FnMut(u64)) -> Result<(), String> {
+        let result = self.verify_files(pace);
+        if result.is_err() {
+            self.corrupt.store(true, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn verify_files(&self, pace: &mut dyn FnMut(u64)) -> Result<(), String> {
+        let name = |slot| {
+            self.files
+                .path(slot)
+                .map_or("?".into(), |p| p.display().to_string())
+        };
+        let index = &self.index;
+        let fail = |slot, e: &dyn std::fmt::Display| format!("{}: {e}", name(slot));
+        index.verify(pace).map_err(|e| fail(Slot::Index, &e))?;
+        index
+            .verify_media(&self.media, pace)
+            .map_err(|e| fail(Slot::Media, &e))?;
+        if let Some((_, prefab)) = &self.prefab {
+            prefab
+                .verify(index, pace)
+                .map_err(|e| fail(Slot::Prefab, &e))?;
+        }
+        if let Some(f) = &self.fec {
+            f.sidecar.verify(pace).map_err(|e| fail(Slot::Parity, &e))?;
+        }
+        if self.damaged() {
+            return Err("a file shrank while it was verified".into());
+        }
+        Ok(())
+    }
+
     /// Whether one of the title's files shrank under its mapping and a
     /// vanished page was read since (as zeros, see `fjord_media::guard`):
-    /// the index, the media, the packet file or the parity sidecar. What
-    /// sessions send of the title can no longer be trusted; the engine ends
-    /// them, and the catalog opens the files afresh for the next client.
+    /// the index, the media, the packet file or the parity sidecar; or one
+    /// failed [`Title::verify`]. What sessions send of the title can no
+    /// longer be trusted; the engine ends them, and the catalog opens the
+    /// files afresh for the next client.
     pub fn damaged(&self) -> bool {
-        self.index.damaged()
+        self.corrupt.load(Ordering::Relaxed)
+            || self.index.damaged()
             || self.media.damaged()
             || self
                 .prefab

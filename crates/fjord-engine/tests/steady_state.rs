@@ -57,7 +57,10 @@ fn title(dir: &std::path::Path, name: &str, prefab: bool) -> Arc<Title> {
     if prefab {
         fjord_media::prefab::prefabricate(&media, &mut |_, _| {}).unwrap();
         title
-            .attach_prefab(&fjord_media::prefab::prefab_path_for(&media))
+            .attach_prefab(
+                &fjord_media::prefab::prefab_path_for(&media),
+                fjord_media::index::Check::Now,
+            )
             .unwrap();
     }
     Arc::new(title)

@@ -377,6 +377,22 @@ fn encode_batch(
     Ok(())
 }
 
+/// The longest time from a block's first source packet to its last, for
+/// `track` cut into blocks of `k` packets: how long after a block's first
+/// packet its repair packets may go (SDP `repair-window`).
+pub fn repair_window_ns(track: &Track<'_>, k: u16) -> u64 {
+    let n = track.packet_count();
+    (0..n)
+        .step_by(usize::from(k.max(1)))
+        .filter_map(|first| {
+            let last = (first + usize::from(k.max(1))).min(n) - 1;
+            let (a, b) = (track.packet(first)?, track.packet(last)?);
+            Some(b.send_time_ns.saturating_sub(a.send_time_ns))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn encode_meta(
     index: &Index,
@@ -425,7 +441,7 @@ fn encode_meta(
         buf.extend_from_slice(&blocks.to_le_bytes());
         buf.extend_from_slice(&blocks_off.to_le_bytes());
         buf.extend_from_slice(&hashes_off.to_le_bytes());
-        buf.extend_from_slice(&[0; 8]);
+        buf.extend_from_slice(&repair_window_ns(&track, p.k).to_le_bytes());
         blocks_off += blocks * BLOCK_ENTRY_LEN as u64;
         hashes_off += packets * SYMBOL_HASH_LEN as u64;
     }

@@ -18,7 +18,9 @@
 //! 152  8 × 0
 //! 160  track entries, 48 bytes each:
 //!        packet_count u64, k u16, m u16, symbol_len u32 (E), block_count u64,
-//!        blocks_off u64, hashes_off u64, 8 × 0
+//!        blocks_off u64, hashes_off u64,
+//!        repair_window_ns u64 (the longest time from a block's first source
+//!        packet to its last; 0 in files written before it was recorded)
 //! ...  per track a block table, 80 bytes per block:
 //!        repair_off u64, symbol_len u32 (= the track's E), source_count u16,
 //!        repair_count u16,
@@ -54,6 +56,8 @@ pub const CHECKSUM_LEN: usize = 32;
 /// Repair data starts on this boundary.
 pub const DATA_ALIGN: u64 = 64;
 const MAX_TRACKS: usize = 256;
+/// How much [`Sidecar::verify`] hashes between calls of its pacer.
+const VERIFY_PIECE: usize = 1 << 20;
 
 /// Where the sidecar of `media` lives: next to it, `.fjfec` appended.
 pub fn sidecar_path_for(media: &Path) -> PathBuf {
@@ -137,6 +141,10 @@ struct TrackInfo {
     packet_count: u64,
     blocks: Range<usize>,
     hashes: Range<usize>,
+    /// As recorded (0: not recorded, by fjord before it did).
+    repair_window_ns: u64,
+    /// Where the repair data starts: every block's symbols lie after it.
+    data_off: u64,
 }
 
 /// A validated sidecar over any bytes (a mapped file, or a buffer when fuzzing).
@@ -200,6 +208,16 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
     /// Validates magic, version, the meta checksum and every table and block
     /// bound. Never panics and allocates only per track (at most 256).
     pub fn parse(bytes: B) -> Result<Sidecar<B>, SidecarError> {
+        let sidecar = Sidecar::parse_unverified(bytes)?;
+        sidecar.verify(&mut |_| {})?;
+        Ok(sidecar)
+    }
+
+    /// [`Sidecar::parse`] reading the header and track entries only: the
+    /// meta checksum is left to [`Sidecar::verify`], and each block entry
+    /// is checked when it is read ([`TrackFec::block`]), so a title loads
+    /// without reading its symbol hashes (16 bytes per packet).
+    pub fn parse_unverified(bytes: B) -> Result<Sidecar<B>, SidecarError> {
         let b = bytes.as_ref();
         if get::<8>(b, 0)? != MAGIC {
             return Err(SidecarError::Magic);
@@ -210,11 +228,7 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
         }
         get::<HEADER_LEN>(b, 0)?;
         let meta_len = usize::try_from(u64_at(b, 128)?).map_err(|_| corrupt("meta length"))?;
-        let sum: [u8; CHECKSUM_LEN] = get(b, meta_len)?;
-        let meta = b.get(..meta_len).ok_or(corrupt("meta length"))?;
-        if blake3::hash(meta).as_bytes() != &sum {
-            return Err(corrupt("checksum mismatch"));
-        }
+        get::<CHECKSUM_LEN>(b, meta_len)?;
         let (data_off, data_len) = (u64_at(b, 136)?, u64_at(b, 144)?);
         if data_off < (meta_len + CHECKSUM_LEN) as u64
             || data_off.checked_add(data_len) != Some(b.len() as u64)
@@ -245,34 +259,42 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
             if block_count != packet_count.div_ceil(u64::from(params.k)) {
                 return Err(corrupt("block count does not match the packet count"));
             }
-            let blocks = table(u64_at(b, e + 24)?, block_count, BLOCK_ENTRY_LEN, meta_len)?;
-            let hashes = table(u64_at(b, e + 32)?, packet_count, SYMBOL_HASH_LEN, meta_len)?;
-            let info = TrackInfo {
+            tracks.push(TrackInfo {
                 params,
                 symbol_len,
                 packet_count,
-                blocks,
-                hashes,
-            };
-            let track = TrackFec {
-                info: &info,
-                bytes: b,
-            };
-            for i in 0..block_count {
-                let blk = track.block(i).ok_or(corrupt("block table"))?;
-                let expected_k = (packet_count - blk.first_packet).min(u64::from(params.k));
-                if u64::from(blk.source_count) != expected_k
-                    || blk.repair_count != params.m
-                    || blk.symbol_len != symbol_len
-                    || blk.repair_off < data_off
-                    || blk.repair_range().end > b.len() as u64
-                {
-                    return Err(corrupt("block entry out of bounds"));
-                }
-            }
-            tracks.push(info);
+                blocks: table(u64_at(b, e + 24)?, block_count, BLOCK_ENTRY_LEN, meta_len)?,
+                hashes: table(u64_at(b, e + 32)?, packet_count, SYMBOL_HASH_LEN, meta_len)?,
+                repair_window_ns: u64_at(b, e + 40)?,
+                data_off,
+            });
         }
         Ok(Sidecar { bytes, tracks })
+    }
+
+    /// Checks what [`Sidecar::parse_unverified`] left: the meta checksum
+    /// (block tables and symbol hashes) and every block entry. `pace` is
+    /// called with the bytes about to be read, a MiB at a time.
+    pub fn verify(&self, pace: &mut dyn FnMut(u64)) -> Result<(), SidecarError> {
+        let b = self.bytes.as_ref();
+        let meta_len = usize::try_from(u64_at(b, 128)?).map_err(|_| corrupt("meta length"))?;
+        let sum: [u8; CHECKSUM_LEN] = get(b, meta_len)?;
+        let meta = b.get(..meta_len).ok_or(corrupt("meta length"))?;
+        let mut hasher = blake3::Hasher::new();
+        for piece in meta.chunks(VERIFY_PIECE) {
+            pace(piece.len() as u64);
+            hasher.update(piece);
+        }
+        if hasher.finalize().as_bytes() != &sum {
+            return Err(corrupt("checksum mismatch"));
+        }
+        for t in 0..self.tracks.len() {
+            let track = self.track(t).ok_or(corrupt("track"))?;
+            if (0..track.block_count()).any(|i| track.block(i).is_none()) {
+                return Err(corrupt("block entry out of bounds"));
+            }
+        }
+        Ok(())
     }
 
     /// Header and track entries.
@@ -354,6 +376,17 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
     }
 }
 
+/// Opens a sidecar file reading only its header and track entries (see
+/// [`Sidecar::parse_unverified`]), also returning the open file.
+pub fn open_unverified(path: &Path) -> Result<(File, Sidecar<Guarded>), SidecarError> {
+    let file = File::open(path)?;
+    // SAFETY: sidecars are only ever replaced by rename, never written in
+    // place, so the mapped bytes do not change under us; one truncated by
+    // someone else reads zeros and says so (`storage().damaged()`).
+    let map = unsafe { Guarded::map(&file)? };
+    Ok((file, Sidecar::parse_unverified(map)?))
+}
+
 /// Opens and validates a sidecar file (memory-mapped).
 pub fn open(path: &Path) -> Result<Sidecar<Guarded>, SidecarError> {
     open_with_file(path).map(|(_, s)| s)
@@ -362,12 +395,9 @@ pub fn open(path: &Path) -> Result<Sidecar<Guarded>, SidecarError> {
 /// Like [`open`], also returning the open file: serving hands repair
 /// symbols to the data paths that send from a file descriptor.
 pub fn open_with_file(path: &Path) -> Result<(File, Sidecar<Guarded>), SidecarError> {
-    let file = File::open(path)?;
-    // SAFETY: sidecars are only ever replaced by rename, never written in
-    // place, so the mapped bytes do not change under us; one truncated by
-    // someone else reads zeros and says so (`storage().damaged()`).
-    let map = unsafe { Guarded::map(&file)? };
-    Ok((file, Sidecar::parse(map)?))
+    let (file, sidecar) = open_unverified(path)?;
+    sidecar.verify(&mut |_| {})?;
+    Ok((file, sidecar))
 }
 
 impl<'a> TrackFec<'a> {
@@ -388,14 +418,38 @@ impl<'a> TrackFec<'a> {
         (self.info.blocks.len() / BLOCK_ENTRY_LEN) as u64
     }
 
-    /// Block `b` (bounds were checked when the sidecar was parsed).
+    /// Block `b`, or `None` when its entry is out of bounds or disagrees
+    /// with the track's layout (checked here, not at parse: a title loads
+    /// without reading every block entry).
     pub fn block(&self, b: u64) -> Option<BlockFec> {
         let at = usize::try_from(b).ok()?.checked_mul(BLOCK_ENTRY_LEN)?;
         let entry = self
             .bytes
             .get(self.info.blocks.clone())?
             .get(at..at + BLOCK_ENTRY_LEN)?;
-        block_at(entry, 0, b * u64::from(self.info.params.k)).ok()
+        let k = self.info.params.k;
+        let blk = block_at(entry, 0, b.checked_mul(u64::from(k))?).ok()?;
+        let expected_k = self
+            .info
+            .packet_count
+            .checked_sub(blk.first_packet)?
+            .min(u64::from(k));
+        let valid = u64::from(blk.source_count) == expected_k
+            && blk.repair_count == self.info.params.m
+            && blk.symbol_len == self.info.symbol_len
+            && blk.repair_off >= self.info.data_off
+            && blk
+                .repair_off
+                .checked_add(u64::from(blk.repair_count) * u64::from(blk.symbol_len))
+                .is_some_and(|end| end <= self.bytes.len() as u64);
+        valid.then_some(blk)
+    }
+
+    /// The longest time from a block's first source packet to its last
+    /// (SDP `repair-window`), as recorded at encoding; `None` in sidecars
+    /// written before fjord recorded it.
+    pub fn repair_window_ns(&self) -> Option<u64> {
+        (self.info.repair_window_ns > 0).then_some(self.info.repair_window_ns)
     }
 
     /// The block table's bytes (what serving reads besides the symbols).

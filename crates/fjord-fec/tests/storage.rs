@@ -313,3 +313,36 @@ fn prefabricated_packets_are_checked_and_made_again_by_repair() {
     assert!(std::fs::read(&packets).unwrap() == good);
     assert!(fjord_fec::verify(&media).unwrap().is_clean());
 }
+
+/// A server loads a sidecar reading its header only: a damaged block entry
+/// is then refused where it is read (that block has no parity), its
+/// checksum is left to `verify`, and the repair window recorded at
+/// encoding is the one computed from the index.
+#[test]
+fn unverified_sidecars_check_blocks_where_they_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let media = make_title(dir.path(), "a.ts", 440);
+    let sidecar_path = sidecar_path_for(&media);
+    let index = fjord_media::Index::open(&fjord_media::index::index_path_for(&media)).unwrap();
+    let (_, sidecar) = fjord_fec::sidecar::open_unverified(&sidecar_path).unwrap();
+    let track = sidecar.track(0).unwrap();
+    let computed = fjord_fec::encode::repair_window_ns(&index.track(0).unwrap(), track.params().k);
+    assert!(computed > 0);
+    assert_eq!(track.repair_window_ns(), Some(computed));
+    let table_at = track.block_table().as_ptr() as usize - sidecar.bytes().as_ptr() as usize;
+    drop(sidecar);
+
+    // Block 3's repair_count (offset 14 of its 80-byte entry).
+    let mut bytes = std::fs::read(&sidecar_path).unwrap();
+    bytes[table_at + 3 * 80 + 14] ^= 0x7f;
+    std::fs::write(&sidecar_path, &bytes).unwrap();
+    let (_, sidecar) = fjord_fec::sidecar::open_unverified(&sidecar_path).unwrap();
+    let track = sidecar.track(0).unwrap();
+    assert!(track.block(2).is_some());
+    assert!(track.block(3).is_none());
+    assert!(matches!(
+        sidecar.verify(&mut |_| {}),
+        Err(SidecarError::Corrupt("checksum mismatch"))
+    ));
+    assert!(fjord_fec::sidecar::open(&sidecar_path).is_err());
+}

@@ -62,6 +62,19 @@ const OFFSET_MASK: u64 = (1 << 48) - 1;
 const SAMPLE_EDGE: usize = 1 << 20;
 const SAMPLE_BLOCK: usize = 4096;
 const SAMPLE_BLOCKS: usize = 32;
+/// How much [`Index::verify`] reads between calls of its pacer.
+const VERIFY_PIECE: usize = 1 << 20;
+
+/// When a title's files are checked whole (checksums, every record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// When they are opened: every byte is read before the title is used.
+    Now,
+    /// Later, by their `verify`: opening reads only what serving reads
+    /// first, so a title loads in a few pages (a server verifies it after,
+    /// as bulk work).
+    Later,
+}
 
 /// Identity of the media file an index was made from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,9 +158,15 @@ pub fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
 
 /// blake3 over the length, first and last MiB and 32 evenly spaced 4 KiB blocks.
 pub fn sample_hash(data: &[u8]) -> [u8; 32] {
+    sample_hash_paced(data, &mut |_| {})
+}
+
+/// [`sample_hash`], calling `pace` with each piece's length before reading it.
+fn sample_hash_paced(data: &[u8], pace: &mut dyn FnMut(u64)) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
     h.update(&(data.len() as u64).to_le_bytes());
     sample_pieces(data.len(), |range| {
+        pace(range.len() as u64);
         h.update(data.get(range).unwrap_or_default());
     });
     *h.finalize().as_bytes()
@@ -493,8 +512,21 @@ impl Reader<'_> {
 impl Index {
     /// Open and validate an index: magic, version, checksum, every table bound
     /// and every packet record against the source size. Never panics on a
-    /// corrupt file.
+    /// corrupt file. Reads the whole index: see [`Index::open_unverified`].
     pub fn open(index_path: &Path) -> Result<Index, IndexError> {
+        let index = Index::open_unverified(index_path)?;
+        index.verify(&mut |_| {})?;
+        Ok(index)
+    }
+
+    /// Open an index reading only what serving needs first: the header,
+    /// track entries, strings, every table's bounds and the sync tables.
+    /// The checksum and the packet records are left to [`Index::verify`],
+    /// which a server runs later as bulk work, so loading a title costs a
+    /// few pages, not the whole index (30 MB for a 1 GB title). Until then
+    /// records are read as they are (every accessor is bounds-checked: a
+    /// bad record sends wrong bytes or ends a session, never faults).
+    pub fn open_unverified(index_path: &Path) -> Result<Index, IndexError> {
         let file = File::open(index_path)?;
         if file.metadata()?.len() < (HEADER_LEN + TRAILER_LEN) as u64 {
             return Err(IndexError::Corrupt("file too short"));
@@ -503,8 +535,42 @@ impl Index {
         // in place, so the mapped bytes do not change under us; a file
         // truncated by someone else reads zeros and marks the map damaged.
         let map = unsafe { Guarded::map(&file)? };
-        let tracks = validate(&map)?;
+        let tracks = validate_head(&map)?;
         Ok(Index { map, tracks })
+    }
+
+    /// Checks what [`Index::open_unverified`] left: the checksum, and every
+    /// packet record against the media file's size. `pace` is called with
+    /// the bytes about to be read, a MiB at a time (bulk I/O waits there
+    /// for its turn).
+    pub fn verify(&self, pace: &mut dyn FnMut(u64)) -> Result<(), IndexError> {
+        let body_len = self.map.len().saturating_sub(TRAILER_LEN);
+        let (body, trailer) = self.map.split_at(body_len);
+        let mut hasher = blake3::Hasher::new();
+        for piece in body.chunks(VERIFY_PIECE) {
+            pace(piece.len() as u64);
+            hasher.update(piece);
+        }
+        if hasher.finalize().as_bytes() != trailer {
+            return Err(IndexError::Corrupt("checksum mismatch"));
+        }
+        // Read again, now from the page cache: no pacing.
+        let source_size = self.source().size;
+        let in_media = |p: PacketRecord| {
+            usize::from(p.prefix_len) <= MAX_PREFIX
+                && p.offset
+                    .checked_add(u64::from(p.len) + u64::from(p.skip) + u64::from(p.len2))
+                    .is_some_and(|end| end <= source_size)
+        };
+        for track in self.tracks() {
+            if !(0..track.packet_count()).all(|i| track.packet(i).is_some_and(in_media)) {
+                return Err(IndexError::Corrupt("packet record outside the media file"));
+            }
+        }
+        if self.damaged() {
+            return Err(IndexError::Corrupt("the file shrank while it was read"));
+        }
+        Ok(())
     }
 
     /// Whether the index file shrank under this mapping and a vanished page
@@ -530,6 +596,27 @@ impl Index {
             content_hash: r.bytes(32).unwrap_or_default(),
             sample_hash: r.bytes(64).unwrap_or_default(),
         }
+    }
+
+    /// Whether `media` has the size and mtime of the file this index was
+    /// made from (one `stat`; [`Index::matches`] also samples its content).
+    pub fn matches_metadata(&self, media: &Path) -> io::Result<bool> {
+        let src = self.source();
+        let meta = std::fs::metadata(media)?;
+        Ok(meta.len() == src.size && mtime_ns(&meta) == src.mtime_ns)
+    }
+
+    /// Checks the mapped media against the sample hash this index records
+    /// (for a title opened with `Check::Later`, whose file only matched by
+    /// size and mtime). `pace` is called with each piece's bytes before it
+    /// is read.
+    pub fn verify_media(&self, media: &[u8], pace: &mut dyn FnMut(u64)) -> Result<(), IndexError> {
+        if sample_hash_paced(media, pace) != self.source().sample_hash {
+            return Err(IndexError::Corrupt(
+                "the media file's content differs from what was indexed",
+            ));
+        }
+        Ok(())
     }
 
     /// Whether `media` is still the file this index was made from: same size,
@@ -632,7 +719,10 @@ impl Index {
     }
 }
 
-fn validate(bytes: &[u8]) -> Result<Vec<TrackInfo>, IndexError> {
+/// Everything but the checksum and the packet records (see
+/// [`Index::verify`]): the header, track entries, strings, table bounds and
+/// the sync tables, which serving reads first and which are small.
+fn validate_head(bytes: &[u8]) -> Result<Vec<TrackInfo>, IndexError> {
     let r = Reader(bytes);
     if r.bytes::<8>(0)? != MAGIC {
         return Err(IndexError::Magic);
@@ -641,15 +731,10 @@ fn validate(bytes: &[u8]) -> Result<Vec<TrackInfo>, IndexError> {
     if version != VERSION {
         return Err(IndexError::Version { found: version });
     }
-    let body_len = bytes
+    bytes
         .len()
         .checked_sub(TRAILER_LEN)
         .ok_or(IndexError::Corrupt("file too short"))?;
-    let (body, trailer) = bytes.split_at(body_len);
-    if blake3::hash(body).as_bytes() != trailer {
-        return Err(IndexError::Corrupt("checksum mismatch"));
-    }
-    let source_size = r.u64(16)?;
     let track_count = r.u32(12)? as usize;
     if track_count > MAX_TRACKS {
         return Err(IndexError::Corrupt("too many tracks"));
@@ -679,15 +764,6 @@ fn validate(bytes: &[u8]) -> Result<Vec<TrackInfo>, IndexError> {
             packets: bytes.get(info.packets.clone()).unwrap_or_default(),
             sync: bytes.get(info.sync.clone()).unwrap_or_default(),
         };
-        let in_media = |p: PacketRecord| {
-            usize::from(p.prefix_len) <= MAX_PREFIX
-                && p.offset
-                    .checked_add(u64::from(p.len) + u64::from(p.skip) + u64::from(p.len2))
-                    .is_some_and(|end| end <= source_size)
-        };
-        if !(0..track.packet_count()).all(|i| track.packet(i).is_some_and(in_media)) {
-            return Err(IndexError::Corrupt("packet record outside the media file"));
-        }
         let count = track.packet_count() as u64;
         if !track
             .sync_points()

@@ -212,21 +212,32 @@ pub fn open_or_ingest(
     fec: ChooseLayouts<'_>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<(Index, Option<IngestReport>), IngestError> {
-    open_or_ingest_paced(media, opts, fec, progress, &|_| {})
+    open_or_ingest_paced(media, opts, fec, progress, &|_| {}, index::Check::Now)
 }
 
-/// [`open_or_ingest`], an ingest's reads paced by `pace`.
+/// [`open_or_ingest`], an ingest's reads paced by `pace`. With
+/// `Check::Later` an existing index is opened unverified and taken if the
+/// media file has the size and mtime it records (its checksum, records and
+/// content sample are left to [`Index::verify`] and [`Index::matches`]).
 pub fn open_or_ingest_paced(
     media: &Path,
     opts: &TsOptions,
     fec: ChooseLayouts<'_>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
     pace: Pace<'_>,
+    check: index::Check,
 ) -> Result<(Index, Option<IngestReport>), IngestError> {
     let index_path = index::index_path_for(media);
-    if let Ok(idx) = Index::open(&index_path)
+    let existing = match check {
+        index::Check::Now => Index::open(&index_path)
+            .ok()
+            .filter(|idx| idx.matches(media).unwrap_or(false)),
+        index::Check::Later => Index::open_unverified(&index_path)
+            .ok()
+            .filter(|idx| idx.matches_metadata(media).unwrap_or(false)),
+    };
+    if let Some(idx) = existing
         && (idx.ts_per_rtp() == 0 || idx.ts_per_rtp() == opts.ts_per_rtp.clamp(1, 7))
-        && idx.matches(media).unwrap_or(false)
     {
         return Ok((idx, None));
     }

@@ -46,6 +46,9 @@ pub const MAGIC: [u8; 8] = *b"FJORDPKT";
 pub const VERSION: u32 = 1;
 const HEADER_LEN: usize = 64;
 const TRACK_ENTRY_LEN: usize = 32;
+/// Offset-table entries [`Prefab::verify`] reads between calls of its pacer
+/// (a MiB).
+const PACED_ENTRIES: usize = 1 << 17;
 
 /// Where the prefabricated packets of `media` live: next to it, `.fjpkt`
 /// appended.
@@ -257,6 +260,11 @@ impl<'a> PrefabTrack<'a> {
         let (start, rest) = self.table.get(at..)?.split_first_chunk::<8>()?;
         let (end, _) = rest.split_first_chunk::<8>()?;
         let (start, end) = (u64::from_le_bytes(*start), u64::from_le_bytes(*end));
+        // An unverified table may say anything: no packet is longer than an
+        // interleaved frame (or a UDP datagram) can carry.
+        if end.checked_sub(start)? > u64::from(u16::MAX) {
+            return None;
+        }
         let bytes = self
             .bytes
             .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
@@ -294,6 +302,15 @@ impl<B: AsRef<[u8]>> Prefab<B> {
     /// index's checksum, and every packet's length against its record (so a
     /// burst's bytes are exactly its packets). Never panics on corrupt input.
     pub fn parse(bytes: B, index: &Index) -> Result<Prefab<B>, PrefabError> {
+        let prefab = Prefab::parse_unverified(bytes, index)?;
+        prefab.verify(index, &mut |_| {})?;
+        Ok(prefab)
+    }
+
+    /// [`Prefab::parse`] without the walk over every offset and record,
+    /// left to [`Prefab::verify`]: reads the header and track entries only.
+    /// Until verified, packets are read as the table says (bounds-checked).
+    pub fn parse_unverified(bytes: B, index: &Index) -> Result<Prefab<B>, PrefabError> {
         let b = bytes.as_ref();
         let corrupt = PrefabError::Corrupt;
         if b.len() < HEADER_LEN {
@@ -334,19 +351,38 @@ impl<B: AsRef<[u8]>> Prefab<B> {
                 return Err(corrupt("packet count differs from the index's"));
             }
             let table = u64_at(b, e + 16).ok_or(corrupt("track entry beyond end of file"))?;
-            let table_end = (packets as u64 + 1)
+            (packets as u64 + 1)
                 .checked_mul(8)
                 .and_then(|n| n.checked_add(table))
                 .filter(|&end| end <= b.len() as u64)
                 .ok_or(corrupt("offset table out of bounds"))?;
-            let table = table as usize;
-            let mut at = u64_at(b, table).ok_or(corrupt("offset table out of bounds"))?;
+            tracks.push(TrackEntry {
+                ids,
+                count: packets,
+                table: table as usize,
+            });
+        }
+        Ok(Prefab { bytes, tracks })
+    }
+
+    /// Checks every packet's length against its record in `index`, and
+    /// that the packets lie after the tables and inside the file. `pace` is
+    /// called with the bytes of offset table about to be read.
+    pub fn verify(&self, index: &Index, pace: &mut dyn FnMut(u64)) -> Result<(), PrefabError> {
+        let b = self.bytes.as_ref();
+        let corrupt = PrefabError::Corrupt;
+        for (entry, track) in self.tracks.iter().zip(index.tracks()) {
+            let table_end = (entry.table + 8 * (entry.count + 1)) as u64;
+            let mut at = u64_at(b, entry.table).ok_or(corrupt("offset table out of bounds"))?;
             if at < table_end {
                 return Err(corrupt("packets overlap the tables"));
             }
-            for i in 0..packets {
+            for i in 0..entry.count {
+                if i % PACED_ENTRIES == 0 {
+                    pace((PACED_ENTRIES * 8) as u64);
+                }
                 let rec = track.packet(i).ok_or(corrupt("index record"))?;
-                let next = u64_at(b, table + 8 * (i + 1)).ok_or(corrupt("offset table"))?;
+                let next = u64_at(b, entry.table + 8 * (i + 1)).ok_or(corrupt("offset table"))?;
                 if next.checked_sub(at) != Some(wire_len(&rec)) {
                     return Err(corrupt("a packet's length differs from its record"));
                 }
@@ -355,13 +391,8 @@ impl<B: AsRef<[u8]>> Prefab<B> {
             if at > b.len() as u64 {
                 return Err(corrupt("packets beyond end of file"));
             }
-            tracks.push(TrackEntry {
-                ids,
-                count: packets,
-                table,
-            });
         }
-        Ok(Prefab { bytes, tracks })
+        Ok(())
     }
 
     /// Packets (track, index) whose bytes differ from what `index` and its
@@ -421,10 +452,18 @@ impl<B: AsRef<[u8]>> Prefab<B> {
 /// Opens and checks the packet file at `path` against `index`; the file
 /// stays open for the data paths that read or sendfile.
 pub fn open(path: &Path, index: &Index) -> Result<(File, Prefab<Guarded>), PrefabError> {
+    let (file, prefab) = open_unverified(path, index)?;
+    prefab.verify(index, &mut |_| {})?;
+    Ok((file, prefab))
+}
+
+/// [`open`] reading only the header and track entries (see
+/// [`Prefab::parse_unverified`]).
+pub fn open_unverified(path: &Path, index: &Index) -> Result<(File, Prefab<Guarded>), PrefabError> {
     let file = File::open(path)?;
     // SAFETY: packet files are only ever replaced by rename, never written
     // in place, so the mapped bytes do not change under us; one truncated by
     // someone else reads zeros and says so (`storage().damaged()`).
     let map = unsafe { Guarded::map(&file)? };
-    Ok((file, Prefab::parse(map, index)?))
+    Ok((file, Prefab::parse_unverified(map, index)?))
 }

@@ -306,3 +306,66 @@ fn identity_from_the_file_equals_identity_from_memory() {
         );
     }
 }
+
+/// A title loads reading the index's head only: a damaged packet table
+/// opens unverified (its records read as they are, bounds-checked), and
+/// `verify` (what a server runs later, paced) finds the damage that the
+/// full `open` refuses.
+#[test]
+fn unverified_open_leaves_the_records_and_checksum_to_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clip.mp4.fjidx");
+    index::write(&path, &two_tracks(), &source()).unwrap();
+    let idx = Index::open_unverified(&path).unwrap();
+    let mut paced = 0;
+    idx.verify(&mut |n| paced += n).unwrap();
+    assert_eq!(
+        paced as usize,
+        std::fs::metadata(&path).unwrap().len() as usize - 32
+    );
+
+    // One byte of a record's offset (the first track's first record).
+    let mut bad = std::fs::read(&path).unwrap();
+    let packets_off = u64::from_le_bytes(bad[208..216].try_into().unwrap()) as usize;
+    bad[packets_off + 13] ^= 0x40;
+    std::fs::write(&path, &bad).unwrap();
+    let idx = Index::open_unverified(&path).unwrap();
+    assert!(idx.track(0).unwrap().packet(0).is_some());
+    assert!(
+        matches!(idx.verify(&mut |_| {}), Err(IndexError::Corrupt(m)) if m == "checksum mismatch")
+    );
+    assert!(matches!(Index::open(&path), Err(IndexError::Corrupt(_))));
+
+    // Resealed, the record is caught for lying outside the media file.
+    reseal(&mut bad);
+    std::fs::write(&path, &bad).unwrap();
+    let idx = Index::open_unverified(&path).unwrap();
+    assert!(
+        matches!(idx.verify(&mut |_| {}), Err(IndexError::Corrupt(m)) if m.contains("outside"))
+    );
+
+    // A damaged head is refused even unverified.
+    bad[200] = 9;
+    std::fs::write(&path, &bad).unwrap();
+    assert!(Index::open_unverified(&path).is_err());
+}
+
+/// The media file is matched by size and mtime when a title loads, and by
+/// its sampled content when it is verified.
+#[test]
+fn media_content_is_checked_by_verify_media() {
+    let dir = tempfile::tempdir().unwrap();
+    let media = dir.path().join("m.bin");
+    let data: Vec<u8> = (0..(3 << 20)).map(|i: usize| (i * 31) as u8).collect();
+    std::fs::write(&media, &data).unwrap();
+    let meta = std::fs::metadata(&media).unwrap();
+    let src = SourceId::of(&data, &meta);
+    let path = index::index_path_for(&media);
+    index::write(&path, &two_tracks(), &src).unwrap();
+    let idx = Index::open_unverified(&path).unwrap();
+    assert!(idx.matches_metadata(&media).unwrap());
+    idx.verify_media(&data, &mut |_| {}).unwrap();
+    let mut other = data.clone();
+    other[100] ^= 1;
+    assert!(idx.verify_media(&other, &mut |_| {}).is_err());
+}

@@ -99,6 +99,22 @@ fn a_packet_file_of_another_index_or_damaged_is_refused() {
         Prefab::parse(&bad[..], &index),
         Err(PrefabError::Corrupt(_))
     ));
+    // Loaded unverified (header only), the same damage is found by verify,
+    // and packets are read bounded meanwhile.
+    let loaded = Prefab::parse_unverified(&bad[..], &index).unwrap();
+    assert!(loaded.track(0).unwrap().packet(1).is_some());
+    assert!(matches!(
+        loaded.verify(&index, &mut |_| {}),
+        Err(PrefabError::Corrupt(_))
+    ));
+    let mut huge = bytes.clone();
+    huge[table + 8..table + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+    let loaded = Prefab::parse_unverified(&huge[..], &index).unwrap();
+    assert_eq!(loaded.track(0).unwrap().packet(0), None);
+    assert!(
+        Prefab::parse_unverified(truncated, &index).is_err(),
+        "the header's length is checked on load"
+    );
     let mut magic = bytes.clone();
     magic[0] ^= 1;
     assert!(matches!(

@@ -17,7 +17,7 @@ use std::{
 
 use fjord_engine::Title;
 use fjord_fec::FecChoice;
-use fjord_media::ts::TsOptions;
+use fjord_media::{index::Check, ts::TsOptions};
 use fjord_storage::{HeadPin, Storage};
 
 use crate::{
@@ -57,10 +57,10 @@ pub struct Catalog {
     prefab_budget: PrefabBudget,
     prefab_share_percent: u64,
     slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
-    /// Titles waiting for parity or packets, made one at a time by one
-    /// low-priority thread (the work is CPU-bound; the engine's deadlines
-    /// come first). `None` when both are off.
-    derived: Option<mpsc::SyncSender<DeriveJob>>,
+    /// Titles waiting for verification, parity or packets, worked on one
+    /// at a time by one low-priority thread (its reads are bulk I/O, its
+    /// encoding CPU-bound; the engine's deadlines come first).
+    derived: mpsc::SyncSender<DeriveJob>,
     /// Keeps each loaded title's head resident; `None`: no storage layer.
     storage: Option<Storage>,
 }
@@ -72,13 +72,21 @@ type Slot = tokio::sync::Mutex<Option<Loaded>>;
 /// server restarts.
 const DERIVE_QUEUE: usize = 256;
 
-/// Files to derive from a title in the background.
+/// Background work on a title: checking its files, making its parity
+/// and/or packet file.
 struct DeriveJob {
     name: String,
     path: PathBuf,
     slot: Arc<Slot>,
     size: u64,
     mtime: SystemTime,
+    work: Work,
+}
+
+#[derive(Default)]
+struct Work {
+    /// The title as loaded, its files opened unverified (`Check::Later`).
+    verify: Option<Arc<Title>>,
     parity: bool,
     packets: bool,
 }
@@ -113,11 +121,7 @@ impl Catalog {
                 })
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let derived = if fec == FecChoice::Off && prefab == PrefabMode::Off {
-            None
-        } else {
-            Some(derive_worker(storage.clone())?)
-        };
+        let derived = derive_worker(storage.clone())?;
         Ok(Self {
             roots,
             options,
@@ -189,18 +193,30 @@ impl Catalog {
             && !l.title.damaged()
         {
             if self.auto_packets(&path, &l.title, meta.len()) {
-                self.derive(&key, &path, &slot, &meta, false, true);
+                let work = Work {
+                    packets: true,
+                    ..Work::default()
+                };
+                self.derive(&key, &path, &slot, &meta, work);
             }
             return Ok((key, l.title.clone()));
         }
-        // A title whose file shrank under its mapping (`Title::damaged`) is
-        // opened afresh: its files are checked, re-ingested or re-derived.
+        // A title whose file shrank under its mapping or failed verification
+        // (`Title::damaged`) is opened afresh: its files are checked whole
+        // now, re-ingested or re-derived. A first load reads only what
+        // serving needs first (a few pages, not the whole index: the first
+        // PLAYs of other titles wait for no such read) and verifies the rest
+        // in the background, as bulk work.
+        let check = match *loaded {
+            Some(_) => Check::Now,
+            None => Check::Later,
+        };
         let (options, fec) = (self.options, self.fec);
         let name = title.to_owned();
         let media = path.clone();
         let storage = self.storage.clone();
         let (title, parity, head) = tokio::task::spawn_blocking(move || {
-            let (title, parity) = load(&media, &options, fec, storage.as_ref())?;
+            let (title, parity) = load(&media, &options, fec, storage.as_ref(), check)?;
             let title = Arc::new(title);
             let head = storage.and_then(|s| match s.hold_head(title.clone()) {
                 Ok(h) => Some(h),
@@ -219,16 +235,12 @@ impl Catalog {
             PrefabMode::Off => false,
             PrefabMode::Auto => self.auto_packets(&path, &title, meta.len()),
         };
-        if parity == Parity::Missing || packets {
-            self.derive(
-                &name,
-                &path,
-                &slot,
-                &meta,
-                parity == Parity::Missing,
-                packets,
-            );
-        }
+        let work = Work {
+            verify: (check == Check::Later).then(|| title.clone()),
+            parity: parity == Parity::Missing,
+            packets,
+        };
+        self.derive(&name, &path, &slot, &meta, work);
         *loaded = Some(Loaded {
             title: title.clone(),
             size: meta.len(),
@@ -251,29 +263,30 @@ impl Catalog {
             .played(path, size, title.has_prefab(), share)
     }
 
-    /// Queues the background job that makes the title's parity and/or
-    /// packet file.
+    /// Queues the background job that verifies the title's files and/or
+    /// makes its parity and packet file.
     fn derive(
         &self,
         name: &str,
         path: &Path,
         slot: &Arc<Slot>,
         meta: &std::fs::Metadata,
-        parity: bool,
-        packets: bool,
+        work: Work,
     ) {
-        let Some(queue) = &self.derived else { return };
+        if work.verify.is_none() && !work.parity && !work.packets {
+            return;
+        }
+        let packets = work.packets;
         let job = DeriveJob {
             name: name.to_owned(),
             path: path.to_owned(),
             slot: slot.clone(),
             size: meta.len(),
             mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-            parity,
-            packets,
+            work,
         };
-        if queue.try_send(job).is_err() {
-            tracing::warn!(title = %name, "{DERIVE_QUEUE} titles wait already; served without repair streams or prefabricated packets");
+        if self.derived.try_send(job).is_err() {
+            tracing::warn!(title = %name, "{DERIVE_QUEUE} titles wait already; served unverified, without repair streams or prefabricated packets");
             if packets {
                 self.prefab_budget.failed(path);
             }
@@ -312,6 +325,9 @@ fn derive_worker(storage: Option<Storage>) -> io::Result<mpsc::SyncSender<Derive
             fjord_storage::ioprio::bulk();
             for job in rx {
                 let mut pacer = bulk_pacer(storage.as_ref(), &job.path);
+                if let Some(title) = &job.work.verify {
+                    verify(&job.name, title, &mut pacer);
+                }
                 let started = std::time::Instant::now();
                 let mut made = false;
                 let mut outcome = |r: Result<(), String>, done: &str, without: &str| match r {
@@ -322,7 +338,7 @@ fn derive_worker(storage: Option<Storage>) -> io::Result<mpsc::SyncSender<Derive
                     }
                     Err(e) => tracing::warn!(title = %job.name, "{without}: {e}"),
                 };
-                if job.parity {
+                if job.work.parity {
                     outcome(
                         fjord_fec::protect(&job.path, &mut deltas(&mut pacer))
                             .map(drop)
@@ -331,7 +347,7 @@ fn derive_worker(storage: Option<Storage>) -> io::Result<mpsc::SyncSender<Derive
                         "no parity, served without repair streams",
                     );
                 }
-                if job.packets {
+                if job.work.packets {
                     outcome(
                         fjord_media::prefab::prefabricate(&job.path, &mut deltas(&mut pacer))
                             .map(drop)
@@ -351,6 +367,22 @@ fn derive_worker(storage: Option<Storage>) -> io::Result<mpsc::SyncSender<Derive
             }
         })?;
     Ok(tx)
+}
+
+/// Checks a title's files whole (`Title::verify`); one that fails is
+/// damaged: its sessions end and the next client loads it afresh.
+fn verify(name: &str, title: &Title, pacer: &mut dyn FnMut(u64)) {
+    let started = std::time::Instant::now();
+    match title.verify(pacer) {
+        Ok(()) => {
+            let seconds = started.elapsed().as_secs_f32();
+            tracing::info!(title = %name, seconds, "files verified");
+        }
+        Err(e) => tracing::error!(
+            title = %name,
+            "{e}; its sessions end and the title is loaded afresh (run `fjord verify` on it)"
+        ),
+    }
 }
 
 /// Whether a title has the parity its index asks for.
@@ -396,6 +428,7 @@ fn load(
     options: &TsOptions,
     fec: FecChoice,
     storage: Option<&Storage>,
+    check: Check,
 ) -> Result<(Title, Parity), CatalogError> {
     // Two threads read the media at once (hash and plan): one pacer for both.
     let pacer = std::sync::Mutex::new(bulk_pacer(storage, path));
@@ -405,6 +438,7 @@ fn load(
         &fjord_fec::layouts(fec),
         &mut |_, _| {},
         &|bytes| pacer.lock().unwrap_or_else(|e| e.into_inner())(bytes),
+        check,
     )
     .map_err(classify)?;
     let layout = index.tracks().any(|t| t.fec_layout().is_some());
@@ -416,7 +450,7 @@ fn load(
     let mut title = Title::new(index, path)
         .map_err(|e| CatalogError::Failed(format!("{}: {e}", path.display())))?;
     let packets = fjord_media::prefab::prefab_path_for(path);
-    match title.attach_prefab(&packets) {
+    match title.attach_prefab(&packets, check) {
         Ok(()) => tracing::info!(file = %path.display(), "prefabricated packets found"),
         Err(fjord_media::prefab::PrefabError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!(file = %path.display(), "{}: {e}", packets.display()),
@@ -425,7 +459,8 @@ fn load(
     if !layout {
         return Ok((title, Parity::None));
     }
-    let parity = match title.attach_fec(&sidecar, &fjord_media::index::index_path_for(path)) {
+    let index_path = fjord_media::index::index_path_for(path);
+    let parity = match title.attach_fec(&sidecar, &index_path, check) {
         Ok(()) => {
             tracing::info!(file = %path.display(), "parity sidecar found; repair streams offered");
             Parity::Attached

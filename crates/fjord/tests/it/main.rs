@@ -17,3 +17,4 @@ mod load;
 mod peers;
 mod shared;
 mod storage;
+mod verify;
