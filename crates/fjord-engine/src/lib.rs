@@ -20,4 +20,4 @@ pub use command::{
     Command, LATE, Output, PlayInfo, RepairSpec, SessionSpec, Start, ThreadStats, UdpSocket,
 };
 pub use thread::{Engine, EngineConfig};
-pub use title::Title;
+pub use title::{Title, VerifyError};

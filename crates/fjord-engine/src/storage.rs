@@ -117,6 +117,21 @@ impl Files {
         Ok(())
     }
 
+    /// Reads `piece` of file `slot`'s mapping into the page cache by file
+    /// I/O, so that a disk error is returned here rather than met as a
+    /// fault in the mapping.
+    pub(crate) fn read_into_cache(&self, slot: Slot, piece: &[u8]) -> io::Result<()> {
+        let file = &self.mapped[slot as usize];
+        let start = (piece.as_ptr() as usize)
+            .checked_sub(file.base as usize)
+            .filter(|s| s + piece.len() <= file.len)
+            .ok_or_else(|| io::Error::other("not a piece of the file's mapping"))?;
+        fjord_storage::pin::read_into_cache(file, start, piece.len()).map_err(|e| match e {
+            fjord_storage::pin::PinError::Read(e) | fjord_storage::pin::PinError::Other(e) => e,
+            fjord_storage::pin::PinError::Truncated => io::ErrorKind::UnexpectedEof.into(),
+        })
+    }
+
     /// Reads `buf.len()` bytes of file `slot` at `offset` with `pread`
     /// (never through the mapping, where a page the disk fails to read
     /// would be SIGBUS).

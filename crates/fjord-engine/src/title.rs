@@ -39,6 +39,17 @@ pub struct Title {
     corrupt: AtomicBool,
 }
 
+/// Why [`Title::verify`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// A file's content is not what was written.
+    #[error("{0}")]
+    Damaged(String),
+    /// The disk failed to read a file (EIO).
+    #[error("{0}")]
+    Unreadable(String),
+}
+
 /// The sidecar, checked against the index, and per track the repair window:
 /// the longest time from a block's first source packet to its last one.
 struct Parity {
@@ -180,39 +191,64 @@ impl Title {
     /// Checks the title's files whole, which loading left to this (to
     /// load in a few pages): the index's checksum and records, the media
     /// file's sampled content, the packet file's offsets and the parity's
-    /// checksum. `pace` is called with the bytes about to be read (bulk I/O
-    /// waits there for its turn). A title that fails is damaged from then
-    /// on: its sessions end and the catalog loads it afresh.
-    pub fn verify(&self, pace: &mut dyn FnMut(u64)) -> Result<(), String> {
+    /// checksum. Every piece is read into the page cache by file I/O first,
+    /// after `pace` (called with its length: bulk I/O waits there for its
+    /// turn). Damage makes the title damaged from then on (its sessions
+    /// end, the catalog loads it afresh); a disk read error flags it for
+    /// `fjord repair` (sessions rebuild what they read).
+    pub fn verify(&self, pace: &mut dyn FnMut(u64)) -> Result<(), VerifyError> {
         let result = self.verify_files(pace);
-        if result.is_err() {
-            self.corrupt.store(true, Ordering::Relaxed);
+        match &result {
+            Err(VerifyError::Damaged(_)) => self.corrupt.store(true, Ordering::Relaxed),
+            Err(VerifyError::Unreadable(_)) => self.flag_for_repair(),
+            Ok(()) => {}
         }
         result
     }
 
-    fn verify_files(&self, pace: &mut dyn FnMut(u64)) -> Result<(), String> {
-        let name = |slot| {
-            self.files
-                .path(slot)
-                .map_or("?".into(), |p| p.display().to_string())
+    fn verify_files(&self, pace: &mut dyn FnMut(u64)) -> Result<(), VerifyError> {
+        let files = &self.files;
+        let mut read = |slot: Slot, piece: &[u8]| {
+            pace(piece.len() as u64);
+            files.read_into_cache(slot, piece)
         };
         let index = &self.index;
-        let fail = |slot, e: &dyn std::fmt::Display| format!("{}: {e}", name(slot));
-        index.verify(pace).map_err(|e| fail(Slot::Index, &e))?;
+        let fail = |slot, unreadable: bool, e: &dyn std::fmt::Display| {
+            let path = files
+                .path(slot)
+                .map_or("?".into(), |p| p.display().to_string());
+            match unreadable {
+                true => VerifyError::Unreadable(format!("{path}: {e}")),
+                false => VerifyError::Damaged(format!("{path}: {e}")),
+            }
+        };
+        use fjord_media::IndexError;
+        let index_failed = |slot| {
+            move |e| match e {
+                IndexError::Io(e) => fail(slot, true, &e),
+                e => fail(slot, false, &e),
+            }
+        };
         index
-            .verify_media(&self.media, pace)
-            .map_err(|e| fail(Slot::Media, &e))?;
+            .verify(&mut |p| read(Slot::Index, p))
+            .map_err(index_failed(Slot::Index))?;
+        index
+            .verify_media(&self.media, &mut |p| read(Slot::Media, p))
+            .map_err(index_failed(Slot::Media))?;
         if let Some((_, prefab)) = &self.prefab {
             prefab
-                .verify(index, pace)
-                .map_err(|e| fail(Slot::Prefab, &e))?;
+                .verify(index, &mut |p| read(Slot::Prefab, p))
+                .map_err(|e| fail(Slot::Prefab, matches!(e, PrefabError::Io(_)), &e))?;
         }
         if let Some(f) = &self.fec {
-            f.sidecar.verify(pace).map_err(|e| fail(Slot::Parity, &e))?;
+            f.sidecar
+                .verify(&mut |p| read(Slot::Parity, p))
+                .map_err(|e| fail(Slot::Parity, matches!(e, SidecarError::Io(_)), &e))?;
         }
         if self.damaged() {
-            return Err("a file shrank while it was verified".into());
+            return Err(VerifyError::Damaged(
+                "a file shrank while it was verified".into(),
+            ));
         }
         Ok(())
     }

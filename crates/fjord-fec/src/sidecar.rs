@@ -40,7 +40,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use fjord_media::guard::Guarded;
+use fjord_media::guard::{BeforeRead, Guarded};
 use fjord_media::{Index, SourceId};
 
 use crate::params::FecParams;
@@ -209,7 +209,7 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
     /// bound. Never panics and allocates only per track (at most 256).
     pub fn parse(bytes: B) -> Result<Sidecar<B>, SidecarError> {
         let sidecar = Sidecar::parse_unverified(bytes)?;
-        sidecar.verify(&mut |_| {})?;
+        sidecar.verify(&mut |_| Ok(()))?;
         Ok(sidecar)
     }
 
@@ -273,16 +273,16 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
     }
 
     /// Checks what [`Sidecar::parse_unverified`] left: the meta checksum
-    /// (block tables and symbol hashes) and every block entry. `pace` is
-    /// called with the bytes about to be read, a MiB at a time.
-    pub fn verify(&self, pace: &mut dyn FnMut(u64)) -> Result<(), SidecarError> {
+    /// (block tables and symbol hashes) and every block entry. `before` is
+    /// called with each piece of the meta before it is read.
+    pub fn verify(&self, before: BeforeRead<'_>) -> Result<(), SidecarError> {
         let b = self.bytes.as_ref();
         let meta_len = usize::try_from(u64_at(b, 128)?).map_err(|_| corrupt("meta length"))?;
         let sum: [u8; CHECKSUM_LEN] = get(b, meta_len)?;
         let meta = b.get(..meta_len).ok_or(corrupt("meta length"))?;
         let mut hasher = blake3::Hasher::new();
         for piece in meta.chunks(VERIFY_PIECE) {
-            pace(piece.len() as u64);
+            before(piece)?;
             hasher.update(piece);
         }
         if hasher.finalize().as_bytes() != &sum {
@@ -396,7 +396,7 @@ pub fn open(path: &Path) -> Result<Sidecar<Guarded>, SidecarError> {
 /// symbols to the data paths that send from a file descriptor.
 pub fn open_with_file(path: &Path) -> Result<(File, Sidecar<Guarded>), SidecarError> {
     let (file, sidecar) = open_unverified(path)?;
-    sidecar.verify(&mut |_| {})?;
+    sidecar.verify(&mut |_| Ok(()))?;
     Ok((file, sidecar))
 }
 

@@ -341,7 +341,7 @@ fn unverified_sidecars_check_blocks_where_they_are_read() {
     assert!(track.block(2).is_some());
     assert!(track.block(3).is_none());
     assert!(matches!(
-        sidecar.verify(&mut |_| {}),
+        sidecar.verify(&mut |_| Ok(())),
         Err(SidecarError::Corrupt("checksum mismatch"))
     ));
     assert!(fjord_fec::sidecar::open(&sidecar_path).is_err());

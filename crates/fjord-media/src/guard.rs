@@ -33,6 +33,13 @@ use std::{
     },
 };
 
+/// Called by the verifiers with each piece of a mapping before they read
+/// it (a MiB or so): waits for the disk's turn (bulk I/O) and may read the
+/// piece by file I/O first, so that a disk error is this call's error
+/// rather than a fault in the mapping. `&mut |_| Ok(())` reads straight
+/// from the mapping.
+pub type BeforeRead<'a> = &'a mut dyn FnMut(&[u8]) -> io::Result<()>;
+
 use memmap2::Mmap;
 
 /// Mappings that can be protected at once; beyond it a mapping works, but

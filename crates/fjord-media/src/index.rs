@@ -39,7 +39,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use crate::guard::Guarded;
+use crate::guard::{BeforeRead, Guarded};
 
 use crate::durable;
 use crate::plan::{
@@ -158,18 +158,25 @@ pub fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
 
 /// blake3 over the length, first and last MiB and 32 evenly spaced 4 KiB blocks.
 pub fn sample_hash(data: &[u8]) -> [u8; 32] {
-    sample_hash_paced(data, &mut |_| {})
+    sample_hash_read(data, &mut |_| Ok(())).unwrap_or_default()
 }
 
-/// [`sample_hash`], calling `pace` with each piece's length before reading it.
-fn sample_hash_paced(data: &[u8], pace: &mut dyn FnMut(u64)) -> [u8; 32] {
+/// [`sample_hash`], calling `before` with each piece before reading it.
+fn sample_hash_read(data: &[u8], before: BeforeRead<'_>) -> io::Result<[u8; 32]> {
     let mut h = blake3::Hasher::new();
     h.update(&(data.len() as u64).to_le_bytes());
+    let mut result = Ok(());
     sample_pieces(data.len(), |range| {
-        pace(range.len() as u64);
-        h.update(data.get(range).unwrap_or_default());
+        let piece = data.get(range).unwrap_or_default();
+        // Nothing is read after a failed piece (its pages may fault).
+        if result.is_ok() {
+            result = before(piece);
+            if result.is_ok() {
+                h.update(piece);
+            }
+        }
     });
-    *h.finalize().as_bytes()
+    result.map(|()| *h.finalize().as_bytes())
 }
 
 /// The byte ranges [`sample_hash`] hashes after the length, in order.
@@ -515,7 +522,7 @@ impl Index {
     /// corrupt file. Reads the whole index: see [`Index::open_unverified`].
     pub fn open(index_path: &Path) -> Result<Index, IndexError> {
         let index = Index::open_unverified(index_path)?;
-        index.verify(&mut |_| {})?;
+        index.verify(&mut |_| Ok(()))?;
         Ok(index)
     }
 
@@ -540,15 +547,14 @@ impl Index {
     }
 
     /// Checks what [`Index::open_unverified`] left: the checksum, and every
-    /// packet record against the media file's size. `pace` is called with
-    /// the bytes about to be read, a MiB at a time (bulk I/O waits there
-    /// for its turn).
-    pub fn verify(&self, pace: &mut dyn FnMut(u64)) -> Result<(), IndexError> {
+    /// packet record against the media file's size. `before` is called with
+    /// each piece of the file before it is read.
+    pub fn verify(&self, before: BeforeRead<'_>) -> Result<(), IndexError> {
         let body_len = self.map.len().saturating_sub(TRAILER_LEN);
         let (body, trailer) = self.map.split_at(body_len);
         let mut hasher = blake3::Hasher::new();
         for piece in body.chunks(VERIFY_PIECE) {
-            pace(piece.len() as u64);
+            before(piece)?;
             hasher.update(piece);
         }
         if hasher.finalize().as_bytes() != trailer {
@@ -608,10 +614,10 @@ impl Index {
 
     /// Checks the mapped media against the sample hash this index records
     /// (for a title opened with `Check::Later`, whose file only matched by
-    /// size and mtime). `pace` is called with each piece's bytes before it
-    /// is read.
-    pub fn verify_media(&self, media: &[u8], pace: &mut dyn FnMut(u64)) -> Result<(), IndexError> {
-        if sample_hash_paced(media, pace) != self.source().sample_hash {
+    /// size and mtime). `before` is called with each piece before it is
+    /// read.
+    pub fn verify_media(&self, media: &[u8], before: BeforeRead<'_>) -> Result<(), IndexError> {
+        if sample_hash_read(media, before)? != self.source().sample_hash {
             return Err(IndexError::Corrupt(
                 "the media file's content differs from what was indexed",
             ));

@@ -36,7 +36,7 @@ use std::{
 
 use crate::{
     durable,
-    guard::Guarded,
+    guard::{BeforeRead, Guarded},
     index::{Index, Track, index_path_for, map_media},
     plan::PacketRecord,
 };
@@ -46,9 +46,9 @@ pub const MAGIC: [u8; 8] = *b"FJORDPKT";
 pub const VERSION: u32 = 1;
 const HEADER_LEN: usize = 64;
 const TRACK_ENTRY_LEN: usize = 32;
-/// Offset-table entries [`Prefab::verify`] reads between calls of its pacer
+/// Offset-table entries [`Prefab::verify`] hands its `before` at a time
 /// (a MiB).
-const PACED_ENTRIES: usize = 1 << 17;
+const PIECE_ENTRIES: usize = 1 << 17;
 
 /// Where the prefabricated packets of `media` live: next to it, `.fjpkt`
 /// appended.
@@ -303,7 +303,7 @@ impl<B: AsRef<[u8]>> Prefab<B> {
     /// burst's bytes are exactly its packets). Never panics on corrupt input.
     pub fn parse(bytes: B, index: &Index) -> Result<Prefab<B>, PrefabError> {
         let prefab = Prefab::parse_unverified(bytes, index)?;
-        prefab.verify(index, &mut |_| {})?;
+        prefab.verify(index, &mut |_| Ok(()))?;
         Ok(prefab)
     }
 
@@ -366,9 +366,9 @@ impl<B: AsRef<[u8]>> Prefab<B> {
     }
 
     /// Checks every packet's length against its record in `index`, and
-    /// that the packets lie after the tables and inside the file. `pace` is
-    /// called with the bytes of offset table about to be read.
-    pub fn verify(&self, index: &Index, pace: &mut dyn FnMut(u64)) -> Result<(), PrefabError> {
+    /// that the packets lie after the tables and inside the file. `before`
+    /// is called with each piece of the offset tables before it is read.
+    pub fn verify(&self, index: &Index, before: BeforeRead<'_>) -> Result<(), PrefabError> {
         let b = self.bytes.as_ref();
         let corrupt = PrefabError::Corrupt;
         for (entry, track) in self.tracks.iter().zip(index.tracks()) {
@@ -377,10 +377,11 @@ impl<B: AsRef<[u8]>> Prefab<B> {
             if at < table_end {
                 return Err(corrupt("packets overlap the tables"));
             }
+            let table = b.get(entry.table..table_end as usize).unwrap_or_default();
+            for piece in table.chunks(PIECE_ENTRIES * 8) {
+                before(piece)?;
+            }
             for i in 0..entry.count {
-                if i % PACED_ENTRIES == 0 {
-                    pace((PACED_ENTRIES * 8) as u64);
-                }
                 let rec = track.packet(i).ok_or(corrupt("index record"))?;
                 let next = u64_at(b, entry.table + 8 * (i + 1)).ok_or(corrupt("offset table"))?;
                 if next.checked_sub(at) != Some(wire_len(&rec)) {
@@ -453,7 +454,7 @@ impl<B: AsRef<[u8]>> Prefab<B> {
 /// stays open for the data paths that read or sendfile.
 pub fn open(path: &Path, index: &Index) -> Result<(File, Prefab<Guarded>), PrefabError> {
     let (file, prefab) = open_unverified(path, index)?;
-    prefab.verify(index, &mut |_| {})?;
+    prefab.verify(index, &mut |_| Ok(()))?;
     Ok((file, prefab))
 }
 

@@ -317,12 +317,16 @@ fn unverified_open_leaves_the_records_and_checksum_to_verify() {
     let path = dir.path().join("clip.mp4.fjidx");
     index::write(&path, &two_tracks(), &source()).unwrap();
     let idx = Index::open_unverified(&path).unwrap();
-    let mut paced = 0;
-    idx.verify(&mut |n| paced += n).unwrap();
-    assert_eq!(
-        paced as usize,
-        std::fs::metadata(&path).unwrap().len() as usize - 32
-    );
+    let mut read = 0;
+    idx.verify(&mut |piece| {
+        read += piece.len();
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(read, std::fs::metadata(&path).unwrap().len() as usize - 32);
+    // A read error met on the way (a bad sector) is an I/O error, not damage.
+    let failing = idx.verify(&mut |_| Err(std::io::Error::from_raw_os_error(5)));
+    assert!(matches!(failing, Err(IndexError::Io(_))), "{failing:?}");
 
     // One byte of a record's offset (the first track's first record).
     let mut bad = std::fs::read(&path).unwrap();
@@ -332,7 +336,7 @@ fn unverified_open_leaves_the_records_and_checksum_to_verify() {
     let idx = Index::open_unverified(&path).unwrap();
     assert!(idx.track(0).unwrap().packet(0).is_some());
     assert!(
-        matches!(idx.verify(&mut |_| {}), Err(IndexError::Corrupt(m)) if m == "checksum mismatch")
+        matches!(idx.verify(&mut |_| Ok(())), Err(IndexError::Corrupt(m)) if m == "checksum mismatch")
     );
     assert!(matches!(Index::open(&path), Err(IndexError::Corrupt(_))));
 
@@ -341,7 +345,7 @@ fn unverified_open_leaves_the_records_and_checksum_to_verify() {
     std::fs::write(&path, &bad).unwrap();
     let idx = Index::open_unverified(&path).unwrap();
     assert!(
-        matches!(idx.verify(&mut |_| {}), Err(IndexError::Corrupt(m)) if m.contains("outside"))
+        matches!(idx.verify(&mut |_| Ok(())), Err(IndexError::Corrupt(m)) if m.contains("outside"))
     );
 
     // A damaged head is refused even unverified.
@@ -364,8 +368,8 @@ fn media_content_is_checked_by_verify_media() {
     index::write(&path, &two_tracks(), &src).unwrap();
     let idx = Index::open_unverified(&path).unwrap();
     assert!(idx.matches_metadata(&media).unwrap());
-    idx.verify_media(&data, &mut |_| {}).unwrap();
+    idx.verify_media(&data, &mut |_| Ok(())).unwrap();
     let mut other = data.clone();
     other[100] ^= 1;
-    assert!(idx.verify_media(&other, &mut |_| {}).is_err());
+    assert!(idx.verify_media(&other, &mut |_| Ok(())).is_err());
 }

@@ -104,7 +104,7 @@ fn a_packet_file_of_another_index_or_damaged_is_refused() {
     let loaded = Prefab::parse_unverified(&bad[..], &index).unwrap();
     assert!(loaded.track(0).unwrap().packet(1).is_some());
     assert!(matches!(
-        loaded.verify(&index, &mut |_| {}),
+        loaded.verify(&index, &mut |_| Ok(())),
         Err(PrefabError::Corrupt(_))
     ));
     let mut huge = bytes.clone();

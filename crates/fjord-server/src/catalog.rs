@@ -15,7 +15,7 @@ use std::{
     time::SystemTime,
 };
 
-use fjord_engine::Title;
+use fjord_engine::{Title, VerifyError};
 use fjord_fec::FecChoice;
 use fjord_media::{index::Check, ts::TsOptions};
 use fjord_storage::{HeadPin, Storage};
@@ -378,9 +378,13 @@ fn verify(name: &str, title: &Title, pacer: &mut dyn FnMut(u64)) {
             let seconds = started.elapsed().as_secs_f32();
             tracing::info!(title = %name, seconds, "files verified");
         }
-        Err(e) => tracing::error!(
+        Err(VerifyError::Damaged(e)) => tracing::error!(
             title = %name,
             "{e}; its sessions end and the title is loaded afresh (run `fjord verify` on it)"
+        ),
+        Err(VerifyError::Unreadable(e)) => tracing::error!(
+            title = %name,
+            "{e} while verifying; served on (what sessions read is rebuilt), run `fjord repair` on it"
         ),
     }
 }

@@ -340,7 +340,7 @@ fn file_id(file: &MappedFile) -> (u64, u64) {
 /// Reads bytes `start..start + len` of the file into the page cache and
 /// waits for them, without copying them anywhere: `sendfile` to /dev/null
 /// moves page references. The disk's error (EIO) is the read's error.
-fn read_into_cache(file: &MappedFile, start: usize, len: usize) -> Result<(), PinError> {
+pub fn read_into_cache(file: &MappedFile, start: usize, len: usize) -> Result<(), PinError> {
     static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
     let Some(null) = NULL.get_or_init(|| {
         std::fs::OpenOptions::new()

@@ -8,9 +8,10 @@
 //!
 //! Each title is ingested in a plain directory (index, parity, packets),
 //! then served from the FUSE view of it; a DESCRIBE loads the title before
-//! the range starts failing (loading hashes samples of the media) and the
-//! range is then dropped from the page cache, so the next read of it goes
-//! to the "disk". Needs /dev/fuse and root (`make test` installs fuse3 and
+//! the range starts failing and the range is then dropped from the page
+//! cache, so the next read of it goes to the "disk". (The server's
+//! background verification may meet the failing range too: it flags the
+//! title for repair and serves on.) Needs /dev/fuse and root (`make test` installs fuse3 and
 //! python3-fusepy); without them the tests say why and pass.
 
 use std::fs;
