@@ -106,6 +106,10 @@ pub struct RunResult {
     /// The longest stall of any session, ms.
     pub max_stall_ms: f64,
     pub first_packet_ms: Percentiles,
+    /// Each session's time to first packet, in session order (the order
+    /// of `starts`): which starts were slow.
+    #[serde(default)]
+    pub first_packet_ms_by_session: Vec<Option<f64>>,
     /// Each engine thread (`fjord-engine-N`) over the run.
     pub engine_threads: Vec<ThreadRow>,
     /// The whole server process over the run.
@@ -862,6 +866,11 @@ fn run_one(
         max_lateness_ms: t.max_lateness_ms,
         max_stall_ms: t.max_stall_ms,
         first_packet_ms: Percentiles::of(&ttfp),
+        first_packet_ms_by_session: load_report
+            .sessions
+            .iter()
+            .map(|s| s.first_packet_ms)
+            .collect(),
         engine_threads,
         process,
         disk,

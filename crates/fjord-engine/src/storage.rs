@@ -292,7 +292,17 @@ impl Source for Title {
                 .path(s)
                 .map_or("?".into(), |p| p.display().to_string())
         };
-        let (name, media) = (shown(slot), shown(Slot::Media));
+        let name = shown(slot);
+        let media = files
+            .path(Slot::Media)
+            .map(Path::to_owned)
+            .unwrap_or_default();
+        let media = match files.path(Slot::Parity) {
+            Some(p) if p != fjord_fec::sidecar_path_for(&media) => {
+                format!("--parity {} {}", p.display(), media.display())
+            }
+            _ => media.display().to_string(),
+        };
         let read = |s: Slot, buf: &mut [u8], at: u64| files.read_at(s, buf, at);
         let bytes = format!("bytes {}..{}", range.start, range.end);
         match crate::rebuild::rebuild(self, slot, range, out, &read) {

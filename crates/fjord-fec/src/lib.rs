@@ -26,7 +26,7 @@ pub use decode::{BlockDecoder, DecodeError, SourcePacket};
 pub use encode::{EncodeSummary, write_sidecar};
 pub use params::{FecChoice, FecParams, ParamsError};
 pub use sidecar::{Sidecar, SidecarError, sidecar_path_for};
-pub use storage::{RepairOutcome, Report, repair, verify};
+pub use storage::{RepairOutcome, Report, repair, repair_with, verify, verify_with};
 pub use symbol::RepairHeader;
 
 /// Why parity could not be made, checked or used. Messages say what to do.
@@ -91,7 +91,16 @@ pub fn protect(
     media: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Option<EncodeSummary>, FecError> {
-    let path = sidecar_path_for(media);
+    protect_to(media, &sidecar_path_for(media), progress)
+}
+
+/// [`protect`], the sidecar written at `path` (a server with a pool of
+/// disks keeps a title's parity on another disk than its media).
+pub fn protect_to(
+    media: &Path,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Option<EncodeSummary>, FecError> {
     let index_path = index_path_for(media);
     let index = Index::open(&index_path).map_err(|source| FecError::Index {
         path: index_path.clone(),
@@ -99,7 +108,7 @@ pub fn protect(
     })?;
     let recorded: Vec<Option<BlockLayout>> = index.tracks().map(|t| t.fec_layout()).collect();
     if recorded.iter().all(Option::is_none) {
-        return match std::fs::remove_file(&path) {
+        return match std::fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(FecError::Io {
                 what: format!("remove {}", path.display()),
                 source: e,
@@ -129,10 +138,10 @@ pub fn protect(
         };
         progress(done, total);
     };
-    let summary = write_sidecar(&path, &index, &checksum, &data, &layouts, &mut progress)?;
+    let summary = write_sidecar(path, &index, &checksum, &data, &layouts, &mut progress)?;
     // Parity of zeros read from a file truncated meanwhile protects nothing.
     if data.damaged() || index.damaged() {
-        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path);
         return Err(FecError::Invalid(format!(
             "{} or its index shrank while the parity was computed; run again once nothing writes them",
             media.display()

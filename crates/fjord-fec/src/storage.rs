@@ -208,13 +208,13 @@ impl Title {
     }
 }
 
-fn load(media_path: &Path) -> Result<Title, FecError> {
+fn load(media_path: &Path, sidecar_path: &Path) -> Result<Title, FecError> {
     let index_path = index_path_for(media_path);
     let index = Index::open(&index_path).map_err(|source| FecError::Index {
         path: index_path.clone(),
         source,
     })?;
-    let sidecar_path = sidecar::sidecar_path_for(media_path);
+    let sidecar_path = sidecar_path.to_owned();
     let sidecar = sidecar::open(&sidecar_path).map_err(|source| FecError::Sidecar {
         path: sidecar_path.clone(),
         source,
@@ -242,7 +242,13 @@ fn load(media_path: &Path) -> Result<Title, FecError> {
 
 /// Checks `media_path` against its index and parity sidecar.
 pub fn verify(media_path: &Path) -> Result<Report, FecError> {
-    let title = load(media_path)?;
+    verify_with(media_path, &sidecar::sidecar_path_for(media_path))
+}
+
+/// [`verify`] with the parity at `sidecar_path` (a server with a pool of
+/// disks keeps a title's parity on another disk than its media).
+pub fn verify_with(media_path: &Path, sidecar_path: &Path) -> Result<Report, FecError> {
+    let title = load(media_path, sidecar_path)?;
     let report = verify_title(&title, media_path)?;
     title.unchanged(media_path)?;
     Ok(report)
@@ -418,7 +424,12 @@ pub enum RepairOutcome {
 /// and replaces the file atomically. Refuses (`FecError::BeyondRepair`,
 /// saying why) when the damage exceeds what the parity covers.
 pub fn repair(media_path: &Path) -> Result<RepairOutcome, FecError> {
-    let title = load(media_path)?;
+    repair_with(media_path, &sidecar::sidecar_path_for(media_path))
+}
+
+/// [`repair`] with the parity at `sidecar_path`.
+pub fn repair_with(media_path: &Path, sidecar_path: &Path) -> Result<RepairOutcome, FecError> {
+    let title = load(media_path, sidecar_path)?;
     let report = verify_title(&title, media_path)?;
     title.unchanged(media_path)?;
     if report.is_clean() {

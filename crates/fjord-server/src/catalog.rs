@@ -22,6 +22,7 @@ use fjord_storage::{HeadPin, Storage};
 
 use crate::{
     config::PrefabMode,
+    pool::Pool,
     prefab_budget::{self, PrefabBudget},
 };
 
@@ -46,7 +47,7 @@ impl CatalogError {
 }
 
 pub struct Catalog {
-    roots: Vec<PathBuf>,
+    pool: Arc<Pool>,
     options: TsOptions,
     /// The block layouts of titles this catalog ingests.
     fec: FecChoice,
@@ -113,17 +114,10 @@ impl Catalog {
         prefab_share_percent: u64,
         storage: Option<Storage>,
     ) -> io::Result<Self> {
-        let roots = roots
-            .iter()
-            .map(|root| {
-                root.canonicalize().map_err(|e| {
-                    io::Error::new(e.kind(), format!("media root {}: {e}", root.display()))
-                })
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        let derived = derive_worker(storage.clone())?;
+        let pool = Arc::new(Pool::new(roots)?);
+        let derived = derive_worker(storage.clone(), pool.clone())?;
         Ok(Self {
-            roots,
+            pool,
             options,
             fec,
             prefab,
@@ -135,8 +129,8 @@ impl Catalog {
         })
     }
 
-    pub fn roots(&self) -> &[PathBuf] {
-        &self.roots
+    pub fn roots(&self) -> Vec<PathBuf> {
+        self.pool.roots().map(Path::to_owned).collect()
     }
 
     /// The file of a title in the first root that has it, or `NotFound`
@@ -157,13 +151,7 @@ impl Catalog {
         if title.is_empty() || !plain || ours {
             return Err(CatalogError::NotFound);
         }
-        self.roots
-            .iter()
-            .find_map(|root| {
-                let path = root.join(rel).canonicalize().ok()?;
-                (path.starts_with(root) && path.is_file()).then_some(path)
-            })
-            .ok_or(CatalogError::NotFound)
+        self.pool.find(rel).ok_or(CatalogError::NotFound)
     }
 
     /// The title with its name, ingesting it first when it is new or its
@@ -215,8 +203,10 @@ impl Catalog {
         let name = title.to_owned();
         let media = path.clone();
         let storage = self.storage.clone();
+        let parity_path = self.pool.parity_path(&path);
         let (title, parity, head) = tokio::task::spawn_blocking(move || {
-            let (title, parity) = load(&media, &options, fec, storage.as_ref(), check)?;
+            let (title, parity) =
+                load(&media, &parity_path, &options, fec, storage.as_ref(), check)?;
             let title = Arc::new(title);
             let head = storage.and_then(|s| match s.hold_head(title.clone()) {
                 Ok(h) => Some(h),
@@ -314,7 +304,10 @@ impl Catalog {
 /// The thread that writes sidecars and packet files for queued titles,
 /// then drops each loaded title if it is still that file's, so the next
 /// client gets it with them (sessions playing keep theirs).
-fn derive_worker(storage: Option<Storage>) -> io::Result<mpsc::SyncSender<DeriveJob>> {
+fn derive_worker(
+    storage: Option<Storage>,
+    pool: Arc<Pool>,
+) -> io::Result<mpsc::SyncSender<DeriveJob>> {
     let (tx, rx) = mpsc::sync_channel::<DeriveJob>(DERIVE_QUEUE);
     std::thread::Builder::new()
         .name("fjord-derive".to_owned())
@@ -339,10 +332,9 @@ fn derive_worker(storage: Option<Storage>) -> io::Result<mpsc::SyncSender<Derive
                     Err(e) => tracing::warn!(title = %job.name, "{without}: {e}"),
                 };
                 if job.work.parity {
+                    let target = pool.parity_target(&job.path);
                     outcome(
-                        fjord_fec::protect(&job.path, &mut deltas(&mut pacer))
-                            .map(drop)
-                            .map_err(|e| e.to_string()),
+                        make_parity(&job.path, &target, &mut deltas(&mut pacer)),
                         "parity written; repair streams offered to new sessions",
                         "no parity, served without repair streams",
                     );
@@ -389,6 +381,21 @@ fn verify(name: &str, title: &Title, pacer: &mut dyn FnMut(u64)) {
     }
 }
 
+/// Writes the parity of `media` at `target` (on another disk of the pool,
+/// or beside it).
+fn make_parity(
+    media: &Path,
+    target: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(), String> {
+    if let Some(dir) = target.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    }
+    fjord_fec::protect_to(media, target, progress)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
 /// Whether a title has the parity its index asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Parity {
@@ -429,6 +436,7 @@ fn bulk_pacer(storage: Option<&Storage>, path: &Path) -> impl FnMut(u64) + Send 
 /// missing or stale, as bulk work), and where its parity stands.
 fn load(
     path: &Path,
+    parity_path: &Path,
     options: &TsOptions,
     fec: FecChoice,
     storage: Option<&Storage>,
@@ -459,14 +467,14 @@ fn load(
         Err(fjord_media::prefab::PrefabError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!(file = %path.display(), "{}: {e}", packets.display()),
     }
-    let sidecar = fjord_fec::sidecar_path_for(path);
+    let sidecar = parity_path;
     if !layout {
         return Ok((title, Parity::None));
     }
     let index_path = fjord_media::index::index_path_for(path);
-    let parity = match title.attach_fec(&sidecar, &index_path, check) {
+    let parity = match title.attach_fec(sidecar, &index_path, check) {
         Ok(()) => {
-            tracing::info!(file = %path.display(), "parity sidecar found; repair streams offered");
+            tracing::info!(file = %path.display(), parity = %sidecar.display(), "parity sidecar found; repair streams offered");
             Parity::Attached
         }
         Err(fjord_fec::SidecarError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {

@@ -7,6 +7,7 @@ mod catalog;
 pub mod config;
 mod conn;
 mod control;
+mod pool;
 mod ports;
 mod prefab_budget;
 mod session;

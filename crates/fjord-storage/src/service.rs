@@ -53,7 +53,7 @@ impl Default for StorageConfig {
     fn default() -> Self {
         Self {
             readahead: Duration::from_secs(4),
-            first_read: Duration::from_secs(1),
+            first_read: Duration::from_millis(250),
             budget: crate::budget::default_budget(),
             head: Duration::from_secs(2),
             workers_per_disk: 4,
@@ -153,6 +153,9 @@ struct Entry {
     /// A refill to this packet is queued or running, and the bytes it is
     /// expected to pin.
     refill: Option<(u32, u64)>,
+    /// A refill cycle runs: pieces follow each other until the window
+    /// holds `readahead` again.
+    filling: bool,
     /// Bumped whenever the entry is rescheduled: stale heap entries skip.
     generation: u64,
 }
@@ -386,6 +389,7 @@ impl Storage {
                 uses,
                 grants: VecDeque::new(),
                 refill: None,
+                filling: false,
                 generation: 0,
             };
             match st.free.pop() {
@@ -541,6 +545,8 @@ struct Worker {
 
 /// How often an idle worker looks at its sessions anyway.
 const IDLE: Duration = Duration::from_millis(200);
+/// The most one refill reads (about: whole chunks at its ends come on top).
+const MAX_PIECE: u64 = 1 << 20;
 /// How soon to look again at a session whose refill waits for budget.
 const BUDGET_RETRY: Duration = Duration::from_millis(20);
 
@@ -695,12 +701,17 @@ impl Worker {
     }
 
     /// When to look at `e` next, or the refill it needs now (to which
-    /// packet, by when).
-    fn schedule(&self, e: &Entry, now: Instant) -> (Instant, Option<(u32, Instant)>) {
+    /// packet, by when). A refill cycle starts when the window holds less
+    /// than half of `readahead` and goes on in pieces of at most
+    /// [`MAX_PIECE`] bytes until it holds all of it: a worker is never
+    /// busy long with one session, so a starting session's first read
+    /// waits little for a free one.
+    fn schedule(&self, e: &mut Entry, now: Instant) -> (Instant, Option<(u32, Instant)>) {
         let cfg = &self.inner.config;
         let count = e.source.packet_count(e.track);
         let (next, end) = (e.cursor.next(), e.cursor.window().1);
         if end >= count {
+            e.filling = false;
             return (now + IDLE * 5, None);
         }
         let time = |i| e.source.send_time_ns(e.track, i).unwrap_or(u64::MAX);
@@ -708,7 +719,9 @@ impl Worker {
         let lead = Duration::from_nanos(t_end.saturating_sub(t_next));
         let mode = e.cursor.mode();
         let low = cfg.readahead / 2;
-        if mode == Mode::Paused && end > next || lead >= low {
+        let filling = e.filling && lead < cfg.readahead;
+        if mode == Mode::Paused && end > next || lead >= low && !filling {
+            e.filling = false;
             let until_low = if mode == Mode::Playing {
                 lead - low
             } else {
@@ -733,12 +746,17 @@ impl Worker {
             t_next.saturating_add(ahead.as_nanos() as u64),
             count,
         );
+        let piece = (MAX_PIECE / bytes_per_packet(&*e.source).max(1)).max(1) as u32;
         let deadline = match mode {
             Mode::Playing => now + lead,
             Mode::Starting => now,
             Mode::Paused => now + IDLE * 5,
         };
-        (now, Some((to.max(end + 1), deadline)))
+        e.filling = true;
+        (
+            now,
+            Some((to.min(end.saturating_add(piece)).max(end + 1), deadline)),
+        )
     }
 
     /// Releases the grants of `e` wholly before packet `upto`.

@@ -61,12 +61,20 @@ enum Cmd {
     /// blocks and byte ranges. Exit 0 intact, 1 damaged, 2 cannot check.
     Verify {
         path: PathBuf,
+        /// The parity sidecar, when not beside the media file (a server
+        /// with a pool of disks keeps it on another disk and names it in
+        /// its log)
+        #[arg(long, value_name = "FILE")]
+        parity: Option<PathBuf>,
     },
     /// Rebuild damaged packets of a media file from its parity, bit-exact,
     /// replacing the file atomically. Exit 0 intact or repaired, 1 beyond
     /// repair, 2 cannot check.
     Repair {
         path: PathBuf,
+        /// The parity sidecar, when not beside the media file
+        #[arg(long, value_name = "FILE")]
+        parity: Option<PathBuf>,
     },
     /// Many RTSP sessions at once, each checked as it arrives: loss,
     /// reordering, lateness against its schedule, jitter, throughput.
@@ -149,8 +157,8 @@ fn main() -> ExitCode {
             fec,
             prefab,
         } => ingest_all(&paths, ts_per_rtp, fec, prefab),
-        Cmd::Verify { path } => return storage(&path, false),
-        Cmd::Repair { path } => return storage(&path, true),
+        Cmd::Verify { path, parity } => return storage(&path, parity, false),
+        Cmd::Repair { path, parity } => return storage(&path, parity, true),
         Cmd::Bench { cmd } => bench::run(cmd),
         Cmd::Load(args) => load::run(args),
         Cmd::Play(args) => play::run(args),
@@ -223,11 +231,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// `fjord verify` / `fjord repair`: 0 intact or repaired, 1 damaged or
 /// beyond repair, 2 cannot check.
-fn storage(path: &std::path::Path, repair: bool) -> ExitCode {
+fn storage(path: &std::path::Path, parity: Option<PathBuf>, repair: bool) -> ExitCode {
     use fjord_fec::{FecError, RepairOutcome};
     let shown = path.display();
+    let parity = parity.unwrap_or_else(|| fjord_fec::sidecar_path_for(path));
     let code = if repair {
-        match fjord_fec::repair(path) {
+        match fjord_fec::repair_with(path, &parity) {
             Ok(RepairOutcome::Clean) => {
                 println!("{shown}: intact, nothing to repair");
                 0
@@ -258,7 +267,7 @@ fn storage(path: &std::path::Path, repair: bool) -> ExitCode {
             }
         }
     } else {
-        match fjord_fec::verify(path) {
+        match fjord_fec::verify_with(path, &parity) {
             Ok(report) if report.is_clean() => {
                 println!("{shown}: intact, every packet matches its parity");
                 0
@@ -267,7 +276,13 @@ fn storage(path: &std::path::Path, repair: bool) -> ExitCode {
                 print!("{report}");
                 match report.beyond_repair() {
                     Some(why) => println!("{shown}: damaged beyond repair: {why}"),
-                    None => println!("{shown}: damaged; run `fjord repair {shown}`"),
+                    None if parity == fjord_fec::sidecar_path_for(path) => {
+                        println!("{shown}: damaged; run `fjord repair {shown}`")
+                    }
+                    None => println!(
+                        "{shown}: damaged; run `fjord repair --parity {} {shown}`",
+                        parity.display()
+                    ),
                 }
                 1
             }

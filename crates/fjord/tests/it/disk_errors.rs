@@ -390,3 +390,82 @@ fn a_media_read_error_is_repaired_from_parity_and_beyond_it_only_that_session_en
         "{st}"
     );
 }
+
+/// A pool of two disks: the failing FUSE view holds the title, a plain
+/// directory (another device) is the second root. The server makes the
+/// title's parity on the other disk, and a media page that fails to read
+/// is rebuilt from it: the client gets the stored file.
+#[test]
+fn parity_kept_on_another_disk_of_the_pool_rebuilds_a_media_read_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    ingest(&plain, &["p.ts"]);
+    // The index records the layout; the server makes the parity again.
+    fs::remove_file(plain.join("p.ts.fjfec")).unwrap();
+    let Some(fuse) = FaultFs::mount(&plain, dir.path()) else {
+        return;
+    };
+    let other = dir.path().join("other");
+    fs::create_dir(&other).unwrap();
+    let stats = dir.path().join("stats.json");
+    let config = format!(
+        "roots = [{:?}, {:?}]\ndatapath = \"mmap-writev\"\nstats_file = {:?}\n",
+        fuse.mount.display().to_string(),
+        other.display().to_string(),
+        stats.display().to_string()
+    );
+    let server = Server::start_on(&fuse.mount, &config);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut c = fjord_client::RtspClient::connect(&server.url("p.ts")).unwrap();
+        if c.describe_fec().expect("DESCRIBE").sdp.contains("FEC-FR") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no parity made within 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(!plain.join("p.ts.fjfec").exists(), "not beside the media");
+    let made = log_lines(&server, "parity sidecar found");
+    let parity = made
+        .iter()
+        .find_map(|l| l.split("parity=").nth(1)?.split_whitespace().next())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{made:?}"));
+    assert!(
+        parity.starts_with(other.canonicalize().unwrap()) && parity.exists(),
+        "{parity:?}"
+    );
+
+    let want = fs::read(plain.join("p.ts")).unwrap();
+    fuse.fail(&[("p.ts", page_at(want.len() as u64 * 3 / 4))]);
+    let (got, text, ok) = play(&server, "p.ts", &dir.path().join("p.out"));
+    let st = storage_stats(&stats, |s| count(s, "repaired_chunks") > 0);
+    assert!(ok, "fjord play failed: {text}");
+    assert!(
+        got == want,
+        "the client got {} bytes, not the stored {}; stats {st}\n{text}",
+        got.len(),
+        want.len()
+    );
+    assert!(count(&st, "repaired_chunks") > 0, "{st}");
+    let logged = log_lines(&server, "run `fjord repair --parity");
+    assert!(
+        logged
+            .iter()
+            .any(|l| l.contains("from the parity") && !l.contains("(0 from")),
+        "{logged:?}"
+    );
+    // The command it names reads that parity (the stored file is intact:
+    // only the FUSE view failed).
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cmd.args(["verify", "--parity"])
+        .arg(&parity)
+        .arg(plain.join("p.ts"));
+    let out = run_bounded(cmd, Duration::from_secs(60));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("intact"),
+        "{said} {}",
+        out.stderr
+    );
+}
