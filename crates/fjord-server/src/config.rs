@@ -89,7 +89,10 @@ pub struct Config {
     /// or no limit.
     pub disk_mbps: u64,
     /// A storage pool: several media roots, a disk each, searched in order
-    /// for a title, each disk with its own read queue. Empty: `root` alone.
+    /// for a title, each disk with its own read queue. Parity the server
+    /// makes for a title goes to the next root on another disk
+    /// (`ROOT/.fjord-parity/`), so a disk that fails to read is not the
+    /// one asked for the parity that rebuilds it. Empty: `root` alone.
     pub roots: Vec<PathBuf>,
     /// A file the server rewrites every second with its counters (JSON:
     /// per engine thread and of the storage layer); empty: none.

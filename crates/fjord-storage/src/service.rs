@@ -237,6 +237,12 @@ impl std::fmt::Debug for Storage {
 impl Disk {
     fn poke(&self, id: usize) {
         let _ = self.pokes.0.send(id);
+        // The lock, taken between the send and the notify, closes the race
+        // with a worker that found no poke and is about to wait: it is
+        // waiting by now, so it wakes (without it, it slept its full idle
+        // time: the first PLAY on an idle disk waited up to 200 ms). Only
+        // PLAY, PAUSE, seeks and new sessions poke.
+        drop(lock(&self.state));
         self.wake.notify_one();
     }
 
