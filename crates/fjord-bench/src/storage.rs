@@ -227,6 +227,10 @@ pub struct ServerSummary {
     pub read_bytes: Option<u64>,
     pub read_errors: Option<u64>,
     pub bulk_bytes: Option<u64>,
+    /// The server's longest first read (PLAY or seek to first packets
+    /// resident), ms.
+    #[serde(default)]
+    pub first_read_max_ms: Option<f64>,
     pub threads: Vec<procfs::ThreadStats>,
 }
 
@@ -899,6 +903,10 @@ fn summarise_server(s: &ServerStats, pinned_peak: Option<u64>) -> ServerSummary 
         read_bytes: s.storage.as_ref().map(|st| st.read_bytes),
         read_errors: s.storage.as_ref().map(|st| st.read_errors),
         bulk_bytes: s.storage.as_ref().map(|st| st.bulk_bytes),
+        first_read_max_ms: s
+            .storage
+            .as_ref()
+            .map(|st| st.first_read_max_us as f64 / 1e3),
         threads: s.threads.clone(),
     }
 }

@@ -54,6 +54,9 @@ fn snapshot(server: &Server) -> serde_json::Value {
             "needs_repair": server.catalog.needing_repair(),
             "late_reads": st.late_reads,
             "budget_waits": st.budget_waits,
+            "bulk_bytes": st.bulk_bytes,
+            "first_reads": st.first_reads,
+            "first_read_max_us": st.first_read_max_us,
             "sessions": st.sessions,
             "locked": st.locked,
         })

@@ -79,6 +79,12 @@ pub struct StorageStats {
     pub late_reads: u64,
     /// Times a refill waited because the budget was spent.
     pub budget_waits: u64,
+    /// Bytes bulk work (ingest, parity, packet files, verification) read.
+    pub bulk_bytes: u64,
+    /// Sessions started at a new position (PLAY, seek) whose first packets
+    /// were made resident, and the longest that took, µs.
+    pub first_reads: u64,
+    pub first_read_max_us: u64,
     /// Sessions registered now.
     pub sessions: u64,
     /// Whether pinned pages are locked (else only populated).
@@ -91,6 +97,9 @@ struct Counters {
     read_bytes: AtomicU64,
     late_reads: AtomicU64,
     budget_waits: AtomicU64,
+    bulk_bytes: AtomicU64,
+    first_reads: AtomicU64,
+    first_read_max_us: AtomicU64,
     sessions: AtomicU64,
 }
 
@@ -156,6 +165,9 @@ struct Entry {
     /// A refill cycle runs: pieces follow each other until the window
     /// holds `readahead` again.
     filling: bool,
+    /// When the session moved to a position not yet resident (counted
+    /// when its first read lands).
+    moved: Option<Instant>,
     /// Bumped whenever the entry is rescheduled: stale heap entries skip.
     generation: u64,
 }
@@ -295,6 +307,8 @@ impl BulkPacer {
     /// The work has read `bytes` more (see [`BulkPacer::progress`]).
     pub fn read(&mut self, bytes: u64) {
         drop(self.grant.take());
+        let c = &self.storage.inner.counters;
+        c.bulk_bytes.fetch_add(bytes, Relaxed);
         let piece = bytes.max(1 << 20);
         self.paced += piece;
         if let Some(rate) = self.storage.bulk_rate(self.device) {
@@ -371,6 +385,9 @@ impl Storage {
             repaired_chunks: self.inner.pins.repaired_chunks(),
             late_reads: c.late_reads.load(Relaxed),
             budget_waits: c.budget_waits.load(Relaxed),
+            bulk_bytes: c.bulk_bytes.load(Relaxed),
+            first_reads: c.first_reads.load(Relaxed),
+            first_read_max_us: c.first_read_max_us.load(Relaxed),
             sessions: c.sessions.load(Relaxed),
             locked: self.inner.pins.locks(),
         }
@@ -396,6 +413,7 @@ impl Storage {
                 grants: VecDeque::new(),
                 refill: None,
                 filling: false,
+                moved: None,
                 generation: 0,
             };
             match st.free.pop() {
@@ -680,6 +698,7 @@ impl Worker {
             self.release(e, u32::MAX);
             e.uses = e.cursor.uses();
             e.cursor.set_window(next, next);
+            e.moved = Some(now);
         } else {
             let keep = next.saturating_sub(e.source.trailing_packets(e.track));
             if e.cursor.shrink_window(keep.max(start)) {
@@ -827,6 +846,11 @@ impl Worker {
                 let (start, end) = e.cursor.window();
                 if end == r.packets.start {
                     e.cursor.set_window(start, r.packets.end);
+                    if let Some(moved) = e.moved.take() {
+                        let us = now.saturating_duration_since(moved).as_micros() as u64;
+                        c.first_reads.fetch_add(1, Relaxed);
+                        c.first_read_max_us.fetch_max(us, Relaxed);
+                    }
                 }
             }
             Err(err) => {

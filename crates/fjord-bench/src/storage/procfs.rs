@@ -253,6 +253,9 @@ pub struct StorageStats {
     pub read_bytes: u64,
     pub read_errors: u64,
     pub bulk_bytes: u64,
+    /// The longest a session waited for its first packets to be made
+    /// resident after PLAY or a seek, µs.
+    pub first_read_max_us: u64,
 }
 
 /// Reads the stats file; `None` if absent or not (yet) valid.

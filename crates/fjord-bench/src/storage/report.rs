@@ -166,15 +166,15 @@ pub fn markdown(r: &StorageReport) -> String {
     );
     let _ = writeln!(
         s,
-        "| run | not ready (deferrals) | server packets | server late | pinned read-ahead peak | budget | reads | read | read errors | bulk |"
+        "| run | not ready (deferrals) | server packets | server late | pinned read-ahead peak | budget | reads | read | read errors | bulk | slowest first read |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
     for run in &r.runs {
         match &run.server {
             Some(v) => {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     run.name,
                     v.not_ready,
                     v.packets,
@@ -185,12 +185,14 @@ pub fn markdown(r: &StorageReport) -> String {
                     opt_mb(v.read_bytes),
                     v.read_errors.map_or("n/a".into(), |x| x.to_string()),
                     opt_mb(v.bulk_bytes),
+                    v.first_read_max_ms
+                        .map_or("n/a".into(), |ms| format!("{ms:.1} ms")),
                 );
             }
             None => {
                 let _ = writeln!(
                     s,
-                    "| {} | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |",
+                    "| {} | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |",
                     run.name
                 );
             }
