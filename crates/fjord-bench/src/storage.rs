@@ -121,6 +121,10 @@ pub struct RunResult {
     pub server: Option<ServerSummary>,
     /// Why there are no server figures, if there are none.
     pub server_note: String,
+    /// The server's warnings and errors during the run (of its first 500
+    /// log lines), as it logged them.
+    #[serde(default)]
+    pub server_warnings: Vec<String>,
     pub ingest: Option<IngestResult>,
     /// Per second from the first connect.
     pub timeline: Vec<TimelineSecond>,
@@ -429,6 +433,14 @@ impl Server {
 
     fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Lines of the log that warn or report an error.
+    fn warnings(&self) -> Vec<String> {
+        let log = self.log.lock().map(|l| l.clone()).unwrap_or_default();
+        log.into_iter()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect()
     }
 
     fn log_text(&self) -> String {
@@ -759,15 +771,17 @@ fn run_one(
         })
     });
     let server_log = server.log_text();
-    let load_report: LoadReport = if timed_out.load(Ordering::Relaxed) {
+    let (load_report, server_warnings): (LoadReport, _) = if timed_out.load(Ordering::Relaxed) {
         server.stop();
         bail!("the receivers did not finish in {total:.0} s; server: {server_log}");
     } else {
         let r = load_thread
             .join()
             .map_err(|_| anyhow::anyhow!("the load thread panicked"))?;
+        let warnings = server.warnings();
         server.stop();
-        r.with_context(|| format!("fjord load; server: {server_log}"))?
+        let r = r.with_context(|| format!("fjord load; server: {server_log}"))?;
+        (r, warnings)
     };
     drop(cg);
     let row = |tid: u32, a: Option<&TaskStat>, b: &TaskStat| ThreadRow {
@@ -881,6 +895,7 @@ fn run_one(
         memory_peak_bytes,
         server: server_summary,
         server_note,
+        server_warnings,
         ingest,
         timeline: load_report.timeline.clone(),
         blkio_artefacts,

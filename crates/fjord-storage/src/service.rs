@@ -560,6 +560,8 @@ struct Refill {
     uses: Uses,
     packets: std::ops::Range<u32>,
     deadline: Instant,
+    /// When a worker took it.
+    taken: Instant,
 }
 
 struct Worker {
@@ -569,6 +571,8 @@ struct Worker {
 
 /// How often an idle worker looks at its sessions anyway.
 const IDLE: Duration = Duration::from_millis(200);
+/// A first read slower than this is logged.
+const SLOW_FIRST_READ: Duration = Duration::from_millis(100);
 /// The most one refill reads (about: whole chunks at its ends come on top).
 const MAX_PIECE: u64 = 1 << 20;
 /// How soon to look again at a session whose refill waits for budget.
@@ -661,6 +665,7 @@ impl Worker {
                 uses: e.uses,
                 packets: from..end,
                 deadline: self.disk.epoch + Duration::from_nanos(deadline),
+                taken: now,
             });
         }
         None
@@ -847,9 +852,20 @@ impl Worker {
                 if end == r.packets.start {
                     e.cursor.set_window(start, r.packets.end);
                     if let Some(moved) = e.moved.take() {
-                        let us = now.saturating_duration_since(moved).as_micros() as u64;
+                        let took = now.saturating_duration_since(moved);
                         c.first_reads.fetch_add(1, Relaxed);
-                        c.first_read_max_us.fetch_max(us, Relaxed);
+                        c.first_read_max_us
+                            .fetch_max(took.as_micros() as u64, Relaxed);
+                        if took > SLOW_FIRST_READ {
+                            let queued = r.taken.saturating_duration_since(moved);
+                            tracing::warn!(
+                                queued_ms = queued.as_millis() as u64,
+                                read_ms = (took - queued).as_millis() as u64,
+                                bytes,
+                                "a session's first packets took {} ms to be read",
+                                took.as_millis()
+                            );
+                        }
                     }
                 }
             }

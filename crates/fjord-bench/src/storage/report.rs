@@ -202,6 +202,13 @@ pub fn markdown(r: &StorageReport) -> String {
         if !run.server_note.is_empty() {
             let _ = writeln!(s, "\n`{}`: {}", run.name, run.server_note);
         }
+        if !run.server_warnings.is_empty() {
+            let _ = writeln!(s, "\n`{}`: the server warned\n\n```", run.name);
+            for w in &run.server_warnings {
+                let _ = writeln!(s, "{w}");
+            }
+            let _ = writeln!(s, "```");
+        }
     }
     let _ = writeln!(s, "\n{}\n", SECTIONS[5]);
     let any = r.runs.iter().any(|x| x.ingest.is_some());
