@@ -301,9 +301,10 @@ impl Catalog {
     }
 }
 
-/// The thread that writes sidecars and packet files for queued titles,
-/// then drops each loaded title if it is still that file's, so the next
-/// client gets it with them (sessions playing keep theirs).
+/// The thread that verifies loaded titles and writes sidecars and packet
+/// files for queued titles, then drops each loaded title if it is still
+/// that file's, so the next client gets it with them (sessions playing
+/// keep theirs).
 fn derive_worker(
     storage: Option<Storage>,
     pool: Arc<Pool>,

@@ -228,7 +228,7 @@ impl Config {
         let readahead = Duration::from_millis(self.readahead_ms);
         (self.readahead_ms > 0).then(|| fjord_storage::StorageConfig {
             readahead,
-            first_read: (readahead / 16).max(Duration::from_millis(100)),
+            first_read: (readahead / 4).max(Duration::from_millis(100)),
             budget: match self.readahead_budget_mb {
                 0 => fjord_storage::default_budget(),
                 mb => mb << 20,

@@ -53,7 +53,7 @@ impl Default for StorageConfig {
     fn default() -> Self {
         Self {
             readahead: Duration::from_secs(4),
-            first_read: Duration::from_millis(250),
+            first_read: Duration::from_secs(1),
             budget: crate::budget::default_budget(),
             head: Duration::from_secs(2),
             workers_per_disk: 4,
@@ -162,9 +162,6 @@ struct Entry {
     /// A refill to this packet is queued or running, and the bytes it is
     /// expected to pin.
     refill: Option<(u32, u64)>,
-    /// A refill cycle runs: pieces follow each other until the window
-    /// holds `readahead` again.
-    filling: bool,
     /// When the session moved to a position not yet resident (counted
     /// when its first read lands).
     moved: Option<Instant>,
@@ -412,7 +409,6 @@ impl Storage {
                 uses,
                 grants: VecDeque::new(),
                 refill: None,
-                filling: false,
                 moved: None,
                 generation: 0,
             };
@@ -573,8 +569,6 @@ struct Worker {
 const IDLE: Duration = Duration::from_millis(200);
 /// A first read slower than this is logged.
 const SLOW_FIRST_READ: Duration = Duration::from_millis(100);
-/// The most one refill reads (about: whole chunks at its ends come on top).
-const MAX_PIECE: u64 = 1 << 20;
 /// How soon to look again at a session whose refill waits for budget.
 const BUDGET_RETRY: Duration = Duration::from_millis(20);
 
@@ -731,17 +725,12 @@ impl Worker {
     }
 
     /// When to look at `e` next, or the refill it needs now (to which
-    /// packet, by when). A refill cycle starts when the window holds less
-    /// than half of `readahead` and goes on in pieces of at most
-    /// [`MAX_PIECE`] bytes until it holds all of it: a worker is never
-    /// busy long with one session, so a starting session's first read
-    /// waits little for a free one.
-    fn schedule(&self, e: &mut Entry, now: Instant) -> (Instant, Option<(u32, Instant)>) {
+    /// packet, by when).
+    fn schedule(&self, e: &Entry, now: Instant) -> (Instant, Option<(u32, Instant)>) {
         let cfg = &self.inner.config;
         let count = e.source.packet_count(e.track);
         let (next, end) = (e.cursor.next(), e.cursor.window().1);
         if end >= count {
-            e.filling = false;
             return (now + IDLE * 5, None);
         }
         let time = |i| e.source.send_time_ns(e.track, i).unwrap_or(u64::MAX);
@@ -749,9 +738,7 @@ impl Worker {
         let lead = Duration::from_nanos(t_end.saturating_sub(t_next));
         let mode = e.cursor.mode();
         let low = cfg.readahead / 2;
-        let filling = e.filling && lead < cfg.readahead;
-        if mode == Mode::Paused && end > next || lead >= low && !filling {
-            e.filling = false;
+        if mode == Mode::Paused && end > next || lead >= low {
             let until_low = if mode == Mode::Playing {
                 lead - low
             } else {
@@ -776,17 +763,12 @@ impl Worker {
             t_next.saturating_add(ahead.as_nanos() as u64),
             count,
         );
-        let piece = (MAX_PIECE / bytes_per_packet(&*e.source).max(1)).max(1) as u32;
         let deadline = match mode {
             Mode::Playing => now + lead,
             Mode::Starting => now,
             Mode::Paused => now + IDLE * 5,
         };
-        e.filling = true;
-        (
-            now,
-            Some((to.min(end.saturating_add(piece)).max(end + 1), deadline)),
-        )
+        (now, Some((to.max(end + 1), deadline)))
     }
 
     /// Releases the grants of `e` wholly before packet `upto`.
