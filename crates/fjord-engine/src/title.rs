@@ -326,7 +326,9 @@ impl Title {
     /// The start packet of track `t` for a PLAY at `ns` on the title
     /// timeline: the sync point at or before it, or for a track without
     /// any the first packet sent at or after it. May read the index from
-    /// disk: the control plane asks, not an engine thread.
+    /// disk: the control plane asks, not an engine thread, and it reads the
+    /// start packet's record too, so the storage layer's planning (under
+    /// its disk's lock) finds it resident.
     pub fn start_packet(&self, t: usize, ns: u64) -> u32 {
         self.index.track(t).map_or(0, |t| {
             let p = if t.sync_count() > 0 {
@@ -334,7 +336,9 @@ impl Title {
             } else {
                 t.first_sent_at_or_after(ns)
             };
-            p.min(t.packet_count() as u32)
+            let p = p.min(t.packet_count() as u32);
+            std::hint::black_box(t.packet(p as usize));
+            p
         })
     }
 }

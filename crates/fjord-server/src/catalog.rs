@@ -320,7 +320,11 @@ fn derive_worker(
             for job in rx {
                 let mut pacer = bulk_pacer(storage.as_ref(), &job.path);
                 if let Some(title) = &job.work.verify {
-                    verify(&job.name, title, &mut pacer);
+                    verify(
+                        &job.name,
+                        title,
+                        &mut background_pacer(storage.as_ref(), &job.path),
+                    );
                 }
                 let started = std::time::Instant::now();
                 let mut made = false;
@@ -423,14 +427,26 @@ fn deltas(read: &mut impl FnMut(u64)) -> impl FnMut(u64, u64) + '_ {
 /// storage layer it runs freely. It is called with the bytes read since
 /// the last call.
 fn bulk_pacer(storage: Option<&Storage>, path: &Path) -> impl FnMut(u64) + Send + use<> {
-    use std::os::unix::fs::MetadataExt;
-    let device = std::fs::metadata(path).map_or(0, |m| m.dev());
-    let mut pacer = storage.map(|s| s.bulk_pacer(device));
+    pacer(storage.map(|s| s.bulk_pacer(device_of(path))))
+}
+
+/// [`bulk_pacer`] for work nobody waits for (verification): at the floor
+/// bulk keeps, a tenth of the disk.
+fn background_pacer(storage: Option<&Storage>, path: &Path) -> impl FnMut(u64) + Send + use<> {
+    pacer(storage.map(|s| s.background_pacer(device_of(path))))
+}
+
+fn pacer(mut pacer: Option<fjord_storage::BulkPacer>) -> impl FnMut(u64) + Send {
     move |bytes| {
         if let Some(p) = &mut pacer {
             p.read(bytes);
         }
     }
+}
+
+fn device_of(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map_or(0, |m| m.dev())
 }
 
 /// The title (ingested with the layouts `fec` chooses if its index is

@@ -111,7 +111,12 @@ impl Ledger {
         let cap = *self.capacity.get(&device)?;
         let promised = self.disk.get(&device).copied().unwrap_or(0);
         let left = (cap as f64 * DISK_SHARE) as u64;
-        Some(left.saturating_sub(promised).max(cap / 10))
+        Some(left.saturating_sub(promised).max(self.bulk_floor(device)?))
+    }
+
+    /// What bulk keeps whatever the streams take: a tenth of the disk.
+    pub fn bulk_floor(&self, device: u64) -> Option<u64> {
+        Some(*self.capacity.get(&device)? / 10)
     }
 
     pub fn memory(&self) -> u64 {
@@ -168,6 +173,7 @@ mod tests {
         l.reserve(charge(3, 20, 0), 1 << 30).unwrap();
         assert_eq!(l.bulk_rate(7), Some(10 * MB), "a tenth at least");
         assert_eq!(l.bulk_rate(8), None, "a disk of unknown speed");
+        assert_eq!(l.bulk_floor(7), Some(10 * MB));
     }
 
     #[test]

@@ -246,12 +246,6 @@ impl std::fmt::Debug for Storage {
 impl Disk {
     fn poke(&self, id: usize) {
         let _ = self.pokes.0.send(id);
-        // The lock, taken between the send and the notify, closes the race
-        // with a worker that found no poke and is about to wait: it is
-        // waiting by now, so it wakes (without it, it slept its full idle
-        // time: the first PLAY on an idle disk waited up to 200 ms). Only
-        // PLAY, PAUSE, seeks and new sessions poke.
-        drop(lock(&self.state));
         self.wake.notify_one();
     }
 
@@ -290,6 +284,9 @@ pub struct BulkPacer {
     /// When the work started and the bytes it may have done by now.
     started: Instant,
     paced: u64,
+    /// Paced at the floor bulk always keeps (a tenth of the disk), not at
+    /// what the streams leave: work nobody waits for.
+    background: bool,
 }
 
 impl BulkPacer {
@@ -308,7 +305,11 @@ impl BulkPacer {
         c.bulk_bytes.fetch_add(bytes, Relaxed);
         let piece = bytes.max(1 << 20);
         self.paced += piece;
-        if let Some(rate) = self.storage.bulk_rate(self.device) {
+        let rate = match self.background {
+            true => self.storage.bulk_floor(self.device),
+            false => self.storage.bulk_rate(self.device),
+        };
+        if let Some(rate) = rate {
             let due = Duration::from_secs_f64(self.paced as f64 / rate.max(1) as f64);
             std::thread::sleep(due.saturating_sub(self.started.elapsed()));
         }
@@ -340,6 +341,12 @@ impl Storage {
     /// [`Ledger::bulk_rate`]); `None`: unknown disk speed, no limit.
     pub fn bulk_rate(&self, device: u64) -> Option<u64> {
         lock(&self.inner.ledger).bulk_rate(device)
+    }
+
+    /// What bulk work keeps on `device` whatever the streams take (a tenth
+    /// of its measured bandwidth); `None` for a disk of unknown speed.
+    pub fn bulk_floor(&self, device: u64) -> Option<u64> {
+        lock(&self.inner.ledger).bulk_floor(device)
     }
 
     /// Promises a stream of `source` at `bytes_per_s` its disk's share
@@ -481,6 +488,18 @@ impl Storage {
             grant: None,
             started: Instant::now(),
             paced: 0,
+            background: false,
+        }
+    }
+
+    /// A pacer for work nobody waits for (verifying loaded titles): at the
+    /// floor bulk always keeps, a tenth of the disk, so the streams'
+    /// read-ahead has the rest (their first seconds read far more than the
+    /// steady rate admission promised them).
+    pub fn background_pacer(&self, device: u64) -> BulkPacer {
+        BulkPacer {
+            background: true,
+            ..self.bulk_pacer(device)
         }
     }
 
@@ -524,10 +543,30 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The first packet of track `t` (from `from`) due at or after `ns`, or
 /// `count`.
 fn packet_at_or_after(source: &dyn Source, t: usize, from: u32, ns: u64, count: u32) -> u32 {
-    let (mut lo, mut hi) = (from, count);
+    first_not_before(from, count, |i| {
+        source.send_time_ns(t, i).is_some_and(|s| s < ns)
+    })
+}
+
+/// The first `i` in `from..count` for which `before(i)` is false (`count`
+/// if none), `before` being true up to some point and false after. Gallops
+/// from `from` before it bisects, so it reads records near the window (the
+/// pages a refill pins anyway) rather than all over the index: a record
+/// not resident is read from the disk, under the disk's lock.
+fn first_not_before(from: u32, count: u32, before: impl Fn(u32) -> bool) -> u32 {
+    let (mut lo, mut step) = (from, 1u32);
+    let mut hi = loop {
+        let probe = lo.saturating_add(step);
+        if probe >= count || !before(probe) {
+            break probe.min(count);
+        }
+        lo = probe + 1;
+        step = step.saturating_mul(2);
+    };
+    hi = hi.max(lo);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if source.send_time_ns(t, mid).is_some_and(|s| s < ns) {
+        if before(mid) {
             lo = mid + 1;
         } else {
             hi = mid;
@@ -870,6 +909,42 @@ pub fn device_of(fd: RawFd) -> u64 {
             st.st_dev
         } else {
             0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_not_before;
+
+    /// The galloping search finds what a linear scan finds, and reads no
+    /// record further than twice the distance to the answer.
+    #[test]
+    fn galloping_search_agrees_with_a_scan_and_stays_near() {
+        for count in [0u32, 1, 2, 7, 100, 1000] {
+            for cut in 0..=count {
+                for from in [0, 1, count / 3, count] {
+                    let far = std::cell::Cell::new(0);
+                    let before = |i: u32| {
+                        far.set(far.get().max(i));
+                        i < cut
+                    };
+                    let want = (from..count)
+                        .find(|&i| i >= cut)
+                        .unwrap_or(count.max(from));
+                    assert_eq!(
+                        first_not_before(from, count, before),
+                        want,
+                        "{count} {cut} {from}"
+                    );
+                    let distance = want.saturating_sub(from);
+                    assert!(
+                        far.get() <= from + 2 * distance + 1,
+                        "{count} {cut} {from}: read {}",
+                        far.get()
+                    );
+                }
+            }
         }
     }
 }
