@@ -929,9 +929,7 @@ mod tests {
                         far.set(far.get().max(i));
                         i < cut
                     };
-                    let want = (from..count)
-                        .find(|&i| i >= cut)
-                        .unwrap_or(count.max(from));
+                    let want = (from..count).find(|&i| i >= cut).unwrap_or(count.max(from));
                     assert_eq!(
                         first_not_before(from, count, before),
                         want,
