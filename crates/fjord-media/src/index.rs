@@ -3,7 +3,9 @@
 //! Serving mmaps this file and the media file and never parses media. The file
 //! is written to a temporary name and renamed into place, so a crash never
 //! leaves a half index; it is tied to the media file by size, mtime and hashes,
-//! so a changed file is re-ingested, not mis-served.
+//! so a changed file is re-ingested, not mis-served (a server checks size and
+//! mtime when it loads a title, the checksum, records and a content sample
+//! afterwards: [`Index::open_unverified`], [`Index::verify`]).
 //!
 //! # Layout (version 3, little-endian, all tables 8-byte aligned)
 //!
