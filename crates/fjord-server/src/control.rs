@@ -669,9 +669,16 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
     let mut started = Vec::with_capacity(streams.len());
     for (shard, id, url, track) in streams {
         // Finding the start packet may read the index from disk: here, not
-        // on an engine thread.
+        // on an engine thread, and off the runtime's threads.
         let start = match seek_ns {
-            Some(ns) => Start::at(&session.title, track as usize, ns),
+            Some(ns) => {
+                let title = session.title.clone();
+                let at = move || Start::at(&title, track as usize, ns);
+                match tokio::task::spawn_blocking(at).await {
+                    Ok(start) => start,
+                    Err(_) => return status(500),
+                }
+            }
             None => Start::Resume,
         };
         let Some(info) = engine_play(server, shard, id, start).await else {
