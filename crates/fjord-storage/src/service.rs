@@ -881,7 +881,7 @@ impl Worker {
                             let queued = r.taken.saturating_duration_since(moved);
                             tracing::warn!(
                                 queued_ms = queued.as_millis() as u64,
-                                read_ms = (took - queued).as_millis() as u64,
+                                read_ms = took.saturating_sub(queued).as_millis() as u64,
                                 bytes,
                                 "a session's first packets took {} ms to be read",
                                 took.as_millis()
