@@ -62,6 +62,30 @@ pub(crate) struct Files {
     changed: AtomicBool,
 }
 
+/// A title's file read whole by file I/O ([`Files::whole_reader`]).
+pub(crate) struct WholeReader {
+    /// The file's mapping, with the descriptor below.
+    mapped: MappedFile,
+    _file: File,
+}
+
+impl WholeReader {
+    /// Reads `piece` of the file's mapping into the page cache by file
+    /// I/O, so that a disk error is returned here rather than met as a
+    /// fault in the mapping.
+    pub(crate) fn read_into_cache(&self, piece: &[u8]) -> io::Result<()> {
+        let m = &self.mapped;
+        let start = (piece.as_ptr() as usize)
+            .checked_sub(m.base as usize)
+            .filter(|s| s + piece.len() <= m.len)
+            .ok_or_else(|| io::Error::other("not a piece of the file's mapping"))?;
+        fjord_storage::pin::read_into_cache(m, start, piece.len()).map_err(|e| match e {
+            fjord_storage::pin::PinError::Read(e) | fjord_storage::pin::PinError::Other(e) => e,
+            fjord_storage::pin::PinError::Truncated => io::ErrorKind::UnexpectedEof.into(),
+        })
+    }
+}
+
 /// How often a title's files are compared with what was loaded.
 const RECHECK_MS: u64 = 500;
 
@@ -117,28 +141,21 @@ impl Files {
         Ok(())
     }
 
-    /// Reads `piece` of file `slot`'s mapping into the page cache by file
-    /// I/O, so that a disk error is returned here rather than met as a
-    /// fault in the mapping.
-    pub(crate) fn read_into_cache(&self, slot: Slot, piece: &[u8]) -> io::Result<()> {
-        let file = &self.mapped[slot as usize];
-        let start = (piece.as_ptr() as usize)
-            .checked_sub(file.base as usize)
-            .filter(|s| s + piece.len() <= file.len)
-            .ok_or_else(|| io::Error::other("not a piece of the file's mapping"))?;
-        // Through an open file of its own, without the kernel's read-ahead
-        // (up to the device's read_ahead_kb: 8 MB on virtio disks): bulk
-        // work puts in the disk's queue what it was paced for, not more.
-        let reader = File::open(format!("/proc/self/fd/{}", file.fd))?;
+    /// File `slot` opened anew (the same inode, even if renamed since) for
+    /// reading it whole: without the kernel's read-ahead (up to the
+    /// device's read_ahead_kb, 8 MB on virtio disks), so bulk work puts in
+    /// the disk's queue what it was paced for, not more.
+    pub(crate) fn whole_reader(&self, slot: Slot) -> io::Result<WholeReader> {
+        let mapped = self.mapped[slot as usize];
+        let file = File::open(format!("/proc/self/fd/{}", mapped.fd))?;
         // SAFETY: a plain syscall on a descriptor we own.
-        unsafe { libc::posix_fadvise(reader.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
-        let own = MappedFile {
-            fd: reader.as_raw_fd(),
-            ..*file
-        };
-        fjord_storage::pin::read_into_cache(&own, start, piece.len()).map_err(|e| match e {
-            fjord_storage::pin::PinError::Read(e) | fjord_storage::pin::PinError::Other(e) => e,
-            fjord_storage::pin::PinError::Truncated => io::ErrorKind::UnexpectedEof.into(),
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+        Ok(WholeReader {
+            mapped: MappedFile {
+                fd: file.as_raw_fd(),
+                ..mapped
+            },
+            _file: file,
         })
     }
 

@@ -208,9 +208,14 @@ impl Title {
 
     fn verify_files(&self, pace: &mut dyn FnMut(u64)) -> Result<(), VerifyError> {
         let files = &self.files;
+        let mut readers = [None, None, None, None];
         let mut read = |slot: Slot, piece: &[u8]| {
             pace(piece.len() as u64);
-            files.read_into_cache(slot, piece)
+            let reader = &mut readers[slot as usize];
+            if reader.is_none() {
+                *reader = Some(files.whole_reader(slot)?);
+            }
+            reader.as_ref().map_or(Ok(()), |r| r.read_into_cache(piece))
         };
         let index = &self.index;
         let fail = |slot, unreadable: bool, e: &dyn std::fmt::Display| {

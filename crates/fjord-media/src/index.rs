@@ -630,11 +630,10 @@ impl Index {
     /// Whether `media` is still the file this index was made from: same size,
     /// mtime and sample hash.
     pub fn matches(&self, media: &Path) -> io::Result<bool> {
-        let src = self.source();
-        let meta = std::fs::metadata(media)?;
-        if meta.len() != src.size || mtime_ns(&meta) != src.mtime_ns {
+        if !self.matches_metadata(media)? {
             return Ok(false);
         }
+        let src = self.source();
         if src.size == 0 {
             return Ok(src.sample_hash == sample_hash(&[]));
         }
