@@ -339,7 +339,7 @@ impl Title {
             let p = if t.sync_count() > 0 {
                 t.sync_before(ns).packet
             } else {
-                t.first_sent_at_or_after(ns)
+                t.first_sent_at_or_after(ns, self.index.duration_ns())
             };
             let p = p.min(t.packet_count() as u32);
             std::hint::black_box(t.packet(p as usize));

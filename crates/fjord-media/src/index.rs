@@ -916,16 +916,12 @@ impl<'a> Track<'a> {
 
     /// The first packet sent at or after `time_ns` (the packet count if
     /// none): where a track without sync points joins a seek.
-    pub fn first_sent_at_or_after(&self, time_ns: u64) -> u32 {
-        let (mut lo, mut hi) = (0, self.packet_count());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.packet(mid).is_some_and(|p| p.send_time_ns < time_ns) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo as u32
+    /// `end` is about when the track ends (the title's duration): it
+    /// guides the search, which reads a few records where a bisection reads
+    /// many ([`crate::time_search`]).
+    pub fn first_sent_at_or_after(&self, time_ns: u64, end: u64) -> u32 {
+        crate::time_search::first_at_or_after(self.packet_count(), time_ns, end, |i| {
+            self.packet(i).map(|p| p.send_time_ns)
+        }) as u32
     }
 }

@@ -23,6 +23,7 @@ pub mod plan;
 pub mod prefab;
 pub mod ps;
 pub mod synthetic;
+pub mod time_search;
 pub mod ts;
 
 pub use format::{Container, FormatError};

@@ -674,8 +674,12 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
             Some(ns) => {
                 let title = session.title.clone();
                 let at = move || Start::at(&title, track as usize, ns);
+                let asked = std::time::Instant::now();
                 match tokio::task::spawn_blocking(at).await {
-                    Ok(start) => start,
+                    Ok(start) => {
+                        slow_start_lookup(asked.elapsed());
+                        start
+                    }
                     Err(_) => return status(500),
                 }
             }
@@ -708,6 +712,14 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
             origin_ns,
         }),
         close: false,
+    }
+}
+
+/// Logs a start-packet lookup that took long enough to delay a first
+/// packet noticeably (the index page was on the disk, behind others).
+fn slow_start_lookup(took: std::time::Duration) {
+    if took > std::time::Duration::from_millis(50) {
+        tracing::warn!("finding a PLAY's start packet took {} ms", took.as_millis());
     }
 }
 
