@@ -63,8 +63,9 @@ pub(crate) struct Session {
     next: u32,
     /// Where playback stands on the title timeline while stopped.
     position_ns: u64,
-    /// Packet `i` carries sequence number `seq0 + i`: a PLAY at another
-    /// position jumps, and RTP-Info says where it starts.
+    /// Packet `i` carries sequence number `seq0 + i` and RTP timestamp
+    /// `ts0` plus its own; a seek moves both so the stream goes on
+    /// ([`Session::splice`]).
     seq0: u16,
     /// The title's prefabricated packets carry this session's header fields
     /// (its SSRC, `seq0` and `ts0`), so they may be sent as they are.
@@ -314,9 +315,13 @@ impl Session {
         }
     }
 
-    pub(crate) fn play(&mut self, start: Start) -> PlayInfo {
+    pub(crate) fn play(&mut self, start: Start, now: Instant) -> PlayInfo {
         if let Start::At { ns, packet } = start {
-            self.next = packet.min(self.count());
+            let packet = packet.min(self.count());
+            if self.last_sent.is_some() {
+                self.splice(packet, ns, now);
+            }
+            self.next = packet;
             self.position_ns = ns;
             self.floor = self.next;
             if let Some(r) = &mut self.repair {
@@ -331,6 +336,39 @@ impl Session {
             seq: self.seq0.wrapping_add(self.next as u16),
             rtptime: self.ts0.wrapping_add(rtp_ticks(self.position_ns, clock)),
             time_ns: self.position_ns,
+        }
+    }
+
+    /// A seek after packets have left continues the stream instead of
+    /// jumping it: RFC 3550 receivers (ffmpeg among them) take a jump of
+    /// the sequence numbers for a restart and drop what follows. Packet
+    /// `packet` gets the next sequence number, and the RTP clock goes on
+    /// from where the stream stands `now` (as its sender reports say) as if
+    /// time `ns` followed. The headers then differ from the prefabricated
+    /// ones: the session builds its own from here.
+    fn splice(&mut self, packet: u32, ns: u64, now: Instant) {
+        let clock = self.track().map_or(90_000, |t| t.clock_rate());
+        let stands_ns = match self.state {
+            State::Playing { t0, origin_ns } => {
+                origin_ns + now.saturating_duration_since(t0).as_nanos() as u64
+            }
+            State::Stopped => self.position_ns,
+            State::Ended => self.title.index().duration_ns(),
+        };
+        let cut = rtp_ticks(stands_ns, clock);
+        self.seq0 = self
+            .seq0
+            .wrapping_add(self.next as u16)
+            .wrapping_sub(packet as u16);
+        self.ts0 = self
+            .ts0
+            .wrapping_add(cut)
+            .wrapping_sub(rtp_ticks(ns, clock));
+        if self.prefab {
+            self.prefab = false;
+            if let Some(r) = &self.readahead {
+                r.set_uses(self.uses(false));
+            }
         }
     }
 
@@ -1010,7 +1048,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        let info = s.play(Start::Resume);
+        let info = s.play(Start::Resume, Instant::now());
         assert_eq!(
             (info.packet, info.seq, info.rtptime),
             (0, 65534, u32::MAX - 100)
@@ -1046,7 +1084,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        s.play(Start::Resume);
+        s.play(Start::Resume, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         let late = t0 + Duration::from_millis(50);
@@ -1059,11 +1097,11 @@ mod tests {
     }
 
     #[test]
-    fn pause_resume_continues_the_sequence_and_a_seek_jumps_it() {
+    fn pause_resume_and_seek_continue_the_sequence_and_the_rtp_clock() {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        s.play(Start::Resume);
+        s.play(Start::Resume, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         assert_eq!(tick(&mut s, t0, usize::MAX).0.len(), 2);
@@ -1074,7 +1112,7 @@ mod tests {
         );
 
         // Resumes where the clock stopped: packet 2 (due at 20 ms) is next.
-        let info = s.play(Start::Resume);
+        let info = s.play(Start::Resume, Instant::now());
         assert_eq!((info.packet, info.seq, info.time_ns), (2, 0, 15 * MS));
         assert_eq!(info.rtptime, (u32::MAX - 100).wrapping_add(1350));
         let t1 = t0 + Duration::from_secs(2);
@@ -1088,14 +1126,26 @@ mod tests {
         );
 
         // A seek on a track without sync points enters at the first packet
-        // at or after the time; packet i carries sequence number seq0 + i.
-        let info = s.play(Start::at(&s.title.clone(), 0, 75 * MS));
-        assert_eq!((info.packet, info.seq), (8, 65534u16.wrapping_add(8)));
-        assert_eq!(info.rtptime, (u32::MAX - 100).wrapping_add(75 * 90));
+        // at or after the time. Packets 0-3 have left: packet 8 goes on
+        // with the next sequence number, and the RTP clock goes on from
+        // where the stream stands (40 ms) as if 75 ms followed.
+        let info = s.play(
+            Start::at(&s.title.clone(), 0, 75 * MS),
+            t1 + Duration::from_millis(25),
+        );
+        assert_eq!((info.packet, info.seq), (8, 65534u16.wrapping_add(4)));
+        let cut = (u32::MAX - 100).wrapping_add(40 * 90);
+        assert_eq!(info.rtptime, cut);
         s.start(t1, info.time_ns);
         let (d, _) = tick(&mut s, t1, usize::MAX);
         assert_eq!(d.last().unwrap().2, vec![9; 188]);
         assert_eq!(d[0].0, info.seq, "RTP-Info names the first packet's number");
+        assert_eq!(
+            d[0].1,
+            cut.wrapping_add(5 * 90),
+            "packet 8 is 5 ms after 75 ms"
+        );
+        assert_eq!(d[1].0, info.seq.wrapping_add(1));
     }
 
     /// A session whose header fields are the title's sends the packet file's
@@ -1104,18 +1154,7 @@ mod tests {
     #[test]
     fn prefabricated_packets_are_the_packets_a_session_builds() {
         let dir = tempfile::tempdir().unwrap();
-        let (_, expected) = prefixed_title(dir.path());
-        let media = dir.path().join("t.h264");
-        fjord_media::prefab::prefabricate(&media, &mut |_, _| {}).unwrap();
-        let index = Index::open(&index::index_path_for(&media)).unwrap();
-        let mut title = Title::new(index, &media).unwrap();
-        title
-            .attach_prefab(
-                &fjord_media::prefab::prefab_path_for(&media),
-                index::Check::Now,
-            )
-            .unwrap();
-        let title = Arc::new(title);
+        let (title, expected) = prefabricated_title(dir.path());
         let ids = title.prefab_ids(0).unwrap();
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let make = |ssrc: u32| {
@@ -1138,7 +1177,7 @@ mod tests {
                 },
                 "test",
             );
-            s.play(Start::Resume);
+            s.play(Start::Resume, Instant::now());
             s
         };
         let t0 = Instant::now();
@@ -1195,13 +1234,67 @@ mod tests {
         }
     }
 
+    /// [`prefixed_title`] with its packet file.
+    fn prefabricated_title(dir: &std::path::Path) -> (Arc<Title>, Vec<Vec<u8>>) {
+        let (_, expected) = prefixed_title(dir);
+        let media = dir.join("t.h264");
+        fjord_media::prefab::prefabricate(&media, &mut |_, _| {}).unwrap();
+        let index = Index::open(&index::index_path_for(&media)).unwrap();
+        let mut title = Title::new(index, &media).unwrap();
+        let prefab = fjord_media::prefab::prefab_path_for(&media);
+        title.attach_prefab(&prefab, index::Check::Now).unwrap();
+        (Arc::new(title), expected)
+    }
+
+    /// The packet file's headers number the title's packets in order: a
+    /// session that seeks after packets have left builds its own headers,
+    /// numbered on from the last one sent, over the same payloads.
+    #[test]
+    fn a_seek_after_packets_left_builds_headers_that_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (title, expected) = prefabricated_title(dir.path());
+        let ids = title.prefab_ids(0).unwrap();
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = session(title.clone(), &rtcp);
+        (s.ssrc, s.seq0, s.ts0) = (ids.ssrc, ids.seq0, ids.ts0);
+        s.prefab = true;
+        let at = |ms: u64| Start::At {
+            ns: ms * MS,
+            packet: (ms / 10) as u32,
+        };
+        s.play(at(20), Instant::now());
+        let t0 = Instant::now();
+        s.start(t0, 20 * MS);
+        let (first, _) = tick(&mut s, t0, usize::MAX);
+        assert_eq!(first.len(), 2, "packets 2 and 3 (the burst is 15 ms)");
+        assert!(s.prefab, "a first PLAY at a position sends the packet file");
+
+        let info = s.play(at(80), t0 + Duration::from_millis(20));
+        assert!(!s.prefab);
+        assert_eq!((info.packet, info.seq), (8, ids.seq0.wrapping_add(4)));
+        s.start(t0, 80 * MS);
+        let mut batch = Batch::default();
+        assert_eq!(
+            s.collect(t0, Duration::from_millis(15), true, &mut batch)
+                .source,
+            2
+        );
+        for (k, p) in batch.packets.iter().enumerate() {
+            assert!(!p.head().is_empty(), "packet {k} has a built header");
+            let (seq, ts, payload) = sent_packet(p);
+            assert_eq!(seq, info.seq.wrapping_add(k as u16));
+            assert_eq!(ts, info.rtptime.wrapping_add(k as u32 * 900));
+            assert_eq!(payload, expected[8 + k]);
+        }
+    }
+
     #[test]
     fn end_of_stream_sends_a_sender_report_with_bye() {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         rtcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        s.play(Start::Resume);
+        s.play(Start::Resume, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         let (all, wake) = tick(&mut s, t0 + Duration::from_millis(90), usize::MAX);
@@ -1248,7 +1341,7 @@ mod tests {
                 rtcp_peer: rx.local_addr().unwrap(),
             },
         );
-        s.play(Start::Resume);
+        s.play(Start::Resume, Instant::now());
         s.start(t0, 0);
         let mut batch = Batch::default();
         assert_eq!(
@@ -1289,7 +1382,7 @@ mod tests {
                 rtcp_channel: 1,
             },
         );
-        s.play(Start::Resume);
+        s.play(Start::Resume, Instant::now());
         s.start(t0, 0);
         let mut stats = ThreadStats::default();
         let mut p = Pacing {
@@ -1379,7 +1472,7 @@ mod tests {
             let mut s = session(Arc::new(title), &rtcp);
             let spec = repair_spec(7, &rtcp);
             assert!(s.attach_repair(spec, "test"));
-            s.play(Start::Resume);
+            s.play(Start::Resume, Instant::now());
             let t0 = Instant::now();
             s.start(t0, 0);
             (0..7)
@@ -1407,7 +1500,7 @@ mod tests {
         let mut s = session(title.clone(), &rtcp);
         let repair_output = || repair_spec(65535, &rtcp);
         assert!(s.attach_repair(repair_output(), "test"));
-        s.play(Start::Resume);
+        s.play(Start::Resume, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         let late = t0 + Duration::from_secs(1);
@@ -1499,7 +1592,7 @@ mod tests {
 
         // A seek into the middle of a block: that block gets no repair
         // packets (part of it was never sent), the next one does.
-        let info = s.play(Start::at(&title, 0, 50 * MS));
+        let info = s.play(Start::at(&title, 0, 50 * MS), Instant::now());
         assert_eq!(info.packet, 5);
         s.start(late, info.time_ns);
         let a = tick(&mut s, late + Duration::from_secs(1), usize::MAX).0;

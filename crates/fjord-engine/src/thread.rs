@@ -343,7 +343,7 @@ impl Worker {
                 let key = self.ids.get(&id).copied();
                 let info = key
                     .and_then(|k| self.slots[k as usize].as_mut())
-                    .map(|s| s.play(start));
+                    .map(|s| s.play(start, Instant::now()));
                 if let Some(k) = key {
                     self.wheel.remove(k);
                 }

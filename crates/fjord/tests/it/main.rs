@@ -17,4 +17,5 @@ mod load;
 mod peers;
 mod shared;
 mod storage;
+mod vcr;
 mod verify;

@@ -10,9 +10,9 @@ use std::time::Duration;
 use crate::common::{Server, clip_bytes, media, run_bounded, run_bounded_with};
 
 /// framemd5 frame lines per stream: (dts, pts, duration, size, md5).
-type Frames = BTreeMap<u32, Vec<[String; 5]>>;
+pub type Frames = BTreeMap<u32, Vec<[String; 5]>>;
 
-fn parse_framemd5(text: &str) -> Frames {
+pub fn parse_framemd5(text: &str) -> Frames {
     let mut out = Frames::new();
     for line in text.lines() {
         if line.starts_with('#') || line.trim().is_empty() {
