@@ -14,7 +14,7 @@ use std::{
 
 use fjord_engine::{
     Command, Engine, EngineConfig, Output, RepairSpec, SessionSpec, Start, ThreadStats, Title,
-    UdpSocket as FjUdp,
+    UdpSocket as FjUdp, Until,
 };
 use fjord_fec::{FecChoice, FecParams};
 use fjord_media::synthetic::write_constant_rate;
@@ -497,6 +497,7 @@ fn run_once(
             Command::Play {
                 id,
                 start: Start::Resume,
+                until: Until::Previous,
                 reply: Box::new(|_| {}),
             },
         );

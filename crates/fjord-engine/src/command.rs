@@ -110,6 +110,31 @@ impl Start {
     }
 }
 
+/// Where a PLAY stops (RFC 2326 `Range: npt=a-b`): the stream ends, with
+/// RTCP BYE, before its first packet sent at or after `b`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    /// Where the previous PLAY was to stop (a PLAY without a Range resumes
+    /// the range it paused).
+    Previous,
+    /// At time `ns` on the title timeline, before packet `packet`: see
+    /// [`Until::at`].
+    At { ns: u64, packet: u32 },
+    /// At the end of the title.
+    End,
+}
+
+impl Until {
+    /// Track `track` stops at `ns`; the caller finds the packet, for the
+    /// reason [`Start::at`] gives.
+    pub fn at(title: &Title, track: usize, ns: u64) -> Until {
+        Until::At {
+            ns,
+            packet: title.end_packet(track, ns),
+        }
+    }
+}
+
 /// What the RTSP PLAY reply reports for one stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlayInfo {
@@ -121,6 +146,8 @@ pub struct PlayInfo {
     pub rtptime: u32,
     /// Where playback stands on the title timeline, in nanoseconds.
     pub time_ns: u64,
+    /// Where it will stop (the title's duration when at its end).
+    pub end_ns: u64,
 }
 
 pub enum Command {
@@ -137,6 +164,7 @@ pub enum Command {
     Play {
         id: u64,
         start: Start,
+        until: Until,
         reply: Box<dyn FnOnce(Option<PlayInfo>) + Send>,
     },
     /// Start sending: packets sent at title time `origin_ns` are due at `at`.

@@ -17,7 +17,7 @@ pub mod title;
 mod wheel;
 
 pub use command::{
-    Command, LATE, Output, PlayInfo, RepairSpec, SessionSpec, Start, ThreadStats, UdpSocket,
+    Command, LATE, Output, PlayInfo, RepairSpec, SessionSpec, Start, ThreadStats, UdpSocket, Until,
 };
 pub use thread::{Engine, EngineConfig};
 pub use title::{Title, VerifyError};

@@ -27,7 +27,7 @@ use fjord_proto::{
 use fjord_storage::{Mode, ReadAhead, Storage, Uses};
 
 use crate::{
-    PlayInfo, Start, ThreadStats, Title,
+    PlayInfo, Start, ThreadStats, Title, Until,
     command::{Output, RepairSpec, SessionSpec},
     datapath::{Batch, Packet},
     interleaved::{Connection, Frame, MAX_FRAMES},
@@ -63,6 +63,9 @@ pub(crate) struct Session {
     next: u32,
     /// Where playback stands on the title timeline while stopped.
     position_ns: u64,
+    /// Where the PLAY stops: before this packet, at this time (`None`: at
+    /// the end of the track).
+    end: Option<(u32, u64)>,
     /// Packet `i` carries sequence number `seq0 + i` and RTP timestamp
     /// `ts0` plus its own; a seek moves both so the stream goes on
     /// ([`Session::splice`]).
@@ -157,6 +160,7 @@ impl Session {
             output: spec.output,
             next: 0,
             position_ns: 0,
+            end: None,
             seq0: spec.seq0,
             prefab,
             packets: 0,
@@ -297,8 +301,15 @@ impl Session {
         self.title.index().track(self.track)
     }
 
+    /// One past the last packet this PLAY sends.
     fn count(&self) -> u32 {
-        self.track().map_or(0, |t| t.packet_count() as u32)
+        let all = self.track().map_or(0, |t| t.packet_count() as u32);
+        self.end.map_or(all, |(p, _)| p.min(all))
+    }
+
+    fn end_ns(&self) -> u64 {
+        self.end
+            .map_or(self.title.index().duration_ns(), |(_, ns)| ns)
     }
 
     /// Media time and RTP timestamp of packet `i`; one past the end maps to
@@ -315,9 +326,15 @@ impl Session {
         }
     }
 
-    pub(crate) fn play(&mut self, start: Start, now: Instant) -> PlayInfo {
+    pub(crate) fn play(&mut self, start: Start, until: Until, now: Instant) -> PlayInfo {
+        match until {
+            Until::Previous => {}
+            Until::At { ns, packet } => self.end = Some((packet, ns)),
+            Until::End => self.end = None,
+        }
         if let Start::At { ns, packet } = start {
-            let packet = packet.min(self.count());
+            let all = self.track().map_or(0, |t| t.packet_count() as u32);
+            let packet = packet.min(all);
             if self.last_sent.is_some() {
                 self.splice(packet, ns, now);
             }
@@ -336,6 +353,7 @@ impl Session {
             seq: self.seq0.wrapping_add(self.next as u16),
             rtptime: self.ts0.wrapping_add(rtp_ticks(self.position_ns, clock)),
             time_ns: self.position_ns,
+            end_ns: self.end_ns(),
         }
     }
 
@@ -353,7 +371,7 @@ impl Session {
                 origin_ns + now.saturating_duration_since(t0).as_nanos() as u64
             }
             State::Stopped => self.position_ns,
-            State::Ended => self.title.index().duration_ns(),
+            State::Ended => self.end_ns(),
         };
         let cut = rtp_ticks(stands_ns, clock);
         self.seq0 = self
@@ -444,7 +462,11 @@ impl Session {
         let pt = track.payload_type();
         let first = batch.packets.len();
         let ready = self.next as usize + self.ready() as usize;
-        let end = self.block_end().unwrap_or(usize::MAX).min(ready);
+        let end = self
+            .block_end()
+            .unwrap_or(usize::MAX)
+            .min(ready)
+            .min(self.count() as usize);
         for i in self.next as usize..end {
             let Some(rec) = track.packet(i) else { break };
             if rec.send_time_ns > limit_ns || batch.packets.len() - first >= MAX_BURST_PACKETS {
@@ -628,7 +650,11 @@ impl Session {
                 return self.not_ready(p);
             }
             let ready = self.next as usize + ready as usize;
-            let end = self.block_end().unwrap_or(usize::MAX).min(ready);
+            let end = self
+                .block_end()
+                .unwrap_or(usize::MAX)
+                .min(ready)
+                .min(self.count() as usize);
             let mut packets: [Option<Packet<'_>>; MAX_FRAMES] = [None; MAX_FRAMES];
             let mut n = 0;
             while n < MAX_FRAMES && (self.next as usize + n) < end {
@@ -1048,7 +1074,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        let info = s.play(Start::Resume, Instant::now());
+        let info = s.play(Start::Resume, Until::Previous, Instant::now());
         assert_eq!(
             (info.packet, info.seq, info.rtptime),
             (0, 65534, u32::MAX - 100)
@@ -1084,7 +1110,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        s.play(Start::Resume, Instant::now());
+        s.play(Start::Resume, Until::Previous, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         let late = t0 + Duration::from_millis(50);
@@ -1101,7 +1127,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        s.play(Start::Resume, Instant::now());
+        s.play(Start::Resume, Until::Previous, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         assert_eq!(tick(&mut s, t0, usize::MAX).0.len(), 2);
@@ -1112,7 +1138,7 @@ mod tests {
         );
 
         // Resumes where the clock stopped: packet 2 (due at 20 ms) is next.
-        let info = s.play(Start::Resume, Instant::now());
+        let info = s.play(Start::Resume, Until::Previous, Instant::now());
         assert_eq!((info.packet, info.seq, info.time_ns), (2, 0, 15 * MS));
         assert_eq!(info.rtptime, (u32::MAX - 100).wrapping_add(1350));
         let t1 = t0 + Duration::from_secs(2);
@@ -1131,6 +1157,7 @@ mod tests {
         // where the stream stands (40 ms) as if 75 ms followed.
         let info = s.play(
             Start::at(&s.title.clone(), 0, 75 * MS),
+            Until::Previous,
             t1 + Duration::from_millis(25),
         );
         assert_eq!((info.packet, info.seq), (8, 65534u16.wrapping_add(4)));
@@ -1177,7 +1204,7 @@ mod tests {
                 },
                 "test",
             );
-            s.play(Start::Resume, Instant::now());
+            s.play(Start::Resume, Until::Previous, Instant::now());
             s
         };
         let t0 = Instant::now();
@@ -1262,14 +1289,14 @@ mod tests {
             ns: ms * MS,
             packet: (ms / 10) as u32,
         };
-        s.play(at(20), Instant::now());
+        s.play(at(20), Until::Previous, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 20 * MS);
         let (first, _) = tick(&mut s, t0, usize::MAX);
         assert_eq!(first.len(), 2, "packets 2 and 3 (the burst is 15 ms)");
         assert!(s.prefab, "a first PLAY at a position sends the packet file");
 
-        let info = s.play(at(80), t0 + Duration::from_millis(20));
+        let info = s.play(at(80), Until::Previous, t0 + Duration::from_millis(20));
         assert!(!s.prefab);
         assert_eq!((info.packet, info.seq), (8, ids.seq0.wrapping_add(4)));
         s.start(t0, 80 * MS);
@@ -1294,7 +1321,7 @@ mod tests {
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         rtcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        s.play(Start::Resume, Instant::now());
+        s.play(Start::Resume, Until::Previous, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         let (all, wake) = tick(&mut s, t0 + Duration::from_millis(90), usize::MAX);
@@ -1316,6 +1343,49 @@ mod tests {
         let n = rtcp.recv(&mut buf).unwrap();
         let last = parse_compound(&buf[..n]).unwrap();
         assert!(last.iter().any(|i| matches!(i, RtcpInfo::Bye { .. })));
+    }
+
+    /// `Range: npt=a-b`: the stream ends with BYE at b, a PLAY without a
+    /// Range keeps that end, and one with an open end plays to the end.
+    #[test]
+    fn a_range_end_stops_the_stream_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rtcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut s = session(title(dir.path()), &rtcp);
+        let title = s.title.clone();
+        let info = s.play(
+            Start::at(&title, 0, 20 * MS),
+            Until::at(&title, 0, 55 * MS),
+            Instant::now(),
+        );
+        assert_eq!((info.packet, info.end_ns), (2, 55 * MS));
+        let t0 = Instant::now();
+        s.start(t0, 20 * MS);
+        let (c, _) = tick(&mut s, t0, usize::MAX);
+        assert_eq!(c.iter().map(|p| p.2[0]).collect::<Vec<_>>(), [2, 3]);
+        s.pause(t0 + Duration::from_millis(12));
+        s.play(Start::Resume, Until::Previous, Instant::now());
+        s.start(t0, 32 * MS);
+        let late = t0 + Duration::from_secs(1);
+        let (c, wake) = tick(&mut s, late, usize::MAX);
+        let sent: Vec<u8> = c.iter().map(|p| p.2[0]).collect();
+        assert_eq!(sent, [4, 5], "packet 6 (60 ms) is past the end");
+        assert_eq!(wake, Some(late + BYE_DELAY));
+        assert_eq!(tick(&mut s, late + BYE_DELAY, usize::MAX).1, None);
+        let mut buf = [0u8; 512];
+        let bye = (0..3).any(|_| {
+            let n = rtcp.recv(&mut buf).unwrap_or(0);
+            parse_compound(&buf[..n])
+                .is_ok_and(|r| r.iter().any(|i| matches!(i, RtcpInfo::Bye { .. })))
+        });
+        assert!(bye, "BYE at the range's end");
+
+        let info = s.play(Start::at(&title, 0, 70 * MS), Until::End, Instant::now());
+        assert_eq!(info.end_ns, title.index().duration_ns());
+        s.start(late, 70 * MS);
+        let (c, _) = tick(&mut s, late + Duration::from_secs(1), usize::MAX);
+        assert_eq!(c.iter().map(|p| p.2[0]).collect::<Vec<_>>(), [7, 8, 9]);
     }
 
     /// Payload-header bytes and both file runs arrive as the RTP payload,
@@ -1341,7 +1411,7 @@ mod tests {
                 rtcp_peer: rx.local_addr().unwrap(),
             },
         );
-        s.play(Start::Resume, Instant::now());
+        s.play(Start::Resume, Until::Previous, Instant::now());
         s.start(t0, 0);
         let mut batch = Batch::default();
         assert_eq!(
@@ -1382,7 +1452,7 @@ mod tests {
                 rtcp_channel: 1,
             },
         );
-        s.play(Start::Resume, Instant::now());
+        s.play(Start::Resume, Until::Previous, Instant::now());
         s.start(t0, 0);
         let mut stats = ThreadStats::default();
         let mut p = Pacing {
@@ -1472,7 +1542,7 @@ mod tests {
             let mut s = session(Arc::new(title), &rtcp);
             let spec = repair_spec(7, &rtcp);
             assert!(s.attach_repair(spec, "test"));
-            s.play(Start::Resume, Instant::now());
+            s.play(Start::Resume, Until::Previous, Instant::now());
             let t0 = Instant::now();
             s.start(t0, 0);
             (0..7)
@@ -1500,7 +1570,7 @@ mod tests {
         let mut s = session(title.clone(), &rtcp);
         let repair_output = || repair_spec(65535, &rtcp);
         assert!(s.attach_repair(repair_output(), "test"));
-        s.play(Start::Resume, Instant::now());
+        s.play(Start::Resume, Until::Previous, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         let late = t0 + Duration::from_secs(1);
@@ -1592,7 +1662,11 @@ mod tests {
 
         // A seek into the middle of a block: that block gets no repair
         // packets (part of it was never sent), the next one does.
-        let info = s.play(Start::at(&title, 0, 50 * MS), Instant::now());
+        let info = s.play(
+            Start::at(&title, 0, 50 * MS),
+            Until::Previous,
+            Instant::now(),
+        );
         assert_eq!(info.packet, 5);
         s.start(late, info.time_ns);
         let a = tick(&mut s, late + Duration::from_secs(1), usize::MAX).0;

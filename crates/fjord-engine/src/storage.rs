@@ -74,16 +74,22 @@ impl WholeReader {
     /// I/O, so that a disk error is returned here rather than met as a
     /// fault in the mapping.
     pub(crate) fn read_into_cache(&self, piece: &[u8]) -> io::Result<()> {
-        let m = &self.mapped;
-        let start = (piece.as_ptr() as usize)
-            .checked_sub(m.base as usize)
-            .filter(|s| s + piece.len() <= m.len)
-            .ok_or_else(|| io::Error::other("not a piece of the file's mapping"))?;
-        fjord_storage::pin::read_into_cache(m, start, piece.len()).map_err(|e| match e {
-            fjord_storage::pin::PinError::Read(e) | fjord_storage::pin::PinError::Other(e) => e,
-            fjord_storage::pin::PinError::Truncated => io::ErrorKind::UnexpectedEof.into(),
-        })
+        piece_into_cache(&self.mapped, piece)
     }
+}
+
+/// Reads `piece` of `m`'s mapping into the page cache through `m`'s
+/// descriptor, so that a disk error is returned here rather than met as a
+/// fault in the mapping.
+fn piece_into_cache(m: &MappedFile, piece: &[u8]) -> io::Result<()> {
+    let start = (piece.as_ptr() as usize)
+        .checked_sub(m.base as usize)
+        .filter(|s| s + piece.len() <= m.len)
+        .ok_or_else(|| io::Error::other("not a piece of the file's mapping"))?;
+    fjord_storage::pin::read_into_cache(m, start, piece.len()).map_err(|e| match e {
+        fjord_storage::pin::PinError::Read(e) | fjord_storage::pin::PinError::Other(e) => e,
+        fjord_storage::pin::PinError::Truncated => io::ErrorKind::UnexpectedEof.into(),
+    })
 }
 
 /// How often a title's files are compared with what was loaded.
@@ -157,6 +163,13 @@ impl Files {
             },
             _file: file,
         })
+    }
+
+    /// Reads `piece` of file `slot`'s mapping into the page cache by file
+    /// I/O (no copy; the kernel's read-ahead for a small read, not a
+    /// fault's read-around).
+    pub(crate) fn read_into_cache(&self, slot: Slot, piece: &[u8]) -> io::Result<()> {
+        piece_into_cache(&self.mapped[slot as usize], piece)
     }
 
     /// Reads `buf.len()` bytes of file `slot` at `offset` with `pread`

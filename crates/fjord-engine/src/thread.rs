@@ -339,11 +339,16 @@ impl Worker {
                     );
                 }
             }
-            Command::Play { id, start, reply } => {
+            Command::Play {
+                id,
+                start,
+                until,
+                reply,
+            } => {
                 let key = self.ids.get(&id).copied();
                 let info = key
                     .and_then(|k| self.slots[k as usize].as_mut())
-                    .map(|s| s.play(start, Instant::now()));
+                    .map(|s| s.play(start, until, Instant::now()));
                 if let Some(k) = key {
                     self.wheel.remove(k);
                 }

@@ -329,21 +329,42 @@ impl Title {
     }
 
     /// The start packet of track `t` for a PLAY at `ns` on the title
-    /// timeline: the sync point at or before it, or for a track without
-    /// any the first packet sent at or after it. May read the index from
-    /// disk: the control plane asks, not an engine thread, and it reads the
-    /// start packet's record too, so the storage layer's planning (under
-    /// its disk's lock) finds it resident.
+    /// timeline: the sync point at or before it (the sync tables stay
+    /// resident), or for a track without any the first packet sent at or
+    /// after it. May read the index from disk: the control plane asks, not
+    /// an engine thread, and it reads the start packet's record too, so the
+    /// storage layer's planning (under its disk's lock) finds it resident.
     pub fn start_packet(&self, t: usize, ns: u64) -> u32 {
         self.index.track(t).map_or(0, |t| {
             let p = if t.sync_count() > 0 {
                 t.sync_before(ns).packet
             } else {
-                t.first_sent_at_or_after(ns, self.index.duration_ns())
+                self.first_sent_at_or_after(&t, ns)
             };
             let p = p.min(t.packet_count() as u32);
-            std::hint::black_box(t.packet(p as usize));
+            let _ = self.read_record(t.records(p as usize..p as usize + 1));
             p
         })
+    }
+
+    /// The packet before which track `t` stops for a PLAY to `ns`: its
+    /// first packet sent at or after it. May read the index from disk.
+    pub fn end_packet(&self, t: usize, ns: u64) -> u32 {
+        self.index
+            .track(t)
+            .map_or(0, |t| self.first_sent_at_or_after(&t, ns))
+    }
+
+    fn first_sent_at_or_after(&self, t: &fjord_media::Track<'_>, ns: u64) -> u32 {
+        let end = self.index.duration_ns();
+        t.first_sent_at_or_after(ns, end, &mut |r| self.read_record(r))
+    }
+
+    /// Reads an index record into the page cache by file I/O, not by a
+    /// fault in the mapping: a fault reads the device's whole read-ahead
+    /// window around the page (8 MB on virtio disks), a queue's worth of
+    /// disk time that a starting session would wait for.
+    fn read_record(&self, record: &[u8]) -> std::io::Result<()> {
+        self.files.read_into_cache(Slot::Index, record)
     }
 }

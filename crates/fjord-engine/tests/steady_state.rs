@@ -14,7 +14,7 @@ use std::{
 
 use fjord_engine::{
     Command, Engine, EngineConfig, Output, SessionSpec, Start, Title, UdpSocket as UdpSocket2,
-    datapath,
+    Until, datapath,
 };
 use fjord_media::{
     plan::PacketRecord,
@@ -150,6 +150,7 @@ fn streaming_sessions_allocate_nothing_per_packet() {
                 Command::Play {
                     id,
                     start: Start::Resume,
+                    until: Until::Previous,
                     reply: Box::new(|_| {}),
                 },
             );

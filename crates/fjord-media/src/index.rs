@@ -918,9 +918,11 @@ impl<'a> Track<'a> {
     /// none): where a track without sync points joins a seek.
     /// `end` is about when the track ends (the title's duration): it
     /// guides the search, which reads a few records where a bisection reads
-    /// many ([`crate::time_search`]).
-    pub fn first_sent_at_or_after(&self, time_ns: u64, end: u64) -> u32 {
+    /// many ([`crate::time_search`]). `before` is called with each record
+    /// before it is read; a record it fails counts as past the end.
+    pub fn first_sent_at_or_after(&self, time_ns: u64, end: u64, before: BeforeRead<'_>) -> u32 {
         crate::time_search::first_at_or_after(self.packet_count(), time_ns, end, |i| {
+            before(self.records(i..i + 1)).ok()?;
             self.packet(i).map(|p| p.send_time_ns)
         }) as u32
     }

@@ -16,7 +16,7 @@ pub fn first_at_or_after(
     count: usize,
     target: u64,
     end: u64,
-    time: impl Fn(usize) -> Option<u64>,
+    mut time: impl FnMut(usize) -> Option<u64>,
 ) -> usize {
     // Invariant: every i < lo is before the target, every i >= hi is not;
     // lo_t and hi_t about bound the times in between.

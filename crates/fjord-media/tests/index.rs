@@ -126,9 +126,15 @@ fn several_tracks_with_payload_headers_round_trip() {
     assert_round_trip(&idx, &plan);
     let audio = idx.track(1).unwrap();
     assert_eq!(audio.channels(), 2);
-    assert_eq!(audio.first_sent_at_or_after(0, 1), 0);
-    assert_eq!(audio.first_sent_at_or_after(21_333_334, 1), 2);
-    assert_eq!(audio.first_sent_at_or_after(u64::MAX, 1), 20);
+    assert_eq!(audio.first_sent_at_or_after(0, 1, &mut |_| Ok(())), 0);
+    assert_eq!(
+        audio.first_sent_at_or_after(21_333_334, 1, &mut |_| Ok(())),
+        2
+    );
+    assert_eq!(
+        audio.first_sent_at_or_after(u64::MAX, 1, &mut |_| Ok(())),
+        20
+    );
     let split = idx.track(0).unwrap().packet(7).unwrap();
     assert_eq!((split.offset2(), split.payload_len()), (7914, 932));
 }

@@ -6,7 +6,9 @@ use std::{
     sync::Arc,
 };
 
-use fjord_engine::{Command, Output, PlayInfo, RepairSpec, SessionSpec, Start, Title, UdpSocket};
+use fjord_engine::{
+    Command, Output, PlayInfo, RepairSpec, SessionSpec, Start, Title, UdpSocket, Until,
+};
 use fjord_media::index::TrackKind;
 use fjord_proto::{
     rtsp::{
@@ -629,20 +631,24 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         Ok(s) => s,
         Err(r) => return r,
     };
-    // `Range: npt=X-` seeks; no Range (or `npt=now-`) resumes.
-    let seek_ns = match req.header("Range").map(range::parse_npt) {
-        None => None,
+    if let Err(r) = normal_rate(req) {
+        return r;
+    }
+    // `Range: npt=X-` seeks; no Range (or `npt=now-`) resumes. An end stops
+    // there; a Range without one plays to the end, no Range keeps the
+    // previous end.
+    let duration_ns = session.title.index().duration_ns();
+    let (seek_ns, end_ns) = match req.header("Range").map(range::parse_npt) {
+        None => (None, None),
         Some(Err(e)) => return refuse(457, &e.to_string()),
-        Some(Ok(r)) => match r.start {
-            None => None,
-            Some(s) => {
-                let ns = (s * 1e9) as u64;
-                if ns > session.title.index().duration_ns() {
-                    return refuse(457, "start beyond the end of the title");
-                }
-                Some(ns)
+        Some(Ok(r)) => {
+            let seek_ns = r.start.map(|s| (s * 1e9) as u64);
+            if seek_ns.is_some_and(|ns| ns > duration_ns) {
+                return refuse(457, "start beyond the end of the title");
             }
-        },
+            let end_ns = r.end.map(|e| ((e * 1e9) as u64).min(duration_ns));
+            (seek_ns, Some(end_ns))
+        }
     };
     let streams: Vec<(u64, u64, String, u32)> = {
         let mut inner = session.lock();
@@ -668,24 +674,30 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
     let mut infos = Vec::with_capacity(streams.len());
     let mut started = Vec::with_capacity(streams.len());
     for (shard, id, url, track) in streams {
-        // Finding the start packet may read the index from disk: here, not
-        // on an engine thread, and off the runtime's threads.
-        let start = match seek_ns {
-            Some(ns) => {
-                let title = session.title.clone();
-                let at = move || Start::at(&title, track as usize, ns);
-                let asked = std::time::Instant::now();
-                match tokio::task::spawn_blocking(at).await {
-                    Ok(start) => {
-                        slow_start_lookup(asked.elapsed());
-                        start
-                    }
-                    Err(_) => return status(500),
-                }
-            }
-            None => Start::Resume,
+        // Finding the start and end packets may read the index from disk:
+        // here, not on an engine thread, and off the runtime's threads.
+        let title = session.title.clone();
+        let find = move || {
+            let track = track as usize;
+            let start = seek_ns.map_or(Start::Resume, |ns| Start::at(&title, track, ns));
+            let until = match end_ns {
+                None => Until::Previous,
+                Some(None) => Until::End,
+                Some(Some(ns)) => Until::at(&title, track, ns),
+            };
+            (start, until)
         };
-        let Some(info) = engine_play(server, shard, id, start).await else {
+        let (start, until) = if seek_ns.is_some() || matches!(end_ns, Some(Some(_))) {
+            let asked = std::time::Instant::now();
+            let Ok(found) = tokio::task::spawn_blocking(find).await else {
+                return status(500);
+            };
+            slow_start_lookup(asked.elapsed());
+            found
+        } else {
+            find()
+        };
+        let Some(info) = engine_play(server, shard, id, start, until).await else {
             return status(454);
         };
         infos.push((url, info));
@@ -694,16 +706,22 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
     // Streams paused together stand at (nearly) the same time; the first
     // one's is the session's.
     let origin_ns = infos.first().map_or(0, |(_, i)| i.time_ns);
-    let duration_s = session.title.index().duration_ns() as f64 / 1e9;
+    let end_s = infos.first().map_or(duration_ns, |(_, i)| i.end_ns) as f64 / 1e9;
     let rtp_info: Vec<(String, u16, u32)> = infos
         .into_iter()
         .map(|(u, i)| (u, i.seq, i.rtptime))
         .collect();
+    let mut response = Response::new(200);
+    for name in ["Scale", "Speed"] {
+        if req.header(name).is_some() {
+            response.push_header(name, "1");
+        }
+    }
     Reply {
-        response: Response::new(200)
+        response: response
             .header(
                 "Range",
-                range::format_npt(origin_ns as f64 / 1e9, Some(duration_s)),
+                range::format_npt(origin_ns as f64 / 1e9, Some(end_s)),
             )
             .header("RTP-Info", rtp_info::format(&rtp_info))
             .header("Session", session_header(server, session.id)),
@@ -715,6 +733,24 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
     }
 }
 
+/// Trick play is not built: a PLAY asking for a `Scale` or `Speed` other
+/// than 1 is refused with the reason (456), never played at the wrong rate;
+/// one asking for 1 gets it, and the reply says so.
+fn normal_rate(req: &Request) -> Result<(), Reply> {
+    for (name, signed) in [("Scale", true), ("Speed", false)] {
+        let Some(v) = req.header(name) else { continue };
+        match fjord_proto::rtsp::rate::parse(v, signed) {
+            Some(1.0) => {}
+            Some(_) => {
+                let why = format!("{name} {v} is not supported (trick play is not built): 1 only");
+                return Err(refuse(456, &why));
+            }
+            None => return Err(refuse(400, &format!("invalid {name}: {v}"))),
+        }
+    }
+    Ok(())
+}
+
 /// Logs a start-packet lookup that took long enough to delay a first
 /// packet noticeably (the index page was on the disk, behind others).
 fn slow_start_lookup(took: std::time::Duration) {
@@ -724,13 +760,20 @@ fn slow_start_lookup(took: std::time::Duration) {
 }
 
 /// Positions an engine stream and waits for where it will start.
-async fn engine_play(server: &Server, shard: u64, id: u64, start: Start) -> Option<PlayInfo> {
+async fn engine_play(
+    server: &Server,
+    shard: u64,
+    id: u64,
+    start: Start,
+    until: Until,
+) -> Option<PlayInfo> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     server.engine.send(
         shard,
         Command::Play {
             id,
             start,
+            until,
             reply: Box::new(move |info| {
                 let _ = tx.send(info);
             }),

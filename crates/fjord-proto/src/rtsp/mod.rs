@@ -2,6 +2,7 @@
 
 pub mod framing;
 pub mod range;
+pub mod rate;
 pub mod response;
 pub mod rtp_info;
 pub mod session;

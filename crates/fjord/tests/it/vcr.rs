@@ -1,10 +1,12 @@
 //! VCR controls as real players use them: ffmpeg seeks by PLAY from the
-//! start, then PAUSE and PLAY with a Range.
+//! start, then PAUSE and PLAY with a Range; a Range with an end.
 
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{Server, generate_media, run_bounded};
+use fjord_client::{EndReason, PacketSource, RtspClient, capture};
+
+use crate::common::{Server, assert_contiguous, clip_bytes, generate_media, run_bounded};
 use crate::peers::{Frames, parse_framemd5};
 
 /// 12 s of H.264 (a keyframe every second) + AAC, muxed at a constant 6
@@ -105,4 +107,85 @@ fn ffmpeg_seeking_mid_stream_receives_every_frame_from_the_keyframe() {
             "{transport}: frames differ"
         );
     }
+}
+
+/// `Range: npt=3-5` plays the file's bytes from the keyframe at or before
+/// 3 s and stops at 5 s with RTCP BYE; the reply's Range names that end.
+#[test]
+fn a_range_with_an_end_stops_there_with_bye() {
+    let server = Server::start("");
+    let src = clip_bytes();
+    for tcp in [false, true] {
+        let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
+        let d = c.describe().expect("DESCRIBE");
+        let track = d.track_urls.first().expect("a media section").clone();
+        let mut rx = match tcp {
+            true => {
+                c.setup_tcp(&track).expect("SETUP tcp");
+                None
+            }
+            false => Some(c.setup_udp(&track).expect("SETUP udp").1),
+        };
+        let reply = c.play(Some("npt=3-5")).expect("PLAY npt=3-5");
+        let start = reply.start.expect("Range start");
+        assert!(start <= 3.0 && start > 1.5, "start {start} (GOP 1 s)");
+        assert_eq!(reply.end, Some(5.0), "the reply's Range ends at 5 s");
+        let source: &mut dyn PacketSource = match &mut rx {
+            Some(rx) => rx,
+            None => &mut c,
+        };
+        let cap = capture(
+            source,
+            Duration::from_secs(3),
+            Duration::from_secs(20),
+            None,
+        )
+        .expect("receive");
+        assert_eq!(
+            cap.end,
+            EndReason::Bye,
+            "tcp {tcp}: the stream ends with BYE"
+        );
+        let (off, end_off) = assert_contiguous(src, &cap.packets, "npt=3-5");
+        assert!(
+            off > 0 && end_off < src.len(),
+            "tcp {tcp}: {off}..{end_off}"
+        );
+        let (first, last) = (&cap.packets[0], cap.packets.last().unwrap());
+        let span = f64::from(last.rtp_ts.wrapping_sub(first.rtp_ts)) / 90_000.0;
+        assert!(
+            (span - (5.0 - start)).abs() < 0.3,
+            "tcp {tcp}: {span:.2} s of packets for {start}-5"
+        );
+    }
+}
+
+/// Trick play is not built: a PLAY with a Scale or Speed other than 1 gets
+/// 456 with the reason and the session stays ready to play; `Scale: 1`
+/// plays, and the reply says the scale applied.
+#[test]
+fn an_unsupported_scale_is_refused_not_played_at_the_wrong_rate() {
+    let server = Server::start("");
+    let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
+    let d = c.describe().expect("DESCRIBE");
+    let track = d.track_urls.first().expect("a media section").clone();
+    let (_, _rx) = c.setup_udp(&track).expect("SETUP");
+    let url = c.control_url().to_string();
+    for (name, value, status) in [
+        ("Scale", "2", 456),
+        ("Scale", "-4.0", 456),
+        ("Speed", "2", 456),
+        ("Scale", "fast", 400),
+        ("Speed", "-1", 400),
+    ] {
+        let r = c.request("PLAY", &url, &[(name, value)], b"").unwrap();
+        assert_eq!(r.status, status, "{name}: {value}");
+        if status == 456 {
+            let body = String::from_utf8_lossy(&r.body);
+            assert!(body.contains("not supported"), "{name}: {value}: {body}");
+        }
+    }
+    let r = c.request("PLAY", &url, &[("Scale", "1.0")], b"").unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("Scale"), Some("1"));
 }
