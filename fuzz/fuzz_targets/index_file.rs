@@ -50,7 +50,8 @@ fuzz_target!(|data: &[u8]| {
             let _ = (rec.prefix(), rec.runs(&[0u8; 1024]));
         }
         let _ = track.sync_before(5_000_000);
-        let _ = track.first_sent_at_or_after(5_000_000);
+        let found = track.first_sent_at_or_after(5_000_000, index.duration_ns(), &mut |_| Ok(()));
+        assert!(found as usize <= track.packet_count());
     }
     let verified = index.verify(&mut |_| Ok(())).is_ok();
     assert_eq!(verified, Index::open(path).is_ok());

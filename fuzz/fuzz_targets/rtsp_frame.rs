@@ -3,7 +3,7 @@
 #![no_main]
 
 use fjord_proto::rtsp::framing::{Frame, Limits, next_frame};
-use fjord_proto::rtsp::{range, transport, url};
+use fjord_proto::rtsp::{range, rate, transport, url};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -31,6 +31,11 @@ fuzz_target!(|data: &[u8]| {
                     }
                     if let Some(h) = r.header("Range") {
                         let _ = range::parse_npt(h);
+                    }
+                    for name in ["Scale", "Speed"] {
+                        if let Some(x) = r.header(name).and_then(|h| rate::parse(h, true)) {
+                            assert!(x.is_finite() && x != 0.0);
+                        }
                     }
                 }
             }
