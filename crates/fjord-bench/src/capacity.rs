@@ -420,6 +420,7 @@ fn run_once(
         datapath: datapath.into(),
         cpus: vec![cfg.cpu],
         realtime: cfg.realtime,
+        stall_timeout: Duration::from_secs(10),
         storage: None,
     })?;
     let rss_before = rss_bytes();

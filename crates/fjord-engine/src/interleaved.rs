@@ -5,6 +5,7 @@
 use std::{
     io::{self, IoSlice},
     os::fd::OwnedFd,
+    time::{Duration, Instant},
 };
 
 use socket2::Socket;
@@ -21,23 +22,79 @@ pub(crate) const MAX_FRAMES: usize = 64;
 /// (either may be empty).
 pub(crate) type Frame<'a> = [&'a [u8]; 3];
 
+/// A client that takes nothing is tried again after a quarter of the time
+/// it has taken nothing, within these bounds: one that stopped reading
+/// costs a write attempt every 200 ms, not every millisecond.
+const RETRY_MIN: Duration = Duration::from_millis(1);
+const RETRY_MAX: Duration = Duration::from_millis(200);
+/// Tries fall on a grid, so the stalled clients of a thread share its
+/// wake-ups instead of waking it each at its own time.
+const RETRY_GRID: Duration = Duration::from_millis(10);
+/// The connection's send buffer (the kernel doubles it): a few seconds of
+/// a video stream and a fast link's bandwidth-delay product, where the
+/// kernel's autotuning would let each client that stops reading hold up
+/// to 4 MB (and fill it for seconds before it is seen to stall).
+const SEND_BUFFER: usize = 256 << 10;
+
 pub(crate) struct Connection {
     socket: Socket,
     /// Bytes accepted but not yet written (a frame's tail after a short
     /// write, or replies queued behind it).
     pending: Vec<u8>,
     broken: bool,
+    /// Since when the client has taken no byte of what waits for it.
+    stalled_since: Option<Instant>,
+    /// No write is tried before this while the client is stalled.
+    next_try: Option<Instant>,
+    /// A client stalled this long is dropped.
+    stall_timeout: Duration,
 }
 
 impl Connection {
-    pub(crate) fn new(fd: OwnedFd) -> io::Result<Self> {
+    pub(crate) fn new(fd: OwnedFd, stall_timeout: Duration) -> io::Result<Self> {
         let socket = Socket::from(fd);
         socket.set_nonblocking(true)?;
+        socket.set_send_buffer_size(SEND_BUFFER)?;
         Ok(Self {
             socket,
             pending: Vec::new(),
             broken: false,
+            stalled_since: None,
+            next_try: None,
+            stall_timeout,
         })
+    }
+
+    /// When to try writing again (`None`: now, the client keeps up).
+    pub(crate) fn retry_at(&self) -> Option<Instant> {
+        self.next_try
+    }
+
+    /// Records a write attempt: whether it wrote anything and whether
+    /// bytes are left waiting. A client that took nothing for
+    /// `stall_timeout` is dropped (its sessions end with the connection).
+    fn attempted(&mut self, wrote: bool, left: bool, now: Instant) {
+        if wrote || !left {
+            self.stalled_since = None;
+            self.next_try = None;
+            return;
+        }
+        let stalled = now.saturating_duration_since(*self.stalled_since.get_or_insert(now));
+        if stalled >= self.stall_timeout {
+            tracing::warn!(
+                "an interleaved RTSP client took no data for {} s; dropping its connection",
+                stalled.as_secs()
+            );
+            self.fail();
+            return;
+        }
+        self.next_try = Some(on_grid(now + (stalled / 4).clamp(RETRY_MIN, RETRY_MAX)));
+    }
+
+    /// Whether a write may be tried `now` (not before a stalled client's
+    /// next try).
+    pub(crate) fn may_try(&self, now: Instant) -> bool {
+        self.next_try.is_none_or(|t| now >= t)
     }
 
     pub(crate) fn is_broken(&self) -> bool {
@@ -45,7 +102,7 @@ impl Connection {
     }
 
     /// Queues control bytes (an RTSP reply) behind whatever is pending.
-    pub(crate) fn write_control(&mut self, bytes: &[u8]) {
+    pub(crate) fn write_control(&mut self, bytes: &[u8], now: Instant) {
         if self.broken {
             return;
         }
@@ -54,44 +111,70 @@ impl Connection {
             return;
         }
         self.pending.extend_from_slice(bytes);
-        self.flush();
+        self.flush(now);
     }
 
-    /// Writes what is pending; true when nothing is left.
-    pub(crate) fn flush(&mut self) -> bool {
+    /// Writes what is pending; true when nothing is left. A stalled
+    /// client's bytes wait for its next try.
+    pub(crate) fn flush(&mut self, now: Instant) -> bool {
+        if self.pending.is_empty() || self.broken {
+            return self.pending.is_empty();
+        }
+        if !self.may_try(now) {
+            return false;
+        }
+        let mut wrote = false;
         while !self.pending.is_empty() && !self.broken {
             match self
                 .socket
                 .send_with_flags(&self.pending, libc::MSG_NOSIGNAL)
             {
                 Ok(n) => {
+                    wrote |= n > 0;
                     self.pending.drain(..n);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => self.fail(),
             }
+        }
+        if !self.broken {
+            self.attempted(wrote, !self.pending.is_empty(), now);
         }
         self.pending.is_empty()
     }
 
     /// Sends one RTCP frame; dropped when the connection is full (RTCP
     /// tolerates loss).
-    pub(crate) fn send_frame(&mut self, channel: u8, data: &[u8]) {
-        self.send_frames(channel, &[[&[], data, &[]]]);
+    pub(crate) fn send_frame(&mut self, channel: u8, data: &[u8], now: Instant) {
+        self.send_frames(channel, &[[&[], data, &[]]], now);
     }
 
     /// Sends many `$` frames of `channel` in one `writev`: each frame's `$`
     /// prefix and head from a small scratch area, its runs by reference.
     /// Returns how many frames were taken (a short write copies only the
     /// unsent tail of the last one) and whether the client is gone.
-    pub(crate) fn send_frames(&mut self, channel: u8, frames: &[Frame<'_>]) -> (usize, bool) {
+    pub(crate) fn send_frames(
+        &mut self,
+        channel: u8,
+        frames: &[Frame<'_>],
+        now: Instant,
+    ) -> (usize, bool) {
         if self.broken {
             return (0, true);
         }
-        if !self.flush() {
+        if !self.flush(now) || !self.may_try(now) {
             return (0, false);
         }
+        let (taken, broken) = self.write_frames(channel, frames);
+        if !broken && !frames.is_empty() {
+            let left = taken < frames.len().min(MAX_FRAMES) || !self.pending.is_empty();
+            self.attempted(taken > 0, left, now);
+        }
+        (taken, broken || self.broken)
+    }
+
+    fn write_frames(&mut self, channel: u8, frames: &[Frame<'_>]) -> (usize, bool) {
         let frames = &frames[..frames.len().min(MAX_FRAMES)];
         let mut heads = [[0u8; 4 + MAX_HEAD]; MAX_FRAMES];
         let mut head_lens = [0usize; MAX_FRAMES];
@@ -163,5 +246,97 @@ impl Connection {
         self.broken = true;
         self.pending = Vec::new();
         let _ = self.socket.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// `t` rounded up to the next point of [`RETRY_GRID`] (counted from the
+/// first call in the process).
+fn on_grid(t: Instant) -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    let grid = RETRY_GRID.as_nanos();
+    let since = t.saturating_duration_since(epoch).as_nanos();
+    let up = since.div_ceil(grid) * grid - since;
+    t + Duration::from_nanos(up as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+
+    /// A client that stops reading is tried less and less often (no write
+    /// before its next try), dropped after the stall timeout (its socket
+    /// shut down, so its reader sees the end), and one that reads again
+    /// is tried at once.
+    #[test]
+    fn a_stalled_client_is_retried_ever_less_often_then_dropped() {
+        let (ours, mut client) = UnixStream::pair().unwrap();
+        let mut c = Connection::new(OwnedFd::from(ours), Duration::from_secs(10)).unwrap();
+        let payload = vec![7u8; 1200];
+        let frames: Vec<Frame<'_>> = vec![[&[], &payload, &[]]; MAX_FRAMES];
+        let t0 = Instant::now();
+        let mut filled = 0;
+        while c.send_frames(0, &frames, t0) == (MAX_FRAMES, false) {
+            filled += 1;
+            assert!(filled < 10_000, "the socket never filled");
+        }
+        // The last write took part of a frame; the next takes nothing.
+        assert_eq!(c.send_frames(0, &frames, t0), (0, false));
+        let first = c.retry_at().unwrap() - t0;
+        assert!(
+            first >= RETRY_MIN && first <= RETRY_MIN + RETRY_GRID,
+            "{first:?}"
+        );
+        // Before its next try nothing is written, whatever is offered.
+        assert_eq!(c.send_frames(0, &frames, t0), (0, false));
+        let mut now = t0;
+        let mut gaps = vec![];
+        while let Some(next) = c.retry_at() {
+            gaps.push(next - now);
+            now = next;
+            assert_eq!(c.send_frames(0, &frames, now).0, 0);
+            if c.is_broken() {
+                break;
+            }
+        }
+        assert!(c.is_broken(), "dropped");
+        assert!(now - t0 >= Duration::from_secs(10) && now - t0 < Duration::from_secs(11));
+        assert!(
+            gaps.iter().all(|g| *g <= RETRY_MAX + RETRY_GRID),
+            "{gaps:?}"
+        );
+        assert!(
+            gaps[gaps.len() / 2..].iter().all(|g| *g >= RETRY_MAX),
+            "{gaps:?}"
+        );
+        assert!(gaps.len() < 260, "{} tries in 10 s", gaps.len());
+        // The client reads what was sent, then the end.
+        let mut rest = vec![];
+        client.read_to_end(&mut rest).unwrap();
+        assert!(!rest.is_empty());
+    }
+
+    #[test]
+    fn a_client_that_reads_again_is_tried_at_once() {
+        let (ours, mut client) = UnixStream::pair().unwrap();
+        let mut c = Connection::new(OwnedFd::from(ours), Duration::from_secs(10)).unwrap();
+        let payload = vec![7u8; 1200];
+        let frames: Vec<Frame<'_>> = vec![[&[], &payload, &[]]; MAX_FRAMES];
+        let t0 = Instant::now();
+        while c.send_frames(0, &frames, t0) == (MAX_FRAMES, false) {}
+        assert_eq!(c.send_frames(0, &frames, t0), (0, false));
+        let later = t0 + Duration::from_secs(4);
+        c.send_frames(0, &frames, later);
+        let next = c.retry_at().unwrap();
+        assert!(next - later >= RETRY_MAX, "{:?}", next - later);
+        client.set_nonblocking(true).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        while client.read(&mut buf).is_ok_and(|n| n > 0) {}
+        let (taken, broken) = c.send_frames(0, &frames, next);
+        assert!(taken > 0 && !broken);
+        assert_eq!(c.retry_at(), None);
     }
 }

@@ -641,9 +641,14 @@ impl Session {
         let track = title.index().track(self.track)?;
         let limit_ns = due_by(t0, origin_ns, p.now + p.burst);
         let pt = track.payload_type();
+        // A stalled client's connection takes nothing before its next try:
+        // build no frames for it.
+        if p.connections.get(&conn).is_some_and(|c| !c.may_try(p.now)) {
+            return Some(retry_interleaved(conn, p));
+        }
         loop {
             if !self.pump_repair_interleaved(&title, p) {
-                return Some(p.now + RETRY);
+                return Some(retry_interleaved(conn, p));
             }
             let ready = self.ready();
             if ready == 0 && self.next < self.count() {
@@ -689,11 +694,11 @@ impl Session {
             let Some(c) = p.connections.get_mut(&conn) else {
                 break;
             };
-            let (taken, broken) = c.send_frames(rtp_channel, &frames[..n]);
+            let (taken, broken) = c.send_frames(rtp_channel, &frames[..n], p.now);
             let taken = if broken { n } else { taken };
             self.account(track, taken, t0, origin_ns, p);
             if taken < n {
-                return Some(p.now + RETRY);
+                return Some(retry_interleaved(conn, p));
             }
         }
         self.after_sending(t0, origin_ns, p)
@@ -736,7 +741,7 @@ impl Session {
             let Some(c) = p.connections.get_mut(&conn) else {
                 return true;
             };
-            let (taken, broken) = c.send_frames(rtp_channel, &frames[..n]);
+            let (taken, broken) = c.send_frames(rtp_channel, &frames[..n], p.now);
             let taken = if broken { n } else { taken };
             self.account_repair(taken, p);
             if taken < n {
@@ -912,6 +917,15 @@ impl Session {
     }
 }
 
+/// When a session whose connection was full tries again: the connection's
+/// next try (later and later while its client takes nothing).
+fn retry_interleaved(conn: u64, p: &Pacing) -> Instant {
+    p.connections
+        .get(&conn)
+        .and_then(Connection::retry_at)
+        .unwrap_or(p.now + RETRY)
+}
+
 fn send_rtcp(output: &Output, bytes: &[u8], p: &mut Pacing) {
     match output {
         Output::Udp {
@@ -923,7 +937,7 @@ fn send_rtcp(output: &Output, bytes: &[u8], p: &mut Pacing) {
             conn, rtcp_channel, ..
         } => {
             if let Some(c) = p.connections.get_mut(conn) {
-                c.send_frame(*rtcp_channel, bytes);
+                c.send_frame(*rtcp_channel, bytes, p.now);
             }
         }
     }
@@ -1443,7 +1457,10 @@ mod tests {
             .unwrap();
         let (server, _) = listener.accept().unwrap();
         let mut connections = HashMap::new();
-        connections.insert(7, Connection::new(OwnedFd::from(server)).unwrap());
+        connections.insert(
+            7,
+            Connection::new(OwnedFd::from(server), Duration::from_secs(10)).unwrap(),
+        );
         let mut s = session_with(
             title,
             Output::Interleaved {

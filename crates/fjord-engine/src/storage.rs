@@ -189,6 +189,14 @@ impl Files {
         file.read_exact_at(buf, offset)
     }
 
+    /// Which of the title's files `bytes` are a slice of the mapping of.
+    pub(crate) fn slot_of(&self, bytes: &[u8]) -> Option<Slot> {
+        let slots = [Slot::Index, Slot::Media, Slot::Prefab, Slot::Parity];
+        slots
+            .into_iter()
+            .find(|&s| self.mapped[s as usize].offsets_of(bytes).is_some())
+    }
+
     /// The path of file `slot`, when the title has it.
     pub(crate) fn path(&self, slot: Slot) -> Option<&Path> {
         self.paths[slot as usize].as_ref().map(|(p, _)| p.as_path())

@@ -34,6 +34,8 @@ pub struct EngineConfig {
     /// Run the threads under SCHED_FIFO so other work on the core cannot
     /// delay a wake-up (needs CAP_SYS_NICE; without it, a warning).
     pub realtime: bool,
+    /// An interleaved client that takes no data for this long is dropped.
+    pub stall_timeout: Duration,
     /// The storage layer that reads ahead of every session; without it
     /// (benches of titles in memory) every page is taken for resident.
     pub storage: Option<fjord_storage::Storage>,
@@ -290,14 +292,16 @@ impl Worker {
     }
 
     fn flush_connections(&mut self, now: Instant) {
-        let mut blocked = false;
+        let mut retry: Option<Instant> = None;
         for c in self.connections.values_mut() {
-            blocked |= !c.flush() && !c.is_broken();
+            if !c.flush(now) && !c.is_broken() {
+                let at = c.retry_at().unwrap_or(now + Duration::from_millis(1));
+                retry = Some(retry.map_or(at, |r| r.min(at)));
+            }
         }
-        if blocked {
+        if let Some(at) = retry {
             // Keep the wheel turning until the replies are out.
-            self.wheel
-                .insert(self.flush_key, now + Duration::from_millis(1));
+            self.wheel.insert(self.flush_key, at);
         }
     }
 
@@ -381,15 +385,17 @@ impl Worker {
                     ..self.stats
                 });
             }
-            Command::AttachConnection { conn, fd } => match Connection::new(fd) {
-                Ok(c) => {
-                    self.connections.insert(conn, c);
+            Command::AttachConnection { conn, fd } => {
+                match Connection::new(fd, self.config.stall_timeout) {
+                    Ok(c) => {
+                        self.connections.insert(conn, c);
+                    }
+                    Err(e) => tracing::warn!(conn, "cannot attach connection: {e}"),
                 }
-                Err(e) => tracing::warn!(conn, "cannot attach connection: {e}"),
-            },
+            }
             Command::Write { conn, bytes } => {
                 if let Some(c) = self.connections.get_mut(&conn) {
-                    c.write_control(&bytes);
+                    c.write_control(&bytes, Instant::now());
                 }
             }
             Command::DetachConnection { conn } => {
@@ -407,7 +413,7 @@ impl Worker {
                     self.remove(id);
                 }
                 if let Some(mut c) = self.connections.remove(&conn) {
-                    c.flush();
+                    c.flush(Instant::now());
                 }
             }
         }

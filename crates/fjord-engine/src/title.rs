@@ -241,8 +241,10 @@ impl Title {
             .verify_media(&self.media, &mut |p| read(Slot::Media, p))
             .map_err(index_failed(Slot::Media))?;
         if let Some((_, prefab)) = &self.prefab {
+            // It reads index records too.
+            let slot = |p: &[u8]| files.slot_of(p).unwrap_or(Slot::Prefab);
             prefab
-                .verify(index, &mut |p| read(Slot::Prefab, p))
+                .verify(index, &mut |p| read(slot(p), p))
                 .map_err(|e| fail(Slot::Prefab, matches!(e, PrefabError::Io(_)), &e))?;
         }
         if let Some(f) = &self.fec {

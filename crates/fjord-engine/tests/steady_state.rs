@@ -105,6 +105,7 @@ fn streaming_sessions_allocate_nothing_per_packet() {
             datapath: path.into(),
             cpus: vec![],
             realtime: false,
+            stall_timeout: Duration::from_secs(10),
             storage: None,
         })
         .unwrap();

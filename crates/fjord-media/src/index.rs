@@ -563,7 +563,8 @@ impl Index {
         if hasher.finalize().as_bytes() != trailer {
             return Err(IndexError::Corrupt("checksum mismatch"));
         }
-        // Read again, now from the page cache: no pacing.
+        // Read again, piece by piece as before: under memory pressure the
+        // first pieces may have left the page cache since.
         let source_size = self.source().size;
         let in_media = |p: PacketRecord| {
             usize::from(p.prefix_len) <= MAX_PREFIX
@@ -571,9 +572,14 @@ impl Index {
                     .checked_add(u64::from(p.len) + u64::from(p.skip) + u64::from(p.len2))
                     .is_some_and(|end| end <= source_size)
         };
+        let per_piece = VERIFY_PIECE / PACKET_RECORD_LEN;
         for track in self.tracks() {
-            if !(0..track.packet_count()).all(|i| track.packet(i).is_some_and(in_media)) {
-                return Err(IndexError::Corrupt("packet record outside the media file"));
+            for first in (0..track.packet_count()).step_by(per_piece) {
+                let end = (first + per_piece).min(track.packet_count());
+                before(track.records(first..end))?;
+                if !(first..end).all(|i| track.packet(i).is_some_and(in_media)) {
+                    return Err(IndexError::Corrupt("packet record outside the media file"));
+                }
             }
         }
         if self.damaged() {

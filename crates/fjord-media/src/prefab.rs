@@ -367,7 +367,8 @@ impl<B: AsRef<[u8]>> Prefab<B> {
 
     /// Checks every packet's length against its record in `index`, and
     /// that the packets lie after the tables and inside the file. `before`
-    /// is called with each piece of the offset tables before it is read.
+    /// is called with each piece of the offset tables, and with the index
+    /// records it is checked against, before they are read.
     pub fn verify(&self, index: &Index, before: BeforeRead<'_>) -> Result<(), PrefabError> {
         let b = self.bytes.as_ref();
         let corrupt = PrefabError::Corrupt;
@@ -377,11 +378,13 @@ impl<B: AsRef<[u8]>> Prefab<B> {
             if at < table_end {
                 return Err(corrupt("packets overlap the tables"));
             }
-            let table = b.get(entry.table..table_end as usize).unwrap_or_default();
-            for piece in table.chunks(PIECE_ENTRIES * 8) {
-                before(piece)?;
-            }
             for i in 0..entry.count {
+                if i % PIECE_ENTRIES == 0 {
+                    let end = (i + PIECE_ENTRIES).min(entry.count);
+                    let offsets = entry.table + 8 * i..entry.table + 8 * (end + 1);
+                    before(b.get(offsets).unwrap_or_default())?;
+                    before(track.records(i..end))?;
+                }
                 let rec = track.packet(i).ok_or(corrupt("index record"))?;
                 let next = u64_at(b, entry.table + 8 * (i + 1)).ok_or(corrupt("offset table"))?;
                 if next.checked_sub(at) != Some(wire_len(&rec)) {

@@ -25,6 +25,9 @@ pub struct Config {
     pub request_timeout_s: u64,
     /// A connection without sessions and without requests is closed after this.
     pub idle_timeout_s: u64,
+    /// A client playing over TCP (interleaved) that takes no data for this
+    /// long is dropped: its connection closed, its sessions ended.
+    pub stall_timeout_s: u64,
     pub max_header_bytes: usize,
     pub max_body_bytes: usize,
     pub max_connections: usize,
@@ -109,6 +112,7 @@ impl Default for Config {
             session_timeout_s: 60,
             request_timeout_s: 10,
             idle_timeout_s: 60,
+            stall_timeout_s: 10,
             max_header_bytes: 16 * 1024,
             max_body_bytes: 64 * 1024,
             max_connections: 1024,
@@ -193,7 +197,11 @@ impl Config {
                 "rtp_port_min..rtp_port_max must be a range above 1023 holding at least one port pair",
             );
         }
-        if self.session_timeout_s == 0 || self.request_timeout_s == 0 || self.idle_timeout_s == 0 {
+        if self.session_timeout_s == 0
+            || self.request_timeout_s == 0
+            || self.idle_timeout_s == 0
+            || self.stall_timeout_s == 0
+        {
             return bad("timeouts must be at least 1 second");
         }
         if self.rtcp_interval_s == 0 {

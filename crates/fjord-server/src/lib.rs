@@ -102,6 +102,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         datapath: config.datapath.clone(),
         cpus: vec![],
         realtime: config.realtime,
+        stall_timeout: Duration::from_secs(config.stall_timeout_s),
         storage: storage.clone(),
     })?;
     if let Some(s) = &storage {

@@ -16,6 +16,7 @@ mod formats;
 mod load;
 mod peers;
 mod shared;
+mod stalled;
 mod storage;
 mod vcr;
 mod verify;
