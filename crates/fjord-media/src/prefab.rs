@@ -457,7 +457,6 @@ impl<B: AsRef<[u8]>> Prefab<B> {
 /// stays open for the data paths that read or sendfile.
 pub fn open(path: &Path, index: &Index) -> Result<(File, Prefab<Guarded>), PrefabError> {
     let (file, prefab) = open_unverified(path, index)?;
-    prefab.storage().read_around();
     prefab.verify(index, &mut |_| Ok(()))?;
     Ok((file, prefab))
 }
@@ -469,6 +468,6 @@ pub fn open_unverified(path: &Path, index: &Index) -> Result<(File, Prefab<Guard
     // SAFETY: packet files are only ever replaced by rename, never written
     // in place, so the mapped bytes do not change under us; one truncated by
     // someone else reads zeros and says so (`storage().damaged()`).
-    let map = unsafe { Guarded::map_random(&file)? };
+    let map = unsafe { Guarded::map(&file)? };
     Ok((file, Prefab::parse_unverified(map, index)?))
 }
