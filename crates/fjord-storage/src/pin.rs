@@ -338,13 +338,9 @@ fn file_id(file: &MappedFile) -> (u64, u64) {
 }
 
 /// Reads bytes `start..start + len` of the file into the page cache and
-/// waits for them, without copying them anywhere: `readahead(2)` asks for
-/// them as one request (on a descriptor without read-ahead, `sendfile`
-/// alone would ask in pipe-sized pieces of 64 KiB, 16 I/Os per MiB), then
-/// `sendfile` to /dev/null moves page references and returns the disk's
-/// error (EIO) as the read's error.
+/// waits for them, without copying them anywhere: `sendfile` to /dev/null
+/// moves page references. The disk's error (EIO) is the read's error.
 pub fn read_into_cache(file: &MappedFile, start: usize, len: usize) -> Result<(), PinError> {
-    readahead(file, start..start + len);
     static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
     let Some(null) = NULL.get_or_init(|| {
         std::fs::OpenOptions::new()
