@@ -634,21 +634,10 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
     if let Err(r) = normal_rate(req) {
         return r;
     }
-    // `Range: npt=X-` seeks; no Range (or `npt=now-`) resumes. An end stops
-    // there; a Range without one plays to the end, no Range keeps the
-    // previous end.
     let duration_ns = session.title.index().duration_ns();
-    let (seek_ns, end_ns) = match req.header("Range").map(range::parse_npt) {
-        None => (None, None),
-        Some(Err(e)) => return refuse(457, &e.to_string()),
-        Some(Ok(r)) => {
-            let seek_ns = r.start.map(|s| (s * 1e9) as u64);
-            if seek_ns.is_some_and(|ns| ns > duration_ns) {
-                return refuse(457, "start beyond the end of the title");
-            }
-            let end_ns = r.end.map(|e| ((e * 1e9) as u64).min(duration_ns));
-            (seek_ns, Some(end_ns))
-        }
+    let (seek_ns, end_ns) = match requested_range(req, duration_ns) {
+        Ok(r) => r,
+        Err(r) => return r,
     };
     let streams: Vec<(u64, u64, String, u32)> = {
         let mut inner = session.lock();
@@ -674,28 +663,10 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
     let mut infos = Vec::with_capacity(streams.len());
     let mut started = Vec::with_capacity(streams.len());
     for (shard, id, url, track) in streams {
-        // Finding the start and end packets may read the index from disk:
-        // here, not on an engine thread, and off the runtime's threads.
         let title = session.title.clone();
-        let find = move || {
-            let track = track as usize;
-            let start = seek_ns.map_or(Start::Resume, |ns| Start::at(&title, track, ns));
-            let until = match end_ns {
-                None => Until::Previous,
-                Some(None) => Until::End,
-                Some(Some(ns)) => Until::at(&title, track, ns),
-            };
-            (start, until)
-        };
-        let (start, until) = if seek_ns.is_some() || matches!(end_ns, Some(Some(_))) {
-            let asked = std::time::Instant::now();
-            let Ok(found) = tokio::task::spawn_blocking(find).await else {
-                return status(500);
-            };
-            slow_start_lookup(asked.elapsed());
-            found
-        } else {
-            find()
+        let Some((start, until)) = start_and_end(title, track as usize, seek_ns, end_ns).await
+        else {
+            return status(500);
         };
         let Some(info) = engine_play(server, shard, id, start, until).await else {
             return status(454);
@@ -731,6 +702,54 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         }),
         close: false,
     }
+}
+
+/// Where a PLAY's Range asks to start, in ns (`None`: resume) and to stop
+/// (`None`: no Range, keep the previous end; `Some(None)`: the title's
+/// end). `npt=now-` resumes; an end past the title is its end.
+type Requested = (Option<u64>, Option<Option<u64>>);
+
+fn requested_range(req: &Request, duration_ns: u64) -> Result<Requested, Reply> {
+    match req.header("Range").map(range::parse_npt) {
+        None => Ok((None, None)),
+        Some(Err(e)) => Err(refuse(457, &e.to_string())),
+        Some(Ok(r)) => {
+            let seek_ns = r.start.map(|s| (s * 1e9) as u64);
+            if seek_ns.is_some_and(|ns| ns > duration_ns) {
+                return Err(refuse(457, "start beyond the end of the title"));
+            }
+            let end_ns = r.end.map(|e| ((e * 1e9) as u64).min(duration_ns));
+            Ok((seek_ns, Some(end_ns)))
+        }
+    }
+}
+
+/// Where track `track` starts and stops. Finding the packets may read the
+/// index from disk: not on an engine thread, and off the runtime's
+/// threads. `None` if that task failed.
+async fn start_and_end(
+    title: Arc<Title>,
+    track: usize,
+    seek_ns: Option<u64>,
+    end_ns: Option<Option<u64>>,
+) -> Option<(Start, Until)> {
+    let lookup = seek_ns.is_some() || matches!(end_ns, Some(Some(_)));
+    let find = move || {
+        let start = seek_ns.map_or(Start::Resume, |ns| Start::at(&title, track, ns));
+        let until = match end_ns {
+            None => Until::Previous,
+            Some(None) => Until::End,
+            Some(Some(ns)) => Until::at(&title, track, ns),
+        };
+        (start, until)
+    };
+    if !lookup {
+        return Some(find());
+    }
+    let asked = std::time::Instant::now();
+    let found = tokio::task::spawn_blocking(find).await.ok()?;
+    slow_start_lookup(asked.elapsed());
+    Some(found)
 }
 
 /// Trick play is not built: a PLAY asking for a `Scale` or `Speed` other
