@@ -267,24 +267,31 @@ mod tests {
 
     use super::*;
 
+    /// A connection (stall timeout 10 s) whose client has not read: `frames`
+    /// are sent at `t0` until one attempt takes nothing.
+    fn stalled(frames: &[Frame<'_>], t0: Instant) -> (Connection, UnixStream) {
+        let (ours, client) = UnixStream::pair().unwrap();
+        let mut c = Connection::new(OwnedFd::from(ours), Duration::from_secs(10)).unwrap();
+        let mut filled = 0;
+        while c.send_frames(0, frames, t0) == (frames.len(), false) {
+            filled += 1;
+            assert!(filled < 10_000, "the socket never filled");
+        }
+        // The last write took part of a frame; the next takes nothing.
+        assert_eq!(c.send_frames(0, frames, t0), (0, false));
+        (c, client)
+    }
+
     /// A client that stops reading is tried less and less often (no write
     /// before its next try), dropped after the stall timeout (its socket
     /// shut down, so its reader sees the end), and one that reads again
     /// is tried at once.
     #[test]
     fn a_stalled_client_is_retried_ever_less_often_then_dropped() {
-        let (ours, mut client) = UnixStream::pair().unwrap();
-        let mut c = Connection::new(OwnedFd::from(ours), Duration::from_secs(10)).unwrap();
         let payload = vec![7u8; 1200];
         let frames: Vec<Frame<'_>> = vec![[&[], &payload, &[]]; MAX_FRAMES];
         let t0 = Instant::now();
-        let mut filled = 0;
-        while c.send_frames(0, &frames, t0) == (MAX_FRAMES, false) {
-            filled += 1;
-            assert!(filled < 10_000, "the socket never filled");
-        }
-        // The last write took part of a frame; the next takes nothing.
-        assert_eq!(c.send_frames(0, &frames, t0), (0, false));
+        let (mut c, mut client) = stalled(&frames, t0);
         let first = c.retry_at().unwrap() - t0;
         assert!(
             first >= RETRY_MIN && first <= RETRY_MIN + RETRY_GRID,
@@ -321,13 +328,10 @@ mod tests {
 
     #[test]
     fn a_client_that_reads_again_is_tried_at_once() {
-        let (ours, mut client) = UnixStream::pair().unwrap();
-        let mut c = Connection::new(OwnedFd::from(ours), Duration::from_secs(10)).unwrap();
         let payload = vec![7u8; 1200];
         let frames: Vec<Frame<'_>> = vec![[&[], &payload, &[]]; MAX_FRAMES];
         let t0 = Instant::now();
-        while c.send_frames(0, &frames, t0) == (MAX_FRAMES, false) {}
-        assert_eq!(c.send_frames(0, &frames, t0), (0, false));
+        let (mut c, mut client) = stalled(&frames, t0);
         let later = t0 + Duration::from_secs(4);
         c.send_frames(0, &frames, later);
         let next = c.retry_at().unwrap();

@@ -10,11 +10,15 @@ use crate::common::{
     vbr_bytes,
 };
 
-const QUIET: Duration = Duration::from_secs(3);
-const LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const QUIET: Duration = Duration::from_secs(3);
+pub(crate) const LIMIT: Duration = Duration::from_secs(30);
 
 /// DESCRIBE + SETUP (UDP or TCP) on `title`; the receiver for UDP.
-fn open(server: &Server, title: &str, tcp: bool) -> (RtspClient, Option<UdpReceiver>, f64) {
+pub(crate) fn open(
+    server: &Server,
+    title: &str,
+    tcp: bool,
+) -> (RtspClient, Option<UdpReceiver>, f64) {
     let mut c = RtspClient::connect(&server.url(title)).unwrap();
     let d = c.describe().expect("DESCRIBE");
     let track = d.track_urls.first().expect("a media section").clone();
@@ -41,7 +45,7 @@ fn open(server: &Server, title: &str, tcp: bool) -> (RtspClient, Option<UdpRecei
 }
 
 /// Receives from the session's transport until BYE, `quiet` or `limit`.
-fn recv(
+pub(crate) fn recv(
     c: &mut RtspClient,
     rx: &mut Option<UdpReceiver>,
     quiet: Duration,

@@ -4,8 +4,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use fjord_client::{EndReason, PacketSource, RtspClient, capture};
+use fjord_client::{EndReason, RtspClient};
 
+use crate::client::{LIMIT, QUIET, open, recv};
 use crate::common::{Server, assert_contiguous, clip_bytes, generate_media, run_bounded};
 use crate::peers::{Frames, parse_framemd5};
 
@@ -116,31 +117,12 @@ fn a_range_with_an_end_stops_there_with_bye() {
     let server = Server::start("");
     let src = clip_bytes();
     for tcp in [false, true] {
-        let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
-        let d = c.describe().expect("DESCRIBE");
-        let track = d.track_urls.first().expect("a media section").clone();
-        let mut rx = match tcp {
-            true => {
-                c.setup_tcp(&track).expect("SETUP tcp");
-                None
-            }
-            false => Some(c.setup_udp(&track).expect("SETUP udp").1),
-        };
+        let (mut c, mut rx, _) = open(&server, "clip.ts", tcp);
         let reply = c.play(Some("npt=3-5")).expect("PLAY npt=3-5");
         let start = reply.start.expect("Range start");
         assert!(start <= 3.0 && start > 1.5, "start {start} (GOP 1 s)");
         assert_eq!(reply.end, Some(5.0), "the reply's Range ends at 5 s");
-        let source: &mut dyn PacketSource = match &mut rx {
-            Some(rx) => rx,
-            None => &mut c,
-        };
-        let cap = capture(
-            source,
-            Duration::from_secs(3),
-            Duration::from_secs(20),
-            None,
-        )
-        .expect("receive");
+        let cap = recv(&mut c, &mut rx, QUIET, LIMIT);
         assert_eq!(
             cap.end,
             EndReason::Bye,
