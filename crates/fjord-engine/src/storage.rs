@@ -260,6 +260,10 @@ impl Source for Title {
         self.index().track(t).map_or(0, |t| t.packet_count() as u32)
     }
 
+    fn duration_ns(&self) -> u64 {
+        self.index().duration_ns()
+    }
+
     fn send_time_ns(&self, t: usize, i: u32) -> Option<u64> {
         Some(self.index().track(t)?.packet(i as usize)?.send_time_ns)
     }
@@ -296,6 +300,20 @@ impl Source for Title {
         }
         if uses.has(Uses::PARITY) {
             self.parity_extents(t, range, &mut add);
+        }
+    }
+
+    fn tables(&self, t: usize, packets: Range<u32>, uses: Uses, out: &mut Vec<Extent>) {
+        let Some(track) = self.index().track(t) else {
+            return;
+        };
+        let range = packets.start as usize..packets.end as usize;
+        let mut add = |slot: Slot, bytes: &[u8]| self.files().extent(slot, bytes, out);
+        add(Slot::Index, track.records(range.clone()));
+        if uses.has(Uses::PREFAB)
+            && let Some(p) = self.prefab(t)
+        {
+            add(Slot::Prefab, p.entries(range));
         }
     }
 

@@ -25,6 +25,11 @@ use fjord_media::{
 
 use crate::storage::{Files, Slot};
 
+/// Index records a PLAY's start lookup reads after the start packet (256
+/// KiB of them: ten seconds or more of any stream fjord serves), what the
+/// storage layer plans the session's first refills from.
+const PLANNED_RECORDS: usize = 256 * 1024 / fjord_media::index::PACKET_RECORD_LEN;
+
 pub struct Title {
     index: Index,
     file: File,
@@ -334,8 +339,9 @@ impl Title {
     /// timeline: the sync point at or before it (the sync tables stay
     /// resident), or for a track without any the first packet sent at or
     /// after it. May read the index from disk: the control plane asks, not
-    /// an engine thread, and it reads the start packet's record too, so the
-    /// storage layer's planning (under its disk's lock) finds it resident.
+    /// an engine thread, and it reads the records that follow the start
+    /// too, so the storage layer's planning (under its disk's lock) finds
+    /// them resident.
     pub fn start_packet(&self, t: usize, ns: u64) -> u32 {
         self.index.track(t).map_or(0, |t| {
             let p = if t.sync_count() > 0 {
@@ -344,10 +350,10 @@ impl Title {
                 self.first_sent_at_or_after(&t, ns)
             };
             let p = p.min(t.packet_count() as u32);
-            // Through the mapping: the fault reads the device's read-ahead
-            // window around it (the records that follow, which the storage
-            // layer plans from), here rather than under its disk's lock.
-            std::hint::black_box(t.packet(p as usize));
+            // As one read: a session's first refills are planned from these
+            // records, which a fault would read a page at a time (random-
+            // access mapping) or in the device's 8 MB read-around window.
+            let _ = self.read_record(t.records(p as usize..p as usize + PLANNED_RECORDS));
             p
         })
     }
@@ -365,10 +371,10 @@ impl Title {
         t.first_sent_at_or_after(ns, end, &mut |r| self.read_record(r))
     }
 
-    /// Reads an index record into the page cache by file I/O, not by a
+    /// Reads index records into the page cache by file I/O, not by a
     /// fault in the mapping: a search's probes are far apart, and each
     /// fault would read the device's whole read-ahead window around its
-    /// page (8 MB on virtio disks).
+    /// page (8 MB on virtio disks) where the mapping is not random-access.
     fn read_record(&self, record: &[u8]) -> std::io::Result<()> {
         self.files.read_into_cache(Slot::Index, record)
     }

@@ -383,7 +383,7 @@ pub fn open_unverified(path: &Path) -> Result<(File, Sidecar<Guarded>), SidecarE
     // SAFETY: sidecars are only ever replaced by rename, never written in
     // place, so the mapped bytes do not change under us; one truncated by
     // someone else reads zeros and says so (`storage().damaged()`).
-    let map = unsafe { Guarded::map(&file)? };
+    let map = unsafe { Guarded::map_random(&file)? };
     Ok((file, Sidecar::parse_unverified(map)?))
 }
 
@@ -396,6 +396,7 @@ pub fn open(path: &Path) -> Result<Sidecar<Guarded>, SidecarError> {
 /// symbols to the data paths that send from a file descriptor.
 pub fn open_with_file(path: &Path) -> Result<(File, Sidecar<Guarded>), SidecarError> {
     let (file, sidecar) = open_unverified(path)?;
+    sidecar.storage().read_around();
     sidecar.verify(&mut |_| Ok(()))?;
     Ok((file, sidecar))
 }

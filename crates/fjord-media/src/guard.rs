@@ -100,6 +100,27 @@ impl Guarded {
         Ok(Guarded::new(map))
     }
 
+    /// [`Guarded::map`] for reads of a few pages at a time (`MADV_RANDOM`):
+    /// a fault reads its page, not the device's read-ahead window around
+    /// it (8 MB on virtio disks), so opening a file for its headers reads
+    /// its headers. [`Guarded::read_around`] undoes it.
+    ///
+    /// # Safety
+    /// As [`Guarded::map`].
+    pub unsafe fn map_random(file: &File) -> io::Result<Guarded> {
+        // SAFETY: forwarded to the caller.
+        let guarded = unsafe { Guarded::map(file)? };
+        // Only advice: a kernel that ignores it reads more, nothing worse.
+        let _ = guarded.map.advise(memmap2::Advice::Random);
+        Ok(guarded)
+    }
+
+    /// Faults read ahead around them again (the kernel's default), for
+    /// reading the whole mapping through it.
+    pub fn read_around(&self) {
+        let _ = self.map.advise(memmap2::Advice::Normal);
+    }
+
     /// Registers `map` (already made) in the table.
     pub fn new(map: Mmap) -> Guarded {
         let slot = register(map.as_ptr() as usize, map.len());

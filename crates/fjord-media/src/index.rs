@@ -524,6 +524,7 @@ impl Index {
     /// corrupt file. Reads the whole index: see [`Index::open_unverified`].
     pub fn open(index_path: &Path) -> Result<Index, IndexError> {
         let index = Index::open_unverified(index_path)?;
+        index.map.read_around();
         index.verify(&mut |_| Ok(()))?;
         Ok(index)
     }
@@ -543,7 +544,7 @@ impl Index {
         // SAFETY: index files are only ever replaced by rename, never written
         // in place, so the mapped bytes do not change under us; a file
         // truncated by someone else reads zeros and marks the map damaged.
-        let map = unsafe { Guarded::map(&file)? };
+        let map = unsafe { Guarded::map_random(&file)? };
         let tracks = validate_head(&map)?;
         Ok(Index { map, tracks })
     }

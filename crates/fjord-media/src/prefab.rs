@@ -278,6 +278,19 @@ impl<'a> PrefabTrack<'a> {
         (self.table.as_ptr() as usize - self.bytes.as_ptr() as usize) as u64
     }
 
+    /// The offset-table entries of packets `range` (clipped to the table),
+    /// found without reading them: a reader fetches them before it asks
+    /// [`PrefabTrack::spans`], which reads them.
+    pub fn entries(&self, range: std::ops::Range<usize>) -> &'a [u8] {
+        let end = range
+            .end
+            .saturating_add(1)
+            .saturating_mul(8)
+            .min(self.table.len());
+        let start = range.start.saturating_mul(8).min(end);
+        &self.table[start..end]
+    }
+
     /// The offset-table entries of packets `range` and the packets' own
     /// bytes: what sending them reads.
     pub fn spans(&self, range: std::ops::Range<usize>) -> Option<(&'a [u8], &'a [u8])> {
@@ -457,6 +470,7 @@ impl<B: AsRef<[u8]>> Prefab<B> {
 /// stays open for the data paths that read or sendfile.
 pub fn open(path: &Path, index: &Index) -> Result<(File, Prefab<Guarded>), PrefabError> {
     let (file, prefab) = open_unverified(path, index)?;
+    prefab.storage().read_around();
     prefab.verify(index, &mut |_| Ok(()))?;
     Ok((file, prefab))
 }
@@ -468,6 +482,6 @@ pub fn open_unverified(path: &Path, index: &Index) -> Result<(File, Prefab<Guard
     // SAFETY: packet files are only ever replaced by rename, never written
     // in place, so the mapped bytes do not change under us; one truncated by
     // someone else reads zeros and says so (`storage().damaged()`).
-    let map = unsafe { Guarded::map(&file)? };
+    let map = unsafe { Guarded::map_random(&file)? };
     Ok((file, Prefab::parse_unverified(map, index)?))
 }

@@ -1,7 +1,7 @@
 //! fjord's storage layer: an engine thread never waits for a disk.
 //!
-//! In: titles as [`Source`]s (their mapped files, and which bytes a run of
-//! packets touches), sessions registered as [`ReadAhead`]s with their
+//! In: titles as [`Source`]s (their mapped files, which bytes a run of
+//! packets touches and which table bytes that is found from), sessions registered as [`ReadAhead`]s with their
 //! position, a memory budget. Out: per session a window of packets whose
 //! bytes are resident and locked ([`Cursor::ready_from`], a few atomic
 //! loads, never a lock or a wait), kept `readahead` ahead of the session by
@@ -10,6 +10,10 @@
 //! tables of every loaded title stay resident ([`HeadPin`]). Admission
 //! ([`Storage::reserve`]) promises a stream its disk's bandwidth and its
 //! read-ahead memory, or refuses it.
+//!
+//! A title's tables (index records, offset tables) are read as whole
+//! requests ahead of the refills planned from them, so a title may be mapped
+//! for random access and no planning waits for a fault.
 //!
 //! It never parses media, never copies payload (pages are locked where the
 //! engine already maps them) and never blocks the caller of

@@ -438,25 +438,28 @@ impl Storage {
     /// Pins `source`'s head and the first seconds of every track (blocks
     /// for the disk: call it where loading a title may wait).
     pub fn hold_head(&self, source: Arc<dyn Source>) -> Result<HeadPin, PinError> {
-        let mut extents = Vec::new();
-        source.head(&mut extents);
-        let head_ns = self.inner.config.head.as_nanos() as u64;
-        for t in 0..source.track_count() {
-            let count = source.packet_count(t);
-            let end = packet_at_or_after(&*source, t, 0, head_ns, count);
-            source.extents(t, 0..end, source.default_uses(), &mut extents);
-        }
         let mut head = HeadPin {
             chunks: Vec::new(),
             storage: self.clone(),
             _source: source.clone(),
         };
-        for e in &extents {
-            let file = source.files()[e.file];
-            let rebuild = |range, out: &mut [u8]| source.rebuild(e.file, range, out);
-            self.inner
-                .pins
-                .pin(&file, e.range.clone(), &mut head.chunks, Some(&rebuild))?;
+        let mut extents = Vec::new();
+        source.head(&mut extents);
+        pin_all(&self.inner.pins, &*source, &extents, &mut head.chunks)?;
+        let head_ns = self.inner.config.head.as_nanos() as u64;
+        let uses = source.default_uses();
+        for t in 0..source.track_count() {
+            let count = source.packet_count(t);
+            // The tables of (about twice) the head first, as one read each:
+            // the search below and the extents read them.
+            let guess = packets_in(&*source, t, 2 * self.inner.config.head);
+            let mut tables = Vec::new();
+            source.tables(t, 0..guess.min(count), uses, &mut tables);
+            pin_all(&self.inner.pins, &*source, &tables, &mut head.chunks)?;
+            let end = packet_at_or_after(&*source, t, 0, head_ns, count);
+            extents.clear();
+            source.extents(t, 0..end, uses, &mut extents);
+            pin_all(&self.inner.pins, &*source, &extents, &mut head.chunks)?;
         }
         Ok(head)
     }
@@ -538,6 +541,32 @@ impl Storage {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Pins `extents` of `source` into `chunks` (blocks for the disk). On
+/// error the chunks already pinned stay in `chunks`.
+fn pin_all(
+    pins: &Pins,
+    source: &dyn Source,
+    extents: &[Extent],
+    chunks: &mut Vec<ChunkKey>,
+) -> Result<(), PinError> {
+    for e in extents {
+        let Some(file) = source.files().get(e.file).copied() else {
+            continue;
+        };
+        let rebuild = |range, out: &mut [u8]| source.rebuild(e.file, range, out);
+        pins.pin(&file, e.range.clone(), chunks, Some(&rebuild))?;
+    }
+    Ok(())
+}
+
+/// About how many packets of track `t` are due in `d`, at the title's
+/// average rate (known from its head: no table read).
+fn packets_in(source: &dyn Source, t: usize, d: Duration) -> u32 {
+    let n =
+        u128::from(source.packet_count(t)) * d.as_nanos() / u128::from(source.duration_ns().max(1));
+    n.min(u128::from(u32::MAX)) as u32
 }
 
 /// The first packet of track `t` (from `from`) due at or after `ns`, or
@@ -819,27 +848,36 @@ impl Worker {
         }
     }
 
-    /// Pins the bytes of a refill (no lock held: this waits for the disk).
+    /// Pins the bytes of a refill (no lock held: this waits for the disk):
+    /// first the tables its packets and the next refill's are found from
+    /// (so that neither finding them nor the next plan, under the disk's
+    /// lock, faults a table page in), then what they say the packets read.
     fn pin(&self, r: &Refill) -> (Result<Vec<ChunkKey>, PinError>, u64) {
-        let mut extents: Vec<Extent> = Vec::new();
-        r.source
-            .extents(r.track, r.packets.clone(), r.uses, &mut extents);
         let mut chunks = Vec::new();
         let mut bytes = 0;
-        for e in &extents {
-            let Some(file) = r.source.files().get(e.file).copied() else {
-                continue;
-            };
-            bytes += e.range.len() as u64;
-            let rebuild = |range, out: &mut [u8]| r.source.rebuild(e.file, range, out);
-            let pinned = self
-                .inner
-                .pins
-                .pin(&file, e.range.clone(), &mut chunks, Some(&rebuild));
-            if let Err(err) = pinned {
-                self.inner.pins.unpin(&chunks);
-                return (Err(err), bytes);
-            }
+        let mut tables = Vec::new();
+        // The next refill reads to about `readahead` past this one's end
+        // and its search probes up to twice as far; three times covers a
+        // title's average rate with room for its peaks.
+        let count = r.source.packet_count(r.track);
+        let ahead = packets_in(&*r.source, r.track, 3 * self.inner.config.readahead);
+        let next = r.packets.end.saturating_add(ahead).min(count);
+        r.source
+            .tables(r.track, r.packets.start..next, r.uses, &mut tables);
+        let mut extents = Vec::new();
+        let mut read = |extents: &[Extent], chunks: &mut Vec<ChunkKey>| {
+            let pinned = pin_all(&self.inner.pins, &*r.source, extents, chunks);
+            bytes += extents.iter().map(|e| e.range.len() as u64).sum::<u64>();
+            pinned
+        };
+        let pinned = read(&tables, &mut chunks).and_then(|()| {
+            r.source
+                .extents(r.track, r.packets.clone(), r.uses, &mut extents);
+            read(&extents, &mut chunks)
+        });
+        if let Err(err) = pinned {
+            self.inner.pins.unpin(&chunks);
+            return (Err(err), bytes);
         }
         (Ok(chunks), bytes)
     }

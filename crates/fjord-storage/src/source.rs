@@ -76,11 +76,22 @@ pub trait Source: Send + Sync {
     fn default_uses(&self) -> Uses;
     /// Packets of track `t`.
     fn packet_count(&self, t: usize) -> u32;
+    /// The title's duration on its timeline (known from its head).
+    fn duration_ns(&self) -> u64;
     /// When packet `i` of track `t` is due on the title timeline.
     fn send_time_ns(&self, t: usize, i: u32) -> Option<u64>;
     /// Appends the bytes packets `packets` of track `t` touch when sent
     /// the way `uses` says.
     fn extents(&self, t: usize, packets: Range<u32>, uses: Uses, out: &mut Vec<Extent>);
+    /// Appends the bytes of the title's tables (index records, offset
+    /// tables) that [`Source::extents`] and [`Source::send_time_ns`] read
+    /// for packets `packets` of track `t`, found without reading them: the
+    /// storage layer reads them in one request each, so that planning and
+    /// [`Source::extents`] never fault them in through the mapping a page
+    /// at a time, or under a disk's lock.
+    fn tables(&self, t: usize, packets: Range<u32>, uses: Uses, out: &mut Vec<Extent>) {
+        let _ = (t, packets, uses, out);
+    }
     /// How many packets behind its position a session may still read
     /// (records of a block whose repair packets are still to go).
     fn trailing_packets(&self, t: usize) -> u32;

@@ -9,7 +9,7 @@ use std::{
     ops::Range,
     os::fd::AsRawFd,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
@@ -25,6 +25,11 @@ struct Fake {
     _file: File,
     files: [MappedFile; 1],
     changed: AtomicBool,
+    /// Packets whose table bytes (here: their own bytes) were asked for by
+    /// `tables` or read by the control plane.
+    read: Mutex<Vec<Range<u32>>>,
+    /// Table reads of packets outside `read`: faults through the mapping.
+    strays: Mutex<Vec<Range<u32>>>,
 }
 
 impl Fake {
@@ -54,6 +59,8 @@ impl Fake {
             }],
             _file: file,
             changed: AtomicBool::new(false),
+            read: Mutex::new(Vec::new()),
+            strays: Mutex::new(Vec::new()),
         })
     }
 
@@ -64,6 +71,17 @@ impl Fake {
             .unwrap()
             .set_len(0)
             .unwrap();
+    }
+
+    /// Counts a read of packets' table bytes nobody read first.
+    fn check_read(&self, packets: Range<u32>) {
+        let read = self.read.lock().unwrap();
+        if !read
+            .iter()
+            .any(|r| r.start <= packets.start && packets.end <= r.end)
+        {
+            self.strays.lock().unwrap().push(packets);
+        }
     }
 }
 
@@ -83,10 +101,22 @@ impl Source for Fake {
     fn packet_count(&self, _: usize) -> u32 {
         PACKETS
     }
+    fn duration_ns(&self) -> u64 {
+        u64::from(PACKETS) * STEP_NS
+    }
     fn send_time_ns(&self, _: usize, i: u32) -> Option<u64> {
+        self.check_read(i..(i + 1).min(PACKETS));
         (i < PACKETS).then(|| u64::from(i) * STEP_NS)
     }
     fn extents(&self, _: usize, packets: Range<u32>, _: Uses, out: &mut Vec<Extent>) {
+        self.check_read(packets.clone());
+        out.push(Extent {
+            file: 0,
+            range: packets.start as usize * PACKET..packets.end as usize * PACKET,
+        });
+    }
+    fn tables(&self, _: usize, packets: Range<u32>, _: Uses, out: &mut Vec<Extent>) {
+        self.read.lock().unwrap().push(packets.clone());
         out.push(Extent {
             file: 0,
             range: packets.start as usize * PACKET..packets.end as usize * PACKET,
@@ -288,4 +318,36 @@ fn a_seek_far_into_a_title_commits_only_its_refill() {
         far.cursor().ready_from(19_000) > 0 && near.cursor().ready_from(10) > 0
     });
     assert_eq!(s.stats().budget_waits, 0, "nobody waited for the budget");
+}
+
+/// The storage layer reads a title's tables (index records, offset tables)
+/// as whole requests before it plans from them or asks which bytes packets
+/// touch: past what the PLAY's lookup read, nothing is faulted in through
+/// the mapping a page at a time, nor under a disk's lock.
+#[test]
+fn planning_reads_only_tables_read_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let head = s.hold_head(fake.clone()).unwrap();
+    // What a PLAY's start lookup reads: the records after the start.
+    fake.read.lock().unwrap().push(5000..5300);
+    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    r.position(5000, Mode::Starting);
+    eventually("packet 5000 is resident", || {
+        r.cursor().ready_from(5000) > 0
+    });
+    // Play 10 s of packets quickly: many refills, each planned from the
+    // tables the one before read.
+    for i in 5000..6000 {
+        eventually("the window keeps ahead", || r.cursor().ready_from(i) > 0);
+        r.position(i, Mode::Playing);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let strays = fake.strays.lock().unwrap().clone();
+    assert!(
+        strays.is_empty(),
+        "tables of packets {strays:?} read unread"
+    );
+    drop((r, head));
 }
