@@ -25,11 +25,6 @@ use fjord_media::{
 
 use crate::storage::{Files, Slot};
 
-/// Index records a PLAY's start lookup reads after the start packet (256
-/// KiB of them: ten seconds or more of any stream fjord serves), what the
-/// storage layer plans the session's first refills from.
-const PLANNED_RECORDS: usize = 256 * 1024 / fjord_media::index::PACKET_RECORD_LEN;
-
 pub struct Title {
     index: Index,
     file: File,
@@ -338,10 +333,9 @@ impl Title {
     /// The start packet of track `t` for a PLAY at `ns` on the title
     /// timeline: the sync point at or before it (the sync tables stay
     /// resident), or for a track without any the first packet sent at or
-    /// after it. May read the index from disk: the control plane asks, not
-    /// an engine thread, and it reads the records that follow the start
-    /// too, so the storage layer's planning (under its disk's lock) finds
-    /// them resident.
+    /// after it. May read the index from disk (a track without sync
+    /// points): the control plane asks, not an engine thread. The records
+    /// from the start on are the storage layer's to read.
     pub fn start_packet(&self, t: usize, ns: u64) -> u32 {
         self.index.track(t).map_or(0, |t| {
             let p = if t.sync_count() > 0 {
@@ -349,12 +343,7 @@ impl Title {
             } else {
                 self.first_sent_at_or_after(&t, ns)
             };
-            let p = p.min(t.packet_count() as u32);
-            // As one read: a session's first refills are planned from these
-            // records, which a fault would read a page at a time (random-
-            // access mapping) or in the device's 8 MB read-around window.
-            let _ = self.read_record(t.records(p as usize..p as usize + PLANNED_RECORDS));
-            p
+            p.min(t.packet_count() as u32)
         })
     }
 

@@ -797,14 +797,22 @@ impl Worker {
     fn schedule(&self, e: &Entry, now: Instant) -> (Instant, Option<(u32, Instant)>) {
         let cfg = &self.inner.config;
         let count = e.source.packet_count(e.track);
-        let (next, end) = (e.cursor.next(), e.cursor.window().1);
+        let (next, (start, end)) = (e.cursor.next(), e.cursor.window());
         if end >= count {
             return (now + IDLE * 5, None);
         }
         let time = |i| e.source.send_time_ns(e.track, i).unwrap_or(u64::MAX);
-        let (t_next, t_end) = (time(next), time(end));
-        let lead = Duration::from_nanos(t_end.saturating_sub(t_next));
         let mode = e.cursor.mode();
+        // A new place (a start or a seek) has an empty window: its first
+        // read is planned from the title's average rate, so that planning
+        // reads none of its tables (the refill reads them first, in one
+        // request). Otherwise the refill that ended the window read them.
+        let fresh = start == end;
+        let lead = if fresh {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(time(end).saturating_sub(time(next)))
+        };
         let low = cfg.readahead / 2;
         if mode == Mode::Paused && end > next || lead >= low {
             let until_low = if mode == Mode::Playing {
@@ -819,24 +827,23 @@ impl Worker {
             self.inner.counters.budget_waits.fetch_add(1, Relaxed);
             return (now + BUDGET_RETRY, None);
         }
-        let ahead = if end == next {
-            cfg.first_read
+        let to = if fresh {
+            end.saturating_add(packets_in(&*e.source, e.track, cfg.first_read))
         } else {
-            cfg.readahead
+            let ahead = if end == next {
+                cfg.first_read
+            } else {
+                cfg.readahead
+            };
+            let t = time(next).saturating_add(ahead.as_nanos() as u64);
+            packet_at_or_after(&*e.source, e.track, end + 1, t, count)
         };
-        let to = packet_at_or_after(
-            &*e.source,
-            e.track,
-            end + 1,
-            t_next.saturating_add(ahead.as_nanos() as u64),
-            count,
-        );
         let deadline = match mode {
             Mode::Playing => now + lead,
             Mode::Starting => now,
             Mode::Paused => now + IDLE * 5,
         };
-        (now, Some((to.max(end + 1), deadline)))
+        (now, Some((to.clamp(end + 1, count), deadline)))
     }
 
     /// Releases the grants of `e` wholly before packet `upto`.

@@ -330,8 +330,8 @@ fn planning_reads_only_tables_read_before() {
     let fake = Fake::new(dir.path());
     let s = storage(1 << 30);
     let head = s.hold_head(fake.clone()).unwrap();
-    // What a PLAY's start lookup reads: the records after the start.
-    fake.read.lock().unwrap().push(5000..5300);
+    // What a PLAY's start lookup reads: the start's record.
+    fake.read.lock().unwrap().push(5000..5001);
     let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
     r.position(5000, Mode::Starting);
     eventually("packet 5000 is resident", || {
