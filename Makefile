@@ -8,8 +8,9 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 PORT ?= 8554
+HTTP_PORT ?= 8080
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-base \
+APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav \
 	fuse3 python3-fusepy
 
@@ -65,7 +66,8 @@ run: build
 	@echo "  ffplay rtsp://127.0.0.1:$(PORT)/demo.ts"
 	@echo "  ffplay rtsp://127.0.0.1:$(PORT)/demo.mp4"
 	@echo "  gst-launch-1.0 playbin uri=rtsp://127.0.0.1:$(PORT)/demo.ts"
-	exec target/release/fjord serve --root media --port $(PORT)
+	@echo "  curl -O http://127.0.0.1:$(HTTP_PORT)/demo.mp4      (a download; ffplay takes the URL too)"
+	exec target/release/fjord serve --root media --port $(PORT) --http-port $(HTTP_PORT)
 
 # Runs every fuzz target for FUZZ_SECONDS each (nightly toolchain and
 # cargo-fuzz, installed when missing). `make test` runs them briefly, built

@@ -300,6 +300,7 @@ impl ServerChild {
         use std::{io::BufRead, os::unix::process::CommandExt};
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.arg("serve")
+            .args(["--http-port", "0"])
             .arg("--config")
             .arg(config)
             .stdout(std::process::Stdio::piped())

@@ -559,7 +559,10 @@ fn prepare(
             let exe = cfg.fjord_exe.clone();
             let start = move || {
                 let mut cmd = Command::new(&exe);
-                cmd.arg("serve").arg("--config").arg(&config);
+                cmd.arg("serve")
+                    .args(["--http-port", "0"])
+                    .arg("--config")
+                    .arg(&config);
                 let name = name.clone();
                 ServerChild::spawn(cmd, cpu, rt, START_TIMEOUT, move |l| {
                     let addr = l

@@ -364,7 +364,10 @@ impl Server {
         cg: &Cgroup,
     ) -> anyhow::Result<Server> {
         let mut cmd = Command::new(exe);
-        cmd.arg("serve").arg("--config").arg(config);
+        cmd.arg("serve")
+            .args(["--http-port", "0"])
+            .arg("--config")
+            .arg(config);
         if let Some(s) = stats {
             cmd.arg("--stats-file").arg(s);
         }

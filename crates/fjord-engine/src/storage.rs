@@ -69,25 +69,23 @@ pub(crate) struct WholeReader {
     _file: File,
 }
 
-/// What a whole reader asks the disk for at once: without read-ahead,
-/// `sendfile` alone asks in pipe-sized pieces (64 KiB: 16 requests per MiB,
-/// where a disk's IOPS are what first sessions wait for); more than this
-/// would sit in the disk's queue ahead of the streams' reads for longer.
-const WHOLE_REQUEST: usize = 256 * 1024;
+/// What a whole reader asks the disk for at once: smaller asks cost the
+/// disk's IOPS (what first sessions wait for), larger ones sit in its
+/// queue ahead of the streams' reads for longer.
+const WHOLE_REQUEST: u64 = 256 * 1024;
 
 impl WholeReader {
     /// Reads `piece` of the file's mapping into the page cache by file
     /// I/O, so that a disk error is returned here rather than met as a
     /// fault in the mapping; in requests of [`WHOLE_REQUEST`].
     pub(crate) fn read_into_cache(&self, piece: &[u8]) -> io::Result<()> {
-        for part in piece.chunks(WHOLE_REQUEST) {
-            if let Some(range) = self.mapped.offsets_of(part) {
-                // SAFETY: readahead only reads into the page cache.
-                unsafe { libc::readahead(self.mapped.fd, range.start as i64, range.len()) };
-            }
-            piece_into_cache(&self.mapped, part)?;
-        }
-        Ok(())
+        let range = self
+            .mapped
+            .offsets_of(piece)
+            .ok_or_else(|| io::Error::other("not a piece of the file's mapping"))?;
+        let (start, len) = (range.start as u64, range.len() as u64);
+        fjord_storage::pin::read_in_requests(self.mapped.fd, start, len, WHOLE_REQUEST)
+            .map_err(pin_error)
     }
 }
 
@@ -99,10 +97,14 @@ fn piece_into_cache(m: &MappedFile, piece: &[u8]) -> io::Result<()> {
         .checked_sub(m.base as usize)
         .filter(|s| s + piece.len() <= m.len)
         .ok_or_else(|| io::Error::other("not a piece of the file's mapping"))?;
-    fjord_storage::pin::read_into_cache(m, start, piece.len()).map_err(|e| match e {
+    fjord_storage::pin::read_into_cache(m, start, piece.len()).map_err(pin_error)
+}
+
+fn pin_error(e: fjord_storage::pin::PinError) -> io::Error {
+    match e {
         fjord_storage::pin::PinError::Read(e) | fjord_storage::pin::PinError::Other(e) => e,
         fjord_storage::pin::PinError::Truncated => io::ErrorKind::UnexpectedEof.into(),
-    })
+    }
 }
 
 /// How often a title's files are compared with what was loaded.

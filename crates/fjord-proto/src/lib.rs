@@ -8,7 +8,10 @@
 //! - [`sdp`]: the DESCRIBE body.
 //! - [`rtp`]: the 12-byte RTP header (hot path) and a parser for clients.
 //! - [`rtcp`]: sender reports out, receiver reports in.
+//! - [`http`]: HTTP/1.1 downloads: a request head in, the response's head
+//!   and the byte range of the file its body is out.
 
+pub mod http;
 pub mod rtcp;
 pub mod rtp;
 pub mod rtsp;

@@ -17,6 +17,8 @@ pub struct Config {
     pub root: PathBuf,
     pub bind: IpAddr,
     pub port: u16,
+    /// HTTP downloads of the same titles (`http://HOST:PORT/NAME`); 0: off.
+    pub http_port: u16,
     /// Engine threads; 0 = one per available core.
     pub threads: usize,
     /// A session with no RTSP request and no RTCP for this long is torn down.
@@ -108,6 +110,7 @@ impl Default for Config {
             root: PathBuf::from("./media"),
             bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             port: 8554,
+            http_port: 8080,
             threads: 0,
             session_timeout_s: 60,
             request_timeout_s: 10,

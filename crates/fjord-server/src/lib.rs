@@ -7,6 +7,7 @@ mod catalog;
 pub mod config;
 mod conn;
 mod control;
+mod http;
 mod pool;
 mod ports;
 mod prefab_budget;
@@ -94,6 +95,18 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             )
         })?;
     let local = listener.local_addr()?;
+    let http = match config.http_port {
+        0 => None,
+        port => Some(TcpListener::bind(SocketAddr::new(config.bind, port)).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot listen for HTTP on {}:{port}: {e} (set http_port, or 0 for no HTTP downloads)",
+                    config.bind
+                ),
+            )
+        })?),
+    };
     let engine = Engine::start(EngineConfig {
         threads: config.threads(),
         burst: Duration::from_millis(config.burst_ms),
@@ -139,6 +152,11 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         config,
     });
     println!("fjord: listening on rtsp://{local}/");
+    let slots = Arc::new(Semaphore::new(server.config.max_connections));
+    if let Some(listener) = http {
+        println!("fjord: downloads on http://{}/", listener.local_addr()?);
+        tokio::spawn(http::listen(server.clone(), listener, slots.clone()));
+    }
     tracing::info!(
         roots = ?server.catalog.roots(),
         datapath = server.engine.datapath(),
@@ -153,7 +171,6 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         let path = server.config.stats_file.clone();
         tokio::spawn(stats_file::write_every_second(server.clone(), path));
     }
-    let slots = Arc::new(Semaphore::new(server.config.max_connections));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         tokio::select! {

@@ -30,6 +30,8 @@ use std::{
     },
 };
 
+use std::os::fd::RawFd;
+
 use crate::source::MappedFile;
 
 /// Bytes per chunk: large enough that a refill is a few big reads, small
@@ -341,6 +343,29 @@ fn file_id(file: &MappedFile) -> (u64, u64) {
 /// waits for them, without copying them anywhere: `sendfile` to /dev/null
 /// moves page references. The disk's error (EIO) is the read's error.
 pub fn read_into_cache(file: &MappedFile, start: usize, len: usize) -> Result<(), PinError> {
+    read_fd_into_cache(file.fd, start as u64, len as u64)
+}
+
+/// [`read_into_cache`] for bulk work: bytes `start..start + len` of the
+/// file open as `fd` (a descriptor without the kernel's read-ahead,
+/// `POSIX_FADV_RANDOM`), asked for in requests of at most `request` bytes
+/// (`readahead(2)`), so that what bulk work puts in a disk's queue ahead
+/// of stream reads stays bounded. (`sendfile` alone would ask in 64 KiB
+/// pieces, many of a disk's IOPS.)
+pub fn read_in_requests(fd: RawFd, start: u64, len: u64, request: u64) -> Result<(), PinError> {
+    let end = start.saturating_add(len);
+    let mut at = start;
+    while at < end {
+        let n = (end - at).min(request.max(1));
+        // SAFETY: readahead only reads into the page cache.
+        unsafe { libc::readahead(fd, at as i64, n as usize) };
+        read_fd_into_cache(fd, at, n)?;
+        at += n;
+    }
+    Ok(())
+}
+
+fn read_fd_into_cache(fd: RawFd, start: u64, len: u64) -> Result<(), PinError> {
     static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
     let Some(null) = NULL.get_or_init(|| {
         std::fs::OpenOptions::new()
@@ -357,7 +382,7 @@ pub fn read_into_cache(file: &MappedFile, start: usize, len: usize) -> Result<()
         let n = unsafe {
             libc::sendfile(
                 std::os::fd::AsRawFd::as_raw_fd(null),
-                file.fd,
+                fd,
                 &mut off,
                 (end - off) as usize,
             )

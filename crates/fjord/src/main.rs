@@ -96,6 +96,9 @@ struct ServeArgs {
     /// RTSP port [default: 8554]; 0 picks a free one
     #[arg(long)]
     port: Option<u16>,
+    /// HTTP download port [default: 8080]; 0 turns HTTP off
+    #[arg(long)]
+    http_port: Option<u16>,
     /// Address to listen on [default: 0.0.0.0]
     #[arg(long)]
     bind: Option<std::net::IpAddr>,
@@ -176,6 +179,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let ServeArgs {
         root,
         port,
+        http_port,
         bind,
         threads,
         datapath,
@@ -193,6 +197,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = port {
         cfg.port = p;
+    }
+    if let Some(p) = http_port {
+        cfg.http_port = p;
     }
     if let Some(b) = bind {
         cfg.bind = b;

@@ -311,6 +311,13 @@ impl Server {
             .arg(&media_root)
             .args(["--port", "0", "--bind", "127.0.0.1", "--config"])
             .arg(&cfg)
+            // No HTTP listener unless the test asks for one (on a port of
+            // its choosing): tests run side by side.
+            .args(if config.contains("http_port") {
+                &[][..]
+            } else {
+                &["--http-port", "0"][..]
+            })
             // A capacity saved by `fjord bench capacity` on this machine
             // must not limit the tests' servers.
             .env("XDG_STATE_HOME", root.path())

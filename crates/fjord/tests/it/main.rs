@@ -13,6 +13,7 @@ mod errors;
 mod fec;
 mod files;
 mod formats;
+mod http;
 mod load;
 mod peers;
 mod shared;

@@ -1,0 +1,345 @@
+//! An HTTP/1.1 download, planned without I/O: a request head in, a
+//! response out — the bytes of its head and which bytes of the title's
+//! file its body is (the server sends them by reference). Never panics on
+//! any input; a head is parsed from the bytes given, never buffered here.
+//!
+//! GET and HEAD; one `Range` → 206 (several → the whole, 200, as RFC 9110
+//! §14.2 allows), unsatisfiable → 416; `ETag`/`Last-Modified` validators
+//! with `If-None-Match`, `If-Modified-Since` (→ 304) and `If-Range`.
+
+use std::{ops::Range, time::SystemTime};
+
+/// What fjord reads of a request head.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Request {
+    pub method: Method,
+    /// The target's path, percent-decoded, without its leading `/`.
+    pub path: String,
+    /// The connection stays open after the response.
+    pub keep_alive: bool,
+    range: Option<String>,
+    if_range: Option<String>,
+    if_none_match: Option<String>,
+    if_modified_since: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    /// A method HTTP defines that a download does not take (405).
+    NotAllowed,
+    /// A method fjord does not know (501).
+    Unknown,
+}
+
+/// The outcome of parsing what has arrived of a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// The head is not complete yet.
+    Partial,
+    /// A request whose head took this many bytes.
+    Request(Request, usize),
+    /// Not a request fjord answers: the status and why (the connection
+    /// closes after the reply).
+    Bad(u16, &'static str),
+}
+
+/// Headers a request may carry; more is a 431.
+const MAX_HEADERS: usize = 64;
+
+/// Parses the head at the start of `buf`.
+pub fn parse(buf: &[u8]) -> Parsed {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(httparse::Error::TooManyHeaders) => return Parsed::Bad(431, "too many header fields"),
+        Err(_) => return Parsed::Bad(400, "not an HTTP/1.x request"),
+    };
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .and_then(|h| std::str::from_utf8(h.value).ok())
+            .map(|v| v.trim().to_owned())
+    };
+    // fjord takes no request bodies: their bytes would be read as the next
+    // request.
+    let has_body =
+        header("Transfer-Encoding").is_some() || header("Content-Length").is_some_and(|v| v != "0");
+    if has_body {
+        return Parsed::Bad(400, "request bodies are not accepted");
+    }
+    let Some(path) = req.path.and_then(decoded_path) else {
+        return Parsed::Bad(400, "the target is not a path");
+    };
+    let connection = header("Connection")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let keep_alive = match req.version {
+        Some(1) => !connection.split(',').any(|t| t.trim() == "close"),
+        _ => connection.split(',').any(|t| t.trim() == "keep-alive"),
+    };
+    let method = match req.method {
+        Some("GET") => Method::Get,
+        Some("HEAD") => Method::Head,
+        Some("POST" | "PUT" | "DELETE" | "PATCH" | "OPTIONS" | "TRACE" | "CONNECT") => {
+            Method::NotAllowed
+        }
+        _ => Method::Unknown,
+    };
+    Parsed::Request(
+        Request {
+            method,
+            path,
+            keep_alive,
+            range: header("Range"),
+            if_range: header("If-Range"),
+            if_none_match: header("If-None-Match"),
+            if_modified_since: header("If-Modified-Since"),
+        },
+        len,
+    )
+}
+
+/// The path of an origin-form (`/a/b?q`) or absolute-form
+/// (`http://host/a/b`) target, percent-decoded, without the leading `/`.
+fn decoded_path(target: &str) -> Option<String> {
+    let target = match target.split_once("://") {
+        Some((_, rest)) => &rest[rest.find('/')?..],
+        None => target,
+    };
+    let path = target.split(['?', '#']).next()?.strip_prefix('/')?;
+    let decoded = percent_encoding::percent_decode_str(path)
+        .decode_utf8()
+        .ok()?;
+    Some(decoded.into_owned())
+}
+
+/// The file a download sends, as its metadata says.
+#[derive(Clone, Debug)]
+pub struct Entity {
+    pub size: u64,
+    pub modified: SystemTime,
+    /// A strong validator: the file's inode, size and modification time.
+    pub etag: String,
+    pub content_type: &'static str,
+}
+
+impl Entity {
+    pub fn of(meta: &std::fs::Metadata, name: &str) -> Entity {
+        use std::os::unix::fs::MetadataExt;
+        let mtime_ns = meta.mtime() as i128 * 1_000_000_000 + i128::from(meta.mtime_nsec());
+        Entity {
+            size: meta.len(),
+            modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            etag: format!("\"{:x}-{:x}-{:x}\"", meta.ino(), meta.len(), mtime_ns),
+            content_type: content_type(name),
+        }
+    }
+}
+
+/// The media type of a title by its name's extension.
+pub fn content_type(name: &str) -> &'static str {
+    let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
+    match ext.as_deref() {
+        Some("ts" | "m2ts" | "mts") => "video/mp2t",
+        Some("mp4" | "m4v") => "video/mp4",
+        Some("m4a") => "audio/mp4",
+        Some("aac") => "audio/aac",
+        Some("mp3") => "audio/mpeg",
+        Some("mpg" | "mpeg" | "ps" | "vob" | "m2v" | "m1v") => "video/mpeg",
+        _ => "application/octet-stream",
+    }
+}
+
+/// A response: its head, and the bytes of the file its body is.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    headers: Vec<(&'static str, String)>,
+    /// File bytes that follow the head (none for HEAD, 304, errors).
+    pub body: Option<Range<u64>>,
+    /// A short text body (errors).
+    text: String,
+    pub close: bool,
+}
+
+impl Response {
+    /// The reply to a request fjord does not serve: the status, why (as
+    /// the body), and whether the connection closes after it.
+    pub fn error(status: u16, why: &str, close: bool) -> Response {
+        let mut headers = vec![("Content-Type", "text/plain; charset=utf-8".to_owned())];
+        if status == 405 {
+            headers.push(("Allow", "GET, HEAD".to_owned()));
+        }
+        Response {
+            status,
+            headers,
+            body: None,
+            text: format!("{why}\n"),
+            close,
+        }
+    }
+
+    /// The bytes of the head (and of a text body), given the time now.
+    pub fn head(&self, now: SystemTime) -> Vec<u8> {
+        use std::fmt::Write;
+        let mut h = format!("HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
+        let _ = write!(
+            h,
+            "Date: {}\r\nServer: fjord\r\n",
+            httpdate::fmt_http_date(now)
+        );
+        for (name, value) in &self.headers {
+            let _ = write!(h, "{name}: {value}\r\n");
+        }
+        if self.status != 304 && !self.headers.iter().any(|(n, _)| *n == "Content-Length") {
+            let _ = write!(h, "Content-Length: {}\r\n", self.text.len());
+        }
+        if self.close {
+            h.push_str("Connection: close\r\n");
+        }
+        h.push_str("\r\n");
+        h.push_str(&self.text);
+        h.into_bytes()
+    }
+
+    /// The value of header `name` as planned (not `Date`, `Server`).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        206 => "Partial Content",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        416 => "Range Not Satisfiable",
+        431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+/// The response to `req` for `file` (found under the roots).
+pub fn respond(req: &Request, file: &Entity) -> Response {
+    let close = !req.keep_alive;
+    match req.method {
+        Method::NotAllowed => return Response::error(405, "only GET and HEAD", close),
+        Method::Unknown => return Response::error(501, "only GET and HEAD", close),
+        Method::Get | Method::Head => {}
+    }
+    let mut headers = vec![
+        ("Accept-Ranges", "bytes".to_owned()),
+        ("ETag", file.etag.clone()),
+        ("Last-Modified", httpdate::fmt_http_date(file.modified)),
+    ];
+    let keep = |mut r: Response| {
+        if !close && req.keep_alive {
+            r.headers.push(("Connection", "keep-alive".to_owned()));
+        }
+        r
+    };
+    if not_modified(req, file) {
+        return keep(Response {
+            status: 304,
+            headers,
+            body: None,
+            text: String::new(),
+            close,
+        });
+    }
+    headers.push(("Content-Type", file.content_type.to_owned()));
+    let (status, bytes) = match requested_range(req, file) {
+        Ok(Some(r)) => {
+            let last = r.end - 1;
+            headers.push((
+                "Content-Range",
+                format!("bytes {}-{last}/{}", r.start, file.size),
+            ));
+            (206, r)
+        }
+        Ok(None) => (200, 0..file.size),
+        Err(()) => {
+            let mut r = Response::error(416, "the range is outside the file", close);
+            r.headers
+                .push(("Content-Range", format!("bytes */{}", file.size)));
+            return keep(r);
+        }
+    };
+    headers.push(("Content-Length", (bytes.end - bytes.start).to_string()));
+    keep(Response {
+        status,
+        headers,
+        body: (req.method == Method::Get && !bytes.is_empty()).then_some(bytes),
+        text: String::new(),
+        close,
+    })
+}
+
+/// Whether the client's copy is current (RFC 9110 §13.2.2: If-None-Match,
+/// else If-Modified-Since).
+fn not_modified(req: &Request, file: &Entity) -> bool {
+    if let Some(tags) = &req.if_none_match {
+        return tags.split(',').any(|t| {
+            let t = t.trim();
+            t == "*" || t.trim_start_matches("W/") == file.etag
+        });
+    }
+    let since = req
+        .if_modified_since
+        .as_deref()
+        .and_then(|d| httpdate::parse_http_date(d).ok());
+    since.is_some_and(|since| whole_seconds(file.modified) <= since)
+}
+
+fn whole_seconds(t: SystemTime) -> SystemTime {
+    let s = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s)
+}
+
+/// The one range a GET asks for: `Ok(None)` for the whole file (no Range,
+/// one fjord ignores — malformed, several ranges, an `If-Range` that does
+/// not match), `Err` when unsatisfiable (416).
+fn requested_range(req: &Request, file: &Entity) -> Result<Option<Range<u64>>, ()> {
+    let Some(value) = req.range.as_deref().filter(|_| req.method == Method::Get) else {
+        return Ok(None);
+    };
+    if let Some(cond) = &req.if_range {
+        let matches = match httpdate::parse_http_date(cond) {
+            Ok(date) => date == whole_seconds(file.modified),
+            Err(_) => *cond == file.etag,
+        };
+        if !matches {
+            return Ok(None);
+        }
+    }
+    use http_range_header::RangeUnsatisfiableError as E;
+    let ranges = match http_range_header::parse_range_header(value) {
+        Ok(parsed) => parsed.validate(file.size),
+        Err(_) => return Ok(None),
+    };
+    match ranges {
+        Ok(r) if r.len() == 1 => Ok(Some(*r[0].start()..*r[0].end() + 1)),
+        Ok(_) => Ok(None),
+        Err(E::Unsatisfiable) => Err(()),
+        Err(_) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests;

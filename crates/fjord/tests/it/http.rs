@@ -1,0 +1,229 @@
+//! HTTP downloads (`http_port`) against real clients: curl and ffmpeg
+//! receive the stored bytes, whole, by range and through a seek; the
+//! protocol's edges (validators, 416, pipelining, bad requests) over a raw
+//! socket; a file cut short mid-download ends that download only.
+
+use std::{
+    fs,
+    io::{Read, Write},
+    net::TcpStream,
+    process::Command,
+    time::Duration,
+};
+
+use crate::common::{Server, clip_bytes, media, read_until_close, run_bounded};
+
+/// A server with HTTP downloads on a free port; the port.
+fn server() -> (Server, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let s = Server::start(&format!("http_port = {port}\nidle_timeout_s = 5\n"));
+    (s, port)
+}
+
+fn curl(args: &[&str]) -> crate::common::Output {
+    let mut c = Command::new("curl");
+    c.args(["-sS", "--max-time", "30"]).args(args);
+    run_bounded(c, Duration::from_secs(40))
+}
+
+#[test]
+fn curl_downloads_a_title_whole_and_by_range() {
+    let (mut s, port) = server();
+    let url = format!("http://127.0.0.1:{port}/clip.ts");
+    let whole = curl(&["-D", "/dev/stderr", &url]);
+    assert!(whole.status.success(), "{}", whole.stderr);
+    assert!(
+        whole.stdout == clip_bytes(),
+        "the download differs from the stored file"
+    );
+    assert!(
+        whole.stderr.contains("Content-Type: video/mp2t"),
+        "{}",
+        whole.stderr
+    );
+    let etag = whole
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("ETag: "))
+        .expect("an ETag")
+        .trim()
+        .to_owned();
+
+    let part = curl(&["-r", "100000-199999", "-D", "/dev/stderr", &url]);
+    assert!(part.stderr.starts_with("HTTP/1.1 206 "), "{}", part.stderr);
+    assert!(
+        part.stdout == clip_bytes()[100_000..200_000],
+        "range bytes differ"
+    );
+
+    let size = clip_bytes().len();
+    let past = curl(&[
+        "-r",
+        &format!("{size}-"),
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &url,
+    ]);
+    assert_eq!(String::from_utf8_lossy(&past.stdout), "416");
+    let cached = curl(&[
+        "-H",
+        &format!("If-None-Match: {etag}"),
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &url,
+    ]);
+    assert_eq!(String::from_utf8_lossy(&cached.stdout), "304");
+    let head = curl(&["-I", &url]);
+    let head = String::from_utf8_lossy(&head.stdout);
+    assert!(head.contains(&format!("Content-Length: {size}")), "{head}");
+    for missing in ["nope.ts", "..%2Fclip.ts", "clip.ts.fjidx", ".hidden"] {
+        let r = curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("http://127.0.0.1:{port}/{missing}"),
+        ]);
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "404", "{missing}");
+    }
+    s.assert_healthy();
+}
+
+/// ffmpeg reads the title over HTTP frame for frame as from the file, also
+/// when it seeks (by byte ranges).
+#[test]
+fn ffmpeg_reads_over_http_what_it_reads_from_the_file() {
+    let (_s, port) = server();
+    let url = format!("http://127.0.0.1:{port}/clip.ts");
+    let file = media().clip.to_str().unwrap().to_owned();
+    let frames = |input: &str, seek: Option<&str>| {
+        let mut c = Command::new("ffmpeg");
+        c.args(["-nostdin", "-loglevel", "error"]);
+        if let Some(ss) = seek {
+            c.args(["-ss", ss]);
+        }
+        c.args([
+            "-i", input, "-map", "0", "-c", "copy", "-f", "framemd5", "-",
+        ]);
+        let out = run_bounded(c, Duration::from_secs(60));
+        assert!(out.status.success(), "ffmpeg {input}: {}", out.stderr);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for seek in [None, Some("4")] {
+        let (over_http, from_file) = (frames(&url, seek), frames(&file, seek));
+        assert!(over_http.lines().filter(|l| !l.starts_with('#')).count() > 50);
+        assert_eq!(over_http, from_file, "seek {seek:?}");
+    }
+}
+
+/// Keep-alive with pipelined requests; bad requests answered and closed;
+/// the server stays up for everybody.
+#[test]
+fn pipelined_requests_are_answered_in_order_and_bad_ones_refused() {
+    let (mut s, port) = server();
+    let addr = format!("127.0.0.1:{port}");
+    let mut c = TcpStream::connect(&addr).unwrap();
+    c.write_all(
+        b"GET /clip.ts HTTP/1.1\r\nHost: x\r\nRange: bytes=0-9\r\n\r\n\
+          HEAD /clip.ts HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /clip.ts HTTP/1.1\r\nHost: x\r\nRange: bytes=188-195\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut all = Vec::new();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.read_to_end(&mut all).unwrap();
+    let text = String::from_utf8_lossy(&all);
+    // (Bodies are not newline-terminated: a head may follow one directly.)
+    let statuses: Vec<&str> = text
+        .split("HTTP/1.1 ")
+        .skip(1)
+        .filter_map(|rest| rest.get(..3))
+        .collect();
+    assert_eq!(statuses, ["206", "200", "206"], "{text}");
+    let clip = clip_bytes();
+    assert!(all.windows(10).any(|w| w == &clip[..10]));
+    assert!(
+        all.ends_with(&clip[188..196]),
+        "the last body ends the stream"
+    );
+
+    let bad: [(&[u8], &str); 4] = [
+        (
+            b"POST /clip.ts HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc",
+            "400",
+        ),
+        (b"PUT /clip.ts HTTP/1.1\r\nHost: x\r\n\r\n", "405"),
+        (
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+            "400",
+        ),
+        (&[b'A'; 16 * 1024], "431"),
+    ];
+    for (req, status) in bad {
+        let mut c = TcpStream::connect(&addr).unwrap();
+        let _ = c.write_all(req);
+        let (text, closed) = read_until_close(&mut c, Duration::from_secs(10));
+        assert!(text.starts_with(&format!("HTTP/1.1 {status} ")), "{text}");
+        assert!(closed, "closed after {status}");
+    }
+    s.assert_healthy();
+}
+
+/// A title truncated while a slow client downloads it: that download ends
+/// short (never padded, never a crash), the next one gets the new file.
+#[test]
+fn a_file_cut_short_mid_download_ends_only_that_download() {
+    let (mut s, port) = server();
+    let title = s.media_root().join("big.ts");
+    let bytes: Vec<u8> = clip_bytes()
+        .iter()
+        .cycle()
+        .take(24 << 20)
+        .copied()
+        .collect();
+    fs::write(&title, &bytes).unwrap();
+    let url = format!("http://127.0.0.1:{port}/big.ts");
+    let mut slow = Command::new("curl");
+    slow.args([
+        "-sS",
+        "--limit-rate",
+        "2M",
+        "--max-time",
+        "30",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{size_download}",
+        &url,
+    ]);
+    let download = std::thread::spawn(move || run_bounded(slow, Duration::from_secs(40)));
+    std::thread::sleep(Duration::from_secs(2));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&title)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let out = download.join().unwrap();
+    assert!(
+        !out.status.success(),
+        "curl saw the body end short: {}",
+        out.stderr
+    );
+    let got: u64 = String::from_utf8_lossy(&out.stdout).parse().unwrap();
+    assert!(got < 24 << 20, "{got}");
+    let again = curl(&[&url]);
+    assert!(
+        again.stdout == bytes[..1 << 20],
+        "the next download is the file as it is now"
+    );
+    s.assert_healthy();
+}
