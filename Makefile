@@ -88,7 +88,7 @@ fuzz:
 # rtsp-server (Python bindings, tsparse, rtpmp2tpay) and live555MediaServer.
 # Debian bookworm has no livemedia-utils: then live555 comes from Debian sid's
 # packages, unpacked under /opt/live555 (bench/peers/live555-from-sid.sh).
-PEER_PACKAGES := ffmpeg python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base \
+PEER_PACKAGES := ffmpeg nginx-light python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
 peers:
 	$(SUDO) apt-get update

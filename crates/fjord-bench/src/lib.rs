@@ -20,6 +20,7 @@ pub mod cpu;
 pub mod disk;
 pub mod download;
 pub mod floor;
+pub mod http;
 pub mod peers;
 pub mod report;
 pub mod sink;

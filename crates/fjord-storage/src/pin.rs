@@ -365,6 +365,39 @@ pub fn read_in_requests(fd: RawFd, start: u64, len: u64, request: u64) -> Result
     Ok(())
 }
 
+/// Whether every page of bytes `start..start + len` of the file open as
+/// `fd` is in the page cache (`cachestat(2)`, Linux 6.5: a walk of the
+/// cache's index, no I/O); `false` where the kernel cannot say.
+pub fn resident(fd: RawFd, start: u64, len: u64) -> bool {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    // Its number in the common table of newer system calls (libc does not
+    // name it for every target).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    if len == 0 {
+        return true;
+    }
+    let range = Range { off: start, len };
+    let mut stat = Stat::default();
+    // SAFETY: cachestat reads `range` and fills `stat`, both ours.
+    let r = unsafe { libc::syscall(SYS_CACHESTAT, fd, &range, &mut stat, 0) };
+    let page = 4096;
+    let pages = (start + len).div_ceil(page) - start / page;
+    r == 0 && stat.nr_cache >= pages
+}
+
 fn read_fd_into_cache(fd: RawFd, start: u64, len: u64) -> Result<(), PinError> {
     static NULL: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
     let Some(null) = NULL.get_or_init(|| {
@@ -512,6 +545,20 @@ mod tests {
         );
         pins.unpin(&b);
         assert_eq!(pins.pinned_bytes(), 0);
+    }
+
+    #[test]
+    fn residency_is_what_the_page_cache_holds() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&vec![7u8; 1 << 20]).unwrap();
+        f.as_file().sync_all().unwrap();
+        let fd = f.as_file().as_raw_fd();
+        assert!(resident(fd, 4096, 100_000), "just written");
+        // SAFETY: a plain syscall on our descriptor.
+        unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert!(!resident(fd, 0, 1 << 20), "dropped from the cache");
+        read_in_requests(fd, 0, 1 << 20, 256 * 1024).unwrap();
+        assert!(resident(fd, 0, 1 << 20), "read back in");
     }
 
     #[test]

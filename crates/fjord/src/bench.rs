@@ -73,6 +73,29 @@ pub enum BenchCmd {
     /// storage figures from --stats-file when it writes them. Writes
     /// storage.md, storage.json and storage.svg to --out.
     Storage(StorageArgs),
+    /// HTTP downloads: fjord beside nginx.
+    ///
+    /// One file of --mb MiB (in the page cache) downloaded whole, over
+    /// and over, by --clients keep-alive clients over loopback from fjord's
+    /// HTTP listener and from nginx (`sendfile on`, started in a scratch
+    /// directory; `apt-get install nginx-light` or `make peers`), --rounds
+    /// rounds of --seconds each, alternating. Reports each server's CPU
+    /// (all its processes) per GB delivered; writes http.md to --out.
+    Http(HttpArgs),
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct HttpArgs {
+    #[arg(long, default_value_t = 256)]
+    pub mb: u64,
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -318,6 +341,24 @@ pub struct PeersArgs {
     /// Where the title is made and kept [default: $XDG_CACHE_HOME/fjord/peers]
     #[arg(long)]
     pub media: Option<PathBuf>,
+}
+
+fn http(a: HttpArgs) -> anyhow::Result<()> {
+    let cfg = fjord_bench::http::HttpConfig {
+        fjord_exe: std::env::current_exe()?,
+        mb: a.mb,
+        clients: a.clients,
+        seconds: a.seconds,
+        rounds: a.rounds,
+    };
+    let rounds = fjord_bench::http::run(&cfg)?;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let md = fjord_bench::http::markdown(&cfg, &command, &rounds);
+    std::fs::create_dir_all(&a.out)?;
+    let path = a.out.join("http.md");
+    std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
+    println!("{md}\nwritten: {}", path.display());
+    Ok(())
 }
 
 fn peers(a: PeersArgs) -> anyhow::Result<()> {
@@ -732,6 +773,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Peers(a) => return peers(a),
         BenchCmd::Disk(a) => return disk(a),
         BenchCmd::Storage(a) => return storage(a),
+        BenchCmd::Http(a) => return http(a),
         BenchCmd::Datapath(a) => a.config()?,
         BenchCmd::Download(a) => {
             let mut cfg = DatapathConfig {

@@ -1,6 +1,7 @@
 //! A download's body: bytes of a file sent by `sendfile` from the page
-//! cache, each piece read into it first by a blocking thread at the
-//! disk's bulk pace, so the runtime's threads never wait for the disk.
+//! cache, each piece not already there (`cachestat`) read into it first by
+//! a blocking thread at the disk's bulk pace, so the runtime's threads
+//! never wait for the disk.
 
 use std::{
     fs::File,
@@ -43,14 +44,16 @@ pub(crate) async fn body(
     let mut at = range.start;
     while at < range.end {
         let n = (range.end - at).min(PIECE);
-        let (f, storage) = (file.clone(), pace.storage.clone());
-        tokio::task::spawn_blocking(move || {
-            let _turn = storage.as_ref().map(|s| s.bulk(device, n)).transpose()?;
-            fjord_storage::pin::read_in_requests(f.as_raw_fd(), at, n, REQUEST)
-                .map_err(|e| io::Error::other(e.to_string()))
-        })
-        .await
-        .map_err(io::Error::other)??;
+        if !fjord_storage::pin::resident(file.as_raw_fd(), at, n) {
+            let (f, storage) = (file.clone(), pace.storage.clone());
+            tokio::task::spawn_blocking(move || {
+                let _turn = storage.as_ref().map(|s| s.bulk(device, n)).transpose()?;
+                fjord_storage::pin::read_in_requests(f.as_raw_fd(), at, n, REQUEST)
+                    .map_err(|e| io::Error::other(e.to_string()))
+            })
+            .await
+            .map_err(io::Error::other)??;
+        }
         send_piece(stream, file.as_raw_fd(), at..at + n, pace.stall).await?;
         at += n;
     }
