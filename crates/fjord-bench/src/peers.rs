@@ -553,7 +553,7 @@ fn prepare(
             let toml = format!(
                 "root = {root:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\n\
                  capacity_pps_per_core = 1000000000000\nmax_sessions = 100000\n\
-                 max_connections = 100000\n"
+                 max_connections = 100000\nmax_connections_per_address = 0\n"
             );
             std::fs::write(&config, toml).map_err(|e| format!("fjord: {e}"))?;
             let exe = cfg.fjord_exe.clone();

@@ -33,6 +33,9 @@ pub struct Config {
     pub max_header_bytes: usize,
     pub max_body_bytes: usize,
     pub max_connections: usize,
+    /// Of `max_connections`, at most this many from one client address
+    /// (RTSP and HTTP together); 0: no cap.
+    pub max_connections_per_address: usize,
     pub max_sessions: usize,
     /// Server RTP/RTCP ports for UDP sessions come from this range.
     pub rtp_port_min: u16,
@@ -119,6 +122,7 @@ impl Default for Config {
             max_header_bytes: 16 * 1024,
             max_body_bytes: 64 * 1024,
             max_connections: 1024,
+            max_connections_per_address: 128,
             max_sessions: 1024,
             rtp_port_min: 40000,
             rtp_port_max: 59999,

@@ -15,7 +15,7 @@ use fjord_proto::rtsp::{
     framing::{Frame, Request, next_frame},
     response::Response,
 };
-use tokio::{io::AsyncWriteExt, net::TcpStream, sync::OwnedSemaphorePermit, time::Sleep};
+use tokio::{io::AsyncWriteExt, net::TcpStream, time::Sleep};
 
 use crate::{Server, control, session::Session};
 
@@ -224,7 +224,7 @@ struct Partial {
 }
 
 /// The task serving one connection until it closes, then ending its
-/// sessions; `permit` holds its place under the connection limit. The
+/// sessions; `permit` holds its place under the connection limits. The
 /// connection is set up before the `async` block, so the task holds only
 /// `Conn`, not the accepted stream and address beside it; and it is one
 /// block, not an `async fn` or a loop awaited inside it: either would keep
@@ -233,7 +233,7 @@ pub(crate) fn serve_connection(
     server: Arc<Server>,
     stream: TcpStream,
     peer: SocketAddr,
-    permit: OwnedSemaphorePermit,
+    permit: crate::slots::Slot,
 ) -> impl Future<Output = ()> + Send {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn {

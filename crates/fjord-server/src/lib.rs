@@ -13,6 +13,7 @@ mod ports;
 mod prefab_budget;
 mod session;
 mod shared;
+mod slots;
 mod stats_file;
 
 use std::{
@@ -26,7 +27,7 @@ use std::{
 
 use fjord_engine::{Engine, EngineConfig};
 use fjord_proto::rtsp::framing::Limits;
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::net::TcpListener;
 
 use admission::Admission;
 pub use catalog::{Catalog, CatalogError};
@@ -152,7 +153,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         config,
     });
     println!("fjord: listening on rtsp://{local}/");
-    let slots = Arc::new(Semaphore::new(server.config.max_connections));
+    let slots = slots::Slots::new(
+        server.config.max_connections,
+        server.config.max_connections_per_address,
+    );
     if let Some(listener) = http {
         println!("fjord: downloads on http://{}/", listener.local_addr()?);
         tokio::spawn(http::listen(server.clone(), listener, slots.clone()));
@@ -178,11 +182,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
                 let Ok((stream, peer)) = accepted else { continue };
                 // Over the limit the connection is closed at once: no reply
                 // can be sent before a request arrives.
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    tracing::warn!(%peer, "connection limit reached; refusing");
+                let Some(slot) = slots::take_or_log(&slots, peer, "RTSP") else {
                     continue;
                 };
-                tokio::spawn(conn::serve_connection(server.clone(), stream, peer, permit));
+                tokio::spawn(conn::serve_connection(server.clone(), stream, peer, slot));
             }
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,

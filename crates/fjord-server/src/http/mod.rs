@@ -16,24 +16,25 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
-    sync::{OwnedSemaphorePermit, Semaphore},
 };
 
-use crate::{CatalogError, Server};
+use crate::{
+    CatalogError, Server,
+    slots::{Slot, Slots},
+};
 use fjord_proto::http::{self as plan, Parsed, Response};
 
 /// Accepts download connections until the server stops; `slots` bounds
-/// them together with the RTSP connections.
-pub(crate) async fn listen(server: Arc<Server>, listener: TcpListener, slots: Arc<Semaphore>) {
+/// them together with the RTSP connections, in all and per address.
+pub(crate) async fn listen(server: Arc<Server>, listener: TcpListener, slots: Arc<Slots>) {
     loop {
         let Ok((stream, peer)) = listener.accept().await else {
             continue;
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, "connection limit reached; refusing an HTTP connection");
+        let Some(slot) = crate::slots::take_or_log(&slots, peer, "HTTP") else {
             continue;
         };
-        tokio::spawn(connection(server.clone(), stream, peer, permit));
+        tokio::spawn(connection(server.clone(), stream, peer, slot));
     }
 }
 
@@ -45,12 +46,7 @@ enum End {
     Refused(Response),
 }
 
-async fn connection(
-    server: Arc<Server>,
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    _permit: OwnedSemaphorePermit,
-) {
+async fn connection(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr, _slot: Slot) {
     let _ = stream.set_nodelay(true);
     let mut buf = Vec::with_capacity(1024);
     loop {

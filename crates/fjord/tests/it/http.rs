@@ -227,3 +227,104 @@ fn a_file_cut_short_mid_download_ends_only_that_download() {
     );
     s.assert_healthy();
 }
+
+/// A keep-alive connection left idle is closed after `idle_timeout_s`; a
+/// client that stops reading mid-body is dropped after `stall_timeout_s`,
+/// short of the file.
+#[test]
+fn idle_connections_close_and_stalled_readers_are_dropped() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut s = Server::start(&format!(
+        "http_port = {port}\nidle_timeout_s = 2\nstall_timeout_s = 2\n"
+    ));
+    let size = 32usize << 20;
+    let bytes: Vec<u8> = clip_bytes().iter().cycle().take(size).copied().collect();
+    fs::write(s.media_root().join("big.ts"), &bytes).unwrap();
+
+    let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    idle.write_all(b"HEAD /clip.ts HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let started = std::time::Instant::now();
+    let (text, closed) = read_until_close(&mut idle, Duration::from_secs(10));
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(closed, "the idle connection was closed");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "not before the idle timeout"
+    );
+
+    let mut stalled = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stalled
+        .write_all(b"GET /big.ts HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 20];
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    while let Ok(n) = stalled.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    assert!(
+        got < size,
+        "the stalled reader was dropped short of the file ({got} bytes)"
+    );
+    s.assert_healthy();
+}
+
+/// `max_connections_per_address` counts RTSP and HTTP connections of one
+/// address together; other addresses are still served.
+#[test]
+fn one_address_cannot_take_every_connection() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let s = Server::start(&format!(
+        "http_port = {port}\nmax_connections_per_address = 3\n"
+    ));
+    let _held = [
+        TcpStream::connect(s.addr()).unwrap(),
+        TcpStream::connect(s.addr()).unwrap(),
+        TcpStream::connect(("127.0.0.1", port)).unwrap(),
+    ];
+    std::thread::sleep(Duration::from_millis(300));
+    let mut fourth = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let _ = fourth.write_all(b"HEAD /clip.ts HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (text, closed) = read_until_close(&mut fourth, Duration::from_secs(5));
+    assert!(
+        closed && text.is_empty(),
+        "the fourth was closed unanswered: {text}"
+    );
+
+    let other = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    other
+        .bind(
+            &"127.0.0.2:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    other
+        .connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    let mut other: TcpStream = other.into();
+    other
+        .write_all(b"HEAD /clip.ts HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (text, _) = read_until_close(&mut other, Duration::from_secs(5));
+    assert!(
+        text.starts_with("HTTP/1.1 200 "),
+        "another address is served: {text}"
+    );
+}
