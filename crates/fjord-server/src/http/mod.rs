@@ -122,19 +122,25 @@ async fn next_request(
 
 /// Answers one request; whether the connection stays open.
 async fn answer(
-    server: &Server,
+    server: &Arc<Server>,
     stream: &mut TcpStream,
     req: plan::Request,
 ) -> std::io::Result<bool> {
     let now = std::time::SystemTime::now();
     let close = !req.keep_alive;
-    let opened = server
-        .catalog
-        .resolve(&req.path)
-        .and_then(|path| std::fs::File::open(&path).map_err(|_| CatalogError::NotFound));
+    // Finding and opening the file may read directories and inodes from
+    // the disk: not on a runtime thread.
+    let (srv, path) = (server.clone(), req.path.clone());
+    let opened = tokio::task::spawn_blocking(move || {
+        let path = srv.catalog.resolve(&path)?;
+        let file = std::fs::File::open(&path).map_err(|_| CatalogError::NotFound)?;
+        let meta = file.metadata().map_err(|_| CatalogError::NotFound)?;
+        Ok::<_, CatalogError>((file, meta))
+    })
+    .await
+    .map_err(std::io::Error::other)?;
     let (file, response) = match opened {
-        Ok(file) => {
-            let meta = file.metadata()?;
+        Ok((file, meta)) => {
             let entity = plan::Entity::of(&meta, &req.path);
             (Some(file), plan::respond(&req, &entity))
         }
