@@ -67,6 +67,7 @@ run: build
 	@echo "  ffplay rtsp://127.0.0.1:$(PORT)/demo.mp4"
 	@echo "  gst-launch-1.0 playbin uri=rtsp://127.0.0.1:$(PORT)/demo.ts"
 	@echo "  curl -O http://127.0.0.1:$(HTTP_PORT)/demo.mp4      (a download; ffplay takes the URL too)"
+	@echo "  ffplay http://127.0.0.1:$(HTTP_PORT)/demo.ts/index.m3u8   (HLS)"
 	exec target/release/fjord serve --root media --port $(PORT) --http-port $(HTTP_PORT)
 
 # Runs every fuzz target for FUZZ_SECONDS each (nightly toolchain and

@@ -296,6 +296,11 @@ impl Title {
         rec.runs(&self.media)
     }
 
+    /// The media file's length as loaded.
+    pub fn media_len(&self) -> u64 {
+        self.media().len() as u64
+    }
+
     pub(crate) fn media(&self) -> &[u8] {
         &self.media
     }

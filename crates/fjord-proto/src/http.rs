@@ -184,6 +184,29 @@ impl Response {
         }
     }
 
+    /// A 200 with a body made here (a playlist) for `req`: the body only
+    /// for GET.
+    pub fn generated(req: &Request, content_type: &str, body: String) -> Response {
+        let mut headers = vec![
+            ("Content-Type", content_type.to_owned()),
+            ("Content-Length", body.len().to_string()),
+        ];
+        if req.keep_alive {
+            headers.push(("Connection", "keep-alive".to_owned()));
+        }
+        Response {
+            status: 200,
+            headers,
+            body: None,
+            text: if req.method == Method::Get {
+                body
+            } else {
+                String::new()
+            },
+            close: !req.keep_alive,
+        }
+    }
+
     /// The bytes of the head (and of a text body), given the time now.
     pub fn head(&self, now: SystemTime) -> Vec<u8> {
         use std::fmt::Write;
@@ -225,9 +248,11 @@ fn reason(status: u16) -> &'static str {
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        415 => "Unsupported Media Type",
         416 => "Range Not Satisfiable",
         431 => "Request Header Fields Too Large",
         501 => "Not Implemented",
+        500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Error",
     }

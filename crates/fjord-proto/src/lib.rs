@@ -10,7 +10,9 @@
 //! - [`rtcp`]: sender reports out, receiver reports in.
 //! - [`http`]: HTTP/1.1 downloads: a request head in, the response's head
 //!   and the byte range of the file its body is out.
+//! - [`hls`]: HLS playlists of a stored MPEG-TS title as byte ranges of it.
 
+pub mod hls;
 pub mod http;
 pub mod rtcp;
 pub mod rtp;

@@ -19,6 +19,9 @@ pub struct Config {
     pub port: u16,
     /// HTTP downloads of the same titles (`http://HOST:PORT/NAME`); 0: off.
     pub http_port: u16,
+    /// HLS segments of MPEG-TS titles last at least this long (cut at the
+    /// next random access point).
+    pub hls_segment_s: u64,
     /// Engine threads; 0 = one per available core.
     pub threads: usize,
     /// A session with no RTSP request and no RTCP for this long is torn down.
@@ -114,6 +117,7 @@ impl Default for Config {
             bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             port: 8554,
             http_port: 8080,
+            hls_segment_s: 6,
             threads: 0,
             session_timeout_s: 60,
             request_timeout_s: 10,

@@ -188,3 +188,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_generated_body_follows_its_head_and_a_head_request_gets_none() {
+    let r = Response::generated(
+        &get(""),
+        "application/vnd.apple.mpegurl",
+        "#EXTM3U\n".into(),
+    );
+    let t = text(&r);
+    assert!(
+        t.contains("Content-Length: 8\r\n") && t.ends_with("\r\n\r\n#EXTM3U\n"),
+        "{t}"
+    );
+    let head = request("HEAD /t.ts/index.m3u8 HTTP/1.1\r\n\r\n");
+    let t = text(&Response::generated(&head, "x/y", "#EXTM3U\n".into()));
+    assert!(
+        t.contains("Content-Length: 8\r\n") && t.ends_with("\r\n\r\n"),
+        "{t}"
+    );
+}

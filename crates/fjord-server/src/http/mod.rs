@@ -9,6 +9,7 @@
 //! bulk turn for its disk (stream read-ahead goes first), then sent from
 //! the page cache, so no runtime thread waits for a disk.
 
+mod hls;
 mod send;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -144,6 +145,7 @@ async fn answer(
             let entity = plan::Entity::of(&meta, &req.path);
             (Some(file), plan::respond(&req, &entity))
         }
+        Err(_) if hls::playlist_of(&req.path).is_some() => (None, playlist(server, &req).await),
         // The same answer for every name not served: no oracle for what
         // lies outside the roots.
         Err(_) => (None, Response::error(404, "no such title", close)),
@@ -157,4 +159,18 @@ async fn answer(
         send::body(stream, Arc::new(file), range, &pace).await?;
     }
     Ok(!response.close)
+}
+
+/// The answer to a request for a title's HLS playlist.
+async fn playlist(server: &Arc<Server>, req: &plan::Request) -> Response {
+    let Some((title, which)) = hls::playlist_of(&req.path) else {
+        return Response::error(404, "no such title", !req.keep_alive);
+    };
+    if !matches!(req.method, plan::Method::Get | plan::Method::Head) {
+        return Response::error(405, "only GET and HEAD", !req.keep_alive);
+    }
+    match hls::playlist(server, title, which).await {
+        Ok(text) => Response::generated(req, "application/vnd.apple.mpegurl", text),
+        Err((status, why)) => Response::error(status, &why, !req.keep_alive),
+    }
 }

@@ -328,3 +328,84 @@ fn one_address_cannot_take_every_connection() {
         "another address is served: {text}"
     );
 }
+
+/// HLS of a TS title: ffmpeg reads the playlists' byte-range segments
+/// frame for frame as the file; GStreamer's hlsdemux plays it to the end;
+/// a title of another format gets 415 with the reason.
+#[test]
+fn hls_of_a_ts_title_is_byte_ranges_of_the_file() {
+    let (mut s, port) = server();
+    let base = format!("http://127.0.0.1:{port}/clip.ts");
+    let playlist = curl(&[&format!("{base}/media.m3u8")]);
+    let playlist = String::from_utf8_lossy(&playlist.stdout).into_owned();
+    assert!(
+        playlist.contains("#EXT-X-BYTERANGE:") && playlist.ends_with("#EXT-X-ENDLIST\n"),
+        "{playlist}"
+    );
+    let ranges: Vec<(u64, u64)> = playlist
+        .lines()
+        .filter_map(|l| l.strip_prefix("#EXT-X-BYTERANGE:"))
+        .filter_map(|r| {
+            let (len, at) = r.split_once('@')?;
+            Some((len.parse().ok()?, at.parse().ok()?))
+        })
+        .collect();
+    let clip = clip_bytes();
+    assert_eq!(
+        ranges.iter().map(|r| r.0).sum::<u64>(),
+        clip.len() as u64,
+        "segments tile the file"
+    );
+    for &(_, at) in &ranges[1..] {
+        let pid = |p: &[u8]| u16::from(p[1] & 0x1f) << 8 | u16::from(p[2]);
+        let packet = &clip[at as usize..at as usize + 188];
+        assert_eq!(
+            (packet[0], pid(packet)),
+            (0x47, 0),
+            "segment at {at} starts with the PAT"
+        );
+    }
+
+    let frames = |input: &str| {
+        let mut c = Command::new("ffmpeg");
+        c.args(["-nostdin", "-loglevel", "error", "-i", input])
+            .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-"]);
+        let out = run_bounded(c, Duration::from_secs(60));
+        assert!(out.status.success(), "ffmpeg {input}: {}", out.stderr);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let over_hls = frames(&format!("{base}/index.m3u8"));
+    assert!(over_hls.lines().filter(|l| !l.starts_with('#')).count() > 200);
+    assert_eq!(over_hls, frames(media().clip.to_str().unwrap()));
+
+    let mut gst = Command::new("gst-launch-1.0");
+    gst.args(["-q", "playbin", &format!("uri={base}/index.m3u8")])
+        .args(["video-sink=fakesink", "audio-sink=fakesink"]);
+    let played = run_bounded(gst, Duration::from_secs(60));
+    assert!(played.status.success(), "playbin: {}", played.stderr);
+
+    let mut remux = Command::new("ffmpeg");
+    remux
+        .args([
+            "-nostdin",
+            "-loglevel",
+            "error",
+            "-y",
+            "-i",
+            media().clip.to_str().unwrap(),
+        ])
+        .args(["-c", "copy", "-f", "mp4"])
+        .arg(s.media_root().join("clip.mp4"));
+    assert!(run_bounded(remux, Duration::from_secs(60)).status.success());
+    let mp4 = curl(&[
+        "-w",
+        "\n%{http_code}",
+        &format!("http://127.0.0.1:{port}/clip.mp4/index.m3u8"),
+    ]);
+    let mp4 = String::from_utf8_lossy(&mp4.stdout).into_owned();
+    assert!(
+        mp4.ends_with("\n415") && mp4.contains("MPEG-TS titles only"),
+        "{mp4}"
+    );
+    s.assert_healthy();
+}

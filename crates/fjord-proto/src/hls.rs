@@ -1,0 +1,102 @@
+//! HLS playlists (RFC 8216) of a stored MPEG-TS title, written without
+//! I/O: its segments are byte ranges of the file itself
+//! (`EXT-X-BYTERANGE`), cut at the title's random access points, so a
+//! segment is served like any download and no payload is generated.
+//!
+//! In: the random access points' times (and, for the ones chosen as
+//! boundaries, their byte offsets), the file's length and duration. Out:
+//! the segments and the playlists' text.
+
+/// One segment: `len` bytes of the file from `offset`, lasting `duration_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub offset: u64,
+    pub len: u64,
+    pub duration_ns: u64,
+}
+
+/// Cuts a title into segments of at least `target_ns` (the last may be
+/// shorter) at its random access points, whose times are `times`
+/// (ascending); `offset_of(i)` is the byte offset point `i` starts at,
+/// asked only for the points chosen. The first segment starts at byte 0:
+/// whatever precedes the first point (the PAT and PMT) belongs to it.
+/// Points whose offset is unknown or not after the previous boundary are
+/// skipped.
+pub fn cut(
+    times: &[u64],
+    mut offset_of: impl FnMut(usize) -> Option<u64>,
+    file_len: u64,
+    duration_ns: u64,
+    target_ns: u64,
+) -> Vec<Segment> {
+    let mut segments = Vec::new();
+    let (mut offset, mut start_ns) = (0u64, 0u64);
+    for (i, &t) in times.iter().enumerate() {
+        if t < start_ns.saturating_add(target_ns) || t >= duration_ns {
+            continue;
+        }
+        let Some(at) = offset_of(i).filter(|&o| o > offset && o < file_len) else {
+            continue;
+        };
+        segments.push(Segment {
+            offset,
+            len: at - offset,
+            duration_ns: t - start_ns,
+        });
+        (offset, start_ns) = (at, t);
+    }
+    if file_len > offset {
+        segments.push(Segment {
+            offset,
+            len: file_len - offset,
+            duration_ns: duration_ns.saturating_sub(start_ns),
+        });
+    }
+    segments
+}
+
+/// The media playlist of `segments`, each a byte range of `uri`.
+pub fn media_playlist(segments: &[Segment], uri: &str) -> String {
+    use std::fmt::Write;
+    let longest = segments.iter().map(|s| s.duration_ns).max().unwrap_or(0);
+    let target = longest.div_ceil(1_000_000_000).max(1);
+    let mut m = format!(
+        "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:{target}\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n"
+    );
+    for s in segments {
+        let _ = write!(
+            m,
+            "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{}@{}\n{uri}\n",
+            s.duration_ns as f64 / 1e9,
+            s.len,
+            s.offset
+        );
+    }
+    m.push_str("#EXT-X-ENDLIST\n");
+    m
+}
+
+/// The multivariant playlist: one variant, `media_uri`, whose bandwidth
+/// (bits per second) is measured from `segments`: the peak segment's and
+/// the average.
+pub fn multivariant_playlist(segments: &[Segment], media_uri: &str) -> String {
+    let bps =
+        |bytes: u64, ns: u64| (bytes as u128 * 8 * 1_000_000_000 / u128::from(ns.max(1))) as u64;
+    let peak = segments
+        .iter()
+        .map(|s| bps(s.len, s.duration_ns))
+        .max()
+        .unwrap_or(0);
+    let (bytes, ns) = segments
+        .iter()
+        .fold((0, 0), |(b, n), s| (b + s.len, n + s.duration_ns));
+    format!(
+        "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-INDEPENDENT-SEGMENTS\n\
+         #EXT-X-STREAM-INF:BANDWIDTH={peak},AVERAGE-BANDWIDTH={}\n{media_uri}\n",
+        bps(bytes, ns)
+    )
+}
+
+#[cfg(test)]
+mod tests;

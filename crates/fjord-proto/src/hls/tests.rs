@@ -1,0 +1,91 @@
+use super::*;
+use proptest::prelude::*;
+
+const S: u64 = 1_000_000_000;
+
+#[test]
+fn segments_start_at_points_at_least_the_target_apart() {
+    // A point every second at byte 1000 × second (+ 376 bytes of PAT/PMT).
+    let times: Vec<u64> = (0..10).map(|i| i * S).collect();
+    let segs = cut(
+        &times,
+        |i| Some(376 + 1000 * i as u64),
+        10_376,
+        10 * S,
+        4 * S,
+    );
+    assert_eq!(
+        segs,
+        [
+            Segment {
+                offset: 0,
+                len: 4376,
+                duration_ns: 4 * S
+            },
+            Segment {
+                offset: 4376,
+                len: 4000,
+                duration_ns: 4 * S
+            },
+            Segment {
+                offset: 8376,
+                len: 2000,
+                duration_ns: 2 * S
+            },
+        ]
+    );
+    let m = media_playlist(&segs, "../a%20b.ts");
+    assert!(
+        m.starts_with("#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:4\n"),
+        "{m}"
+    );
+    assert!(
+        m.contains("#EXTINF:4.000,\n#EXT-X-BYTERANGE:4000@4376\n../a%20b.ts\n"),
+        "{m}"
+    );
+    assert!(m.ends_with("#EXT-X-ENDLIST\n"));
+    let v = multivariant_playlist(&segs, "media.m3u8");
+    // Peak: 4376 bytes in 4 s = 8752 bit/s; average 10376 bytes in 10 s.
+    assert!(
+        v.contains("BANDWIDTH=8752,AVERAGE-BANDWIDTH=8300\nmedia.m3u8\n"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_title_without_points_is_one_segment() {
+    let segs = cut(&[], |_| None, 500, 3 * S, 6 * S);
+    assert_eq!(
+        segs,
+        [Segment {
+            offset: 0,
+            len: 500,
+            duration_ns: 3 * S
+        }]
+    );
+    assert!(cut(&[], |_| None, 0, 0, 6 * S).is_empty());
+}
+
+proptest! {
+    /// Segments tile the file exactly, in order, and their durations add
+    /// up to the title's.
+    #[test]
+    fn segments_tile_the_file(
+        mut times in proptest::collection::vec(0u64..100 * S, 0..60),
+        offsets in proptest::collection::vec(0u64..1_000_000, 60),
+        len in 1u64..1_000_000,
+        target in 1u64..10 * S,
+    ) {
+        times.sort_unstable();
+        let duration = 100 * S;
+        let segs = cut(&times, |i| offsets.get(i).copied(), len, duration, target);
+        let mut at = 0;
+        for s in &segs {
+            prop_assert_eq!(s.offset, at);
+            prop_assert!(s.len > 0);
+            at += s.len;
+        }
+        prop_assert_eq!(at, len);
+        prop_assert_eq!(segs.iter().map(|s| s.duration_ns).sum::<u64>(), duration);
+    }
+}
