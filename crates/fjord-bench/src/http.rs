@@ -43,6 +43,9 @@ pub struct HttpConfig {
 
 /// One server's measured round.
 pub struct Round {
+    /// `whole` (whole-file GETs) or `hls-ranges` (the byte ranges of an
+    /// HLS playlist of a TS title).
+    pub case: &'static str,
     pub server: &'static str,
     pub bytes: u64,
     pub cpu: Duration,
@@ -255,12 +258,33 @@ fn start_nginx(dir: &Path) -> anyhow::Result<Served> {
     Ok(served)
 }
 
-/// One client: whole-file GETs on one keep-alive connection until `stop`.
-fn client(port: u16, name: &str, stop: &AtomicBool, bytes: &AtomicU64) -> anyhow::Result<()> {
+/// One client on one keep-alive connection until `stop`: GETs of `name`,
+/// whole when `ranges` is empty, else of its byte ranges in turn (from
+/// the `first`).
+fn client(
+    port: u16,
+    name: &str,
+    ranges: &[(u64, u64)],
+    first: usize,
+    stop: &AtomicBool,
+    bytes: &AtomicU64,
+) -> anyhow::Result<()> {
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
     let mut buf = vec![0u8; 256 * 1024];
+    let mut i = first;
     while !stop.load(Ordering::Relaxed) {
-        write!(c, "GET /{name} HTTP/1.1\r\nHost: bench\r\n\r\n")?;
+        // One write per request, as players send them (`write!` would
+        // write each formatted piece, and Nagle hold all but the first
+        // until the server's delayed ACK).
+        let request = match ranges.get(i % ranges.len().max(1)) {
+            Some((len, at)) => format!(
+                "GET /{name} HTTP/1.1\r\nHost: bench\r\nRange: bytes={at}-{}\r\n\r\n",
+                at + len - 1
+            ),
+            None => format!("GET /{name} HTTP/1.1\r\nHost: bench\r\n\r\n"),
+        };
+        c.write_all(request.as_bytes())?;
+        i += 1;
         let (mut left, mut got) = (None::<u64>, Vec::new());
         while left.is_none() {
             let n = c.read(&mut buf)?;
@@ -270,7 +294,7 @@ fn client(port: u16, name: &str, stop: &AtomicBool, bytes: &AtomicU64) -> anyhow
             got.extend_from_slice(&buf[..n]);
             if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
                 let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-                if !head.starts_with("http/1.1 200") {
+                if !(head.starts_with("http/1.1 200") || head.starts_with("http/1.1 206")) {
                     bail!("{}", head.lines().next().unwrap_or(""));
                 }
                 let len: u64 = head
@@ -296,14 +320,51 @@ fn client(port: u16, name: &str, stop: &AtomicBool, bytes: &AtomicU64) -> anyhow
     Ok(())
 }
 
+/// A small text resource over HTTP (the playlist).
+fn fetch_text(port: u16, path: &str) -> anyhow::Result<String> {
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    write!(
+        c,
+        "GET /{path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut all = String::new();
+    c.read_to_string(&mut all)?;
+    let (head, body) = all.split_once("\r\n\r\n").context("no HTTP head")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!("{path}: {}", head.lines().next().unwrap_or(""));
+    }
+    Ok(body.to_owned())
+}
+
+/// The byte ranges (length, offset) of a media playlist.
+fn byte_ranges(playlist: &str) -> Vec<(u64, u64)> {
+    playlist
+        .lines()
+        .filter_map(|l| l.strip_prefix("#EXT-X-BYTERANGE:"))
+        .filter_map(|r| {
+            let (len, at) = r.split_once('@')?;
+            Some((len.parse().ok()?, at.parse().ok()?))
+        })
+        .collect()
+}
+
 /// Runs the load against `server` for the configured time.
-fn round(cfg: &HttpConfig, server: &Served, name: &'static str) -> anyhow::Result<Round> {
+fn round(
+    cfg: &HttpConfig,
+    server: &Served,
+    name: &'static str,
+    (case, title, ranges): (&'static str, &str, &[(u64, u64)]),
+) -> anyhow::Result<Round> {
     let (stop, bytes) = (AtomicBool::new(false), AtomicU64::new(0));
     let cpu0 = server.cpu();
     let t0 = Instant::now();
     let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.clients)
-            .map(|_| s.spawn(|| client(server.port, "bench.bin", &stop, &bytes)))
+            .map(|k| {
+                let first = k * ranges.len() / cfg.clients.max(1);
+                let (stop, bytes) = (&stop, &bytes);
+                s.spawn(move || client(server.port, title, ranges, first, stop, bytes))
+            })
             .collect();
         std::thread::sleep(Duration::from_secs(cfg.seconds));
         stop.store(true, Ordering::Relaxed);
@@ -317,6 +378,7 @@ fn round(cfg: &HttpConfig, server: &Served, name: &'static str) -> anyhow::Resul
         r.with_context(|| format!("a client of {name}"))?;
     }
     Ok(Round {
+        case,
         server: name,
         bytes: bytes.load(Ordering::Relaxed),
         cpu,
@@ -337,14 +399,31 @@ pub fn run(cfg: &HttpConfig) -> anyhow::Result<Vec<Round>> {
         f.write_all(&chunk)?;
     }
     f.sync_all()?;
+    // (b)'s title, ingested before the servers start: the server's own
+    // ingest would make its parity and packets during the rounds.
+    let hls_title = root.join("hls.ts");
+    crate::clip::encode(&hls_title, 120, 4000, 4_500_000)?;
+    crate::storage::library::ingest(&cfg.fjord_exe, &hls_title)?;
     let fjord = start_fjord(cfg, &root)?;
     let nginx = start_nginx(dir.path())?;
     let blocking = start_blocking(&root.join("bench.bin"))?;
+    let whole = ("whole", "bench.bin", &[][..]);
     let mut rounds = Vec::new();
     for _ in 0..cfg.rounds {
-        rounds.push(round(cfg, &fjord, "fjord")?);
-        rounds.push(round(cfg, &nginx, "nginx")?);
-        rounds.push(round(cfg, &blocking, "blocking-sendfile")?);
+        rounds.push(round(cfg, &fjord, "fjord", whole)?);
+        rounds.push(round(cfg, &nginx, "nginx", whole)?);
+        rounds.push(round(cfg, &blocking, "blocking-sendfile", whole)?);
+    }
+    // (b): the segments of fjord's HLS playlist of a TS title, as byte
+    // ranges of the file from both servers.
+    let ranges = byte_ranges(&fetch_text(fjord.port, "hls.ts/media.m3u8")?);
+    if ranges.is_empty() {
+        bail!("fjord's playlist of hls.ts has no byte ranges");
+    }
+    let hls = ("hls-ranges", "hls.ts", &ranges[..]);
+    for _ in 0..cfg.rounds {
+        rounds.push(round(cfg, &fjord, "fjord", hls)?);
+        rounds.push(round(cfg, &nginx, "nginx", hls)?);
     }
     Ok(rounds)
 }
@@ -353,19 +432,23 @@ pub fn run(cfg: &HttpConfig) -> anyhow::Result<Vec<Round>> {
 pub fn markdown(cfg: &HttpConfig, command: &str, rounds: &[Round]) -> String {
     use std::fmt::Write;
     let mut md = format!(
-        "# fjord bench http\n\nCommand: `{command}`\n\nA {} MiB file in the page cache, {} keep-alive \
-         clients (threads of the bench, whole-file GETs, bodies discarded) over loopback, \
-         {} s per round, rounds alternating. Server CPU is user + system of the server's \
-         processes (nginx: master and workers) from `/proc`; blocking-sendfile's is its \
-         connection threads' own.\n\n\
-         | round | server | delivered | Gbit/s | server CPU | CPU s per GB |\n|---|---|---|---|---|---|\n",
-        cfg.mb, cfg.clients, cfg.seconds
+        "# fjord bench http\n\nCommand: `{command}`\n\n{} keep-alive clients (threads of the \
+         bench, bodies discarded) over loopback, {} s per round, rounds alternating. \
+         `whole`: GETs of a whole {} MiB file; `hls-ranges`: GETs of the byte ranges fjord's \
+         HLS playlist names (`NAME/media.m3u8`, 6 s segments of a 120 s 4.5 Mbit/s TS made \
+         by ffmpeg), each client from another segment on, from fjord and from nginx. Files \
+         in the page cache. Server CPU is user + system of the server's processes (nginx: \
+         master and workers) from `/proc`; blocking-sendfile's is its connection threads' \
+         own.\n\n\
+         | case | server | delivered | Gbit/s | server CPU | CPU s per GB |\n\
+         |---|---|---|---|---|---|\n",
+        cfg.clients, cfg.seconds, cfg.mb
     );
-    for (i, r) in rounds.iter().enumerate() {
+    for r in rounds {
         let _ = writeln!(
             md,
             "| {} | {} | {:.2} GB | {:.2} | {:.2} s | {:.3} |",
-            i / 3 + 1,
+            r.case,
             r.server,
             r.bytes as f64 / 1e9,
             r.gbit_s(),
@@ -373,25 +456,29 @@ pub fn markdown(cfg: &HttpConfig, command: &str, rounds: &[Round]) -> String {
             r.cpu_s_per_gb()
         );
     }
-    let total = |name: &str| {
+    let total = |case: &str, name: &str| {
         let (cpu, bytes) = rounds
             .iter()
-            .filter(|r| r.server == name)
+            .filter(|r| r.case == case && r.server == name)
             .fold((0.0, 0u64), |(c, b), r| {
                 (c + r.cpu.as_secs_f64(), b + r.bytes)
             });
         cpu / (bytes as f64 / 1e9).max(1e-9)
     };
-    let (f, n, k) = (total("fjord"), total("nginx"), total("blocking-sendfile"));
-    let _ = writeln!(
-        md,
-        "\nOver all rounds: fjord {f:.3} CPU s per GB, nginx {n:.3}, blocking-sendfile (the \
-         bench's own server: one blocking `sendfile` of the whole file per request, a thread \
-         per connection; no lower bound over loopback, where the sender also runs the \
-         receiver's TCP processing) {k:.3}: fjord / nginx = {:.2}, fjord / blocking-sendfile \
-         = {:.2}. Payload through user space: none (sendfile) for all three.",
-        f / n,
-        f / k
+    md.push_str("\nOver all rounds, CPU s per GB:\n\n| case | fjord | nginx | fjord / nginx | blocking-sendfile |\n|---|---|---|---|---|\n");
+    for case in ["whole", "hls-ranges"] {
+        let (f, n) = (total(case, "fjord"), total(case, "nginx"));
+        let k = match case {
+            "whole" => format!("{:.3}", total(case, "blocking-sendfile")),
+            _ => "-".to_owned(),
+        };
+        let _ = writeln!(md, "| {case} | {f:.3} | {n:.3} | {:.2} | {k} |", f / n);
+    }
+    md.push_str(
+        "\nblocking-sendfile is the bench's own server: one blocking `sendfile` of the whole \
+         file per request, a thread per connection; no lower bound over loopback, where the \
+         sender also runs the receiver's TCP processing. Payload through user space: none \
+         (sendfile) for every server.\n",
     );
     md
 }
