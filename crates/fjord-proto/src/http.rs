@@ -164,6 +164,9 @@ pub struct Response {
     pub body: Option<Range<u64>>,
     /// A short text body (errors).
     text: String,
+    /// The answer to a HEAD: the head says what a GET would get, no body
+    /// follows.
+    head_only: bool,
     pub close: bool,
 }
 
@@ -180,6 +183,7 @@ impl Response {
             headers,
             body: None,
             text: format!("{why}\n"),
+            head_only: false,
             close,
         }
     }
@@ -198,11 +202,8 @@ impl Response {
             status: 200,
             headers,
             body: None,
-            text: if req.method == Method::Get {
-                body
-            } else {
-                String::new()
-            },
+            text: body,
+            head_only: req.method == Method::Head,
             close: !req.keep_alive,
         }
     }
@@ -226,8 +227,17 @@ impl Response {
             h.push_str("Connection: close\r\n");
         }
         h.push_str("\r\n");
-        h.push_str(&self.text);
+        if !self.head_only {
+            h.push_str(&self.text);
+        }
         h.into_bytes()
+    }
+
+    /// This response as the answer to a HEAD: no body after the head.
+    pub fn for_head(mut self) -> Response {
+        self.head_only = true;
+        self.body = None;
+        self
     }
 
     /// The value of header `name` as planned (not `Date`, `Server`).
@@ -283,6 +293,7 @@ pub fn respond(req: &Request, file: &Entity) -> Response {
             headers,
             body: None,
             text: String::new(),
+            head_only: false,
             close,
         });
     }
@@ -310,6 +321,7 @@ pub fn respond(req: &Request, file: &Entity) -> Response {
         headers,
         body: (req.method == Method::Get && !bytes.is_empty()).then_some(bytes),
         text: String::new(),
+        head_only: false,
         close,
     })
 }

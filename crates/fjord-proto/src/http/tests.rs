@@ -208,3 +208,12 @@ fn a_generated_body_follows_its_head_and_a_head_request_gets_none() {
         "{t}"
     );
 }
+
+#[test]
+fn an_error_answering_a_head_has_no_body() {
+    let t = text(&Response::error(404, "no such title", false).for_head());
+    assert!(
+        t.contains("Content-Length: 14\r\n") && t.ends_with("\r\n\r\n"),
+        "{t}"
+    );
+}

@@ -150,6 +150,10 @@ async fn answer(
         // lies outside the roots.
         Err(_) => (None, Response::error(404, "no such title", close)),
     };
+    let response = match req.method {
+        plan::Method::Head => response.for_head(),
+        _ => response,
+    };
     stream.write_all(&response.head(now)).await?;
     if let (Some(file), Some(range)) = (file, response.body.clone()) {
         let pace = send::Pace {
