@@ -10,8 +10,9 @@
 //! copies per packet, CPU relative to `read-writev` (the seeds' reference
 //! line) and to the path's [`floor`]. The download experiment (Fig. 3,
 //! Table 3) is [`download`]; the storage benchmark (sessions on time from
-//! a library larger than memory on a slow disk) is [`storage`]. Statistics over repetitions are in [`stats`],
-//! output in [`report`].
+//! a library larger than memory on a slow disk) is [`storage`]; HTTP
+//! downloads beside nginx are [`http`]. Statistics over repetitions are in
+//! [`stats`], output in [`report`].
 
 pub mod capacity;
 pub mod clip;

@@ -1,6 +1,8 @@
 //! The control plane of `fjord serve`: RTSP connections, the catalog of
-//! titles, and sessions. Playing happens in the engine threads; this side
-//! only sends them commands.
+//! titles, and sessions; HTTP downloads and HLS playlists of the same
+//! titles (module `http`). Playing happens in the engine threads; this side
+//! only sends them commands. Connections of both listeners share one set
+//! of limits (`slots`).
 
 mod admission;
 mod catalog;

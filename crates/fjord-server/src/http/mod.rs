@@ -1,13 +1,13 @@
 //! HTTP/1.1 downloads beside RTSP (`http_port`): a title's file, whole or a
 //! byte range, from the same roots and by the same names as
-//! `rtsp://HOST/NAME`. Each request is planned without I/O
-//! ([`fjord_proto::http`]);
+//! `rtsp://HOST/NAME`, and HLS playlists of TS titles (`NAME/index.m3u8`,
+//! [`hls`]). Each request is planned without I/O ([`fjord_proto::http`]);
 //! the body goes by `sendfile` from the file, never through user space.
 //!
-//! Downloads are bulk I/O: each piece is read into the page cache first,
-//! on a blocking thread, in bounded requests and after the storage layer's
-//! bulk turn for its disk (stream read-ahead goes first), then sent from
-//! the page cache, so no runtime thread waits for a disk.
+//! Downloads are bulk I/O: each piece not in the page cache is read into
+//! it first, on a blocking thread, in bounded requests and after the
+//! storage layer's bulk turn for its disk (stream read-ahead goes first),
+//! then sent from the page cache, so no runtime thread waits for a disk.
 
 mod hls;
 mod send;
