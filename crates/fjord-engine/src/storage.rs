@@ -69,23 +69,18 @@ pub(crate) struct WholeReader {
     _file: File,
 }
 
-/// What a whole reader asks the disk for at once: smaller asks cost the
-/// disk's IOPS (what first sessions wait for), larger ones sit in its
-/// queue ahead of the streams' reads for longer.
-const WHOLE_REQUEST: u64 = 256 * 1024;
-
 impl WholeReader {
     /// Reads `piece` of the file's mapping into the page cache by file
     /// I/O, so that a disk error is returned here rather than met as a
-    /// fault in the mapping; in requests of [`WHOLE_REQUEST`].
+    /// fault in the mapping; in bounded requests
+    /// (`fjord_storage::pin::read_in_requests`).
     pub(crate) fn read_into_cache(&self, piece: &[u8]) -> io::Result<()> {
         let range = self
             .mapped
             .offsets_of(piece)
             .ok_or_else(|| io::Error::other("not a piece of the file's mapping"))?;
         let (start, len) = (range.start as u64, range.len() as u64);
-        fjord_storage::pin::read_in_requests(self.mapped.fd, start, len, WHOLE_REQUEST)
-            .map_err(pin_error)
+        fjord_storage::pin::read_in_requests(self.mapped.fd, start, len).map_err(pin_error)
     }
 }
 
@@ -287,13 +282,13 @@ impl Source for Title {
         let Some(track) = self.index().track(t) else {
             return;
         };
+        // What sending reads besides the tables the packets are found from.
+        self.tables(t, packets.clone(), uses, out);
         let range = packets.start as usize..packets.end as usize;
         let mut add = |slot: Slot, bytes: &[u8]| self.files().extent(slot, bytes, out);
-        add(Slot::Index, track.records(range.clone()));
         if uses.has(Uses::PREFAB)
-            && let Some((table, bytes)) = self.prefab(t).and_then(|p| p.spans(range.clone()))
+            && let Some((_, bytes)) = self.prefab(t).and_then(|p| p.spans(range.clone()))
         {
-            add(Slot::Prefab, table);
             add(Slot::Prefab, bytes);
         }
         if uses.has(Uses::MEDIA) {

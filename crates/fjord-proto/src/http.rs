@@ -191,10 +191,7 @@ impl Response {
     /// A 200 with a body made here (a playlist) for `req`: the body only
     /// for GET.
     pub fn generated(req: &Request, content_type: &str, body: String) -> Response {
-        let mut headers = vec![
-            ("Content-Type", content_type.to_owned()),
-            ("Content-Length", body.len().to_string()),
-        ];
+        let mut headers = vec![("Content-Type", content_type.to_owned())];
         if req.keep_alive {
             headers.push(("Connection", "keep-alive".to_owned()));
         }

@@ -346,17 +346,22 @@ pub fn read_into_cache(file: &MappedFile, start: usize, len: usize) -> Result<()
     read_fd_into_cache(file.fd, start as u64, len as u64)
 }
 
+/// What bulk work asks a disk for at once: smaller asks cost the disk's
+/// IOPS (what first sessions wait for), larger ones sit in its queue ahead
+/// of the streams' reads for longer.
+pub const BULK_REQUEST: u64 = 256 * 1024;
+
 /// [`read_into_cache`] for bulk work: bytes `start..start + len` of the
 /// file open as `fd` (a descriptor without the kernel's read-ahead,
-/// `POSIX_FADV_RANDOM`), asked for in requests of at most `request` bytes
+/// `POSIX_FADV_RANDOM`), asked for in requests of [`BULK_REQUEST`]
 /// (`readahead(2)`), so that what bulk work puts in a disk's queue ahead
 /// of stream reads stays bounded. (`sendfile` alone would ask in 64 KiB
 /// pieces, many of a disk's IOPS.)
-pub fn read_in_requests(fd: RawFd, start: u64, len: u64, request: u64) -> Result<(), PinError> {
+pub fn read_in_requests(fd: RawFd, start: u64, len: u64) -> Result<(), PinError> {
     let end = start.saturating_add(len);
     let mut at = start;
     while at < end {
-        let n = (end - at).min(request.max(1));
+        let n = (end - at).min(BULK_REQUEST);
         // SAFETY: readahead only reads into the page cache.
         unsafe { libc::readahead(fd, at as i64, n as usize) };
         read_fd_into_cache(fd, at, n)?;
@@ -557,7 +562,7 @@ mod tests {
         // SAFETY: a plain syscall on our descriptor.
         unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert!(!resident(fd, 0, 1 << 20), "dropped from the cache");
-        read_in_requests(fd, 0, 1 << 20, 256 * 1024).unwrap();
+        read_in_requests(fd, 0, 1 << 20).unwrap();
         assert!(resident(fd, 0, 1 << 20), "read back in");
     }
 

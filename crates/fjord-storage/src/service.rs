@@ -861,7 +861,6 @@ impl Worker {
     /// lock, faults a table page in), then what they say the packets read.
     fn pin(&self, r: &Refill) -> (Result<Vec<ChunkKey>, PinError>, u64) {
         let mut chunks = Vec::new();
-        let mut bytes = 0;
         let mut tables = Vec::new();
         // The next refill reads to about `readahead` past this one's end
         // and its search probes up to twice as far; three times covers a
@@ -872,16 +871,12 @@ impl Worker {
         r.source
             .tables(r.track, r.packets.start..next, r.uses, &mut tables);
         let mut extents = Vec::new();
-        let mut read = |extents: &[Extent], chunks: &mut Vec<ChunkKey>| {
-            let pinned = pin_all(&self.inner.pins, &*r.source, extents, chunks);
-            bytes += extents.iter().map(|e| e.range.len() as u64).sum::<u64>();
-            pinned
-        };
-        let pinned = read(&tables, &mut chunks).and_then(|()| {
+        let pinned = pin_all(&self.inner.pins, &*r.source, &tables, &mut chunks).and_then(|()| {
             r.source
                 .extents(r.track, r.packets.clone(), r.uses, &mut extents);
-            read(&extents, &mut chunks)
+            pin_all(&self.inner.pins, &*r.source, &extents, &mut chunks)
         });
+        let bytes = extents.iter().map(|e| e.range.len() as u64).sum();
         if let Err(err) = pinned {
             self.inner.pins.unpin(&chunks);
             return (Err(err), bytes);

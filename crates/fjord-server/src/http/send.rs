@@ -17,8 +17,6 @@ use tokio::{io::Interest, net::TcpStream};
 /// A piece read into the cache before it is sent: a few milliseconds of a
 /// disk, so bulk turns interleave with stream read-ahead finely.
 const PIECE: u64 = 1 << 20;
-/// What one read request asks for (see `fjord_storage::pin::read_in_requests`).
-const REQUEST: u64 = 256 * 1024;
 
 /// How a body is paced.
 pub(crate) struct Pace {
@@ -48,7 +46,7 @@ pub(crate) async fn body(
             let (f, storage) = (file.clone(), pace.storage.clone());
             tokio::task::spawn_blocking(move || {
                 let _turn = storage.as_ref().map(|s| s.bulk(device, n)).transpose()?;
-                fjord_storage::pin::read_in_requests(f.as_raw_fd(), at, n, REQUEST)
+                fjord_storage::pin::read_in_requests(f.as_raw_fd(), at, n)
                     .map_err(|e| io::Error::other(e.to_string()))
             })
             .await
