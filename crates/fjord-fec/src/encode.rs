@@ -272,6 +272,7 @@ pub fn write_sidecar(
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut workers: Vec<Worker> = (0..threads).map(|_| Worker::default()).collect();
     let mut buf = Vec::new();
+    let mut behind = durable::WriteBehind::new(file);
     let mut done = 0;
     let mut rest = plans.as_slice();
     while !rest.is_empty() {
@@ -289,6 +290,7 @@ pub fn write_sidecar(
         encode_batch(&tracks, media, batch, &mut buf, &mut workers, &mut results)?;
         file.write_all_at(&buf, batch[0].repair_off)
             .map_err(io_err("write"))?;
+        behind.written_to(batch[0].repair_off + bytes);
         done += batch.iter().map(|p| p.payload_bytes).sum::<u64>();
         progress(done, source_bytes);
     }

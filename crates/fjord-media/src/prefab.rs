@@ -184,7 +184,7 @@ pub fn write(
     meta[file_len_at..file_len_at + 8].copy_from_slice(&file_len.to_le_bytes());
 
     let tmp = durable::temp_beside(path, ".fjpkt.tmp")?;
-    let mut out = BufWriter::with_capacity(1 << 20, tmp.as_file());
+    let mut out = BufWriter::with_capacity(1 << 20, durable::WriteBehind::new(tmp.as_file()));
     out.write_all(&meta)?;
     let total = file_len - data_start;
     let mut done = 0u64;
