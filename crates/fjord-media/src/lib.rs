@@ -4,6 +4,8 @@
 //! no I/O), [`index`] stores that plan in a checksummed, mmap-able file, and
 //! [`ingest`] glues the two to the filesystem. Serving never parses media: it
 //! reads records from the index and sends byte ranges of the media file.
+//! [`mp4::fragments`] reads an MP4's `moov` (never its samples) into the
+//! fragmented MP4 that HLS and DASH serve: generated heads and byte ranges.
 
 pub mod aac;
 pub mod ac3;

@@ -17,6 +17,8 @@ use crate::plan::{
     FLAG_RANDOM_ACCESS, IngestReport, MediaPlan, PacketRecord, SyncPoint, TrackPlan,
 };
 
+pub mod fragments;
+
 const NS: i128 = 1_000_000_000;
 /// Report progress every this many sample bytes.
 const PROGRESS_STEP: u64 = 8 << 20;

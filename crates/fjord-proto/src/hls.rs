@@ -1,11 +1,14 @@
-//! HLS playlists (RFC 8216) of a stored MPEG-TS title, written without
-//! I/O: its segments are byte ranges of the file itself
+//! HLS playlists (RFC 8216) of a stored title, written without I/O. An
+//! MPEG-TS title's segments are byte ranges of the file itself
 //! (`EXT-X-BYTERANGE`), cut at the title's random access points, so a
-//! segment is served like any download and no payload is generated.
+//! segment is served like any download and no payload is generated; an
+//! MP4 title's are fragmented MP4 (`EXT-X-MAP`), made elsewhere
+//! (`fjord_media::mp4::fragments`).
 //!
 //! In: the random access points' times (and, for the ones chosen as
-//! boundaries, their byte offsets), the file's length and duration. Out:
-//! the segments and the playlists' text.
+//! boundaries, their byte offsets), the file's length and duration, or a
+//! fragmented title's segment lengths and durations. Out: the segments and
+//! the playlists' text.
 
 /// One segment: `len` bytes of the file from `offset`, lasting `duration_ns`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,10 +80,47 @@ pub fn media_playlist(segments: &[Segment], uri: &str) -> String {
     m
 }
 
+/// The media playlist of fragmented-MP4 segments (their offsets unused):
+/// the init segment at `init_uri`, segment `i` at `segment_uri(i)`.
+pub fn fmp4_media_playlist(
+    segments: &[Segment],
+    init_uri: &str,
+    segment_uri: impl Fn(usize) -> String,
+) -> String {
+    use std::fmt::Write;
+    let longest = segments.iter().map(|s| s.duration_ns).max().unwrap_or(0);
+    let target = longest.div_ceil(1_000_000_000).max(1);
+    let mut m = format!(
+        "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:{target}\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n\
+         #EXT-X-MAP:URI=\"{init_uri}\"\n"
+    );
+    for (i, s) in segments.iter().enumerate() {
+        let _ = write!(
+            m,
+            "#EXTINF:{:.3},\n{}\n",
+            s.duration_ns as f64 / 1e9,
+            segment_uri(i)
+        );
+    }
+    m.push_str("#EXT-X-ENDLIST\n");
+    m
+}
+
+/// What a multivariant playlist says of its variant beside its bandwidth,
+/// when known.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Variant {
+    /// RFC 6381 names, comma-separated.
+    pub codecs: Option<String>,
+    pub resolution: Option<(u16, u16)>,
+    pub frame_rate: Option<f64>,
+}
+
 /// The multivariant playlist: one variant, `media_uri`, whose bandwidth
 /// (bits per second) is measured from `segments`: the peak segment's and
 /// the average.
-pub fn multivariant_playlist(segments: &[Segment], media_uri: &str) -> String {
+pub fn multivariant_playlist(segments: &[Segment], media_uri: &str, variant: &Variant) -> String {
     let bps =
         |bytes: u64, ns: u64| (bytes as u128 * 8 * 1_000_000_000 / u128::from(ns.max(1))) as u64;
     let peak = segments
@@ -91,10 +131,19 @@ pub fn multivariant_playlist(segments: &[Segment], media_uri: &str) -> String {
     let (bytes, ns) = segments
         .iter()
         .fold((0, 0), |(b, n), s| (b + s.len, n + s.duration_ns));
+    let mut attrs = format!("BANDWIDTH={peak},AVERAGE-BANDWIDTH={}", bps(bytes, ns));
+    if let Some(c) = &variant.codecs {
+        attrs.push_str(&format!(",CODECS=\"{c}\""));
+    }
+    if let Some((w, h)) = variant.resolution {
+        attrs.push_str(&format!(",RESOLUTION={w}x{h}"));
+    }
+    if let Some(f) = variant.frame_rate {
+        attrs.push_str(&format!(",FRAME-RATE={f:.3}"));
+    }
     format!(
         "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-INDEPENDENT-SEGMENTS\n\
-         #EXT-X-STREAM-INF:BANDWIDTH={peak},AVERAGE-BANDWIDTH={}\n{media_uri}\n",
-        bps(bytes, ns)
+         #EXT-X-STREAM-INF:{attrs}\n{media_uri}\n"
     )
 }
 

@@ -10,8 +10,11 @@
 //! - [`rtcp`]: sender reports out, receiver reports in.
 //! - [`http`]: HTTP/1.1 downloads: a request head in, the response's head
 //!   and the byte range of the file its body is out.
-//! - [`hls`]: HLS playlists of a stored MPEG-TS title as byte ranges of it.
+//! - [`hls`]: HLS playlists: a stored MPEG-TS title as byte ranges of it,
+//!   an MP4 title as fragmented MP4.
+//! - [`dash`]: the DASH manifest of a fragmented MP4 title.
 
+pub mod dash;
 pub mod hls;
 pub mod http;
 pub mod rtcp;

@@ -1,6 +1,7 @@
 //! The control plane of `fjord serve`: RTSP connections, the catalog of
-//! titles, and sessions; HTTP downloads and HLS playlists of the same
-//! titles (module `http`). Playing happens in the engine threads; this side
+//! titles, and sessions; HTTP downloads, HLS and DASH of the same titles
+//! (module `http`: files and segments go by `sendfile`, never through
+//! user space). Playing happens in the engine threads; this side
 //! only sends them commands. Connections of both listeners share one set
 //! of limits (`slots`).
 

@@ -44,10 +44,51 @@ fn segments_start_at_points_at_least_the_target_apart() {
         "{m}"
     );
     assert!(m.ends_with("#EXT-X-ENDLIST\n"));
-    let v = multivariant_playlist(&segs, "media.m3u8");
+    let v = multivariant_playlist(&segs, "media.m3u8", &Variant::default());
     // Peak: 4376 bytes in 4 s = 8752 bit/s; average 10376 bytes in 10 s.
     assert!(
         v.contains("BANDWIDTH=8752,AVERAGE-BANDWIDTH=8300\nmedia.m3u8\n"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_fragmented_title_names_its_init_segment_and_codecs() {
+    let segs = [
+        Segment {
+            offset: 0,
+            len: 3000,
+            duration_ns: 6 * S,
+        },
+        Segment {
+            offset: 0,
+            len: 1000,
+            duration_ns: 2_500_000_000,
+        },
+    ];
+    let m = fmp4_media_playlist(&segs, "init.mp4", |i| format!("seg-{i}.m4s"));
+    assert!(
+        m.starts_with("#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:6\n"),
+        "{m}"
+    );
+    assert!(
+        m.contains("#EXT-X-MAP:URI=\"init.mp4\"\n#EXTINF:6.000,\nseg-0.m4s\n"),
+        "{m}"
+    );
+    assert!(
+        m.contains("#EXTINF:2.500,\nseg-1.m4s\n#EXT-X-ENDLIST\n"),
+        "{m}"
+    );
+    let variant = Variant {
+        codecs: Some("avc1.64001f,mp4a.40.2".into()),
+        resolution: Some((1280, 720)),
+        frame_rate: Some(25.0),
+    };
+    let v = multivariant_playlist(&segs, "media.m3u8", &variant);
+    assert!(
+        v.contains(
+            ",CODECS=\"avc1.64001f,mp4a.40.2\",RESOLUTION=1280x720,FRAME-RATE=25.000\nmedia.m3u8"
+        ),
         "{v}"
     );
 }

@@ -1,33 +1,23 @@
-//! HLS of a stored MPEG-TS title: `NAME/index.m3u8` (multivariant) and
-//! `NAME/media.m3u8`, whose segments are byte ranges of `NAME` itself
-//! (`fjord_proto::hls`), cut at the random access points ingest found
-//! (each starts with the PAT before its key frame), so segments are served
-//! as downloads: nothing generated but the playlists.
+//! HLS of a stored title: `NAME/index.m3u8` (multivariant) and
+//! `NAME/media.m3u8`. An MPEG-TS title's segments are byte ranges of
+//! `NAME` itself (`fjord_proto::hls`), cut at the random access points
+//! ingest found (each starts with the PAT before its key frame), so they
+//! are served as downloads: nothing generated but the playlists. An MP4
+//! title's are fragmented MP4 ([`super::fmp4`]) with every track in each:
+//! `NAME/init.mp4` and `NAME/seg-N.m4s`.
 
 use std::sync::Arc;
 
+use fjord_proto::hls::{Segment, Variant};
+
+use super::fmp4::{self, Cache};
+use super::routes::Playlist;
 use crate::Server;
-
-/// Which playlist of a title a request names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Playlist {
-    Multivariant,
-    Media,
-}
-
-/// The title and playlist `path` names (`NAME/index.m3u8`,
-/// `NAME/media.m3u8`).
-pub(crate) fn playlist_of(path: &str) -> Option<(&str, Playlist)> {
-    if let Some(title) = path.strip_suffix("/index.m3u8") {
-        return Some((title, Playlist::Multivariant));
-    }
-    path.strip_suffix("/media.m3u8")
-        .map(|title| (title, Playlist::Media))
-}
 
 /// The playlist's text, or the status and why not.
 pub(crate) async fn playlist(
     server: &Arc<Server>,
+    cache: &Arc<Cache>,
     title: &str,
     which: Playlist,
 ) -> Result<String, (u16, String)> {
@@ -38,9 +28,13 @@ pub(crate) async fn playlist(
         .map_err(|e| (e.status(), e.to_string()))?;
     let is_ts =
         t.index().track_count() == 1 && t.index().track(0).is_some_and(|k| k.encoding() == "MP2T");
+    if t.index().format().starts_with("MP4") {
+        let f = cache.get(server, title, None).await?;
+        return Ok(fragmented_playlist(&f, which));
+    }
     if !is_ts {
         let why = format!(
-            "HLS is built for MPEG-TS titles only so far; this one is {}",
+            "HLS is built for MPEG-TS and MP4 titles; this one is {}",
             t.index().format()
         );
         return Err((415, why));
@@ -67,12 +61,41 @@ pub(crate) async fn playlist(
     .flatten()
     .ok_or((500, "the title's index could not be read".to_owned()))?;
     Ok(match which {
-        Playlist::Multivariant => fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8"),
         Playlist::Media => {
             let uri = percent_encoding::utf8_percent_encode(&name, SEGMENT_URI).to_string();
             fjord_proto::hls::media_playlist(&segments, &format!("../{uri}"))
         }
+        Playlist::Multivariant => {
+            fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &Variant::default())
+        }
     })
+}
+
+/// A playlist of a fragmented title.
+fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> String {
+    let segments: Vec<Segment> = f
+        .title
+        .fragments
+        .iter()
+        .map(|s| Segment {
+            offset: 0,
+            len: s.len(),
+            duration_ns: s.duration_ns,
+        })
+        .collect();
+    match which {
+        Playlist::Media => {
+            fjord_proto::hls::fmp4_media_playlist(&segments, "init.mp4", |i| format!("seg-{i}.m4s"))
+        }
+        Playlist::Multivariant => {
+            let variant = Variant {
+                codecs: Some(f.title.codecs.clone()),
+                resolution: f.title.resolution,
+                frame_rate: f.title.frame_rate,
+            };
+            fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &variant)
+        }
+    }
 }
 
 /// What a title's name escapes in a relative URI.
@@ -81,22 +104,3 @@ const SEGMENT_URI: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUM
     .remove(b'_')
     .remove(b'.')
     .remove(b'~');
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn playlists_are_named_under_their_title() {
-        assert_eq!(
-            playlist_of("a b.ts/index.m3u8"),
-            Some(("a b.ts", Playlist::Multivariant))
-        );
-        assert_eq!(
-            playlist_of("d/t.ts/media.m3u8"),
-            Some(("d/t.ts", Playlist::Media))
-        );
-        assert_eq!(playlist_of("t.ts"), None);
-        assert_eq!(playlist_of("index.m3u8"), None);
-    }
-}

@@ -1,15 +1,20 @@
 //! HTTP/1.1 downloads beside RTSP (`http_port`): a title's file, whole or a
 //! byte range, from the same roots and by the same names as
-//! `rtsp://HOST/NAME`, and HLS playlists of TS titles (`NAME/index.m3u8`,
-//! [`hls`]). Each request is planned without I/O ([`fjord_proto::http`]);
-//! the body goes by `sendfile` from the file, never through user space.
+//! `rtsp://HOST/NAME`, HLS of TS and MP4 titles (`NAME/index.m3u8`,
+//! [`hls`], [`fmp4`]) and DASH of MP4 titles (`NAME/manifest.mpd`,
+//! [`dash`]). Each request is planned without I/O
+//! ([`fjord_proto::http`]); file bytes go by `sendfile` from the file,
+//! never through user space.
 //!
 //! Downloads are bulk I/O: each piece not in the page cache is read into
 //! it first, on a blocking thread, in bounded requests and after the
 //! storage layer's bulk turn for its disk (stream read-ahead goes first),
 //! then sent from the page cache, so no runtime thread waits for a disk.
 
+mod dash;
+mod fmp4;
 mod hls;
+mod routes;
 mod send;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -24,10 +29,12 @@ use crate::{
     slots::{Slot, Slots},
 };
 use fjord_proto::http::{self as plan, Parsed, Response};
+use routes::Route;
 
 /// Accepts download connections until the server stops; `slots` bounds
 /// them together with the RTSP connections, in all and per address.
 pub(crate) async fn listen(server: Arc<Server>, listener: TcpListener, slots: Arc<Slots>) {
+    let fragments = Arc::new(fmp4::Cache::default());
     loop {
         let Ok((stream, peer)) = listener.accept().await else {
             continue;
@@ -35,7 +42,13 @@ pub(crate) async fn listen(server: Arc<Server>, listener: TcpListener, slots: Ar
         let Some(slot) = crate::slots::take_or_log(&slots, peer, "HTTP") else {
             continue;
         };
-        tokio::spawn(connection(server.clone(), stream, peer, slot));
+        tokio::spawn(connection(
+            server.clone(),
+            fragments.clone(),
+            stream,
+            peer,
+            slot,
+        ));
     }
 }
 
@@ -47,7 +60,13 @@ enum End {
     Refused(Response),
 }
 
-async fn connection(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr, _slot: Slot) {
+async fn connection(
+    server: Arc<Server>,
+    fragments: Arc<fmp4::Cache>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    _slot: Slot,
+) {
     let _ = stream.set_nodelay(true);
     let mut buf = Vec::with_capacity(1024);
     loop {
@@ -61,7 +80,7 @@ async fn connection(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr
                 return;
             }
         };
-        match answer(&server, &mut stream, req).await {
+        match answer(&server, &fragments, &mut stream, req).await {
             Ok(true) => {}
             Ok(false) => return,
             Err(e) => {
@@ -124,6 +143,7 @@ async fn next_request(
 /// Answers one request; whether the connection stays open.
 async fn answer(
     server: &Arc<Server>,
+    fragments: &Arc<fmp4::Cache>,
     stream: &mut TcpStream,
     req: plan::Request,
 ) -> std::io::Result<bool> {
@@ -140,41 +160,85 @@ async fn answer(
     })
     .await
     .map_err(std::io::Error::other)?;
-    let (file, response) = match opened {
+    let (body, response) = match opened {
         Ok((file, meta)) => {
             let entity = plan::Entity::of(&meta, &req.path);
-            (Some(file), plan::respond(&req, &entity))
+            let body = send::Body::file(Arc::new(file), entity.size);
+            (Some(body), plan::respond(&req, &entity))
         }
-        Err(_) if hls::playlist_of(&req.path).is_some() => (None, playlist(server, &req).await),
-        // The same answer for every name not served: no oracle for what
-        // lies outside the roots.
-        Err(_) => (None, Response::error(404, "no such title", close)),
+        Err(_) => match routes::route_of(&req.path) {
+            Some((title, Route::Playlist(which))) => {
+                let text = hls::playlist(server, fragments, title, which).await;
+                (None, generated(&req, "application/vnd.apple.mpegurl", text))
+            }
+            Some((title, Route::Manifest)) => {
+                let text = dash::manifest(server, fragments, title).await;
+                (None, generated(&req, "application/dash+xml", text))
+            }
+            Some((title, Route::Init(only))) => {
+                segment(server, fragments, &req, title, only, None).await
+            }
+            Some((title, Route::Segment(only, i))) => {
+                segment(server, fragments, &req, title, only, Some(i)).await
+            }
+            // The same answer for every name not served: no oracle for
+            // what lies outside the roots.
+            None => (None, Response::error(404, "no such title", close)),
+        },
     };
     let response = match req.method {
         plan::Method::Head => response.for_head(),
         _ => response,
     };
     stream.write_all(&response.head(now)).await?;
-    if let (Some(file), Some(range)) = (file, response.body.clone()) {
+    if let (Some(body), Some(range)) = (body, response.body.clone()) {
         let pace = send::Pace {
             storage: server.storage.clone(),
             stall: Duration::from_secs(server.config.stall_timeout_s),
         };
-        send::body(stream, Arc::new(file), range, &pace).await?;
+        body.send(stream, range, &pace).await?;
     }
     Ok(!response.close)
 }
 
-/// The answer to a request for a title's HLS playlist.
-async fn playlist(server: &Arc<Server>, req: &plan::Request) -> Response {
-    let Some((title, which)) = hls::playlist_of(&req.path) else {
-        return Response::error(404, "no such title", !req.keep_alive);
-    };
+/// The answer to a request for a playlist or manifest made as `text`.
+fn generated(
+    req: &plan::Request,
+    content_type: &str,
+    text: Result<String, (u16, String)>,
+) -> Response {
     if !matches!(req.method, plan::Method::Get | plan::Method::Head) {
         return Response::error(405, "only GET and HEAD", !req.keep_alive);
     }
-    match hls::playlist(server, title, which).await {
-        Ok(text) => Response::generated(req, "application/vnd.apple.mpegurl", text),
+    match text {
+        Ok(text) => Response::generated(req, content_type, text),
         Err((status, why)) => Response::error(status, &why, !req.keep_alive),
     }
+}
+
+/// The answer to a request for a fragmented title's init segment (`None`)
+/// or media segment, every track's or track `only`'s, and its body.
+async fn segment(
+    server: &Arc<Server>,
+    fragments: &Arc<fmp4::Cache>,
+    req: &plan::Request,
+    title: &str,
+    only: Option<usize>,
+    which: Option<usize>,
+) -> (Option<send::Body>, Response) {
+    let close = !req.keep_alive;
+    let f = match fragments.get(server, title, only).await {
+        Ok(f) => f,
+        Err((status, why)) => return (None, Response::error(status, &why, close)),
+    };
+    let (Some(entity), Some(parts)) = (f.entity(which), f.parts(which)) else {
+        return (None, Response::error(404, "no such segment", close));
+    };
+    let path = f.path.clone();
+    let file = match tokio::task::spawn_blocking(move || std::fs::File::open(path)).await {
+        Ok(Ok(file)) => file,
+        _ => return (None, Response::error(404, "no such title", close)),
+    };
+    let body = send::Body::parts(Arc::new(file), parts);
+    (Some(body), plan::respond(req, &entity))
 }

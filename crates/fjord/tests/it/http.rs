@@ -329,6 +329,32 @@ fn one_address_cannot_take_every_connection() {
     );
 }
 
+/// The test clip remuxed by ffmpeg (`args`) into the server's root as
+/// `name`.
+fn remux(s: &Server, args: &[&str], name: &str) {
+    let mut c = Command::new("ffmpeg");
+    c.args(["-nostdin", "-loglevel", "error", "-y", "-i"])
+        .arg(&media().clip)
+        .args(args)
+        .arg(s.media_root().join(name));
+    assert!(run_bounded(c, Duration::from_secs(60)).status.success());
+}
+
+/// `ffmpeg -c copy -f framemd5` of `input`, every stream.
+fn frames(input: &str) -> String {
+    frames_of(input, "0")
+}
+
+/// `ffmpeg -c copy -f framemd5` of the streams `map` of `input`.
+fn frames_of(input: &str, map: &str) -> String {
+    let mut c = Command::new("ffmpeg");
+    c.args(["-nostdin", "-loglevel", "error", "-i", input])
+        .args(["-map", map, "-c", "copy", "-f", "framemd5", "-"]);
+    let out = run_bounded(c, Duration::from_secs(60));
+    assert!(out.status.success(), "ffmpeg {input}: {}", out.stderr);
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// HLS of a TS title: ffmpeg reads the playlists' byte-range segments
 /// frame for frame as the file; GStreamer's hlsdemux plays it to the end;
 /// a title of another format gets 415 with the reason.
@@ -366,14 +392,6 @@ fn hls_of_a_ts_title_is_byte_ranges_of_the_file() {
         );
     }
 
-    let frames = |input: &str| {
-        let mut c = Command::new("ffmpeg");
-        c.args(["-nostdin", "-loglevel", "error", "-i", input])
-            .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-"]);
-        let out = run_bounded(c, Duration::from_secs(60));
-        assert!(out.status.success(), "ffmpeg {input}: {}", out.stderr);
-        String::from_utf8(out.stdout).unwrap()
-    };
     let over_hls = frames(&format!("{base}/index.m3u8"));
     assert!(over_hls.lines().filter(|l| !l.starts_with('#')).count() > 200);
     assert_eq!(over_hls, frames(media().clip.to_str().unwrap()));
@@ -384,28 +402,115 @@ fn hls_of_a_ts_title_is_byte_ranges_of_the_file() {
     let played = run_bounded(gst, Duration::from_secs(60));
     assert!(played.status.success(), "playbin: {}", played.stderr);
 
-    let mut remux = Command::new("ffmpeg");
-    remux
-        .args([
-            "-nostdin",
-            "-loglevel",
-            "error",
-            "-y",
-            "-i",
-            media().clip.to_str().unwrap(),
-        ])
-        .args(["-c", "copy", "-f", "mp4"])
-        .arg(s.media_root().join("clip.mp4"));
-    assert!(run_bounded(remux, Duration::from_secs(60)).status.success());
-    let mp4 = curl(&[
+    remux(&s, &["-vn", "-c:a", "copy", "-f", "adts"], "clip.aac");
+    let aac = curl(&[
         "-w",
         "\n%{http_code}",
-        &format!("http://127.0.0.1:{port}/clip.mp4/index.m3u8"),
+        &format!("http://127.0.0.1:{port}/clip.aac/index.m3u8"),
     ]);
-    let mp4 = String::from_utf8_lossy(&mp4.stdout).into_owned();
+    let aac = String::from_utf8_lossy(&aac.stdout).into_owned();
     assert!(
-        mp4.ends_with("\n415") && mp4.contains("MPEG-TS titles only"),
-        "{mp4}"
+        aac.ends_with("\n415") && aac.contains("MPEG-TS and MP4 titles"),
+        "{aac}"
     );
+    s.assert_healthy();
+}
+
+/// HLS and DASH of an MP4 title: fragmented MP4 whose samples are the
+/// file's. ffmpeg reads over HLS and over DASH the packets it reads from
+/// the file; GStreamer plays both to the end; the multivariant playlist
+/// names the codecs and resolution; a segment's range is that slice of
+/// the segment.
+#[test]
+fn hls_and_dash_of_an_mp4_title_are_fragmented_mp4_of_the_file() {
+    let (mut s, port) = server();
+    remux(&s, &["-c", "copy", "-f", "mp4"], "clip.mp4");
+    let base = format!("http://127.0.0.1:{port}/clip.mp4");
+    let get = |path: &str| {
+        let out = curl(&[&format!("{base}/{path}")]);
+        assert!(out.status.success(), "{path}: {}", out.stderr);
+        out.stdout
+    };
+    let multivariant = String::from_utf8(get("index.m3u8")).unwrap();
+    assert!(
+        multivariant.contains(",CODECS=\"avc1.")
+            && multivariant.contains(",mp4a.40.2\",RESOLUTION="),
+        "{multivariant}"
+    );
+    let playlist = String::from_utf8(get("media.m3u8")).unwrap();
+    assert!(
+        playlist.contains("#EXT-X-MAP:URI=\"init.mp4\""),
+        "{playlist}"
+    );
+    let segments: Vec<&str> = playlist.lines().filter(|l| l.ends_with(".m4s")).collect();
+    assert!(segments.len() >= 2, "{playlist}");
+
+    // Each stream's packets, in order, as in the file (how the demuxers
+    // interleave streams, and the times they give fragmented files, are
+    // their own: see fjord-media's tests/fragments.rs).
+    let hash_and_size = |f: &str| -> Vec<String> {
+        let mut lines: Vec<(String, String)> = f
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let c: Vec<&str> = l.split(',').map(str::trim).collect();
+                (c[0].to_owned(), format!("{} {} {}", c[0], c[4], c[5]))
+            })
+            .collect();
+        lines.sort_by(|a, b| a.0.cmp(&b.0));
+        lines.into_iter().map(|(_, l)| l).collect()
+    };
+    let same = |a: &[String], b: &[String], what: &str| {
+        let first = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i));
+        assert!(
+            first.is_none(),
+            "{what}: {} vs {} packets, first difference at {first:?}",
+            a.len(),
+            b.len()
+        );
+    };
+    let over_hls = frames(&format!("{base}/index.m3u8"));
+    let from_file = frames(s.media_root().join("clip.mp4").to_str().unwrap());
+    assert!(hash_and_size(&over_hls).len() > 200);
+    same(&hash_and_size(&over_hls), &hash_and_size(&from_file), "HLS");
+
+    let mut gst = Command::new("gst-launch-1.0");
+    gst.args(["-q", "playbin", &format!("uri={base}/index.m3u8")])
+        .args(["video-sink=fakesink", "audio-sink=fakesink"]);
+    let played = run_bounded(gst, Duration::from_secs(60));
+    assert!(played.status.success(), "playbin: {}", played.stderr);
+
+    // DASH: a representation per track, the same packets.
+    let mpd = String::from_utf8(get("manifest.mpd")).unwrap();
+    assert_eq!(mpd.matches("<Representation ").count(), 2, "{mpd}");
+    // Stream by stream: reading both at once, ffmpeg 5.1's DASH demuxer
+    // drops the last audio packet when the video ends first.
+    let file = s.media_root().join("clip.mp4");
+    for stream in ["0:0", "0:1"] {
+        let over_dash = frames_of(&format!("{base}/manifest.mpd"), stream);
+        let from_file = frames_of(file.to_str().unwrap(), stream);
+        same(
+            &hash_and_size(&over_dash),
+            &hash_and_size(&from_file),
+            stream,
+        );
+    }
+    let mut gst = Command::new("gst-launch-1.0");
+    gst.args(["-q", "playbin", &format!("uri={base}/manifest.mpd")])
+        .args(["video-sink=fakesink", "audio-sink=fakesink"]);
+    let played = run_bounded(gst, Duration::from_secs(60));
+    assert!(played.status.success(), "playbin (DASH): {}", played.stderr);
+
+    let whole = get(segments[1]);
+    let part = curl(&["-r", "100-4099", &format!("{base}/{}", segments[1])]);
+    assert_eq!(part.stdout, whole[100..4100], "a range of a segment");
+    let past = curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("{base}/seg-9999.m4s"),
+    ]);
+    assert_eq!(past.stdout, b"404");
     s.assert_healthy();
 }

@@ -1,0 +1,205 @@
+//! The MPEG-DASH manifest (ISO/IEC 23009-1, static, live profile) of a
+//! stored title served as fragmented MP4, one representation per track,
+//! written without I/O. Segments of every track are cut at the same
+//! places, so one timeline serves them all.
+//!
+//! In: the segments' boundaries on the title's timeline and each track's
+//! codec facts and segment lengths. Out: the MPD's text, whose URLs are
+//! `init-$RepresentationID$.mp4` and `seg-$RepresentationID$-$Number$.m4s`
+//! (from 0), relative to the manifest.
+
+use std::fmt::Write;
+
+/// One track as a representation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Representation {
+    pub video: bool,
+    /// RFC 6381 name.
+    pub codecs: String,
+    /// Each segment's length in bytes, in order.
+    pub segment_bytes: Vec<u64>,
+    pub resolution: Option<(u16, u16)>,
+    pub frame_rate: Option<f64>,
+    pub sample_rate: Option<u32>,
+}
+
+/// The timeline's unit: milliseconds.
+const TIMESCALE: u64 = 1000;
+
+/// The manifest of a title whose segments last `durations_ns`, tracks
+/// `reps` (representation IDs are their positions).
+pub fn mpd(durations_ns: &[u64], reps: &[Representation]) -> String {
+    let total_ns: u64 = durations_ns.iter().sum();
+    let mut m = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+         <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" type=\"static\" \
+         profiles=\"urn:mpeg:dash:profile:isoff-live:2011\" \
+         mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
+         <Period id=\"0\" start=\"PT0S\">\n",
+        duration(total_ns)
+    );
+    let timeline = timeline(durations_ns);
+    for (id, r) in reps.iter().enumerate() {
+        let kind = if r.video { "video" } else { "audio" };
+        let _ = writeln!(
+            m,
+            "<AdaptationSet id=\"{id}\" contentType=\"{kind}\" mimeType=\"{kind}/mp4\" \
+             segmentAlignment=\"true\" startWithSAP=\"1\">"
+        );
+        let _ = write!(
+            m,
+            "<Representation id=\"{id}\" codecs=\"{}\" bandwidth=\"{}\"",
+            xml_escape(&r.codecs),
+            peak_bps(&r.segment_bytes, durations_ns)
+        );
+        if let Some((w, h)) = r.resolution {
+            let _ = write!(m, " width=\"{w}\" height=\"{h}\"");
+        }
+        if let Some(f) = r.frame_rate {
+            let _ = write!(m, " frameRate=\"{}\"", frame_rate(f));
+        }
+        if let Some(hz) = r.sample_rate {
+            let _ = write!(m, " audioSamplingRate=\"{hz}\"");
+        }
+        m.push_str(">\n");
+        let _ = write!(
+            m,
+            "<SegmentTemplate timescale=\"{TIMESCALE}\" initialization=\"init-$RepresentationID$.mp4\" \
+             media=\"seg-$RepresentationID$-$Number$.m4s\" startNumber=\"0\">\n\
+             <SegmentTimeline>\n{timeline}</SegmentTimeline>\n</SegmentTemplate>\n\
+             </Representation>\n</AdaptationSet>\n"
+        );
+    }
+    m.push_str("</Period>\n</MPD>\n");
+    m
+}
+
+/// `<S>` elements: each segment's duration in [`TIMESCALE`] units, from
+/// rounded boundaries so rounding never drifts (the end rounded up, as the
+/// whole duration is); equal neighbours as repeats (`r`).
+fn timeline(durations_ns: &[u64]) -> String {
+    let mut at_ns = 0u64;
+    let mut at = 0u64;
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for (i, &d) in durations_ns.iter().enumerate() {
+        at_ns += d;
+        let units = u128::from(at_ns) * u128::from(TIMESCALE);
+        let next = if i + 1 == durations_ns.len() {
+            units.div_ceil(1_000_000_000) as u64
+        } else {
+            (units / 1_000_000_000) as u64
+        };
+        let len = next - at;
+        at = next;
+        match runs.last_mut() {
+            Some((l, r)) if *l == len => *r += 1,
+            _ => runs.push((len, 0)),
+        }
+    }
+    let mut s = String::new();
+    for (i, (d, r)) in runs.iter().enumerate() {
+        let t = if i == 0 { " t=\"0\"" } else { "" };
+        let r = if *r > 0 {
+            format!(" r=\"{r}\"")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(s, "<S{t} d=\"{d}\"{r}/>");
+    }
+    s
+}
+
+/// The highest bit rate of one segment.
+fn peak_bps(bytes: &[u64], durations_ns: &[u64]) -> u64 {
+    bytes
+        .iter()
+        .zip(durations_ns)
+        .map(|(&b, &d)| (u128::from(b) * 8 * 1_000_000_000 / u128::from(d.max(1))) as u64)
+        .max()
+        .unwrap_or(0)
+}
+
+/// An `xs:duration` in seconds with milliseconds, rounded up (a player
+/// stops at it: it must not cut the last sample short).
+fn duration(ns: u64) -> String {
+    let ms = ns.div_ceil(1_000_000);
+    format!("PT{}.{:03}S", ms / 1000, ms % 1000)
+}
+
+/// A frame rate as DASH writes it: an integer, or a ratio to 1000ths.
+fn frame_rate(f: f64) -> String {
+    if (f - f.round()).abs() < 1e-3 {
+        format!("{}", f.round() as u64)
+    } else {
+        format!("{}/1000", (f * 1000.0).round() as u64)
+    }
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn one_timeline_and_a_representation_per_track() {
+        let durations = [6 * S, 6 * S, 6 * S, 2_500_000_000];
+        let video = Representation {
+            video: true,
+            codecs: "avc1.64001f".into(),
+            segment_bytes: vec![600_000, 450_000, 300_000, 10],
+            resolution: Some((1280, 720)),
+            frame_rate: Some(25.0),
+            ..Default::default()
+        };
+        let audio = Representation {
+            codecs: "mp4a.40.2".into(),
+            segment_bytes: vec![96_000; 4],
+            sample_rate: Some(48_000),
+            ..Default::default()
+        };
+        let m = mpd(&durations, &[video, audio]);
+        assert!(m.contains("mediaPresentationDuration=\"PT20.500S\""), "{m}");
+        assert!(
+            m.contains("<S t=\"0\" d=\"6000\" r=\"2\"/>\n<S d=\"2500\"/>"),
+            "{m}"
+        );
+        assert!(
+            m.contains("<Representation id=\"0\" codecs=\"avc1.64001f\" bandwidth=\"800000\" width=\"1280\" height=\"720\" frameRate=\"25\">"),
+            "{m}"
+        );
+        assert!(
+            m.contains("<Representation id=\"1\" codecs=\"mp4a.40.2\" bandwidth=\"307200\" audioSamplingRate=\"48000\">"),
+            "{m}"
+        );
+        assert_eq!(m.matches("<AdaptationSet").count(), 2);
+        assert!(m.ends_with("</Period>\n</MPD>\n"));
+    }
+
+    #[test]
+    fn rounding_never_drifts() {
+        // 1001/30 s segments: the boundaries stay within a millisecond.
+        let d = 1_001_000_000 / 30;
+        let t = timeline(&vec![d; 3000]);
+        let total: u64 = t
+            .lines()
+            .map(|l| {
+                let num = |k: &str| {
+                    l.split(k)
+                        .nth(1)
+                        .and_then(|x| x.split('"').nth(1))
+                        .map_or(0, |x| x.parse::<u64>().unwrap())
+                };
+                num(" d=") * (num(" r=") + 1)
+            })
+            .sum();
+        assert_eq!(total, (3000 * d).div_ceil(1_000_000));
+    }
+}

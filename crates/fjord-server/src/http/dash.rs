@@ -1,0 +1,34 @@
+//! DASH of a stored MP4 title: `NAME/manifest.mpd` (`fjord_proto::dash`),
+//! one representation per track, whose segments are the fragmented MP4 of
+//! that track alone ([`super::fmp4`]: `init-K.mp4`, `seg-K-N.m4s`), cut at
+//! the same key frames for every track.
+
+use std::sync::Arc;
+
+use fjord_proto::dash::{self, Representation};
+
+use super::fmp4::Cache;
+use crate::Server;
+
+/// The manifest's text, or the status and why not.
+pub(crate) async fn manifest(
+    server: &Arc<Server>,
+    cache: &Arc<Cache>,
+    title: &str,
+) -> Result<String, (u16, String)> {
+    let all = cache.get(server, title, None).await?;
+    let durations: Vec<u64> = all.title.fragments.iter().map(|f| f.duration_ns).collect();
+    let mut reps = Vec::new();
+    for (k, info) in all.title.tracks.iter().enumerate() {
+        let one = cache.get(server, title, Some(k)).await?;
+        reps.push(Representation {
+            video: info.video,
+            codecs: info.codec.clone(),
+            segment_bytes: one.title.fragments.iter().map(|f| f.len()).collect(),
+            resolution: info.video.then_some(all.title.resolution).flatten(),
+            frame_rate: info.video.then_some(all.title.frame_rate).flatten(),
+            sample_rate: info.sample_rate,
+        });
+    }
+    Ok(dash::mpd(&durations, &reps))
+}

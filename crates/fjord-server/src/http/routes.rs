@@ -1,0 +1,101 @@
+//! What of a title's adaptive streaming a request path names:
+//! `NAME/index.m3u8` and `NAME/media.m3u8` (HLS), `NAME/manifest.mpd`
+//! (DASH), and the fragmented MP4 segments they list: `init.mp4` and
+//! `seg-N.m4s` with every track, `init-K.mp4` and `seg-K-N.m4s` with
+//! track K alone.
+
+/// Which playlist of a title.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Playlist {
+    Multivariant,
+    Media,
+}
+
+/// What of a title a request names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    Playlist(Playlist),
+    Manifest,
+    /// The init segment of a fragmented title: every track, or one.
+    Init(Option<usize>),
+    /// Media segment N: every track, or one.
+    Segment(Option<usize>, usize),
+}
+
+/// The title and what of it `path` names.
+pub(crate) fn route_of(path: &str) -> Option<(&str, Route)> {
+    let (title, leaf) = path.rsplit_once('/')?;
+    let route = match leaf {
+        "index.m3u8" => Route::Playlist(Playlist::Multivariant),
+        "media.m3u8" => Route::Playlist(Playlist::Media),
+        "manifest.mpd" => Route::Manifest,
+        "init.mp4" => Route::Init(None),
+        _ => {
+            if let Some(k) = leaf
+                .strip_prefix("init-")
+                .and_then(|l| l.strip_suffix(".mp4"))
+            {
+                Route::Init(Some(number(k)?))
+            } else {
+                let n = leaf.strip_prefix("seg-")?.strip_suffix(".m4s")?;
+                match n.split_once('-') {
+                    Some((k, n)) => Route::Segment(Some(number(k)?), number(n)?),
+                    None => Route::Segment(None, number(n)?),
+                }
+            }
+        }
+    };
+    (!title.is_empty()).then_some((title, route))
+}
+
+/// A decimal number of digits only (no sign, no `+`).
+fn number(s: &str) -> Option<usize> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn playlists_manifests_and_segments_are_named_under_their_title() {
+        use Route::*;
+        let cases = [
+            (
+                "a b.ts/index.m3u8",
+                "a b.ts",
+                Playlist(super::Playlist::Multivariant),
+            ),
+            (
+                "d/t.ts/media.m3u8",
+                "d/t.ts",
+                Playlist(super::Playlist::Media),
+            ),
+            ("t.mp4/manifest.mpd", "t.mp4", Manifest),
+            ("t.mp4/init.mp4", "t.mp4", Init(None)),
+            ("t.mp4/init-1.mp4", "t.mp4", Init(Some(1))),
+            ("t.mp4/seg-12.m4s", "t.mp4", Segment(None, 12)),
+            ("t.mp4/seg-0-12.m4s", "t.mp4", Segment(Some(0), 12)),
+        ];
+        for (path, title, route) in cases {
+            assert_eq!(route_of(path), Some((title, route)), "{path}");
+        }
+        for no in [
+            "t.ts",
+            "index.m3u8",
+            "/index.m3u8",
+            "t.mp4/seg-.m4s",
+            "t.mp4/seg-+1.m4s",
+            "t.mp4/seg-1.mp4",
+            "t.mp4/seg-1-.m4s",
+            "t.mp4/seg--1.m4s",
+            "t.mp4/init-.mp4",
+            "t.mp4/init-x.mp4",
+        ] {
+            assert_eq!(route_of(no), None, "{no}");
+        }
+    }
+}
