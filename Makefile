@@ -12,15 +12,17 @@ HTTP_PORT ?= 8080
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav \
-	fuse3 python3-fusepy
+	fuse3 python3-fusepy chromium
 
 .PHONY: test deps run build peers
 
-# Installs ffmpeg, GStreamer (rtspsrc, rtpmp2tdepay) and FUSE with
-# python3-fusepy (the disk-error tests' faulty filesystem) only when missing.
+# Installs ffmpeg, GStreamer (rtspsrc, rtpmp2tdepay), FUSE with
+# python3-fusepy (the disk-error tests' faulty filesystem) and chromium
+# only when missing; then the browser test's npm packages (hls.js,
+# dash.js, playwright-core; tests/browser/package-lock.json).
 deps:
 	@if ! command -v ffmpeg >/dev/null || ! command -v gst-launch-1.0 >/dev/null \
-	    || ! command -v fusermount3 >/dev/null \
+	    || ! command -v fusermount3 >/dev/null || ! command -v chromium >/dev/null \
 	    || ! /usr/bin/python3 -c 'import fusepy' >/dev/null 2>&1 \
 	    || ! gst-inspect-1.0 rtpmp2tdepay >/dev/null 2>&1 \
 	    || ! gst-inspect-1.0 rtspsrc >/dev/null 2>&1; then \
@@ -28,6 +30,9 @@ deps:
 	  $(SUDO) apt-get update && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PACKAGES); \
 	fi
+	@cmp -s tests/browser/package-lock.json tests/browser/node_modules/.installed-lock 2>/dev/null \
+	  || { npm ci --prefix tests/browser --no-audit --no-fund && \
+	       cp tests/browser/package-lock.json tests/browser/node_modules/.installed-lock; }
 
 test: deps
 	$(CARGO) fmt --all --check
@@ -67,7 +72,8 @@ run: build
 	@echo "  ffplay rtsp://127.0.0.1:$(PORT)/demo.mp4"
 	@echo "  gst-launch-1.0 playbin uri=rtsp://127.0.0.1:$(PORT)/demo.ts"
 	@echo "  curl -O http://127.0.0.1:$(HTTP_PORT)/demo.mp4      (a download; ffplay takes the URL too)"
-	@echo "  ffplay http://127.0.0.1:$(HTTP_PORT)/demo.ts/index.m3u8   (HLS)"
+	@echo "  ffplay http://127.0.0.1:$(HTTP_PORT)/demo.ts/index.m3u8   (HLS; demo.mp4/index.m3u8 too)"
+	@echo "  ffplay http://127.0.0.1:$(HTTP_PORT)/demo.mp4/manifest.mpd  (DASH)"
 	exec target/release/fjord serve --root media --port $(PORT) --http-port $(HTTP_PORT)
 
 # Runs every fuzz target for FUZZ_SECONDS each (nightly toolchain and

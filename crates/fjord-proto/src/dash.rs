@@ -1,12 +1,14 @@
-//! The MPEG-DASH manifest (ISO/IEC 23009-1, static, live profile) of a
-//! stored title served as fragmented MP4, one representation per track,
-//! written without I/O. Segments of every track are cut at the same
-//! places, so one timeline serves them all.
+//! MPEG-DASH manifests (ISO/IEC 23009-1, static), written without I/O:
+//! a stored title served as fragmented MP4 (live profile), one
+//! representation per track, whose segments of every track are cut at the
+//! same places so one timeline serves them all; or an MPEG-TS title
+//! (MPEG-2 TS simple profile) whose segments are byte ranges of the file.
 //!
-//! In: the segments' boundaries on the title's timeline and each track's
-//! codec facts and segment lengths. Out: the MPD's text, whose URLs are
+//! In: the segments' durations and each track's codec facts and segment
+//! lengths, or the file's byte ranges. Out: the MPD's text, whose URLs are
 //! `init-$RepresentationID$.mp4` and `seg-$RepresentationID$-$Number$.m4s`
-//! (from 0), relative to the manifest.
+//! (from 0) relative to the manifest, or the file's URI with
+//! `mediaRange`s.
 
 use std::fmt::Write;
 
@@ -71,6 +73,37 @@ pub fn mpd(durations_ns: &[u64], reps: &[Representation]) -> String {
         );
     }
     m.push_str("</Period>\n</MPD>\n");
+    m
+}
+
+/// The manifest of an MPEG-TS title whose segments are `ranges` of the
+/// file at `uri` (relative to the manifest), lasting `durations_ns`.
+pub fn mpd_of_ranges(durations_ns: &[u64], ranges: &[std::ops::Range<u64>], uri: &str) -> String {
+    let total_ns: u64 = durations_ns.iter().sum();
+    let bytes: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
+    let mut m = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+         <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" type=\"static\" \
+         profiles=\"urn:mpeg:dash:profile:mp2t-simple:2011\" \
+         mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
+         <Period id=\"0\" start=\"PT0S\">\n\
+         <AdaptationSet id=\"0\" mimeType=\"video/mp2t\" segmentAlignment=\"true\" startWithSAP=\"1\">\n\
+         <Representation id=\"0\" bandwidth=\"{}\">\n\
+         <SegmentList timescale=\"{TIMESCALE}\">\n<SegmentTimeline>\n{}</SegmentTimeline>\n",
+        duration(total_ns),
+        peak_bps(&bytes, durations_ns),
+        timeline(durations_ns)
+    );
+    let uri = xml_escape(uri);
+    for r in ranges {
+        let _ = writeln!(
+            m,
+            "<SegmentURL media=\"{uri}\" mediaRange=\"{}-{}\"/>",
+            r.start,
+            r.end.saturating_sub(1)
+        );
+    }
+    m.push_str("</SegmentList>\n</Representation>\n</AdaptationSet>\n</Period>\n</MPD>\n");
     m
 }
 
@@ -181,6 +214,22 @@ mod tests {
         );
         assert_eq!(m.matches("<AdaptationSet").count(), 2);
         assert!(m.ends_with("</Period>\n</MPD>\n"));
+    }
+
+    #[test]
+    fn a_ts_title_is_byte_ranges_of_its_file() {
+        let m = mpd_of_ranges(&[6 * S, 3 * S], &[0..6000, 6000..7000], "../a&b.ts");
+        assert!(
+            m.contains("profiles=\"urn:mpeg:dash:profile:mp2t-simple:2011\""),
+            "{m}"
+        );
+        assert!(m.contains("mimeType=\"video/mp2t\""), "{m}");
+        assert!(m.contains("bandwidth=\"8000\""), "{m}");
+        assert!(
+            m.contains("<S t=\"0\" d=\"6000\"/>\n<S d=\"3000\"/>"),
+            "{m}"
+        );
+        assert!(m.contains("<SegmentURL media=\"../a&amp;b.ts\" mediaRange=\"0-5999\"/>\n<SegmentURL media=\"../a&amp;b.ts\" mediaRange=\"6000-6999\"/>"), "{m}");
     }
 
     #[test]

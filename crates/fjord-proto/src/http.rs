@@ -5,7 +5,9 @@
 //!
 //! GET and HEAD; one `Range` → 206 (several → the whole, 200, as RFC 9110
 //! §14.2 allows), unsatisfiable → 416; `ETag`/`Last-Modified` validators
-//! with `If-None-Match`, `If-Modified-Since` (→ 304) and `If-Range`.
+//! with `If-None-Match`, `If-Modified-Since` (→ 304) and `If-Range`;
+//! CORS (an allowed origin on every response, OPTIONS preflights
+//! answered) for web players.
 
 use std::{ops::Range, time::SystemTime};
 
@@ -27,6 +29,8 @@ pub struct Request {
 pub enum Method {
     Get,
     Head,
+    /// A CORS preflight.
+    Options,
     /// A method HTTP defines that a download does not take (405).
     NotAllowed,
     /// A method fjord does not know (501).
@@ -85,9 +89,8 @@ pub fn parse(buf: &[u8]) -> Parsed {
     let method = match req.method {
         Some("GET") => Method::Get,
         Some("HEAD") => Method::Head,
-        Some("POST" | "PUT" | "DELETE" | "PATCH" | "OPTIONS" | "TRACE" | "CONNECT") => {
-            Method::NotAllowed
-        }
+        Some("OPTIONS") => Method::Options,
+        Some("POST" | "PUT" | "DELETE" | "PATCH" | "TRACE" | "CONNECT") => Method::NotAllowed,
         _ => Method::Unknown,
     };
     Parsed::Request(
@@ -205,6 +208,45 @@ impl Response {
         }
     }
 
+    /// The answer to an OPTIONS request (a CORS preflight): what a web
+    /// player may ask for.
+    pub fn preflight(req: &Request) -> Response {
+        let mut headers = vec![
+            ("Allow", "GET, HEAD, OPTIONS".to_owned()),
+            ("Access-Control-Allow-Methods", "GET, HEAD".to_owned()),
+            (
+                "Access-Control-Allow-Headers",
+                "Range, If-Range, If-None-Match, If-Modified-Since".to_owned(),
+            ),
+            ("Access-Control-Max-Age", "86400".to_owned()),
+        ];
+        if req.keep_alive {
+            headers.push(("Connection", "keep-alive".to_owned()));
+        }
+        Response {
+            status: 204,
+            headers,
+            body: None,
+            text: String::new(),
+            head_only: false,
+            close: !req.keep_alive,
+        }
+    }
+
+    /// Lets pages of `origin` (`*`: any) read this response, and the
+    /// headers a player needs to see.
+    pub fn allow_origin(mut self, origin: &str) -> Response {
+        if !origin.is_empty() {
+            self.headers
+                .push(("Access-Control-Allow-Origin", origin.to_owned()));
+            self.headers.push((
+                "Access-Control-Expose-Headers",
+                "Content-Length, Content-Range, Accept-Ranges, ETag".to_owned(),
+            ));
+        }
+        self
+    }
+
     /// The bytes of the head (and of a text body), given the time now.
     pub fn head(&self, now: SystemTime) -> Vec<u8> {
         use std::fmt::Write;
@@ -217,7 +259,8 @@ impl Response {
         for (name, value) in &self.headers {
             let _ = write!(h, "{name}: {value}\r\n");
         }
-        if self.status != 304 && !self.headers.iter().any(|(n, _)| *n == "Content-Length") {
+        let bodiless = matches!(self.status, 204 | 304);
+        if !bodiless && !self.headers.iter().any(|(n, _)| *n == "Content-Length") {
             let _ = write!(h, "Content-Length: {}\r\n", self.text.len());
         }
         if self.close {
@@ -249,6 +292,7 @@ impl Response {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        204 => "No Content",
         206 => "Partial Content",
         304 => "Not Modified",
         400 => "Bad Request",
@@ -271,6 +315,7 @@ pub fn respond(req: &Request, file: &Entity) -> Response {
     match req.method {
         Method::NotAllowed => return Response::error(405, "only GET and HEAD", close),
         Method::Unknown => return Response::error(501, "only GET and HEAD", close),
+        Method::Options => return Response::preflight(req),
         Method::Get | Method::Head => {}
     }
     let mut headers = vec![

@@ -19,9 +19,12 @@ pub struct Config {
     pub port: u16,
     /// HTTP downloads of the same titles (`http://HOST:PORT/NAME`); 0: off.
     pub http_port: u16,
-    /// HLS segments of MPEG-TS titles last at least this long (cut at the
-    /// next random access point).
+    /// HLS and DASH segments last at least this long (cut at the next
+    /// random access point).
     pub hls_segment_s: u64,
+    /// `Access-Control-Allow-Origin` of HTTP responses, so web players on
+    /// other origins (hls.js, dash.js) may read them; empty: none.
+    pub http_allow_origin: String,
     /// Engine threads; 0 = one per available core.
     pub threads: usize,
     /// A session with no RTSP request and no RTCP for this long is torn down.
@@ -118,6 +121,7 @@ impl Default for Config {
             port: 8554,
             http_port: 8080,
             hls_segment_s: 6,
+            http_allow_origin: "*".to_owned(),
             threads: 0,
             session_timeout_s: 60,
             request_timeout_s: 10,

@@ -54,6 +54,34 @@ fn a_head_is_parsed_once_complete() {
 }
 
 #[test]
+fn web_players_on_other_origins_may_read_and_range() {
+    let pre = request("OPTIONS /t.mp4/seg-1.m4s HTTP/1.1\r\nOrigin: http://a\r\n\r\n");
+    assert_eq!(pre.method, Method::Options);
+    let r = Response::preflight(&pre).allow_origin("*");
+    let head = String::from_utf8(r.head(SystemTime::UNIX_EPOCH)).unwrap();
+    assert!(head.starts_with("HTTP/1.1 204 No Content\r\n"), "{head}");
+    assert!(
+        head.contains("Access-Control-Allow-Headers: Range,"),
+        "{head}"
+    );
+    assert!(
+        head.contains("Access-Control-Allow-Origin: *\r\n"),
+        "{head}"
+    );
+    assert!(!head.contains("\r\nContent-Length:"), "{head}");
+    let get = request("GET /t.ts HTTP/1.1\r\nRange: bytes=0-9\r\n\r\n");
+    let r = respond(&get, &file()).allow_origin("http://a");
+    assert_eq!(r.header("Access-Control-Allow-Origin"), Some("http://a"));
+    assert!(
+        r.header("Access-Control-Expose-Headers")
+            .unwrap()
+            .contains("Content-Range")
+    );
+    let r = respond(&get, &file()).allow_origin("");
+    assert_eq!(r.header("Access-Control-Allow-Origin"), None);
+}
+
+#[test]
 fn what_is_not_a_download_request_is_refused() {
     assert!(matches!(
         parse(b"\x16\x03\x01 hello\r\n\r\n"),

@@ -1,13 +1,16 @@
-//! DASH of a stored MP4 title: `NAME/manifest.mpd` (`fjord_proto::dash`),
-//! one representation per track, whose segments are the fragmented MP4 of
-//! that track alone ([`super::fmp4`]: `init-K.mp4`, `seg-K-N.m4s`), cut at
-//! the same key frames for every track.
+//! DASH of a stored title: `NAME/manifest.mpd` (`fjord_proto::dash`). An
+//! MP4 title has one representation per track, whose segments are the
+//! fragmented MP4 of that track alone ([`super::fmp4`]: `init-K.mp4`,
+//! `seg-K-N.m4s`), cut at the same key frames for every track; an MPEG-TS
+//! title one representation whose segments are the byte ranges of the
+//! file HLS uses.
 
 use std::sync::Arc;
 
 use fjord_proto::dash::{self, Representation};
 
 use super::fmp4::Cache;
+use super::hls::{Form, form};
 use crate::Server;
 
 /// The manifest's text, or the status and why not.
@@ -16,7 +19,17 @@ pub(crate) async fn manifest(
     cache: &Arc<Cache>,
     title: &str,
 ) -> Result<String, (u16, String)> {
-    let all = cache.get(server, title, None).await?;
+    let all = match form(server, cache, title).await? {
+        Form::Fragmented(all) => all,
+        Form::Ranges { segments, uri } => {
+            let ranges: Vec<_> = segments
+                .iter()
+                .map(|s| s.offset..s.offset + s.len)
+                .collect();
+            let durations: Vec<_> = segments.iter().map(|s| s.duration_ns).collect();
+            return Ok(dash::mpd_of_ranges(&durations, &ranges, &uri));
+        }
+    };
     let durations: Vec<u64> = all.title.fragments.iter().map(|f| f.duration_ns).collect();
     let mut reps = Vec::new();
     for (k, info) in all.title.tracks.iter().enumerate() {

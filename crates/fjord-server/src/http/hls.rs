@@ -14,33 +14,39 @@ use super::fmp4::{self, Cache};
 use super::routes::Playlist;
 use crate::Server;
 
-/// The playlist's text, or the status and why not.
-pub(crate) async fn playlist(
+/// How a title is segmented for adaptive streaming.
+pub(crate) enum Form {
+    /// MPEG-TS: byte ranges of the file, whose URI relative to the
+    /// title's playlists is `uri`.
+    Ranges { segments: Vec<Segment>, uri: String },
+    /// MP4: fragmented MP4, every track in each segment.
+    Fragmented(Arc<fmp4::Fragments>),
+}
+
+/// The title's segments, or the status and why it has none.
+pub(crate) async fn form(
     server: &Arc<Server>,
     cache: &Arc<Cache>,
     title: &str,
-    which: Playlist,
-) -> Result<String, (u16, String)> {
+) -> Result<Form, (u16, String)> {
     let (_, t) = server
         .catalog
         .open(title)
         .await
         .map_err(|e| (e.status(), e.to_string()))?;
+    if t.index().format().starts_with("MP4") {
+        return Ok(Form::Fragmented(cache.get(server, title, None).await?));
+    }
     let is_ts =
         t.index().track_count() == 1 && t.index().track(0).is_some_and(|k| k.encoding() == "MP2T");
-    if t.index().format().starts_with("MP4") {
-        let f = cache.get(server, title, None).await?;
-        return Ok(fragmented_playlist(&f, which));
-    }
     if !is_ts {
         let why = format!(
-            "HLS is built for MPEG-TS and MP4 titles; this one is {}",
+            "HLS and DASH are built for MPEG-TS and MP4 titles; this one is {}",
             t.index().format()
         );
         return Err((415, why));
     }
     let target_ns = server.config.hls_segment_s.max(1) * 1_000_000_000;
-    let name = title.rsplit('/').next().unwrap_or(title).to_owned();
     // The boundaries' records may be read from the disk.
     let segments = tokio::task::spawn_blocking(move || {
         let index = t.index();
@@ -60,14 +66,31 @@ pub(crate) async fn playlist(
     .ok()
     .flatten()
     .ok_or((500, "the title's index could not be read".to_owned()))?;
-    Ok(match which {
-        Playlist::Media => {
-            let uri = percent_encoding::utf8_percent_encode(&name, SEGMENT_URI).to_string();
-            fjord_proto::hls::media_playlist(&segments, &format!("../{uri}"))
-        }
-        Playlist::Multivariant => {
-            fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &Variant::default())
-        }
+    let name = title.rsplit('/').next().unwrap_or(title);
+    let uri = percent_encoding::utf8_percent_encode(name, SEGMENT_URI);
+    Ok(Form::Ranges {
+        segments,
+        uri: format!("../{uri}"),
+    })
+}
+
+/// The playlist's text, or the status and why not.
+pub(crate) async fn playlist(
+    server: &Arc<Server>,
+    cache: &Arc<Cache>,
+    title: &str,
+    which: Playlist,
+) -> Result<String, (u16, String)> {
+    Ok(match form(server, cache, title).await? {
+        Form::Fragmented(f) => fragmented_playlist(&f, which),
+        Form::Ranges { segments, uri } => match which {
+            Playlist::Media => fjord_proto::hls::media_playlist(&segments, &uri),
+            Playlist::Multivariant => fjord_proto::hls::multivariant_playlist(
+                &segments,
+                "media.m3u8",
+                &Variant::default(),
+            ),
+        },
     })
 }
 

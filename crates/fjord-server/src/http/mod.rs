@@ -149,6 +149,12 @@ async fn answer(
 ) -> std::io::Result<bool> {
     let now = std::time::SystemTime::now();
     let close = !req.keep_alive;
+    let origin = &server.config.http_allow_origin;
+    if req.method == plan::Method::Options {
+        let r = Response::preflight(&req).allow_origin(origin);
+        stream.write_all(&r.head(now)).await?;
+        return Ok(!r.close);
+    }
     // Finding and opening the file may read directories and inodes from
     // the disk: not on a runtime thread.
     let (srv, path) = (server.clone(), req.path.clone());
@@ -189,7 +195,8 @@ async fn answer(
     let response = match req.method {
         plan::Method::Head => response.for_head(),
         _ => response,
-    };
+    }
+    .allow_origin(origin);
     stream.write_all(&response.head(now)).await?;
     if let (Some(body), Some(range)) = (body, response.body.clone()) {
         let pace = send::Pace {

@@ -14,7 +14,7 @@ use std::{
 use crate::common::{Server, clip_bytes, media, read_until_close, run_bounded};
 
 /// A server with HTTP downloads on a free port; the port.
-fn server() -> (Server, u16) {
+pub(crate) fn server() -> (Server, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -331,7 +331,7 @@ fn one_address_cannot_take_every_connection() {
 
 /// The test clip remuxed by ffmpeg (`args`) into the server's root as
 /// `name`.
-fn remux(s: &Server, args: &[&str], name: &str) {
+pub(crate) fn remux(s: &Server, args: &[&str], name: &str) {
     let mut c = Command::new("ffmpeg");
     c.args(["-nostdin", "-loglevel", "error", "-y", "-i"])
         .arg(&media().clip)
@@ -355,11 +355,12 @@ fn frames_of(input: &str, map: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// HLS of a TS title: ffmpeg reads the playlists' byte-range segments
-/// frame for frame as the file; GStreamer's hlsdemux plays it to the end;
-/// a title of another format gets 415 with the reason.
+/// HLS and DASH of a TS title: ffmpeg reads the playlists' byte-range
+/// segments frame for frame as the file; GStreamer's hlsdemux and
+/// dashdemux play them to the end; a title of another format gets 415
+/// with the reason.
 #[test]
-fn hls_of_a_ts_title_is_byte_ranges_of_the_file() {
+fn hls_and_dash_of_a_ts_title_are_byte_ranges_of_the_file() {
     let (mut s, port) = server();
     let base = format!("http://127.0.0.1:{port}/clip.ts");
     let playlist = curl(&[&format!("{base}/media.m3u8")]);
@@ -401,6 +402,40 @@ fn hls_of_a_ts_title_is_byte_ranges_of_the_file() {
         .args(["video-sink=fakesink", "audio-sink=fakesink"]);
     let played = run_bounded(gst, Duration::from_secs(60));
     assert!(played.status.success(), "playbin: {}", played.stderr);
+
+    // DASH of the same byte ranges.
+    let mpd =
+        String::from_utf8_lossy(&curl(&[&format!("{base}/manifest.mpd")]).stdout).into_owned();
+    assert_eq!(mpd.matches("<SegmentURL ").count(), ranges.len(), "{mpd}");
+    // ffmpeg 5.1's DASH demuxer reads a muxed TS representation as one
+    // stream: the packets are compared as a set.
+    let packets = |f: String| {
+        let mut p: Vec<String> = f
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                l.split(',')
+                    .map(str::trim)
+                    .skip(4)
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        p.sort();
+        p
+    };
+    let over_dash = packets(frames(&format!("{base}/manifest.mpd")));
+    assert!(over_dash.len() > 200);
+    assert!(
+        over_dash == packets(frames(media().clip.to_str().unwrap())),
+        "DASH packets differ"
+    );
+    let mut gst = Command::new("gst-launch-1.0");
+    gst.args(["-q", "playbin", &format!("uri={base}/manifest.mpd")])
+        .args(["video-sink=fakesink", "audio-sink=fakesink"]);
+    let played = run_bounded(gst, Duration::from_secs(60));
+    assert!(played.status.success(), "playbin (DASH): {}", played.stderr);
 
     remux(&s, &["-vn", "-c:a", "copy", "-f", "adts"], "clip.aac");
     let aac = curl(&[

@@ -1,0 +1,57 @@
+//! A real browser: headless Debian chromium, driven by playwright-core
+//! (`tests/browser/play.mjs`), plays fjord's HLS of a TS and of an MP4
+//! title with hls.js and its DASH with dash.js, from a page on another
+//! origin (CORS): it starts, seeks to the middle and reaches the end with
+//! no error event. Screenshots stay in `target/tmp/browser/`.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use crate::common::run_bounded;
+use crate::http::{remux, server};
+
+#[test]
+fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
+    assert!(
+        driver.join("node_modules/playwright-core").is_dir(),
+        "the browser test's npm packages are missing: `make test` installs them (npm ci in tests/browser)"
+    );
+    assert!(
+        Path::new("/usr/bin/chromium").exists(),
+        "chromium is missing: `make test` installs Debian's chromium"
+    );
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser");
+    std::fs::create_dir_all(&shots).unwrap();
+    let (mut s, port) = server();
+    remux(&s, &["-c", "copy", "-f", "mp4"], "clip.mp4");
+    let cases = [
+        ("hls", "clip.ts/index.m3u8", "hls-ts.png"),
+        ("hls", "clip.mp4/index.m3u8", "hls-mp4.png"),
+        ("dash", "clip.mp4/manifest.mpd", "dash-mp4.png"),
+    ];
+    for (player, path, shot) in cases {
+        let url = format!("http://127.0.0.1:{port}/{path}");
+        let mut node = Command::new("node");
+        node.arg(driver.join("play.mjs"))
+            .args(["--player", player, "--url", &url, "--timeout-s", "60"])
+            .arg("--shot")
+            .arg(shots.join(shot));
+        let out = run_bounded(node, Duration::from_secs(100));
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{player} {path}: {said}\n{}",
+            out.stderr
+        );
+        let r: serde_json::Value = serde_json::from_str(said.trim()).unwrap();
+        assert_eq!(r["ended"], true, "{said}");
+        assert!(r["seeked_to"].as_f64().unwrap() > 4.0, "{said}");
+        assert_eq!(r["width"], 640, "{said}");
+        assert!(
+            (r["duration"].as_f64().unwrap() - 10.0).abs() < 0.5,
+            "{said}"
+        );
+        assert!(shots.join(shot).metadata().unwrap().len() > 1000);
+    }
+    s.assert_healthy();
+}

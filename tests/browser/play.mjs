@@ -1,0 +1,123 @@
+// Plays one of fjord's HLS or DASH URLs in headless Debian chromium with
+// hls.js or dash.js, as a web page on another origin would: starts it,
+// seeks to the middle once a second has played, and waits for the end.
+// Prints one JSON line (what happened) and exits 0 only if the video
+// reached its end with no error event. A screenshot of the page at the
+// end (the last frame) is written to --shot.
+//
+//   node play.mjs --player hls|dash --url URL --shot FILE [--timeout-s 60]
+
+import { chromium } from "playwright-core";
+import { createServer } from "node:http";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+
+const { values: opt } = parseArgs({
+  options: {
+    player: { type: "string" },
+    url: { type: "string" },
+    shot: { type: "string" },
+    "timeout-s": { type: "string", default: "60" },
+  },
+});
+// The players' browser builds, as files (their packages do not export them).
+const here = (p) => fileURLToPath(new URL(p, import.meta.url));
+const libraries = {
+  hls: here("node_modules/hls.js/dist/hls.min.js"),
+  dash: here("node_modules/dashjs/dist/modern/umd/dash.all.min.js"),
+};
+if (!libraries[opt.player] || !opt.url || !opt.shot) {
+  console.error("usage: node play.mjs --player hls|dash --url URL --shot FILE");
+  process.exit(2);
+}
+
+const html = `<!doctype html><title>fjord ${opt.player}</title>
+<body style="margin:0;background:#000"><video id="v" muted playsinline
+ style="width:640px;height:360px"></video></body>`;
+
+// The page is served from its own origin: not fjord's, so every request
+// is cross-origin (CORS) as on a real site. On loopback too: chromium does
+// not let a page from a less private network reach a loopback address.
+const site = createServer((_, res) => {
+  res.writeHead(200, { "content-type": "text/html" });
+  res.end(html);
+});
+await new Promise((ok) => site.listen(0, "127.0.0.1", ok));
+const PAGE = `http://127.0.0.1:${site.address().port}/player.html`;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  // No sandbox as root; nothing of Google's reached from a closed network.
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--autoplay-policy=no-user-gesture-required"],
+});
+let result;
+try {
+  const page = await browser.newPage({ viewport: { width: 640, height: 360 } });
+  const console_errors = [];
+  page.on("console", (m) => m.type() === "error" && console_errors.push(m.text()));
+  await page.goto(PAGE);
+  await page.addScriptTag({ path: libraries[opt.player] });
+  result = await page.evaluate(play, {
+    player: opt.player,
+    url: opt.url,
+    timeoutMs: Number(opt["timeout-s"]) * 1000,
+  });
+  await page.screenshot({ path: opt.shot });
+  result.console_errors = console_errors;
+} finally {
+  await browser.close();
+  site.close();
+}
+console.log(JSON.stringify(result));
+process.exit(result.ended && result.errors.length === 0 ? 0 : 1);
+
+// Runs in the page.
+function play({ player, url, timeoutMs }) {
+  return new Promise((resolve) => {
+    const v = document.getElementById("v");
+    const r = { events: [], errors: [], ended: false, seeked_to: null };
+    const t0 = performance.now();
+    const log = (e) => r.events.push(`${((performance.now() - t0) / 1000).toFixed(2)} ${e}`);
+    const finish = () => {
+      r.current_time = v.currentTime;
+      r.duration = v.duration;
+      r.frames = v.getVideoPlaybackQuality?.().totalVideoFrames ?? null;
+      r.width = v.videoWidth;
+      resolve(r);
+    };
+    if (player === "hls") {
+      const hls = new Hls();
+      hls.on(Hls.Events.ERROR, (_, d) => {
+        log(`hls error ${d.type} ${d.details} fatal=${d.fatal}`);
+        if (d.fatal) { r.errors.push(`${d.type}: ${d.details}`); finish(); }
+      });
+      hls.loadSource(url);
+      hls.attachMedia(v);
+    } else {
+      const p = dashjs.MediaPlayer().create();
+      p.on(dashjs.MediaPlayer.events.ERROR, (e) => {
+        const msg = e.error?.message ?? JSON.stringify(e.error);
+        log(`dash error ${msg}`);
+        r.errors.push(msg);
+        finish();
+      });
+      p.initialize(v, url, true);
+    }
+    v.addEventListener("error", () => { r.errors.push(`video: ${v.error?.message}`); finish(); });
+    for (const e of ["loadedmetadata", "playing", "seeking", "seeked", "ended"]) {
+      v.addEventListener(e, () => log(`${e} at ${v.currentTime.toFixed(2)}`));
+    }
+    v.addEventListener("timeupdate", () => {
+      if (r.seeked_to === null && v.currentTime > 1 && v.duration > 4) {
+        r.seeked_to = v.duration / 2;
+        v.currentTime = r.seeked_to;
+      }
+    });
+    v.addEventListener("ended", () => { r.ended = true; finish(); });
+    v.muted = true;
+    v.play().catch((e) => log(`play(): ${e}`));
+    setTimeout(() => { r.errors.push("timed out before the end"); finish(); }, timeoutMs);
+  });
+}
