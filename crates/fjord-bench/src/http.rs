@@ -1,6 +1,9 @@
-//! `fjord bench http`: the same file downloaded from fjord's HTTP listener
-//! and from nginx (`sendfile on`, started here in a scratch directory), in
-//! one run, by N keep-alive clients of this process over loopback. The
+//! `fjord bench http`: the same bytes from fjord's HTTP listener and from
+//! nginx (`sendfile on`, started here in a scratch directory), in one run,
+//! by N keep-alive clients of this process over loopback, in three cases:
+//! (a) whole-file downloads, (b) the byte ranges of fjord's HLS playlist
+//! of a TS, (c) HLS in fMP4 segments of an MP4, made per request by fjord
+//! and packaged beforehand by ffmpeg as static files for nginx. The
 //! figure is each server's CPU (user + system of all its processes, from
 //! `/proc`) per GB delivered; rounds alternate between the servers so the
 //! machine's drift falls on both.
@@ -258,13 +261,30 @@ fn start_nginx(dir: &Path) -> anyhow::Result<Served> {
     Ok(served)
 }
 
-/// One client on one keep-alive connection until `stop`: GETs of `name`,
-/// whole when `ranges` is empty, else of its byte ranges in turn (from
-/// the `first`).
+/// One GET a client repeats: a path, whole or a byte range (length,
+/// offset).
+#[derive(Clone, Debug)]
+struct Get {
+    path: String,
+    range: Option<(u64, u64)>,
+}
+
+/// The GETs of the byte ranges (length, offset) of `name`.
+fn gets_of_ranges(name: &str, ranges: &[(u64, u64)]) -> Vec<Get> {
+    ranges
+        .iter()
+        .map(|&r| Get {
+            path: name.to_owned(),
+            range: Some(r),
+        })
+        .collect()
+}
+
+/// One client on one keep-alive connection until `stop`: the `gets` in
+/// turn (from the `first`), bodies discarded.
 fn client(
     port: u16,
-    name: &str,
-    ranges: &[(u64, u64)],
+    gets: &[Get],
     first: usize,
     stop: &AtomicBool,
     bytes: &AtomicU64,
@@ -276,12 +296,14 @@ fn client(
         // One write per request, as players send them (`write!` would
         // write each formatted piece, and Nagle hold all but the first
         // until the server's delayed ACK).
-        let request = match ranges.get(i % ranges.len().max(1)) {
+        let get = &gets[i % gets.len()];
+        let request = match get.range {
             Some((len, at)) => format!(
-                "GET /{name} HTTP/1.1\r\nHost: bench\r\nRange: bytes={at}-{}\r\n\r\n",
+                "GET /{} HTTP/1.1\r\nHost: bench\r\nRange: bytes={at}-{}\r\n\r\n",
+                get.path,
                 at + len - 1
             ),
-            None => format!("GET /{name} HTTP/1.1\r\nHost: bench\r\n\r\n"),
+            None => format!("GET /{} HTTP/1.1\r\nHost: bench\r\n\r\n", get.path),
         };
         c.write_all(request.as_bytes())?;
         i += 1;
@@ -353,7 +375,7 @@ fn round(
     cfg: &HttpConfig,
     server: &Served,
     name: &'static str,
-    (case, title, ranges): (&'static str, &str, &[(u64, u64)]),
+    (case, gets): (&'static str, &[Get]),
 ) -> anyhow::Result<Round> {
     let (stop, bytes) = (AtomicBool::new(false), AtomicU64::new(0));
     let cpu0 = server.cpu();
@@ -361,9 +383,9 @@ fn round(
     let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.clients)
             .map(|k| {
-                let first = k * ranges.len() / cfg.clients.max(1);
+                let first = k * gets.len() / cfg.clients.max(1);
                 let (stop, bytes) = (&stop, &bytes);
-                s.spawn(move || client(server.port, title, ranges, first, stop, bytes))
+                s.spawn(move || client(server.port, gets, first, stop, bytes))
             })
             .collect();
         std::thread::sleep(Duration::from_secs(cfg.seconds));
@@ -386,8 +408,16 @@ fn round(
     })
 }
 
+/// What a run measured.
+pub struct HttpReport {
+    pub rounds: Vec<Round>,
+    /// Of fjord's fMP4 segments (init included): bytes made in user space
+    /// (the heads) and bytes in all.
+    pub fmp4_made: (u64, u64),
+}
+
 /// Writes the file, then alternates rounds of fjord and nginx.
-pub fn run(cfg: &HttpConfig) -> anyhow::Result<Vec<Round>> {
+pub fn run(cfg: &HttpConfig) -> anyhow::Result<HttpReport> {
     let dir = tempfile::tempdir()?;
     let root = dir.path().join("root");
     std::fs::create_dir(&root)?;
@@ -404,10 +434,20 @@ pub fn run(cfg: &HttpConfig) -> anyhow::Result<Vec<Round>> {
     let hls_title = root.join("hls.ts");
     crate::clip::encode(&hls_title, 120, 4000, 4_500_000)?;
     crate::storage::library::ingest(&cfg.fjord_exe, &hls_title)?;
+    // (c)'s title: the same as MP4, and as ffmpeg packages it for HLS in
+    // fMP4 segments (static files for nginx).
+    let mp4_title = root.join("hls.mp4");
+    let packaged = root.join("packaged");
+    package_fmp4(&hls_title, &mp4_title, &packaged)?;
+    crate::storage::library::ingest(&cfg.fjord_exe, &mp4_title)?;
     let fjord = start_fjord(cfg, &root)?;
     let nginx = start_nginx(dir.path())?;
     let blocking = start_blocking(&root.join("bench.bin"))?;
-    let whole = ("whole", "bench.bin", &[][..]);
+    let whole_file = [Get {
+        path: "bench.bin".to_owned(),
+        range: None,
+    }];
+    let whole = ("whole", &whole_file[..]);
     let mut rounds = Vec::new();
     for _ in 0..cfg.rounds {
         rounds.push(round(cfg, &fjord, "fjord", whole)?);
@@ -420,23 +460,158 @@ pub fn run(cfg: &HttpConfig) -> anyhow::Result<Vec<Round>> {
     if ranges.is_empty() {
         bail!("fjord's playlist of hls.ts has no byte ranges");
     }
-    let hls = ("hls-ranges", "hls.ts", &ranges[..]);
+    let hls_gets = gets_of_ranges("hls.ts", &ranges);
+    let hls = ("hls-ranges", &hls_gets[..]);
     for _ in 0..cfg.rounds {
         rounds.push(round(cfg, &fjord, "fjord", hls)?);
         rounds.push(round(cfg, &nginx, "nginx", hls)?);
     }
-    Ok(rounds)
+    // (c): fjord's fMP4 segments of the MP4, made per request from the
+    // file, against ffmpeg's, packaged beforehand, from nginx; each list
+    // begins with its init segment.
+    let ours = segment_gets(&fetch_text(fjord.port, "hls.mp4/media.m3u8")?, "hls.mp4");
+    let theirs = segment_gets(
+        &std::fs::read_to_string(packaged.join("index.m3u8"))?,
+        "packaged",
+    );
+    if ours.len() < 3 || theirs.len() < 3 {
+        bail!(
+            "too few fMP4 segments: fjord {}, ffmpeg {}",
+            ours.len(),
+            theirs.len()
+        );
+    }
+    for _ in 0..cfg.rounds {
+        rounds.push(round(cfg, &fjord, "fjord", ("hls-fmp4", &ours))?);
+        rounds.push(round(cfg, &nginx, "nginx", ("hls-fmp4", &theirs))?);
+    }
+    Ok(HttpReport {
+        rounds,
+        fmp4_made: made_bytes(fjord.port, &ours)?,
+    })
+}
+
+/// Of the segments `gets` (the init segment first): the bytes generated
+/// (all of the init segment; each media segment's `moof` and `mdat`
+/// header, read from its first bytes) and the bytes in all.
+fn made_bytes(port: u16, gets: &[Get]) -> anyhow::Result<(u64, u64)> {
+    let (mut made, mut all) = (0u64, 0u64);
+    for (i, g) in gets.iter().enumerate() {
+        let (len, head) = first_bytes(port, &g.path, 8)?;
+        all += len;
+        made += if i == 0 {
+            len
+        } else if head.get(4..8) == Some(b"moof") {
+            u64::from(u32::from_be_bytes(head[..4].try_into()?)) + 8
+        } else {
+            bail!("{} does not begin with a moof", g.path)
+        };
+    }
+    Ok((made, all))
+}
+
+/// A resource's length and its first `n` bytes (one range request).
+fn first_bytes(port: u16, path: &str, n: u64) -> anyhow::Result<(u64, Vec<u8>)> {
+    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    let req = format!(
+        "GET /{path} HTTP/1.1\r\nHost: bench\r\nRange: bytes=0-{}\r\nConnection: close\r\n\r\n",
+        n - 1
+    );
+    c.write_all(req.as_bytes())?;
+    let mut all = Vec::new();
+    c.read_to_end(&mut all)?;
+    let end = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("no HTTP head")?;
+    let head = String::from_utf8_lossy(&all[..end]).to_ascii_lowercase();
+    let total = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-range:"))
+        .and_then(|v| v.rsplit('/').next())
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("{path}: no Content-Range"))?;
+    Ok((total, all[end + 4..].to_vec()))
+}
+
+/// Remuxes `ts` to the MP4 `mp4` and has ffmpeg package it as HLS with
+/// fMP4 segments of 6 s into `dir` (`index.m3u8`, `init.mp4`, `seg-N.m4s`).
+fn package_fmp4(ts: &Path, mp4: &Path, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let ffmpeg = |args: &[&std::ffi::OsStr]| -> anyhow::Result<()> {
+        let out = Command::new("ffmpeg")
+            .args(["-nostdin", "-loglevel", "error", "-y"])
+            .args(args)
+            .output()
+            .context("running ffmpeg")?;
+        if !out.status.success() {
+            bail!("ffmpeg: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    };
+    let os = |s: &str| std::ffi::OsStr::new(s).to_owned();
+    let a = |v: &[&str]| v.iter().map(|s| os(s)).collect::<Vec<_>>();
+    let mut remux = a(&["-i"]);
+    remux.push(ts.as_os_str().to_owned());
+    remux.extend(a(&["-c", "copy", "-f", "mp4"]));
+    remux.push(mp4.as_os_str().to_owned());
+    ffmpeg(&remux.iter().map(|s| s.as_os_str()).collect::<Vec<_>>())?;
+    let mut pkg = a(&["-i"]);
+    pkg.push(mp4.as_os_str().to_owned());
+    pkg.extend(a(&[
+        "-c",
+        "copy",
+        "-f",
+        "hls",
+        "-hls_time",
+        "6",
+        "-hls_playlist_type",
+        "vod",
+        "-hls_segment_type",
+        "fmp4",
+        "-hls_fmp4_init_filename",
+        "init.mp4",
+        "-hls_segment_filename",
+    ]));
+    pkg.push(dir.join("seg-%d.m4s").into_os_string());
+    pkg.push(dir.join("index.m3u8").into_os_string());
+    ffmpeg(&pkg.iter().map(|s| s.as_os_str()).collect::<Vec<_>>())
+}
+
+/// The init segment and media segments a fMP4 media playlist names, as
+/// paths under `base`.
+fn segment_gets(playlist: &str, base: &str) -> Vec<Get> {
+    let init = playlist
+        .lines()
+        .find_map(|l| l.strip_prefix("#EXT-X-MAP:URI=\""))
+        .and_then(|r| r.split('"').next());
+    init.into_iter()
+        .chain(
+            playlist
+                .lines()
+                .filter(|l| !l.is_empty() && !l.starts_with('#')),
+        )
+        .map(|uri| Get {
+            path: format!("{base}/{uri}"),
+            range: None,
+        })
+        .collect()
 }
 
 /// The markdown report.
-pub fn markdown(cfg: &HttpConfig, command: &str, rounds: &[Round]) -> String {
+pub fn markdown(cfg: &HttpConfig, command: &str, report: &HttpReport) -> String {
     use std::fmt::Write;
+    let rounds = &report.rounds;
     let mut md = format!(
         "# fjord bench http\n\nCommand: `{command}`\n\n{} keep-alive clients (threads of the \
          bench, bodies discarded) over loopback, {} s per round, rounds alternating. \
          `whole`: GETs of a whole {} MiB file; `hls-ranges`: GETs of the byte ranges fjord's \
          HLS playlist names (`NAME/media.m3u8`, 6 s segments of a 120 s 4.5 Mbit/s TS made \
-         by ffmpeg), each client from another segment on, from fjord and from nginx. Files \
+         by ffmpeg), each client from another segment on, from fjord and from nginx; \
+         `hls-fmp4`: the init and media segments of HLS with fMP4 segments of the same title \
+         remuxed to MP4, from fjord (made per request: generated `moof` + `mdat` heads, \
+         samples by `sendfile` from the MP4) and from nginx serving the segments ffmpeg \
+         packaged beforehand as static files (`-f hls -hls_segment_type fmp4 -hls_time 6`). Files \
          in the page cache. Server CPU is user + system of the server's processes (nginx: \
          master and workers) from `/proc`; blocking-sendfile's is its connection threads' \
          own.\n\n\
@@ -466,7 +641,7 @@ pub fn markdown(cfg: &HttpConfig, command: &str, rounds: &[Round]) -> String {
         cpu / (bytes as f64 / 1e9).max(1e-9)
     };
     md.push_str("\nOver all rounds, CPU s per GB:\n\n| case | fjord | nginx | fjord / nginx | blocking-sendfile |\n|---|---|---|---|---|\n");
-    for case in ["whole", "hls-ranges"] {
+    for case in ["whole", "hls-ranges", "hls-fmp4"] {
         let (f, n) = (total(case, "fjord"), total(case, "nginx"));
         let k = match case {
             "whole" => format!("{:.3}", total(case, "blocking-sendfile")),
@@ -478,7 +653,15 @@ pub fn markdown(cfg: &HttpConfig, command: &str, rounds: &[Round]) -> String {
         "\nblocking-sendfile is the bench's own server: one blocking `sendfile` of the whole \
          file per request, a thread per connection; no lower bound over loopback, where the \
          sender also runs the receiver's TCP processing. Payload through user space: none \
-         (sendfile) for every server.\n",
+         (sendfile) for every server; fjord's fMP4 segments write only their generated \
+         heads from user space.\n",
+    );
+    let (made, all) = report.fmp4_made;
+    let _ = writeln!(
+        md,
+        "\nfjord's `hls-fmp4` segments: {made} bytes generated (init segment, `moof` + `mdat` \
+         heads) of {all} ({:.3} %); the samples, the rest, by `sendfile` from the MP4.",
+        made as f64 * 100.0 / all.max(1) as f64
     );
     md
 }

@@ -41,6 +41,8 @@ const BYE_DELAY: Duration = Duration::from_secs(1);
 pub(crate) const MAX_BURST_PACKETS: usize = 64;
 /// How soon to retry a session whose socket was full.
 const RETRY: Duration = Duration::from_millis(1);
+/// A first packet that leaves later than this after PLAY is logged.
+const SLOW_START_MS: f64 = 20.0;
 /// How soon to look again at a session whose next packet is not resident
 /// yet (the storage layer is reading it).
 const NOT_READY_RETRY: Duration = Duration::from_millis(2);
@@ -93,6 +95,9 @@ pub(crate) struct Session {
     /// one is not resident, its clock waits too (the stream starts late
     /// rather than in a burst of packets already due).
     starting: bool,
+    /// When the latest PLAY started the session (its first packet's delay
+    /// after it is logged when long).
+    started: Option<Instant>,
 }
 
 struct Repair {
@@ -172,6 +177,7 @@ impl Session {
             floor: 0,
             readahead: None,
             starting: false,
+            started: None,
         }
     }
 
@@ -394,6 +400,7 @@ impl Session {
         self.state = State::Playing { t0: at, origin_ns };
         self.next_report = at;
         self.starting = true;
+        self.started = Some(at);
         self.tell_storage(Mode::Playing);
     }
 
@@ -775,6 +782,14 @@ impl Session {
         if sent > 0 {
             self.last_sent = Some(p.now);
             self.starting = false;
+            if let Some(at) = self.started.take() {
+                let ms = p.now.saturating_duration_since(at).as_secs_f64() * 1e3;
+                if ms > SLOW_START_MS {
+                    tracing::warn!(
+                        "a session's first packet left {ms:.1} ms after its PLAY was answered"
+                    );
+                }
+            }
         }
         self.next += sent as u32;
         self.packets = self.packets.wrapping_add(sent as u32);

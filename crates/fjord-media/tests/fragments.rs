@@ -149,6 +149,17 @@ fn check(source_args: &[&str], target_s: u64, expect_codecs: &str) {
         }
     }
 
+    // The mdat follows the file: an interleaved file's segment is a few
+    // ranges of it (its edges), not a range per sample.
+    for (k, seg) in f.fragments.iter().enumerate() {
+        let ranges = seg
+            .parts
+            .iter()
+            .filter(|p| matches!(p, Part::File { .. }))
+            .count();
+        assert!(ranges <= 4, "segment {k} is {ranges} ranges of the file");
+    }
+
     // Each track alone (DASH, HLS renditions): the same packets, cut at
     // the same places.
     let size_and_hash = |lines: Vec<String>, stream: usize| -> Vec<String> {

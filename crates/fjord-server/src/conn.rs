@@ -177,6 +177,7 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
 
 /// Answers one request; false when the connection is to close.
 async fn respond(server: &Server, conn: &mut Conn, req: &Request) -> bool {
+    let t0 = Instant::now();
     let reply = control::handle(server, conn, req).await;
     if !conn
         .write(server, reply.response.to_bytes(req.cseq()))
@@ -186,9 +187,18 @@ async fn respond(server: &Server, conn: &mut Conn, req: &Request) -> bool {
     }
     if let Some(start) = reply.start {
         start.send(server);
+        // Time to first packet is this, then the engine's part (which
+        // warns on its own).
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        if ms > SLOW_PLAY_MS {
+            tracing::warn!(conn = conn.id, "a PLAY took {ms:.1} ms to answer");
+        }
     }
     !reply.close
 }
+
+/// A PLAY answered later than this is logged.
+const SLOW_PLAY_MS: f64 = 20.0;
 
 /// Bytes read at a time; the buffer holds them only while a request is
 /// being read, so an idle connection (a player between keepalives) keeps

@@ -351,9 +351,9 @@ fn http(a: HttpArgs) -> anyhow::Result<()> {
         seconds: a.seconds,
         rounds: a.rounds,
     };
-    let rounds = fjord_bench::http::run(&cfg)?;
+    let report = fjord_bench::http::run(&cfg)?;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let md = fjord_bench::http::markdown(&cfg, &command, &rounds);
+    let md = fjord_bench::http::markdown(&cfg, &command, &report);
     std::fs::create_dir_all(&a.out)?;
     let path = a.out.join("http.md");
     std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;

@@ -261,18 +261,46 @@ fn cut(sources: &[Source], bounds: &[i128]) -> Vec<Fragment> {
 }
 
 /// A `moof` + `mdat` head for `runs` (track, samples) and the sample bytes
-/// as file ranges; [`cut`] sets the duration.
+/// as file ranges; [`cut`] sets the duration. The `mdat` holds the samples
+/// in the file's order, so samples of all tracks that lie together in the
+/// file (an interleaved MP4's chunks) are one range, sent by one
+/// `sendfile`; each track's `traf` has a `trun` per stretch of its
+/// samples that lie together in the `mdat`.
 fn media_segment(
     sources: &[Source],
     runs: &[(usize, std::ops::Range<usize>)],
     sequence: u32,
 ) -> Fragment {
-    let samples = |i: usize, r: &std::ops::Range<usize>| &sources[i].track.samples[r.clone()];
-    let data_len: u64 = runs
+    let sample = |(i, k): (usize, usize)| &sources[i].track.samples[k];
+    let mut order: Vec<(usize, usize)> = runs
         .iter()
-        .flat_map(|(i, r)| samples(*i, r))
-        .map(|s| u64::from(s.size))
-        .sum();
+        .flat_map(|(i, r)| r.clone().map(move |k| (*i, k)))
+        .collect();
+    order.sort_by_key(|&ik| sample(ik).offset);
+    // Where each sample lands in the mdat's body.
+    let mut at = std::collections::HashMap::with_capacity(order.len());
+    let mut data_len = 0u64;
+    for &ik in &order {
+        at.insert(ik, data_len);
+        data_len += u64::from(sample(ik).size);
+    }
+    // Per track, stretches of samples adjacent in the mdat.
+    let truns: Vec<(usize, Stretches)> = runs
+        .iter()
+        .map(|(i, r)| {
+            let mut t: Stretches = Vec::new();
+            let mut next = None;
+            for k in r.clone() {
+                let pos = at[&(*i, k)];
+                match t.last_mut() {
+                    Some((_, range)) if next == Some(pos) => range.end = k + 1,
+                    _ => t.push((pos, k..k + 1)),
+                }
+                next = Some(pos + u64::from(sources[*i].track.samples[k].size));
+            }
+            (*i, t)
+        })
+        .collect();
     let mdat_head = if data_len + 8 > u64::from(u32::MAX) {
         16
     } else {
@@ -280,8 +308,8 @@ fn media_segment(
     };
     // The moof's length does not depend on the data offsets: write it
     // once with zeros to learn it, then for real.
-    let moof_len = moof(sources, runs, sequence, 0).len() as u64;
-    let mut head = moof(sources, runs, sequence, moof_len + mdat_head);
+    let moof_len = moof(sources, &truns, sequence, 0).len() as u64;
+    let mut head = moof(sources, &truns, sequence, moof_len + mdat_head);
     if mdat_head == 16 {
         head.extend_from_slice(&1u32.to_be_bytes());
         head.extend_from_slice(b"mdat");
@@ -291,17 +319,16 @@ fn media_segment(
         head.extend_from_slice(b"mdat");
     }
     let mut parts = vec![Part::Made(head)];
-    for (i, r) in runs {
-        for s in samples(*i, r) {
-            match parts.last_mut() {
-                Some(Part::File { offset, len }) if *offset + *len == s.offset => {
-                    *len += u64::from(s.size);
-                }
-                _ => parts.push(Part::File {
-                    offset: s.offset,
-                    len: u64::from(s.size),
-                }),
+    for ik in order {
+        let s = sample(ik);
+        match parts.last_mut() {
+            Some(Part::File { offset, len }) if *offset + *len == s.offset => {
+                *len += u64::from(s.size);
             }
+            _ => parts.push(Part::File {
+                offset: s.offset,
+                len: u64::from(s.size),
+            }),
         }
     }
     Fragment {
@@ -309,6 +336,10 @@ fn media_segment(
         parts,
     }
 }
+
+/// A track's samples in a segment as stretches that lie together in the
+/// `mdat`: where each begins in the mdat's body, and its samples.
+type Stretches = Vec<(u64, std::ops::Range<usize>)>;
 
 /// Writes a box: its header, then what `body` writes.
 fn boxed(out: &mut Vec<u8>, kind: &[u8; 4], body: impl FnOnce(&mut Vec<u8>)) {
@@ -331,23 +362,21 @@ fn sample_flags(sync: bool) -> u32 {
     if sync { 0x0200_0000 } else { 0x0101_0000 }
 }
 
-/// The `moof` of `runs`, the first sample's data at `data_offset` from
-/// the start of the `moof`.
-fn moof(
-    sources: &[Source],
-    runs: &[(usize, std::ops::Range<usize>)],
-    sequence: u32,
-    mut data_offset: u64,
-) -> Vec<u8> {
+/// The `moof` of `truns` (per track, stretches of samples and where each
+/// lies in the mdat's body), the mdat's body at `body_at` from the start
+/// of the `moof`.
+fn moof(sources: &[Source], truns: &[(usize, Stretches)], sequence: u32, body_at: u64) -> Vec<u8> {
     let mut out = Vec::new();
     boxed(&mut out, b"moof", |o| {
         boxed(o, b"mfhd", |o| {
             full(o, 0, 0);
             o.extend_from_slice(&sequence.to_be_bytes());
         });
-        for (i, r) in runs {
+        for (i, stretches) in truns {
             let src = &sources[*i];
-            let samples = &src.track.samples[r.clone()];
+            let Some(first) = stretches.first().map(|(_, r)| r.start) else {
+                continue;
+            };
             boxed(o, b"traf", |o| {
                 boxed(o, b"tfhd", |o| {
                     // default-base-is-moof
@@ -356,27 +385,35 @@ fn moof(
                 });
                 boxed(o, b"tfdt", |o| {
                     full(o, 1, 0);
-                    o.extend_from_slice(&(samples[0].dts.max(0) as u64).to_be_bytes());
+                    let dts = src.track.samples[first].dts.max(0) as u64;
+                    o.extend_from_slice(&dts.to_be_bytes());
                 });
-                boxed(o, b"trun", |o| {
-                    // data offset; per sample duration, size, flags and
-                    // (signed, version 1) composition offset.
-                    full(o, 1, 0x0001 | 0x0100 | 0x0200 | 0x0400 | 0x0800);
-                    o.extend_from_slice(&(samples.len() as u32).to_be_bytes());
-                    o.extend_from_slice(&(data_offset as u32).to_be_bytes());
-                    for s in samples {
-                        o.extend_from_slice(&s.dur.to_be_bytes());
-                        o.extend_from_slice(&s.size.to_be_bytes());
-                        o.extend_from_slice(&sample_flags(s.sync).to_be_bytes());
-                        let cto = (s.cts - s.dts).clamp(i64::from(i32::MIN), i64::from(i32::MAX));
-                        o.extend_from_slice(&(cto as i32).to_be_bytes());
-                    }
-                });
+                for (pos, r) in stretches {
+                    trun(o, &src.track.samples[r.clone()], body_at + pos);
+                }
             });
-            data_offset += samples.iter().map(|s| u64::from(s.size)).sum::<u64>();
         }
     });
     out
+}
+
+/// A `trun` of `samples`, the first one's data at `data_offset` from the
+/// start of the `moof`.
+fn trun(o: &mut Vec<u8>, samples: &[Sample], data_offset: u64) {
+    boxed(o, b"trun", |o| {
+        // data offset; per sample duration, size, flags and (signed,
+        // version 1) composition offset.
+        full(o, 1, 0x0001 | 0x0100 | 0x0200 | 0x0400 | 0x0800);
+        o.extend_from_slice(&(samples.len() as u32).to_be_bytes());
+        o.extend_from_slice(&(data_offset as u32).to_be_bytes());
+        for s in samples {
+            o.extend_from_slice(&s.dur.to_be_bytes());
+            o.extend_from_slice(&s.size.to_be_bytes());
+            o.extend_from_slice(&sample_flags(s.sync).to_be_bytes());
+            let cto = (s.cts - s.dts).clamp(i64::from(i32::MIN), i64::from(i32::MAX));
+            o.extend_from_slice(&(cto as i32).to_be_bytes());
+        }
+    });
 }
 
 /// `ftyp` + `moov`: each track's `tkhd`, `edts`, `mdhd`, `hdlr`, media

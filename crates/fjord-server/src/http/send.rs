@@ -59,6 +59,11 @@ impl Body {
         range: Range<u64>,
         pace: &Pace,
     ) -> io::Result<()> {
+        // No read-ahead of the kernel's own: the pieces ask for what they
+        // need in bounded requests.
+        // SAFETY: a plain syscall on a descriptor we hold.
+        unsafe { libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+        let device = fjord_storage::device_of(self.file.as_raw_fd());
         let mut at = 0u64;
         for part in &self.parts {
             let here = at..at + part.len();
@@ -79,7 +84,7 @@ impl Body {
                 }
                 Part::File { offset, .. } => {
                     let r = offset + within.start..offset + within.end;
-                    file_range(stream, self.file.clone(), r, pace).await?;
+                    file_range(stream, self.file.clone(), r, pace, device).await?;
                 }
             }
         }
@@ -93,12 +98,8 @@ async fn file_range(
     file: Arc<File>,
     range: Range<u64>,
     pace: &Pace,
+    device: u64,
 ) -> io::Result<()> {
-    // No read-ahead of the kernel's own: the pieces below ask for what
-    // they need in bounded requests.
-    // SAFETY: a plain syscall on a descriptor we hold.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
-    let device = fjord_storage::device_of(file.as_raw_fd());
     let mut at = range.start;
     while at < range.end {
         let n = (range.end - at).min(PIECE);
