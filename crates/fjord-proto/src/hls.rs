@@ -80,21 +80,25 @@ pub fn media_playlist(segments: &[Segment], uri: &str) -> String {
     m
 }
 
-/// The media playlist of fragmented-MP4 segments (their offsets unused):
-/// the init segment at `init_uri`, segment `i` at `segment_uri(i)`.
-pub fn fmp4_media_playlist(
+/// The media playlist of segments served whole (their offsets unused):
+/// fragmented MP4 with its init segment at `init_uri`, or packed audio
+/// (`None`); segment `i` at `segment_uri(i)`.
+pub fn segment_playlist(
     segments: &[Segment],
-    init_uri: &str,
+    init_uri: Option<&str>,
     segment_uri: impl Fn(usize) -> String,
 ) -> String {
     use std::fmt::Write;
     let longest = segments.iter().map(|s| s.duration_ns).max().unwrap_or(0);
     let target = longest.div_ceil(1_000_000_000).max(1);
+    let version = if init_uri.is_some() { 7 } else { 3 };
     let mut m = format!(
-        "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:{target}\n\
-         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n\
-         #EXT-X-MAP:URI=\"{init_uri}\"\n"
+        "#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-TARGETDURATION:{target}\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n"
     );
+    if let Some(init) = init_uri {
+        let _ = writeln!(m, "#EXT-X-MAP:URI=\"{init}\"");
+    }
     for (i, s) in segments.iter().enumerate() {
         let _ = write!(
             m,
@@ -105,6 +109,35 @@ pub fn fmp4_media_playlist(
     }
     m.push_str("#EXT-X-ENDLIST\n");
     m
+}
+
+/// The ID3 tag a packed audio segment begins with (RFC 8216 §3.4): the
+/// time of its first frame as the 33-bit 90 kHz timestamp of MPEG-2
+/// systems, in a `PRIV` frame of
+/// `com.apple.streaming.transportStreamTimestamp`.
+pub fn packed_audio_tag(time_ns: u64) -> Vec<u8> {
+    const OWNER: &[u8] = b"com.apple.streaming.transportStreamTimestamp\0";
+    let pts = ((u128::from(time_ns) * 90_000 / 1_000_000_000) as u64) & ((1 << 33) - 1);
+    let frame_len = (OWNER.len() + 8) as u32;
+    let mut t = Vec::with_capacity(20 + frame_len as usize);
+    t.extend_from_slice(b"ID3\x04\x00\x00");
+    t.extend_from_slice(&syncsafe(10 + frame_len));
+    t.extend_from_slice(b"PRIV");
+    t.extend_from_slice(&syncsafe(frame_len));
+    t.extend_from_slice(&[0, 0]);
+    t.extend_from_slice(OWNER);
+    t.extend_from_slice(&pts.to_be_bytes());
+    t
+}
+
+/// An ID3v2.4 size: 28 bits, 7 per byte.
+fn syncsafe(n: u32) -> [u8; 4] {
+    [
+        (n >> 21) as u8 & 0x7f,
+        (n >> 14) as u8 & 0x7f,
+        (n >> 7) as u8 & 0x7f,
+        n as u8 & 0x7f,
+    ]
 }
 
 /// What a multivariant playlist says of its variant beside its bandwidth,

@@ -66,7 +66,7 @@ fn a_fragmented_title_names_its_init_segment_and_codecs() {
             duration_ns: 2_500_000_000,
         },
     ];
-    let m = fmp4_media_playlist(&segs, "init.mp4", |i| format!("seg-{i}.m4s"));
+    let m = segment_playlist(&segs, Some("init.mp4"), |i| format!("seg-{i}.m4s"));
     assert!(
         m.starts_with("#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:6\n"),
         "{m}"
@@ -129,4 +129,40 @@ proptest! {
         prop_assert_eq!(at, len);
         prop_assert_eq!(segs.iter().map(|s| s.duration_ns).sum::<u64>(), duration);
     }
+}
+
+#[test]
+fn a_packed_audio_segment_says_its_time_in_an_id3_tag() {
+    // 10 s: 900000 ticks of 90 kHz.
+    let t = packed_audio_tag(10 * S);
+    assert_eq!(&t[..6], b"ID3\x04\x00\x00");
+    assert_eq!(t.len(), 10 + 10 + 45 + 8);
+    assert_eq!(&t[6..10], &[0, 0, 0, 63], "tag size, syncsafe");
+    assert_eq!(&t[10..14], b"PRIV");
+    assert_eq!(&t[14..18], &[0, 0, 0, 53]);
+    assert_eq!(
+        &t[20..65],
+        b"com.apple.streaming.transportStreamTimestamp\0"
+    );
+    assert_eq!(u64::from_be_bytes(t[65..73].try_into().unwrap()), 900_000);
+    // 33 bits: wraps as MPEG-2 timestamps do.
+    let late = packed_audio_tag(100_000 * S);
+    assert_eq!(
+        u64::from_be_bytes(late[65..73].try_into().unwrap()),
+        9_000_000_000 % (1 << 33)
+    );
+    let m = segment_playlist(
+        &[Segment {
+            offset: 0,
+            len: 9,
+            duration_ns: 6 * S,
+        }],
+        None,
+        |i| format!("seg-{i}.aac"),
+    );
+    assert!(
+        m.starts_with("#EXTM3U\n#EXT-X-VERSION:3\n") && !m.contains("EXT-X-MAP"),
+        "{m}"
+    );
+    assert!(m.contains("#EXTINF:6.000,\nseg-0.aac\n"), "{m}");
 }

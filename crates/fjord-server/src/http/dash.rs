@@ -20,6 +20,13 @@ pub(crate) async fn manifest(
     title: &str,
 ) -> Result<String, (u16, String)> {
     let all = match form(server, cache, title).await? {
+        Form::Fragmented(all) if all.packed.is_some() => {
+            return Err((
+                415,
+                "DASH carries MP4 and MPEG-TS segments; this title is packed audio, for HLS"
+                    .to_owned(),
+            ));
+        }
         Form::Fragmented(all) => all,
         Form::Ranges { segments, uri } => {
             let ranges: Vec<_> = segments

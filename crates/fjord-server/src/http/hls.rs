@@ -4,7 +4,8 @@
 //! ingest found (each starts with the PAT before its key frame), so they
 //! are served as downloads: nothing generated but the playlists. An MP4
 //! title's are fragmented MP4 ([`super::fmp4`]) with every track in each:
-//! `NAME/init.mp4` and `NAME/seg-N.m4s`.
+//! `NAME/init.mp4` and `NAME/seg-N.m4s`; an ADTS or MP3 title's packed
+//! audio ([`super::packed`]): `NAME/seg-N.aac`, `NAME/seg-N.mp3`.
 
 use std::sync::Arc;
 
@@ -19,7 +20,8 @@ pub(crate) enum Form {
     /// MPEG-TS: byte ranges of the file, whose URI relative to the
     /// title's playlists is `uri`.
     Ranges { segments: Vec<Segment>, uri: String },
-    /// MP4: fragmented MP4, every track in each segment.
+    /// MP4: fragmented MP4, every track in each segment; ADTS, MP3:
+    /// packed audio.
     Fragmented(Arc<fmp4::Fragments>),
 }
 
@@ -34,14 +36,15 @@ pub(crate) async fn form(
         .open(title)
         .await
         .map_err(|e| (e.status(), e.to_string()))?;
-    if t.index().format().starts_with("MP4") {
+    if t.index().format().starts_with("MP4") || super::packed::kind_of(&t).is_some() {
         return Ok(Form::Fragmented(cache.get(server, title, None).await?));
     }
     let is_ts =
         t.index().track_count() == 1 && t.index().track(0).is_some_and(|k| k.encoding() == "MP2T");
     if !is_ts {
         let why = format!(
-            "HLS and DASH are built for MPEG-TS and MP4 titles; this one is {}",
+            "HLS is built for MPEG-TS, MP4, ADTS and MP3 titles, DASH for MPEG-TS and MP4; \
+             this one is {}",
             t.index().format()
         );
         return Err((415, why));
@@ -107,9 +110,14 @@ fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> String {
         })
         .collect();
     match which {
-        Playlist::Media => {
-            fjord_proto::hls::fmp4_media_playlist(&segments, "init.mp4", |i| format!("seg-{i}.m4s"))
-        }
+        Playlist::Media => match f.packed {
+            Some(p) => fjord_proto::hls::segment_playlist(&segments, None, |i| {
+                format!("seg-{i}.{}", p.ext())
+            }),
+            None => fjord_proto::hls::segment_playlist(&segments, Some("init.mp4"), |i| {
+                format!("seg-{i}.m4s")
+            }),
+        },
         Playlist::Multivariant => {
             let variant = Variant {
                 codecs: Some(f.title.codecs.clone()),

@@ -14,6 +14,7 @@
 mod dash;
 mod fmp4;
 mod hls;
+mod packed;
 mod routes;
 mod send;
 

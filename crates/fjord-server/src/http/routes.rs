@@ -1,8 +1,8 @@
 //! What of a title's adaptive streaming a request path names:
 //! `NAME/index.m3u8` and `NAME/media.m3u8` (HLS), `NAME/manifest.mpd`
-//! (DASH), and the fragmented MP4 segments they list: `init.mp4` and
+//! (DASH), and the segments they list: fragmented MP4 `init.mp4` and
 //! `seg-N.m4s` with every track, `init-K.mp4` and `seg-K-N.m4s` with
-//! track K alone.
+//! track K alone; packed audio `seg-N.aac`, `seg-N.mp3`.
 
 /// Which playlist of a title.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,10 +37,18 @@ pub(crate) fn route_of(path: &str) -> Option<(&str, Route)> {
             {
                 Route::Init(Some(number(k)?))
             } else {
-                let n = leaf.strip_prefix("seg-")?.strip_suffix(".m4s")?;
-                match n.split_once('-') {
-                    Some((k, n)) => Route::Segment(Some(number(k)?), number(n)?),
-                    None => Route::Segment(None, number(n)?),
+                let seg = leaf.strip_prefix("seg-")?;
+                if let Some(n) = seg
+                    .strip_suffix(".aac")
+                    .or_else(|| seg.strip_suffix(".mp3"))
+                {
+                    Route::Segment(None, number(n)?)
+                } else {
+                    let n = seg.strip_suffix(".m4s")?;
+                    match n.split_once('-') {
+                        Some((k, n)) => Route::Segment(Some(number(k)?), number(n)?),
+                        None => Route::Segment(None, number(n)?),
+                    }
                 }
             }
         }
@@ -79,6 +87,8 @@ mod tests {
             ("t.mp4/init-1.mp4", "t.mp4", Init(Some(1))),
             ("t.mp4/seg-12.m4s", "t.mp4", Segment(None, 12)),
             ("t.mp4/seg-0-12.m4s", "t.mp4", Segment(Some(0), 12)),
+            ("a.aac/seg-3.aac", "a.aac", Segment(None, 3)),
+            ("a.mp3/seg-3.mp3", "a.mp3", Segment(None, 3)),
         ];
         for (path, title, route) in cases {
             assert_eq!(route_of(path), Some((title, route)), "{path}");
@@ -94,6 +104,7 @@ mod tests {
             "t.mp4/seg--1.m4s",
             "t.mp4/init-.mp4",
             "t.mp4/init-x.mp4",
+            "a.aac/seg-0-1.aac",
         ] {
             assert_eq!(route_of(no), None, "{no}");
         }

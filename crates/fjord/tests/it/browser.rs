@@ -1,6 +1,6 @@
 //! A real browser: headless Debian chromium, driven by playwright-core
-//! (`tests/browser/play.mjs`), plays fjord's HLS of a TS and of an MP4
-//! title with hls.js and its DASH with dash.js, from a page on another
+//! (`tests/browser/play.mjs`), plays fjord's HLS of a TS, an MP4 and an
+//! ADTS title with hls.js and its DASH with dash.js, from a page on another
 //! origin (CORS): it starts, seeks to the middle and reaches the end with
 //! no error event. Screenshots stay in `target/tmp/browser/`.
 
@@ -24,12 +24,15 @@ fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
     std::fs::create_dir_all(&shots).unwrap();
     let (mut s, port) = server();
     remux(&s, &["-c", "copy", "-f", "mp4"], "clip.mp4");
+    remux(&s, &["-vn", "-c:a", "copy", "-f", "adts"], "clip.aac");
+    // (player, what, screenshot, video width)
     let cases = [
-        ("hls", "clip.ts/index.m3u8", "hls-ts.png"),
-        ("hls", "clip.mp4/index.m3u8", "hls-mp4.png"),
-        ("dash", "clip.mp4/manifest.mpd", "dash-mp4.png"),
+        ("hls", "clip.ts/index.m3u8", "hls-ts.png", 640),
+        ("hls", "clip.mp4/index.m3u8", "hls-mp4.png", 640),
+        ("dash", "clip.mp4/manifest.mpd", "dash-mp4.png", 640),
+        ("hls", "clip.aac/index.m3u8", "hls-aac.png", 0),
     ];
-    for (player, path, shot) in cases {
+    for (player, path, shot, width) in cases {
         let url = format!("http://127.0.0.1:{port}/{path}");
         let mut node = Command::new("node");
         node.arg(driver.join("play.mjs"))
@@ -46,7 +49,7 @@ fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
         let r: serde_json::Value = serde_json::from_str(said.trim()).unwrap();
         assert_eq!(r["ended"], true, "{said}");
         assert!(r["seeked_to"].as_f64().unwrap() > 4.0, "{said}");
-        assert_eq!(r["width"], 640, "{said}");
+        assert_eq!(r["width"], width, "{said}");
         assert!(
             (r["duration"].as_f64().unwrap() - 10.0).abs() < 0.5,
             "{said}"

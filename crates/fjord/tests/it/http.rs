@@ -437,16 +437,16 @@ fn hls_and_dash_of_a_ts_title_are_byte_ranges_of_the_file() {
     let played = run_bounded(gst, Duration::from_secs(60));
     assert!(played.status.success(), "playbin (DASH): {}", played.stderr);
 
-    remux(&s, &["-vn", "-c:a", "copy", "-f", "adts"], "clip.aac");
-    let aac = curl(&[
+    remux(&s, &["-an", "-c:v", "mpeg2video", "-f", "mpeg"], "clip.mpg");
+    let ps = curl(&[
         "-w",
         "\n%{http_code}",
-        &format!("http://127.0.0.1:{port}/clip.aac/index.m3u8"),
+        &format!("http://127.0.0.1:{port}/clip.mpg/index.m3u8"),
     ]);
-    let aac = String::from_utf8_lossy(&aac.stdout).into_owned();
+    let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
     assert!(
-        aac.ends_with("\n415") && aac.contains("MPEG-TS and MP4 titles"),
-        "{aac}"
+        ps.ends_with("\n415") && ps.contains("HLS is built for MPEG-TS, MP4, ADTS and MP3"),
+        "{ps}"
     );
     s.assert_healthy();
 }
@@ -547,5 +547,70 @@ fn hls_and_dash_of_an_mp4_title_are_fragmented_mp4_of_the_file() {
         &format!("{base}/seg-9999.m4s"),
     ]);
     assert_eq!(past.stdout, b"404");
+    s.assert_healthy();
+}
+
+/// HLS of ADTS and MP3 titles: packed audio, each segment an ID3 tag with
+/// its time and then a byte range of the file. ffmpeg reads the file's
+/// frames over HLS; GStreamer plays it to the end; DASH is refused.
+#[test]
+fn hls_of_adts_and_mp3_titles_is_packed_audio() {
+    let (mut s, port) = server();
+    remux(&s, &["-vn", "-c:a", "copy", "-f", "adts"], "clip.aac");
+    remux(
+        &s,
+        &["-vn", "-c:a", "libmp3lame", "-b:a", "128k"],
+        "clip.mp3",
+    );
+    for (name, ext) in [("clip.aac", "aac"), ("clip.mp3", "mp3")] {
+        let base = format!("http://127.0.0.1:{port}/{name}");
+        let playlist =
+            String::from_utf8_lossy(&curl(&[&format!("{base}/media.m3u8")]).stdout).into_owned();
+        assert!(
+            playlist.contains(&format!("seg-1.{ext}")) && !playlist.contains("EXT-X-MAP"),
+            "{playlist}"
+        );
+        let seg = curl(&[&format!("{base}/seg-1.{ext}")]).stdout;
+        assert_eq!(
+            &seg[..3],
+            b"ID3",
+            "{name}: a segment begins with its timestamp tag"
+        );
+        let packets = |f: String| -> Vec<String> {
+            f.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(|l| {
+                    l.split(',')
+                        .map(str::trim)
+                        .skip(4)
+                        .take(2)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect()
+        };
+        let over_hls = packets(frames(&format!("{base}/index.m3u8")));
+        let from_file = packets(frames(s.media_root().join(name).to_str().unwrap()));
+        assert!(over_hls.len() > 300, "{name}: {} frames", over_hls.len());
+        assert!(
+            over_hls == from_file,
+            "{name}: {} vs {} frames",
+            over_hls.len(),
+            from_file.len()
+        );
+        let mut gst = Command::new("gst-launch-1.0");
+        gst.args(["-q", "playbin", &format!("uri={base}/index.m3u8")])
+            .args(["video-sink=fakesink", "audio-sink=fakesink"]);
+        let played = run_bounded(gst, Duration::from_secs(60));
+        assert!(played.status.success(), "playbin {name}: {}", played.stderr);
+        let dash = curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("{base}/manifest.mpd"),
+        ]);
+        assert_eq!(dash.stdout, b"415");
+    }
     s.assert_healthy();
 }
