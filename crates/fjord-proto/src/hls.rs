@@ -111,6 +111,39 @@ pub fn segment_playlist(
     m
 }
 
+/// An I-frame playlist (`EXT-X-I-FRAMES-ONLY`) of fragmented-MP4
+/// segments: for each, the byte range from its start through its key
+/// frame (`key_frames[i]`, none: the segment is left out), lasting until
+/// the next; the init segment at `init_uri`, segment `i` at
+/// `segment_uri(i)`.
+pub fn i_frame_playlist(
+    segments: &[Segment],
+    key_frames: &[Option<u64>],
+    init_uri: &str,
+    segment_uri: impl Fn(usize) -> String,
+) -> String {
+    use std::fmt::Write;
+    let longest = segments.iter().map(|s| s.duration_ns).max().unwrap_or(0);
+    let target = longest.div_ceil(1_000_000_000).max(1);
+    let mut m = format!(
+        "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:{target}\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-I-FRAMES-ONLY\n\
+         #EXT-X-MAP:URI=\"{init_uri}\"\n"
+    );
+    for (i, (s, k)) in segments.iter().zip(key_frames).enumerate() {
+        if let Some(len) = k {
+            let _ = write!(
+                m,
+                "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{len}@0\n{}\n",
+                s.duration_ns as f64 / 1e9,
+                segment_uri(i)
+            );
+        }
+    }
+    m.push_str("#EXT-X-ENDLIST\n");
+    m
+}
+
 /// The ID3 tag a packed audio segment begins with (RFC 8216 §3.4): the
 /// time of its first frame as the 33-bit 90 kHz timestamp of MPEG-2
 /// systems, in a `PRIV` frame of
@@ -148,6 +181,8 @@ pub struct Variant {
     pub codecs: Option<String>,
     pub resolution: Option<(u16, u16)>,
     pub frame_rate: Option<f64>,
+    /// An I-frame playlist at this URI, its peak bit rate and codecs.
+    pub i_frames: Option<(String, u64, String)>,
 }
 
 /// The multivariant playlist: one variant, `media_uri`, whose bandwidth
@@ -174,10 +209,20 @@ pub fn multivariant_playlist(segments: &[Segment], media_uri: &str, variant: &Va
     if let Some(f) = variant.frame_rate {
         attrs.push_str(&format!(",FRAME-RATE={f:.3}"));
     }
-    format!(
+    let mut m = format!(
         "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-INDEPENDENT-SEGMENTS\n\
          #EXT-X-STREAM-INF:{attrs}\n{media_uri}\n"
-    )
+    );
+    if let Some((uri, bps, codecs)) = &variant.i_frames {
+        m.push_str(&format!(
+            "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH={bps},CODECS=\"{codecs}\""
+        ));
+        if let Some((w, h)) = variant.resolution {
+            m.push_str(&format!(",RESOLUTION={w}x{h}"));
+        }
+        m.push_str(&format!(",URI=\"{uri}\"\n"));
+    }
+    m
 }
 
 #[cfg(test)]

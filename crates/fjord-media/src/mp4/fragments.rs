@@ -43,6 +43,10 @@ impl Part {
 pub struct Fragment {
     pub duration_ns: u64,
     pub parts: Vec<Part>,
+    /// How many of its bytes, from its start, hold its `moof` and its first
+    /// video sample when that is a key frame (an I-frame playlist's byte
+    /// range).
+    pub key_frame_end: Option<u64>,
 }
 
 impl Fragment {
@@ -318,6 +322,15 @@ fn media_segment(
         head.extend_from_slice(&((data_len + 8) as u32).to_be_bytes());
         head.extend_from_slice(b"mdat");
     }
+    let key_frame_end = runs
+        .iter()
+        .find(|(i, _)| is_video(&sources[*i].track))
+        .filter(|(i, r)| sources[*i].track.samples[r.start].sync)
+        .map(|(i, r)| {
+            head.len() as u64
+                + at[&(*i, r.start)]
+                + u64::from(sources[*i].track.samples[r.start].size)
+        });
     let mut parts = vec![Part::Made(head)];
     for ik in order {
         let s = sample(ik);
@@ -334,6 +347,7 @@ fn media_segment(
     Fragment {
         duration_ns: 0,
         parts,
+        key_frame_end,
     }
 }
 

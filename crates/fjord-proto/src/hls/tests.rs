@@ -83,6 +83,7 @@ fn a_fragmented_title_names_its_init_segment_and_codecs() {
         codecs: Some("avc1.64001f,mp4a.40.2".into()),
         resolution: Some((1280, 720)),
         frame_rate: Some(25.0),
+        i_frames: Some(("iframes.m3u8".into(), 12_000, "avc1.64001f".into())),
     };
     let v = multivariant_playlist(&segs, "media.m3u8", &variant);
     assert!(
@@ -90,6 +91,21 @@ fn a_fragmented_title_names_its_init_segment_and_codecs() {
             ",CODECS=\"avc1.64001f,mp4a.40.2\",RESOLUTION=1280x720,FRAME-RATE=25.000\nmedia.m3u8"
         ),
         "{v}"
+    );
+    assert!(
+        v.contains("#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=12000,CODECS=\"avc1.64001f\",RESOLUTION=1280x720,URI=\"iframes.m3u8\"\n"),
+        "{v}"
+    );
+    let i = i_frame_playlist(&segs, &[Some(900), None], "init.mp4", |i| {
+        format!("seg-{i}.m4s")
+    });
+    assert!(
+        i.contains("#EXT-X-I-FRAMES-ONLY\n#EXT-X-MAP:URI=\"init.mp4\"\n"),
+        "{i}"
+    );
+    assert!(
+        i.contains("#EXTINF:6.000,\n#EXT-X-BYTERANGE:900@0\nseg-0.m4s\n#EXT-X-ENDLIST"),
+        "{i}"
     );
 }
 

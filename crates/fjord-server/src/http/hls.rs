@@ -85,9 +85,14 @@ pub(crate) async fn playlist(
     which: Playlist,
 ) -> Result<String, (u16, String)> {
     Ok(match form(server, cache, title).await? {
-        Form::Fragmented(f) => fragmented_playlist(&f, which),
+        Form::Fragmented(f) => fragmented_playlist(&f, which)?,
         Form::Ranges { segments, uri } => match which {
             Playlist::Media => fjord_proto::hls::media_playlist(&segments, &uri),
+            Playlist::IFrames => {
+                let why = "I-frame playlists are built for MP4 titles; a TS title's index does \
+                           not know where its key frames end";
+                return Err((404, why.to_owned()));
+            }
             Playlist::Multivariant => fjord_proto::hls::multivariant_playlist(
                 &segments,
                 "media.m3u8",
@@ -98,7 +103,7 @@ pub(crate) async fn playlist(
 }
 
 /// A playlist of a fragmented title.
-fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> String {
+fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> Result<String, (u16, String)> {
     let segments: Vec<Segment> = f
         .title
         .fragments
@@ -109,7 +114,9 @@ fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> String {
             duration_ns: s.duration_ns,
         })
         .collect();
-    match which {
+    let key_frames: Vec<Option<u64>> = f.title.fragments.iter().map(|s| s.key_frame_end).collect();
+    let video = f.title.tracks.iter().find(|t| t.video);
+    Ok(match which {
         Playlist::Media => match f.packed {
             Some(p) => fjord_proto::hls::segment_playlist(&segments, None, |i| {
                 format!("seg-{i}.{}", p.ext())
@@ -118,15 +125,35 @@ fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> String {
                 format!("seg-{i}.m4s")
             }),
         },
+        Playlist::IFrames if video.is_some() && key_frames.iter().any(Option::is_some) => {
+            fjord_proto::hls::i_frame_playlist(&segments, &key_frames, "init.mp4", |i| {
+                format!("seg-{i}.m4s")
+            })
+        }
+        Playlist::IFrames => return Err((404, "this title has no video key frames".to_owned())),
         Playlist::Multivariant => {
+            let i_frames = video
+                .filter(|_| key_frames.iter().any(Option::is_some))
+                .map(|v| {
+                    let bps = segments
+                        .iter()
+                        .zip(&key_frames)
+                        .filter_map(|(s, k)| {
+                            Some(k.as_ref()? * 8 * 1_000_000_000 / s.duration_ns.max(1))
+                        })
+                        .max()
+                        .unwrap_or(0);
+                    ("iframes.m3u8".to_owned(), bps, v.codec.clone())
+                });
             let variant = Variant {
                 codecs: Some(f.title.codecs.clone()),
                 resolution: f.title.resolution,
                 frame_rate: f.title.frame_rate,
+                i_frames,
             };
             fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &variant)
         }
-    }
+    })
 }
 
 /// What a title's name escapes in a relative URI.

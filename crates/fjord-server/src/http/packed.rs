@@ -107,6 +107,7 @@ pub(crate) fn fragmented(t: &Title, kind: Packed, target_ns: u64) -> Option<Frag
                         len: s.len,
                     },
                 ],
+                key_frame_end: None,
             }
         })
         .collect();

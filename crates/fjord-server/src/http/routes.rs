@@ -1,5 +1,6 @@
 //! What of a title's adaptive streaming a request path names:
-//! `NAME/index.m3u8` and `NAME/media.m3u8` (HLS), `NAME/manifest.mpd`
+//! `NAME/index.m3u8`, `NAME/media.m3u8` and `NAME/iframes.m3u8` (HLS),
+//! `NAME/manifest.mpd`
 //! (DASH), and the segments they list: fragmented MP4 `init.mp4` and
 //! `seg-N.m4s` with every track, `init-K.mp4` and `seg-K-N.m4s` with
 //! track K alone; packed audio `seg-N.aac`, `seg-N.mp3`.
@@ -9,6 +10,8 @@
 pub(crate) enum Playlist {
     Multivariant,
     Media,
+    /// `EXT-X-I-FRAMES-ONLY`, for trick play.
+    IFrames,
 }
 
 /// What of a title a request names.
@@ -28,6 +31,7 @@ pub(crate) fn route_of(path: &str) -> Option<(&str, Route)> {
     let route = match leaf {
         "index.m3u8" => Route::Playlist(Playlist::Multivariant),
         "media.m3u8" => Route::Playlist(Playlist::Media),
+        "iframes.m3u8" => Route::Playlist(Playlist::IFrames),
         "manifest.mpd" => Route::Manifest,
         "init.mp4" => Route::Init(None),
         _ => {
@@ -83,6 +87,11 @@ mod tests {
                 Playlist(super::Playlist::Media),
             ),
             ("t.mp4/manifest.mpd", "t.mp4", Manifest),
+            (
+                "t.mp4/iframes.m3u8",
+                "t.mp4",
+                Playlist(super::Playlist::IFrames),
+            ),
             ("t.mp4/init.mp4", "t.mp4", Init(None)),
             ("t.mp4/init-1.mp4", "t.mp4", Init(Some(1))),
             ("t.mp4/seg-12.m4s", "t.mp4", Segment(None, 12)),

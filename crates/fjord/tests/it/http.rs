@@ -536,6 +536,55 @@ fn hls_and_dash_of_an_mp4_title_are_fragmented_mp4_of_the_file() {
     let played = run_bounded(gst, Duration::from_secs(60));
     assert!(played.status.success(), "playbin (DASH): {}", played.stderr);
 
+    // The I-frame playlist: each byte range, after the init segment, is a
+    // file whose first video frame ffmpeg decodes as a key frame.
+    assert!(
+        multivariant.contains(",URI=\"iframes.m3u8\""),
+        "{multivariant}"
+    );
+    let iframes = String::from_utf8(get("iframes.m3u8")).unwrap();
+    assert!(iframes.contains("#EXT-X-I-FRAMES-ONLY"), "{iframes}");
+    let init = get("init.mp4");
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = iframes.lines();
+    let mut checked = 0;
+    while let Some(line) = lines.next() {
+        let Some(range) = line.strip_prefix("#EXT-X-BYTERANGE:") else {
+            continue;
+        };
+        let (len, at) = range.split_once('@').unwrap();
+        let (len, at): (u64, u64) = (len.parse().unwrap(), at.parse().unwrap());
+        let uri = lines.next().unwrap();
+        let r = format!("{at}-{}", at + len - 1);
+        let bytes = curl(&["-r", &r, &format!("{base}/{uri}")]).stdout;
+        assert_eq!(bytes.len() as u64, len);
+        let file = dir.path().join(format!("iframe{checked}.mp4"));
+        fs::write(&file, [init.clone(), bytes].concat()).unwrap();
+        let mut probe = Command::new("ffprobe");
+        probe
+            .args([
+                "-v",
+                "error",
+                "-select_streams",
+                "v:0",
+                "-show_entries",
+                "frame=key_frame",
+            ])
+            .args(["-of", "csv=p=0", "-read_intervals", "%+#1"])
+            .arg(&file);
+        let out = run_bounded(probe, Duration::from_secs(30));
+        // (ffprobe also says the file is partial: the moof names samples
+        // past the range.)
+        let first = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .map(str::to_owned);
+        let key = first.as_deref().map(|f| f.trim_end_matches(','));
+        assert_eq!(key, Some("1"), "{uri} {r}: {}", out.stderr);
+        checked += 1;
+    }
+    assert_eq!(checked, segments.len(), "an I-frame per segment");
+
     let whole = get(segments[1]);
     let part = curl(&["-r", "100-4099", &format!("{base}/{}", segments[1])]);
     assert_eq!(part.stdout, whole[100..4100], "a range of a segment");
