@@ -15,8 +15,8 @@
 
 use crate::index::TrackDesc;
 pub use crate::plan::{
-    FLAG_MARKER, FLAG_RANDOM_ACCESS, IngestReport, MediaPlan, PacketRecord, SyncPoint,
-    TimingSource, TrackPlan,
+    FLAG_KEY_FRAME_END, FLAG_MARKER, FLAG_RANDOM_ACCESS, IngestReport, MediaPlan, PacketRecord,
+    SyncPoint, TimingSource, TrackPlan,
 };
 
 /// Size of an MPEG-TS packet; fjord serves 188-byte packets only (not 192/204).
@@ -318,6 +318,8 @@ struct Scan {
     raps: Vec<(u64, u16)>,
     /// Ordinals of PAT section starts.
     pats: Vec<u64>,
+    /// (ordinal, pid) of PES starts with a timestamp.
+    pes_starts: Vec<(u64, u16)>,
     pes_clocks: Vec<PesClock>,
 }
 
@@ -369,6 +371,7 @@ impl Scan {
             if rai {
                 self.raps.push((ordinal, pid));
             }
+            self.pes_starts.push((ordinal, pid));
             self.pes_timestamp(pid, ordinal, ts);
         } else if rai {
             self.raps.push((ordinal, pid));
@@ -659,6 +662,7 @@ fn finish(
         .filter(|&&(_, pid)| video.is_none_or(|v| v == pid))
         .map(|&(o, _)| o)
         .collect();
+    let video_raps = video.filter(|_| !raps.is_empty());
     if raps.is_empty() {
         warnings.push(
             "no random access indicators on the video stream; seeking snaps to PAT positions"
@@ -702,6 +706,21 @@ fn finish(
             offset,
             count * TS_PACKET_LEN as u32,
         ));
+    }
+
+    // Where each key frame ends: before the next PES start of its stream.
+    if let Some(v) = video_raps {
+        let starts: Vec<u64> = (scan.pes_starts.iter())
+            .filter(|&&(_, p)| p == v)
+            .map(|&(o, _)| o)
+            .collect();
+        for &(_, rap) in &entries {
+            let next = starts.get(starts.partition_point(|&o| o <= rap));
+            if let Some(p) = next.and_then(|&n| packets.get_mut(groups.containing(n - 1) as usize))
+            {
+                p.flags |= FLAG_KEY_FRAME_END;
+            }
+        }
     }
 
     let mut sync = vec![SyncPoint::default()];

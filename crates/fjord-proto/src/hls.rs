@@ -111,34 +111,48 @@ pub fn segment_playlist(
     m
 }
 
-/// An I-frame playlist (`EXT-X-I-FRAMES-ONLY`) of fragmented-MP4
-/// segments: for each, the byte range from its start through its key
-/// frame (`key_frames[i]`, none: the segment is left out), lasting until
-/// the next; the init segment at `init_uri`, segment `i` at
-/// `segment_uri(i)`.
-pub fn i_frame_playlist(
-    segments: &[Segment],
-    key_frames: &[Option<u64>],
-    init_uri: &str,
-    segment_uri: impl Fn(usize) -> String,
-) -> String {
+/// A key frame as an I-frame playlist lists it: a byte range of `uri`
+/// that holds it, lasting until the next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IFrame {
+    pub uri: String,
+    pub offset: u64,
+    pub len: u64,
+    pub duration_ns: u64,
+}
+
+/// The peak bit rate of `frames` (each one's bytes over its duration).
+pub fn i_frame_bandwidth(frames: &[IFrame]) -> u64 {
+    frames
+        .iter()
+        .map(|f| (u128::from(f.len) * 8 * 1_000_000_000 / u128::from(f.duration_ns.max(1))) as u64)
+        .max()
+        .unwrap_or(0)
+}
+
+/// An I-frame playlist (`EXT-X-I-FRAMES-ONLY`): fragmented MP4 with its
+/// init segment at `init_uri`, or MPEG-TS (`None`).
+pub fn i_frame_playlist(frames: &[IFrame], init_uri: Option<&str>) -> String {
     use std::fmt::Write;
-    let longest = segments.iter().map(|s| s.duration_ns).max().unwrap_or(0);
+    let longest = frames.iter().map(|f| f.duration_ns).max().unwrap_or(0);
     let target = longest.div_ceil(1_000_000_000).max(1);
+    let version = if init_uri.is_some() { 7 } else { 4 };
     let mut m = format!(
-        "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:{target}\n\
-         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-I-FRAMES-ONLY\n\
-         #EXT-X-MAP:URI=\"{init_uri}\"\n"
+        "#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-TARGETDURATION:{target}\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-I-FRAMES-ONLY\n"
     );
-    for (i, (s, k)) in segments.iter().zip(key_frames).enumerate() {
-        if let Some(len) = k {
-            let _ = write!(
-                m,
-                "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{len}@0\n{}\n",
-                s.duration_ns as f64 / 1e9,
-                segment_uri(i)
-            );
-        }
+    if let Some(init) = init_uri {
+        let _ = writeln!(m, "#EXT-X-MAP:URI=\"{init}\"");
+    }
+    for f in frames {
+        let _ = write!(
+            m,
+            "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{}@{}\n{}\n",
+            f.duration_ns as f64 / 1e9,
+            f.len,
+            f.offset,
+            f.uri
+        );
     }
     m.push_str("#EXT-X-ENDLIST\n");
     m
@@ -214,9 +228,10 @@ pub fn multivariant_playlist(segments: &[Segment], media_uri: &str, variant: &Va
          #EXT-X-STREAM-INF:{attrs}\n{media_uri}\n"
     );
     if let Some((uri, bps, codecs)) = &variant.i_frames {
-        m.push_str(&format!(
-            "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH={bps},CODECS=\"{codecs}\""
-        ));
+        m.push_str(&format!("#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH={bps}"));
+        if !codecs.is_empty() {
+            m.push_str(&format!(",CODECS=\"{codecs}\""));
+        }
         if let Some((w, h)) = variant.resolution {
             m.push_str(&format!(",RESOLUTION={w}x{h}"));
         }

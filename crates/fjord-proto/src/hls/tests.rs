@@ -96,9 +96,13 @@ fn a_fragmented_title_names_its_init_segment_and_codecs() {
         v.contains("#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=12000,CODECS=\"avc1.64001f\",RESOLUTION=1280x720,URI=\"iframes.m3u8\"\n"),
         "{v}"
     );
-    let i = i_frame_playlist(&segs, &[Some(900), None], "init.mp4", |i| {
-        format!("seg-{i}.m4s")
-    });
+    let frames = [IFrame {
+        uri: "seg-0.m4s".into(),
+        offset: 0,
+        len: 900,
+        duration_ns: 6 * S,
+    }];
+    let i = i_frame_playlist(&frames, Some("init.mp4"));
     assert!(
         i.contains("#EXT-X-I-FRAMES-ONLY\n#EXT-X-MAP:URI=\"init.mp4\"\n"),
         "{i}"
@@ -107,6 +111,21 @@ fn a_fragmented_title_names_its_init_segment_and_codecs() {
         i.contains("#EXTINF:6.000,\n#EXT-X-BYTERANGE:900@0\nseg-0.m4s\n#EXT-X-ENDLIST"),
         "{i}"
     );
+    assert_eq!(i_frame_bandwidth(&frames), 1200);
+    let ts = i_frame_playlist(
+        &[IFrame {
+            uri: "../t.ts".into(),
+            offset: 376,
+            len: 9000,
+            duration_ns: S,
+        }],
+        None,
+    );
+    assert!(
+        ts.starts_with("#EXTM3U\n#EXT-X-VERSION:4\n") && !ts.contains("EXT-X-MAP"),
+        "{ts}"
+    );
+    assert!(ts.contains("#EXT-X-BYTERANGE:9000@376\n../t.ts\n"), "{ts}");
 }
 
 #[test]

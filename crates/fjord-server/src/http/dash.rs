@@ -28,7 +28,7 @@ pub(crate) async fn manifest(
             ));
         }
         Form::Fragmented(all) => all,
-        Form::Ranges { segments, uri } => {
+        Form::Ranges { segments, uri, .. } => {
             let ranges: Vec<_> = segments
                 .iter()
                 .map(|s| s.offset..s.offset + s.len)

@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use fjord_proto::hls::{Segment, Variant};
+use fjord_engine::Title;
+use fjord_media::plan::FLAG_KEY_FRAME_END;
+use fjord_proto::hls::{IFrame, Segment, Variant};
 
 use super::fmp4::{self, Cache};
 use super::routes::Playlist;
@@ -19,7 +21,11 @@ use crate::Server;
 pub(crate) enum Form {
     /// MPEG-TS: byte ranges of the file, whose URI relative to the
     /// title's playlists is `uri`.
-    Ranges { segments: Vec<Segment>, uri: String },
+    Ranges {
+        segments: Vec<Segment>,
+        uri: String,
+        title: Arc<Title>,
+    },
     /// MP4: fragmented MP4, every track in each segment; ADTS, MP3:
     /// packed audio.
     Fragmented(Arc<fmp4::Fragments>),
@@ -51,6 +57,7 @@ pub(crate) async fn form(
     }
     let target_ns = server.config.hls_segment_s.max(1) * 1_000_000_000;
     // The boundaries' records may be read from the disk.
+    let opened = t.clone();
     let segments = tokio::task::spawn_blocking(move || {
         let index = t.index();
         let track = index.track(0)?;
@@ -72,6 +79,7 @@ pub(crate) async fn form(
     let name = title.rsplit('/').next().unwrap_or(title);
     let uri = percent_encoding::utf8_percent_encode(name, SEGMENT_URI);
     Ok(Form::Ranges {
+        title: opened,
         segments,
         uri: format!("../{uri}"),
     })
@@ -86,20 +94,69 @@ pub(crate) async fn playlist(
 ) -> Result<String, (u16, String)> {
     Ok(match form(server, cache, title).await? {
         Form::Fragmented(f) => fragmented_playlist(&f, which)?,
-        Form::Ranges { segments, uri } => match which {
-            Playlist::Media => fjord_proto::hls::media_playlist(&segments, &uri),
-            Playlist::IFrames => {
-                let why = "I-frame playlists are built for MP4 titles; a TS title's index does \
-                           not know where its key frames end";
-                return Err((404, why.to_owned()));
+        Form::Ranges {
+            segments,
+            uri,
+            title,
+        } => {
+            // Every key frame's records may be read from the disk.
+            let u = uri.clone();
+            let frames = tokio::task::spawn_blocking(move || ts_i_frames(&title, &u))
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            match which {
+                Playlist::Media => fjord_proto::hls::media_playlist(&segments, &uri),
+                Playlist::IFrames if frames.is_empty() => {
+                    let why = "this title's index does not say where its key frames end: \
+                               ingest it again (fjord ingest) for an I-frame playlist";
+                    return Err((404, why.to_owned()));
+                }
+                Playlist::IFrames => fjord_proto::hls::i_frame_playlist(&frames, None),
+                Playlist::Multivariant => {
+                    let variant = Variant {
+                        i_frames: (!frames.is_empty()).then(|| {
+                            let bps = fjord_proto::hls::i_frame_bandwidth(&frames);
+                            // (The TS index keeps no codec parameters.)
+                            ("iframes.m3u8".to_owned(), bps, String::new())
+                        }),
+                        ..Variant::default()
+                    };
+                    fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &variant)
+                }
             }
-            Playlist::Multivariant => fjord_proto::hls::multivariant_playlist(
-                &segments,
-                "media.m3u8",
-                &Variant::default(),
-            ),
-        },
+        }
     })
+}
+
+/// A TS title's key frames: from each random access point's packet (its
+/// PAT) through the packet its key frame ends in, lasting until the next;
+/// none when ingest did not mark where key frames end.
+fn ts_i_frames(t: &Title, uri: &str) -> Option<Vec<IFrame>> {
+    let index = t.index();
+    let track = index.track(0)?;
+    let points: Vec<_> = track.sync_points().collect();
+    let mut frames = Vec::with_capacity(points.len());
+    for (i, p) in points.iter().enumerate() {
+        let next = points.get(i + 1);
+        let stop = next.map_or(track.packet_count(), |n| n.packet as usize);
+        let start = track.packet(p.packet as usize)?;
+        let Some(end) = (p.packet as usize..stop)
+            .filter_map(|k| track.packet(k))
+            .find(|r| r.flags & FLAG_KEY_FRAME_END != 0)
+        else {
+            continue;
+        };
+        let until = next.map_or(index.duration_ns(), |n| n.time_ns);
+        frames.push(IFrame {
+            uri: uri.to_owned(),
+            offset: start.offset,
+            len: end.file_end() - start.offset,
+            duration_ns: until.saturating_sub(p.time_ns),
+        });
+    }
+    Some(frames)
 }
 
 /// A playlist of a fragmented title.
@@ -114,7 +171,16 @@ fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> Result<String, (
             duration_ns: s.duration_ns,
         })
         .collect();
-    let key_frames: Vec<Option<u64>> = f.title.fragments.iter().map(|s| s.key_frame_end).collect();
+    let frames: Vec<IFrame> = (f.title.fragments.iter().enumerate())
+        .filter_map(|(i, s)| {
+            Some(IFrame {
+                uri: format!("seg-{i}.m4s"),
+                offset: 0,
+                len: s.key_frame_end?,
+                duration_ns: s.duration_ns,
+            })
+        })
+        .collect();
     let video = f.title.tracks.iter().find(|t| t.video);
     Ok(match which {
         Playlist::Media => match f.packed {
@@ -125,26 +191,15 @@ fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> Result<String, (
                 format!("seg-{i}.m4s")
             }),
         },
-        Playlist::IFrames if video.is_some() && key_frames.iter().any(Option::is_some) => {
-            fjord_proto::hls::i_frame_playlist(&segments, &key_frames, "init.mp4", |i| {
-                format!("seg-{i}.m4s")
-            })
+        Playlist::IFrames if video.is_some() && !frames.is_empty() => {
+            fjord_proto::hls::i_frame_playlist(&frames, Some("init.mp4"))
         }
         Playlist::IFrames => return Err((404, "this title has no video key frames".to_owned())),
         Playlist::Multivariant => {
-            let i_frames = video
-                .filter(|_| key_frames.iter().any(Option::is_some))
-                .map(|v| {
-                    let bps = segments
-                        .iter()
-                        .zip(&key_frames)
-                        .filter_map(|(s, k)| {
-                            Some(k.as_ref()? * 8 * 1_000_000_000 / s.duration_ns.max(1))
-                        })
-                        .max()
-                        .unwrap_or(0);
-                    ("iframes.m3u8".to_owned(), bps, v.codec.clone())
-                });
+            let i_frames = video.filter(|_| !frames.is_empty()).map(|v| {
+                let bps = fjord_proto::hls::i_frame_bandwidth(&frames);
+                ("iframes.m3u8".to_owned(), bps, v.codec.clone())
+            });
             let variant = Variant {
                 codecs: Some(f.title.codecs.clone()),
                 resolution: f.title.resolution,

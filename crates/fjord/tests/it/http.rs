@@ -437,6 +437,23 @@ fn hls_and_dash_of_a_ts_title_are_byte_ranges_of_the_file() {
     let played = run_bounded(gst, Duration::from_secs(60));
     assert!(played.status.success(), "playbin (DASH): {}", played.stderr);
 
+    // I-frames: every key frame, each range much less than its GOP.
+    let multivariant =
+        String::from_utf8_lossy(&curl(&[&format!("{base}/index.m3u8")]).stdout).into_owned();
+    assert!(
+        multivariant.contains(",URI=\"iframes.m3u8\""),
+        "{multivariant}"
+    );
+    let iframes =
+        String::from_utf8_lossy(&curl(&[&format!("{base}/iframes.m3u8")]).stdout).into_owned();
+    let (frames, bytes) = check_i_frames(&base, &iframes, &[]);
+    assert!(frames >= 9, "{iframes}");
+    assert!(
+        bytes < clip.len() as u64 / 3,
+        "I-frame ranges of {bytes} bytes in a {}-byte file",
+        clip.len()
+    );
+
     remux(&s, &["-an", "-c:v", "mpeg2video", "-f", "mpeg"], "clip.mpg");
     let ps = curl(&[
         "-w",
@@ -479,6 +496,31 @@ fn hls_and_dash_of_an_mp4_title_are_fragmented_mp4_of_the_file() {
     );
     let segments: Vec<&str> = playlist.lines().filter(|l| l.ends_with(".m4s")).collect();
     assert!(segments.len() >= 2, "{playlist}");
+    // ffprobe sees the codecs and the duration over HLS and DASH.
+    for manifest in ["index.m3u8", "manifest.mpd"] {
+        let mut probe = Command::new("ffprobe");
+        probe
+            .args([
+                "-v",
+                "error",
+                "-show_entries",
+                "stream=codec_name:format=duration",
+            ])
+            .args(["-of", "default=nw=1"])
+            .arg(format!("{base}/{manifest}"));
+        let out = run_bounded(probe, Duration::from_secs(30));
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            said.contains("codec_name=h264") && said.contains("codec_name=aac"),
+            "{manifest}: {said}"
+        );
+        let d: f64 = said
+            .lines()
+            .find_map(|l| l.strip_prefix("duration="))
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(0.0);
+        assert!((d - 10.0).abs() < 0.5, "{manifest}: duration {d}");
+    }
 
     // Each stream's packets, in order, as in the file (how the demuxers
     // interleave streams, and the times they give fragmented files, are
@@ -543,46 +585,7 @@ fn hls_and_dash_of_an_mp4_title_are_fragmented_mp4_of_the_file() {
         "{multivariant}"
     );
     let iframes = String::from_utf8(get("iframes.m3u8")).unwrap();
-    assert!(iframes.contains("#EXT-X-I-FRAMES-ONLY"), "{iframes}");
-    let init = get("init.mp4");
-    let dir = tempfile::tempdir().unwrap();
-    let mut lines = iframes.lines();
-    let mut checked = 0;
-    while let Some(line) = lines.next() {
-        let Some(range) = line.strip_prefix("#EXT-X-BYTERANGE:") else {
-            continue;
-        };
-        let (len, at) = range.split_once('@').unwrap();
-        let (len, at): (u64, u64) = (len.parse().unwrap(), at.parse().unwrap());
-        let uri = lines.next().unwrap();
-        let r = format!("{at}-{}", at + len - 1);
-        let bytes = curl(&["-r", &r, &format!("{base}/{uri}")]).stdout;
-        assert_eq!(bytes.len() as u64, len);
-        let file = dir.path().join(format!("iframe{checked}.mp4"));
-        fs::write(&file, [init.clone(), bytes].concat()).unwrap();
-        let mut probe = Command::new("ffprobe");
-        probe
-            .args([
-                "-v",
-                "error",
-                "-select_streams",
-                "v:0",
-                "-show_entries",
-                "frame=key_frame",
-            ])
-            .args(["-of", "csv=p=0", "-read_intervals", "%+#1"])
-            .arg(&file);
-        let out = run_bounded(probe, Duration::from_secs(30));
-        // (ffprobe also says the file is partial: the moof names samples
-        // past the range.)
-        let first = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .map(str::to_owned);
-        let key = first.as_deref().map(|f| f.trim_end_matches(','));
-        assert_eq!(key, Some("1"), "{uri} {r}: {}", out.stderr);
-        checked += 1;
-    }
+    let (checked, _) = check_i_frames(&base, &iframes, &get("init.mp4"));
     assert_eq!(checked, segments.len(), "an I-frame per segment");
 
     let whole = get(segments[1]);
@@ -662,4 +665,51 @@ fn hls_of_adts_and_mp3_titles_is_packed_audio() {
         assert_eq!(dash.stdout, b"415");
     }
     s.assert_healthy();
+}
+
+/// Fetches every byte range an I-frame playlist of `base` lists and has
+/// ffprobe decode the first video frame of `init` followed by it: a key
+/// frame. Returns how many and their bytes.
+fn check_i_frames(base: &str, playlist: &str, init: &[u8]) -> (usize, u64) {
+    assert!(playlist.contains("#EXT-X-I-FRAMES-ONLY"), "{playlist}");
+    let dir = tempfile::tempdir().unwrap();
+    let (mut checked, mut bytes) = (0, 0);
+    let mut lines = playlist.lines();
+    while let Some(line) = lines.next() {
+        let Some(range) = line.strip_prefix("#EXT-X-BYTERANGE:") else {
+            continue;
+        };
+        let (len, at) = range.split_once('@').unwrap();
+        let (len, at): (u64, u64) = (len.parse().unwrap(), at.parse().unwrap());
+        let uri = lines.next().unwrap();
+        let r = format!("{at}-{}", at + len - 1);
+        let got = curl(&["-r", &r, &format!("{base}/{uri}")]).stdout;
+        assert_eq!(got.len() as u64, len);
+        let file = dir.path().join(format!("iframe{checked}"));
+        fs::write(&file, [init, &got[..]].concat()).unwrap();
+        let mut probe = Command::new("ffprobe");
+        probe
+            .args([
+                "-v",
+                "error",
+                "-select_streams",
+                "v:0",
+                "-show_entries",
+                "frame=key_frame",
+            ])
+            .args(["-of", "csv=p=0", "-read_intervals", "%+#1"])
+            .arg(&file);
+        let out = run_bounded(probe, Duration::from_secs(30));
+        // (ffprobe may also say the file is partial: a moof names samples
+        // past the range.)
+        let first = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .map(str::to_owned);
+        let key = first.as_deref().map(|f| f.trim_end_matches(','));
+        assert_eq!(key, Some("1"), "{uri} {r}: {}", out.stderr);
+        checked += 1;
+        bytes += len;
+    }
+    (checked, bytes)
 }
