@@ -22,6 +22,8 @@ pub use crate::plan::{
 /// Size of an MPEG-TS packet; fjord serves 188-byte packets only (not 192/204).
 pub const TS_PACKET_LEN: usize = 188;
 
+pub mod params;
+
 const SYNC: u8 = 0x47;
 /// Consecutive sync bytes (at 188-byte spacing) that establish sync.
 const SYNC_RUN: usize = 5;

@@ -600,7 +600,7 @@ fn codec_name(data: &[u8], s: &Source) -> Result<String, FormatError> {
 
 /// ISO 14496-15 Annex E: `hvc1.[space]profile.compat.tier level.constraints`
 /// from the first 13 bytes of `hvcC`.
-fn hevc_codec_name(fourcc: &str, b: &[u8]) -> String {
+pub(crate) fn hevc_codec_name(fourcc: &str, b: &[u8]) -> String {
     let space = ["", "A", "B", "C"][usize::from(b[1] >> 6)];
     let tier = if b[1] & 0x20 != 0 { 'H' } else { 'L' };
     let profile = b[1] & 0x1f;

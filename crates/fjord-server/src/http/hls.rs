@@ -99,13 +99,21 @@ pub(crate) async fn playlist(
             uri,
             title,
         } => {
-            // Every key frame's records may be read from the disk.
+            // Every key frame's records, and the bytes the codecs are read
+            // from, may be read from the disk.
             let u = uri.clone();
-            let frames = tokio::task::spawn_blocking(move || ts_i_frames(&title, &u))
-                .await
-                .ok()
-                .flatten()
-                .unwrap_or_default();
+            let want_params = which == Playlist::Multivariant;
+            let (frames, params) = tokio::task::spawn_blocking(move || {
+                let frames = ts_i_frames(&title, &u).unwrap_or_default();
+                let params = if want_params {
+                    ts_params(&title)
+                } else {
+                    Default::default()
+                };
+                (frames, params)
+            })
+            .await
+            .unwrap_or_default();
             match which {
                 Playlist::Media => fjord_proto::hls::media_playlist(&segments, &uri),
                 Playlist::IFrames if frames.is_empty() => {
@@ -115,13 +123,16 @@ pub(crate) async fn playlist(
                 }
                 Playlist::IFrames => fjord_proto::hls::i_frame_playlist(&frames, None),
                 Playlist::Multivariant => {
+                    let video = params.codecs.as_deref().and_then(|c| c.split(',').next());
                     let variant = Variant {
                         i_frames: (!frames.is_empty()).then(|| {
                             let bps = fjord_proto::hls::i_frame_bandwidth(&frames);
-                            // (The TS index keeps no codec parameters.)
-                            ("iframes.m3u8".to_owned(), bps, String::new())
+                            let codec = video.unwrap_or_default().to_owned();
+                            ("iframes.m3u8".to_owned(), bps, codec)
                         }),
-                        ..Variant::default()
+                        codecs: params.codecs.clone(),
+                        resolution: params.resolution,
+                        frame_rate: params.frame_rate,
                     };
                     fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &variant)
                 }
@@ -157,6 +168,27 @@ fn ts_i_frames(t: &Title, uri: &str) -> Option<Vec<IFrame>> {
         });
     }
     Some(frames)
+}
+
+/// What a TS title's playlist names of its codecs: read from the first
+/// bytes at its first key frame (the PAT, PMT, the key frame's parameter
+/// sets and the first audio frames lie there).
+fn ts_params(t: &Title) -> fjord_media::ts::params::Params {
+    /// Enough for the key frame and an audio PES of every stream.
+    const READ: u64 = 256 << 10;
+    let at = (t.index().track(0))
+        .and_then(|k| Some(k.packet(k.sync_points().nth(1)?.packet as usize)?.offset))
+        .unwrap_or(0);
+    let len = READ.min(t.media_len().saturating_sub(at)) as usize;
+    let mut buf = vec![0u8; len];
+    let Ok(file) = t.fd().try_clone_to_owned().map(std::fs::File::from) else {
+        return Default::default();
+    };
+    use std::os::unix::fs::FileExt;
+    match file.read_exact_at(&mut buf, at) {
+        Ok(()) => fjord_media::ts::params::params(&buf),
+        Err(_) => Default::default(),
+    }
 }
 
 /// A playlist of a fragmented title.

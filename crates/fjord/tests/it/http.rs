@@ -444,6 +444,13 @@ fn hls_and_dash_of_a_ts_title_are_byte_ranges_of_the_file() {
         multivariant.contains(",URI=\"iframes.m3u8\""),
         "{multivariant}"
     );
+    // The codecs as ffprobe names the clip's (H.264 High, AAC-LC), read
+    // from its first key frame.
+    assert!(
+        multivariant.contains(",CODECS=\"avc1.64")
+            && multivariant.contains(",mp4a.40.2\",RESOLUTION=640x360,FRAME-RATE=25.000"),
+        "{multivariant}"
+    );
     let iframes =
         String::from_utf8_lossy(&curl(&[&format!("{base}/iframes.m3u8")]).stdout).into_owned();
     let (frames, bytes) = check_i_frames(&base, &iframes, &[]);
