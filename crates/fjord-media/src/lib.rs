@@ -5,7 +5,9 @@
 //! [`ingest`] glues the two to the filesystem. Serving never parses media: it
 //! reads records from the index and sends byte ranges of the media file.
 //! [`mp4::fragments`] reads an MP4's `moov` (never its samples) into the
-//! fragmented MP4 that HLS and DASH serve: generated heads and byte ranges.
+//! fragmented MP4 that HLS and DASH serve: generated heads and byte ranges;
+//! [`ts::params`] reads the codec facts an HLS playlist names from a TS's
+//! first key frame.
 
 pub mod aac;
 pub mod ac3;

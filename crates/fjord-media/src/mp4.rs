@@ -325,11 +325,7 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
                 .to_owned(),
         ));
     }
-    let mvhd = child(data, moov, b"mvhd")?.ok_or_else(|| invalid("no 'mvhd' box"))?;
-    let mut r = Reader::new(data, mvhd, "mvhd");
-    let v = r.version()?;
-    r.bytes(if v == 1 { 16 } else { 8 })?;
-    let movie_timescale = r.u32()?;
+    let movie_timescale = movie_timescale(data, moov)?;
 
     let mut warnings = Vec::new();
     let mut truncated = 0u64;
@@ -398,6 +394,16 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
         ts_per_rtp: 0,
         report,
     })
+}
+
+/// The timescale of the movie's own timeline (`mvhd`), in which edit
+/// lists count.
+fn movie_timescale(data: &[u8], moov: BoxRef) -> Result<u32, FormatError> {
+    let mvhd = child(data, moov, b"mvhd")?.ok_or_else(|| invalid("no 'mvhd' box"))?;
+    let mut r = Reader::new(data, mvhd, "mvhd");
+    let v = r.version()?;
+    r.bytes(if v == 1 { 16 } else { 8 })?;
+    r.u32()
 }
 
 /// One `trak`: codec, timing and sample table; `None` for tracks that are

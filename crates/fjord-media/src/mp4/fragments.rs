@@ -15,7 +15,9 @@
 //! tracks are those RTSP serves (H.264, H.265, AAC, Opus), in the same
 //! order.
 
-use super::{BoxRef, Boxes, Codec, NS, Reader, Sample, Track, child, invalid, read_track};
+use super::{
+    BoxRef, Boxes, Codec, NS, Reader, Sample, Track, child, invalid, movie_timescale, read_track,
+};
 use crate::format::FormatError;
 
 /// A piece of a segment: bytes made here, or bytes of the source file.
@@ -105,11 +107,7 @@ pub fn fragment(
         .filter_map(Result::ok)
         .find(|b| &b.kind == b"moov")
         .ok_or_else(|| invalid("no 'moov' box"))?;
-    let mvhd = child(data, moov, b"mvhd")?.ok_or_else(|| invalid("no 'mvhd' box"))?;
-    let mut r = Reader::new(data, mvhd, "mvhd");
-    let v = r.version()?;
-    r.bytes(if v == 1 { 16 } else { 8 })?;
-    let movie_timescale = r.u32()?;
+    let movie_timescale = movie_timescale(data, moov)?;
     let mut sources = Vec::new();
     let (mut warnings, mut truncated) = (Vec::new(), 0);
     for trak in Boxes::of(data, moov) {

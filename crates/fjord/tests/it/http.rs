@@ -397,11 +397,7 @@ fn hls_and_dash_of_a_ts_title_are_byte_ranges_of_the_file() {
     assert!(over_hls.lines().filter(|l| !l.starts_with('#')).count() > 200);
     assert_eq!(over_hls, frames(media().clip.to_str().unwrap()));
 
-    let mut gst = Command::new("gst-launch-1.0");
-    gst.args(["-q", "playbin", &format!("uri={base}/index.m3u8")])
-        .args(["video-sink=fakesink", "audio-sink=fakesink"]);
-    let played = run_bounded(gst, Duration::from_secs(60));
-    assert!(played.status.success(), "playbin: {}", played.stderr);
+    plays_to_the_end(&format!("{base}/index.m3u8"));
 
     // DASH of the same byte ranges.
     let mpd =
@@ -431,11 +427,7 @@ fn hls_and_dash_of_a_ts_title_are_byte_ranges_of_the_file() {
         over_dash == packets(frames(media().clip.to_str().unwrap())),
         "DASH packets differ"
     );
-    let mut gst = Command::new("gst-launch-1.0");
-    gst.args(["-q", "playbin", &format!("uri={base}/manifest.mpd")])
-        .args(["video-sink=fakesink", "audio-sink=fakesink"]);
-    let played = run_bounded(gst, Duration::from_secs(60));
-    assert!(played.status.success(), "playbin (DASH): {}", played.stderr);
+    plays_to_the_end(&format!("{base}/manifest.mpd"));
 
     // I-frames: every key frame, each range much less than its GOP.
     let multivariant =
@@ -558,11 +550,7 @@ fn hls_and_dash_of_an_mp4_title_are_fragmented_mp4_of_the_file() {
     assert!(hash_and_size(&over_hls).len() > 200);
     same(&hash_and_size(&over_hls), &hash_and_size(&from_file), "HLS");
 
-    let mut gst = Command::new("gst-launch-1.0");
-    gst.args(["-q", "playbin", &format!("uri={base}/index.m3u8")])
-        .args(["video-sink=fakesink", "audio-sink=fakesink"]);
-    let played = run_bounded(gst, Duration::from_secs(60));
-    assert!(played.status.success(), "playbin: {}", played.stderr);
+    plays_to_the_end(&format!("{base}/index.m3u8"));
 
     // DASH: a representation per track, the same packets.
     let mpd = String::from_utf8(get("manifest.mpd")).unwrap();
@@ -579,11 +567,7 @@ fn hls_and_dash_of_an_mp4_title_are_fragmented_mp4_of_the_file() {
             stream,
         );
     }
-    let mut gst = Command::new("gst-launch-1.0");
-    gst.args(["-q", "playbin", &format!("uri={base}/manifest.mpd")])
-        .args(["video-sink=fakesink", "audio-sink=fakesink"]);
-    let played = run_bounded(gst, Duration::from_secs(60));
-    assert!(played.status.success(), "playbin (DASH): {}", played.stderr);
+    plays_to_the_end(&format!("{base}/manifest.mpd"));
 
     // The I-frame playlist: each byte range, after the init segment, is a
     // file whose first video frame ffmpeg decodes as a key frame.
@@ -657,11 +641,7 @@ fn hls_of_adts_and_mp3_titles_is_packed_audio() {
             over_hls.len(),
             from_file.len()
         );
-        let mut gst = Command::new("gst-launch-1.0");
-        gst.args(["-q", "playbin", &format!("uri={base}/index.m3u8")])
-            .args(["video-sink=fakesink", "audio-sink=fakesink"]);
-        let played = run_bounded(gst, Duration::from_secs(60));
-        assert!(played.status.success(), "playbin {name}: {}", played.stderr);
+        plays_to_the_end(&format!("{base}/index.m3u8"));
         let dash = curl(&[
             "-o",
             "/dev/null",
@@ -719,4 +699,13 @@ fn check_i_frames(base: &str, playlist: &str, init: &[u8]) -> (usize, u64) {
         bytes += len;
     }
     (checked, bytes)
+}
+
+/// GStreamer's playbin plays `uri` (HLS or DASH) to its end.
+fn plays_to_the_end(uri: &str) {
+    let mut gst = Command::new("gst-launch-1.0");
+    gst.args(["-q", "playbin", &format!("uri={uri}")])
+        .args(["video-sink=fakesink", "audio-sink=fakesink"]);
+    let played = run_bounded(gst, Duration::from_secs(60));
+    assert!(played.status.success(), "playbin {uri}: {}", played.stderr);
 }
