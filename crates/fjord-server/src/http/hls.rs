@@ -98,45 +98,60 @@ pub(crate) async fn playlist(
             segments,
             uri,
             title,
-        } => {
-            // Every key frame's records, and the bytes the codecs are read
-            // from, may be read from the disk.
-            let u = uri.clone();
-            let want_params = which == Playlist::Multivariant;
-            let (frames, params) = tokio::task::spawn_blocking(move || {
-                let frames = ts_i_frames(&title, &u).unwrap_or_default();
-                let params = if want_params {
-                    ts_params(&title)
-                } else {
-                    Default::default()
-                };
-                (frames, params)
-            })
-            .await
-            .unwrap_or_default();
-            match which {
-                Playlist::Media => fjord_proto::hls::media_playlist(&segments, &uri),
-                Playlist::IFrames if frames.is_empty() => {
-                    let why = "this title's index does not say where its key frames end: \
-                               ingest it again (fjord ingest) for an I-frame playlist";
-                    return Err((404, why.to_owned()));
-                }
-                Playlist::IFrames => fjord_proto::hls::i_frame_playlist(&frames, None),
-                Playlist::Multivariant => {
-                    let video = params.codecs.as_deref().and_then(|c| c.split(',').next());
-                    let variant = Variant {
-                        i_frames: (!frames.is_empty()).then(|| {
-                            let bps = fjord_proto::hls::i_frame_bandwidth(&frames);
-                            let codec = video.unwrap_or_default().to_owned();
-                            ("iframes.m3u8".to_owned(), bps, codec)
-                        }),
-                        codecs: params.codecs.clone(),
-                        resolution: params.resolution,
-                        frame_rate: params.frame_rate,
-                    };
-                    fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &variant)
-                }
-            }
+        } => ts_playlist(&segments, &uri, title, which).await?,
+    })
+}
+
+/// A playlist of a TS title whose segments are `segments` of the file at
+/// `uri`.
+async fn ts_playlist(
+    segments: &[Segment],
+    uri: &str,
+    title: Arc<Title>,
+    which: Playlist,
+) -> Result<String, (u16, String)> {
+    if which == Playlist::Media {
+        return Ok(fjord_proto::hls::media_playlist(segments, uri));
+    }
+    // Every key frame's records, and the bytes the codecs are read from,
+    // may be read from the disk.
+    let u = uri.to_owned();
+    let (frames, params) = tokio::task::spawn_blocking(move || {
+        let frames = ts_i_frames(&title, &u).unwrap_or_default();
+        let params = match which {
+            Playlist::Multivariant => ts_params(&title),
+            _ => Default::default(),
+        };
+        (frames, params)
+    })
+    .await
+    .unwrap_or_default();
+    Ok(match which {
+        Playlist::IFrames if frames.is_empty() => {
+            let why = "this title's index does not say where its key frames end: \
+                       ingest it again (fjord ingest) for an I-frame playlist";
+            return Err((404, why.to_owned()));
+        }
+        Playlist::IFrames => fjord_proto::hls::i_frame_playlist(&frames, None),
+        _ => {
+            let codecs = params.codecs.as_deref().unwrap_or_default();
+            let video = codecs
+                .split(',')
+                .find(|c| c.starts_with("avc") || c.starts_with("hvc"));
+            let variant = Variant {
+                i_frames: (!frames.is_empty()).then(|| {
+                    let bps = fjord_proto::hls::i_frame_bandwidth(&frames);
+                    (
+                        "iframes.m3u8".to_owned(),
+                        bps,
+                        video.unwrap_or_default().to_owned(),
+                    )
+                }),
+                codecs: params.codecs.clone(),
+                resolution: params.resolution,
+                frame_rate: params.frame_rate,
+            };
+            fjord_proto::hls::multivariant_playlist(segments, "media.m3u8", &variant)
         }
     })
 }
