@@ -98,6 +98,8 @@ pub(crate) struct Session {
     /// When the latest PLAY started the session (its first packet's delay
     /// after it is logged when long).
     started: Option<Instant>,
+    /// Times the first packet of the latest PLAY was not resident yet.
+    start_waits: u32,
 }
 
 struct Repair {
@@ -178,6 +180,7 @@ impl Session {
             readahead: None,
             starting: false,
             started: None,
+            start_waits: 0,
         }
     }
 
@@ -225,6 +228,9 @@ impl Session {
     fn not_ready(&mut self, p: &mut Pacing) -> Option<Instant> {
         p.stats.not_ready += 1;
         let retry = p.now + NOT_READY_RETRY;
+        if self.starting {
+            self.start_waits += 1;
+        }
         if self.starting
             && let State::Playing { origin_ns, .. } = self.state
         {
@@ -401,6 +407,7 @@ impl Session {
         self.next_report = at;
         self.starting = true;
         self.started = Some(at);
+        self.start_waits = 0;
         self.tell_storage(Mode::Playing);
     }
 
