@@ -61,6 +61,16 @@ fn curl_downloads_a_title_whole_and_by_range() {
     );
 
     let size = clip_bytes().len();
+    // The first bytes, the last (a suffix) and from a point to the end.
+    let ranges = [
+        ("0-999".to_owned(), 0..1000),
+        ("-1000".to_owned(), size - 1000..size),
+        (format!("{}-", size - 1500), size - 1500..size),
+    ];
+    for (r, want) in ranges {
+        let got = curl(&["-r", &r, &url]);
+        assert!(got.stdout == clip_bytes()[want], "range {r} differs");
+    }
     let past = curl(&[
         "-r",
         &format!("{size}-"),
