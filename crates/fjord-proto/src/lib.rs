@@ -9,10 +9,12 @@
 //! - [`rtp`]: the 12-byte RTP header (hot path) and a parser for clients.
 //! - [`rtcp`]: sender reports out, receiver reports in.
 //! - [`http`]: HTTP/1.1 downloads: a request head in, the response's head
-//!   and the byte range of the file its body is out.
+//!   and the byte range of the file its body is out; CORS preflights.
 //! - [`hls`]: HLS playlists: a stored MPEG-TS title as byte ranges of it,
-//!   an MP4 title as fragmented MP4.
-//! - [`dash`]: the DASH manifest of a fragmented MP4 title.
+//!   an MP4 title as fragmented MP4, ADTS/MP3 as packed audio (and the ID3
+//!   tag each such segment begins with); I-frame playlists.
+//! - [`dash`]: DASH manifests: a fragmented MP4 title, a TS title as byte
+//!   ranges.
 
 pub mod dash;
 pub mod hls;

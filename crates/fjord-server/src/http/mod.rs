@@ -1,10 +1,12 @@
 //! HTTP/1.1 downloads beside RTSP (`http_port`): a title's file, whole or a
 //! byte range, from the same roots and by the same names as
-//! `rtsp://HOST/NAME`, HLS of TS and MP4 titles (`NAME/index.m3u8`,
-//! [`hls`], [`fmp4`]) and DASH of MP4 titles (`NAME/manifest.mpd`,
-//! [`dash`]). Each request is planned without I/O
+//! `rtsp://HOST/NAME`; HLS of TS, MP4, ADTS and MP3 titles
+//! (`NAME/index.m3u8`, [`hls`], [`fmp4`], [`packed`]) and DASH of TS and
+//! MP4 titles (`NAME/manifest.mpd`, [`dash`]); [`routes`] names what a
+//! path asks for. Each request is planned without I/O
 //! ([`fjord_proto::http`]); file bytes go by `sendfile` from the file,
-//! never through user space.
+//! never through user space, and only playlists and segment heads are
+//! made here. Every response allows the configured origin (CORS).
 //!
 //! Downloads are bulk I/O: each piece not in the page cache is read into
 //! it first, on a blocking thread, in bounded requests and after the
