@@ -51,6 +51,8 @@ pub struct Round {
     pub case: &'static str,
     pub server: &'static str,
     pub bytes: u64,
+    /// Responses received whole.
+    pub requests: u64,
     pub cpu: Duration,
     pub wall: Duration,
 }
@@ -61,6 +63,9 @@ impl Round {
     }
     pub fn gbit_s(&self) -> f64 {
         self.bytes as f64 * 8.0 / 1e9 / self.wall.as_secs_f64()
+    }
+    pub fn requests_s(&self) -> f64 {
+        self.requests as f64 / self.wall.as_secs_f64()
     }
 }
 
@@ -287,7 +292,7 @@ fn client(
     gets: &[Get],
     first: usize,
     stop: &AtomicBool,
-    bytes: &AtomicU64,
+    (bytes, requests): (&AtomicU64, &AtomicU64),
 ) -> anyhow::Result<()> {
     let mut c = TcpStream::connect(("127.0.0.1", port))?;
     let mut buf = vec![0u8; 256 * 1024];
@@ -338,6 +343,7 @@ fn client(
             bytes.fetch_add(n as u64, Ordering::Relaxed);
             left -= n as u64;
         }
+        requests.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
 }
@@ -377,15 +383,15 @@ fn round(
     name: &'static str,
     (case, gets): (&'static str, &[Get]),
 ) -> anyhow::Result<Round> {
-    let (stop, bytes) = (AtomicBool::new(false), AtomicU64::new(0));
+    let (stop, bytes, requests) = (AtomicBool::new(false), AtomicU64::new(0), AtomicU64::new(0));
     let cpu0 = server.cpu();
     let t0 = Instant::now();
     let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.clients)
             .map(|k| {
                 let first = k * gets.len() / cfg.clients.max(1);
-                let (stop, bytes) = (&stop, &bytes);
-                s.spawn(move || client(server.port, gets, first, stop, bytes))
+                let (stop, counts) = (&stop, (&bytes, &requests));
+                s.spawn(move || client(server.port, gets, first, stop, counts))
             })
             .collect();
         std::thread::sleep(Duration::from_secs(cfg.seconds));
@@ -403,6 +409,7 @@ fn round(
         case,
         server: name,
         bytes: bytes.load(Ordering::Relaxed),
+        requests: requests.load(Ordering::Relaxed),
         cpu,
         wall,
     })
@@ -615,18 +622,19 @@ pub fn markdown(cfg: &HttpConfig, command: &str, report: &HttpReport) -> String 
          in the page cache. Server CPU is user + system of the server's processes (nginx: \
          master and workers) from `/proc`; blocking-sendfile's is its connection threads' \
          own.\n\n\
-         | case | server | delivered | Gbit/s | server CPU | CPU s per GB |\n\
-         |---|---|---|---|---|---|\n",
+         | case | server | delivered | Gbit/s | requests/s | server CPU | CPU s per GB |\n\
+         |---|---|---|---|---|---|---|\n",
         cfg.clients, cfg.seconds, cfg.mb
     );
     for r in rounds {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.2} GB | {:.2} | {:.2} s | {:.3} |",
+            "| {} | {} | {:.2} GB | {:.2} | {:.0} | {:.2} s | {:.3} |",
             r.case,
             r.server,
             r.bytes as f64 / 1e9,
             r.gbit_s(),
+            r.requests_s(),
             r.cpu.as_secs_f64(),
             r.cpu_s_per_gb()
         );
@@ -640,14 +648,36 @@ pub fn markdown(cfg: &HttpConfig, command: &str, report: &HttpReport) -> String 
             });
         cpu / (bytes as f64 / 1e9).max(1e-9)
     };
-    md.push_str("\nOver all rounds, CPU s per GB:\n\n| case | fjord | nginx | fjord / nginx | blocking-sendfile |\n|---|---|---|---|---|\n");
+    let rate = |case: &str, name: &str| {
+        let (n, s) = rounds
+            .iter()
+            .filter(|r| r.case == case && r.server == name)
+            .fold((0u64, 0.0), |(n, s), r| {
+                (n + r.requests, s + r.wall.as_secs_f64())
+            });
+        n as f64 / s.max(1e-9)
+    };
+    md.push_str(
+        "\nOver all rounds, CPU s per GB (and requests/s):\n\n\
+         | case | fjord | nginx | fjord / nginx | blocking-sendfile |\n|---|---|---|---|---|\n",
+    );
     for case in ["whole", "hls-ranges", "hls-fmp4"] {
         let (f, n) = (total(case, "fjord"), total(case, "nginx"));
         let k = match case {
-            "whole" => format!("{:.3}", total(case, "blocking-sendfile")),
+            "whole" => format!(
+                "{:.3} ({:.0}/s)",
+                total(case, "blocking-sendfile"),
+                rate(case, "blocking-sendfile")
+            ),
             _ => "-".to_owned(),
         };
-        let _ = writeln!(md, "| {case} | {f:.3} | {n:.3} | {:.2} | {k} |", f / n);
+        let _ = writeln!(
+            md,
+            "| {case} | {f:.3} ({:.0}/s) | {n:.3} ({:.0}/s) | {:.2} | {k} |",
+            rate(case, "fjord"),
+            rate(case, "nginx"),
+            f / n
+        );
     }
     md.push_str(
         "\nblocking-sendfile is the bench's own server: one blocking `sendfile` of the whole \
