@@ -244,10 +244,21 @@ async fn segment(
     let (Some(entity), Some(parts)) = (f.entity(which), f.parts(which)) else {
         return (None, Response::error(404, "no such segment", close));
     };
-    let path = f.path.clone();
-    let file = match tokio::task::spawn_blocking(move || std::fs::File::open(path)).await {
-        Ok(Ok(file)) => file,
-        _ => return (None, Response::error(404, "no such title", close)),
+    let (path, etag) = (f.path.clone(), f.etag.clone());
+    // The file opened must be the one the segments were cut from (it may
+    // have been replaced since): its byte ranges are theirs.
+    let opened = tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::open(&path).ok()?;
+        let same = plan::Entity::of(&file.metadata().ok()?, "").etag == etag;
+        Some((file, same))
+    });
+    let file = match opened.await.ok().flatten() {
+        Some((file, true)) => file,
+        Some((_, false)) => {
+            let why = "the title changed while this segment was asked for; ask again";
+            return (None, Response::error(503, why, close));
+        }
+        None => return (None, Response::error(404, "no such title", close)),
     };
     let body = send::Body::parts(Arc::new(file), parts);
     (Some(body), plan::respond(req, &entity))
