@@ -104,6 +104,12 @@ struct Header {
     raw_blocks: u8,
 }
 
+/// The audio object type (ADTS profile + 1) of the ADTS frame at the start
+/// of `data`.
+pub(crate) fn adts_object_type(data: &[u8]) -> Option<u8> {
+    header_at(data, 0).map(|h| h.fixed.profile + 1)
+}
+
 fn header_at(data: &[u8], pos: usize) -> Option<Header> {
     let h = data.get(pos..pos + 7)?;
     // Sync word, layer 0 (MP3 has a non-zero layer).

@@ -400,7 +400,14 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
 /// lists count.
 fn movie_timescale(data: &[u8], moov: BoxRef) -> Result<u32, FormatError> {
     let mvhd = child(data, moov, b"mvhd")?.ok_or_else(|| invalid("no 'mvhd' box"))?;
-    let mut r = Reader::new(data, mvhd, "mvhd");
+    u32_after_times(data, mvhd, "mvhd")
+}
+
+/// The first field after a `mvhd`/`tkhd`/`mdhd` box's creation and
+/// modification times (32 or 64 bits each, by version): the movie's or
+/// media's timescale, or the track's ID.
+fn u32_after_times(data: &[u8], b: BoxRef, what: &'static str) -> Result<u32, FormatError> {
+    let mut r = Reader::new(data, b, what);
     let v = r.version()?;
     r.bytes(if v == 1 { 16 } else { 8 })?;
     r.u32()
@@ -428,10 +435,7 @@ fn read_track(
         return Ok(None);
     }
     let mdhd = child(data, mdia, b"mdhd")?.ok_or_else(|| invalid("track without 'mdhd'"))?;
-    let mut r = Reader::new(data, mdhd, "mdhd");
-    let v = r.version()?;
-    r.bytes(if v == 1 { 16 } else { 8 })?;
-    let timescale = r.u32()?;
+    let timescale = u32_after_times(data, mdhd, "mdhd")?;
     if timescale == 0 {
         return Err(invalid("track timescale is 0"));
     }

@@ -194,16 +194,28 @@ impl Response {
     /// A 200 with a body made here (a playlist) for `req`: the body only
     /// for GET.
     pub fn generated(req: &Request, content_type: &str, body: String) -> Response {
-        let mut headers = vec![("Content-Type", content_type.to_owned())];
+        let headers = vec![("Content-Type", content_type.to_owned())];
+        let mut r = Response::to(req, 200, headers, body);
+        r.head_only = req.method == Method::Head;
+        r
+    }
+
+    /// A response to `req` that keeps its connection as the request asks.
+    fn to(
+        req: &Request,
+        status: u16,
+        mut headers: Vec<(&'static str, String)>,
+        text: String,
+    ) -> Response {
         if req.keep_alive {
             headers.push(("Connection", "keep-alive".to_owned()));
         }
         Response {
-            status: 200,
+            status,
             headers,
             body: None,
-            text: body,
-            head_only: req.method == Method::Head,
+            text,
+            head_only: false,
             close: !req.keep_alive,
         }
     }
@@ -211,7 +223,7 @@ impl Response {
     /// The answer to an OPTIONS request (a CORS preflight): what a web
     /// player may ask for.
     pub fn preflight(req: &Request) -> Response {
-        let mut headers = vec![
+        let headers = vec![
             ("Allow", "GET, HEAD, OPTIONS".to_owned()),
             ("Access-Control-Allow-Methods", "GET, HEAD".to_owned()),
             (
@@ -220,17 +232,7 @@ impl Response {
             ),
             ("Access-Control-Max-Age", "86400".to_owned()),
         ];
-        if req.keep_alive {
-            headers.push(("Connection", "keep-alive".to_owned()));
-        }
-        Response {
-            status: 204,
-            headers,
-            body: None,
-            text: String::new(),
-            head_only: false,
-            close: !req.keep_alive,
-        }
+        Response::to(req, 204, headers, String::new())
     }
 
     /// Lets pages of `origin` (`*`: any) read this response, and the

@@ -16,7 +16,8 @@
 //! order.
 
 use super::{
-    BoxRef, Boxes, Codec, NS, Reader, Sample, Track, child, invalid, movie_timescale, read_track,
+    BoxRef, Boxes, Codec, NS, Sample, Track, child, invalid, movie_timescale, read_track,
+    u32_after_times,
 };
 use crate::format::FormatError;
 
@@ -182,10 +183,7 @@ fn is_video(t: &Track) -> bool {
 
 fn track_id(data: &[u8], trak: BoxRef) -> Result<u32, FormatError> {
     let tkhd = child(data, trak, b"tkhd")?.ok_or_else(|| invalid("track without 'tkhd'"))?;
-    let mut r = Reader::new(data, tkhd, "tkhd");
-    let v = r.version()?;
-    r.bytes(if v == 1 { 16 } else { 8 })?;
-    r.u32()
+    u32_after_times(data, tkhd, "tkhd")
 }
 
 /// Decode time of a sample on the title's timeline, ns.

@@ -9,6 +9,7 @@
 //! reads at most what it is given.
 
 use super::{TS_PACKET_LEN, parse_pat, psi_section};
+use crate::mpeg_audio::FrameHeader;
 
 /// The facts, each when known.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -68,13 +69,11 @@ pub fn params(data: &[u8]) -> Params {
         let name = match (stream_type, body) {
             (0x1b, Some(b)) => sps(b, 7).and_then(|s| h264(&s, &mut out)),
             (0x24, Some(b)) => sps(b, 33).and_then(|s| h265(&s, &mut out)),
-            (0x0f, Some(b)) if b.len() >= 3 && b[0] == 0xff && b[1] & 0xf0 == 0xf0 => {
-                Some(format!("mp4a.40.{}", (b[2] >> 6) + 1))
-            }
-            // MPEG audio layer III (layer bits 01).
-            (0x03 | 0x04, Some(b)) if b.len() >= 2 && b[0] == 0xff && b[1] & 0x06 == 0x02 => {
-                Some("mp4a.40.34".to_owned())
-            }
+            (0x0f, Some(b)) => crate::aac::adts_object_type(b).map(|aot| format!("mp4a.40.{aot}")),
+            (0x03 | 0x04, Some(b)) => (b.get(..4))
+                .and_then(|h| FrameHeader::parse(h.try_into().ok()?))
+                .filter(|h| h.layer == 3)
+                .map(|_| "mp4a.40.34".to_owned()),
             (0x81, _) => Some("ac-3".to_owned()),
             (0x87, _) => Some("ec-3".to_owned()),
             _ => None,

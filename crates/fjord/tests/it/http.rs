@@ -355,6 +355,18 @@ fn frames(input: &str) -> String {
     frames_of(input, "0")
 }
 
+/// Each packet of a framemd5 listing as its size and hash, in order.
+fn packet_hashes(framemd5: &str) -> Vec<String> {
+    framemd5
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let c: Vec<&str> = l.split(',').map(str::trim).collect();
+            c.get(4..6).map_or(String::new(), |c| c.join(" "))
+        })
+        .collect()
+}
+
 /// `ffmpeg -c copy -f framemd5` of the streams `map` of `input`.
 fn frames_of(input: &str, map: &str) -> String {
     let mut c = Command::new("ffmpeg");
@@ -416,18 +428,7 @@ fn hls_and_dash_of_a_ts_title_are_byte_ranges_of_the_file() {
     // ffmpeg 5.1's DASH demuxer reads a muxed TS representation as one
     // stream: the packets are compared as a set.
     let packets = |f: String| {
-        let mut p: Vec<String> = f
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(|l| {
-                l.split(',')
-                    .map(str::trim)
-                    .skip(4)
-                    .take(2)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect();
+        let mut p = packet_hashes(&f);
         p.sort();
         p
     };
@@ -629,21 +630,8 @@ fn hls_of_adts_and_mp3_titles_is_packed_audio() {
             b"ID3",
             "{name}: a segment begins with its timestamp tag"
         );
-        let packets = |f: String| -> Vec<String> {
-            f.lines()
-                .filter(|l| !l.starts_with('#'))
-                .map(|l| {
-                    l.split(',')
-                        .map(str::trim)
-                        .skip(4)
-                        .take(2)
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .collect()
-        };
-        let over_hls = packets(frames(&format!("{base}/index.m3u8")));
-        let from_file = packets(frames(s.media_root().join(name).to_str().unwrap()));
+        let over_hls = packet_hashes(&frames(&format!("{base}/index.m3u8")));
+        let from_file = packet_hashes(&frames(s.media_root().join(name).to_str().unwrap()));
         assert!(over_hls.len() > 300, "{name}: {} frames", over_hls.len());
         assert!(
             over_hls == from_file,
