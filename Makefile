@@ -12,24 +12,27 @@ HTTP_PORT ?= 8080
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav \
-	fuse3 python3-fusepy chromium
+	fuse3 python3-fusepy chromium python3-gi gir1.2-gstreamer-1.0
 
-.PHONY: test deps run build peers
+.PHONY: test deps run build peers live555
 
-# Installs ffmpeg, GStreamer (rtspsrc, rtpmp2tdepay), FUSE with
-# python3-fusepy (the disk-error tests' faulty filesystem) and chromium
-# only when missing; then the browser test's npm packages (hls.js,
+# Installs ffmpeg, GStreamer (rtspsrc, rtpmp2tdepay, Python bindings),
+# FUSE with python3-fusepy (the disk-error tests' faulty filesystem) and
+# chromium only when missing; live555's openRTSP (trick play) from
+# Debian sid's packages when missing; then the browser test's npm packages (hls.js,
 # dash.js, playwright-core; tests/browser/package-lock.json).
 deps:
 	@if ! command -v ffmpeg >/dev/null || ! command -v gst-launch-1.0 >/dev/null \
 	    || ! command -v fusermount3 >/dev/null || ! command -v chromium >/dev/null \
 	    || ! /usr/bin/python3 -c 'import fusepy' >/dev/null 2>&1 \
+	    || ! /usr/bin/python3 -c 'import gi; gi.require_version("Gst", "1.0")' >/dev/null 2>&1 \
 	    || ! gst-inspect-1.0 rtpmp2tdepay >/dev/null 2>&1 \
 	    || ! gst-inspect-1.0 rtspsrc >/dev/null 2>&1; then \
 	  echo "installing test peers: $(APT_PACKAGES)"; \
 	  $(SUDO) apt-get update && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PACKAGES); \
 	fi
+	@$(MAKE) --no-print-directory live555
 	@cmp -s tests/browser/package-lock.json tests/browser/node_modules/.installed-lock 2>/dev/null \
 	  || { npm ci --prefix tests/browser --no-audit --no-fund && \
 	       cp tests/browser/package-lock.json tests/browser/node_modules/.installed-lock; }
@@ -100,7 +103,11 @@ PEER_PACKAGES := ffmpeg nginx-light python3-gi gir1.2-gst-rtsp-server-1.0 gstrea
 peers:
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(PEER_PACKAGES)
-	@if ! command -v live555MediaServer >/dev/null; then \
+	@$(MAKE) --no-print-directory live555
+
+# live555MediaServer and openRTSP (livemedia-utils), when missing.
+live555:
+	@if ! command -v live555MediaServer >/dev/null || ! command -v openRTSP >/dev/null; then \
 	  if apt-cache policy livemedia-utils | grep -q 'Candidate: [0-9]'; then \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends livemedia-utils; \
 	  else \

@@ -2,8 +2,9 @@
 # live555MediaServer on Debian bookworm, which has no livemedia-utils: takes
 # the binary packages from Debian sid (apt-get download with a private
 # source list; the system's apt configuration is not touched), unpacks them
-# under /opt/live555 and puts a wrapper on the PATH as
-# /usr/local/bin/live555MediaServer.
+# under /opt/live555 and puts wrappers on the PATH as
+# /usr/local/bin/live555MediaServer and /usr/local/bin/openRTSP (the
+# trick-play tests' client).
 #
 # sid's build wants glibc 2.38 for two symbols only (__isoc23_strtol,
 # __isoc23_sscanf, C23's strtol/sscanf that also take 0b prefixes); the
@@ -34,15 +35,17 @@ done
 apt-get "${apt_opts[@]}" download "${pkgs[@]}" 2>&1 | grep -v unsandboxed || true
 mkdir -p "$prefix"
 for f in *.deb; do dpkg -x "$f" "$prefix"; done
-python3 "$here/weakver.py" "$prefix"/usr/bin/live555MediaServer "$prefix"/usr/lib/x86_64-linux-gnu/*.so.*.*
+python3 "$here/weakver.py" "$prefix"/usr/bin/live555MediaServer "$prefix"/usr/bin/openRTSP "$prefix"/usr/lib/x86_64-linux-gnu/*.so.*.*
 gcc -O2 -shared -fPIC -o "$prefix/libisoc23.so" "$here/isoc23.c"
-cat > /usr/local/bin/live555MediaServer <<WRAP
+for tool in live555MediaServer openRTSP; do
+  cat > "/usr/local/bin/$tool" <<WRAP
 #!/bin/sh
-# live555MediaServer from Debian sid's livemedia-utils, unpacked in $prefix
+# $tool from Debian sid's livemedia-utils, unpacked in $prefix
 # by bench/peers/live555-from-sid.sh.
 export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu
 export LD_PRELOAD=$prefix/libisoc23.so
-exec $prefix/usr/bin/live555MediaServer "\$@"
+exec $prefix/usr/bin/$tool "\$@"
 WRAP
-chmod +x /usr/local/bin/live555MediaServer
-echo "installed /usr/local/bin/live555MediaServer ($(ls "$work/debs" | grep livemedia-utils))"
+  chmod +x "/usr/local/bin/$tool"
+done
+echo "installed /usr/local/bin/live555MediaServer and openRTSP ($(ls "$work/debs" | grep livemedia-utils))"

@@ -500,6 +500,7 @@ fn run_once(
                 id,
                 start: Start::Resume,
                 until: Until::Previous,
+                scale: 1,
                 reply: Box::new(|_| {}),
             },
         );

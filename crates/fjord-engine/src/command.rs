@@ -7,6 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use crate::trick::MAX_SCALE;
 use crate::{Title, datapath::Counters};
 
 /// Everything the engine needs to stream one track to one client.
@@ -165,7 +166,16 @@ pub enum Command {
         id: u64,
         start: Start,
         until: Until,
+        /// RFC 2326 `Scale`: 1, or key frames only at that speed
+        /// (backwards when negative; at most [`MAX_SCALE`] either way).
+        scale: i32,
         reply: Box<dyn FnOnce(Option<PlayInfo>) + Send>,
+    },
+    /// Where session `id` stands on the title timeline now (for a PLAY
+    /// without a Range after trick play, which resumes there).
+    Position {
+        id: u64,
+        reply: Box<dyn FnOnce(Option<u64>) + Send>,
     },
     /// Start sending: packets sent at title time `origin_ns` are due at `at`.
     /// Every stream of an RTSP session gets the same clock, so their RTCP

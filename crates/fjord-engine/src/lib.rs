@@ -14,10 +14,12 @@ mod session;
 mod storage;
 mod thread;
 pub mod title;
+mod trick;
 mod wheel;
 
 pub use command::{
-    Command, LATE, Output, PlayInfo, RepairSpec, SessionSpec, Start, ThreadStats, UdpSocket, Until,
+    Command, LATE, MAX_SCALE, Output, PlayInfo, RepairSpec, SessionSpec, Start, ThreadStats,
+    UdpSocket, Until,
 };
 pub use thread::{Engine, EngineConfig};
 pub use title::{Title, VerifyError};

@@ -31,6 +31,7 @@ use crate::{
     command::{Output, RepairSpec, SessionSpec},
     datapath::{Batch, Packet},
     interleaved::{Connection, Frame, MAX_FRAMES},
+    trick::Trick,
 };
 
 /// After the last packet was due and after it actually left (a stalled
@@ -47,6 +48,7 @@ const SLOW_START_MS: f64 = 20.0;
 /// yet (the storage layer is reading it).
 const NOT_READY_RETRY: Duration = Duration::from_millis(2);
 
+#[derive(Clone, Copy)]
 enum State {
     /// Set up, paused, or positioned by PLAY and waiting for `Start`.
     Stopped,
@@ -65,6 +67,12 @@ pub(crate) struct Session {
     next: u32,
     /// Where playback stands on the title timeline while stopped.
     position_ns: u64,
+    /// Where the RTP clock stands while stopped (stream time): the
+    /// position, unless trick play ran the title at another speed.
+    clock_ns: u64,
+    /// Key frames only, at another speed (RFC 2326 `Scale`); boxed, since
+    /// few sessions play tricks.
+    trick: Option<Box<Trick>>,
     /// Where the PLAY stops: before this packet, at this time (`None`: at
     /// the end of the track).
     end: Option<(u32, u64)>,
@@ -167,6 +175,8 @@ impl Session {
             output: spec.output,
             next: 0,
             position_ns: 0,
+            clock_ns: 0,
+            trick: None,
             end: None,
             seq0: spec.seq0,
             prefab,
@@ -297,6 +307,9 @@ impl Session {
     /// the session sends repair packets: a burst of source packets ends there.
     fn block_end(&self) -> Option<usize> {
         self.repair.as_ref()?;
+        if self.trick.is_some() {
+            return None;
+        }
         let fec = self.title.fec(self.track)?;
         let b = fec.block_of(u64::from(self.next))?;
         usize::try_from(fec.block(b)?.packets().end).ok()
@@ -313,12 +326,78 @@ impl Session {
         self.title.index().track(self.track)
     }
 
-    /// One past the last packet this PLAY sends.
+    /// One past the last packet this PLAY sends (trick play ends a key
+    /// frame itself).
     fn count(&self) -> u32 {
         let all = self.track().map_or(0, |t| t.packet_count() as u32);
-        self.end.map_or(all, |(p, _)| p.min(all))
+        match self.trick {
+            Some(_) => all,
+            None => self.end.map_or(all, |(p, _)| p.min(all)),
+        }
     }
 
+    /// One past the last packet the next burst may take: the end of the
+    /// PLAY, or of the key frame being sent.
+    fn run_end(&self) -> usize {
+        match &self.trick {
+            Some(t) => t.limit().unwrap_or(self.next) as usize,
+            None => self.count() as usize,
+        }
+    }
+
+    /// Whether the PLAY has packets left to send.
+    fn more(&self) -> bool {
+        match &self.trick {
+            Some(t) => t.first_packet().is_some(),
+            None => self.next < self.count(),
+        }
+    }
+
+    /// Stream time packet `i` (record `rec`) is due.
+    #[inline]
+    fn due_ns(&self, i: u32, rec: &PacketRecord) -> u64 {
+        match &self.trick {
+            Some(t) => t.due_ns(i),
+            None => rec.send_time_ns,
+        }
+    }
+
+    /// Whether a burst must end after packet `i`: the last of a key frame
+    /// in trick play.
+    #[inline]
+    fn ends_burst(&self, i: u32, rec: &PacketRecord) -> bool {
+        self.trick.as_ref().is_some_and(|t| t.ends_frame(i, rec))
+    }
+
+    /// Stream time of the PLAY's last packet.
+    fn last_due_ns(&self) -> u64 {
+        match &self.trick {
+            Some(t) => t.last_due_ns(),
+            None => self.media_time(self.count().saturating_sub(1)).0,
+        }
+    }
+
+    /// Where playback stands on the title timeline at `now`.
+    pub(crate) fn position_at(&self, now: Instant) -> u64 {
+        match (self.state, &self.trick) {
+            (State::Playing { .. }, Some(t)) => t.npt(self.stream_ns(now)),
+            (State::Playing { .. }, None) => self.stream_ns(now).min(self.end_ns()),
+            (State::Stopped, _) => self.position_ns,
+            (State::Ended, Some(t)) => t.stop_ns(),
+            (State::Ended, None) => self.end_ns(),
+        }
+    }
+
+    /// Where the RTP clock stands at `now` (stream time).
+    fn stream_ns(&self, now: Instant) -> u64 {
+        match self.state {
+            State::Playing { t0, origin_ns } => {
+                origin_ns + now.saturating_duration_since(t0).as_nanos() as u64
+            }
+            State::Stopped => self.clock_ns,
+            State::Ended => self.last_due_ns(),
+        }
+    }
     fn end_ns(&self) -> u64 {
         self.end
             .map_or(self.title.index().duration_ns(), |(_, ns)| ns)
@@ -338,12 +417,29 @@ impl Session {
         }
     }
 
-    pub(crate) fn play(&mut self, start: Start, until: Until, now: Instant) -> PlayInfo {
+    pub(crate) fn play(
+        &mut self,
+        start: Start,
+        until: Until,
+        scale: i32,
+        now: Instant,
+    ) -> PlayInfo {
         match until {
             Until::Previous => {}
             Until::At { ns, packet } => self.end = Some((packet, ns)),
             Until::End => self.end = None,
         }
+        if scale != 1 {
+            return self.play_trick(start, scale, now);
+        }
+        // Back from trick play: on from the key frame it stands at.
+        let start = match (start, &self.trick) {
+            (Start::Resume, Some(_)) => Start::At {
+                ns: self.position_ns,
+                packet: self.next,
+            },
+            (start, _) => start,
+        };
         if let Start::At { ns, packet } = start {
             let all = self.track().map_or(0, |t| t.packet_count() as u32);
             let packet = packet.min(all);
@@ -352,11 +448,13 @@ impl Session {
             }
             self.next = packet;
             self.position_ns = ns;
+            self.clock_ns = ns;
             self.floor = self.next;
             if let Some(r) = &mut self.repair {
                 r.pending = None;
             }
         }
+        self.trick = None;
         self.state = State::Stopped;
         self.tell_storage(Mode::Starting);
         let clock = self.track().map_or(90_000, |t| t.clock_rate());
@@ -369,6 +467,63 @@ impl Session {
         }
     }
 
+    /// Positions the session for trick play at `scale` from `start` (where
+    /// it stands for [`Start::Resume`]); the stream goes on as after a seek.
+    fn play_trick(&mut self, start: Start, scale: i32, now: Instant) -> PlayInfo {
+        let at_ns = match start {
+            Start::At { ns, .. } => ns,
+            Start::Resume => self.position_ns,
+        };
+        let duration_ns = self.title.index().duration_ns();
+        let stop_ns = self.end.map(|(_, ns)| ns);
+        let trick = self.track().map(|t| {
+            let seq = self.seq0.wrapping_add(self.next as u16);
+            Trick::new(t, scale, at_ns, stop_ns, duration_ns, seq)
+        });
+        let Some(trick) = trick else {
+            return self.play(start, Until::Previous, 1, now);
+        };
+        let origin_ns = trick.origin_ns();
+        let first = trick.first_packet().unwrap_or(self.next);
+        if self.last_sent.is_some() {
+            self.splice(first, origin_ns, now);
+        }
+        let mut trick = Box::new(trick);
+        trick.seq = self.seq0.wrapping_add(first as u16);
+        self.next = first;
+        self.position_ns = origin_ns;
+        self.clock_ns = origin_ns;
+        self.floor = u32::MAX;
+        if let Some(r) = &mut self.repair {
+            r.pending = None;
+        }
+        if self.prefab {
+            self.prefab = false;
+            if let Some(r) = &self.readahead {
+                r.set_uses(self.uses(false));
+            }
+        }
+        let info = PlayInfo {
+            packet: first,
+            seq: trick.seq,
+            rtptime: self.ts0.wrapping_add(trick.rtp_ts()),
+            time_ns: origin_ns,
+            end_ns: trick.stop_ns(),
+        };
+        self.trick = Some(trick);
+        self.state = State::Stopped;
+        self.tell_storage(Mode::Starting);
+        info
+    }
+
+    /// The sequence number the next packet gets.
+    fn next_seq(&self) -> u16 {
+        match &self.trick {
+            Some(t) => t.seq,
+            None => self.seq0.wrapping_add(self.next as u16),
+        }
+    }
+
     /// A seek after packets have left continues the stream instead of
     /// jumping it: RFC 3550 receivers (ffmpeg among them) take a jump of
     /// the sequence numbers for a restart and drop what follows. Packet
@@ -378,18 +533,8 @@ impl Session {
     /// ones: the session builds its own from here.
     fn splice(&mut self, packet: u32, ns: u64, now: Instant) {
         let clock = self.track().map_or(90_000, |t| t.clock_rate());
-        let stands_ns = match self.state {
-            State::Playing { t0, origin_ns } => {
-                origin_ns + now.saturating_duration_since(t0).as_nanos() as u64
-            }
-            State::Stopped => self.position_ns,
-            State::Ended => self.end_ns(),
-        };
-        let cut = rtp_ticks(stands_ns, clock);
-        self.seq0 = self
-            .seq0
-            .wrapping_add(self.next as u16)
-            .wrapping_sub(packet as u16);
+        let cut = rtp_ticks(self.stream_ns(now), clock);
+        self.seq0 = self.next_seq().wrapping_sub(packet as u16);
         self.ts0 = self
             .ts0
             .wrapping_add(cut)
@@ -412,8 +557,9 @@ impl Session {
     }
 
     pub(crate) fn pause(&mut self, now: Instant) {
-        if let State::Playing { t0, origin_ns } = self.state {
-            self.position_ns = origin_ns + now.saturating_duration_since(t0).as_nanos() as u64;
+        if let State::Playing { .. } = self.state {
+            self.position_ns = self.position_at(now);
+            self.clock_ns = self.stream_ns(now);
             self.state = State::Stopped;
             self.tell_storage(Mode::Paused);
         }
@@ -480,16 +626,21 @@ impl Session {
             .block_end()
             .unwrap_or(usize::MAX)
             .min(ready)
-            .min(self.count() as usize);
+            .min(self.run_end());
         for i in self.next as usize..end {
             let Some(rec) = track.packet(i) else { break };
-            if rec.send_time_ns > limit_ns || batch.packets.len() - first >= MAX_BURST_PACKETS {
+            if self.due_ns(i as u32, &rec) > limit_ns
+                || batch.packets.len() - first >= MAX_BURST_PACKETS
+            {
                 break;
             }
             let Some(packet) = self.packet(&self.title, pt, &rec, i, prefab) else {
                 break;
             };
             batch.packets.push(packet);
+            if self.ends_burst(i as u32, &rec) {
+                break;
+            }
         }
         planned.source = batch.close_burst(first, rtp, *rtp_peer);
         planned
@@ -573,8 +724,18 @@ impl Session {
         }
         let (run1, run2) = title.runs(rec)?;
         let mut header = [0u8; rtp::RTP_HEADER_LEN];
-        let ts = self.ts0.wrapping_add(rec.rtp_ts);
-        let seq = self.seq0.wrapping_add(i as u16);
+        let (seq, ts) = match &self.trick {
+            Some(t) => {
+                let seq = t
+                    .seq
+                    .wrapping_add((i as u32).wrapping_sub(self.next) as u16);
+                (seq, self.ts0.wrapping_add(t.rtp_ts()))
+            }
+            None => (
+                self.seq0.wrapping_add(i as u16),
+                self.ts0.wrapping_add(rec.rtp_ts),
+            ),
+        };
         rtp::write_header(&mut header, pt, rec.marker(), seq, ts, self.ssrc);
         Some(
             Packet::new(&header, rec.prefix(), run1, title.fd(), rec.offset)
@@ -594,7 +755,7 @@ impl Session {
         if self.storage_failed() {
             return self.end_unreadable(p);
         }
-        if planned == Planned::default() && self.next < self.count() && self.ready() == 0 {
+        if planned == Planned::default() && self.more() && self.ready() == 0 {
             return self.not_ready(p);
         }
         if planned == Planned::default()
@@ -619,10 +780,7 @@ impl Session {
             self.state = State::Ended;
             return None;
         };
-        if planned == 0
-            && self.next < self.count()
-            && title.runs(&track.packet(self.next as usize)?).is_none()
-        {
+        if planned == 0 && self.more() && title.runs(&track.packet(self.next as usize)?).is_none() {
             tracing::warn!(
                 ssrc = self.ssrc,
                 "media file shrank under a playing session; stopping it"
@@ -665,7 +823,7 @@ impl Session {
                 return Some(retry_interleaved(conn, p));
             }
             let ready = self.ready();
-            if ready == 0 && self.next < self.count() {
+            if ready == 0 && self.more() {
                 return self.not_ready(p);
             }
             let ready = self.next as usize + ready as usize;
@@ -673,7 +831,7 @@ impl Session {
                 .block_end()
                 .unwrap_or(usize::MAX)
                 .min(ready)
-                .min(self.count() as usize);
+                .min(self.run_end());
             let mut packets: [Option<Packet<'_>>; MAX_FRAMES] = [None; MAX_FRAMES];
             let mut n = 0;
             while n < MAX_FRAMES && (self.next as usize + n) < end {
@@ -681,7 +839,7 @@ impl Session {
                 let Some(rec) = track.packet(i) else {
                     break;
                 };
-                if limit_ns.is_none_or(|l| rec.send_time_ns > l) {
+                if limit_ns.is_none_or(|l| self.due_ns(i as u32, &rec) > l) {
                     break;
                 }
                 let Some(packet) = self.packet(&title, pt, &rec, i, true) else {
@@ -697,6 +855,9 @@ impl Session {
                 };
                 packets[n] = Some(packet);
                 n += 1;
+                if self.ends_burst(i as u32, &rec) {
+                    break;
+                }
             }
             if n == 0 {
                 break;
@@ -778,12 +939,18 @@ impl Session {
         // Lateness of a packet: how far `now` is past its due time, i.e.
         // `elapsed` since `t0` less its send time after `origin_ns`.
         let elapsed = p.now.saturating_duration_since(t0);
-        for i in 0..sent {
-            if let Some(rec) = track.packet(self.next as usize + i) {
-                self.octets = self.octets.wrapping_add(rec.payload_len() as u32);
-                let after = Duration::from_nanos(rec.send_time_ns.saturating_sub(origin_ns));
-                p.stats.count(elapsed.saturating_sub(after));
-                self.encode_live(track, u64::from(self.next) + i as u64, &rec);
+        let mut jumped = false;
+        for k in 0..sent as u32 {
+            let i = self.next + k;
+            let Some(rec) = track.packet(i as usize) else {
+                continue;
+            };
+            self.octets = self.octets.wrapping_add(rec.payload_len() as u32);
+            let after = Duration::from_nanos(self.due_ns(i, &rec).saturating_sub(origin_ns));
+            p.stats.count(elapsed.saturating_sub(after));
+            match &mut self.trick {
+                Some(t) => jumped |= t.sent(track, i, t.ends_frame(i, &rec)),
+                None => self.encode_live(track, u64::from(i), &rec),
             }
         }
         if sent > 0 {
@@ -798,8 +965,14 @@ impl Session {
                 }
             }
         }
-        self.next += sent as u32;
         self.packets = self.packets.wrapping_add(sent as u32);
+        if let Some(t) = self.trick.as_ref().filter(|_| jumped) {
+            // On to the next key frame: a seek for the storage layer.
+            self.next = t.first_packet().unwrap_or(self.next + sent as u32);
+            self.tell_storage(Mode::Starting);
+            return;
+        }
+        self.next += sent as u32;
         let (Some(r), Some(fec)) = (&mut self.repair, self.title.fec(self.track)) else {
             return;
         };
@@ -858,19 +1031,21 @@ impl Session {
         if self.repair_pending().is_some() {
             return Some(p.now);
         }
-        let count = self.count();
-        let wake = if self.next < count && self.ready() == 0 {
+        let wake = if self.more() && self.ready() == 0 {
             // Not resident yet: its due time is in the index page that is not.
             p.now + NOT_READY_RETRY
-        } else if self.next < count {
+        } else if self.more() {
             // Wake a quarter burst before the next packet is due: it may
             // leave that early anyway, and a late wake-up (a busy CPU)
             // then costs slack instead of a late packet.
-            let (ns, _) = self.media_time(self.next);
+            let ns = match &self.trick {
+                Some(t) => t.due_ns(self.next),
+                None => self.media_time(self.next).0,
+            };
             let at = due(t0, origin_ns, ns);
             at.checked_sub(p.burst / 4).unwrap_or(at)
         } else {
-            let (last_ns, _) = self.media_time(count.saturating_sub(1));
+            let last_ns = self.last_due_ns();
             let last_left = self.last_sent.unwrap_or(p.now);
             let bye_at = due(t0, origin_ns, last_ns).max(last_left) + BYE_DELAY;
             if p.now >= bye_at {
@@ -1110,7 +1285,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        let info = s.play(Start::Resume, Until::Previous, Instant::now());
+        let info = s.play(Start::Resume, Until::Previous, 1, Instant::now());
         assert_eq!(
             (info.packet, info.seq, info.rtptime),
             (0, 65534, u32::MAX - 100)
@@ -1146,7 +1321,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        s.play(Start::Resume, Until::Previous, Instant::now());
+        s.play(Start::Resume, Until::Previous, 1, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         let late = t0 + Duration::from_millis(50);
@@ -1163,7 +1338,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        s.play(Start::Resume, Until::Previous, Instant::now());
+        s.play(Start::Resume, Until::Previous, 1, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         assert_eq!(tick(&mut s, t0, usize::MAX).0.len(), 2);
@@ -1174,7 +1349,7 @@ mod tests {
         );
 
         // Resumes where the clock stopped: packet 2 (due at 20 ms) is next.
-        let info = s.play(Start::Resume, Until::Previous, Instant::now());
+        let info = s.play(Start::Resume, Until::Previous, 1, Instant::now());
         assert_eq!((info.packet, info.seq, info.time_ns), (2, 0, 15 * MS));
         assert_eq!(info.rtptime, (u32::MAX - 100).wrapping_add(1350));
         let t1 = t0 + Duration::from_secs(2);
@@ -1194,6 +1369,7 @@ mod tests {
         let info = s.play(
             Start::at(&s.title.clone(), 0, 75 * MS),
             Until::Previous,
+            1,
             t1 + Duration::from_millis(25),
         );
         assert_eq!((info.packet, info.seq), (8, 65534u16.wrapping_add(4)));
@@ -1240,7 +1416,7 @@ mod tests {
                 },
                 "test",
             );
-            s.play(Start::Resume, Until::Previous, Instant::now());
+            s.play(Start::Resume, Until::Previous, 1, Instant::now());
             s
         };
         let t0 = Instant::now();
@@ -1325,14 +1501,14 @@ mod tests {
             ns: ms * MS,
             packet: (ms / 10) as u32,
         };
-        s.play(at(20), Until::Previous, Instant::now());
+        s.play(at(20), Until::Previous, 1, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 20 * MS);
         let (first, _) = tick(&mut s, t0, usize::MAX);
         assert_eq!(first.len(), 2, "packets 2 and 3 (the burst is 15 ms)");
         assert!(s.prefab, "a first PLAY at a position sends the packet file");
 
-        let info = s.play(at(80), Until::Previous, t0 + Duration::from_millis(20));
+        let info = s.play(at(80), Until::Previous, 1, t0 + Duration::from_millis(20));
         assert!(!s.prefab);
         assert_eq!((info.packet, info.seq), (8, ids.seq0.wrapping_add(4)));
         s.start(t0, 80 * MS);
@@ -1352,12 +1528,71 @@ mod tests {
     }
 
     #[test]
+    fn trick_play_sends_key_frames_and_the_stream_goes_on_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (media, index) = crate::trick::tests::gop_title(dir.path());
+        let title = Arc::new(Title::new(index, &media).unwrap());
+        let sync = |s: usize| title.index().track(0).unwrap().sync_point(s).unwrap();
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = session(title.clone(), &rtcp);
+        s.play(Start::Resume, Until::Previous, 1, Instant::now());
+        let t0 = Instant::now();
+        s.start(t0, 0);
+        let (first, _) = tick(&mut s, t0, usize::MAX);
+        assert_eq!(first.len(), 10, "the first key frame");
+
+        let at = |k: usize| Start::At {
+            ns: sync(k).time_ns,
+            packet: sync(k).packet,
+        };
+        let info = s.play(at(2), Until::End, 4, t0 + Duration::from_millis(20));
+        assert_eq!(
+            info.seq,
+            65534u16.wrapping_add(10),
+            "on from the last packet sent"
+        );
+        assert_eq!(info.time_ns, sync(2).time_ns);
+        let t1 = t0 + Duration::from_millis(40);
+        s.start(t1, info.time_ns);
+        let mut got = vec![];
+        for ms in (0..2_000).step_by(5) {
+            let (sent, _) = tick(&mut s, t1 + Duration::from_millis(ms), usize::MAX);
+            got.extend(sent.into_iter().map(|p| (ms, p)));
+        }
+        // Key frames 2..9 (10 packets each), a quarter second apart.
+        assert_eq!(got.len(), 80);
+        for (n, (ms, (seq, ts, payload))) in got.iter().enumerate() {
+            let (frame, k) = (2 + n / 10, n % 10);
+            let packet = sync(frame).packet as usize + k;
+            assert_eq!(payload[0], packet as u8, "packet {n}: key frame {frame}");
+            assert_eq!(*seq, info.seq.wrapping_add(n as u16));
+            let due_ms = (frame as u64 - 2) * 250;
+            assert!(
+                *ms + 15 >= due_ms && *ms <= due_ms + 250,
+                "{n} left at {ms}"
+            );
+            let ticks = (frame as u32 - 2) * 250 * 90;
+            assert_eq!(*ts, info.rtptime.wrapping_add(ticks));
+        }
+
+        // Back to every packet from 5 s: the numbers go on.
+        let back = s.play(at(5), Until::End, 1, t1 + Duration::from_secs(2));
+        assert_eq!(back.seq, info.seq.wrapping_add(80));
+        let t2 = t1 + Duration::from_secs(3);
+        s.start(t2, back.time_ns);
+        let (sent, _) = tick(&mut s, t2, usize::MAX);
+        let first = &sent[0];
+        assert_eq!((first.0, first.2[0]), (back.seq, sync(5).packet as u8));
+        assert_eq!(sent.len(), 10, "the key frame only (a 15 ms burst)");
+    }
+
+    #[test]
     fn end_of_stream_sends_a_sender_report_with_bye() {
         let dir = tempfile::tempdir().unwrap();
         let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
         rtcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let mut s = session(title(dir.path()), &rtcp);
-        s.play(Start::Resume, Until::Previous, Instant::now());
+        s.play(Start::Resume, Until::Previous, 1, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         let (all, wake) = tick(&mut s, t0 + Duration::from_millis(90), usize::MAX);
@@ -1393,6 +1628,7 @@ mod tests {
         let info = s.play(
             Start::at(&title, 0, 20 * MS),
             Until::at(&title, 0, 55 * MS),
+            1,
             Instant::now(),
         );
         assert_eq!((info.packet, info.end_ns), (2, 55 * MS));
@@ -1401,7 +1637,7 @@ mod tests {
         let (c, _) = tick(&mut s, t0, usize::MAX);
         assert_eq!(c.iter().map(|p| p.2[0]).collect::<Vec<_>>(), [2, 3]);
         s.pause(t0 + Duration::from_millis(12));
-        s.play(Start::Resume, Until::Previous, Instant::now());
+        s.play(Start::Resume, Until::Previous, 1, Instant::now());
         s.start(t0, 32 * MS);
         let late = t0 + Duration::from_secs(1);
         let (c, wake) = tick(&mut s, late, usize::MAX);
@@ -1417,7 +1653,7 @@ mod tests {
         });
         assert!(bye, "BYE at the range's end");
 
-        let info = s.play(Start::at(&title, 0, 70 * MS), Until::End, Instant::now());
+        let info = s.play(Start::at(&title, 0, 70 * MS), Until::End, 1, Instant::now());
         assert_eq!(info.end_ns, title.index().duration_ns());
         s.start(late, 70 * MS);
         let (c, _) = tick(&mut s, late + Duration::from_secs(1), usize::MAX);
@@ -1447,7 +1683,7 @@ mod tests {
                 rtcp_peer: rx.local_addr().unwrap(),
             },
         );
-        s.play(Start::Resume, Until::Previous, Instant::now());
+        s.play(Start::Resume, Until::Previous, 1, Instant::now());
         s.start(t0, 0);
         let mut batch = Batch::default();
         assert_eq!(
@@ -1491,7 +1727,7 @@ mod tests {
                 rtcp_channel: 1,
             },
         );
-        s.play(Start::Resume, Until::Previous, Instant::now());
+        s.play(Start::Resume, Until::Previous, 1, Instant::now());
         s.start(t0, 0);
         let mut stats = ThreadStats::default();
         let mut p = Pacing {
@@ -1581,7 +1817,7 @@ mod tests {
             let mut s = session(Arc::new(title), &rtcp);
             let spec = repair_spec(7, &rtcp);
             assert!(s.attach_repair(spec, "test"));
-            s.play(Start::Resume, Until::Previous, Instant::now());
+            s.play(Start::Resume, Until::Previous, 1, Instant::now());
             let t0 = Instant::now();
             s.start(t0, 0);
             (0..7)
@@ -1609,7 +1845,7 @@ mod tests {
         let mut s = session(title.clone(), &rtcp);
         let repair_output = || repair_spec(65535, &rtcp);
         assert!(s.attach_repair(repair_output(), "test"));
-        s.play(Start::Resume, Until::Previous, Instant::now());
+        s.play(Start::Resume, Until::Previous, 1, Instant::now());
         let t0 = Instant::now();
         s.start(t0, 0);
         let late = t0 + Duration::from_secs(1);
@@ -1704,6 +1940,7 @@ mod tests {
         let info = s.play(
             Start::at(&title, 0, 50 * MS),
             Until::Previous,
+            1,
             Instant::now(),
         );
         assert_eq!(info.packet, 5);

@@ -347,16 +347,25 @@ impl Worker {
                 id,
                 start,
                 until,
+                scale,
                 reply,
             } => {
                 let key = self.ids.get(&id).copied();
                 let info = key
                     .and_then(|k| self.slots[k as usize].as_mut())
-                    .map(|s| s.play(start, until, Instant::now()));
+                    .map(|s| s.play(start, until, scale, Instant::now()));
                 if let Some(k) = key {
                     self.wheel.remove(k);
                 }
                 reply(info);
+            }
+            Command::Position { id, reply } => {
+                let now = Instant::now();
+                let at = self.ids.get(&id).and_then(|&k| {
+                    let s = self.slots[k as usize].as_ref()?;
+                    Some(s.position_at(now))
+                });
+                reply(at);
             }
             Command::Start { id, at, origin_ns } => {
                 if let Some(&k) = self.ids.get(&id)

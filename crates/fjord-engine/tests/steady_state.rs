@@ -152,6 +152,7 @@ fn streaming_sessions_allocate_nothing_per_packet() {
                     id,
                     start: Start::Resume,
                     until: Until::Previous,
+                    scale: 1,
                     reply: Box::new(|_| {}),
                 },
             );

@@ -7,11 +7,11 @@
 //! mtime when it loads a title, the checksum, records and a content sample
 //! afterwards: [`Index::open_unverified`], [`Index::verify`]).
 //!
-//! # Layout (version 3, little-endian, all tables 8-byte aligned)
+//! # Layout (version 4, little-endian, all tables 8-byte aligned)
 //!
 //! ```text
 //! 0    magic "FJORDIDX"
-//! 8    version u32 = 3
+//! 8    version u32 = 4 (4: an MPEG-TS key frame ends an RTP packet)
 //! 12   track_count u32
 //! 16   source size u64, mtime_ns i64, content_hash [32], sample_hash [32]
 //! 96   duration_ns u64
@@ -49,7 +49,7 @@ use crate::plan::{
 };
 
 pub const MAGIC: [u8; 8] = *b"FJORDIDX";
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Bytes per packet record.
 pub const PACKET_RECORD_LEN: usize = 40;
 /// Bytes per sync record.

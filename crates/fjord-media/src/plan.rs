@@ -24,9 +24,11 @@ pub const FLAG_MARKER: u8 = 1;
 /// [`PacketRecord::flags`] bit: the payload holds a random access point.
 pub const FLAG_RANDOM_ACCESS: u8 = 2;
 /// [`PacketRecord::flags`] bit (MPEG-TS): the key frame of the latest
-/// random access point ends in this packet (the next PES of its stream
-/// starts after it), so the bytes from the random access point's packet
-/// through this one hold the whole key frame (an I-frame playlist's range).
+/// random access point ends with this packet (ingest starts the next one
+/// at the next PES of its stream), so the bytes from the random access
+/// point's packet through this one hold the whole key frame and nothing
+/// of the next picture (an I-frame playlist's range, a trick stream's
+/// key frame).
 pub const FLAG_KEY_FRAME_END: u8 = 4;
 /// Most payload-header bytes a packet may carry inline (RFC 2250 MPEG video
 /// header with its MPEG-2 extension is the largest: 8).

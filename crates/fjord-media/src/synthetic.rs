@@ -72,6 +72,23 @@ pub fn write_video_track(
     packets: Vec<PacketRecord>,
     duration_ns: u64,
 ) -> io::Result<Index> {
+    write_video_track_with_sync(
+        media,
+        data,
+        packets,
+        vec![SyncPoint::default()],
+        duration_ns,
+    )
+}
+
+/// As [`write_video_track`], entered at `sync` (its key frames).
+pub fn write_video_track_with_sync(
+    media: &Path,
+    data: &[u8],
+    packets: Vec<PacketRecord>,
+    sync: Vec<SyncPoint>,
+    duration_ns: u64,
+) -> io::Result<Index> {
     let bytes: u64 = packets.iter().map(|p| p.payload_len() as u64).sum();
     let report = IngestReport::new(
         "H.264",
@@ -91,7 +108,7 @@ pub fn write_video_track(
                 fmtp: "packetization-mode=1".to_owned(),
             },
             packets,
-            sync: vec![SyncPoint::default()],
+            sync,
             fec: None,
         }],
         duration_ns,

@@ -686,9 +686,25 @@ fn finish(
             (start, rap)
         })
         .collect();
+    // Where each key frame ends: before the next PES start of its stream.
+    let key_frame_ends: Vec<u64> = match video_raps {
+        Some(v) => {
+            let pes: Vec<u64> = (scan.pes_starts.iter())
+                .filter(|&&(_, p)| p == v)
+                .map(|&(o, _)| o)
+                .collect();
+            (entries.iter())
+                .filter_map(|&(_, rap)| pes.get(pes.partition_point(|&o| o <= rap)).copied())
+                .collect()
+        }
+        None => vec![],
+    };
     // An RTP packet begins at every entry point: a seek then delivers from
-    // exactly there, never the tail of the previous picture.
+    // exactly there, never the tail of the previous picture. One begins
+    // after each key frame, too, so trick play sends key frames whole and
+    // nothing of the picture after them.
     let mut starts: Vec<u64> = entries.iter().map(|&(s, _)| s).collect();
+    starts.extend(&key_frame_ends);
     starts.sort_unstable();
     let groups = groups.regroup(&starts, u32::from(opts.ts_per_rtp.clamp(1, 7)));
 
@@ -710,18 +726,9 @@ fn finish(
         ));
     }
 
-    // Where each key frame ends: before the next PES start of its stream.
-    if let Some(v) = video_raps {
-        let starts: Vec<u64> = (scan.pes_starts.iter())
-            .filter(|&&(_, p)| p == v)
-            .map(|&(o, _)| o)
-            .collect();
-        for &(_, rap) in &entries {
-            let next = starts.get(starts.partition_point(|&o| o <= rap));
-            if let Some(p) = next.and_then(|&n| packets.get_mut(groups.containing(n - 1) as usize))
-            {
-                p.flags |= FLAG_KEY_FRAME_END;
-            }
+    for &end in &key_frame_ends {
+        if let Some(p) = packets.get_mut(groups.containing(end - 1) as usize) {
+            p.flags |= FLAG_KEY_FRAME_END;
         }
     }
 

@@ -2,6 +2,7 @@
 
 mod synth;
 
+use fjord_media::plan::FLAG_KEY_FRAME_END;
 use fjord_media::ts::{
     FLAG_RANDOM_ACCESS, PacketRecord, Packetization, TimingSource, TsError, TsOptions,
     looks_like_ts, packetize,
@@ -27,7 +28,8 @@ fn first_ordinal(r: &PacketRecord) -> u64 {
 }
 
 /// Records are runs of at most `n` TS packets covering the stream in order,
-/// cut short only at the end or where a seek entry point begins.
+/// cut short only at the end, where a seek entry point begins or where a
+/// key frame ends.
 fn assert_grouping(p: &Packetization, n: u32) {
     let entries: Vec<u32> = p.sync.iter().map(|s| s.packet).collect();
     let mut expected_offset = p.packets[0].offset;
@@ -40,8 +42,9 @@ fn assert_grouping(p: &Packetization, n: u32) {
         );
         let next_is_entry = entries.contains(&(i as u32 + 1));
         if r.len < 188 * n {
+            let key_frame_end = r.flags & FLAG_KEY_FRAME_END != 0;
             assert!(
-                i + 1 == p.packets.len() || next_is_entry,
+                i + 1 == p.packets.len() || next_is_entry || key_frame_end,
                 "record {i} cut short though no entry point follows"
             );
         }
@@ -290,6 +293,19 @@ fn tiny_files_of_one_or_two_packets() {
         assert_eq!(p.packets.len(), 1);
         assert_eq!(p.packets[0].len, 188 * n as u32);
     }
+}
+
+/// A key frame's last record ends right before the next PES of its stream
+/// (the synthetic stream starts one every 50 packets, at 2, 52, ...), so
+/// trick play sends no byte of the picture after it.
+#[test]
+fn a_key_frame_ends_a_record() {
+    let p = run(&Stream::default().cbr(0));
+    let ends: Vec<u64> = (p.packets.iter())
+        .filter(|r| r.flags & FLAG_KEY_FRAME_END != 0)
+        .map(|r| r.file_end() / 188)
+        .collect();
+    assert_eq!(ends, (1..20).map(|k| k * 50 + 2).collect::<Vec<_>>());
 }
 
 #[test]

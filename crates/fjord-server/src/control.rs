@@ -26,6 +26,7 @@ use fjord_proto::{
 use crate::{
     Server,
     conn::Conn,
+    scale,
     session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
     shared::{RouteError, SharedPair},
 };
@@ -631,27 +632,42 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         Ok(s) => s,
         Err(r) => return r,
     };
-    if let Err(r) = normal_rate(req) {
-        return r;
-    }
+    let scale = match scale::requested(req.header("Scale"), req.header("Speed"), &session.title) {
+        Ok(s) => s,
+        Err((code, why)) => return refuse(code, &why),
+    };
     let duration_ns = session.title.index().duration_ns();
-    let (seek_ns, end_ns) = match requested_range(req, duration_ns) {
+    let (mut seek_ns, mut end_ns) = match requested_range(req, duration_ns, scale < 0) {
         Ok(r) => r,
         Err(r) => return r,
     };
-    let streams: Vec<(u64, u64, String, u32)> = {
+    let (streams, scale_was): (Vec<(u64, u64, String, u32)>, i32) = {
         let mut inner = session.lock();
         match next_state(inner.state, &Method::Play) {
             Ok(s) => inner.state = s,
             Err(code) => return status(code),
         }
-        inner
+        let was = std::mem::replace(&mut inner.scale, scale);
+        let streams = inner
             .streams
             .iter()
             .filter(|s| !s.repair)
             .map(|s| (s.shard, s.engine_id, s.url.to_string(), s.track))
-            .collect()
+            .collect();
+        (streams, was)
     };
+    // Into, out of or between trick plays without a Range: on from where
+    // the title stands, to the end of the new direction.
+    if scale != scale_was || scale != 1 {
+        if seek_ns.is_none()
+            && let Some(&(shard, id, ..)) = streams.first()
+        {
+            seek_ns = engine_position(server, shard, id).await;
+        }
+        if scale != scale_was && end_ns.is_none() {
+            end_ns = Some(None);
+        }
+    }
     // A seek starts every track at the random-access point of the title's
     // first track that has them (the video) at or before the requested time;
     // before the first one (other tracks may start earlier), at that time.
@@ -668,7 +684,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         else {
             return status(500);
         };
-        let Some(info) = engine_play(server, shard, id, start, until).await else {
+        let Some(info) = engine_play(server, shard, id, start, until, scale).await else {
             return status(454);
         };
         infos.push((url, info));
@@ -683,10 +699,11 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         .map(|(u, i)| (u, i.seq, i.rtptime))
         .collect();
     let mut response = Response::new(200);
-    for name in ["Scale", "Speed"] {
-        if req.header(name).is_some() {
-            response.push_header(name, "1");
-        }
+    if req.header("Scale").is_some() || scale != 1 {
+        response.push_header("Scale", scale.to_string());
+    }
+    if req.header("Speed").is_some() {
+        response.push_header("Speed", "1");
     }
     Reply {
         response: response
@@ -706,11 +723,17 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
 
 /// Where a PLAY's Range asks to start, in ns (`None`: resume) and to stop
 /// (`None`: no Range, keep the previous end; `Some(None)`: the title's
-/// end). `npt=now-` resumes; an end past the title is its end.
+/// end, or its start going `backwards`). `npt=now-` resumes; an end past
+/// the title is its end.
 type Requested = (Option<u64>, Option<Option<u64>>);
 
-fn requested_range(req: &Request, duration_ns: u64) -> Result<Requested, Reply> {
-    match req.header("Range").map(range::parse_npt) {
+fn requested_range(req: &Request, duration_ns: u64, backwards: bool) -> Result<Requested, Reply> {
+    let parse = if backwards {
+        range::parse_npt_backwards
+    } else {
+        range::parse_npt
+    };
+    match req.header("Range").map(parse) {
         None => Ok((None, None)),
         Some(Err(e)) => Err(refuse(457, &e.to_string())),
         Some(Ok(r)) => {
@@ -752,24 +775,6 @@ async fn start_and_end(
     Some(found)
 }
 
-/// Trick play is not built: a PLAY asking for a `Scale` or `Speed` other
-/// than 1 is refused with the reason (456), never played at the wrong rate;
-/// one asking for 1 gets it, and the reply says so.
-fn normal_rate(req: &Request) -> Result<(), Reply> {
-    for (name, signed) in [("Scale", true), ("Speed", false)] {
-        let Some(v) = req.header(name) else { continue };
-        match fjord_proto::rtsp::rate::parse(v, signed) {
-            Some(1.0) => {}
-            Some(_) => {
-                let why = format!("{name} {v} is not supported (trick play is not built): 1 only");
-                return Err(refuse(456, &why));
-            }
-            None => return Err(refuse(400, &format!("invalid {name}: {v}"))),
-        }
-    }
-    Ok(())
-}
-
 /// Logs a start-packet lookup that took long enough to delay a first
 /// packet noticeably (the index page was on the disk, behind others).
 fn slow_start_lookup(took: std::time::Duration) {
@@ -785,6 +790,7 @@ async fn engine_play(
     id: u64,
     start: Start,
     until: Until,
+    scale: i32,
 ) -> Option<PlayInfo> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     server.engine.send(
@@ -793,11 +799,22 @@ async fn engine_play(
             id,
             start,
             until,
+            scale,
             reply: Box::new(move |info| {
                 let _ = tx.send(info);
             }),
         },
     );
+    rx.await.ok().flatten()
+}
+
+/// Where an engine stream stands on the title timeline now.
+async fn engine_position(server: &Server, shard: u64, id: u64) -> Option<u64> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let reply = Box::new(move |at| {
+        let _ = tx.send(at);
+    });
+    server.engine.send(shard, Command::Position { id, reply });
     rx.await.ok().flatten()
 }
 

@@ -14,6 +14,7 @@ mod http;
 mod pool;
 mod ports;
 mod prefab_budget;
+mod scale;
 mod session;
 mod shared;
 mod slots;

@@ -66,6 +66,8 @@ pub struct Inner {
     /// A boxed slice, not a `Vec`: the capacity would take the session a
     /// size class up.
     pub streams: Box<[Stream]>,
+    /// The latest PLAY's `Scale` (1 before any).
+    pub scale: i32,
     /// The connection's task, waiting for the session to end.
     on_end: Option<Waker>,
 }
@@ -164,6 +166,7 @@ impl Session {
                 state: State::Init,
                 last_activity: Instant::now(),
                 streams: Box::default(),
+                scale: 1,
                 on_end: None,
             }),
         }

@@ -35,6 +35,17 @@ impl RangeError {
 /// Parse `npt=5-`, `npt=5.5-10`, `npt=now-`, `npt=-10` (start 0),
 /// `npt=0:01:05.5-`. A `;time=` suffix is ignored.
 pub fn parse_npt(header: &str) -> Result<NptRange, RangeError> {
+    parse_directed(header, false)
+}
+
+/// As [`parse_npt`], for reverse play (a negative `Scale`): the range runs
+/// from its start back to its end, so the end may not lie after it
+/// (RFC 2326 §12.34: `npt=20-10` plays from 20 s back to 10 s).
+pub fn parse_npt_backwards(header: &str) -> Result<NptRange, RangeError> {
+    parse_directed(header, true)
+}
+
+fn parse_directed(header: &str, backwards: bool) -> Result<NptRange, RangeError> {
     let spec = header.split(';').next().unwrap_or("");
     let spec: String = spec.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     let Some((unit, _)) = spec.split_once('=') else {
@@ -62,7 +73,7 @@ pub fn parse_npt(header: &str) -> Result<NptRange, RangeError> {
         None => None,
     };
     if let (Some(s), Some(e)) = (start, end)
-        && e < s
+        && (if backwards { e > s } else { e < s })
     {
         return Err(RangeError::Invalid);
     }
@@ -122,6 +133,17 @@ mod tests {
             Ok(r(Some(1.0), Some(2.0)))
         );
         assert_eq!(parse_npt("npt=now-5"), Ok(r(None, Some(5.0))));
+    }
+
+    #[test]
+    fn backwards_ranges_end_before_their_start() {
+        assert_eq!(
+            parse_npt_backwards("npt=20-10"),
+            Ok(r(Some(20.0), Some(10.0)))
+        );
+        assert_eq!(parse_npt_backwards("npt=20-"), Ok(r(Some(20.0), None)));
+        assert_eq!(parse_npt_backwards("npt=10-20"), Err(RangeError::Invalid));
+        assert_eq!(parse_npt("npt=20-10"), Err(RangeError::Invalid));
     }
 
     #[test]

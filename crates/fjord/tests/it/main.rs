@@ -20,5 +20,6 @@ mod peers;
 mod shared;
 mod stalled;
 mod storage;
+mod trick;
 mod vcr;
 mod verify;

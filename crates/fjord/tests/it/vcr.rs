@@ -142,9 +142,10 @@ fn a_range_with_an_end_stops_there_with_bye() {
     }
 }
 
-/// Trick play is not built: a PLAY with a Scale or Speed other than 1 gets
-/// 456 with the reason and the session stays ready to play; `Scale: 1`
-/// plays, and the reply says the scale applied.
+/// A PLAY with a Scale or Speed fjord does not play gets its status and
+/// the reason (456: slow motion, beyond 16, Speed; 400: not a number; 457:
+/// a rewind's Range that runs forward) and the session stays ready to
+/// play; `Scale: 1` and `Scale: 4` play, and the reply says the scale.
 #[test]
 fn an_unsupported_scale_is_refused_not_played_at_the_wrong_rate() {
     let server = Server::start("");
@@ -153,21 +154,27 @@ fn an_unsupported_scale_is_refused_not_played_at_the_wrong_rate() {
     let track = d.track_urls.first().expect("a media section").clone();
     let (_, _rx) = c.setup_udp(&track).expect("SETUP");
     let url = c.control_url().to_string();
-    for (name, value, status) in [
-        ("Scale", "2", 456),
-        ("Scale", "-4.0", 456),
-        ("Speed", "2", 456),
-        ("Scale", "fast", 400),
-        ("Speed", "-1", 400),
+    for (headers, status) in [
+        (&[("Scale", "0.5")][..], 456),
+        (&[("Scale", "2.5")], 456),
+        (&[("Scale", "-32")], 456),
+        (&[("Speed", "2")], 456),
+        (&[("Scale", "fast")], 400),
+        (&[("Speed", "-1")], 400),
+        (&[("Scale", "-2"), ("Range", "npt=2-5")], 457),
+        (&[("Scale", "2"), ("Range", "npt=5-2")], 457),
     ] {
-        let r = c.request("PLAY", &url, &[(name, value)], b"").unwrap();
-        assert_eq!(r.status, status, "{name}: {value}");
+        let r = c.request("PLAY", &url, headers, b"").unwrap();
+        assert_eq!(r.status, status, "{headers:?}");
         if status == 456 {
             let body = String::from_utf8_lossy(&r.body);
-            assert!(body.contains("not supported"), "{name}: {value}: {body}");
+            assert!(body.contains("not supported"), "{headers:?}: {body}");
         }
     }
     let r = c.request("PLAY", &url, &[("Scale", "1.0")], b"").unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.header("Scale"), Some("1"));
+    let r = c.request("PLAY", &url, &[("Scale", "4")], b"").unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("Scale"), Some("4"));
 }
