@@ -104,6 +104,7 @@ fn at_pace(took: f64, span_s: f64, scale: f64, what: &str) {
     );
 }
 
+/// Over UDP and over TCP interleaved (`openRTSP -t`).
 #[test]
 fn openrtsp_fast_forward_of_a_ts_title_holds_its_key_frames_in_order() {
     assert!(
@@ -112,22 +113,30 @@ fn openrtsp_fast_forward_of_a_ts_title_holds_its_key_frames_in_order() {
     );
     let ts = clip("trick-20s.ts", "mpegts");
     let server = server_with(&ts, "trick.ts");
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new("openRTSP");
-    cmd.current_dir(dir.path())
-        .args(["-z", "4", &server.url("trick.ts")]);
-    let t = Instant::now();
-    let out = run_bounded(cmd, Duration::from_secs(40));
-    let took = t.elapsed().as_secs_f64();
-    assert!(!out.timed_out, "openRTSP did not end: {}", out.stderr);
-    assert!(
-        out.stderr.contains("Scale: 4"),
-        "no Scale in the reply: {}",
-        out.stderr
-    );
-    let got = decoded(&dir.path().join("video-MP2T-1"));
-    key_frames_in_order(&decoded(&ts), &got, true, 20);
-    at_pace(took, 20.0, 4.0, "openRTSP -z 4");
+    let source = decoded(&ts);
+    for transport in [&[][..], &["-t"]] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("openRTSP");
+        cmd.current_dir(dir.path())
+            .args(transport)
+            .args(["-z", "4", &server.url("trick.ts")]);
+        let t = Instant::now();
+        let out = run_bounded(cmd, Duration::from_secs(40));
+        let took = t.elapsed().as_secs_f64();
+        assert!(
+            !out.timed_out,
+            "openRTSP {transport:?} did not end: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("Scale: 4"),
+            "no Scale in the reply: {}",
+            out.stderr
+        );
+        let got = decoded(&dir.path().join("video-MP2T-1"));
+        key_frames_in_order(&source, &got, true, 20);
+        at_pace(took, 20.0, 4.0, &format!("openRTSP {transport:?} -z 4"));
+    }
 }
 
 #[test]
