@@ -4,7 +4,9 @@
 //! packets by the send times of the packetization index and hands them to a
 //! [`DataPath`](datapath::DataPath). The control plane never touches a socket
 //! of a playing session: it sends [`Command`]s — the seeds' `mediastream`
-//! call, made a queue.
+//! call, made a queue. A PLAY at a `Scale` other than 1 sends only key
+//! frames, chosen from the index's sync table (`trick`): never by parsing
+//! media.
 
 pub mod command;
 pub mod datapath;
