@@ -326,14 +326,10 @@ impl Session {
         self.title.index().track(self.track)
     }
 
-    /// One past the last packet this PLAY sends (trick play ends a key
-    /// frame itself).
+    /// One past the last packet this PLAY sends.
     fn count(&self) -> u32 {
         let all = self.track().map_or(0, |t| t.packet_count() as u32);
-        match self.trick {
-            Some(_) => all,
-            None => self.end.map_or(all, |(p, _)| p.min(all)),
-        }
+        self.end.map_or(all, |(p, _)| p.min(all))
     }
 
     /// One past the last packet the next burst may take: the end of the
@@ -442,17 +438,7 @@ impl Session {
         };
         if let Start::At { ns, packet } = start {
             let all = self.track().map_or(0, |t| t.packet_count() as u32);
-            let packet = packet.min(all);
-            if self.last_sent.is_some() {
-                self.splice(packet, ns, now);
-            }
-            self.next = packet;
-            self.position_ns = ns;
-            self.clock_ns = ns;
-            self.floor = self.next;
-            if let Some(r) = &mut self.repair {
-                r.pending = None;
-            }
+            self.move_to(packet.min(all), ns, now);
         }
         self.trick = None;
         self.state = State::Stopped;
@@ -476,33 +462,18 @@ impl Session {
         };
         let duration_ns = self.title.index().duration_ns();
         let stop_ns = self.end.map(|(_, ns)| ns);
-        let trick = self.track().map(|t| {
-            let seq = self.seq0.wrapping_add(self.next as u16);
-            Trick::new(t, scale, at_ns, stop_ns, duration_ns, seq)
-        });
+        let trick = self
+            .track()
+            .map(|t| Trick::new(t, scale, at_ns, stop_ns, duration_ns));
         let Some(trick) = trick else {
             return self.play(start, Until::Previous, 1, now);
         };
         let origin_ns = trick.origin_ns();
         let first = trick.first_packet().unwrap_or(self.next);
-        if self.last_sent.is_some() {
-            self.splice(first, origin_ns, now);
-        }
+        self.move_to(first, origin_ns, now);
         let mut trick = Box::new(trick);
         trick.seq = self.seq0.wrapping_add(first as u16);
-        self.next = first;
-        self.position_ns = origin_ns;
-        self.clock_ns = origin_ns;
-        self.floor = u32::MAX;
-        if let Some(r) = &mut self.repair {
-            r.pending = None;
-        }
-        if self.prefab {
-            self.prefab = false;
-            if let Some(r) = &self.readahead {
-                r.set_uses(self.uses(false));
-            }
-        }
+        self.build_headers();
         let info = PlayInfo {
             packet: first,
             seq: trick.seq,
@@ -514,6 +485,32 @@ impl Session {
         self.state = State::Stopped;
         self.tell_storage(Mode::Starting);
         info
+    }
+
+    /// Moves the session to packet `packet` at title time `ns`; after
+    /// packets have left, the stream goes on ([`Session::splice`]).
+    fn move_to(&mut self, packet: u32, ns: u64, now: Instant) {
+        if self.last_sent.is_some() {
+            self.splice(packet, ns, now);
+        }
+        self.next = packet;
+        self.position_ns = ns;
+        self.clock_ns = ns;
+        self.floor = packet;
+        if let Some(r) = &mut self.repair {
+            r.pending = None;
+        }
+    }
+
+    /// The headers differ from the prefabricated ones from now on: build
+    /// them, and read the media instead of the packet file.
+    fn build_headers(&mut self) {
+        if self.prefab {
+            self.prefab = false;
+            if let Some(r) = &self.readahead {
+                r.set_uses(self.uses(false));
+            }
+        }
     }
 
     /// The sequence number the next packet gets.
@@ -539,12 +536,7 @@ impl Session {
             .ts0
             .wrapping_add(cut)
             .wrapping_sub(rtp_ticks(ns, clock));
-        if self.prefab {
-            self.prefab = false;
-            if let Some(r) = &self.readahead {
-                r.set_uses(self.uses(false));
-            }
-        }
+        self.build_headers();
     }
 
     pub(crate) fn start(&mut self, at: Instant, origin_ns: u64) {
@@ -966,13 +958,16 @@ impl Session {
             }
         }
         self.packets = self.packets.wrapping_add(sent as u32);
-        if let Some(t) = self.trick.as_ref().filter(|_| jumped) {
-            // On to the next key frame: a seek for the storage layer.
-            self.next = t.first_packet().unwrap_or(self.next + sent as u32);
-            self.tell_storage(Mode::Starting);
+        self.next += sent as u32;
+        if let Some(t) = &self.trick {
+            // Trick play sends no repair packets (its blocks are partial).
+            if jumped {
+                // On to the next key frame: a seek for the storage layer.
+                self.next = t.first_packet().unwrap_or(self.next);
+                self.tell_storage(Mode::Starting);
+            }
             return;
         }
-        self.next += sent as u32;
         let (Some(r), Some(fec)) = (&mut self.repair, self.title.fec(self.track)) else {
             return;
         };

@@ -73,14 +73,13 @@ struct Frame {
 impl Trick {
     /// Trick play of `track` at `scale` from its key frame at or before
     /// npt `at_ns`, to npt `stop_ns` (the title's end or start when
-    /// `None`), its first packet getting sequence number `seq`.
+    /// `None`). The caller sets the first sequence number ([`Trick::seq`]).
     pub(crate) fn new(
         track: Track<'_>,
         scale: i32,
         at_ns: u64,
         stop_ns: Option<u64>,
         duration_ns: u64,
-        seq: u16,
     ) -> Trick {
         let count = track.packet_count().max(1) as f64;
         let gap_ns = (duration_ns as f64 / count / PACE) as u64;
@@ -101,7 +100,7 @@ impl Trick {
             gap_ns,
             clock_rate: track.clock_rate(),
             end_flag,
-            seq,
+            seq: 0,
             frame: None,
             last_due_ns: origin_ns,
             silent: sync.is_none(),
@@ -141,8 +140,8 @@ impl Trick {
         self.frame.map(|f| f.first)
     }
 
-    /// One past the last packet the current key frame may have (the
-    /// first packet when done: nothing more to send).
+    /// One past the last packet the current key frame may have; `None`
+    /// when done.
     pub(crate) fn limit(&self) -> Option<u32> {
         self.frame.map(|f| f.limit)
     }
@@ -233,28 +232,13 @@ impl Trick {
 /// when `ns` is before all); `None` for a track without sync points.
 fn sync_at_or_before(track: Track<'_>, ns: u64) -> Option<usize> {
     let n = track.sync_count();
-    (n > 0).then(|| partition(track, |t| t <= ns).saturating_sub(1))
+    (n > 0).then(|| track.sync_partition_point(|t| t <= ns).saturating_sub(1))
 }
 
 /// The index of the first sync point at or after npt `ns` (the count when
 /// none).
 fn sync_at_or_after(track: Track<'_>, ns: u64) -> usize {
-    partition(track, |t| t < ns)
-}
-
-/// The first sync point for which `before(time)` is false (the sync table
-/// is sorted by time).
-fn partition(track: Track<'_>, before: impl Fn(u64) -> bool) -> usize {
-    let (mut lo, mut hi) = (0, track.sync_count());
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if track.sync_point(mid).is_some_and(|s| before(s.time_ns)) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
+    track.sync_partition_point(|t| t < ns)
 }
 
 #[cfg(test)]
@@ -341,7 +325,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_, index) = gop_title(dir.path());
         let track = index.track(0).unwrap();
-        let t = Trick::new(track, 4, 1_500 * MS, None, 10_000 * MS, 7);
+        let t = Trick::new(track, 4, 1_500 * MS, None, 10_000 * MS);
         assert_eq!(t.origin_ns(), 1_000 * MS, "from the key frame at or before");
         let sent = play_out(track, t);
         let npts: Vec<u64> = sent.iter().map(|s| s.0 / 1000 / MS).collect();
@@ -357,7 +341,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_, index) = gop_title(dir.path());
         let track = index.track(0).unwrap();
-        let t = Trick::new(track, -2, 8_200 * MS, None, 10_000 * MS, 0);
+        let t = Trick::new(track, -2, 8_200 * MS, None, 10_000 * MS);
         let sent = play_out(track, t.clone());
         let npts: Vec<u64> = sent.iter().map(|s| s.0 / 1000 / MS).collect();
         assert_eq!(npts, (0..=8).rev().collect::<Vec<_>>());
@@ -373,7 +357,7 @@ pub(crate) mod tests {
         let track = index.track(0).unwrap();
         let fwd = play_out(
             track,
-            Trick::new(track, 2, 2_000 * MS, Some(5_000 * MS), 10_000 * MS, 0),
+            Trick::new(track, 2, 2_000 * MS, Some(5_000 * MS), 10_000 * MS),
         );
         assert_eq!(
             fwd.iter().map(|s| s.0 / 1000 / MS).collect::<Vec<_>>(),
@@ -381,7 +365,7 @@ pub(crate) mod tests {
         );
         let back = play_out(
             track,
-            Trick::new(track, -2, 7_000 * MS, Some(4_000 * MS), 10_000 * MS, 0),
+            Trick::new(track, -2, 7_000 * MS, Some(4_000 * MS), 10_000 * MS),
         );
         assert_eq!(
             back.iter().map(|s| s.0 / 1000 / MS).collect::<Vec<_>>(),
@@ -394,7 +378,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_, index) = gop_title(dir.path());
         let track = index.track(0).unwrap();
-        let sent = play_out(track, Trick::new(track, 16, 0, None, 10_000 * MS, 0));
+        let sent = play_out(track, Trick::new(track, 16, 0, None, 10_000 * MS));
         // 16x: a key frame due every 62.5 ms, but one takes 10 packets at
         // 1.25 times the track's 58 packets/s (138 ms): about every other
         // leaves.

@@ -909,16 +909,23 @@ impl<'a> Track<'a> {
     /// The last sync point at or before `time_ns`; the first one if `time_ns`
     /// is before all (and `{0, 0}` for a track without any).
     pub fn sync_before(&self, time_ns: u64) -> SyncPoint {
+        let after = self.sync_partition_point(|t| t <= time_ns);
+        self.sync_point(after.saturating_sub(1)).unwrap_or_default()
+    }
+
+    /// The index of the first sync point whose time `before` is false for
+    /// (the sync table is sorted by time; the count when none).
+    pub fn sync_partition_point(&self, before: impl Fn(u64) -> bool) -> usize {
         let (mut lo, mut hi) = (0, self.sync_count());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.sync_point(mid).is_some_and(|s| s.time_ns <= time_ns) {
+            if self.sync_point(mid).is_some_and(|s| before(s.time_ns)) {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        self.sync_point(lo.saturating_sub(1)).unwrap_or_default()
+        lo
     }
 
     /// The first packet sent at or after `time_ns` (the packet count if
