@@ -11,7 +11,14 @@
   3. The trick stream's bit rate over those seconds next to the title's
      (file size over duration).
 
+With --cold (root), the page cache is dropped before every trial and
+trials jump to places spread over the title, so each Scale change reads
+from the disk; --throttle MAJ:MIN caps that disk's reads at 120 MB/s and
+300 IOPS for the run (cgroup v1 blkio, as `fjord bench storage` does) and
+lifts the cap at the end.
+
 Usage: bench/trick.py rtsp://HOST:PORT/TITLE FILE [--trials N] [--seconds S]
+       [--cold] [--throttle MAJ:MIN]
 """
 import argparse
 import os
@@ -74,7 +81,13 @@ def drain(rtp):
     rtp.setblocking(True)
 
 
-def scale_change(url, trials):
+def drop_page_cache():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def scale_change(url, trials, cold, duration):
     waits = []
     for k in range(trials):
         c = Rtsp(url)
@@ -82,8 +95,11 @@ def scale_change(url, trials):
         c.request("PLAY", headers=[("Range", "npt=0-")])
         time.sleep(1.0)
         drain(rtp)
+        at = (5 + k * 37) % int(duration - 10) if cold else 5 + k % 20
+        if cold:
+            drop_page_cache()
         sent = time.monotonic()
-        status, hdr, _ = c.request("PLAY", headers=[("Scale", "4"), ("Range", f"npt={5 + k % 20}-")])
+        status, hdr, _ = c.request("PLAY", headers=[("Scale", "4"), ("Range", f"npt={at}-")])
         assert status == 200 and hdr.get("scale") == "4", (status, hdr)
         want = int(re.search(r"seq=(\d+)", hdr["rtp-info"]).group(1))
         rtp.settimeout(2)
@@ -93,15 +109,22 @@ def scale_change(url, trials):
         c.request("TEARDOWN")
     waits.sort()
     p99 = waits[min(len(waits) - 1, int(len(waits) * 0.99))]
-    print(f"scale change to first trick packet: {trials} trials, p50 {statistics.median(waits):.1f} ms, "
+    where = "page cache dropped before each" if cold else "title cached"
+    print(f"scale change to first trick packet ({where}): {trials} trials, p50 {statistics.median(waits):.1f} ms, "
           f"p99 {p99:.1f} ms, max {waits[-1]:.1f} ms")
 
 
-def position_and_rate(url, path, seconds):
+def duration_of(url):
+    c = Rtsp(url)
+    _, _, sdp = c.request("DESCRIBE", headers=[("Accept", "application/sdp")])
+    return float(re.search(r"a=range:npt=0-([\d.]+)", sdp).group(1))
+
+
+def position_and_rate(url, path, seconds, cold, duration):
+    if cold:
+        drop_page_cache()
     c = Rtsp(url)
     rtp = c.open()
-    _, _, sdp = c.request("DESCRIBE", headers=[("Accept", "application/sdp")])
-    duration = float(re.search(r"a=range:npt=0-([\d.]+)", sdp).group(1))
     status, hdr, _ = c.request("PLAY", headers=[("Scale", "4"), ("Range", "npt=0-")])
     assert status == 200, status
     rtp.settimeout(0.5)
@@ -127,6 +150,20 @@ if __name__ == "__main__":
     a.add_argument("file", help="the title's media file (for its bit rate)")
     a.add_argument("--trials", type=int, default=100)
     a.add_argument("--seconds", type=float, default=60)
+    a.add_argument("--cold", action="store_true", help="drop the page cache before each trial")
+    a.add_argument("--throttle", metavar="MAJ:MIN", help="cap this disk's reads during the run")
     args = a.parse_args()
-    scale_change(args.url, args.trials)
-    position_and_rate(args.url, args.file, args.seconds)
+    limits = [("blkio.throttle.read_bps_device", 120_000_000), ("blkio.throttle.read_iops_device", 300)]
+    if args.throttle:
+        for name, value in limits:
+            with open(f"/sys/fs/cgroup/blkio/{name}", "w") as f:
+                f.write(f"{args.throttle} {value}\n")
+    try:
+        duration = duration_of(args.url)
+        scale_change(args.url, args.trials, args.cold, duration)
+        position_and_rate(args.url, args.file, args.seconds, args.cold, duration)
+    finally:
+        if args.throttle:
+            for name, _ in limits:
+                with open(f"/sys/fs/cgroup/blkio/{name}", "w") as f:
+                    f.write(f"{args.throttle} 0\n")
