@@ -149,6 +149,10 @@ pub struct PlayInfo {
     pub time_ns: u64,
     /// Where it will stop (the title's duration when at its end).
     pub end_ns: u64,
+    /// The PLAY waits for the one playing to reach its end
+    /// ([`Command::Play`]'s `queue`): the stream goes on by itself there,
+    /// and no [`Command::Start`] is wanted.
+    pub queued: bool,
 }
 
 pub enum Command {
@@ -169,7 +173,20 @@ pub enum Command {
         /// RFC 2326 `Scale`: 1, or key frames only at that speed
         /// (backwards when negative; at most [`MAX_SCALE`] either way).
         scale: i32,
+        /// A PLAY with a Range that arrived while the session plays: when
+        /// the PLAY playing has a given end, this one plays on from there
+        /// (RFC 2326 §10.5); else it seeks at once.
+        queue: bool,
         reply: Box<dyn FnOnce(Option<PlayInfo>) + Send>,
+    },
+    /// A pause point (PAUSE with a Range): the stream stops before packet
+    /// `packet`, at title time `ns`, without ending; the reply says
+    /// whether that lies ahead of where the session plays.
+    PauseAt {
+        id: u64,
+        packet: u32,
+        ns: u64,
+        reply: Box<dyn FnOnce(bool) + Send>,
     },
     /// Where session `id` stands on the title timeline now (for a PLAY
     /// without a Range after trick play, which resumes there).

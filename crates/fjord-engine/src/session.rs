@@ -48,6 +48,19 @@ const SLOW_START_MS: f64 = 20.0;
 /// yet (the storage layer is reading it).
 const NOT_READY_RETRY: Duration = Duration::from_millis(2);
 
+/// What happens where a PLAY stops.
+#[derive(Clone, Copy, Debug)]
+enum AtEnd {
+    /// The stream ends: RTCP BYE.
+    Bye,
+    /// A pause point (PAUSE with a Range): the session stops there, to
+    /// play on to `then` (the PLAY's own stop) when played again.
+    Pause { then: Option<(u32, u64)> },
+    /// A PLAY that came while this one was playing to a given end
+    /// (RFC 2326 §10.5): it plays on from there, on the same clock.
+    Play { start: Start, until: Until },
+}
+
 #[derive(Clone, Copy)]
 enum State {
     /// Set up, paused, or positioned by PLAY and waiting for `Start`.
@@ -76,6 +89,7 @@ pub(crate) struct Session {
     /// Where the PLAY stops: before this packet, at this time (`None`: at
     /// the end of the track).
     end: Option<(u32, u64)>,
+    at_end: AtEnd,
     /// Packet `i` carries sequence number `seq0 + i` and RTP timestamp
     /// `ts0` plus its own; a seek moves both so the stream goes on
     /// ([`Session::splice`]).
@@ -178,6 +192,7 @@ impl Session {
             clock_ns: 0,
             trick: None,
             end: None,
+            at_end: AtEnd::Bye,
             seq0: spec.seq0,
             prefab,
             packets: 0,
@@ -420,6 +435,7 @@ impl Session {
         scale: i32,
         now: Instant,
     ) -> PlayInfo {
+        self.at_end = AtEnd::Bye;
         match until {
             Until::Previous => {}
             Until::At { ns, packet } => self.end = Some((packet, ns)),
@@ -450,6 +466,76 @@ impl Session {
             rtptime: self.ts0.wrapping_add(rtp_ticks(self.position_ns, clock)),
             time_ns: self.position_ns,
             end_ns: self.end_ns(),
+            queued: false,
+        }
+    }
+
+    /// A PLAY to `start`..`until` after the one playing, when that one
+    /// plays to a given end (RFC 2326 §10.5 pipelining); `None` (and
+    /// nothing changes) otherwise. The reply names the sequence number and
+    /// RTP time the stream will have there.
+    pub(crate) fn queue(&mut self, start: Start, until: Until) -> Option<PlayInfo> {
+        let (State::Playing { .. }, Some((end_packet, end_ns)), None, Start::At { ns, packet }) =
+            (self.state, self.end, &self.trick, start)
+        else {
+            return None;
+        };
+        if !matches!(self.at_end, AtEnd::Bye) {
+            return None;
+        }
+        self.at_end = AtEnd::Play { start, until };
+        let clock = self.track().map_or(90_000, |t| t.clock_rate());
+        Some(PlayInfo {
+            packet,
+            seq: self.seq0.wrapping_add(end_packet as u16),
+            rtptime: self.ts0.wrapping_add(rtp_ticks(end_ns, clock)),
+            time_ns: ns,
+            end_ns: match until {
+                Until::At { ns, .. } => ns,
+                _ => self.title.index().duration_ns(),
+            },
+            queued: true,
+        })
+    }
+
+    /// A pause point (PAUSE with a Range, RFC 2326 §10.6): the stream
+    /// stops before packet `packet`, at title time `ns`, without BYE; false
+    /// (and nothing changes) when that is not ahead of where it plays.
+    pub(crate) fn pause_at(&mut self, packet: u32, ns: u64, now: Instant) -> bool {
+        let ahead = matches!(self.state, State::Playing { .. })
+            && self.trick.is_none()
+            && matches!(self.at_end, AtEnd::Bye)
+            && ns >= self.stream_ns(now)
+            && ns <= self.end_ns();
+        if ahead {
+            self.at_end = AtEnd::Pause { then: self.end };
+            self.end = Some((packet, ns));
+        }
+        ahead
+    }
+
+    /// The PLAY's stop is reached at stream time `end_ns`, due at `at`:
+    /// stop there (a pause point) or play on (a pipelined PLAY). `None`:
+    /// nothing to do now or ever; `Some(at)`: look again at `at`.
+    fn reach_end(&mut self, at: Instant, end_ns: u64, now: Instant) -> Option<Instant> {
+        if now < at {
+            return Some(at);
+        }
+        self.state = State::Stopped;
+        self.clock_ns = end_ns;
+        match std::mem::replace(&mut self.at_end, AtEnd::Bye) {
+            AtEnd::Bye => None,
+            AtEnd::Pause { then } => {
+                self.position_ns = end_ns;
+                self.end = then;
+                self.tell_storage(Mode::Paused);
+                None
+            }
+            AtEnd::Play { start, until } => {
+                let info = self.play(start, until, 1, at);
+                self.start(at, info.time_ns);
+                Some(now)
+            }
         }
     }
 
@@ -480,6 +566,7 @@ impl Session {
             rtptime: self.ts0.wrapping_add(trick.rtp_ts()),
             time_ns: origin_ns,
             end_ns: trick.stop_ns(),
+            queued: false,
         };
         self.trick = Some(trick);
         self.state = State::Stopped;
@@ -1039,6 +1126,9 @@ impl Session {
             };
             let at = due(t0, origin_ns, ns);
             at.checked_sub(p.burst / 4).unwrap_or(at)
+        } else if !matches!(self.at_end, AtEnd::Bye) {
+            let end_ns = self.end_ns();
+            return self.reach_end(due(t0, origin_ns, end_ns), end_ns, p.now);
         } else {
             let last_ns = self.last_due_ns();
             let last_left = self.last_sent.unwrap_or(p.now);
@@ -1653,6 +1743,102 @@ mod tests {
         s.start(late, 70 * MS);
         let (c, _) = tick(&mut s, late + Duration::from_secs(1), usize::MAX);
         assert_eq!(c.iter().map(|p| p.2[0]).collect::<Vec<_>>(), [7, 8, 9]);
+    }
+
+    /// A PLAY that comes while one plays to a given end waits for that end
+    /// and goes on there on the same clock, the sequence numbers and RTP
+    /// time as its reply predicted; no BYE between the two.
+    #[test]
+    fn a_pipelined_play_goes_on_where_the_playing_one_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = session(title(dir.path()), &rtcp);
+        let title = s.title.clone();
+        s.play(
+            Start::Resume,
+            Until::at(&title, 0, 30 * MS),
+            1,
+            Instant::now(),
+        );
+        let t0 = Instant::now();
+        s.start(t0, 0);
+        let next = s
+            .queue(Start::at(&title, 0, 60 * MS), Until::End)
+            .expect("queued behind the range playing");
+        assert!(next.queued);
+        assert_eq!((next.packet, next.seq), (6, 65534u16.wrapping_add(3)));
+        let mut sent = vec![];
+        let mut at = t0;
+        while let (c, Some(wake)) = tick(&mut s, at, usize::MAX) {
+            sent.extend(c);
+            at = wake.max(at + Duration::from_millis(1));
+        }
+        let ids: Vec<u8> = sent.iter().map(|p| p.2[0]).collect();
+        assert_eq!(ids, [0, 1, 2, 6, 7, 8, 9]);
+        let seqs: Vec<u16> = sent.iter().map(|p| p.0).collect();
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0].wrapping_add(1)),
+            "{seqs:?}"
+        );
+        assert_eq!(
+            sent[3].1, next.rtptime,
+            "packet 6 has the RTP time the reply named"
+        );
+        assert_eq!(
+            sent[3].1.wrapping_sub(sent[2].1),
+            10 * 90,
+            "10 ms after packet 2"
+        );
+        let mut buf = [0u8; 512];
+        rtcp.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut byes = 0;
+        while let Ok(n) = rtcp.recv(&mut buf) {
+            let bye = parse_compound(&buf[..n])
+                .is_ok_and(|r| r.iter().any(|i| matches!(i, RtcpInfo::Bye { .. })));
+            byes += usize::from(bye);
+        }
+        assert_eq!(byes, 1, "one BYE, at the end of the second range");
+        assert!(
+            s.queue(Start::at(&title, 0, 0), Until::End).is_none(),
+            "nothing is queued behind an ended stream"
+        );
+    }
+
+    /// A PAUSE with a Range stops the stream at its pause point without
+    /// BYE; a PLAY then plays on to the range's own end.
+    #[test]
+    fn a_pause_point_stops_the_stream_there_and_play_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = session(title(dir.path()), &rtcp);
+        let title = s.title.clone();
+        s.play(
+            Start::Resume,
+            Until::at(&title, 0, 80 * MS),
+            1,
+            Instant::now(),
+        );
+        let t0 = Instant::now();
+        s.start(t0, 0);
+        assert!(!s.pause_at(0, 0, t0 + Duration::from_millis(20)), "behind");
+        assert!(s.pause_at(4, 40 * MS, t0));
+        let mut sent = vec![];
+        let mut at = t0;
+        while let (c, Some(wake)) = tick(&mut s, at, usize::MAX) {
+            sent.extend(c);
+            at = wake.max(at + Duration::from_millis(1));
+        }
+        assert_eq!(
+            sent.iter().map(|p| p.2[0]).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert_eq!(s.position_at(at), 40 * MS);
+        let info = s.play(Start::Resume, Until::Previous, 1, at);
+        assert_eq!((info.packet, info.end_ns), (4, 80 * MS));
+        s.start(at, info.time_ns);
+        let (c, _) = tick(&mut s, at + Duration::from_secs(1), usize::MAX);
+        assert_eq!(c.iter().map(|p| p.2[0]).collect::<Vec<_>>(), [4, 5, 6, 7]);
     }
 
     /// Payload-header bytes and both file runs arrive as the RTP payload,

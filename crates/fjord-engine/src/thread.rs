@@ -348,16 +348,31 @@ impl Worker {
                 start,
                 until,
                 scale,
+                queue,
                 reply,
             } => {
+                let now = Instant::now();
                 let key = self.ids.get(&id).copied();
-                let info = key
-                    .and_then(|k| self.slots[k as usize].as_mut())
-                    .map(|s| s.play(start, until, scale, Instant::now()));
-                if let Some(k) = key {
+                let info = key.and_then(|k| self.slots[k as usize].as_mut()).map(|s| {
+                    let queued = queue.then(|| s.queue(start, until)).flatten();
+                    queued.unwrap_or_else(|| s.play(start, until, scale, now))
+                });
+                if let Some(k) = key.filter(|_| info.is_none_or(|i| !i.queued)) {
                     self.wheel.remove(k);
                 }
                 reply(info);
+            }
+            Command::PauseAt {
+                id,
+                packet,
+                ns,
+                reply,
+            } => {
+                let now = Instant::now();
+                let ok = self.ids.get(&id).is_some_and(|&k| {
+                    (self.slots[k as usize].as_mut()).is_some_and(|s| s.pause_at(packet, ns, now))
+                });
+                reply(ok);
             }
             Command::Position { id, reply } => {
                 let now = Instant::now();

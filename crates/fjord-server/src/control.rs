@@ -98,7 +98,7 @@ pub(crate) async fn handle(server: &Server, conn: &mut Conn, req: &Request) -> R
         Method::Describe => describe(server, conn, req).await,
         Method::Setup => setup(server, conn, req).await,
         Method::Play => play(server, conn, req).await,
-        Method::Pause => pause(server, conn, req),
+        Method::Pause => pause(server, conn, req).await,
         Method::Teardown => teardown(server, conn, req),
         Method::GetParameter | Method::SetParameter => keepalive(server, conn, req),
         Method::Announce | Method::Record | Method::Redirect => {
@@ -641,21 +641,26 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         Ok(r) => r,
         Err(r) => return r,
     };
-    let (streams, scale_was): (Vec<(u64, u64, String, u32)>, i32) = {
+    let ranged = seek_ns.is_some();
+    let (streams, scale_was, was_playing) = {
         let mut inner = session.lock();
+        let was_playing = inner.state == State::Playing;
         match next_state(inner.state, &Method::Play) {
             Ok(s) => inner.state = s,
             Err(code) => return status(code),
         }
         let was = std::mem::replace(&mut inner.scale, scale);
-        let streams = inner
+        let streams: Vec<(u64, u64, String, u32)> = inner
             .streams
             .iter()
             .filter(|s| !s.repair)
             .map(|s| (s.shard, s.engine_id, s.url.to_string(), s.track))
             .collect();
-        (streams, was)
+        (streams, was, was_playing)
     };
+    // RFC 2326 §10.5: a PLAY with a Range while one plays waits for it
+    // when it plays to a given end (the engine decides; else it seeks).
+    let queue = ranged && was_playing && scale == 1 && scale_was == 1;
     // Into, out of or between trick plays without a Range: on from where
     // the title stands, to the end of the new direction.
     if scale != scale_was || scale != 1 {
@@ -684,11 +689,13 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         else {
             return status(500);
         };
-        let Some(info) = engine_play(server, shard, id, start, until, scale).await else {
+        let Some(info) = engine_play(server, shard, id, start, until, scale, queue).await else {
             return status(454);
         };
         infos.push((url, info));
-        started.push((shard, id));
+        if !info.queued {
+            started.push((shard, id));
+        }
     }
     // Streams paused together stand at (nearly) the same time; the first
     // one's is the session's.
@@ -791,6 +798,7 @@ async fn engine_play(
     start: Start,
     until: Until,
     scale: i32,
+    queue: bool,
 ) -> Option<PlayInfo> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     server.engine.send(
@@ -800,6 +808,7 @@ async fn engine_play(
             start,
             until,
             scale,
+            queue,
             reply: Box::new(move |info| {
                 let _ = tx.send(info);
             }),
@@ -818,24 +827,80 @@ async fn engine_position(server: &Server, shard: u64, id: u64) -> Option<u64> {
     rx.await.ok().flatten()
 }
 
-fn pause(server: &Server, conn: &Conn, req: &Request) -> Reply {
+async fn pause(server: &Server, conn: &Conn, req: &Request) -> Reply {
     let session = match session_for(server, conn, req) {
         Ok(s) => s,
         Err(r) => return r,
     };
+    if let Err(code) = next_state(session.lock().state, &Method::Pause) {
+        return status(code);
+    }
+    let point = match pause_point(req) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let streams: Vec<(u64, u64, u32)> = (session.lock().streams.iter())
+        .filter(|s| !s.repair)
+        .map(|s| (s.shard, s.engine_id, s.track))
+        .collect();
+    if let Some(ns) = point {
+        for &(shard, id, track) in &streams {
+            let title = session.title.clone();
+            let Ok(packet) =
+                tokio::task::spawn_blocking(move || title.end_packet(track as usize, ns)).await
+            else {
+                return status(500);
+            };
+            if !engine_pause_at(server, shard, id, packet, ns).await {
+                return refuse(457, "the pause point is not ahead in the range playing");
+            }
+        }
+    } else {
+        for &(shard, id, _) in &streams {
+            server.engine.send(shard, Command::Pause { id });
+        }
+    }
     let mut inner = session.lock();
-    match next_state(inner.state, &Method::Pause) {
-        Ok(s) => inner.state = s,
-        Err(code) => return status(code),
+    if let Ok(s) = next_state(inner.state, &Method::Pause) {
+        inner.state = s;
     }
-    for s in &inner.streams {
-        server
-            .engine
-            .send(s.shard, Command::Pause { id: s.engine_id });
-    }
+    drop(inner);
     Response::new(200)
         .header("Session", session_header(server, session.id))
         .into()
+}
+
+/// Where a PAUSE's Range asks the stream to halt (RFC 2326 §10.6: its
+/// start, `npt=37` or `npt=37-`); `None`: now.
+fn pause_point(req: &Request) -> Result<Option<u64>, Reply> {
+    let Some(v) = req.header("Range") else {
+        return Ok(None);
+    };
+    let v = if v.contains('-') {
+        v.to_owned()
+    } else {
+        format!("{v}-")
+    };
+    match range::parse_npt(&v) {
+        Ok(r) => Ok(r.start.map(|s| (s * 1e9) as u64)),
+        Err(e) => Err(refuse(457, &e.to_string())),
+    }
+}
+
+/// Sets a pause point on an engine stream; false when it is not ahead.
+async fn engine_pause_at(server: &Server, shard: u64, id: u64, packet: u32, ns: u64) -> bool {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let reply = Box::new(move |ok| {
+        let _ = tx.send(ok);
+    });
+    let pause = Command::PauseAt {
+        id,
+        packet,
+        ns,
+        reply,
+    };
+    server.engine.send(shard, pause);
+    rx.await.unwrap_or(false)
 }
 
 fn teardown(server: &Server, conn: &mut Conn, req: &Request) -> Reply {

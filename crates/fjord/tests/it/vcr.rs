@@ -4,10 +4,12 @@
 use std::process::Command;
 use std::time::Duration;
 
-use fjord_client::{EndReason, RtspClient};
+use fjord_client::{EndReason, Received, RtspClient};
 
 use crate::client::{LIMIT, QUIET, open, recv};
-use crate::common::{Server, assert_contiguous, clip_bytes, generate_media, run_bounded};
+use crate::common::{
+    Server, assert_contiguous, clip_bytes, find_aligned, generate_media, run_bounded,
+};
 use crate::peers::{Frames, parse_framemd5};
 
 /// 12 s of H.264 (a keyframe every second) + AAC, muxed at a constant 6
@@ -140,6 +142,78 @@ fn a_range_with_an_end_stops_there_with_bye() {
             "tcp {tcp}: {span:.2} s of packets for {start}-5"
         );
     }
+}
+
+/// RFC 2326 §10.5: a PLAY with a Range sent while one plays to a given
+/// end waits for it. `npt=2-4` then `npt=6-8` arrive one after the other,
+/// each the file's bytes from its key frame, the sequence numbers and the
+/// RTP clock running on across the cut, one BYE at the end.
+#[test]
+fn pipelined_plays_play_their_ranges_in_order() {
+    let server = Server::start("");
+    let src = clip_bytes();
+    for tcp in [false, true] {
+        let (mut c, mut rx, _) = open(&server, "clip.ts", tcp);
+        let first = c.play(Some("npt=2-4")).expect("PLAY npt=2-4");
+        let second = c.play(Some("npt=6-8")).expect("PLAY npt=6-8");
+        assert_eq!((first.end, second.end), (Some(4.0), Some(8.0)));
+        let cap = recv(&mut c, &mut rx, QUIET, LIMIT);
+        assert_eq!(cap.end, EndReason::Bye, "tcp {tcp}");
+        let p = &cap.packets;
+        let offset = |i: usize| find_aligned(src, &p[i].payload).expect("source bytes");
+        let cut = (1..p.len())
+            .find(|&i| offset(i) != offset(i - 1) + p[i - 1].payload.len())
+            .unwrap_or_else(|| panic!("tcp {tcp}: one range only"));
+        let (a, a_end) = assert_contiguous(src, &p[..cut], "npt=2-4");
+        let (b, _) = assert_contiguous(src, &p[cut..], "npt=6-8");
+        assert!(a < b && a_end < b, "tcp {tcp}: {a}..{a_end}, then {b}");
+        assert_eq!(p[cut].seq, p[cut - 1].seq.wrapping_add(1), "tcp {tcp}");
+        let step = f64::from(p[cut].rtp_ts.wrapping_sub(p[cut - 1].rtp_ts)) / 90_000.0;
+        assert!(
+            step < 0.2,
+            "tcp {tcp}: the RTP clock jumps {step:.2} s at the cut"
+        );
+        let span = |q: &[Received]| {
+            f64::from(q.last().unwrap().rtp_ts.wrapping_sub(q[0].rtp_ts)) / 90_000.0
+        };
+        let (s1, s2) = (first.start.unwrap(), second.start.unwrap());
+        assert!((span(&p[..cut]) - (4.0 - s1)).abs() < 0.3, "tcp {tcp}");
+        assert!((span(&p[cut..]) - (8.0 - s2)).abs() < 0.3, "tcp {tcp}");
+    }
+}
+
+/// RFC 2326 §10.6: a PAUSE with a Range halts the stream at that point
+/// (no BYE); a PLAY then plays on from there; a point already passed is
+/// 457.
+#[test]
+fn a_pause_point_halts_the_stream_there() {
+    let server = Server::start("");
+    let src = clip_bytes();
+    let (mut c, mut rx, _) = open(&server, "clip.ts", false);
+    c.play(Some("npt=2-")).expect("PLAY npt=2-");
+    let url = c.control_url().to_string();
+    let r = c
+        .request("PAUSE", &url, &[("Range", "npt=0.5")], b"")
+        .unwrap();
+    assert_eq!(r.status, 457, "a point already passed");
+    let r = c
+        .request("PAUSE", &url, &[("Range", "npt=4")], b"")
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let cap = recv(&mut c, &mut rx, QUIET, LIMIT);
+    assert_ne!(cap.end, EndReason::Bye, "a pause point ends nothing");
+    let (_, end) = assert_contiguous(src, &cap.packets, "npt=2-, paused at 4");
+    let span = f64::from((cap.packets.last().unwrap().rtp_ts).wrapping_sub(cap.packets[0].rtp_ts))
+        / 90_000.0;
+    assert!(span < 3.0 && end < src.len(), "{span:.2} s of packets");
+    let again = c.play(None).expect("PLAY after the pause point");
+    assert!((again.start.unwrap() - 4.0).abs() < 0.01, "{again:?}");
+    let rest = recv(&mut c, &mut rx, QUIET, LIMIT);
+    assert_eq!(rest.end, EndReason::Bye);
+    assert!(
+        src[end..].starts_with(&rest.packets[0].payload),
+        "on from the pause point"
+    );
 }
 
 /// A PLAY with a Scale or Speed fjord does not play gets its status and
