@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use crate::common::{Server, generate_media, run_bounded};
 
 /// Frames per second and per GOP of the clips.
-const GOP: usize = 25;
+pub(crate) const GOP: usize = 25;
 
 /// 20 s of H.264, a key frame every second, in `container` (`mpegts` with
 /// AAC beside it; `mp4` video only: rtspsrc's pipeline takes one stream).
-fn clip(name: &str, container: &str) -> std::path::PathBuf {
+pub(crate) fn clip(name: &str, container: &str) -> std::path::PathBuf {
     let mut args = vec!["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"];
     if container == "mpegts" {
         args.extend(["-f", "lavfi", "-i", "sine=frequency=440", "-c:a", "aac"]);
@@ -43,7 +43,7 @@ fn clip(name: &str, container: &str) -> std::path::PathBuf {
 }
 
 /// The md5 of every decoded video frame of `input`, in decoding order.
-fn decoded(input: &Path) -> Vec<String> {
+pub(crate) fn decoded(input: &Path) -> Vec<String> {
     let mut cmd = Command::new("ffmpeg");
     cmd.args(["-nostdin", "-v", "error", "-i"])
         .arg(input)
@@ -57,7 +57,7 @@ fn decoded(input: &Path) -> Vec<String> {
         .collect()
 }
 
-fn server_with(clip: &Path, name: &str) -> Server {
+pub(crate) fn server_with(clip: &Path, name: &str) -> Server {
     Server::start_with("", |root| {
         std::fs::copy(clip, root.join(name)).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));

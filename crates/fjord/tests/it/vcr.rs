@@ -11,6 +11,7 @@ use crate::common::{
     Server, assert_contiguous, clip_bytes, find_aligned, generate_media, run_bounded,
 };
 use crate::peers::{Frames, parse_framemd5};
+use crate::trick;
 
 /// 12 s of H.264 (a keyframe every second) + AAC, muxed at a constant 6
 /// Mbit/s: about 570 RTP packets a second, so a seek 9 s in moves more
@@ -110,6 +111,56 @@ fn ffmpeg_seeking_mid_stream_receives_every_frame_from_the_keyframe() {
             "{transport}: frames differ"
         );
     }
+}
+
+/// GStreamer's rtspsrc seeks mid-stream, forward then back (flushing
+/// key-unit `seek_simple`, as a player's seek bar does): after each seek
+/// it receives every picture from the key frame at or before the point,
+/// bit-exact (md5 of each decoded frame), until the next seek or the end.
+#[test]
+fn gstreamer_seeking_forward_and_back_loses_no_frame_after_the_seek() {
+    let mp4 = trick::clip("trick-20s.mp4", "mp4");
+    let server = trick::server_with(&mp4, "seek.mp4");
+    let source = trick::decoded(&mp4);
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("units.h264");
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/seek_gst.py"))
+        .arg(server.url("seek.mp4"))
+        .arg(&out_path)
+        .args(["50", "12", "4"]);
+    let out = run_bounded(cmd, Duration::from_secs(90));
+    assert!(out.status.success(), "seek_gst.py: {}", out.stderr);
+    let at: Vec<usize> = (trick::decoded(&out_path).iter())
+        .map(|m| {
+            source
+                .iter()
+                .position(|s| s == m)
+                .expect("a picture not in the title")
+        })
+        .collect();
+    // Runs of consecutive source frames: before the seeks, then one from
+    // each seek's key frame.
+    let mut runs: Vec<(usize, usize)> = vec![];
+    for &f in &at {
+        match runs.last_mut() {
+            Some((_, end)) if f == *end + 1 => *end = f,
+            _ => runs.push((f, f)),
+        }
+    }
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert_eq!(runs[0].0, 0, "{runs:?}");
+    assert_eq!(
+        runs[1].0,
+        12 * trick::GOP,
+        "from the key frame at 12 s: {runs:?}"
+    );
+    assert_eq!(
+        runs[2].0,
+        4 * trick::GOP,
+        "from the key frame at 4 s: {runs:?}"
+    );
+    assert_eq!(runs[2].1, source.len() - 1, "to the end: {runs:?}");
 }
 
 /// `Range: npt=3-5` plays the file's bytes from the keyframe at or before
