@@ -501,6 +501,7 @@ fn run_once(
                 start: Start::Resume,
                 until: Until::Previous,
                 scale: 1,
+                speed: fjord_engine::REAL_TIME,
                 queue: false,
                 reply: Box::new(|_| {}),
             },

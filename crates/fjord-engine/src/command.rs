@@ -7,8 +7,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-pub use crate::trick::MAX_SCALE;
 use crate::{Title, datapath::Counters};
+pub use crate::{clock::REAL_TIME, trick::MAX_SCALE};
 
 /// Everything the engine needs to stream one track to one client.
 pub struct SessionSpec {
@@ -173,6 +173,9 @@ pub enum Command {
         /// RFC 2326 `Scale`: 1, or key frames only at that speed
         /// (backwards when negative; at most [`MAX_SCALE`] either way).
         scale: i32,
+        /// RFC 2326 `Speed` in thousandths: 1000 delivers in real time,
+        /// 2000 twice as fast (timestamps unchanged).
+        speed: u32,
         /// A PLAY with a Range that arrived while the session plays: when
         /// the PLAY playing has a given end, this one plays on from there
         /// (RFC 2326 §10.5); else it seeks at once.

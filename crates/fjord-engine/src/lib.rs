@@ -8,6 +8,7 @@
 //! frames, chosen from the index's sync table (`trick`): never by parsing
 //! media.
 
+mod clock;
 pub mod command;
 pub mod datapath;
 mod interleaved;
@@ -20,8 +21,8 @@ mod trick;
 mod wheel;
 
 pub use command::{
-    Command, LATE, MAX_SCALE, Output, PlayInfo, RepairSpec, SessionSpec, Start, ThreadStats,
-    UdpSocket, Until,
+    Command, LATE, MAX_SCALE, Output, PlayInfo, REAL_TIME, RepairSpec, SessionSpec, Start,
+    ThreadStats, UdpSocket, Until,
 };
 pub use thread::{Engine, EngineConfig};
 pub use title::{Title, VerifyError};

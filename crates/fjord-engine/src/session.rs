@@ -28,6 +28,7 @@ use fjord_storage::{Mode, ReadAhead, Storage, Uses};
 
 use crate::{
     PlayInfo, Start, ThreadStats, Title, Until,
+    clock::{Clock, REAL_TIME},
     command::{Output, RepairSpec, SessionSpec},
     datapath::{Batch, Packet},
     interleaved::{Connection, Frame, MAX_FRAMES},
@@ -65,8 +66,8 @@ enum AtEnd {
 enum State {
     /// Set up, paused, or positioned by PLAY and waiting for `Start`.
     Stopped,
-    /// Packet `origin` is due at wall time `t0`.
-    Playing { t0: Instant, origin_ns: u64 },
+    /// Sending, on this clock.
+    Playing(Clock),
     /// Past the last packet; BYE sent.
     Ended,
 }
@@ -86,6 +87,9 @@ pub(crate) struct Session {
     /// Key frames only, at another speed (RFC 2326 `Scale`); boxed, since
     /// few sessions play tricks.
     trick: Option<Box<Trick>>,
+    /// How fast the next PLAY delivers, in thousandths of real time
+    /// (RFC 2326 `Speed`).
+    speed: u32,
     /// Where the PLAY stops: before this packet, at this time (`None`: at
     /// the end of the track).
     end: Option<(u32, u64)>,
@@ -191,6 +195,7 @@ impl Session {
             position_ns: 0,
             clock_ns: 0,
             trick: None,
+            speed: REAL_TIME,
             end: None,
             at_end: AtEnd::Bye,
             seq0: spec.seq0,
@@ -257,12 +262,9 @@ impl Session {
             self.start_waits += 1;
         }
         if self.starting
-            && let State::Playing { origin_ns, .. } = self.state
+            && let State::Playing(c) = self.state
         {
-            self.state = State::Playing {
-                t0: retry,
-                origin_ns,
-            };
+            self.state = State::Playing(Clock { t0: retry, ..c });
             self.next_report = retry;
         }
         Some(retry)
@@ -391,8 +393,8 @@ impl Session {
     /// Where playback stands on the title timeline at `now`.
     pub(crate) fn position_at(&self, now: Instant) -> u64 {
         match (self.state, &self.trick) {
-            (State::Playing { .. }, Some(t)) => t.npt(self.stream_ns(now)),
-            (State::Playing { .. }, None) => self.stream_ns(now).min(self.end_ns()),
+            (State::Playing(_), Some(t)) => t.npt(self.stream_ns(now)),
+            (State::Playing(_), None) => self.stream_ns(now).min(self.end_ns()),
             (State::Stopped, _) => self.position_ns,
             (State::Ended, Some(t)) => t.stop_ns(),
             (State::Ended, None) => self.end_ns(),
@@ -402,9 +404,7 @@ impl Session {
     /// Where the RTP clock stands at `now` (stream time).
     fn stream_ns(&self, now: Instant) -> u64 {
         match self.state {
-            State::Playing { t0, origin_ns } => {
-                origin_ns + now.saturating_duration_since(t0).as_nanos() as u64
-            }
+            State::Playing(c) => c.at(now),
             State::Stopped => self.clock_ns,
             State::Ended => self.last_due_ns(),
         }
@@ -475,7 +475,7 @@ impl Session {
     /// nothing changes) otherwise. The reply names the sequence number and
     /// RTP time the stream will have there.
     pub(crate) fn queue(&mut self, start: Start, until: Until) -> Option<PlayInfo> {
-        let (State::Playing { .. }, Some((end_packet, end_ns)), None, Start::At { ns, packet }) =
+        let (State::Playing(_), Some((end_packet, end_ns)), None, Start::At { ns, packet }) =
             (self.state, self.end, &self.trick, start)
         else {
             return None;
@@ -502,7 +502,7 @@ impl Session {
     /// stops before packet `packet`, at title time `ns`, without BYE; false
     /// (and nothing changes) when that is not ahead of where it plays.
     pub(crate) fn pause_at(&mut self, packet: u32, ns: u64, now: Instant) -> bool {
-        let ahead = matches!(self.state, State::Playing { .. })
+        let ahead = matches!(self.state, State::Playing(_))
             && self.trick.is_none()
             && matches!(self.at_end, AtEnd::Bye)
             && ns >= self.stream_ns(now)
@@ -627,7 +627,11 @@ impl Session {
     }
 
     pub(crate) fn start(&mut self, at: Instant, origin_ns: u64) {
-        self.state = State::Playing { t0: at, origin_ns };
+        self.state = State::Playing(Clock {
+            t0: at,
+            origin_ns,
+            speed: self.speed,
+        });
         self.next_report = at;
         self.starting = true;
         self.started = Some(at);
@@ -636,7 +640,7 @@ impl Session {
     }
 
     pub(crate) fn pause(&mut self, now: Instant) {
-        if let State::Playing { .. } = self.state {
+        if let State::Playing(_) = self.state {
             self.position_ns = self.position_at(now);
             self.clock_ns = self.stream_ns(now);
             self.state = State::Stopped;
@@ -644,11 +648,16 @@ impl Session {
         }
     }
 
-    fn clock(&self) -> Option<(Instant, u64)> {
+    fn playing(&self) -> Option<Clock> {
         match self.state {
-            State::Playing { t0, origin_ns } => Some((t0, origin_ns)),
+            State::Playing(c) => Some(c),
             _ => None,
         }
+    }
+
+    /// RFC 2326 `Speed` of the next PLAY's delivery, in thousandths.
+    pub(crate) fn set_speed(&mut self, speed: u32) {
+        self.speed = speed.max(1);
     }
 
     pub(crate) fn is_interleaved(&self) -> bool {
@@ -668,8 +677,7 @@ impl Session {
         batch: &mut Batch<'a>,
     ) -> Planned {
         let mut planned = Planned::default();
-        let (Some((t0, origin_ns)), Output::Udp { rtp, rtp_peer, .. }) =
-            (self.clock(), &self.output)
+        let (Some(clock), Output::Udp { rtp, rtp_peer, .. }) = (self.playing(), &self.output)
         else {
             return planned;
         };
@@ -695,7 +703,7 @@ impl Session {
         let Some(track) = self.title.index().track(self.track) else {
             return planned;
         };
-        let Some(limit_ns) = due_by(t0, origin_ns, now + burst) else {
+        let Some(limit_ns) = clock.due_by(now + burst) else {
             return planned;
         };
         let pt = track.payload_type();
@@ -830,7 +838,7 @@ impl Session {
         sent: Planned,
         p: &mut Pacing,
     ) -> Option<Instant> {
-        let (t0, origin_ns) = self.clock()?;
+        let clock = self.playing()?;
         if self.storage_failed() {
             return self.end_unreadable(p);
         }
@@ -851,7 +859,7 @@ impl Session {
             if sent.repair < planned.repair {
                 return Some(p.now + RETRY);
             }
-            return self.after_sending(t0, origin_ns, p);
+            return self.after_sending(clock, p);
         }
         let (planned, sent) = (planned.source, sent.source);
         let title = self.title.clone();
@@ -867,18 +875,18 @@ impl Session {
             self.state = State::Ended;
             return None;
         }
-        self.account(track, sent, t0, origin_ns, p);
+        self.account(track, sent, clock, p);
         if sent < planned {
             // The socket is full: try again shortly.
             return Some(p.now + RETRY);
         }
-        self.after_sending(t0, origin_ns, p)
+        self.after_sending(clock, p)
     }
 
     /// Sends what is due through the RTSP connection (TCP interleaved), many
     /// frames per `writev`.
     pub(crate) fn pump_interleaved(&mut self, p: &mut Pacing) -> Option<Instant> {
-        let (t0, origin_ns) = self.clock()?;
+        let clock = self.playing()?;
         let Output::Interleaved {
             conn, rtp_channel, ..
         } = self.output
@@ -890,7 +898,7 @@ impl Session {
         }
         let title = self.title.clone();
         let track = title.index().track(self.track)?;
-        let limit_ns = due_by(t0, origin_ns, p.now + p.burst);
+        let limit_ns = clock.due_by(p.now + p.burst);
         let pt = track.payload_type();
         // A stalled client's connection takes nothing before its next try:
         // build no frames for it.
@@ -950,12 +958,12 @@ impl Session {
             };
             let (taken, broken) = c.send_frames(rtp_channel, &frames[..n], p.now);
             let taken = if broken { n } else { taken };
-            self.account(track, taken, t0, origin_ns, p);
+            self.account(track, taken, clock, p);
             if taken < n {
                 return Some(retry_interleaved(conn, p));
             }
         }
-        self.after_sending(t0, origin_ns, p)
+        self.after_sending(clock, p)
     }
 
     /// Sends the pending repair packets on the connection; false when it is
@@ -1007,17 +1015,7 @@ impl Session {
     /// Moves past `sent` packets that left: counters for RTCP, lateness for
     /// the engine's statistics; when that finishes a block, its repair
     /// packets are due.
-    fn account(
-        &mut self,
-        track: Track<'_>,
-        sent: usize,
-        t0: Instant,
-        origin_ns: u64,
-        p: &mut Pacing,
-    ) {
-        // Lateness of a packet: how far `now` is past its due time, i.e.
-        // `elapsed` since `t0` less its send time after `origin_ns`.
-        let elapsed = p.now.saturating_duration_since(t0);
+    fn account(&mut self, track: Track<'_>, sent: usize, clock: Clock, p: &mut Pacing) {
         let mut jumped = false;
         for k in 0..sent as u32 {
             let i = self.next + k;
@@ -1025,8 +1023,7 @@ impl Session {
                 continue;
             };
             self.octets = self.octets.wrapping_add(rec.payload_len() as u32);
-            let after = Duration::from_nanos(self.due_ns(i, &rec).saturating_sub(origin_ns));
-            p.stats.count(elapsed.saturating_sub(after));
+            p.stats.count(clock.lateness(self.due_ns(i, &rec), p.now));
             match &mut self.trick {
                 Some(t) => jumped |= t.sent(track, i, t.ends_frame(i, &rec)),
                 None => self.encode_live(track, u64::from(i), &rec),
@@ -1109,7 +1106,7 @@ impl Session {
     }
 
     /// RTCP and the next wake-up once the due packets are out.
-    fn after_sending(&mut self, t0: Instant, origin_ns: u64, p: &mut Pacing) -> Option<Instant> {
+    fn after_sending(&mut self, clock: Clock, p: &mut Pacing) -> Option<Instant> {
         if self.repair_pending().is_some() {
             return Some(p.now);
         }
@@ -1124,15 +1121,15 @@ impl Session {
                 Some(t) => t.due_ns(self.next),
                 None => self.media_time(self.next).0,
             };
-            let at = due(t0, origin_ns, ns);
+            let at = clock.due(ns);
             at.checked_sub(p.burst / 4).unwrap_or(at)
         } else if !matches!(self.at_end, AtEnd::Bye) {
             let end_ns = self.end_ns();
-            return self.reach_end(due(t0, origin_ns, end_ns), end_ns, p.now);
+            return self.reach_end(clock.due(end_ns), end_ns, p.now);
         } else {
             let last_ns = self.last_due_ns();
             let last_left = self.last_sent.unwrap_or(p.now);
-            let bye_at = due(t0, origin_ns, last_ns).max(last_left) + BYE_DELAY;
+            let bye_at = clock.due(last_ns).max(last_left) + BYE_DELAY;
             if p.now >= bye_at {
                 self.report(p, true);
                 self.state = State::Ended;
@@ -1159,7 +1156,7 @@ impl Session {
     /// stream ended, and the engine never wakes it again (the client's
     /// TEARDOWN or the session timeout removes it).
     pub(crate) fn end_unreadable(&mut self, p: &mut Pacing) -> Option<Instant> {
-        if matches!(self.state, State::Playing { .. }) {
+        if matches!(self.state, State::Playing(_)) {
             tracing::warn!(
                 ssrc = self.ssrc,
                 track = self.track,
@@ -1174,11 +1171,11 @@ impl Session {
     /// RTCP sender report (RFC 3550 §6.4.1): the wall clock now against the
     /// RTP timestamp the stream's clock has now, so players can sync tracks.
     fn report(&mut self, p: &mut Pacing, bye: bool) {
-        let State::Playing { t0, origin_ns } = self.state else {
+        let State::Playing(c) = self.state else {
             return;
         };
         let clock = self.track().map_or(90_000, |t| t.clock_rate());
-        let media_ns = origin_ns + p.now.saturating_duration_since(t0).as_nanos() as u64;
+        let media_ns = c.at(p.now);
         let rtp_now = self.ts0.wrapping_add(rtp_ticks(media_ns, clock));
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -1223,21 +1220,6 @@ fn send_rtcp(output: &Output, bytes: &[u8], p: &mut Pacing) {
             }
         }
     }
-}
-
-/// When a packet with index send time `ns` is due, for a clock that put
-/// `origin_ns` at `t0`.
-fn due(t0: Instant, origin_ns: u64, ns: u64) -> Instant {
-    t0 + Duration::from_nanos(ns.saturating_sub(origin_ns))
-}
-
-/// The latest index send time due by `horizon` on that clock (a packet is
-/// due by it iff its send time is at most this), or `None` when nothing is:
-/// computed once per burst instead of a `due` per packet.
-fn due_by(t0: Instant, origin_ns: u64, horizon: Instant) -> Option<u64> {
-    let ahead = horizon.checked_duration_since(t0)?;
-    let ahead = u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX);
-    Some(origin_ns.saturating_add(ahead))
 }
 
 #[cfg(test)]
@@ -1398,6 +1380,29 @@ mod tests {
             all.iter()
                 .enumerate()
                 .all(|(i, p)| p.2 == vec![i as u8; 188])
+        );
+    }
+
+    /// RFC 2326 `Speed` 2: the same packets, with the same timestamps,
+    /// due twice as fast.
+    #[test]
+    fn a_faster_speed_sends_the_same_packets_sooner() {
+        let dir = tempfile::tempdir().unwrap();
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = session(title(dir.path()), &rtcp);
+        s.set_speed(2 * REAL_TIME);
+        s.play(Start::Resume, Until::Previous, 1, Instant::now());
+        let t0 = Instant::now();
+        s.start(t0, 0);
+        // The 15 ms burst covers 30 ms of the title: packets 0-3.
+        let (a, wake) = tick(&mut s, t0, usize::MAX);
+        assert_eq!(a.iter().map(|p| p.2[0]).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        assert_eq!(a[3].1.wrapping_sub(a[0].1), 30 * 90, "timestamps as stored");
+        let slack = Duration::from_millis(15) / 4;
+        assert_eq!(
+            wake,
+            Some(t0 + Duration::from_millis(20) - slack),
+            "40 ms in 20"
         );
     }
 

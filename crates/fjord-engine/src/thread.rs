@@ -348,12 +348,14 @@ impl Worker {
                 start,
                 until,
                 scale,
+                speed,
                 queue,
                 reply,
             } => {
                 let now = Instant::now();
                 let key = self.ids.get(&id).copied();
                 let info = key.and_then(|k| self.slots[k as usize].as_mut()).map(|s| {
+                    s.set_speed(speed);
                     let queued = queue.then(|| s.queue(start, until)).flatten();
                     queued.unwrap_or_else(|| s.play(start, until, scale, now))
                 });

@@ -153,6 +153,7 @@ fn streaming_sessions_allocate_nothing_per_packet() {
                     start: Start::Resume,
                     until: Until::Previous,
                     scale: 1,
+                    speed: fjord_engine::REAL_TIME,
                     queue: false,
                     reply: Box::new(|_| {}),
                 },

@@ -17,6 +17,9 @@ pub struct Admission {
 pub struct Reservation {
     pub thread: usize,
     pps: u64,
+    /// The stream's rate in real time; `pps` is more while it is delivered
+    /// faster (RFC 2326 `Speed`).
+    base: u64,
 }
 
 impl Admission {
@@ -51,10 +54,33 @@ impl Admission {
                 return None;
             }
             match load.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return Some(Reservation { thread, pps }),
+                Ok(_) => {
+                    return Some(Reservation {
+                        thread,
+                        pps,
+                        base: pps,
+                    });
+                }
                 Err(seen) => current = seen,
             }
         }
+    }
+
+    /// Resizes `r` for delivery at `speed` thousandths of real time, on
+    /// its thread; false (and `r` unchanged) when that would exceed the
+    /// capacity.
+    pub fn resize(&self, r: &mut Reservation, speed: u32) -> bool {
+        let want = (r.base * u64::from(speed)).div_ceil(1000);
+        if want > r.pps {
+            let Some(more) = self.reserve(Some(r.thread), want - r.pps) else {
+                return false;
+            };
+            r.pps += more.pps;
+        } else {
+            self.load[r.thread].fetch_sub(r.pps - want, Ordering::AcqRel);
+            r.pps = want;
+        }
+        true
     }
 
     pub fn release(&self, r: &Reservation) {
@@ -83,6 +109,17 @@ mod tests {
         assert!(a.reserve(Some(r1.thread), 1).is_none());
         a.release(&r2);
         assert!(a.reserve(None, 600).is_some());
+    }
+
+    #[test]
+    fn a_faster_delivery_reserves_more_on_its_thread_and_gives_it_back() {
+        let a = Admission::new(1, Some(1000));
+        let mut r = a.reserve(None, 300).unwrap();
+        assert!(a.resize(&mut r, 3000), "900 pps");
+        assert!(!a.resize(&mut r, 4000), "1200 pps would exceed 1000");
+        assert!(a.reserve(None, 101).is_none(), "still 900 held");
+        assert!(a.resize(&mut r, 1000));
+        assert!(a.reserve(None, 700).is_some(), "back to 300");
     }
 
     #[test]

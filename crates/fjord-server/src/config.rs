@@ -36,6 +36,9 @@ pub struct Config {
     /// A client playing over TCP (interleaved) that takes no data for this
     /// long is dropped: its connection closed, its sessions ended.
     pub stall_timeout_s: u64,
+    /// The fastest delivery a PLAY may ask for with RFC 2326 `Speed`
+    /// (admission counts such a stream that many times); 1: `Speed` 1 only.
+    pub max_speed: f64,
     pub max_header_bytes: usize,
     pub max_body_bytes: usize,
     pub max_connections: usize,
@@ -127,6 +130,7 @@ impl Default for Config {
             request_timeout_s: 10,
             idle_timeout_s: 60,
             stall_timeout_s: 10,
+            max_speed: 4.0,
             max_header_bytes: 16 * 1024,
             max_body_bytes: 64 * 1024,
             max_connections: 1024,
@@ -239,6 +243,9 @@ impl Config {
         }
         if self.storage_threads == 0 || self.storage_threads > 64 {
             return bad("storage_threads must be between 1 and 64");
+        }
+        if !(1.0..=64.0).contains(&self.max_speed) {
+            return bad("max_speed must be between 1 and 64");
         }
         if self.max_connections == 0 || self.max_sessions == 0 {
             return bad("max_connections and max_sessions must be at least 1");

@@ -25,6 +25,7 @@ use fjord_proto::{
 
 use crate::{
     Server,
+    admission::Admission,
     conn::Conn,
     scale,
     session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
@@ -632,10 +633,12 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let scale = match scale::requested(req.header("Scale"), req.header("Speed"), &session.title) {
-        Ok(s) => s,
+    let (scale_h, speed_h) = (req.header("Scale"), req.header("Speed"));
+    let rate = match scale::requested(scale_h, speed_h, server.config.max_speed, &session.title) {
+        Ok(r) => r,
         Err((code, why)) => return refuse(code, &why),
     };
+    let scale = rate.scale;
     let duration_ns = session.title.index().duration_ns();
     let (mut seek_ns, mut end_ns) = match requested_range(req, duration_ns, scale < 0) {
         Ok(r) => r,
@@ -645,9 +648,16 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
     let (streams, scale_was, was_playing) = {
         let mut inner = session.lock();
         let was_playing = inner.state == State::Playing;
-        match next_state(inner.state, &Method::Play) {
-            Ok(s) => inner.state = s,
-            Err(code) => return status(code),
+        if let Err(code) = next_state(inner.state, &Method::Play) {
+            return status(code);
+        }
+        let speed_was = inner.speed;
+        if !resize_for_speed(&server.admission, &mut inner.streams, speed_was, rate.speed) {
+            return refuse(453, "no room on the engine thread for that Speed");
+        }
+        inner.speed = rate.speed;
+        if let Ok(s) = next_state(inner.state, &Method::Play) {
+            inner.state = s;
         }
         let was = std::mem::replace(&mut inner.scale, scale);
         let streams: Vec<(u64, u64, String, u32)> = inner
@@ -689,7 +699,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         else {
             return status(500);
         };
-        let Some(info) = engine_play(server, shard, id, start, until, scale, queue).await else {
+        let Some(info) = engine_play(server, shard, id, start, until, rate, queue).await else {
             return status(454);
         };
         infos.push((url, info));
@@ -709,8 +719,9 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
     if req.header("Scale").is_some() || scale != 1 {
         response.push_header("Scale", scale.to_string());
     }
-    if req.header("Speed").is_some() {
-        response.push_header("Speed", "1");
+    if speed_h.is_some() {
+        let speed = f64::from(rate.speed) / f64::from(fjord_engine::REAL_TIME);
+        response.push_header("Speed", speed.to_string());
     }
     Reply {
         response: response
@@ -797,7 +808,7 @@ async fn engine_play(
     id: u64,
     start: Start,
     until: Until,
-    scale: i32,
+    rate: scale::Rate,
     queue: bool,
 ) -> Option<PlayInfo> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -807,7 +818,8 @@ async fn engine_play(
             id,
             start,
             until,
-            scale,
+            scale: rate.scale,
+            speed: rate.speed,
             queue,
             reply: Box::new(move |info| {
                 let _ = tx.send(info);
@@ -815,6 +827,21 @@ async fn engine_play(
         },
     );
     rx.await.ok().flatten()
+}
+
+/// Sizes every stream's admission reservation for delivery at `speed`
+/// (thousandths) instead of `was`; false, and none changed, when a
+/// thread has no room.
+fn resize_for_speed(admission: &Admission, streams: &mut [Stream], was: u32, speed: u32) -> bool {
+    for i in 0..streams.len() {
+        if !admission.resize(&mut streams[i].reservation, speed) {
+            for st in &mut streams[..i] {
+                admission.resize(&mut st.reservation, was);
+            }
+            return false;
+        }
+    }
+    true
 }
 
 /// Where an engine stream stands on the title timeline now.

@@ -2,30 +2,60 @@
 //!
 //! `Scale`: 1, or a whole number up to [`MAX_SCALE`] either way, played
 //! from the key frames of a title that has them (trick play, in the
-//! engine). Slow motion (fractions) and `Speed` other than 1 are not
-//! built: 456 with the reason, never a stream at the wrong rate.
+//! engine). `Speed`: a decimal up to the configured `max_speed`, the same
+//! packets delivered that much faster or slower. Slow motion (fractional
+//! Scale) and both at once are not built: 456 with the reason, never a
+//! stream at the wrong rate.
 
-use fjord_engine::{MAX_SCALE, Title};
+use fjord_engine::{MAX_SCALE, REAL_TIME, Title};
 use fjord_proto::rtsp::rate;
 
 /// Why a PLAY's rate cannot be honoured: status and reason.
 pub type Refusal = (u16, String);
 
-/// The `Scale` a PLAY of `title` asks for (1 without the header).
-pub fn requested(scale: Option<&str>, speed: Option<&str>, title: &Title) -> Result<i32, Refusal> {
-    if let Some(v) = speed {
-        match rate::parse(v, false) {
-            Some(1.0) => {}
-            Some(_) => {
-                return Err((
-                    456,
-                    format!("Speed {v} is not supported: 1 only (use Scale)"),
-                ));
-            }
-            None => return Err((400, format!("invalid Speed: {v}"))),
-        }
+/// What a PLAY asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub scale: i32,
+    /// In thousandths of real time.
+    pub speed: u32,
+}
+
+/// The rate a PLAY of `title` asks for with its `Scale` and `Speed`
+/// headers (1 and real time without them).
+pub fn requested(
+    scale: Option<&str>,
+    speed: Option<&str>,
+    max_speed: f64,
+    title: &Title,
+) -> Result<Rate, Refusal> {
+    let speed = match speed {
+        None => REAL_TIME,
+        Some(v) => requested_speed(v, max_speed)?,
+    };
+    let scale = match scale {
+        None => 1,
+        Some(v) => requested_scale(v, title)?,
+    };
+    if scale != 1 && speed != REAL_TIME {
+        return Err((456, "Scale and Speed together are not supported".to_owned()));
     }
-    let Some(v) = scale else { return Ok(1) };
+    Ok(Rate { scale, speed })
+}
+
+fn requested_speed(v: &str, max_speed: f64) -> Result<u32, Refusal> {
+    let Some(x) = rate::parse(v, false) else {
+        return Err((400, format!("invalid Speed: {v}")));
+    };
+    let thousandths = (x * f64::from(REAL_TIME)).round();
+    if x > max_speed || thousandths < 1.0 {
+        let why = format!("Speed {v} is not supported: up to {max_speed} (max_speed)");
+        return Err((456, why));
+    }
+    Ok(thousandths as u32)
+}
+
+fn requested_scale(v: &str, title: &Title) -> Result<i32, Refusal> {
     let Some(x) = rate::parse(v, true) else {
         return Err((400, format!("invalid Scale: {v}")));
     };

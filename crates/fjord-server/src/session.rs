@@ -68,6 +68,9 @@ pub struct Inner {
     pub streams: Box<[Stream]>,
     /// The latest PLAY's `Scale` (1 before any).
     pub scale: i32,
+    /// The latest PLAY's `Speed`, in thousandths (its streams' admission
+    /// reservations are sized for it).
+    pub speed: u32,
     /// The connection's task, waiting for the session to end.
     on_end: Option<Waker>,
 }
@@ -167,6 +170,7 @@ impl Session {
                 last_activity: Instant::now(),
                 streams: Box::default(),
                 scale: 1,
+                speed: fjord_engine::REAL_TIME,
                 on_end: None,
             }),
         }

@@ -195,6 +195,67 @@ fn a_range_with_an_end_stops_there_with_bye() {
     }
 }
 
+/// RFC 2326 §12.35: `Speed: 2` delivers the whole title, the same
+/// packets and timestamps, in half its duration; the reply says the speed.
+#[test]
+fn speed_2_delivers_the_title_twice_as_fast() {
+    let server = Server::start("");
+    let src = clip_bytes();
+    let (mut c, mut rx, duration) = open(&server, "clip.ts", false);
+    let url = c.control_url().to_string();
+    let r = c
+        .request("PLAY", &url, &[("Speed", "2.0"), ("Range", "npt=0-")], b"")
+        .unwrap();
+    assert_eq!((r.status, r.header("Speed")), (200, Some("2")));
+    let cap = recv(&mut c, &mut rx, QUIET, LIMIT);
+    assert_eq!(cap.end, EndReason::Bye);
+    let (start, end) = assert_contiguous(src, &cap.packets, "Speed 2");
+    assert_eq!((start, end), (0, src.len()), "the whole file");
+    let p = &cap.packets;
+    let took = p.last().unwrap().arrival - p[0].arrival;
+    let content = f64::from(p.last().unwrap().rtp_ts.wrapping_sub(p[0].rtp_ts)) / 90_000.0;
+    assert!(
+        (content - duration).abs() < 0.5,
+        "timestamps span {content:.2} s"
+    );
+    let ratio = content / took.as_secs_f64();
+    assert!(
+        (1.7..2.3).contains(&ratio),
+        "{content:.2} s of title in {took:?}"
+    );
+}
+
+/// A faster delivery is admitted like that many streams: with room for
+/// 2.5 clips on the one engine thread, `Speed: 4` gets 453; `Speed: 2`
+/// plays and holds the room of two streams until `Speed: 1`.
+#[test]
+fn speed_beyond_the_engine_threads_room_gets_453() {
+    let clip =
+        fjord_media::ts::packetize(clip_bytes(), &fjord_media::ts::TsOptions::default()).unwrap();
+    let pps = clip.packets.len() as f64 / (clip.duration_ns as f64 / 1e9);
+    let capacity = (pps * 2.5) as u64;
+    let server = Server::start(&format!(
+        "threads = 1\ncapacity_pps_per_core = {capacity}\n"
+    ));
+    let (mut c, _rx, _) = open(&server, "clip.ts", false);
+    let url = c.control_url().to_string();
+    let r = c.request("PLAY", &url, &[("Speed", "4")], b"").unwrap();
+    assert_eq!(r.status, 453, "4 clips' packet rate");
+    let r = c.request("PLAY", &url, &[("Speed", "2")], b"").unwrap();
+    assert_eq!(r.status, 200, "2 clips' packet rate");
+    // The room the faster delivery holds is the third stream's.
+    let setup = |server: &Server| {
+        let mut d = RtspClient::connect(&server.url("clip.ts")).unwrap();
+        let track = d.describe().expect("DESCRIBE").track_urls[0].clone();
+        let transport = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
+        d.request("SETUP", &track, &transport, &[]).unwrap().status
+    };
+    assert_eq!(setup(&server), 453, "held by Speed 2");
+    let r = c.request("PLAY", &url, &[("Speed", "1")], b"").unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(setup(&server), 200, "given back at Speed 1");
+}
+
 /// RFC 2326 §10.5: a PLAY with a Range sent while one plays to a given
 /// end waits for it. `npt=2-4` then `npt=6-8` arrive one after the other,
 /// each the file's bytes from its key frame, the sequence numbers and the
@@ -268,9 +329,10 @@ fn a_pause_point_halts_the_stream_there() {
 }
 
 /// A PLAY with a Scale or Speed fjord does not play gets its status and
-/// the reason (456: slow motion, beyond 16, Speed; 400: not a number; 457:
-/// a rewind's Range that runs forward) and the session stays ready to
-/// play; `Scale: 1` and `Scale: 4` play, and the reply says the scale.
+/// the reason (456: slow motion, Scale beyond 16, Speed beyond max_speed,
+/// both at once; 400: not a number; 457: a rewind's Range that runs
+/// forward) and the session stays ready to play; `Scale: 1` and
+/// `Scale: 4` play, and the reply says the scale.
 #[test]
 fn an_unsupported_scale_is_refused_not_played_at_the_wrong_rate() {
     let server = Server::start("");
@@ -283,7 +345,8 @@ fn an_unsupported_scale_is_refused_not_played_at_the_wrong_rate() {
         (&[("Scale", "0.5")][..], 456),
         (&[("Scale", "2.5")], 456),
         (&[("Scale", "-32")], 456),
-        (&[("Speed", "2")], 456),
+        (&[("Speed", "8")], 456),
+        (&[("Scale", "2"), ("Speed", "2")], 456),
         (&[("Scale", "fast")], 400),
         (&[("Speed", "-1")], 400),
         (&[("Scale", "-2"), ("Range", "npt=2-5")], 457),
