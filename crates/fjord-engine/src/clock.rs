@@ -17,7 +17,7 @@ pub(crate) struct Clock {
 impl Clock {
     /// Wall time for `ns` of stream time.
     #[inline]
-    fn wall(&self, ns: u64) -> Duration {
+    pub fn wall(&self, ns: u64) -> Duration {
         if self.speed == REAL_TIME {
             return Duration::from_nanos(ns);
         }
@@ -55,10 +55,11 @@ impl Clock {
         self.origin_ns + self.stream(now.saturating_duration_since(self.t0))
     }
 
-    /// How late stream time `ns` is at `now`.
+    /// How late stream time `ns` is when the clock stands at `now_ns`
+    /// ([`Clock::at`], taken once for a burst of packets).
     #[inline]
-    pub fn lateness(&self, ns: u64, now: Instant) -> Duration {
-        now.saturating_duration_since(self.due(ns))
+    pub fn lateness(&self, ns: u64, now_ns: u64) -> Duration {
+        self.wall(now_ns.saturating_sub(ns))
     }
 }
 
@@ -82,10 +83,8 @@ mod tests {
             assert_eq!(c.at(at), 1_100 * MS);
             assert_eq!(c.due_by(at), Some(1_100 * MS));
             assert_eq!(c.due(900 * MS), t0, "before the origin: due at once");
-            assert_eq!(
-                c.lateness(1_100 * MS, at + Duration::from_millis(3)),
-                Duration::from_millis(3)
-            );
+            let later = c.at(at + Duration::from_millis(3));
+            assert_eq!(c.lateness(1_100 * MS, later), Duration::from_millis(3));
         }
         let c = Clock {
             t0,

@@ -1016,6 +1016,7 @@ impl Session {
     /// the engine's statistics; when that finishes a block, its repair
     /// packets are due.
     fn account(&mut self, track: Track<'_>, sent: usize, clock: Clock, p: &mut Pacing) {
+        let now_ns = clock.at(p.now);
         let mut jumped = false;
         for k in 0..sent as u32 {
             let i = self.next + k;
@@ -1023,7 +1024,7 @@ impl Session {
                 continue;
             };
             self.octets = self.octets.wrapping_add(rec.payload_len() as u32);
-            p.stats.count(clock.lateness(self.due_ns(i, &rec), p.now));
+            p.stats.count(clock.lateness(self.due_ns(i, &rec), now_ns));
             match &mut self.trick {
                 Some(t) => jumped |= t.sent(track, i, t.ends_frame(i, &rec)),
                 None => self.encode_live(track, u64::from(i), &rec),
