@@ -570,6 +570,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     Response::new(200)
         .header("Transport", &transport_reply)
         .header("Session", session_header(server, session.id))
+        .header("Media-Properties", scale::media_properties(&session.title))
         .into()
 }
 

@@ -21,6 +21,19 @@ pub struct Rate {
     pub speed: u32,
 }
 
+/// RTSP 2.0's `Media-Properties` (RFC 7826 §18.29) for `title`, which
+/// RTSP 1.0 clients ignore: seekable anywhere, unchanging, always there,
+/// and the Scales trick play offers (only 1 without key frames).
+pub fn media_properties(title: &Title) -> String {
+    let key_frames = title.index().tracks().any(|t| t.sync_count() > 0);
+    let scales = if key_frames {
+        format!("-{MAX_SCALE}:-1, 1:{MAX_SCALE}")
+    } else {
+        "1".to_owned()
+    };
+    format!("Random-Access, Immutable, Unlimited, Scales=\"{scales}\"")
+}
+
 /// The rate a PLAY of `title` asks for with its `Scale` and `Speed`
 /// headers (1 and real time without them).
 pub fn requested(

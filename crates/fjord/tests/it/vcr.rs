@@ -341,6 +341,16 @@ fn an_unsupported_scale_is_refused_not_played_at_the_wrong_rate() {
     let track = d.track_urls.first().expect("a media section").clone();
     let (_, _rx) = c.setup_udp(&track).expect("SETUP");
     let url = c.control_url().to_string();
+    let mut other = RtspClient::connect(&server.url("clip.ts")).unwrap();
+    other.describe().expect("DESCRIBE");
+    let transport = [("Transport", "RTP/AVP;unicast;client_port=9-10")];
+    let props = other.request("SETUP", &track, &transport, b"").unwrap();
+    assert_eq!(props.status, 200);
+    assert_eq!(
+        props.header("Media-Properties"),
+        Some("Random-Access, Immutable, Unlimited, Scales=\"-16:-1, 1:16\""),
+        "RTSP 2.0 clients learn the scales offered"
+    );
     for (headers, status) in [
         (&[("Scale", "0.5")][..], 456),
         (&[("Scale", "2.5")], 456),
