@@ -195,6 +195,37 @@ fn a_range_with_an_end_stops_there_with_bye() {
     }
 }
 
+/// live555's openRTSP asks for `npt=5-15` (`-s 5 -d 10`) and receives
+/// every picture from the key frame at or before 5 s through 15 s,
+/// bit-exact, nothing after. (openRTSP ends on its own timer at the
+/// range's end, so the BYE there is checked with fjord's client above.)
+#[test]
+fn openrtsp_plays_a_range_from_its_key_frame_to_its_end() {
+    let ts = trick::clip("trick-20s.ts", "mpegts");
+    let server = trick::server_with(&ts, "range.ts");
+    let source = trick::decoded(&ts);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("openRTSP");
+    cmd.current_dir(dir.path())
+        .args(["-s", "5", "-d", "10", &server.url("range.ts")]);
+    let out = run_bounded(cmd, Duration::from_secs(40));
+    assert!(!out.timed_out, "openRTSP did not end: {}", out.stderr);
+    assert!(
+        out.stderr.contains("Range: npt=5.000-15.000"),
+        "openRTSP asked for: {}",
+        out.stderr
+    );
+    let got = trick::decoded(&dir.path().join("video-MP2T-1"));
+    let first = (source.iter().position(|s| *s == got[0])).expect("a picture not in the title");
+    assert_eq!(first, 4 * trick::GOP, "from the key frame at or before 5 s");
+    let last = first + got.len();
+    assert!(
+        (15 * trick::GOP..=15 * trick::GOP + 2).contains(&last),
+        "frames {first}..{last}, through 15 s"
+    );
+    assert_eq!(&source[first..last], &got[..], "bit-exact");
+}
+
 /// RFC 2326 §12.35: `Speed: 2` delivers the whole title, the same
 /// packets and timestamps, in half its duration; the reply says the speed.
 #[test]
@@ -328,10 +359,11 @@ fn a_pause_point_halts_the_stream_there() {
     );
 }
 
-/// A PLAY with a Scale or Speed fjord does not play gets its status and
-/// the reason (456: slow motion, Scale beyond 16, Speed beyond max_speed,
-/// both at once; 400: not a number; 457: a rewind's Range that runs
-/// forward) and the session stays ready to play; `Scale: 1` and
+/// A PLAY with a Scale, Speed or Range fjord does not play gets its
+/// status and the reason (456: slow motion, Scale beyond 16, Speed beyond
+/// max_speed, both at once; 400: not a number; 457: a rewind's Range that
+/// runs forward, `clock=` and `smpte=` ranges, an npt range that ends
+/// `now`) and the session stays ready to play; `Scale: 1` and
 /// `Scale: 4` play, and the reply says the scale.
 #[test]
 fn an_unsupported_scale_is_refused_not_played_at_the_wrong_rate() {
@@ -361,6 +393,9 @@ fn an_unsupported_scale_is_refused_not_played_at_the_wrong_rate() {
         (&[("Speed", "-1")], 400),
         (&[("Scale", "-2"), ("Range", "npt=2-5")], 457),
         (&[("Scale", "2"), ("Range", "npt=5-2")], 457),
+        (&[("Range", "clock=19961108T142300Z-19961108T143520Z")], 457),
+        (&[("Range", "smpte=0:10:20-")], 457),
+        (&[("Range", "npt=5-now")], 457),
     ] {
         let r = c.request("PLAY", &url, headers, b"").unwrap();
         assert_eq!(r.status, status, "{headers:?}");
