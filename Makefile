@@ -12,18 +12,19 @@ HTTP_PORT ?= 8080
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav \
-	fuse3 python3-fusepy chromium python3-gi gir1.2-gstreamer-1.0
+	fuse3 python3-fusepy chromium python3-gi gir1.2-gstreamer-1.0 prometheus
 
 .PHONY: test deps run build peers live555
 
 # Installs ffmpeg, GStreamer (rtspsrc, rtpmp2tdepay, Python bindings),
 # FUSE with python3-fusepy (the disk-error tests' faulty filesystem) and
-# chromium only when missing; live555's openRTSP (trick play) from
+# chromium and Prometheus' promtool (the metrics test) only when missing; live555's openRTSP (trick play) from
 # Debian sid's packages when missing; then the browser test's npm packages (hls.js,
 # dash.js, playwright-core; tests/browser/package-lock.json).
 deps:
 	@if ! command -v ffmpeg >/dev/null || ! command -v gst-launch-1.0 >/dev/null \
 	    || ! command -v fusermount3 >/dev/null || ! command -v chromium >/dev/null \
+	    || ! command -v promtool >/dev/null \
 	    || ! /usr/bin/python3 -c 'import fusepy' >/dev/null 2>&1 \
 	    || ! /usr/bin/python3 -c 'import gi; gi.require_version("Gst", "1.0")' >/dev/null 2>&1 \
 	    || ! gst-inspect-1.0 rtpmp2tdepay >/dev/null 2>&1 \
@@ -77,6 +78,7 @@ run: build
 	@echo "  curl -O http://127.0.0.1:$(HTTP_PORT)/demo.mp4      (a download; ffplay takes the URL too)"
 	@echo "  ffplay http://127.0.0.1:$(HTTP_PORT)/demo.ts/index.m3u8   (HLS; demo.mp4/index.m3u8 too)"
 	@echo "  ffplay http://127.0.0.1:$(HTTP_PORT)/demo.mp4/manifest.mpd  (DASH)"
+	@echo "status page: http://127.0.0.1:9090/  (metrics: /metrics, API: docs/api.md)"
 	exec target/release/fjord serve --root media --port $(PORT) --http-port $(HTTP_PORT)
 
 # Runs every fuzz target for FUZZ_SECONDS each (nightly toolchain and

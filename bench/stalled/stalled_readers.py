@@ -59,7 +59,7 @@ def main():
     cfg.write("session_timeout_s = 600\n")
     cfg.close()
     server = subprocess.Popen([o.fjord, "serve", "--config", cfg.name, "--root", o.media,
-                               "--port", str(o.port), "--bind", "127.0.0.1"],
+                               "--port", str(o.port), "--bind", "127.0.0.1", "--admin-bind", ""],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.5)

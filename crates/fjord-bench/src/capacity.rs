@@ -300,7 +300,7 @@ impl ServerChild {
         use std::{io::BufRead, os::unix::process::CommandExt};
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.arg("serve")
-            .args(["--http-port", "0"])
+            .args(["--http-port", "0", "--admin-bind", ""])
             .arg("--config")
             .arg(config)
             .stdout(std::process::Stdio::piped())

@@ -202,7 +202,16 @@ fn free_port() -> anyhow::Result<u16> {
 fn start_fjord(cfg: &HttpConfig, root: &Path) -> anyhow::Result<Served> {
     let port = free_port()?;
     let mut child = Command::new(&cfg.fjord_exe)
-        .args(["serve", "--port", "0", "--bind", "127.0.0.1", "--http-port"])
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--admin-bind",
+            "",
+        ])
+        .arg("--http-port")
         .arg(port.to_string())
         .arg("--root")
         .arg(root)

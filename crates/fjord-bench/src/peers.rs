@@ -560,7 +560,7 @@ fn prepare(
             let start = move || {
                 let mut cmd = Command::new(&exe);
                 cmd.arg("serve")
-                    .args(["--http-port", "0"])
+                    .args(["--http-port", "0", "--admin-bind", ""])
                     .arg("--config")
                     .arg(&config);
                 let name = name.clone();

@@ -365,7 +365,7 @@ impl Server {
     ) -> anyhow::Result<Server> {
         let mut cmd = Command::new(exe);
         cmd.arg("serve")
-            .args(["--http-port", "0"])
+            .args(["--http-port", "0", "--admin-bind", ""])
             .arg("--config")
             .arg(config);
         if let Some(s) = stats {

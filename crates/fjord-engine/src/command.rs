@@ -226,6 +226,12 @@ pub enum Command {
     DetachConnection {
         conn: u64,
     },
+    /// End session `id` now, as the server shuts down or an operator ends
+    /// it: RTCP BYE if it is playing, and never woken again (a `Remove`
+    /// follows).
+    Bye {
+        id: u64,
+    },
     /// What the thread has done so far.
     Stats {
         reply: Box<dyn FnOnce(ThreadStats) + Send>,
@@ -236,7 +242,11 @@ pub enum Command {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ThreadStats {
     pub sessions: usize,
+    /// Media packets sent, and their RTP payload bytes.
     pub packets: u64,
+    pub bytes: u64,
+    /// FEC repair packets sent (not in `packets`).
+    pub repair_packets: u64,
     /// Packets that left more than [`LATE`] after their scheduled time.
     pub late: u64,
     pub max_late: Duration,
@@ -253,8 +263,9 @@ pub struct ThreadStats {
 pub const LATE: Duration = Duration::from_millis(2);
 
 impl ThreadStats {
-    pub(crate) fn count(&mut self, lateness: Duration) {
+    pub(crate) fn count(&mut self, lateness: Duration, bytes: u32) {
         self.packets += 1;
+        self.bytes += u64::from(bytes);
         if lateness > LATE {
             self.late += 1;
         }

@@ -784,9 +784,7 @@ impl Session {
             self.last_sent = Some(p.now);
         }
         r.octets = r.octets.wrapping_add(len.wrapping_mul(sent as u32));
-        for _ in 0..sent {
-            p.stats.count(Duration::ZERO);
-        }
+        p.stats.repair_packets += sent as u64;
         if pending.esi >= m {
             r.pending = None;
         }
@@ -1023,8 +1021,10 @@ impl Session {
             let Some(rec) = track.packet(i as usize) else {
                 continue;
             };
-            self.octets = self.octets.wrapping_add(rec.payload_len() as u32);
-            p.stats.count(clock.lateness(self.due_ns(i, &rec), now_ns));
+            let len = rec.payload_len() as u32;
+            self.octets = self.octets.wrapping_add(len);
+            p.stats
+                .count(clock.lateness(self.due_ns(i, &rec), now_ns), len);
             match &mut self.trick {
                 Some(t) => jumped |= t.sent(track, i, t.ends_frame(i, &rec)),
                 None => self.encode_live(track, u64::from(i), &rec),
@@ -1163,8 +1163,14 @@ impl Session {
                 track = self.track,
                 "a file of the title changed or cannot be read under a playing session; ending the session"
             );
-            self.report(p, true);
         }
+        self.end(p)
+    }
+
+    /// Ends the stream where it stands: RTCP BYE if it is playing; the
+    /// engine never wakes it again.
+    pub(crate) fn end(&mut self, p: &mut Pacing) -> Option<Instant> {
+        self.report(p, true);
         self.state = State::Ended;
         None
     }

@@ -401,6 +401,7 @@ impl Worker {
                 }
             }
             Command::Remove { id } => self.remove(id),
+            Command::Bye { id } => self.bye(id),
             Command::Stats { reply } => {
                 let (user, system) = thread_cpu();
                 reply(ThreadStats {
@@ -442,6 +443,21 @@ impl Worker {
                     c.flush(Instant::now());
                 }
             }
+        }
+    }
+
+    fn bye(&mut self, id: u64) {
+        let Some(&k) = self.ids.get(&id) else { return };
+        if let Some(s) = self.slots[k as usize].as_mut() {
+            let mut pacing = Pacing {
+                now: Instant::now(),
+                stats: &mut self.stats,
+                burst: self.config.burst,
+                rtcp_interval: self.config.rtcp_interval,
+                connections: &mut self.connections,
+            };
+            s.end(&mut pacing);
+            self.wheel.remove(k);
         }
     }
 

@@ -38,6 +38,14 @@ impl Admission {
         self.capacity
     }
 
+    /// Packets per second promised on each thread now.
+    pub fn loads(&self) -> Vec<u64> {
+        self.load
+            .iter()
+            .map(|l| l.load(Ordering::Relaxed))
+            .collect()
+    }
+
     /// Reserves `pps` on `thread`, or on the least loaded thread when any
     /// will do; `None` when that would exceed the capacity.
     pub fn reserve(&self, thread: Option<usize>, pps: u64) -> Option<Reservation> {

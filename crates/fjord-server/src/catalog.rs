@@ -11,7 +11,11 @@ use std::{
     collections::HashMap,
     io,
     path::{Component, Path, PathBuf},
-    sync::{Arc, Mutex, mpsc},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
     time::SystemTime,
 };
 
@@ -62,6 +66,8 @@ pub struct Catalog {
     /// at a time by one low-priority thread (its reads are bulk I/O, its
     /// encoding CPU-bound; the engine's deadlines come first).
     derived: mpsc::SyncSender<DeriveJob>,
+    /// Jobs queued or being worked on.
+    pending: Arc<AtomicUsize>,
     /// Keeps each loaded title's head resident; `None`: no storage layer.
     storage: Option<Storage>,
 }
@@ -115,7 +121,8 @@ impl Catalog {
         storage: Option<Storage>,
     ) -> io::Result<Self> {
         let pool = Arc::new(Pool::new(roots)?);
-        let derived = derive_worker(storage.clone(), pool.clone())?;
+        let pending = Arc::new(AtomicUsize::new(0));
+        let derived = derive_worker(storage.clone(), pool.clone(), pending.clone())?;
         Ok(Self {
             pool,
             options,
@@ -125,6 +132,7 @@ impl Catalog {
             prefab_share_percent,
             slots: Mutex::new(HashMap::new()),
             derived,
+            pending,
             storage,
         })
     }
@@ -275,12 +283,34 @@ impl Catalog {
             mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
             work,
         };
+        self.pending.fetch_add(1, Ordering::Relaxed);
         if self.derived.try_send(job).is_err() {
+            self.pending.fetch_sub(1, Ordering::Relaxed);
             tracing::warn!(title = %name, "{DERIVE_QUEUE} titles wait already; served unverified, without repair streams or prefabricated packets");
             if packets {
                 self.prefab_budget.failed(path);
             }
         }
+    }
+
+    /// Background jobs (verification, parity, packet files) queued or
+    /// being worked on.
+    pub fn pending_jobs(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// The titles loaded now (opened by a client since they last changed),
+    /// by name. Titles busy loading are skipped.
+    pub fn loaded(&self) -> Vec<(Arc<str>, Arc<Title>)> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut titles: Vec<_> = (slots.iter())
+            .filter_map(|(name, slot)| {
+                let l = slot.try_lock().ok()?;
+                Some((name.clone(), l.as_ref()?.title.clone()))
+            })
+            .collect();
+        titles.sort_by(|a, b| a.0.cmp(&b.0));
+        titles
     }
 
     /// Loaded titles a file of which failed to read while playing (their
@@ -301,6 +331,15 @@ impl Catalog {
     }
 }
 
+/// Counts a background job done when dropped, however its work ends.
+struct Done<'a>(&'a AtomicUsize);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The thread that verifies loaded titles and writes sidecars and packet
 /// files for queued titles, then drops each loaded title if it is still
 /// that file's, so the next client gets it with them (sessions playing
@@ -308,6 +347,7 @@ impl Catalog {
 fn derive_worker(
     storage: Option<Storage>,
     pool: Arc<Pool>,
+    pending: Arc<AtomicUsize>,
 ) -> io::Result<mpsc::SyncSender<DeriveJob>> {
     let (tx, rx) = mpsc::sync_channel::<DeriveJob>(DERIVE_QUEUE);
     std::thread::Builder::new()
@@ -318,6 +358,7 @@ fn derive_worker(
             unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
             fjord_storage::ioprio::bulk();
             for job in rx {
+                let _done = Done(&pending);
                 let mut pacer = bulk_pacer(storage.as_ref(), &job.path);
                 if let Some(title) = &job.work.verify {
                     verify(

@@ -19,6 +19,9 @@ pub struct Config {
     pub port: u16,
     /// HTTP downloads of the same titles (`http://HOST:PORT/NAME`); 0: off.
     pub http_port: u16,
+    /// The admin listener: status page, `/metrics`, JSON API
+    /// (docs/api.md); `""`: none.
+    pub admin_bind: String,
     /// HLS and DASH segments last at least this long (cut at the next
     /// random access point).
     pub hls_segment_s: u64,
@@ -123,6 +126,7 @@ impl Default for Config {
             bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             port: 8554,
             http_port: 8080,
+            admin_bind: "127.0.0.1:9090".to_owned(),
             hls_segment_s: 6,
             http_allow_origin: "*".to_owned(),
             threads: 0,
@@ -247,10 +251,23 @@ impl Config {
         if !(1.0..=64.0).contains(&self.max_speed) {
             return bad("max_speed must be between 1 and 64");
         }
+        self.admin_bind()?;
         if self.max_connections == 0 || self.max_sessions == 0 {
             return bad("max_connections and max_sessions must be at least 1");
         }
         Ok(())
+    }
+
+    /// Where the admin listener listens, or `None`: nowhere.
+    pub fn admin_bind(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+        match self.admin_bind.trim() {
+            "" => Ok(None),
+            a => a.parse().map(Some).map_err(|_| {
+                ConfigError::Invalid(format!(
+                    "admin_bind must be ADDRESS:PORT (e.g. 127.0.0.1:9090) or \"\", not {a:?}"
+                ))
+            }),
+        }
     }
 
     /// The storage layer's settings, or `None` when it is off.

@@ -27,6 +27,7 @@ use crate::{
     Server,
     admission::Admission,
     conn::Conn,
+    metrics::Refusal,
     scale,
     session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
     shared::{RouteError, SharedPair},
@@ -336,10 +337,11 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     } else if repair {
         return refuse(455, "SETUP the source track before its repair stream");
     }
+    let peer = (conn.peer()).unwrap_or_else(|_| (std::net::Ipv4Addr::UNSPECIFIED, 0).into());
     let session = existing.clone().unwrap_or_else(|| {
         Arc::new(Session::new(
             SessionId::random(),
-            conn.id,
+            (conn.id, peer),
             title_name,
             title.clone(),
         ))
@@ -351,6 +353,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             .sessions
             .insert_within(session.clone(), server.config.max_sessions)
     {
+        server.metrics.refused(Refusal::Sessions);
         return refuse(453, "session limit reached");
     }
     let abandon = || {
@@ -381,6 +384,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     };
     let Some(reservation) = server.admission.reserve(pinned, pps) else {
         abandon();
+        server.metrics.refused(Refusal::Engine);
         return refuse(453, "the server is at its capacity; try again later");
     };
     // The storage layer's promise: the disk's bandwidth and the read-ahead
@@ -392,6 +396,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             Err(e) => {
                 server.admission.release(&reservation);
                 abandon();
+                server.metrics.refused(Refusal::Storage);
                 return refuse(453, &e.to_string());
             }
         },
@@ -654,6 +659,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         }
         let speed_was = inner.speed;
         if !resize_for_speed(&server.admission, &mut inner.streams, speed_was, rate.speed) {
+            server.metrics.refused(Refusal::Speed);
             return refuse(453, "no room on the engine thread for that Speed");
         }
         inner.speed = rate.speed;

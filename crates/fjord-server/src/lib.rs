@@ -5,12 +5,14 @@
 //! only sends them commands. Connections of both listeners share one set
 //! of limits (`slots`).
 
+mod admin;
 mod admission;
 mod catalog;
 pub mod config;
 mod conn;
 mod control;
 mod http;
+mod metrics;
 mod pool;
 mod ports;
 mod prefab_budget;
@@ -61,11 +63,28 @@ pub(crate) struct Server {
     admission: Admission,
     storage: Option<fjord_storage::Storage>,
     ids: AtomicU64,
+    metrics: metrics::Metrics,
+    /// RTSP and HTTP connections, counted together.
+    slots: Arc<slots::Slots>,
+    history: admin::History,
 }
 
 impl Server {
     fn next_id(&self) -> u64 {
         self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Ends a session as its end of stream would: RTCP BYE on each stream
+    /// (engine commands run in order, so the BYE leaves before the stream
+    /// is removed), then it goes from the table and its connection closes.
+    fn end_session(&self, id: session::SessionId) {
+        let Some(s) = self.sessions.get_by_id(id) else {
+            return;
+        };
+        for st in s.lock().streams.iter().filter(|st| !st.repair) {
+            (self.engine).send(st.shard, fjord_engine::Command::Bye { id: st.engine_id });
+        }
+        self.sessions.remove(id, &self.engine, &self.admission);
     }
 }
 
@@ -112,6 +131,15 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             )
         })?),
     };
+    let admin = match config.admin_bind()? {
+        None => None,
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen for the admin API on {addr}: {e} (set admin_bind, or \"\" for none)"),
+            )
+        })?),
+    };
     let engine = Engine::start(EngineConfig {
         threads: config.threads(),
         burst: Duration::from_millis(config.burst_ms),
@@ -154,13 +182,19 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         engine,
         sessions: Sessions::default(),
         ids: AtomicU64::new(1),
+        metrics: metrics::Metrics::default(),
+        slots: slots::Slots::new(config.max_connections, config.max_connections_per_address),
+        history: admin::History::default(),
         config,
     });
+    let slots = server.slots.clone();
+    // Before the RTSP line, which scripts and tests wait for.
+    if let Some(listener) = admin {
+        println!("fjord: status page on http://{}/", listener.local_addr()?);
+        tokio::spawn(admin::listen(server.clone(), listener));
+        tokio::spawn(admin::sample_every_second(server.clone()));
+    }
     println!("fjord: listening on rtsp://{local}/");
-    let slots = slots::Slots::new(
-        server.config.max_connections,
-        server.config.max_connections_per_address,
-    );
     if let Some(listener) = http {
         println!("fjord: downloads on http://{}/", listener.local_addr()?);
         tokio::spawn(http::listen(server.clone(), listener, slots.clone()));

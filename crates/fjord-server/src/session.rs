@@ -54,6 +54,8 @@ pub struct Session {
     /// The RTSP connection that created the session; when it closes, the
     /// session ends (players keep their connection open while they play).
     pub conn: u64,
+    /// The client, as the connection that created the session sees it.
+    pub peer: SocketAddr,
     /// Shared with the catalog: a copy would cost an allocation.
     pub title_name: Arc<str>,
     pub title: Arc<Title>,
@@ -159,10 +161,16 @@ impl ReceiverStats {
 }
 
 impl Session {
-    pub fn new(id: SessionId, conn: u64, title_name: Arc<str>, title: Arc<Title>) -> Self {
+    pub fn new(
+        id: SessionId,
+        (conn, peer): (u64, SocketAddr),
+        title_name: Arc<str>,
+        title: Arc<Title>,
+    ) -> Self {
         Self {
             id,
             conn,
+            peer,
             title_name,
             title,
             inner: Mutex::new(Inner {
@@ -252,6 +260,10 @@ impl Sessions {
         self.set().get(&SessionId::parse(id)?).map(|s| s.0.clone())
     }
 
+    pub fn get_by_id(&self, id: SessionId) -> Option<Arc<Session>> {
+        self.set().get(&id).map(|s| s.0.clone())
+    }
+
     pub fn contains(&self, id: SessionId) -> bool {
         self.set().contains(&id)
     }
@@ -264,6 +276,10 @@ impl Sessions {
         }
         set.replace(ById(s));
         true
+    }
+
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.set().iter().map(|s| s.0.clone()).collect()
     }
 
     pub fn idle_since(&self, deadline: Instant) -> Vec<Arc<Session>> {

@@ -261,7 +261,12 @@ mod tests {
         )
         .unwrap();
         let title = Arc::new(fjord_engine::Title::new(index, &media).unwrap());
-        Arc::new(Session::new(SessionId::random(), 1, "t.ts".into(), title))
+        Arc::new(Session::new(
+            SessionId::random(),
+            (1, ([127, 0, 0, 1], 9).into()),
+            "t.ts".into(),
+            title,
+        ))
     }
 
     fn reports(s: &Session, engine_id: u64) -> (u64, u32) {

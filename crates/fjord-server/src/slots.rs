@@ -5,13 +5,19 @@
 use std::{
     collections::HashMap,
     net::IpAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub(crate) struct Slots {
     all: Arc<Semaphore>,
+    max: usize,
+    /// Connections refused: at `max_connections`, at the per-address cap.
+    refused: [AtomicU64; 2],
     /// 0: no cap per address.
     per_address: usize,
     open: Mutex<HashMap<IpAddr, usize>>,
@@ -35,9 +41,22 @@ impl Slots {
     pub(crate) fn new(max: usize, per_address: usize) -> Arc<Slots> {
         Arc::new(Slots {
             all: Arc::new(Semaphore::new(max)),
+            max,
+            refused: Default::default(),
             per_address,
             open: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Connections open now, RTSP and HTTP.
+    pub(crate) fn open(&self) -> usize {
+        self.max - self.all.available_permits()
+    }
+
+    /// Connections refused so far at `max_connections` and at
+    /// `max_connections_per_address`.
+    pub(crate) fn refused(&self) -> [u64; 2] {
+        self.refused.each_ref().map(|n| n.load(Ordering::Relaxed))
     }
 
     /// A slot for a connection from `addr`, or which limit it meets.
@@ -82,7 +101,11 @@ pub(crate) fn take_or_log(
     peer: std::net::SocketAddr,
     what: &str,
 ) -> Option<Slot> {
-    match slots.take(peer.ip()) {
+    let taken = slots.take(peer.ip());
+    if let Err(full) = &taken {
+        slots.refused[(*full == Full::Address) as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    match taken {
         Ok(slot) => Some(slot),
         Err(Full::Server) => {
             tracing::warn!(%peer, "connection limit reached; refusing an {what} connection");

@@ -99,6 +99,10 @@ struct ServeArgs {
     /// HTTP download port [default: 8080]; 0 turns HTTP off
     #[arg(long)]
     http_port: Option<u16>,
+    /// Admin listener: status page, /metrics, JSON API [default:
+    /// 127.0.0.1:9090]; "" turns it off
+    #[arg(long, value_name = "ADDR:PORT")]
+    admin_bind: Option<String>,
     /// Address to listen on [default: 0.0.0.0]
     #[arg(long)]
     bind: Option<std::net::IpAddr>,
@@ -180,6 +184,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         root,
         port,
         http_port,
+        admin_bind,
         bind,
         threads,
         datapath,
@@ -200,6 +205,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = http_port {
         cfg.http_port = p;
+    }
+    if let Some(a) = admin_bind {
+        cfg.admin_bind = a;
     }
     if let Some(b) = bind {
         cfg.bind = b;

@@ -244,6 +244,8 @@ pub fn run_bounded_with(
 pub struct Server {
     child: Child,
     pub port: u16,
+    /// The admin listener's port (on a free port unless the config names one).
+    admin_port: Option<u16>,
     pub root: tempfile::TempDir,
     media_root: PathBuf,
     log: PathBuf,
@@ -311,6 +313,11 @@ impl Server {
             .arg(&media_root)
             .args(["--port", "0", "--bind", "127.0.0.1", "--config"])
             .arg(&cfg)
+            .args(if config.contains("admin_bind") {
+                &[][..]
+            } else {
+                &["--admin-bind", "127.0.0.1:0"][..]
+            })
             // No HTTP listener unless the test asks for one (on a port of
             // its choosing): tests run side by side.
             .args(if config.contains("http_port") {
@@ -332,23 +339,28 @@ impl Server {
             .expect("spawn fjord serve");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
+        let (admin_tx, admin_rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
             for line in lines.by_ref() {
                 let Ok(line) = line else { break };
+                let port = |rest: &str| {
+                    let port = rest.trim_end_matches('/').rsplit(':').next();
+                    port.and_then(|p| p.parse::<u16>().ok())
+                };
+                // The status page's line comes first, when there is one.
+                if let Some(rest) = line.strip_prefix("fjord: status page on http://") {
+                    let _ = admin_tx.send(port(rest));
+                }
                 if let Some(rest) = line.strip_prefix("fjord: listening on rtsp://") {
-                    let port = rest
-                        .trim_end_matches('/')
-                        .rsplit(':')
-                        .next()
-                        .and_then(|p| p.parse::<u16>().ok());
-                    let _ = tx.send(port);
+                    let _ = tx.send(port(rest));
                 }
             }
         });
         let mut server = Server {
             child,
             port: 0,
+            admin_port: None,
             root,
             media_root,
             log,
@@ -362,7 +374,14 @@ impl Server {
                 server.log_text()
             ),
         }
+        server.admin_port = admin_rx.try_recv().ok().flatten();
         server
+    }
+
+    /// `http://127.0.0.1:PORT` of the admin listener.
+    pub fn admin(&self) -> String {
+        let port = self.admin_port.expect("the server has an admin listener");
+        format!("http://127.0.0.1:{port}")
     }
 
     pub fn media_root(&self) -> PathBuf {

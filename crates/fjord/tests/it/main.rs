@@ -5,6 +5,7 @@
 //! One test binary, so every test can run in parallel with the others; the
 //! slow ones wait on real time (10 s clips), not on the CPU.
 
+mod admin;
 mod browser;
 mod cli;
 mod client;

@@ -1,0 +1,100 @@
+//! The JSON API (docs/api.md): titles, sessions, engine threads, the
+//! throughput history; `DELETE /api/v1/sessions/ID` ends a session.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use fjord_engine::Title;
+
+use axum::{
+    Json,
+    extract::{Path, State},
+    http::StatusCode,
+};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::snapshot::{self, SessionView};
+use crate::Server;
+
+type Shared = State<Arc<Server>>;
+
+#[derive(Serialize)]
+pub(crate) struct TitleView {
+    name: String,
+    format: String,
+    duration_s: f64,
+    tracks: Vec<String>,
+    media_bytes: u64,
+    /// Sessions of the title now.
+    sessions: usize,
+}
+
+/// The titles loaded now (played since they last changed) and those
+/// sessions play (a title whose parity or packets were made since is
+/// loaded afresh by the next client, while its sessions keep theirs).
+pub(crate) async fn titles(State(server): Shared) -> Json<Vec<TitleView>> {
+    let sessions = server.sessions.all();
+    let mut titles: BTreeMap<Arc<str>, Arc<Title>> = server.catalog.loaded().into_iter().collect();
+    for s in &sessions {
+        titles
+            .entry(s.title_name.clone())
+            .or_insert_with(|| s.title.clone());
+    }
+    let views = (titles.into_iter())
+        .map(|(name, t)| {
+            let index = t.index();
+            TitleView {
+                sessions: sessions.iter().filter(|s| s.title_name == name).count(),
+                name: name.to_string(),
+                format: index.format(),
+                duration_s: index.duration_ns() as f64 / 1e9,
+                tracks: index.tracks().map(|k| k.encoding().to_owned()).collect(),
+                media_bytes: t.media_len(),
+            }
+        })
+        .collect();
+    Json(views)
+}
+
+pub(crate) async fn sessions(State(server): Shared) -> Json<Vec<SessionView>> {
+    Json(snapshot::sessions(&server).await)
+}
+
+/// Ends the session as the server would at its end: RTCP BYE on each of
+/// its streams, then the streams go and the client's connection closes.
+pub(crate) async fn end_session(State(server): Shared, Path(id): Path<String>) -> StatusCode {
+    let Some(s) = server.sessions.get(&id) else {
+        return StatusCode::NOT_FOUND;
+    };
+    tracing::info!(session = %id, "ended through the admin API");
+    server.end_session(s.id);
+    StatusCode::NO_CONTENT
+}
+
+pub(crate) async fn threads(State(server): Shared) -> Json<Vec<Value>> {
+    let loads = server.admission.loads();
+    let capacity = server.admission.capacity();
+    let threads = snapshot::threads(&server).await;
+    let views = (threads.iter().enumerate())
+        .map(|(i, t)| {
+            json!({
+                "thread": i,
+                "sessions": t.sessions,
+                "packets": t.packets,
+                "bytes": t.bytes,
+                "repair_packets": t.repair_packets,
+                "late": t.late,
+                "max_late_ms": t.max_late.as_secs_f64() * 1e3,
+                "not_ready": t.not_ready,
+                "cpu_s": (t.user + t.system).as_secs_f64(),
+                "promised_pps": loads.get(i).copied().unwrap_or(0),
+                "capacity_pps": capacity,
+            })
+        })
+        .collect();
+    Json(views)
+}
+
+pub(crate) async fn history(State(server): Shared) -> Json<Value> {
+    Json(json!({ "interval_s": 1, "samples": server.history.samples() }))
+}

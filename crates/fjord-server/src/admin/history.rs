@@ -1,0 +1,87 @@
+//! What the status page's chart shows: the server's totals sampled once a
+//! second, the last ten minutes of them.
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use serde::Serialize;
+
+use crate::Server;
+
+/// Samples kept: ten minutes at one a second.
+const KEPT: usize = 600;
+
+#[derive(Clone, Copy, Serialize)]
+pub(crate) struct Sample {
+    pub unix_ms: u64,
+    pub sessions: usize,
+    pub packets: u64,
+    pub bytes: u64,
+    pub late: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct History {
+    samples: Mutex<VecDeque<Sample>>,
+}
+
+impl History {
+    fn push(&self, s: Sample) {
+        let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        if samples.len() == KEPT {
+            samples.pop_front();
+        }
+        samples.push_back(s);
+    }
+
+    pub(crate) fn samples(&self) -> Vec<Sample> {
+        let samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        samples.iter().copied().collect()
+    }
+}
+
+pub(crate) async fn sample_every_second(server: Arc<Server>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let s = server.clone();
+        // Engine::stats waits for every engine thread to answer.
+        let Ok(threads) = tokio::task::spawn_blocking(move || s.engine.stats()).await else {
+            return;
+        };
+        server.history.push(Sample {
+            unix_ms: super::snapshot::unix_ms(),
+            sessions: threads.iter().map(|t| t.sessions).sum(),
+            packets: threads.iter().map(|t| t.packets).sum(),
+            bytes: threads.iter().map(|t| t.bytes).sum(),
+            late: threads.iter().map(|t| t.late).sum(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_last_ten_minutes() {
+        let h = History::default();
+        for i in 0..(KEPT as u64 + 5) {
+            h.push(Sample {
+                unix_ms: i,
+                sessions: 0,
+                packets: i,
+                bytes: 0,
+                late: 0,
+            });
+        }
+        let s = h.samples();
+        assert_eq!(
+            (s.len(), s[0].unix_ms, s[KEPT - 1].unix_ms),
+            (KEPT, 5, KEPT as u64 + 4)
+        );
+    }
+}

@@ -1,0 +1,332 @@
+//! `/metrics` in the Prometheus text format: the control plane's counters
+//! ([`crate::metrics`]) and what the engine threads, sessions, connections
+//! and storage layer report when scraped, in a registry made per scrape.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use axum::{extract::State, http::header, response::IntoResponse};
+use prometheus_client::{
+    encoding::text::encode,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+use std::sync::atomic::AtomicU64;
+
+use super::snapshot;
+use crate::Server;
+
+type Labels = Vec<(&'static str, String)>;
+
+pub(crate) async fn metrics(State(server): State<Arc<Server>>) -> impl IntoResponse {
+    let mut reg = Registry::default();
+    server.metrics.register(&mut reg);
+    engine(&mut reg, &server).await;
+    sessions(&mut reg, &server).await;
+    connections(&mut reg, &server);
+    storage(&mut reg, &server);
+    let mut text = String::new();
+    if let Err(e) = encode(&mut text, &reg) {
+        tracing::error!("cannot encode the metrics: {e}");
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text_format(&text),
+    )
+}
+
+/// prometheus-client writes OpenMetrics only; Prometheus' text format
+/// 0.0.4, which every scraper and `promtool check metrics` reads, names a
+/// counter's family as its samples (`x_total`, not `x`) and has no `# EOF`.
+fn text_format(open_metrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = (open_metrics.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open_metrics.len() + 64 * counters.len());
+    for line in open_metrics.lines().filter(|l| *l != "# EOF") {
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find(|p| line.starts_with(p));
+        match meta.map(|p| {
+            (
+                p,
+                line[p.len()..]
+                    .split_once(' ')
+                    .unwrap_or((&line[p.len()..], "")),
+            )
+        }) {
+            Some((p, (name, rest))) if counters.contains(name) => {
+                out.push_str(&format!("{p}{name}_total {rest}\n"));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+fn counter(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    values: impl IntoIterator<Item = (Labels, u64)>,
+) {
+    let f = Family::<Labels, Counter>::default();
+    for (labels, v) in values {
+        f.get_or_create(&labels).inc_by(v);
+    }
+    reg.register(name, help, f);
+}
+
+fn seconds(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    values: impl IntoIterator<Item = (Labels, f64)>,
+) {
+    let f = Family::<Labels, Counter<f64, AtomicU64>>::default();
+    for (labels, v) in values {
+        f.get_or_create(&labels).inc_by(v);
+    }
+    reg.register(name, help, f);
+}
+
+fn gauge(
+    reg: &mut Registry,
+    name: &str,
+    help: &str,
+    values: impl IntoIterator<Item = (Labels, i64)>,
+) {
+    let f = Family::<Labels, Gauge>::default();
+    for (labels, v) in values {
+        f.get_or_create(&labels).set(v);
+    }
+    reg.register(name, help, f);
+}
+
+async fn engine(reg: &mut Registry, server: &Arc<Server>) {
+    let threads = snapshot::threads(server).await;
+    let per = |f: fn(&fjord_engine::ThreadStats) -> u64| -> Vec<(Labels, u64)> {
+        (threads.iter().enumerate())
+            .map(|(i, t)| (vec![("thread", i.to_string())], f(t)))
+            .collect()
+    };
+    counter(
+        reg,
+        "fjord_packets_sent",
+        "Media RTP packets sent",
+        per(|t| t.packets),
+    );
+    counter(
+        reg,
+        "fjord_payload_bytes_sent",
+        "RTP payload bytes of the media packets sent",
+        per(|t| t.bytes),
+    );
+    counter(
+        reg,
+        "fjord_repair_packets_sent",
+        "FEC repair packets sent",
+        per(|t| t.repair_packets),
+    );
+    counter(
+        reg,
+        "fjord_late_packets",
+        "Packets that left more than 2 ms after their schedule",
+        per(|t| t.late),
+    );
+    counter(
+        reg,
+        "fjord_not_ready_packets",
+        "Times a session's next packet was not resident yet (the storage layer was reading it)",
+        per(|t| t.not_ready),
+    );
+    gauge(
+        reg,
+        "fjord_engine_sessions",
+        "Engine streams on each thread",
+        (per(|t| t.sessions as u64).into_iter()).map(|(l, v)| (l, v as i64)),
+    );
+    seconds(
+        reg,
+        "fjord_engine_cpu_seconds",
+        "CPU time of each engine thread, user and system",
+        (threads.iter().enumerate()).map(|(i, t)| {
+            (
+                vec![("thread", i.to_string())],
+                (t.user + t.system).as_secs_f64(),
+            )
+        }),
+    );
+    let lag = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    for (i, t) in threads.iter().enumerate() {
+        lag.get_or_create(&vec![("thread", i.to_string())])
+            .set(t.max_late.as_secs_f64());
+    }
+    reg.register(
+        "fjord_engine_max_lateness_seconds",
+        "The latest any packet left after its schedule since the start (wheel lag)",
+        lag,
+    );
+    let loads = server.admission.loads();
+    let promised =
+        (loads.iter().enumerate()).map(|(i, &l)| (vec![("thread", i.to_string())], l as i64));
+    gauge(
+        reg,
+        "fjord_engine_promised_pps",
+        "Packets per second admission has promised on each engine thread",
+        promised,
+    );
+    if let Some(cap) = server.admission.capacity() {
+        gauge(
+            reg,
+            "fjord_engine_capacity_pps",
+            "Packets per second one engine thread may promise",
+            [(vec![], cap as i64)],
+        );
+    }
+}
+
+async fn sessions(reg: &mut Registry, server: &Server) {
+    let mut by: BTreeMap<Labels, u64> = BTreeMap::new();
+    for s in snapshot::sessions(server).await {
+        let labels = vec![
+            ("state", s.state.to_owned()),
+            ("transport", s.transport.to_owned()),
+            ("format", s.format),
+        ];
+        *by.entry(labels).or_default() += 1;
+    }
+    gauge(
+        reg,
+        "fjord_sessions",
+        "RTSP sessions by state, transport and title format",
+        by.into_iter().map(|(l, n)| (l, n as i64)),
+    );
+    gauge(
+        reg,
+        "fjord_titles_loaded",
+        "Titles loaded (played since they last changed)",
+        [(vec![], server.catalog.loaded().len() as i64)],
+    );
+    let repair = server.catalog.needing_repair().len() as i64;
+    gauge(
+        reg,
+        "fjord_titles_needing_repair",
+        "Titles a file of which failed to read while playing (run fjord repair)",
+        [(vec![], repair)],
+    );
+    let jobs = server.catalog.pending_jobs() as i64;
+    gauge(
+        reg,
+        "fjord_ingest_jobs",
+        "Titles waiting for or in background work: verification, parity, packet files",
+        [(vec![], jobs)],
+    );
+}
+
+fn connections(reg: &mut Registry, server: &Server) {
+    gauge(
+        reg,
+        "fjord_connections",
+        "RTSP and HTTP connections open",
+        [(vec![], server.slots.open() as i64)],
+    );
+    let [full, address] = server.slots.refused();
+    counter(
+        reg,
+        "fjord_connections_refused",
+        "Connections closed at once: at max_connections (server) or max_connections_per_address (address)",
+        [
+            (vec![("limit", "server".to_owned())], full),
+            (vec![("limit", "address".to_owned())], address),
+        ],
+    );
+}
+
+fn storage(reg: &mut Registry, server: &Server) {
+    let Some(st) = server.storage.as_ref().map(|s| s.stats()) else {
+        return;
+    };
+    let one = |v: u64| [(Labels::new(), v)];
+    gauge(
+        reg,
+        "fjord_storage_budget_bytes",
+        "Memory the read-ahead may lock",
+        [(vec![], st.budget_bytes as i64)],
+    );
+    gauge(
+        reg,
+        "fjord_storage_pinned_bytes",
+        "Memory the read-ahead holds resident now",
+        [(vec![], st.pinned_bytes as i64)],
+    );
+    gauge(
+        reg,
+        "fjord_storage_sessions",
+        "Sessions the storage layer reads ahead of",
+        [(vec![], st.sessions as i64)],
+    );
+    counter(
+        reg,
+        "fjord_storage_reads",
+        "Read-ahead refills done",
+        one(st.reads),
+    );
+    counter(
+        reg,
+        "fjord_storage_read_bytes",
+        "Bytes the read-ahead refills covered",
+        one(st.read_bytes),
+    );
+    counter(
+        reg,
+        "fjord_storage_read_errors",
+        "Chunks the disk failed to read",
+        one(st.read_errors),
+    );
+    counter(
+        reg,
+        "fjord_storage_repaired_chunks",
+        "Chunks rebuilt from parity after a read error",
+        one(st.repaired_chunks),
+    );
+    counter(
+        reg,
+        "fjord_storage_late_reads",
+        "Refills that finished after their session would have run dry",
+        one(st.late_reads),
+    );
+    counter(
+        reg,
+        "fjord_storage_budget_waits",
+        "Times a refill waited for read-ahead memory",
+        one(st.budget_waits),
+    );
+    counter(
+        reg,
+        "fjord_storage_bulk_bytes",
+        "Bytes bulk work (ingest, parity, packet files, verification) read",
+        one(st.bulk_bytes),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_named_as_their_samples_and_eof_goes() {
+        let om = "# HELP a_b Things.\n# TYPE a_b counter\na_b_total{x=\"1\"} 2\n\
+                  # HELP g A gauge.\n# TYPE g gauge\ng 3\n# EOF\n";
+        assert_eq!(
+            text_format(om),
+            "# HELP a_b_total Things.\n# TYPE a_b_total counter\na_b_total{x=\"1\"} 2\n\
+             # HELP g A gauge.\n# TYPE g gauge\ng 3\n"
+        );
+    }
+}

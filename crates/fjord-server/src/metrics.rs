@@ -1,0 +1,85 @@
+//! Counters the control plane keeps as things happen, for the admin
+//! listener's `/metrics`: RTSP requests by method and status, admission
+//! refusals by reason. What the engine threads, sessions, connections and
+//! the storage layer have done is not copied here: `/metrics` asks them
+//! when it is scraped.
+
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
+};
+
+type Requests = Family<[(&'static str, String); 2], Counter>;
+type Refusals = Family<[(&'static str, &'static str); 1], Counter>;
+
+#[derive(Default)]
+pub(crate) struct Metrics {
+    requests: Requests,
+    refusals: Refusals,
+}
+
+/// Why a SETUP or PLAY got 453.
+#[derive(Clone, Copy)]
+pub(crate) enum Refusal {
+    /// `max_sessions` sessions exist.
+    Sessions,
+    /// No engine thread has room for the stream's packet rate.
+    Engine,
+    /// The title's disk has no room for the stream's bit rate, or the
+    /// read-ahead memory none for its window.
+    Storage,
+    /// No room on the engine thread for a faster delivery (`Speed`).
+    Speed,
+}
+
+/// RTSP methods by name; anything else counts as `other`, so a client
+/// inventing methods cannot grow the metric without bound.
+const METHODS: [&str; 11] = [
+    "OPTIONS",
+    "DESCRIBE",
+    "SETUP",
+    "PLAY",
+    "PAUSE",
+    "TEARDOWN",
+    "GET_PARAMETER",
+    "SET_PARAMETER",
+    "ANNOUNCE",
+    "RECORD",
+    "REDIRECT",
+];
+
+impl Metrics {
+    pub(crate) fn request(&self, method: &str, status: u16) {
+        let method = METHODS.iter().find(|m| **m == method).unwrap_or(&"other");
+        let labels = [
+            ("method", (*method).to_owned()),
+            ("status", status.to_string()),
+        ];
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    pub(crate) fn refused(&self, why: Refusal) {
+        let reason = match why {
+            Refusal::Sessions => "sessions",
+            Refusal::Engine => "engine",
+            Refusal::Storage => "storage",
+            Refusal::Speed => "speed",
+        };
+        self.refusals.get_or_create(&[("reason", reason)]).inc();
+    }
+
+    /// Adds the counters to a scrape's registry (they are shared, not
+    /// copied).
+    pub(crate) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "fjord_rtsp_requests",
+            "RTSP requests answered, by method and status",
+            self.requests.clone(),
+        );
+        registry.register(
+            "fjord_admission_refusals",
+            "SETUPs and PLAYs refused with 453, by what had no room",
+            self.refusals.clone(),
+        );
+    }
+}

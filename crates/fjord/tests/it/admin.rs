@@ -1,0 +1,154 @@
+//! The admin listener as an operator uses it: Prometheus scrapes
+//! `/metrics` (checked by Prometheus' own `promtool`), scripts read and
+//! end sessions through the JSON API, a person opens the status page in a
+//! browser (headless Debian chromium).
+
+use std::{path::Path, process::Command, time::Duration};
+
+use fjord_client::EndReason;
+use serde_json::Value;
+
+use crate::client::{LIMIT, QUIET, open, recv};
+use crate::common::{Server, run_bounded};
+
+/// curl's body and HTTP status.
+fn curl(args: &[&str]) -> (String, u16) {
+    let mut c = Command::new("curl");
+    c.args(["-sS", "--max-time", "20", "-w", "\n%{http_code}"])
+        .args(args);
+    let out = run_bounded(c, Duration::from_secs(30));
+    assert!(out.status.success(), "curl {args:?}: {}", out.stderr);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (body.to_owned(), code.parse().unwrap())
+}
+
+fn get_json(url: &str) -> Value {
+    let (body, code) = curl(&[url]);
+    assert_eq!(code, 200, "{url}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The value of the sample `series` (name and labels, as written), or 0
+/// when it is absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    (metrics.lines())
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.parse().unwrap())
+}
+
+fn promtool_check(metrics: &str) {
+    let path = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(path.path(), metrics).unwrap();
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(format!(
+        "promtool check metrics < {}",
+        path.path().display()
+    ));
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{metrics}",
+        String::from_utf8_lossy(&out.stdout),
+        out.stderr
+    );
+}
+
+#[test]
+fn metrics_and_the_api_follow_a_session_and_end_it() {
+    assert!(
+        Command::new("promtool").arg("--version").output().is_ok(),
+        "promtool is missing: `make test` installs Debian's prometheus package"
+    );
+    let server = Server::start("");
+    let admin = server.admin();
+    let playing = r#"fjord_sessions{state="playing",transport="udp",format="MPEG-TS"}"#;
+    let (before, _) = curl(&[&format!("{admin}/metrics")]);
+    promtool_check(&before);
+    assert_eq!(sample(&before, playing), 0.0);
+
+    let (mut c, mut rx, _) = open(&server, "clip.ts", false);
+    c.play(None).expect("PLAY");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (during, code) = curl(&[&format!("{admin}/metrics")]);
+    assert_eq!(code, 200);
+    promtool_check(&during);
+    assert_eq!(sample(&during, playing), 1.0, "{during}");
+    let play_ok = r#"fjord_rtsp_requests_total{method="PLAY",status="200"}"#;
+    assert_eq!(sample(&during, play_ok), 1.0);
+    let sent: f64 = (0..2)
+        .map(|t| {
+            sample(
+                &during,
+                &format!(r#"fjord_packets_sent_total{{thread="{t}"}}"#),
+            )
+        })
+        .sum();
+    assert!(sent > 10.0, "{sent} packets after 1.5 s of play");
+
+    let sessions = get_json(&format!("{admin}/api/v1/sessions"));
+    let s = &sessions.as_array().unwrap()[..];
+    assert_eq!(s.len(), 1, "{sessions}");
+    assert_eq!(
+        (s[0]["title"].as_str(), s[0]["state"].as_str()),
+        (Some("clip.ts"), Some("playing"))
+    );
+    assert_eq!(s[0]["transport"], "udp");
+    assert!(s[0]["client"].as_str().unwrap().starts_with("127.0.0.1:"));
+    let at = s[0]["position_s"].as_f64().unwrap();
+    assert!((0.8..4.0).contains(&at), "position {at} s after 1.5 s");
+    let titles = get_json(&format!("{admin}/api/v1/titles"));
+    assert_eq!(titles[0]["name"], "clip.ts", "{titles}");
+    assert_eq!(titles[0]["sessions"], 1, "{titles}");
+    let threads = get_json(&format!("{admin}/api/v1/threads"));
+    let total: u64 = (threads.as_array().unwrap().iter())
+        .map(|t| t["packets"].as_u64().unwrap())
+        .sum();
+    assert!(total as f64 >= sent, "{threads}");
+
+    let id = s[0]["id"].as_str().unwrap();
+    let end = format!("{admin}/api/v1/sessions/{id}");
+    assert_eq!(curl(&["-X", "DELETE", &end]).1, 204);
+    let cap = recv(&mut c, &mut rx, QUIET, LIMIT);
+    assert_eq!(cap.end, EndReason::Bye, "the client is told with RTCP BYE");
+    assert_eq!(
+        get_json(&format!("{admin}/api/v1/sessions")),
+        serde_json::json!([])
+    );
+    let (after, _) = curl(&[&format!("{admin}/metrics")]);
+    assert_eq!(sample(&after, playing), 0.0, "{after}");
+    assert_eq!(curl(&["-X", "DELETE", &end]).1, 404, "ended already");
+    assert_eq!(curl(&[&format!("{admin}/api/v1/nothing")]).1, 404);
+}
+
+/// The status page in headless chromium shows a playing session, the
+/// engine threads and a throughput chart (tests/browser/status.mjs).
+#[test]
+fn the_status_page_shows_a_live_session_in_chromium() {
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
+    assert!(
+        driver.join("node_modules/playwright-core").is_dir(),
+        "the browser test's npm packages are missing: `make test` installs them"
+    );
+    let server = Server::start("");
+    let (mut c, _rx, _) = open(&server, "clip.ts", true);
+    c.play(None).expect("PLAY");
+    let sessions = get_json(&format!("{}/api/v1/sessions", server.admin()));
+    let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
+    let mut node = Command::new("node");
+    node.arg(driver.join("status.mjs"))
+        .args(["--url", &format!("{}/", server.admin()), "--session", &id])
+        .arg("--shot")
+        .arg(&shot);
+    let out = run_bounded(node, Duration::from_secs(60));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}\n{}", out.stderr);
+    let page: Value = serde_json::from_str(said.trim()).unwrap();
+    let cells: Vec<&str> = (page["cells"].as_array().unwrap().iter())
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(cells[0], id, "{said}");
+    assert_eq!(&cells[2..5], ["clip.ts", "playing", "tcp"], "{said}");
+    assert!(shot.metadata().unwrap().len() > 5000, "a screenshot");
+}
