@@ -227,7 +227,7 @@ pub enum Command {
         conn: u64,
     },
     /// End session `id` now, as the server shuts down or an operator ends
-    /// it: RTCP BYE if it is playing, and never woken again (a `Remove`
+    /// it: RTCP BYE, playing or paused, and never woken again (a `Remove`
     /// follows).
     Bye {
         id: u64,

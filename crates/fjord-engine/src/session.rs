@@ -1167,7 +1167,7 @@ impl Session {
         self.end(p)
     }
 
-    /// Ends the stream where it stands: RTCP BYE if it is playing; the
+    /// Ends the stream where it stands, playing or paused: RTCP BYE; the
     /// engine never wakes it again.
     pub(crate) fn end(&mut self, p: &mut Pacing) -> Option<Instant> {
         self.report(p, true);
@@ -1177,12 +1177,16 @@ impl Session {
 
     /// RTCP sender report (RFC 3550 §6.4.1): the wall clock now against the
     /// RTP timestamp the stream's clock has now, so players can sync tracks.
+    /// A stopped stream reports (and says BYE) only when it ends; an ended
+    /// one has said BYE already.
     fn report(&mut self, p: &mut Pacing, bye: bool) {
-        let State::Playing(c) = self.state else {
-            return;
-        };
+        match self.state {
+            State::Playing(_) => {}
+            State::Stopped if bye => {}
+            State::Stopped | State::Ended => return,
+        }
         let clock = self.track().map_or(90_000, |t| t.clock_rate());
-        let media_ns = c.at(p.now);
+        let media_ns = self.stream_ns(p.now);
         let rtp_now = self.ts0.wrapping_add(rtp_ticks(media_ns, clock));
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)

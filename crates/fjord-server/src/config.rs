@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 /// The documented defaults are the `Default` impl below; README.md lists them.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Directory of the titles: every `.ts` below it, by relative path.
@@ -258,6 +258,54 @@ impl Config {
         Ok(())
     }
 
+    /// What a reload (SIGHUP) makes of `new` while the server runs with
+    /// `self`: settings the control plane reads per request or connection
+    /// (timeouts, limits, `max_speed`, `destination_allow`, HLS and CORS)
+    /// take effect; the others are fixed at start (listeners, engine
+    /// threads, data path, roots, storage, ingest): they keep `self`'s
+    /// values, and their names are returned so the change can be logged.
+    pub fn reloaded(&self, mut new: Config) -> (Config, Vec<&'static str>) {
+        let mut kept = Vec::new();
+        macro_rules! fixed {
+            ($($field:ident),*) => {$(
+                if new.$field != self.$field {
+                    kept.push(stringify!($field));
+                    new.$field = self.$field.clone();
+                }
+            )*};
+        }
+        fixed!(
+            root,
+            roots,
+            bind,
+            port,
+            http_port,
+            admin_bind,
+            threads,
+            stall_timeout_s,
+            max_connections,
+            rtp_port_min,
+            rtp_port_max,
+            burst_ms,
+            capacity_pps_per_core,
+            realtime,
+            datapath,
+            udp_sockets,
+            rtcp_interval_s,
+            ts_per_rtp,
+            fec,
+            prefab,
+            prefab_share_percent,
+            readahead_ms,
+            readahead_budget_mb,
+            head_s,
+            storage_threads,
+            disk_mbps,
+            stats_file
+        );
+        (new, kept)
+    }
+
     /// Where the admin listener listens, or `None`: nowhere.
     pub fn admin_bind(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
         match self.admin_bind.trim() {
@@ -423,5 +471,18 @@ mod tests {
         assert_eq!(parse("false").unwrap(), PrefabMode::Off);
         assert_eq!(parse("\"auto\"").unwrap(), PrefabMode::Auto);
         assert!(parse("\"sometimes\"").is_err());
+    }
+
+    #[test]
+    fn a_reload_takes_the_per_request_settings_and_keeps_the_fixed_ones() {
+        let old: Config = toml::from_str("port = 554\nmax_sessions = 10").unwrap();
+        let new: Config =
+            toml::from_str("port = 8554\nmax_sessions = 20\nthreads = 3\nidle_timeout_s = 5")
+                .unwrap();
+        let (now, kept) = old.reloaded(new);
+        assert_eq!((now.max_sessions, now.idle_timeout_s), (20, 5));
+        assert_eq!((now.port, now.threads), (554, 0));
+        assert_eq!(kept, ["port", "threads"]);
+        assert_eq!(old.reloaded(old.clone()), (old, vec![]));
     }
 }

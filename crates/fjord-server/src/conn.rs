@@ -130,7 +130,7 @@ impl Conn {
             );
             return true;
         }
-        let timeout = server.config.request_timeout();
+        let timeout = server.config().request_timeout();
         matches!(
             tokio::time::timeout(timeout, self.stream.write_all(&bytes)).await,
             Ok(Ok(()))
@@ -148,7 +148,7 @@ enum Served {
 async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Served {
     let mut last = None;
     loop {
-        match next_frame(buf, &server.limits) {
+        match next_frame(buf, &server.limits()) {
             Ok(Some((frame, used))) => {
                 buf.drain(..used);
                 last = Some(Instant::now());
@@ -259,7 +259,7 @@ pub(crate) fn serve_connection(
         let mut partial: Option<Box<Partial>> = None;
         // Until its first request a connection gets the request timeout, not
         // the idle timeout: a client that connects and says nothing goes soon.
-        let mut idle_deadline = Instant::now() + server.config.request_timeout();
+        let mut idle_deadline = Instant::now() + server.config().request_timeout();
         // Boxed, and only while no session keeps the connection open: the
         // task of a player holds no timer.
         let mut timer: Option<Pin<Box<Sleep>>> = None;
@@ -271,7 +271,7 @@ pub(crate) fn serve_connection(
                     Served::Close => break,
                     Served::Frames(None) => {}
                     Served::Frames(Some(at)) => {
-                        idle_deadline = at + server.config.idle_timeout();
+                        idle_deadline = at + server.config().idle_timeout();
                         if let Some(p) = partial.as_mut() {
                             p.since = None;
                         }
@@ -286,7 +286,7 @@ pub(crate) fn serve_connection(
                 None => {}
             }
             let deadline = match partial.as_ref().and_then(|p| p.since) {
-                Some(since) => Some(since + server.config.request_timeout()),
+                Some(since) => Some(since + server.config().request_timeout()),
                 None if conn.live_sessions(&server).next().is_none() => Some(idle_deadline),
                 // Sessions keep the connection; the session timeout ends them,
                 // and ending one wakes this task.

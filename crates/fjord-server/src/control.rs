@@ -351,7 +351,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     if existing.is_none()
         && !server
             .sessions
-            .insert_within(session.clone(), server.config.max_sessions)
+            .insert_within(session.clone(), server.config().max_sessions)
     {
         server.metrics.refused(Refusal::Sessions);
         return refuse(453, "session limit reached");
@@ -432,7 +432,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             let dest = destination.unwrap_or(peer);
             if dest != peer
                 && !server
-                    .config
+                    .config()
                     .destination_allow
                     .iter()
                     .any(|n| n.contains(&dest))
@@ -615,7 +615,7 @@ fn udp_output(
 }
 
 fn session_header(server: &Server, id: SessionId) -> String {
-    format!("{id};timeout={}", server.config.session_timeout_s)
+    format!("{id};timeout={}", server.config().session_timeout_s)
 }
 
 /// The session a request names, with its state advanced by `method`.
@@ -640,7 +640,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         Err(r) => return r,
     };
     let (scale_h, speed_h) = (req.header("Scale"), req.header("Speed"));
-    let rate = match scale::requested(scale_h, speed_h, server.config.max_speed, &session.title) {
+    let rate = match scale::requested(scale_h, speed_h, server.config().max_speed, &session.title) {
         Ok(r) => r,
         Err((code, why)) => return refuse(code, &why),
     };

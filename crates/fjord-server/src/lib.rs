@@ -12,6 +12,7 @@ pub mod config;
 mod conn;
 mod control;
 mod http;
+mod lifecycle;
 mod metrics;
 mod pool;
 mod ports;
@@ -25,7 +26,7 @@ mod stats_file;
 use std::{
     net::SocketAddr,
     sync::{
-        Arc,
+        Arc, RwLock,
         atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -38,6 +39,7 @@ use tokio::net::TcpListener;
 use admission::Admission;
 pub use catalog::{Catalog, CatalogError};
 pub use config::{Config, ConfigError};
+pub use lifecycle::ConfigSource;
 use ports::PortPool;
 use session::Sessions;
 use shared::SharedPorts;
@@ -51,8 +53,8 @@ pub enum ServeError {
 }
 
 pub(crate) struct Server {
-    config: Config,
-    limits: Limits,
+    /// Replaced whole on SIGHUP ([`Server::config`]).
+    config: RwLock<Arc<Config>>,
     catalog: Catalog,
     engine: Engine,
     sessions: Sessions,
@@ -70,6 +72,23 @@ pub(crate) struct Server {
 }
 
 impl Server {
+    /// The settings now: a request reads them once and keeps that copy,
+    /// so a reload never changes them under it.
+    fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn limits(&self) -> Limits {
+        let c = self.config();
+        Limits {
+            max_header_bytes: c.max_header_bytes,
+            max_body_bytes: c.max_body_bytes,
+        }
+    }
+
     fn next_id(&self) -> u64 {
         self.ids.fetch_add(1, Ordering::Relaxed)
     }
@@ -88,9 +107,10 @@ impl Server {
     }
 }
 
-/// Runs the server until SIGINT or SIGTERM. Prints the listening address on
-/// stdout once the socket is bound (tests and scripts read it from there).
-pub async fn serve(config: Config) -> Result<(), ServeError> {
+/// Runs the server until SIGINT or SIGTERM, re-reading its config from
+/// `source` on SIGHUP. Prints the listening address on stdout once the
+/// socket is bound (tests and scripts read it from there).
+pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeError> {
     config.validate()?;
     let storage = config.storage().map(fjord_storage::Storage::new);
     // A title's file truncated while it plays ends its sessions, not the
@@ -161,10 +181,6 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         );
     }
     let server = Arc::new(Server {
-        limits: Limits {
-            max_header_bytes: config.max_header_bytes,
-            max_body_bytes: config.max_body_bytes,
-        },
         ports: PortPool::new(config.rtp_port_min, config.rtp_port_max),
         shared: (config.udp_sockets == "shared"
             && fjord_engine::datapath::addresses_each_message(engine.datapath()))
@@ -185,7 +201,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         metrics: metrics::Metrics::default(),
         slots: slots::Slots::new(config.max_connections, config.max_connections_per_address),
         history: admin::History::default(),
-        config,
+        config: RwLock::new(Arc::new(config)),
     });
     let slots = server.slots.clone();
     // Before the RTSP line, which scripts and tests wait for.
@@ -209,11 +225,17 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     );
 
     tokio::spawn(reap_idle_sessions(server.clone()));
-    if !server.config.stats_file.as_os_str().is_empty() {
-        let path = server.config.stats_file.clone();
+    if !server.config().stats_file.as_os_str().is_empty() {
+        let path = server.config().stats_file.clone();
         tokio::spawn(stats_file::write_every_second(server.clone(), path));
     }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut hup) = (
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::hangup())?,
+    );
+    let source = Arc::new(source);
+    lifecycle::ready(&server);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -225,21 +247,23 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
                 };
                 tokio::spawn(conn::serve_connection(server.clone(), stream, peer, slot));
             }
+            _ = hup.recv() => lifecycle::reload(&server, &source).await,
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
         }
     }
-    tracing::info!("shutting down");
+    drop(listener);
+    lifecycle::drain(&server).await;
     Ok(())
 }
 
 /// Tears down sessions that sent no RTSP request and no RTCP for the
 /// session timeout.
 async fn reap_idle_sessions(server: Arc<Server>) {
-    let timeout = server.config.session_timeout();
-    let mut tick = tokio::time::interval(Duration::from_millis(500).min(timeout / 2));
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
+        let timeout = server.config().session_timeout();
         let Some(deadline) = Instant::now().checked_sub(timeout) else {
             continue;
         };

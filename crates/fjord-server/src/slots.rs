@@ -7,7 +7,7 @@ use std::{
     net::IpAddr,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
 };
 
@@ -18,8 +18,8 @@ pub(crate) struct Slots {
     max: usize,
     /// Connections refused: at `max_connections`, at the per-address cap.
     refused: [AtomicU64; 2],
-    /// 0: no cap per address.
-    per_address: usize,
+    /// 0: no cap per address (a reload may change it).
+    per_address: AtomicUsize,
     open: Mutex<HashMap<IpAddr, usize>>,
 }
 
@@ -43,9 +43,13 @@ impl Slots {
             all: Arc::new(Semaphore::new(max)),
             max,
             refused: Default::default(),
-            per_address,
+            per_address: AtomicUsize::new(per_address),
             open: Mutex::new(HashMap::new()),
         })
+    }
+
+    pub(crate) fn set_per_address(&self, cap: usize) {
+        self.per_address.store(cap, Ordering::Relaxed);
     }
 
     /// Connections open now, RTSP and HTTP.
@@ -69,7 +73,8 @@ impl Slots {
             .map_err(|_| Full::Server)?;
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let n = open.entry(addr).or_insert(0);
-        if self.per_address > 0 && *n >= self.per_address {
+        let cap = self.per_address.load(Ordering::Relaxed);
+        if cap > 0 && *n >= cap {
             return Err(Full::Address);
         }
         *n += 1;

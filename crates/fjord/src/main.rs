@@ -88,7 +88,7 @@ enum Cmd {
     },
 }
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 struct ServeArgs {
     /// Directory of titles [default: ./media]
     #[arg(long)]
@@ -179,7 +179,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// The config file with the command line's flags on top: at start, and
+/// again on every SIGHUP.
+fn load_config(args: ServeArgs) -> Result<Config, fjord_server::ConfigError> {
     let ServeArgs {
         root,
         port,
@@ -227,6 +229,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(f) = stats_file {
         cfg.stats_file = f;
     }
+    Ok(cfg)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let cfg = load_config(args.clone())?;
     // One malloc arena for the whole server, set before any thread starts:
     // only the control plane allocates (the engine's sending never does),
     // and glibc's arena per thread kept ~0.7 KB per session apart in
@@ -240,7 +247,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(fjord_server::serve(cfg))?;
+    let source = Box::new(move || load_config(args.clone()));
+    rt.block_on(fjord_server::serve(cfg, source))?;
     Ok(())
 }
 

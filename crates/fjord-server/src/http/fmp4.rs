@@ -90,7 +90,7 @@ impl Cache {
             .map_err(|e| (e.status(), e.to_string()))?;
         let (srv, name) = (server.clone(), name.to_owned());
         let cache = self.clone();
-        let target_ns = server.config.hls_segment_s.max(1) * 1_000_000_000;
+        let target_ns = server.config().hls_segment_s.max(1) * 1_000_000_000;
         tokio::task::spawn_blocking(move || {
             let path = srv
                 .catalog

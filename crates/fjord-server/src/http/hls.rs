@@ -55,7 +55,7 @@ pub(crate) async fn form(
         );
         return Err((415, why));
     }
-    let target_ns = server.config.hls_segment_s.max(1) * 1_000_000_000;
+    let target_ns = server.config().hls_segment_s.max(1) * 1_000_000_000;
     // The boundaries' records may be read from the disk.
     let opened = t.clone();
     let segments = tokio::task::spawn_blocking(move || {

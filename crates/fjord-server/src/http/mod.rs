@@ -101,7 +101,7 @@ async fn next_request(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
 ) -> Result<plan::Request, End> {
-    let cfg = &server.config;
+    let cfg = server.config();
     let idle = Duration::from_secs(cfg.idle_timeout_s);
     let whole = Duration::from_secs(cfg.request_timeout_s);
     let mut started: Option<tokio::time::Instant> = None;
@@ -152,7 +152,8 @@ async fn answer(
 ) -> std::io::Result<bool> {
     let now = std::time::SystemTime::now();
     let close = !req.keep_alive;
-    let origin = &server.config.http_allow_origin;
+    let config = server.config();
+    let origin = &config.http_allow_origin;
     if req.method == plan::Method::Options {
         let r = Response::preflight(&req).allow_origin(origin);
         stream.write_all(&r.head(now)).await?;
@@ -204,7 +205,7 @@ async fn answer(
     if let (Some(body), Some(range)) = (body, response.body.clone()) {
         let pace = send::Pace {
             storage: server.storage.clone(),
-            stall: Duration::from_secs(server.config.stall_timeout_s),
+            stall: Duration::from_secs(server.config().stall_timeout_s),
         };
         body.send(stream, range, &pace).await?;
     }

@@ -303,7 +303,29 @@ impl Server {
         Server::spawn(root, media_root.to_owned(), config)
     }
 
+    /// Starts a server with `clip.ts` and `vbr.ts` and these environment
+    /// variables.
+    pub fn start_env(config: &str, env: &[(&str, &Path)]) -> Server {
+        let root = tempfile::Builder::new()
+            .prefix("fjord-it-")
+            .tempdir()
+            .unwrap();
+        let media_root = root.path().join("media");
+        fs::create_dir(&media_root).unwrap();
+        fs::copy(&media().clip, media_root.join("clip.ts")).unwrap();
+        Server::spawn_env(root, media_root, config, env)
+    }
+
     fn spawn(root: tempfile::TempDir, media_root: PathBuf, config: &str) -> Server {
+        Server::spawn_env(root, media_root, config, &[])
+    }
+
+    fn spawn_env(
+        root: tempfile::TempDir,
+        media_root: PathBuf,
+        config: &str,
+        env: &[(&str, &Path)],
+    ) -> Server {
         let cfg = root.path().join("fjord.toml");
         fs::write(&cfg, config).unwrap();
         let log = root.path().join("server.log");
@@ -328,6 +350,7 @@ impl Server {
             // A capacity saved by `fjord bench capacity` on this machine
             // must not limit the tests' servers.
             .env("XDG_STATE_HOME", root.path())
+            .envs(env.iter().copied())
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or("info".into()),
@@ -376,6 +399,33 @@ impl Server {
         }
         server.admin_port = admin_rx.try_recv().ok().flatten();
         server
+    }
+
+    /// The config file the server reads (again on SIGHUP).
+    pub fn config_path(&self) -> PathBuf {
+        self.root.path().join("fjord.toml")
+    }
+
+    /// Sends the server a signal (`kill -SIG`).
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{sig}");
+    }
+
+    /// The server's exit status, if it exits within `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     /// `http://127.0.0.1:PORT` of the admin listener.

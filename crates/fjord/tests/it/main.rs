@@ -17,6 +17,7 @@ mod files;
 mod formats;
 mod http;
 mod load;
+mod operate;
 mod peers;
 mod shared;
 mod stalled;
