@@ -19,6 +19,8 @@ pub struct Config {
     pub port: u16,
     /// HTTP downloads of the same titles (`http://HOST:PORT/NAME`); 0: off.
     pub http_port: u16,
+    /// One log line per RTSP or HTTP request (target `fjord::access`).
+    pub access_log: bool,
     /// The admin listener: status page, `/metrics`, JSON API
     /// (docs/api.md); `""`: none.
     pub admin_bind: String,
@@ -127,6 +129,7 @@ impl Default for Config {
             port: 8554,
             http_port: 8080,
             admin_bind: "127.0.0.1:9090".to_owned(),
+            access_log: true,
             hls_segment_s: 6,
             http_allow_origin: "*".to_owned(),
             threads: 0,

@@ -180,6 +180,13 @@ async fn respond(server: &Server, conn: &mut Conn, req: &Request) -> bool {
     let t0 = Instant::now();
     let reply = control::handle(server, conn, req).await;
     (server.metrics).request(req.method.as_str(), reply.response.status);
+    crate::access::rtsp(
+        server,
+        conn.peer().ok(),
+        req,
+        reply.response.status,
+        t0.elapsed(),
+    );
     if !conn
         .write(server, reply.response.to_bytes(req.cseq()))
         .await

@@ -5,6 +5,7 @@
 //! only sends them commands. Connections of both listeners share one set
 //! of limits (`slots`).
 
+mod access;
 mod admin;
 mod admission;
 mod catalog;

@@ -83,7 +83,7 @@ async fn connection(
                 return;
             }
         };
-        match answer(&server, &fragments, &mut stream, req).await {
+        match answer(&server, &fragments, &mut stream, peer, req).await {
             Ok(true) => {}
             Ok(false) => return,
             Err(e) => {
@@ -148,6 +148,7 @@ async fn answer(
     server: &Arc<Server>,
     fragments: &Arc<fmp4::Cache>,
     stream: &mut TcpStream,
+    peer: SocketAddr,
     req: plan::Request,
 ) -> std::io::Result<bool> {
     let now = std::time::SystemTime::now();
@@ -156,6 +157,7 @@ async fn answer(
     let origin = &config.http_allow_origin;
     if req.method == plan::Method::Options {
         let r = Response::preflight(&req).allow_origin(origin);
+        crate::access::http(server, peer, req.method, &req.path, r.status);
         stream.write_all(&r.head(now)).await?;
         return Ok(!r.close);
     }
@@ -201,6 +203,7 @@ async fn answer(
         _ => response,
     }
     .allow_origin(origin);
+    crate::access::http(server, peer, req.method, &req.path, response.status);
     stream.write_all(&response.head(now)).await?;
     if let (Some(body), Some(range)) = (body, response.body.clone()) {
         let pace = send::Pace {

@@ -127,3 +127,58 @@ fn systemd_hears_ready_reloading_and_stopping() {
             .is_some_and(|s| s.success())
     );
 }
+
+/// The access log has a line per request, RTSP and HTTP, with the peer,
+/// method, target and status; `access_log = false` has none.
+#[test]
+fn every_request_has_an_access_log_line_unless_turned_off() {
+    for on in [true, false] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = Server::start(&format!("http_port = {port}\naccess_log = {on}\n"));
+        let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
+        c.describe().expect("DESCRIBE");
+        let missing = server.url("missing.ts");
+        assert_eq!(
+            c.request("DESCRIBE", &missing, &[], b"").unwrap().status,
+            404
+        );
+        let mut http = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let head = b"HEAD /clip.ts HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        std::io::Write::write_all(&mut http, head).unwrap();
+        let (reply, _) = crate::common::read_until_close(&mut http, Duration::from_secs(5));
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        std::thread::sleep(Duration::from_millis(200));
+        let log = server.log_text();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("fjord::access"))
+            .collect();
+        if !on {
+            assert!(lines.is_empty(), "{lines:?}");
+            continue;
+        }
+        let has = |parts: &[&str]| lines.iter().any(|l| parts.iter().all(|p| l.contains(p)));
+        assert!(
+            has(&[
+                "rtsp",
+                "peer=127.0.0.1:",
+                "method=\"DESCRIBE\"",
+                "/clip.ts",
+                "status=200"
+            ]),
+            "{lines:?}"
+        );
+        assert!(
+            has(&["method=\"DESCRIBE\"", "/missing.ts", "status=404"]),
+            "{lines:?}"
+        );
+        assert!(
+            has(&["http", "method=\"HEAD\"", "path=\"clip.ts\"", "status=200"]),
+            "{lines:?}"
+        );
+    }
+}
