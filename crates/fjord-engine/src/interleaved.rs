@@ -24,9 +24,10 @@ pub(crate) type Frame<'a> = [&'a [u8]; 3];
 
 /// A client that takes nothing is tried again after a quarter of the time
 /// it has taken nothing, within these bounds: one that stopped reading
-/// costs a write attempt every 200 ms, not every millisecond.
+/// costs a write attempt a second, not one every millisecond, and one
+/// that reads again after a long stall waits at most a second more.
 const RETRY_MIN: Duration = Duration::from_millis(1);
-const RETRY_MAX: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(1);
 /// Tries fall on a grid, so the stalled clients of a thread share its
 /// wake-ups instead of waking it each at its own time.
 const RETRY_GRID: Duration = Duration::from_millis(10);
@@ -316,10 +317,10 @@ mod tests {
             "{gaps:?}"
         );
         assert!(
-            gaps[gaps.len() / 2..].iter().all(|g| *g >= RETRY_MAX),
+            gaps[gaps.len() - 5..].iter().all(|g| *g >= RETRY_MAX),
             "{gaps:?}"
         );
-        assert!(gaps.len() < 260, "{} tries in 10 s", gaps.len());
+        assert!(gaps.len() < 60, "{} tries in 10 s", gaps.len());
         // The client reads what was sent, then the end.
         let mut rest = vec![];
         client.read_to_end(&mut rest).unwrap();

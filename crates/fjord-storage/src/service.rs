@@ -135,6 +135,9 @@ struct DiskState {
     checks: BinaryHeap<Reverse<(Instant, usize, u64)>>,
     /// Refills (earliest deadline first) and bulk work, shared by DRR.
     sched: Scheduler<Tag>,
+    /// An idle worker waits for the next check; the others wait to be
+    /// woken, so a check wakes one thread, not every worker of the disk.
+    timer_held: bool,
 }
 
 /// What a scheduled request is for.
@@ -514,6 +517,7 @@ impl Storage {
         let depth = self.inner.config.workers_per_disk.max(1);
         let disk = Arc::new(Disk {
             state: Mutex::new(DiskState {
+                timer_held: false,
                 entries: Vec::new(),
                 free: Vec::new(),
                 checks: BinaryHeap::new(),
@@ -635,6 +639,8 @@ struct Worker {
 
 /// How often an idle worker looks at its sessions anyway.
 const IDLE: Duration = Duration::from_millis(200);
+/// How often an idle worker that does not hold the timer looks anyway.
+const FOLLOWER_IDLE: Duration = Duration::from_secs(1);
 /// A first read slower than this is logged.
 const SLOW_FIRST_READ: Duration = Duration::from_millis(100);
 /// How soon to look again at a session whose refill waits for budget.
@@ -674,19 +680,24 @@ impl Worker {
                 }
             }
             if let Some(r) = self.take(&mut st, now) {
+                // Another idle worker takes the timer, or the next refill.
+                self.disk.wake.notify_one();
                 return r;
             }
-            let wait = st
-                .checks
-                .peek()
-                .map_or(IDLE, |Reverse((at, ..))| at.saturating_duration_since(now))
-                .min(IDLE);
-            st = self
-                .disk
-                .wake
-                .wait_timeout(st, wait)
+            let timer = !st.timer_held;
+            let wait = match timer {
+                true => (st.checks.peek())
+                    .map_or(IDLE, |Reverse((at, ..))| at.saturating_duration_since(now))
+                    .min(IDLE),
+                false => FOLLOWER_IDLE,
+            };
+            st.timer_held |= timer;
+            st = (self.disk.wake.wait_timeout(st, wait))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            if timer {
+                st.timer_held = false;
+            }
         }
     }
 
