@@ -37,6 +37,9 @@ pub struct CapacityConfig {
     pub sink: SinkChoice,
     /// Engine thread under SCHED_FIFO (as `realtime = true` in the server).
     pub realtime: bool,
+    /// With real receivers: UDP GRO on their sockets (players' plain
+    /// sockets when false).
+    pub gro: bool,
     /// Measure once at this many sessions instead of searching.
     pub fixed: Option<usize>,
     /// Every session also sends its repair stream with this layout (the
@@ -67,6 +70,7 @@ impl Default for CapacityConfig {
             burst: Duration::from_millis(40),
             sink: SinkChoice::Auto,
             realtime: true,
+            gro: false,
             fixed: None,
             fec: None,
             fec_live: false,
@@ -248,11 +252,13 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
                 peak
             })
         };
-        let report = fjord_client::load::run(&fjord_client::load::LoadConfig::new(
+        let mut load = fjord_client::load::LoadConfig::new(
             url.clone(),
             n,
             Duration::from_secs_f64(cfg.seconds),
-        ));
+        );
+        load.gro = cfg.gro;
+        let report = fjord_client::load::run(&load);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let (mem1, rss1) = sampler.join().unwrap_or((mem0, rss0));
         let report = report?;
@@ -280,7 +286,14 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
         })
     })?;
     Ok(Capacity {
-        sink: "loopback: fjord serve (1 engine thread, pinned) -> fjord load receivers (pinned to another CPU)".into(),
+        sink: format!(
+            "loopback: fjord serve (1 engine thread, pinned) -> fjord load receivers (pinned to another CPU; {})",
+            if cfg.gro {
+                "UDP GRO, --gro"
+            } else {
+                "plain sockets, no UDP GRO, as players"
+            }
+        ),
         udp_sockets: udp_sockets(cfg, &datapath),
         datapath,
         best: best(&runs),

@@ -65,6 +65,8 @@ pub struct PeersConfig {
     /// Every server, all its threads, under SCHED_FIFO at the same low
     /// priority, so other work on a shared machine cannot take its CPU.
     pub realtime: bool,
+    /// Receivers with UDP GRO; players' plain sockets when false.
+    pub gro: bool,
     /// The `fjord` executable that serves.
     pub fjord_exe: PathBuf,
     /// Where the title is made and kept.
@@ -644,6 +646,7 @@ fn run_once(p: &Prepared, cfg: &PeersConfig, rep: usize) -> anyhow::Result<Run> 
         Duration::from_secs_f64(cfg.seconds),
     );
     load.tcp = cfg.tcp;
+    load.gro = cfg.gro;
     load.setup_timeout = Duration::from_secs(30);
     let report = fjord_client::load::run(&load);
     let samples = sampler.finish();
@@ -894,7 +897,11 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
         "{} sessions over {} to 127.0.0.1 for {} s per run, {} runs per server (interleaved), medians; \
          µs CPU/packet with the 95 % bootstrap interval of its median.\n\n",
         c.sessions,
-        if c.tcp { "TCP (interleaved)" } else { "UDP" },
+        match (c.tcp, c.gro) {
+            (true, _) => "TCP (interleaved)",
+            (false, false) => "UDP to plain receivers (no UDP GRO: a datagram per packet, as players)",
+            (false, true) => "UDP to receivers with UDP GRO (`--gro`: cheaper for the server than players)",
+        },
         c.seconds,
         c.reps
     ));
@@ -1108,6 +1115,7 @@ mod tests {
                 reps: 3,
                 cpu: 0,
                 realtime: false,
+                gro: false,
                 fjord_exe: "fjord".into(),
                 media_dir: "m".into(),
             },

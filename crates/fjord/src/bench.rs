@@ -335,6 +335,11 @@ pub struct PeersArgs {
     /// not take their CPU; needs root or CAP_SYS_NICE
     #[arg(long)]
     pub realtime: bool,
+    /// Receivers with UDP GRO (the kernel hands them bursts as one
+    /// datagram): cheaper for the server than players' plain sockets, which
+    /// the default measures; the report says which
+    #[arg(long)]
+    pub gro: bool,
     /// Directory for peers.md and peers.csv
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -378,6 +383,7 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
         reps: a.reps,
         cpu: a.cpu,
         realtime: a.realtime,
+        gro: a.gro,
         fjord_exe: std::env::current_exe()?,
         media_dir: media,
     };
@@ -593,6 +599,10 @@ pub struct CapacityArgs {
     /// engine thread, pinned to --cpu) and `fjord load` on another CPU
     #[arg(long)]
     receivers: bool,
+    /// With --receivers: receivers with UDP GRO (the default is players'
+    /// plain sockets, a datagram per packet)
+    #[arg(long, requires = "receivers")]
+    gro: bool,
     /// Leave the engine thread in the normal scheduling class (default:
     /// SCHED_FIFO, as `realtime = true` runs the server)
     #[arg(long)]
@@ -657,6 +667,7 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
         datapath: a.datapath,
         cpu: a.cpu,
         realtime: !a.no_realtime,
+        gro: a.gro,
         burst: std::time::Duration::from_millis(a.burst_ms),
         fixed: a.sessions,
         udp_sockets: a.udp_sockets.clone(),
