@@ -15,7 +15,10 @@
 //!   tag each such segment begins with); I-frame playlists.
 //! - [`dash`]: DASH manifests: a fragmented MP4 title, a TS title as byte
 //!   ranges.
+//! - [`auth`]: Digest and Basic authentication against a user table,
+//!   per-user path rules, and a failed-attempt throttle.
 
+pub mod auth;
 pub mod dash;
 pub mod hls;
 pub mod http;
