@@ -1,0 +1,44 @@
+//! `auth` on arbitrary `Authorization` values: checking and parsing never
+//! panic, over TLS or not; any string quoted back into a Digest parameter
+//! parses to itself.
+#![no_main]
+
+use std::sync::LazyLock;
+
+use fjord_proto::auth::{Auth, Credentials, MAX_HEADER, Secret, User, parse_authorization};
+use libfuzzer_sys::fuzz_target;
+
+static AUTH: LazyLock<Auth> = LazyLock::new(|| {
+    let users = [
+        User {
+            name: Some("alice".into()),
+            secret: Some(Secret::Password("wonder land".into())),
+            paths: vec!["movies/*".into()],
+        },
+        User {
+            paths: vec!["public/**".into()],
+            ..User::default()
+        },
+    ];
+    Auth::new(&users, "fjord", &[42; 32]).expect("a valid table")
+});
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    for tls in [false, true] {
+        let outcome = AUTH.check("DESCRIBE", Some(s), 1_700_000_000, tls);
+        AUTH.may_read(&outcome, s);
+    }
+    let quoted = format!(
+        "Digest v=\"{}\"",
+        s.replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    if quoted.len() <= MAX_HEADER {
+        match parse_authorization(&quoted) {
+            Some(Credentials::Digest(params)) => assert_eq!(params.get("v"), Some(s)),
+            other => panic!("{quoted:?} → {other:?}"),
+        }
+    }
+});
