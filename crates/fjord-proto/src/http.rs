@@ -19,6 +19,8 @@ pub struct Request {
     pub path: String,
     /// The connection stays open after the response.
     pub keep_alive: bool,
+    /// The `Authorization` value, checked before any file is looked up.
+    pub authorization: Option<String>,
     range: Option<String>,
     if_range: Option<String>,
     if_none_match: Option<String>,
@@ -98,6 +100,7 @@ pub fn parse(buf: &[u8]) -> Parsed {
             method,
             path,
             keep_alive,
+            authorization: header("Authorization"),
             range: header("Range"),
             if_range: header("If-Range"),
             if_none_match: header("If-None-Match"),
@@ -237,6 +240,12 @@ impl Response {
 
     /// Lets pages of `origin` (`*`: any) read this response, and the
     /// headers a player needs to see.
+    /// Adds a header (e.g. a `WWW-Authenticate` challenge; repeatable).
+    pub fn with_header(mut self, name: &'static str, value: String) -> Response {
+        self.headers.push((name, value));
+        self
+    }
+
     pub fn allow_origin(mut self, origin: &str) -> Response {
         if !origin.is_empty() {
             self.headers

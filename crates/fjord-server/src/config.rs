@@ -21,6 +21,19 @@ pub struct Config {
     pub http_port: u16,
     /// One log line per RTSP or HTTP request (target `fjord::access`).
     pub access_log: bool,
+    /// Who may read what (`[[user]]` tables); none: anyone reads anything.
+    #[serde(rename = "user")]
+    pub users: Vec<UserConfig>,
+    /// The realm of Digest challenges (stored password hashes bind it).
+    pub auth_realm: String,
+    /// TLS certificate chain and private key (PEM files): with them,
+    /// `rtsps://` on `rtsps_port` and HTTPS on `http_port` beside plain
+    /// HTTP; re-read on SIGHUP. Empty: no TLS.
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    /// RTSP over TLS (`rtsps://`), when `tls_cert` is set; 0 picks a free
+    /// one.
+    pub rtsps_port: u16,
     /// The admin listener: status page, `/metrics`, JSON API
     /// (docs/api.md); `""`: none.
     pub admin_bind: String,
@@ -130,6 +143,11 @@ impl Default for Config {
             http_port: 8080,
             admin_bind: "127.0.0.1:9090".to_owned(),
             access_log: true,
+            tls_cert: PathBuf::new(),
+            tls_key: PathBuf::new(),
+            rtsps_port: 322,
+            users: Vec::new(),
+            auth_realm: fjord_proto::auth::DEFAULT_REALM.to_owned(),
             hls_segment_s: 6,
             http_allow_origin: "*".to_owned(),
             threads: 0,
@@ -164,6 +182,29 @@ impl Default for Config {
             roots: Vec::new(),
             stats_file: PathBuf::new(),
         }
+    }
+}
+
+/// A `[[user]]` table: `name` and `password` (plain, or the
+/// `digest:...` hash `fjord passwd` prints), and `paths`, globs of the
+/// titles the user may read (`"**"`: all). Without `name`: what anyone
+/// may read without credentials.
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub name: Option<String>,
+    pub password: Option<String>,
+    #[serde(default)]
+    pub paths: Vec<String>,
+}
+
+/// Passwords stay out of logs.
+impl std::fmt::Debug for UserConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserConfig")
+            .field("name", &self.name)
+            .field("paths", &self.paths)
+            .finish_non_exhaustive()
     }
 }
 
@@ -255,6 +296,7 @@ impl Config {
             return bad("max_speed must be between 1 and 64");
         }
         self.admin_bind()?;
+        crate::guard::check_users(self)?;
         if self.max_connections == 0 || self.max_sessions == 0 {
             return bad("max_connections and max_sessions must be at least 1");
         }
@@ -283,6 +325,7 @@ impl Config {
             bind,
             port,
             http_port,
+            rtsps_port,
             admin_bind,
             threads,
             stall_timeout_s,
@@ -307,6 +350,21 @@ impl Config {
             stats_file
         );
         (new, kept)
+    }
+
+    /// The `[[user]]` tables as the authentication module takes them.
+    pub fn users(&self) -> Vec<fjord_proto::auth::User> {
+        use fjord_proto::auth::{Secret, User};
+        (self.users.iter())
+            .map(|u| User {
+                name: u.name.clone(),
+                secret: u.password.as_ref().map(|p| match p.starts_with("digest:") {
+                    true => Secret::Hashed(p.clone()),
+                    false => Secret::Password(p.clone()),
+                }),
+                paths: u.paths.clone(),
+            })
+            .collect()
     }
 
     /// Where the admin listener listens, or `None`: nowhere.

@@ -27,6 +27,7 @@ use crate::{
     Server,
     admission::Admission,
     conn::Conn,
+    guard::Verdict,
     metrics::Refusal,
     scale,
     session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
@@ -93,6 +94,11 @@ pub(crate) async fn handle(server: &Server, conn: &mut Conn, req: &Request) -> R
     if req.cseq().is_none() {
         return refuse(400, "missing or invalid CSeq");
     }
+    if req.method != Method::Options
+        && let Some(denied) = denied(server, conn, req)
+    {
+        return denied;
+    }
     match &req.method {
         Method::Options => Response::new(200)
             .header("Public", allowed_methods())
@@ -107,6 +113,33 @@ pub(crate) async fn handle(server: &Server, conn: &mut Conn, req: &Request) -> R
             Response::new(405).header("Allow", allowed_methods()).into()
         }
         Method::Other(_) => status(501),
+    }
+}
+
+/// The answer when the request's credentials may not read its title
+/// ([`crate::guard`]): 401 with challenges, 403, or 503 while the address
+/// is locked out for failed attempts.
+fn denied(server: &Server, conn: &Conn, req: &Request) -> Option<Reply> {
+    let path = title_path(&req.uri).map(|t| t.title).unwrap_or_default();
+    let ip = conn
+        .peer()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.ip());
+    let auth = req.header("Authorization");
+    match server
+        .guard
+        .check(ip, req.method.as_str(), auth, &path, false)
+    {
+        Verdict::Allow => None,
+        Verdict::Deny(code, challenges) => {
+            let mut r = Response::new(code);
+            for c in challenges {
+                r = r.header("WWW-Authenticate", c);
+            }
+            if code == 503 {
+                r = r.header("Retry-After", "60");
+            }
+            Some(r.into())
+        }
     }
 }
 

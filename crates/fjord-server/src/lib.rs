@@ -12,6 +12,7 @@ mod catalog;
 pub mod config;
 mod conn;
 mod control;
+mod guard;
 mod http;
 mod lifecycle;
 mod metrics;
@@ -70,6 +71,7 @@ pub(crate) struct Server {
     /// RTSP and HTTP connections, counted together.
     slots: Arc<slots::Slots>,
     history: admin::History,
+    guard: guard::Guard,
 }
 
 impl Server {
@@ -202,6 +204,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         metrics: metrics::Metrics::default(),
         slots: slots::Slots::new(config.max_connections, config.max_connections_per_address),
         history: admin::History::default(),
+        guard: guard::Guard::new(&config)?,
         config: RwLock::new(Arc::new(config)),
     });
     let slots = server.slots.clone();

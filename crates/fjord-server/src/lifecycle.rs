@@ -50,9 +50,11 @@ pub(crate) async fn reload(server: &Arc<Server>, source: &Arc<ConfigSource>) {
                     "config reloaded; these settings change only at a restart"
                 );
             }
-            server
-                .slots
-                .set_per_address(now.max_connections_per_address);
+            if let Err(e) = server.guard.reload(&now) {
+                tracing::error!("config not reloaded, the running one stays: {e}");
+                return ready(server);
+            }
+            (server.slots).set_per_address(now.max_connections_per_address);
             *server.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(now);
             tracing::info!("config reloaded");
         }

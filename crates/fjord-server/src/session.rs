@@ -151,6 +151,12 @@ impl Stream {
 }
 
 impl ReceiverStats {
+    /// The cumulative loss, a signed 24-bit figure on the wire (duplicates
+    /// make it negative).
+    pub fn lost(&self) -> i32 {
+        ((self.cumulative_lost << 8) as i32) >> 8
+    }
+
     pub fn record(&mut self, b: &ReportBlock) {
         self.reports += 1;
         self.fraction_lost = b.fraction_lost;
@@ -306,7 +312,7 @@ impl Sessions {
                 session = %s.id,
                 track = st.track,
                 receiver_reports = r.reports,
-                lost = r.cumulative_lost,
+                lost = r.lost(),
                 jitter = r.jitter,
                 "session ended"
             );
@@ -389,5 +395,7 @@ mod tests {
             (r.reports, r.cumulative_lost, r.jitter, r.highest_seq),
             (2, 9, 45, 70_000)
         );
+        r.record(&block(0xFF_FFFF, 45));
+        assert_eq!(r.lost(), -1, "one duplicate");
     }
 }

@@ -80,6 +80,16 @@ enum Cmd {
     /// reordering, lateness against its schedule, jitter, throughput.
     Load(load::LoadArgs),
     Play(play::PlayArgs),
+    /// Print a `[[user]]` table for the config with the password stored as
+    /// its Digest hashes (MD5 and SHA-256), not in the clear. Reads the
+    /// password from the first line of stdin.
+    Passwd {
+        /// The user's name
+        name: String,
+        /// The config's `auth_realm` (the hashes bind it)
+        #[arg(long, default_value = fjord_proto::auth::DEFAULT_REALM)]
+        realm: String,
+    },
     /// The experiments: CPU, system calls and copies per packet of every
     /// data path (the seeds' streaming and download tests), side by side.
     Bench {
@@ -169,6 +179,7 @@ fn main() -> ExitCode {
         Cmd::Bench { cmd } => bench::run(cmd),
         Cmd::Load(args) => load::run(args),
         Cmd::Play(args) => play::run(args),
+        Cmd::Passwd { name, realm } => passwd(&name, &realm),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -177,6 +188,16 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn passwd(name: &str, realm: &str) -> anyhow::Result<()> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    anyhow::ensure!(!password.is_empty(), "no password on stdin");
+    let hash = fjord_proto::auth::hashed_secret(name, realm, password);
+    println!("[[user]]\nname = {name:?}\npassword = \"{hash}\"\npaths = [\"**\"]");
+    Ok(())
 }
 
 /// The config file with the command line's flags on top: at start, and

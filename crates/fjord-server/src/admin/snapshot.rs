@@ -51,7 +51,9 @@ pub(crate) struct StreamView {
     /// From the client's latest RTCP receiver report (RFC 3550 §6.4.2).
     pub receiver_reports: u64,
     pub fraction_lost: f64,
-    pub lost: u32,
+    /// Cumulative, a signed 24-bit figure on the wire (duplicates make it
+    /// negative).
+    pub lost: i32,
     pub jitter_ms: f64,
 }
 
@@ -115,7 +117,7 @@ fn view(s: &Session, position_ns: Option<u64>) -> SessionView {
                 thread: st.reservation.thread,
                 receiver_reports: r.reports,
                 fraction_lost: f64::from(r.fraction_lost) / 256.0,
-                lost: r.cumulative_lost,
+                lost: r.lost(),
                 jitter_ms: f64::from(r.jitter) * 1e3 / f64::from(clock),
             }
         })

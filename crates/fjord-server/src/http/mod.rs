@@ -29,6 +29,7 @@ use tokio::{
 
 use crate::{
     CatalogError, Server,
+    guard::Verdict,
     slots::{Slot, Slots},
 };
 use fjord_proto::http::{self as plan, Parsed, Response};
@@ -157,6 +158,31 @@ async fn answer(
     let origin = &config.http_allow_origin;
     if req.method == plan::Method::Options {
         let r = Response::preflight(&req).allow_origin(origin);
+        crate::access::http(server, peer, req.method, &req.path, r.status);
+        stream.write_all(&r.head(now)).await?;
+        return Ok(!r.close);
+    }
+    // Before any lookup: a refusal says nothing about what exists.
+    let title = routes::route_of(&req.path).map_or(req.path.as_str(), |(t, _)| t);
+    let auth = req.authorization.as_deref();
+    let method = if req.method == plan::Method::Head {
+        "HEAD"
+    } else {
+        "GET"
+    };
+    if let Verdict::Deny(code, challenges) =
+        server.guard.check(peer.ip(), method, auth, title, false)
+    {
+        let why = if code == 401 {
+            "credentials required"
+        } else {
+            "not allowed"
+        };
+        let r = (challenges.into_iter())
+            .fold(Response::error(code, why, close), |r, c| {
+                r.with_header("WWW-Authenticate", c)
+            })
+            .allow_origin(origin);
         crate::access::http(server, peer, req.method, &req.path, r.status);
         stream.write_all(&r.head(now)).await?;
         return Ok(!r.close);

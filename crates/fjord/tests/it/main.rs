@@ -6,6 +6,7 @@
 //! slow ones wait on real time (10 s clips), not on the CPU.
 
 mod admin;
+mod auth;
 mod browser;
 mod cli;
 mod client;

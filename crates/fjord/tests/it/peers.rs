@@ -86,10 +86,16 @@ fn ffmpeg_receives_every_frame(transport: &str) {
 }
 
 fn ffmpeg_receives_every_frame_from(server: &Server, transport: &str, what: &str) {
+    ffmpeg_receives_every_frame_at(&server.url("clip.ts"), transport, what);
+}
+
+/// ffmpeg receives every frame of `clip.ts` from `url` (which may hold
+/// credentials), as its packets' hashes say.
+pub(crate) fn ffmpeg_receives_every_frame_at(url: &str, transport: &str, what: &str) {
     let mut cmd = Command::new("ffmpeg");
     cmd.args(["-nostdin", "-v", "error", "-rtsp_transport", transport])
         .args(["-timeout", "10000000", "-i"])
-        .arg(server.url("clip.ts"))
+        .arg(url)
         .args(["-c", "copy", "-f", "framemd5", "-"]);
     let out = run_bounded(cmd, Duration::from_secs(60));
     assert!(
@@ -122,16 +128,29 @@ fn gstreamer_receives_the_file(protocol: &str) {
 
 fn gstreamer_receives_the_file_from(server: &Server, protocol: &str, what: &str) {
     let out_ts = server.root.path().join(format!("gst-{protocol}.ts"));
+    gstreamer_receives_the_file_at(&server.url("clip.ts"), &[], &out_ts, protocol, what);
+}
+
+/// GStreamer's rtspsrc, with `props` (e.g. credentials), receives
+/// `clip.ts` from `url` whole, into `out_ts`.
+pub(crate) fn gstreamer_receives_the_file_at(
+    url: &str,
+    props: &[&str],
+    out_ts: &std::path::Path,
+    protocol: &str,
+    what: &str,
+) {
     let mut cmd = Command::new("gst-launch-1.0");
     cmd.args(["-q", "-e", "rtspsrc"])
-        .arg(format!("location={}", server.url("clip.ts")))
+        .arg(format!("location={url}"))
+        .args(props)
         .arg(format!("protocols={protocol}"))
         .args(["!", "rtpmp2tdepay", "!", "filesink"])
         .arg(format!("location={}", out_ts.display()));
     // Ends by itself on the server's BYE (EOS); otherwise interrupted at
     // duration + 4 s (EOS via -e, so filesink flushes), killed 10 s later.
     let out = run_bounded_with(cmd, Duration::from_secs(24), Some(Duration::from_secs(14)));
-    let got = fs::read(&out_ts).unwrap_or_default();
+    let got = fs::read(out_ts).unwrap_or_default();
     let src = clip_bytes();
     assert!(
         got == src,

@@ -1,0 +1,219 @@
+//! Users and read rules (`[[user]]`) as real clients meet them: ffmpeg and
+//! GStreamer play with Digest credentials bit-exact; no, wrong or
+//! forbidden credentials get 401/403 before any title lookup; curl
+//! downloads over HTTP with Digest; repeated failures lock an address out
+//! (503) and no other; SIGHUP adds a user.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fjord_client::RtspClient;
+
+use crate::common::{Server, clip_bytes, run_bounded};
+use crate::peers::{ffmpeg_receives_every_frame_at, gstreamer_receives_the_file_at};
+
+/// A `[[user]]` table with the password stored as `fjord passwd` prints it.
+fn hashed_user(name: &str, password: &str, paths: &str) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cmd.args(["passwd", name])
+        .stdin(std::process::Stdio::piped());
+    let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(
+        child.stdin.as_mut().unwrap(),
+        format!("{password}\n").as_bytes(),
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.contains("password = \"digest:") && !table.contains(password),
+        "{table}"
+    );
+    table.replace("paths = [\"**\"]", &format!("paths = {paths}"))
+}
+
+const USERS: &str = "[[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\n\n\
+                     [[user]]\npaths = [\"vbr.ts\"]\n";
+
+fn config() -> String {
+    format!(
+        "{USERS}\n{}",
+        hashed_user("bob", "builder", "[\"clip.ts\"]")
+    )
+}
+
+/// `url` with credentials.
+fn with(server: &Server, who: &str, title: &str) -> String {
+    server
+        .url(title)
+        .replacen("rtsp://", &format!("rtsp://{who}@"), 1)
+}
+
+#[test]
+fn ffmpeg_and_gstreamer_play_with_digest_credentials_bit_exact() {
+    let server = Server::start(&config());
+    // ffmpeg answers the qop="auth" challenge; alice's password is in the
+    // config, bob's stored as hashes.
+    ffmpeg_receives_every_frame_at(
+        &with(&server, "alice:wonderland", "clip.ts"),
+        "tcp",
+        "alice",
+    );
+    ffmpeg_receives_every_frame_at(&with(&server, "bob:builder", "clip.ts"), "udp", "bob");
+    // rtspsrc answers without qop (RFC 2069 form).
+    let out = server.root.path().join("gst.ts");
+    let creds = ["user-id=bob", "user-pw=builder"];
+    gstreamer_receives_the_file_at(&server.url("clip.ts"), &creds, &out, "tcp", "bob");
+    assert_eq!(std::fs::read(&out).unwrap(), clip_bytes());
+}
+
+/// ffmpeg's log for `url`: it must fail with `status`.
+fn ffmpeg_refused(url: &str, status: &str) {
+    let mut cmd = Command::new("ffmpeg");
+    cmd.args(["-nostdin", "-v", "error", "-i", url, "-f", "null", "-"]);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    assert!(
+        !out.status.success() && out.stderr.contains(status),
+        "{url}: {}",
+        out.stderr
+    );
+}
+
+/// curl's HTTP status for `args`, from `interface`.
+fn curl(interface: &str, args: &[&str]) -> u16 {
+    let mut c = Command::new("curl");
+    c.args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "20",
+        "--interface",
+        interface,
+    ]);
+    c.args(args);
+    let out = run_bounded(c, Duration::from_secs(30));
+    String::from_utf8_lossy(&out.stdout).parse().unwrap()
+}
+
+#[test]
+fn missing_wrong_or_forbidden_credentials_are_refused_before_any_lookup() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = Server::start(&format!("http_port = {port}\n{}", config()));
+    // No credentials: 401 with Digest challenges, SHA-256 first, MD5 last
+    // (what players take); the same for a title that does not exist.
+    let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
+    for title in ["clip.ts", "no-such.ts"] {
+        let r = c.request("DESCRIBE", &server.url(title), &[], b"").unwrap();
+        assert_eq!(r.status, 401, "{title}");
+        // (fjord's client joins repeated headers with ", ")
+        let all: String = (r.headers.iter())
+            .filter(|(k, _)| k.eq_ignore_ascii_case("WWW-Authenticate"))
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        assert_eq!(all.matches("Digest realm=\"fjord\"").count(), 2, "{all}");
+        let (sha, md5) = (
+            all.find("algorithm=SHA-256").unwrap(),
+            all.find("algorithm=MD5").unwrap(),
+        );
+        assert!(sha < md5, "{all}");
+        assert!(!all.contains("Basic"), "no Basic without TLS: {all}");
+    }
+    assert_eq!(
+        c.request("OPTIONS", &server.url("clip.ts"), &[], b"")
+            .unwrap()
+            .status,
+        200
+    );
+    // The anonymous rule lets anyone read vbr.ts.
+    assert_eq!(
+        c.request("DESCRIBE", &server.url("vbr.ts"), &[], b"")
+            .unwrap()
+            .status,
+        200
+    );
+    ffmpeg_refused(&with(&server, "alice:guess", "clip.ts"), "401");
+    ffmpeg_refused(&with(&server, "mallory:wonderland", "clip.ts"), "401");
+    ffmpeg_refused(&server.url("clip.ts"), "401");
+    ffmpeg_refused(&with(&server, "bob:builder", "no-such.ts"), "403");
+
+    let url = format!("http://127.0.0.1:{port}/clip.ts");
+    let (alice, bob) = ("alice:wonderland", "bob:builder");
+    assert_eq!(curl("127.0.0.1", &[&url]), 401);
+    assert_eq!(curl("127.0.0.1", &["--digest", "-u", alice, &url]), 200);
+    assert_eq!(
+        curl("127.0.0.1", &["--digest", "-u", "alice:guess", &url]),
+        401
+    );
+    assert_eq!(
+        curl("127.0.0.1", &["--basic", "-u", alice, &url]),
+        401,
+        "Basic only over TLS"
+    );
+    let hls = format!("http://127.0.0.1:{port}/vbr.ts/index.m3u8");
+    assert_eq!(
+        curl("127.0.0.1", &["--digest", "-u", bob, &hls]),
+        200,
+        "the anonymous rule"
+    );
+    let other = format!("http://127.0.0.1:{port}/clip.ts/index.m3u8");
+    assert_eq!(curl("127.0.0.1", &["--digest", "-u", bob, &other]), 200);
+    let dl = server.root.path().join("dl.ts");
+    let mut c = Command::new("curl");
+    c.args(["-sf", "--digest", "-u", alice, "-o"])
+        .arg(&dl)
+        .arg(&url);
+    assert!(run_bounded(c, Duration::from_secs(30)).status.success());
+    assert_eq!(
+        std::fs::read(&dl).unwrap(),
+        clip_bytes(),
+        "bit-exact over HTTP"
+    );
+
+    // Failures from 127.0.0.2 lock it out (503), not 127.0.0.1.
+    let statuses: Vec<u16> = (0..7)
+        .map(|_| curl("127.0.0.2", &["--digest", "-u", "alice:guess", &url]))
+        .collect();
+    assert_eq!(statuses[..5], [401; 5], "{statuses:?}");
+    assert_eq!(statuses[6], 503, "{statuses:?}");
+    assert_eq!(
+        curl("127.0.0.2", &["--digest", "-u", alice, &url]),
+        503,
+        "locked out"
+    );
+    assert_eq!(
+        curl("127.0.0.1", &["--digest", "-u", alice, &url]),
+        200,
+        "others are not"
+    );
+}
+
+#[test]
+fn sighup_adds_a_user() {
+    let server = Server::start(USERS);
+    let carol = with(&server, "carol:secret", "clip.ts");
+    ffmpeg_refused(&carol, "401");
+    let added = format!(
+        "{USERS}\n[[user]]\nname = \"carol\"\npassword = \"secret\"\npaths = [\"clip.*\"]\n"
+    );
+    std::fs::write(server.config_path(), added).unwrap();
+    server.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server.log_text().contains("config reloaded") {
+        assert!(
+            Instant::now() < deadline,
+            "no reload: {}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ffmpeg_receives_every_frame_at(&carol, "tcp", "carol, added by SIGHUP");
+}
