@@ -35,6 +35,8 @@ pub(crate) struct Conn {
     session: Option<Arc<Session>>,
     /// Made on first use.
     more: Option<Box<More>>,
+    /// A TLS connection's ends (its stream is the loopback bridge).
+    tls: Option<Box<crate::tls::Endpoints>>,
 }
 
 #[derive(Default)]
@@ -47,11 +49,21 @@ struct More {
 
 impl Conn {
     pub fn peer(&self) -> std::io::Result<SocketAddr> {
-        self.stream.peer_addr()
+        match &self.tls {
+            Some(t) => Ok(t.peer),
+            None => self.stream.peer_addr(),
+        }
     }
 
     pub fn local(&self) -> std::io::Result<SocketAddr> {
-        self.stream.local_addr()
+        match &self.tls {
+            Some(t) => Ok(t.local),
+            None => self.stream.local_addr(),
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     fn more(&mut self) -> &mut More {
@@ -247,11 +259,14 @@ struct Partial {
 /// `Conn`, not the accepted stream and address beside it; and it is one
 /// block, not an `async fn` or a loop awaited inside it: either would keep
 /// room for its arguments twice. Players keep this task while they play.
+/// Serves an RTSP connection; `tls`: its ends when `stream` is the
+/// loopback bridge of a TLS connection.
 pub(crate) fn serve_connection(
     server: Arc<Server>,
     stream: TcpStream,
     peer: SocketAddr,
     permit: crate::slots::Slot,
+    tls: Option<crate::tls::Endpoints>,
 ) -> impl Future<Output = ()> + Send {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn {
@@ -260,6 +275,7 @@ pub(crate) fn serve_connection(
         attached: false,
         session: None,
         more: None,
+        tls: tls.map(Box::new),
     };
     tracing::debug!(%peer, conn = conn.id, "connected");
     async move {

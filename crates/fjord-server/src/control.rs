@@ -125,10 +125,8 @@ fn denied(server: &Server, conn: &Conn, req: &Request) -> Option<Reply> {
         .peer()
         .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.ip());
     let auth = req.header("Authorization");
-    match server
-        .guard
-        .check(ip, req.method.as_str(), auth, &path, false)
-    {
+    let method = req.method.as_str();
+    match (server.guard).check(ip, method, auth, &path, conn.is_tls()) {
         Verdict::Allow => None,
         Verdict::Deny(code, challenges) => {
             let mut r = Response::new(code);

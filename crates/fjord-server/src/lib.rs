@@ -24,6 +24,7 @@ mod session;
 mod shared;
 mod slots;
 mod stats_file;
+mod tls;
 
 use std::{
     net::SocketAddr,
@@ -72,6 +73,8 @@ pub(crate) struct Server {
     slots: Arc<slots::Slots>,
     history: admin::History,
     guard: guard::Guard,
+    /// `None`: no certificate configured.
+    tls: Option<tls::Tls>,
 }
 
 impl Server {
@@ -205,6 +208,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         slots: slots::Slots::new(config.max_connections, config.max_connections_per_address),
         history: admin::History::default(),
         guard: guard::Guard::new(&config)?,
+        tls: tls::Tls::new(&config).await?,
         config: RwLock::new(Arc::new(config)),
     });
     let slots = server.slots.clone();
@@ -213,6 +217,17 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         println!("fjord: status page on http://{}/", listener.local_addr()?);
         tokio::spawn(admin::listen(server.clone(), listener));
         tokio::spawn(admin::sample_every_second(server.clone()));
+    }
+    if server.tls.is_some() {
+        let at = SocketAddr::new(server.config().bind, server.config().rtsps_port);
+        let listener = TcpListener::bind(at).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen for RTSPS on {at}: {e} (set rtsps_port)"),
+            )
+        })?;
+        println!("fjord: listening on rtsps://{}/", listener.local_addr()?);
+        tokio::spawn(listen_rtsps(server.clone(), listener));
     }
     println!("fjord: listening on rtsp://{local}/");
     if let Some(listener) = http {
@@ -249,7 +264,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
                 let Some(slot) = slots::take_or_log(&slots, peer, "RTSP") else {
                     continue;
                 };
-                tokio::spawn(conn::serve_connection(server.clone(), stream, peer, slot));
+                tokio::spawn(conn::serve_connection(server.clone(), stream, peer, slot, None));
             }
             _ = hup.recv() => lifecycle::reload(&server, &source).await,
             _ = tokio::signal::ctrl_c() => break,
@@ -259,6 +274,32 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     drop(listener);
     lifecycle::drain(&server).await;
     Ok(())
+}
+
+/// Accepts RTSPS connections: each is served as an RTSP connection once
+/// its TLS handshake is done ([`tls`]).
+async fn listen_rtsps(server: Arc<Server>, listener: TcpListener) {
+    loop {
+        let Ok((stream, peer)) = listener.accept().await else {
+            continue;
+        };
+        let Some(slot) = slots::take_or_log(&server.slots, peer, "RTSPS") else {
+            continue;
+        };
+        let server = server.clone();
+        tokio::spawn(async move {
+            let Some(tls) = &server.tls else { return };
+            match tls
+                .accept(stream, peer, server.config().request_timeout())
+                .await
+            {
+                Ok((bridge, ends)) => {
+                    conn::serve_connection(server.clone(), bridge, peer, slot, Some(ends)).await
+                }
+                Err(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
+            }
+        });
+    }
 }
 
 /// Tears down sessions that sent no RTSP request and no RTCP for the

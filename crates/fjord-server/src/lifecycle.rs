@@ -50,7 +50,8 @@ pub(crate) async fn reload(server: &Arc<Server>, source: &Arc<ConfigSource>) {
                     "config reloaded; these settings change only at a restart"
                 );
             }
-            if let Err(e) = server.guard.reload(&now) {
+            let tls = (server.tls.as_ref()).map_or(Ok(()), |t| t.reload(&now));
+            if let Err(e) = tls.and_then(|()| server.guard.reload(&now)) {
                 tracing::error!("config not reloaded, the running one stays: {e}");
                 return ready(server);
             }

@@ -90,6 +90,17 @@ enum Cmd {
         #[arg(long, default_value = fjord_proto::auth::DEFAULT_REALM)]
         realm: String,
     },
+    /// Make a self-signed TLS certificate and key (PEM) for `rtsps://` and
+    /// HTTPS, and print the config lines that use them. For tests and
+    /// trials: players must be told to accept it.
+    Cert {
+        /// Directory for cert.pem and key.pem
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+        /// Names the certificate is for (DNS names or IP addresses)
+        #[arg(long, default_values_t = ["localhost".to_owned(), "127.0.0.1".to_owned()])]
+        name: Vec<String>,
+    },
     /// The experiments: CPU, system calls and copies per packet of every
     /// data path (the seeds' streaming and download tests), side by side.
     Bench {
@@ -180,6 +191,7 @@ fn main() -> ExitCode {
         Cmd::Load(args) => load::run(args),
         Cmd::Play(args) => play::run(args),
         Cmd::Passwd { name, realm } => passwd(&name, &realm),
+        Cmd::Cert { out, name } => cert(&out, name),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -188,6 +200,29 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn cert(out: &std::path::Path, names: Vec<String>) -> anyhow::Result<()> {
+    let made = rcgen::generate_simple_self_signed(names)?;
+    std::fs::create_dir_all(out)?;
+    let (cert, key) = (out.join("cert.pem"), out.join("key.pem"));
+    std::fs::write(&cert, made.cert.pem())?;
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&key)?;
+        std::io::Write::write_all(&mut f, made.signing_key.serialize_pem().as_bytes())?;
+    }
+    println!(
+        "tls_cert = {:?}\ntls_key = {:?}",
+        cert.canonicalize()?,
+        key.canonicalize()?
+    );
+    Ok(())
 }
 
 fn passwd(name: &str, realm: &str) -> anyhow::Result<()> {

@@ -56,6 +56,22 @@ pub(crate) async fn listen(server: Arc<Server>, listener: TcpListener, slots: Ar
     }
 }
 
+/// Whether the client opens with a TLS handshake (HTTPS and HTTP share
+/// the port: a TLS record starts with 0x16, an HTTP request with a
+/// letter); never with no certificate configured. `None`: it sent nothing
+/// within the request timeout, or closed.
+async fn tls_hello(server: &Server, stream: &TcpStream) -> Option<bool> {
+    if server.tls.is_none() {
+        return Some(false);
+    }
+    let mut first = [0u8; 1];
+    let peek = tokio::time::timeout(server.config().request_timeout(), stream.peek(&mut first));
+    match peek.await {
+        Ok(Ok(1)) => Some(first[0] == 0x16),
+        _ => None,
+    }
+}
+
 /// Why a connection ends before its client closes it.
 enum End {
     /// The client closed it, or it was idle for `idle_timeout_s`.
@@ -71,6 +87,21 @@ async fn connection(
     peer: SocketAddr,
     _slot: Slot,
 ) {
+    let tls = match tls_hello(&server, &stream).await {
+        Some(true) => {
+            let Some(t) = &server.tls else { return };
+            match t
+                .accept(stream, peer, server.config().request_timeout())
+                .await
+            {
+                Ok((bridge, _)) => stream = bridge,
+                Err(e) => return tracing::debug!(%peer, "TLS handshake failed: {e}"),
+            }
+            true
+        }
+        Some(false) => false,
+        None => return,
+    };
     let _ = stream.set_nodelay(true);
     let mut buf = Vec::with_capacity(1024);
     loop {
@@ -84,7 +115,7 @@ async fn connection(
                 return;
             }
         };
-        match answer(&server, &fragments, &mut stream, peer, req).await {
+        match answer(&server, &fragments, &mut stream, (peer, tls), req).await {
             Ok(true) => {}
             Ok(false) => return,
             Err(e) => {
@@ -149,7 +180,7 @@ async fn answer(
     server: &Arc<Server>,
     fragments: &Arc<fmp4::Cache>,
     stream: &mut TcpStream,
-    peer: SocketAddr,
+    (peer, tls): (SocketAddr, bool),
     req: plan::Request,
 ) -> std::io::Result<bool> {
     let now = std::time::SystemTime::now();
@@ -170,8 +201,7 @@ async fn answer(
     } else {
         "GET"
     };
-    if let Verdict::Deny(code, challenges) =
-        server.guard.check(peer.ip(), method, auth, title, false)
+    if let Verdict::Deny(code, challenges) = server.guard.check(peer.ip(), method, auth, title, tls)
     {
         let why = if code == 401 {
             "credentials required"

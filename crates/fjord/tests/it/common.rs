@@ -246,6 +246,8 @@ pub struct Server {
     pub port: u16,
     /// The admin listener's port (on a free port unless the config names one).
     admin_port: Option<u16>,
+    /// RTSP over TLS, when the config has a certificate.
+    rtsps_port: Option<u16>,
     pub root: tempfile::TempDir,
     media_root: PathBuf,
     log: PathBuf,
@@ -373,7 +375,10 @@ impl Server {
                 };
                 // The status page's line comes first, when there is one.
                 if let Some(rest) = line.strip_prefix("fjord: status page on http://") {
-                    let _ = admin_tx.send(port(rest));
+                    let _ = admin_tx.send((false, port(rest)));
+                }
+                if let Some(rest) = line.strip_prefix("fjord: listening on rtsps://") {
+                    let _ = admin_tx.send((true, port(rest)));
                 }
                 if let Some(rest) = line.strip_prefix("fjord: listening on rtsp://") {
                     let _ = tx.send(port(rest));
@@ -384,6 +389,7 @@ impl Server {
             child,
             port: 0,
             admin_port: None,
+            rtsps_port: None,
             root,
             media_root,
             log,
@@ -397,7 +403,13 @@ impl Server {
                 server.log_text()
             ),
         }
-        server.admin_port = admin_rx.try_recv().ok().flatten();
+        // Printed before the RTSP line, so here by now.
+        for (rtsps, port) in admin_rx.try_iter() {
+            match rtsps {
+                true => server.rtsps_port = port,
+                false => server.admin_port = port,
+            }
+        }
         server
     }
 
@@ -426,6 +438,12 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+
+    /// `rtsps://127.0.0.1:PORT/TITLE`.
+    pub fn rtsps_url(&self, title: &str) -> String {
+        let port = self.rtsps_port.expect("the server has a certificate");
+        format!("rtsps://127.0.0.1:{port}/{title}")
     }
 
     /// `http://127.0.0.1:PORT` of the admin listener.

@@ -23,6 +23,7 @@ mod peers;
 mod shared;
 mod stalled;
 mod storage;
+mod tls;
 mod trick;
 mod vcr;
 mod verify;

@@ -1,0 +1,126 @@
+//! TLS for RTSP (`rtsps://` on `rtsps_port`, RTP interleaved inside) and
+//! HTTP downloads (`https_port`), with the certificate and key of
+//! `tls_cert`/`tls_key` (PEM), reloaded on SIGHUP.
+//!
+//! The kernel's TLS (kTLS) would let the engine write RTP and `sendfile`
+//! file bytes into an encrypting socket; it is not in every kernel (not in
+//! this project's test machines), so TLS is terminated here: each TLS
+//! connection is bridged to a loopback TCP connection that the RTSP and
+//! HTTP code, and the engine's interleaved writer, serve as any other,
+//! and a task moves the bytes between the two, decrypting and encrypting
+//! (rustls). That costs a copy and a loopback hop per byte, beside the
+//! encryption TLS costs anyway.
+
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    path::Path,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+
+use crate::{Config, ConfigError};
+
+pub(crate) struct Tls {
+    acceptor: RwLock<TlsAcceptor>,
+    /// Loopback listener the bridges connect to.
+    bridge: TcpListener,
+    /// One bridge is made at a time, so each connect meets its own accept.
+    making: tokio::sync::Mutex<()>,
+}
+
+/// The ends of a TLS connection (its bridge's are both loopback).
+#[derive(Clone, Copy)]
+pub(crate) struct Endpoints {
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
+impl Tls {
+    /// `None` when no certificate is configured.
+    pub(crate) async fn new(config: &Config) -> Result<Option<Tls>, crate::ServeError> {
+        let Some(acceptor) = acceptor(config)? else {
+            return Ok(None);
+        };
+        Ok(Some(Tls {
+            acceptor: RwLock::new(acceptor),
+            bridge: TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?,
+            making: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// Takes the certificate and key of a reloaded config.
+    pub(crate) fn reload(&self, config: &Config) -> Result<(), ConfigError> {
+        if let Some(a) = acceptor(config)? {
+            *self.acceptor.write().unwrap_or_else(|e| e.into_inner()) = a;
+        }
+        Ok(())
+    }
+
+    /// Completes the TLS handshake of `stream` (within `limit`) and starts
+    /// moving its bytes to and from a new loopback connection, whose server
+    /// side is returned with the TLS connection's ends.
+    pub(crate) async fn accept(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        limit: Duration,
+    ) -> std::io::Result<(TcpStream, Endpoints)> {
+        let local = stream.local_addr()?;
+        let acceptor = self
+            .acceptor
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut tls = tokio::time::timeout(limit, acceptor.accept(stream))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
+            })??;
+        let (mut inner, server_side) = {
+            let _one = self.making.lock().await;
+            let inner = TcpStream::connect(self.bridge.local_addr()?).await?;
+            // Another local process may connect to the bridge port too: only
+            // our own connect is taken.
+            let server_side = loop {
+                let (s, from) = self.bridge.accept().await?;
+                if from == inner.local_addr()? {
+                    break s;
+                }
+            };
+            (inner, server_side)
+        };
+        let _ = inner.set_nodelay(true);
+        tokio::spawn(async move {
+            // Either side closing ends both.
+            let _ = tokio::io::copy_bidirectional(&mut tls, &mut inner).await;
+        });
+        Ok((server_side, Endpoints { peer, local }))
+    }
+}
+
+fn acceptor(config: &Config) -> Result<Option<TlsAcceptor>, ConfigError> {
+    if config.tls_cert.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let bad = |what: &str, path: &Path, e: &dyn std::fmt::Display| {
+        ConfigError::Invalid(format!(
+            "{what} {}: {e} (PEM expected; `fjord cert` makes a self-signed pair)",
+            path.display()
+        ))
+    };
+    let (cert, key) = (&config.tls_cert, &config.tls_key);
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|i| i.collect())
+        .map_err(|e| bad("tls_cert", cert, &e))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("tls_key", key, &e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
+        .map_err(|e| bad("tls_cert/tls_key", cert, &e))?;
+    Ok(Some(TlsAcceptor::from(Arc::new(server))))
+}
