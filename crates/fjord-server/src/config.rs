@@ -196,6 +196,24 @@ pub struct UserConfig {
     pub password: Option<String>,
     #[serde(default)]
     pub paths: Vec<String>,
+    /// The user may also use the admin listener (status page, metrics,
+    /// API).
+    #[serde(default)]
+    pub admin: bool,
+}
+
+impl UserConfig {
+    fn user(&self) -> fjord_proto::auth::User {
+        use fjord_proto::auth::Secret;
+        fjord_proto::auth::User {
+            name: self.name.clone(),
+            secret: (self.password.as_ref()).map(|p| match p.starts_with("digest:") {
+                true => Secret::Hashed(p.clone()),
+                false => Secret::Password(p.clone()),
+            }),
+            paths: self.paths.clone(),
+        }
+    }
 }
 
 /// Passwords stay out of logs.
@@ -204,6 +222,7 @@ impl std::fmt::Debug for UserConfig {
         f.debug_struct("UserConfig")
             .field("name", &self.name)
             .field("paths", &self.paths)
+            .field("admin", &self.admin)
             .finish_non_exhaustive()
     }
 }
@@ -354,17 +373,7 @@ impl Config {
 
     /// The `[[user]]` tables as the authentication module takes them.
     pub fn users(&self) -> Vec<fjord_proto::auth::User> {
-        use fjord_proto::auth::{Secret, User};
-        (self.users.iter())
-            .map(|u| User {
-                name: u.name.clone(),
-                secret: u.password.as_ref().map(|p| match p.starts_with("digest:") {
-                    true => Secret::Hashed(p.clone()),
-                    false => Secret::Password(p.clone()),
-                }),
-                paths: u.paths.clone(),
-            })
-            .collect()
+        self.users.iter().map(UserConfig::user).collect()
     }
 
     /// Where the admin listener listens, or `None`: nowhere.

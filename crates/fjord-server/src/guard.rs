@@ -16,10 +16,23 @@ use crate::{Config, ConfigError};
 
 pub(crate) struct Guard {
     /// Rebuilt on reload; the key stays, so nonces given out stay good.
-    auth: RwLock<Arc<Auth>>,
+    tables: RwLock<Arc<Tables>>,
     key: [u8; 32],
     throttle: Mutex<Throttle>,
     epoch: Instant,
+}
+
+/// Who reads titles, and who uses the admin listener.
+struct Tables {
+    read: Auth,
+    admin: Admin,
+}
+
+enum Admin {
+    /// No users at all: an open server.
+    Open,
+    /// Whether each user of `read` (same order) has `admin = true`.
+    Users(Vec<bool>),
 }
 
 /// What a request may do.
@@ -33,7 +46,7 @@ impl Guard {
     pub(crate) fn new(config: &Config) -> Result<Guard, ConfigError> {
         let key: [u8; 32] = rand::random();
         Ok(Guard {
-            auth: RwLock::new(Arc::new(build(config, &key)?)),
+            tables: RwLock::new(Arc::new(build(config, &key)?)),
             key,
             throttle: Mutex::new(Throttle::new()),
             epoch: Instant::now(),
@@ -43,9 +56,16 @@ impl Guard {
     /// Takes the users and rules of a reloaded config (checked by
     /// [`Config::validate`] already).
     pub(crate) fn reload(&self, config: &Config) -> Result<(), ConfigError> {
-        let auth = Arc::new(build(config, &self.key)?);
-        *self.auth.write().unwrap_or_else(|e| e.into_inner()) = auth;
+        let tables = Arc::new(build(config, &self.key)?);
+        *self.tables.write().unwrap_or_else(|e| e.into_inner()) = tables;
         Ok(())
+    }
+
+    fn tables(&self) -> Arc<Tables> {
+        self.tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Whether `authorization` lets a request of `method` from `ip` read
@@ -58,7 +78,41 @@ impl Guard {
         path: &str,
         tls: bool,
     ) -> Verdict {
-        let auth = self.auth.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let tables = self.tables();
+        let read = &tables.read;
+        self.verdict(read, ip, (method, authorization), tls, |who| {
+            read.may_read(who, path)
+        })
+    }
+
+    /// The same for the admin listener: its users are those with
+    /// `admin = true`; `basic`: whether Basic may be taken (Prometheus
+    /// knows no Digest).
+    pub(crate) fn check_admin(
+        &self,
+        ip: IpAddr,
+        method: &str,
+        authorization: Option<&str>,
+        basic: bool,
+    ) -> Verdict {
+        let tables = self.tables();
+        match &tables.admin {
+            Admin::Open => Verdict::Allow,
+            Admin::Users(admins) => self.verdict(&tables.read, ip, (method, authorization), basic, |who| {
+                matches!(who, Outcome::Authenticated { user } if admins.get(*user) == Some(&true))
+            }),
+        }
+    }
+
+    /// Checks the credentials; `allowed` says what the outcome may do.
+    fn verdict(
+        &self,
+        auth: &Auth,
+        ip: IpAddr,
+        (method, authorization): (&str, Option<&str>),
+        tls: bool,
+        allowed: impl Fn(&Outcome) -> bool,
+    ) -> Verdict {
         if auth.is_open() {
             return Verdict::Allow;
         }
@@ -67,8 +121,7 @@ impl Guard {
         if !throttle.allow(ip, now_ms) {
             return Verdict::Deny(503, vec![]);
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
+        let now = (SystemTime::now().duration_since(UNIX_EPOCH))
             .unwrap_or_default()
             .as_secs();
         let challenge = |stale| Verdict::Deny(401, auth.challenges(now, tls, stale));
@@ -79,16 +132,21 @@ impl Guard {
                 tracing::info!(%ip, "wrong credentials");
                 challenge(false)
             }
-            who if auth.may_read(&who, path) => Verdict::Allow,
+            who if allowed(&who) => Verdict::Allow,
             Outcome::Anonymous => challenge(false),
             Outcome::Authenticated { .. } => Verdict::Deny(403, vec![]),
         }
     }
 }
 
-fn build(config: &Config, key: &[u8]) -> Result<Auth, ConfigError> {
-    Auth::new(&config.users(), &config.auth_realm, key)
-        .map_err(|e| ConfigError::Invalid(format!("[[user]]: {e}")))
+fn build(config: &Config, key: &[u8]) -> Result<Tables, ConfigError> {
+    let read = Auth::new(&config.users(), &config.auth_realm, key)
+        .map_err(|e| ConfigError::Invalid(format!("[[user]]: {e}")))?;
+    let admin = match config.users.is_empty() {
+        true => Admin::Open,
+        false => Admin::Users(config.users.iter().map(|u| u.admin).collect()),
+    };
+    Ok(Tables { read, admin })
 }
 
 /// The users of a config check out (for [`Config::validate`]).

@@ -13,19 +13,24 @@ mod snapshot;
 
 use std::sync::Arc;
 
+use std::net::SocketAddr;
+
 use axum::{
     Router,
-    http::{StatusCode, header},
-    response::IntoResponse,
+    extract::{ConnectInfo, Request, State},
+    http::{HeaderValue, StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
     routing::{delete, get},
 };
 use tokio::net::TcpListener;
 
-use crate::Server;
+use crate::{Server, guard::Verdict};
 pub(crate) use history::{History, sample_every_second};
 
 /// Serves the admin routes until the server stops.
 pub(crate) async fn listen(server: Arc<Server>, listener: TcpListener) {
+    let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
     let app = Router::new()
         .route("/", get(page))
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
@@ -35,9 +40,47 @@ pub(crate) async fn listen(server: Arc<Server>, listener: TcpListener) {
         .route("/api/v1/sessions/{id}", delete(api::end_session))
         .route("/api/v1/threads", get(api::threads))
         .route("/api/v1/history", get(api::history))
+        .layer(middleware::from_fn_with_state(
+            (server.clone(), loopback),
+            guard,
+        ))
         .with_state(server);
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     if let Err(e) = axum::serve(listener, app).await {
         tracing::error!("admin listener stopped: {e}");
+    }
+}
+
+/// With `[[user]]` tables, only users with `admin = true` pass: by
+/// Digest, or by Basic when the listener is on loopback (Prometheus sends
+/// only Basic; off loopback it would cross the network in the clear).
+async fn guard(
+    State((server, loopback)): State<(Arc<Server>, bool)>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let auth = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match server
+        .guard
+        .check_admin(peer.ip(), req.method().as_str(), auth, loopback)
+    {
+        Verdict::Allow => next.run(req).await,
+        Verdict::Deny(code, challenges) => {
+            let mut r = StatusCode::from_u16(code)
+                .unwrap_or(StatusCode::FORBIDDEN)
+                .into_response();
+            for c in challenges
+                .into_iter()
+                .filter_map(|c| HeaderValue::from_str(&c).ok())
+            {
+                r.headers_mut().append(header::WWW_AUTHENTICATE, c);
+            }
+            r
+        }
     }
 }
 

@@ -152,3 +152,22 @@ fn the_status_page_shows_a_live_session_in_chromium() {
     assert_eq!(&cells[2..5], ["clip.ts", "playing", "tcp"], "{said}");
     assert!(shot.metadata().unwrap().len() > 5000, "a screenshot");
 }
+
+/// With `[[user]]` tables only users with `admin = true` reach the admin
+/// listener: by Digest, or by Basic (as Prometheus sends) since it listens
+/// on loopback; others get 401 or 403.
+#[test]
+fn with_users_only_admins_reach_the_admin_listener() {
+    let server = Server::start(
+        "[[user]]\nname = \"ops\"\npassword = \"pager\"\nadmin = true\n\n\
+         [[user]]\nname = \"viewer\"\npassword = \"popcorn\"\npaths = [\"**\"]\n",
+    );
+    let api = format!("{}/api/v1/sessions", server.admin());
+    assert_eq!(curl(&[&api]).1, 401);
+    assert_eq!(curl(&["--digest", "-u", "viewer:popcorn", &api]).1, 403);
+    assert_eq!(curl(&["--digest", "-u", "ops:wrong", &api]).1, 401);
+    let (body, code) = curl(&["--digest", "-u", "ops:pager", &api]);
+    assert_eq!((code, body.as_str()), (200, "[]"));
+    let metrics = format!("{}/metrics", server.admin());
+    assert_eq!(curl(&["--basic", "-u", "ops:pager", &metrics]).1, 200);
+}
