@@ -643,6 +643,8 @@ const IDLE: Duration = Duration::from_millis(200);
 const FOLLOWER_IDLE: Duration = Duration::from_secs(1);
 /// A first read slower than this is logged.
 const SLOW_FIRST_READ: Duration = Duration::from_millis(100);
+/// The soonest a session is looked at again when it needs nothing now.
+const MIN_LOOK: Duration = Duration::from_millis(1);
 /// How soon to look again at a session whose refill waits for budget.
 const BUDGET_RETRY: Duration = Duration::from_millis(20);
 
@@ -831,7 +833,9 @@ impl Worker {
             } else {
                 IDLE
             };
-            return (now + until_low.min(IDLE * 5), None);
+            // Never `now` itself: planning looks again at every check due
+            // by `now`, so one due at once would be planned for ever.
+            return (now + until_low.clamp(MIN_LOOK, IDLE * 5), None);
         }
         let committed = self.inner.committed.load(Relaxed);
         if self.inner.pins.pinned_bytes() + committed >= cfg.budget {

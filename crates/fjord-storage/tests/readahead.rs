@@ -351,3 +351,40 @@ fn planning_reads_only_tables_read_before() {
     );
     drop((r, head));
 }
+
+/// A session whose read-ahead lead is exactly the low-water mark (regular
+/// packet times make that common: a CBR title) is looked at again later,
+/// not at once: planning looked at it again and again at the same instant
+/// under the disk's lock, and every engine thread that registered a
+/// session waited for that lock for ever (found by `fjord bench soak`).
+#[test]
+fn a_lead_of_exactly_the_low_water_mark_does_not_stall_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    r.position(1000, Mode::Starting);
+    eventually("packet 1000 is resident", || {
+        r.cursor().ready_from(1000) > 0
+    });
+    r.position(1000, Mode::Playing);
+    eventually("the read-ahead is full", || {
+        r.cursor().ready_from(1000) >= 190
+    });
+    // 2 s of read-ahead, 1 s low-water mark, a packet every 10 ms: stand
+    // exactly 100 packets before the window's end.
+    let end = 1000 + r.cursor().ready_from(1000);
+    r.position(end - 100, Mode::Playing);
+    std::thread::sleep(Duration::from_millis(50));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let fake2 = fake.clone();
+    let s2 = s.clone();
+    std::thread::spawn(move || {
+        // Registering takes the disk's lock, as an engine thread does.
+        let other = s2.register(fake2, 0, Uses::MEDIA);
+        let _ = tx.send(other.is_ok());
+    });
+    let answered = rx.recv_timeout(Duration::from_secs(5));
+    assert_eq!(answered, Ok(true), "the disk's lock is held for ever");
+    drop(r);
+}
