@@ -25,6 +25,7 @@ pub mod http;
 pub mod peers;
 pub mod report;
 pub mod sink;
+pub mod soak;
 pub mod stats;
 pub mod storage;
 pub mod txtime;
