@@ -82,6 +82,69 @@ pub enum BenchCmd {
     /// rounds of --seconds each, alternating. Reports each server's CPU
     /// (all its processes) per GB delivered; writes http.md to --out.
     Http(HttpArgs),
+    /// Session churn against one server for a long while: does its memory,
+    /// fds or the kernel's slab grow, do packets go late?
+    ///
+    /// Makes a 720p25 H.264 + AAC title of --title-seconds at 600 kbit/s
+    /// (MPEG-TS) and its MP4 remux with ffmpeg, starts `fjord serve` on
+    /// loopback, and keeps --sessions viewers busy for --minutes: each
+    /// lives one seeded random life after another (DESCRIBE, SETUP over
+    /// UDP or, for --tcp-share of them, TCP interleaved, PLAY, 5-60 s of
+    /// receiving with seeks, pauses and Scale 2 trick play, then TEARDOWN,
+    /// a close without it, or play to the end). Samples the server's RSS,
+    /// fds, threads and CPU, the kernel's slab (system-wide), its /metrics
+    /// (sessions, packets sent and late) and the viewers' errors and loss
+    /// every 10 s. Writes soak.csv (as it goes), soak.md and soak.svg
+    /// (every minute, and with the verdict at the end) to --out; at the
+    /// end checks that the sessions drain and the server exits 0 on
+    /// SIGTERM. Ctrl-C ends the run early, still reporting.
+    Soak(SoakArgs),
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct SoakArgs {
+    /// Concurrent viewers (each a session at a time)
+    #[arg(long, default_value_t = 500)]
+    pub sessions: usize,
+    /// How long the viewers run
+    #[arg(long, default_value_t = 60.0)]
+    pub minutes: f64,
+    /// Share of lives over TCP interleaved, the rest over UDP
+    #[arg(long, default_value_t = 0.3)]
+    pub tcp_share: f64,
+    /// Length of the made title
+    #[arg(long, default_value_t = 60)]
+    pub title_seconds: u64,
+    /// Seed of the viewers' lives
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Directory for soak.md, soak.svg and soak.csv
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+}
+
+fn soak(a: SoakArgs) -> anyhow::Result<()> {
+    let cfg = fjord_bench::soak::SoakConfig {
+        sessions: a.sessions,
+        minutes: a.minutes,
+        tcp_share: a.tcp_share,
+        title_seconds: a.title_seconds,
+        seed: a.seed,
+        out: a.out.clone(),
+        fjord_exe: std::env::current_exe()?,
+        progress: true,
+    };
+    let command = std::env::args()
+        .enumerate()
+        .map(|(i, s)| if i == 0 { "fjord".to_string() } else { s })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let report = fjord_bench::soak::run(&cfg, &command)?;
+    for line in report.verdict() {
+        println!("{line}");
+    }
+    println!("written: {}", a.out.join("soak.md").display());
+    Ok(())
 }
 
 #[derive(Args, Clone, Debug)]
@@ -785,6 +848,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Disk(a) => return disk(a),
         BenchCmd::Storage(a) => return storage(a),
         BenchCmd::Http(a) => return http(a),
+        BenchCmd::Soak(a) => return soak(a),
         BenchCmd::Datapath(a) => a.config()?,
         BenchCmd::Download(a) => {
             let mut cfg = DatapathConfig {
