@@ -191,7 +191,7 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
 async fn respond(server: &Server, conn: &mut Conn, req: &Request) -> bool {
     let t0 = Instant::now();
     let reply = control::handle(server, conn, req).await;
-    (server.metrics).request(req.method.as_str(), reply.response.status);
+    (server.metrics).request(&req.method, reply.response.status);
     crate::access::rtsp(
         server,
         conn.peer().ok(),

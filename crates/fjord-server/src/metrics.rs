@@ -4,6 +4,7 @@
 //! the storage layer have done is not copied here: `/metrics` asks them
 //! when it is scraped.
 
+use fjord_proto::rtsp::framing::Method;
 use prometheus_client::{
     metrics::{counter::Counter, family::Family},
     registry::Registry,
@@ -32,29 +33,15 @@ pub(crate) enum Refusal {
     Speed,
 }
 
-/// RTSP methods by name; anything else counts as `other`, so a client
-/// inventing methods cannot grow the metric without bound.
-const METHODS: [&str; 11] = [
-    "OPTIONS",
-    "DESCRIBE",
-    "SETUP",
-    "PLAY",
-    "PAUSE",
-    "TEARDOWN",
-    "GET_PARAMETER",
-    "SET_PARAMETER",
-    "ANNOUNCE",
-    "RECORD",
-    "REDIRECT",
-];
-
 impl Metrics {
-    pub(crate) fn request(&self, method: &str, status: u16) {
-        let method = METHODS.iter().find(|m| **m == method).unwrap_or(&"other");
-        let labels = [
-            ("method", (*method).to_owned()),
-            ("status", status.to_string()),
-        ];
+    /// Methods RTSP does not define count as `other`, so a client
+    /// inventing methods cannot grow the metric without bound.
+    pub(crate) fn request(&self, method: &Method, status: u16) {
+        let name = match method {
+            Method::Other(_) => "other",
+            m => m.as_str(),
+        };
+        let labels = [("method", name.to_owned()), ("status", status.to_string())];
         self.requests.get_or_create(&labels).inc();
     }
 
