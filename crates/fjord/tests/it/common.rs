@@ -285,14 +285,7 @@ impl Server {
 
     /// Starts a server after `populate` has filled its root.
     pub fn start_with(config: &str, populate: impl FnOnce(&Path)) -> Server {
-        let root = tempfile::Builder::new()
-            .prefix("fjord-it-")
-            .tempdir()
-            .unwrap();
-        let media_root = root.path().join("media");
-        fs::create_dir(&media_root).unwrap();
-        populate(&media_root);
-        Server::spawn(root, media_root, config)
+        Server::start_env(config, &[], populate)
     }
 
     /// Starts a server serving `media_root`, which the caller made and
@@ -305,16 +298,16 @@ impl Server {
         Server::spawn(root, media_root.to_owned(), config)
     }
 
-    /// Starts a server with `clip.ts` and `vbr.ts` and these environment
-    /// variables.
-    pub fn start_env(config: &str, env: &[(&str, &Path)]) -> Server {
+    /// Starts a server with these environment variables after `populate`
+    /// has filled its root.
+    pub fn start_env(config: &str, env: &[(&str, &Path)], populate: impl FnOnce(&Path)) -> Server {
         let root = tempfile::Builder::new()
             .prefix("fjord-it-")
             .tempdir()
             .unwrap();
         let media_root = root.path().join("media");
         fs::create_dir(&media_root).unwrap();
-        fs::copy(&media().clip, media_root.join("clip.ts")).unwrap();
+        populate(&media_root);
         Server::spawn_env(root, media_root, config, env)
     }
 

@@ -105,7 +105,9 @@ fn systemd_hears_ready_reloading_and_stopping() {
     socket
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut server = Server::start_env("", &[("NOTIFY_SOCKET", &path)]);
+    let mut server = Server::start_env("", &[("NOTIFY_SOCKET", &path)], |root| {
+        std::fs::copy(&crate::common::media().clip, root.join("clip.ts")).unwrap();
+    });
     let next = || {
         let mut buf = [0u8; 512];
         let n = socket.recv(&mut buf).expect("a notification within 10 s");
