@@ -33,7 +33,7 @@ pub use rtsp::{
     Describe, PlayReply, Response, RtpInfo, RtspClient, Session, TransportKind, parse_npt_range,
     parse_rtp_info,
 };
-pub use udp::UdpReceiver;
+pub use udp::{UdpReceiver, bind_pair};
 
 use std::time::Instant;
 

@@ -153,8 +153,8 @@ fn garbage(arrival: Instant, channel: u8, data: &[u8]) -> Event {
     }
 }
 
-/// Binds an even port and its odd successor.
-pub(crate) fn bind_pair(ip: IpAddr) -> io::Result<(UdpSocket, UdpSocket)> {
+/// Binds an even port and its odd successor (RTP and RTCP, RFC 3550 §11).
+pub fn bind_pair(ip: IpAddr) -> io::Result<(UdpSocket, UdpSocket)> {
     for _ in 0..500 {
         let a = UdpSocket::bind(SocketAddr::new(ip, 0))?;
         let port = a.local_addr()?.port();

@@ -597,22 +597,10 @@ fn transport_param<'a>(transport: &'a str, key: &str) -> Option<&'a str> {
 
 /// An even port and the odd one above it, nonblocking.
 fn bind_pair(ip: IpAddr) -> io::Result<(UdpSocket, UdpSocket)> {
-    for _ in 0..100 {
-        let a = UdpSocket::bind((ip, 0))?;
-        let port = a.local_addr()?.port();
-        if port % 2 != 0 || port == u16::MAX {
-            continue;
-        }
-        if let Ok(b) = UdpSocket::bind((ip, port + 1)) {
-            a.set_nonblocking(true)?;
-            b.set_nonblocking(true)?;
-            return Ok((a, b));
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::AddrInUse,
-        "no free even/odd UDP port pair",
-    ))
+    let (a, b) = fjord_client::bind_pair(ip)?;
+    a.set_nonblocking(true)?;
+    b.set_nonblocking(true)?;
+    Ok((a, b))
 }
 
 #[cfg(test)]

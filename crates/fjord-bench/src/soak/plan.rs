@@ -2,21 +2,20 @@
 //! where it starts, what the viewer does (play, seek, pause, trick play)
 //! and how it ends. Pure: the same seed gives the same lives.
 
-/// SplitMix64: small, and the same sequence on every platform and version.
+use crate::stats::SplitMix64;
+
+/// The benches' SplitMix64 (the same sequence on every platform and
+/// version), with the draws a life's plan takes.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(SplitMix64(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in [0, 1).
