@@ -264,8 +264,11 @@ impl Session {
         if self.starting
             && let State::Playing(c) = self.state
         {
-            self.state = State::Playing(Clock { t0: retry, ..c });
-            self.next_report = retry;
+            // A clock set to start later (a multicast group's batching
+            // window) keeps its start.
+            let t0 = c.t0.max(retry);
+            self.state = State::Playing(Clock { t0, ..c });
+            self.next_report = t0;
         }
         Some(retry)
     }

@@ -104,6 +104,17 @@ pub struct Config {
     /// Networks a SETUP `destination=` may name besides the client's own
     /// address. Empty: RTP goes only to the client that asked for it.
     pub destination_allow: Vec<IpNet>,
+    /// Multicast groups the server hands out (one per shared stream), and
+    /// the only ones a SETUP's `destination=` may name.
+    pub multicast_pool: IpNet,
+    /// The RTP port of a group's first track (RTCP on the next; track `i`
+    /// at `multicast_port + 2i`), unless the SETUP names one.
+    pub multicast_port: u16,
+    /// Hops multicast packets may travel (IP TTL); a SETUP may ask for less.
+    pub multicast_ttl: u8,
+    /// Multicast sessions of one title that start within this window share
+    /// one stream: the first PLAY starts its group this long after it.
+    pub multicast_batch_ms: u64,
     /// How far ahead of every playing session the storage layer keeps its
     /// packets resident (read and locked in memory), so an engine thread
     /// never waits for a disk. `0`: no storage layer (serve straight from
@@ -174,6 +185,10 @@ impl Default for Config {
             prefab: PrefabMode::On,
             prefab_share_percent: 25,
             destination_allow: Vec::new(),
+            multicast_pool: "239.255.0.0/16".parse().expect("a network"),
+            multicast_port: 5004,
+            multicast_ttl: 1,
+            multicast_batch_ms: 1000,
             readahead_ms: 4000,
             readahead_budget_mb: 0,
             head_s: 2,
@@ -310,6 +325,15 @@ impl Config {
         }
         if self.storage_threads == 0 || self.storage_threads > 64 {
             return bad("storage_threads must be between 1 and 64");
+        }
+        if !self.multicast_pool.addr().is_multicast() || self.multicast_pool.prefix_len() == 0 {
+            return bad("multicast_pool must be a network of multicast addresses, e.g. 239.255.0.0/16");
+        }
+        if self.multicast_port < 1024 || self.multicast_port % 2 == 1 || self.multicast_ttl == 0 {
+            return bad("multicast_port must be even and at least 1024, multicast_ttl at least 1");
+        }
+        if self.multicast_batch_ms > 60_000 {
+            return bad("multicast_batch_ms must be at most 60000");
         }
         if !(1.0..=64.0).contains(&self.max_speed) {
             return bad("max_speed must be between 1 and 64");

@@ -23,6 +23,8 @@ use fjord_proto::{
     sdp,
 };
 
+mod multicast;
+
 use crate::{
     Server,
     admission::Admission,
@@ -337,6 +339,20 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         Ok(t) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
+    if let TransportRequest::Multicast {
+        destination,
+        ports,
+        ttl,
+    } = request
+    {
+        let wish = crate::multicast::Wish {
+            destination,
+            ports,
+            ttl,
+        };
+        let opened = (title_name, title);
+        return multicast::setup(server, conn, req, existing, opened, (track, repair), wish);
+    }
     // A repair stream joins its source's engine session: same thread, same
     // transport kind.
     let mut source: Option<(u64, u64)> = None;
@@ -396,13 +412,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     };
     // Admission: the stream's packet rate against its engine thread's
     // budget. Interleaved streams live on their connection's thread.
-    let index = title.index();
-    let pps = match index.duration_ns() {
-        0 => 0,
-        d => {
-            (index.track(track).map_or(0, |t| t.packet_count() as u64) * 1_000_000_000).div_ceil(d)
-        }
-    };
+    let pps = track_pps(&title, track);
     let pps = match (repair, title.fec(track)) {
         (true, Some(fec)) => (pps * u64::from(fec.params().m)).div_ceil(u64::from(fec.params().k)),
         _ => pps,
@@ -411,7 +421,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     let pinned = match (source, &request) {
         (Some((shard, _)), _) => Some((shard % threads) as usize),
         (None, TransportRequest::Tcp { .. }) => Some((conn.id % threads) as usize),
-        (None, TransportRequest::Udp { .. }) => None,
+        (None, TransportRequest::Udp { .. } | TransportRequest::Multicast { .. }) => None,
     };
     let Some(reservation) = server.admission.reserve(pinned, pps) else {
         abandon();
@@ -516,6 +526,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                 (output, shard, reply, None, RtcpIn::Own(reader, rtcp_peer))
             }
         }
+        TransportRequest::Multicast { .. } => unreachable!("multicast SETUPs return above"),
         TransportRequest::Tcp {
             rtp_channel,
             rtcp_channel,
@@ -594,6 +605,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             reports: ReceiverStats::default(),
             reservation,
             _storage: storage,
+            group: None,
         });
         if inner.state == State::Init {
             inner.state = State::Ready;
@@ -610,9 +622,20 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         .into()
 }
 
+/// Packets per second of `track` played in real time.
+pub(crate) fn track_pps(title: &Title, track: usize) -> u64 {
+    let index = title.index();
+    match index.duration_ns() {
+        0 => 0,
+        d => {
+            (index.track(track).map_or(0, |t| t.packet_count() as u64) * 1_000_000_000).div_ceil(d)
+        }
+    }
+}
+
 /// Bytes per packet over the whole title (its media file's size over all
 /// its packets): enough to turn a stream's packet rate into disk bandwidth.
-fn average_packet_bytes(title: &Title) -> u64 {
+pub(crate) fn average_packet_bytes(title: &Title) -> u64 {
     let packets: u64 = title
         .index()
         .tracks()
@@ -670,6 +693,9 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         Ok(s) => s,
         Err(r) => return r,
     };
+    if multicast::is_member(&session) {
+        return multicast::play(server, &session, req).await;
+    }
     let (scale_h, speed_h) = (req.header("Scale"), req.header("Speed"));
     let rate = match scale::requested(scale_h, speed_h, server.config().max_speed, &session.title) {
         Ok(r) => r,
@@ -899,6 +925,9 @@ async fn pause(server: &Server, conn: &Conn, req: &Request) -> Reply {
     };
     if let Err(code) = next_state(session.lock().state, &Method::Pause) {
         return status(code);
+    }
+    if multicast::is_member(&session) {
+        return multicast::pause(server, &session);
     }
     let point = match pause_point(req) {
         Ok(p) => p,

@@ -16,6 +16,7 @@ mod guard;
 mod http;
 mod lifecycle;
 mod metrics;
+mod multicast;
 mod pool;
 mod ports;
 mod prefab_budget;
@@ -66,6 +67,8 @@ pub(crate) struct Server {
     /// or none: a pair per session.
     shared: Option<SharedPorts>,
     admission: Admission,
+    /// Multicast groups in use and gathering sessions.
+    multicast: multicast::Multicast,
     storage: Option<fjord_storage::Storage>,
     ids: AtomicU64,
     metrics: metrics::Metrics,
@@ -106,7 +109,8 @@ impl Server {
         let Some(s) = self.sessions.get_by_id(id) else {
             return;
         };
-        for st in s.lock().streams.iter().filter(|st| !st.repair) {
+        // A multicast group's BYE is its own: it leaves with its last session.
+        for st in (s.lock().streams.iter()).filter(|st| !st.repair && st.group.is_none()) {
             (self.engine).send(st.shard, fjord_engine::Command::Bye { id: st.engine_id });
         }
         self.sessions.remove(id, &self.engine, &self.admission);
@@ -199,6 +203,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
             )
         }),
         admission: Admission::new(config.threads(), config.capacity_pps_per_core()),
+        multicast: multicast::Multicast::default(),
         storage,
         catalog,
         engine,

@@ -107,6 +107,9 @@ pub struct Stream {
     /// Its share of its disk and of the read-ahead memory (storage layer),
     /// given back when the stream is dropped.
     pub _storage: Option<Box<fjord_storage::StorageReservation>>,
+    /// The multicast group whose engine stream this is: shared, so the
+    /// session only leaves it ([`crate::multicast`]).
+    pub group: Option<Arc<crate::multicast::Group>>,
 }
 
 /// How a stream's RTCP from the client comes in, undone when it ends.
@@ -146,6 +149,7 @@ impl Stream {
             reports: ReceiverStats::default(),
             reservation: Admission::new(1, None).reserve(None, 0).expect("no limit"),
             _storage: None,
+            group: None,
         }
     }
 }
@@ -316,8 +320,11 @@ impl Sessions {
                 jitter = r.jitter,
                 "session ended"
             );
-            engine.send(st.shard, Command::Remove { id: st.engine_id });
             admission.release(&st.reservation);
+            match &st.group {
+                Some(g) => g.leave(engine, admission),
+                None => engine.send(st.shard, Command::Remove { id: st.engine_id }),
+            }
             match st.rtcp {
                 StreamRtcp::Reader(t) => t.abort(),
                 StreamRtcp::Route(pair, client) => pair.unroute(client, &s),

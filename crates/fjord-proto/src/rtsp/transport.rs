@@ -24,6 +24,15 @@ pub enum TransportRequest {
     },
     /// RTP/AVP interleaved on the RTSP TCP connection.
     Tcp { rtp_channel: u8, rtcp_channel: u8 },
+    /// RTP/AVP over UDP to a multicast group (RFC 2326 §12.39): the server
+    /// picks the group and ports; what the client names is a wish the
+    /// server checks against its pool.
+    Multicast {
+        destination: Option<IpAddr>,
+        /// `port=` (RTP, RTCP).
+        ports: Option<(u16, u16)>,
+        ttl: Option<u8>,
+    },
 }
 
 /// Why no alternative of a `Transport` header can be used.
@@ -166,11 +175,11 @@ fn evaluate(t: &Transport) -> Result<TransportRequest, String> {
         return Err(format!("profile RTP/{}", clip(rtp.profile.as_str())));
     }
     let p = &rtp.params;
-    if p.multicast {
-        return Err("multicast".to_owned());
-    }
     if p.mode.iter().any(|m| *m != TransportMode::Play) {
         return Err("mode other than PLAY".to_owned());
+    }
+    if p.multicast {
+        return multicast(rtp.lower_transport.as_ref(), p);
     }
     match &rtp.lower_transport {
         None | Some(RtpLowerTransport::Udp) => {
@@ -219,6 +228,43 @@ fn evaluate(t: &Transport) -> Result<TransportRequest, String> {
         }
         Some(RtpLowerTransport::Other(o)) => Err(format!("lower transport {}", clip(o))),
     }
+}
+
+fn multicast(
+    lower: Option<&RtpLowerTransport>,
+    p: &rtsp_types::headers::RtpTransportParameters,
+) -> Result<TransportRequest, String> {
+    if !matches!(lower, None | Some(RtpLowerTransport::Udp)) {
+        return Err("multicast other than over UDP".to_owned());
+    }
+    let destination = match &p.destination {
+        None => None,
+        Some(d) => match d.parse::<IpAddr>() {
+            Ok(a) if a.is_multicast() => Some(a),
+            _ => return Err("destination is not a multicast address".to_owned()),
+        },
+    };
+    let ports = match p.port {
+        None => None,
+        Some((0, _)) | Some((_, Some(0))) => return Err("multicast port 0".to_owned()),
+        Some((a, Some(b))) => Some((a, b)),
+        Some((a, None)) => Some((
+            a,
+            a.checked_add(1)
+                .ok_or_else(|| "port 65535 leaves no RTCP port".to_owned())?,
+        )),
+    };
+    Ok(TransportRequest::Multicast {
+        destination,
+        ports,
+        ttl: p.ttl,
+    })
+}
+
+/// Our answer for multicast, e.g.
+/// `RTP/AVP;multicast;destination=239.255.0.1;port=5004-5005;ttl=1;ssrc=0A1B2C3D`.
+pub fn reply_multicast(group: IpAddr, rtp: u16, rtcp: u16, ttl: u8, ssrc: u32) -> String {
+    format!("RTP/AVP;multicast;destination={group};port={rtp}-{rtcp};ttl={ttl};ssrc={ssrc:08X}")
 }
 
 #[cfg(test)]
@@ -282,6 +328,38 @@ mod tests {
     }
 
     #[test]
+    fn multicast_forms() {
+        assert_eq!(
+            choose("RTP/AVP;multicast"),
+            Ok(TransportRequest::Multicast {
+                destination: None,
+                ports: None,
+                ttl: None
+            })
+        );
+        assert_eq!(
+            choose("RTP/AVP/UDP;multicast;destination=239.1.2.3;port=5000-5001;ttl=4"),
+            Ok(TransportRequest::Multicast {
+                destination: Some("239.1.2.3".parse().unwrap()),
+                ports: Some((5000, 5001)),
+                ttl: Some(4)
+            })
+        );
+        assert_eq!(
+            choose("RTP/AVP;multicast;port=6000"),
+            Ok(TransportRequest::Multicast {
+                destination: None,
+                ports: Some((6000, 6001)),
+                ttl: None
+            })
+        );
+        assert_eq!(
+            reply_multicast("239.255.0.1".parse().unwrap(), 5004, 5005, 1, 0xA1B2),
+            "RTP/AVP;multicast;destination=239.255.0.1;port=5004-5005;ttl=1;ssrc=0000A1B2"
+        );
+    }
+
+    #[test]
     fn tcp_forms() {
         assert_eq!(choose("RTP/AVP/TCP;unicast;interleaved=0-1"), Ok(tcp(0, 1)));
         assert_eq!(choose("RTP/AVP/TCP;unicast;interleaved=4-5"), Ok(tcp(4, 5)));
@@ -301,7 +379,7 @@ mod tests {
             Ok(tcp(2, 3))
         );
         assert_eq!(
-            choose("RTP/AVP;multicast,garbage!!,RTP/AVP;unicast;client_port=9000-9001"),
+            choose("RTP/AVP/TCP;multicast,garbage!!,RTP/AVP;unicast;client_port=9000-9001"),
             Ok(udp(9000, 9001))
         );
         assert_eq!(
@@ -316,8 +394,10 @@ mod tests {
 
     #[test]
     fn unsupported_forms() {
-        unsupported("RTP/AVP;multicast");
-        unsupported("RTP/AVP;multicast;port=5000-5001");
+        unsupported("RTP/AVP/TCP;multicast");
+        unsupported("RTP/AVP;multicast;destination=10.1.2.3");
+        unsupported("RTP/AVP;multicast;port=0-1");
+        unsupported("RTP/AVP;multicast;port=65535");
         unsupported("RTP/AVP;unicast;client_port=5000-5001;mode=record");
         unsupported("RTP/AVP;unicast;client_port=5000-5001;mode=\"PLAY,RECORD\"");
         unsupported("RTP/SAVP;unicast;client_port=5000-5001");

@@ -131,6 +131,7 @@ fn view(s: &Session, position_ns: Option<u64>) -> SessionView {
         transport: match inner.streams.first() {
             None => "none",
             Some(st) if st.interleaved.is_some() => "tcp",
+            Some(st) if st.group.is_some() => "multicast",
             Some(_) => "udp",
         },
         scale: inner.scale,

@@ -12,7 +12,7 @@ use crate::client::{LIMIT, QUIET, open, recv};
 use crate::common::{Server, run_bounded};
 
 /// curl's body and HTTP status.
-fn curl(args: &[&str]) -> (String, u16) {
+pub(crate) fn curl(args: &[&str]) -> (String, u16) {
     let mut c = Command::new("curl");
     c.args(["-sS", "--max-time", "20", "-w", "\n%{http_code}"])
         .args(args);
@@ -23,7 +23,7 @@ fn curl(args: &[&str]) -> (String, u16) {
     (body.to_owned(), code.parse().unwrap())
 }
 
-fn get_json(url: &str) -> Value {
+pub(crate) fn get_json(url: &str) -> Value {
     let (body, code) = curl(&[url]);
     assert_eq!(code, 200, "{url}: {body}");
     serde_json::from_str(&body).unwrap()

@@ -662,3 +662,29 @@ pub fn starts_at_random_access(ts: &[u8], offset: usize) -> bool {
     }
     false
 }
+
+/// Runs `f` on a thread of its own inside a new network namespace whose
+/// only link, the loopback, carries multicast (239.0.0.0/8 is routed to
+/// it): servers and clients `f` starts live there too, and nothing they
+/// multicast can leave it. Needs root, as `make test` runs.
+pub fn in_private_network<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        let joined = s
+            .spawn(|| {
+                // SAFETY: unshare(2) changes only this thread's namespace.
+                let r = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+                assert_eq!(r, 0, "unshare -n: {}", std::io::Error::last_os_error());
+                for args in [
+                    &["link", "set", "lo", "up"][..],
+                    &["link", "set", "lo", "multicast", "on"],
+                    &["route", "add", "239.0.0.0/8", "dev", "lo"],
+                ] {
+                    let out = Command::new("ip").args(args).output().unwrap();
+                    assert!(out.status.success(), "ip {args:?}: {out:?}");
+                }
+                f()
+            })
+            .join();
+        joined.unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}

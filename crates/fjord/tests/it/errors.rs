@@ -167,26 +167,6 @@ fn oversize_body_is_413_and_closed() {
 }
 
 #[test]
-fn multicast_is_461() {
-    let mut s = Server::start("");
-    let mut c = RtspClient::connect(&s.url("clip.ts")).unwrap();
-    let d = c.describe().unwrap();
-    let r = c
-        .request(
-            "SETUP",
-            &d.track_urls[0],
-            &[(
-                "Transport",
-                "RTP/AVP;multicast;destination=239.1.2.3;port=5000-5001",
-            )],
-            &[],
-        )
-        .unwrap();
-    assert_eq!(r.status, 461);
-    s.assert_healthy();
-}
-
-#[test]
 fn unknown_session_is_454() {
     let mut s = Server::start("");
     let mut c = RtspClient::connect(&s.url("clip.ts")).unwrap();

@@ -13,28 +13,28 @@ use fjord_client::{Event, RtcpPacket, RtspClient};
 use crate::common::{Server, generate_media, run_bounded, run_bounded_with};
 
 /// One format under test.
-struct Case {
+pub(crate) struct Case {
     /// File name in the server's root (the extension matters to nobody but
     /// humans: fjord detects formats by content).
-    file: &'static str,
+    pub(crate) file: &'static str,
     /// ffmpeg arguments that make it (after the test inputs: 4 s of 320x240
     /// 25 fps video as input 0 and a 48 kHz tone as input 1; output format
     /// included).
-    make: &'static [&'static str],
+    pub(crate) make: &'static [&'static str],
     /// How ffmpeg's frames are compared, on both sides: `COPY` (packets as
     /// stored) or `DECODE_VIDEO` (see there).
-    compare: &'static [&'static str],
+    pub(crate) compare: &'static [&'static str],
     /// Options for ffmpeg reading the source so its packets compare with
     /// what RTP carries (bitstream filters), placed before `-f framemd5`.
-    source_opts: &'static [&'static str],
+    pub(crate) source_opts: &'static [&'static str],
     /// Per stream, the GStreamer depayloader chain after `rtspsrc`, and how
     /// to make the reference from the source (see [`Reference`]).
-    gst: &'static [(&'static str, &'static str, Reference)],
+    pub(crate) gst: &'static [(&'static str, &'static str, Reference)],
 }
 
 /// What a GStreamer branch writes, and so what it is compared with.
 #[derive(Clone, Copy)]
-enum Reference {
+pub(crate) enum Reference {
     /// The stream's packets, concatenated (`ffmpeg -c copy -f data`).
     Packets(&'static [&'static str]),
     /// Decoded frames (`ffmpeg -f rawvideo`): GStreamer decodes with the
@@ -56,19 +56,19 @@ const INPUTS: &[&str] = &[
     "4",
 ];
 
-fn media(case: &Case) -> PathBuf {
+pub(crate) fn media(case: &Case) -> PathBuf {
     let args: Vec<&str> = INPUTS.iter().chain(case.make).copied().collect();
     generate_media(case.file, &args)
 }
 
 /// Packets compared as stored.
-const COPY: &[&str] = &["-c", "copy"];
+pub(crate) const COPY: &[&str] = &["-c", "copy"];
 /// H.264/H.265 video decoded, audio as stored: ffmpeg's RTP depacketizer
 /// writes 4-byte start codes before every NAL unit, `h264_mp4toannexb` 3-byte
 /// ones before all but the first of an access unit, so the packets of an
 /// access unit of several NAL units differ in framing, not in content. The
 /// NAL units themselves are compared byte for byte by fjord-media's tests.
-const DECODE_VIDEO: &[&str] = &[
+pub(crate) const DECODE_VIDEO: &[&str] = &[
     "-c:v",
     "rawvideo",
     "-fps_mode",
@@ -78,9 +78,9 @@ const DECODE_VIDEO: &[&str] = &[
 ];
 
 /// framemd5 per stream: (size, md5) of each packet, in order.
-type Packets = BTreeMap<u32, Vec<(String, String)>>;
+pub(crate) type Packets = BTreeMap<u32, Vec<(String, String)>>;
 
-fn framemd5(input: &[&str], opts: &[&str], what: &str) -> Packets {
+pub(crate) fn framemd5(input: &[&str], opts: &[&str], what: &str) -> Packets {
     let mut cmd = Command::new("ffmpeg");
     cmd.args(["-nostdin", "-v", "error"])
         .args(input)
@@ -112,7 +112,7 @@ fn framemd5(input: &[&str], opts: &[&str], what: &str) -> Packets {
 /// Every stream's packets equal the source's, except that a stream's last
 /// packet may be missing (the RTP depacketizers end a frame when the next
 /// one starts, and the last has no next).
-fn assert_packets_match(got: &Packets, want: &Packets, what: &str) {
+pub(crate) fn assert_packets_match(got: &Packets, want: &Packets, what: &str) {
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
         want.keys().collect::<Vec<_>>(),
@@ -139,25 +139,36 @@ fn assert_packets_match(got: &Packets, want: &Packets, what: &str) {
 
 fn ffmpeg_plays(server: &Server, case: &Case, source: &Path, want: &Packets) {
     for transport in ["udp", "tcp"] {
-        let url = server.url(case.file);
-        let got = framemd5(
-            &[
-                "-rtsp_transport",
-                transport,
-                "-timeout",
-                "10000000",
-                "-i",
-                &url,
-            ],
-            case.compare,
-            &format!("{} over {transport}", case.file),
-        );
-        assert_packets_match(
-            &got,
-            want,
-            &format!("ffmpeg {transport} {}", source.display()),
-        );
+        ffmpeg_plays_over(server, case, source, want, transport);
     }
+}
+
+/// ffmpeg with `-rtsp_transport transport` receives what the source holds.
+pub(crate) fn ffmpeg_plays_over(
+    server: &Server,
+    case: &Case,
+    source: &Path,
+    want: &Packets,
+    transport: &str,
+) {
+    let url = server.url(case.file);
+    let got = framemd5(
+        &[
+            "-rtsp_transport",
+            transport,
+            "-timeout",
+            "10000000",
+            "-i",
+            &url,
+        ],
+        case.compare,
+        &format!("{} over {transport}", case.file),
+    );
+    assert_packets_match(
+        &got,
+        want,
+        &format!("ffmpeg {transport} {}", source.display()),
+    );
 }
 
 /// What ffmpeg makes of stream `index` of the source for `reference`.
@@ -177,7 +188,7 @@ fn reference_bytes(source: &Path, index: usize, reference: Reference, dir: &Path
     fs::read(&out).unwrap()
 }
 
-fn gstreamer_plays(server: &Server, case: &Case, source: &Path, protocol: &str) {
+pub(crate) fn gstreamer_plays(server: &Server, case: &Case, source: &Path, protocol: &str) {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new("gst-launch-1.0");
     cmd.args(["-q", "-e", "rtspsrc"])
@@ -521,12 +532,12 @@ fn mpeg2_program_stream_with_mp2_audio() {
     });
 }
 
-const H264_GST: (&str, &str, Reference) = (
+pub(crate) const H264_GST: (&str, &str, Reference) = (
     "application/x-rtp,media=video ! rtph264depay ! h264parse ! avdec_h264",
     "video",
     Reference::Decoded,
 );
-const AAC_GST: (&str, &str, Reference) = (
+pub(crate) const AAC_GST: (&str, &str, Reference) = (
     "application/x-rtp,media=audio ! rtpmp4gdepay",
     "audio",
     Reference::Packets(&[]),
@@ -569,18 +580,21 @@ fn mpeg2_program_stream_with_ac3_audio() {
     });
 }
 
+/// H.264 and AAC in MP4 (also played over multicast, `multicast.rs`).
+pub(crate) const AVC_MP4: Case = Case {
+    file: "avc.mp4",
+    make: &[
+        "-map", "0:v", "-map", "1:a", "-c:v", "libx264", "-preset", "veryfast", "-g", "25", "-bf",
+        "0", "-c:a", "aac", "-b:a", "128k", "-f", "mp4",
+    ],
+    compare: DECODE_VIDEO,
+    source_opts: &[],
+    gst: &[H264_GST, AAC_GST],
+};
+
 #[test]
 fn mp4_h264_aac() {
-    check(&Case {
-        file: "avc.mp4",
-        make: &[
-            "-map", "0:v", "-map", "1:a", "-c:v", "libx264", "-preset", "veryfast", "-g", "25",
-            "-bf", "0", "-c:a", "aac", "-b:a", "128k", "-f", "mp4",
-        ],
-        compare: DECODE_VIDEO,
-        source_opts: &[],
-        gst: &[H264_GST, AAC_GST],
-    });
+    check(&AVC_MP4);
 }
 
 #[test]

@@ -18,6 +18,7 @@ mod files;
 mod formats;
 mod http;
 mod load;
+mod multicast;
 mod operate;
 mod peers;
 mod shared;

@@ -1,0 +1,225 @@
+//! SETUP, PLAY and PAUSE of multicast sessions: their streams are their
+//! group's ([`crate::multicast`]), which plays from the title's start at
+//! its own pace for every session in it. A PLAY is answered when its group
+//! starts: the batching window delays the reply, not the data after it.
+
+use std::{sync::Arc, time::Duration};
+
+use fjord_engine::Title;
+use fjord_proto::rtsp::{
+    framing::{Method, Request},
+    range,
+    response::Response,
+    rtp_info,
+    session::{State, next_state},
+    transport,
+};
+
+use super::{Reply, refuse, session_header, status};
+use crate::{
+    Server,
+    conn::Conn,
+    metrics::Refusal,
+    multicast::{Group, GroupError, Wish},
+    session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp},
+};
+
+/// How long before its group's first packet a PLAY is answered.
+const REPLY_LEAD: Duration = Duration::from_millis(20);
+
+/// Whether `session`'s streams are a multicast group's.
+pub(super) fn is_member(session: &Session) -> bool {
+    session.lock().streams.iter().any(|s| s.group.is_some())
+}
+
+/// SETUP of `track` over multicast: the session (new, or `existing`) joins
+/// its title's gathering group, or the group its other tracks are in.
+pub(super) fn setup(
+    server: &Server,
+    conn: &mut Conn,
+    req: &Request,
+    existing: Option<Arc<Session>>,
+    (title_name, title): (Arc<str>, Arc<Title>),
+    (track, repair): (usize, bool),
+    wish: Wish,
+) -> Reply {
+    if repair {
+        return refuse(461, "repair streams are not sent to multicast groups");
+    }
+    let group = match existing.as_deref().map(group_of).transpose() {
+        Ok(Some(g)) => g,
+        Ok(None) => match server
+            .multicast
+            .group_for(&title_name, wish, &server.config())
+        {
+            Ok(g) => g,
+            Err(e) => return refuse(e.status(), &e.to_string()),
+        },
+        Err(r) => return r,
+    };
+    let (peer, local) = match (conn.peer(), conn.local()) {
+        (Ok(p), Ok(l)) => (p, l.ip()),
+        (Err(e), _) | (_, Err(e)) => return refuse(500, &e.to_string()),
+    };
+    let session = existing.clone().unwrap_or_else(|| {
+        let id = SessionId::random();
+        Arc::new(Session::new(id, (conn.id, peer), title_name, title.clone()))
+    });
+    if existing.is_none()
+        && !(server.sessions).insert_within(session.clone(), server.config().max_sessions)
+    {
+        server.metrics.refused(Refusal::Sessions);
+        return refuse(453, "session limit reached");
+    }
+    group.join();
+    let joined = group
+        .track(server, &title, track as u32, local)
+        .and_then(|t| Ok((t, member_share(server, t.1)?)));
+    let ((engine_id, shard, ssrc), reservation) = match joined {
+        Ok(j) => j,
+        Err(e) => {
+            group.leave(&server.engine, &server.admission);
+            if existing.is_none() {
+                (server.sessions).remove(session.id, &server.engine, &server.admission);
+            }
+            count_refusal(server, &e);
+            return refuse(e.status(), &e.to_string());
+        }
+    };
+    let (rtp, rtcp) = group.ports(track as u32);
+    let reply = transport::reply_multicast(group.addr, rtp, rtcp, group.ttl, ssrc);
+    {
+        let mut inner = session.lock();
+        inner.add_stream(Stream {
+            track: track as u32,
+            repair: false,
+            engine_id,
+            shard,
+            url: req.uri.as_str().into(),
+            interleaved: None,
+            rtcp: StreamRtcp::None,
+            reports: ReceiverStats::default(),
+            reservation,
+            _storage: None,
+            group: Some(group),
+        });
+        if inner.state == State::Init {
+            inner.state = State::Ready;
+        }
+    }
+    if existing.is_none() {
+        conn.add_session(session.clone());
+    }
+    session.touch();
+    Response::new(200)
+        .header("Transport", &reply)
+        .header("Session", session_header(server, session.id))
+        .into()
+}
+
+/// The group `session`'s tracks are in; a session of unicast tracks, or
+/// one playing, takes no multicast track.
+fn group_of(session: &Session) -> Result<Arc<Group>, Reply> {
+    let inner = session.lock();
+    if inner.state == State::Playing {
+        return Err(refuse(455, "cannot add a track while playing"));
+    }
+    match inner.streams.iter().find_map(|s| s.group.clone()) {
+        Some(g) => Ok(g),
+        None => Err(refuse(
+            461,
+            "a session's tracks all go by multicast or none",
+        )),
+    }
+}
+
+/// A member's share of its group's engine thread: none (the group holds
+/// the stream's), but every stream carries one.
+fn member_share(server: &Server, shard: u64) -> Result<crate::admission::Reservation, GroupError> {
+    (server.admission)
+        .reserve(Some(shard as usize), 0)
+        .ok_or(GroupError::Capacity)
+}
+
+fn count_refusal(server: &Server, e: &GroupError) {
+    match e {
+        GroupError::Capacity => server.metrics.refused(Refusal::Engine),
+        GroupError::Storage(_) => server.metrics.refused(Refusal::Storage),
+        _ => {}
+    }
+}
+
+/// PLAY: the group starts (at its first PLAY, after the batching window)
+/// or has; the reply, sent as it starts, says where its streams begin. A group plays from the
+/// title's start in real time: a Range starting later, a `Scale` or a
+/// `Speed` other than 1 cannot be had.
+pub(super) async fn play(server: &Server, session: &Arc<Session>, req: &Request) -> Reply {
+    let one = |h: Option<&str>| h.is_none_or(|v| v.trim().parse::<f64>() == Ok(1.0));
+    if !one(req.header("Scale")) || !one(req.header("Speed")) {
+        return refuse(
+            456,
+            "a multicast stream plays at its own pace: no Scale or Speed",
+        );
+    }
+    // Players ask for `npt=0-` or for the whole title by its duration.
+    let whole_s = session.title.index().duration_ns() as f64 / 1e9 - 0.001;
+    match req.header("Range").map(range::parse_npt) {
+        Some(Err(e)) => return refuse(457, &e.to_string()),
+        Some(Ok(r)) if r.start.is_some_and(|s| s > 0.0) || r.end.is_some_and(|e| e < whole_s) => {
+            return refuse(
+                457,
+                "a multicast stream is shared: it plays the whole title",
+            );
+        }
+        _ => {}
+    }
+    let group = {
+        let inner = session.lock();
+        if let Err(code) = next_state(inner.state, &Method::Play) {
+            return status(code);
+        }
+        match inner.streams.iter().find_map(|s| s.group.clone()) {
+            Some(g) => g,
+            None => return status(455),
+        }
+    };
+    let Some(started) = group.start(server, &session.title).await else {
+        return status(500);
+    };
+    // The reply waits for the group's start: players (GStreamer) time what
+    // arrives from their PLAY's reply, so data long after it is "late".
+    let reply_at = started.at.checked_sub(REPLY_LEAD).unwrap_or(started.at);
+    tokio::time::sleep_until(reply_at.into()).await;
+    let rtp_info: Vec<(String, u16, u32)> = {
+        let mut inner = session.lock();
+        if let Ok(s) = next_state(inner.state, &Method::Play) {
+            inner.state = s;
+        }
+        (inner.streams.iter())
+            .filter_map(|st| {
+                let &(_, seq, ts) = started.tracks.iter().find(|t| t.0 == st.track)?;
+                Some((st.url.to_string(), seq, ts))
+            })
+            .collect()
+    };
+    // An open range: GStreamer clips a stream at a range's end counted
+    // from its PLAY, which a group's batching window puts late.
+    Response::new(200)
+        .header("Range", range::format_npt(0.0, None))
+        .header("RTP-Info", rtp_info::format(&rtp_info))
+        .header("Session", session_header(server, session.id))
+        .into()
+}
+
+/// PAUSE: the session stops counting as playing; its group plays on for
+/// the others (and this client keeps receiving what it joined).
+pub(super) fn pause(server: &Server, session: &Session) -> Reply {
+    let mut inner = session.lock();
+    if let Ok(s) = next_state(inner.state, &Method::Pause) {
+        inner.state = s;
+    }
+    drop(inner);
+    Response::new(200)
+        .header("Session", session_header(server, session.id))
+        .into()
+}

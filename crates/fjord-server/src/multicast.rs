@@ -1,0 +1,449 @@
+//! RTSP multicast (RFC 2326 §12.39): one engine stream per title and
+//! track, sent to a group from `multicast_pool`, shared by every session of
+//! the title set up within `multicast_batch_ms` of its first PLAY.
+//!
+//! A group gathers sessions until it starts (its first PLAY plus the batching
+//! window); a SETUP after that gets the next group, which starts later
+//! (staggered starts), so N viewers who arrive together cost one stream. The
+//! group's engine streams, their admission and their address belong to the
+//! group, which ends (RTCP BYE, streams removed, address free) when its last
+//! session does. Sender reports and BYE go to the group; receiver reports
+//! sent to the group are not read.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, Mutex, MutexGuard, Weak},
+    time::{Duration, Instant},
+};
+
+use fjord_engine::{Command, Engine, Output, PlayInfo, SessionSpec, Start, Title, Until};
+use ipnet::IpNet;
+use tokio::sync::OnceCell;
+
+use crate::{
+    Server,
+    admission::{Admission, Reservation},
+    config::Config,
+};
+
+/// What a SETUP asked for (`destination=`, `port=`, `ttl=`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Wish {
+    pub destination: Option<IpAddr>,
+    pub ports: Option<(u16, u16)>,
+    pub ttl: Option<u8>,
+}
+
+/// Why a group cannot be had; each maps to an RTSP status.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GroupError {
+    #[error("destination {0} is outside this server's multicast pool")]
+    OutsidePool(IpAddr),
+    #[error("multicast group {0} is in use by another stream")]
+    Taken(IpAddr),
+    #[error("every multicast group of the pool is in use")]
+    PoolFull,
+    #[error("a started multicast group cannot take another track")]
+    Started,
+    #[error("the server is at its capacity; try again later")]
+    Capacity,
+    #[error("{0}")]
+    Storage(String),
+    #[error("cannot open the group's sockets: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl GroupError {
+    pub(crate) fn status(&self) -> u16 {
+        match self {
+            GroupError::OutsidePool(_) => 403,
+            GroupError::Taken(_) | GroupError::Started => 461,
+            GroupError::PoolFull | GroupError::Capacity | GroupError::Storage(_) => 453,
+            GroupError::Io(_) => 500,
+        }
+    }
+}
+
+/// The groups in use, and the one of each title still gathering sessions.
+#[derive(Default)]
+pub(crate) struct Multicast {
+    registry: Arc<Mutex<Registry>>,
+}
+
+#[derive(Default)]
+struct Registry {
+    in_use: HashSet<IpAddr>,
+    gathering: HashMap<Arc<str>, Arc<Group>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Multicast {
+    /// The group a new multicast session of `title` joins: the title's
+    /// gathering group if it suits `wish`, else a new one.
+    pub(crate) fn group_for(
+        &self,
+        title: &Arc<str>,
+        wish: Wish,
+        config: &Config,
+    ) -> Result<Arc<Group>, GroupError> {
+        let pool = config.multicast_pool;
+        if let Some(d) = wish.destination
+            && !pool.contains(&d)
+        {
+            return Err(GroupError::OutsidePool(d));
+        }
+        let mut reg = lock(&self.registry);
+        if let Some(g) = reg.gathering.get(title)
+            && g.gathering()
+            && g.suits(wish)
+        {
+            return Ok(g.clone());
+        }
+        let addr = match wish.destination {
+            Some(d) if reg.in_use.contains(&d) => return Err(GroupError::Taken(d)),
+            Some(d) => d,
+            None => free_address(pool, &reg.in_use).ok_or(GroupError::PoolFull)?,
+        };
+        reg.in_use.insert(addr);
+        let group = Arc::new(Group {
+            addr,
+            port: wish.ports.map_or(config.multicast_port, |(rtp, _)| rtp),
+            ttl: wish
+                .ttl
+                .map_or(config.multicast_ttl, |t| t.min(config.multicast_ttl)),
+            batch: Duration::from_millis(config.multicast_batch_ms),
+            registry: Arc::downgrade(&self.registry),
+            title: title.clone(),
+            state: Mutex::default(),
+            started: OnceCell::new(),
+        });
+        reg.gathering.insert(title.clone(), group.clone());
+        Ok(group)
+    }
+}
+
+/// The first address of `pool` not in use.
+fn free_address(pool: IpNet, in_use: &HashSet<IpAddr>) -> Option<IpAddr> {
+    pool.hosts().find(|a| !in_use.contains(a))
+}
+
+pub(crate) struct Group {
+    pub addr: IpAddr,
+    /// RTP port of track 0; track `i` at `port + 2i`.
+    port: u16,
+    pub ttl: u8,
+    batch: Duration,
+    registry: Weak<Mutex<Registry>>,
+    title: Arc<str>,
+    state: Mutex<GroupState>,
+    /// Set once, by the first PLAY: when the streams start and where.
+    started: OnceCell<Started>,
+}
+
+#[derive(Default)]
+struct GroupState {
+    members: usize,
+    tracks: Vec<GroupTrack>,
+    /// Set when the group has ended (its last session left).
+    ended: bool,
+}
+
+/// One track of a group: an engine stream to `addr:port+2·track`.
+pub(crate) struct GroupTrack {
+    pub track: u32,
+    pub engine_id: u64,
+    pub shard: u64,
+    pub ssrc: u32,
+    reservation: Reservation,
+    _storage: Option<Box<fjord_storage::StorageReservation>>,
+}
+
+/// The group's start: when its packets are due from, and each track's
+/// RTP-Info (track, seq, rtptime).
+#[derive(Clone)]
+pub(crate) struct Started {
+    pub at: Instant,
+    pub tracks: Vec<(u32, u16, u32)>,
+}
+
+impl Group {
+    fn gathering(&self) -> bool {
+        !lock(&self.state).ended && self.started.get().is_none_or(|s| s.at > Instant::now())
+    }
+
+    fn suits(&self, wish: Wish) -> bool {
+        wish.destination.is_none_or(|d| d == self.addr)
+            && wish.ports.is_none_or(|(rtp, _)| rtp == self.port)
+            && wish.ttl.is_none_or(|t| t >= self.ttl)
+    }
+
+    /// The RTP and RTCP ports of `track`.
+    pub(crate) fn ports(&self, track: u32) -> (u16, u16) {
+        let rtp = self.port.saturating_add((track as u16).saturating_mul(2));
+        (rtp, rtp.saturating_add(1))
+    }
+
+    /// A session joins; undone by [`Group::leave`].
+    pub(crate) fn join(&self) {
+        lock(&self.state).members += 1;
+    }
+
+    /// The group's stream of `track`, made on first use (an engine stream
+    /// sending to the group), with its SSRC.
+    pub(crate) fn track(
+        &self,
+        server: &Server,
+        title: &Arc<Title>,
+        track: u32,
+        local: IpAddr,
+    ) -> Result<(u64, u64, u32), GroupError> {
+        let mut state = lock(&self.state);
+        if let Some(t) = state.tracks.iter().find(|t| t.track == track) {
+            return Ok((t.engine_id, t.shard, t.ssrc));
+        }
+        if self.started.initialized() {
+            return Err(GroupError::Started);
+        }
+        let t = self.open_track(server, title, track, local)?;
+        let found = (t.engine_id, t.shard, t.ssrc);
+        state.tracks.push(t);
+        Ok(found)
+    }
+
+    fn open_track(
+        &self,
+        server: &Server,
+        title: &Arc<Title>,
+        track: u32,
+        local: IpAddr,
+    ) -> Result<GroupTrack, GroupError> {
+        let pps = crate::control::track_pps(title, track as usize);
+        let reservation = server
+            .admission
+            .reserve(None, pps)
+            .ok_or(GroupError::Capacity)?;
+        let release = |e| {
+            server.admission.release(&reservation);
+            e
+        };
+        let storage = match &server.storage {
+            None => None,
+            Some(s) => Some(Box::new(
+                s.reserve(&**title, pps * crate::control::average_packet_bytes(title))
+                    .map_err(|e| release(GroupError::Storage(e.to_string())))?,
+            )),
+        };
+        let output = self
+            .output(server, local, track)
+            .map_err(|e| release(e.into()))?;
+        let ids = title
+            .prefab_ids(track as usize)
+            .unwrap_or_else(|| fjord_media::prefab::Ids {
+                ssrc: rand::random(),
+                seq0: rand::random(),
+                ts0: rand::random(),
+            });
+        let engine_id = server.next_id();
+        let shard = reservation.thread as u64;
+        server.engine.send(
+            shard,
+            Command::Add(Box::new(SessionSpec {
+                id: engine_id,
+                title: title.clone(),
+                track: track as usize,
+                ssrc: ids.ssrc,
+                seq0: ids.seq0,
+                ts0: ids.ts0,
+                output,
+            })),
+        );
+        Ok(GroupTrack {
+            track,
+            engine_id,
+            shard,
+            ssrc: ids.ssrc,
+            reservation,
+            _storage: storage,
+        })
+    }
+
+    /// Sockets of the server's port range on `local`, sending to the group
+    /// with the group's TTL.
+    fn output(&self, server: &Server, local: IpAddr, track: u32) -> std::io::Result<Output> {
+        let pair = server.ports.bind(local)?;
+        let (rtp_port, rtcp_port) = self.ports(track);
+        let rtp_peer = SocketAddr::new(self.addr, rtp_port);
+        for s in [&pair.rtp, &pair.rtcp] {
+            match self.addr {
+                IpAddr::V4(_) => s.set_multicast_ttl_v4(u32::from(self.ttl))?,
+                IpAddr::V6(_) => s.set_multicast_hops_v6(u32::from(self.ttl))?,
+            }
+        }
+        pair.rtp.connect(&rtp_peer.into())?;
+        pair.rtp.set_nonblocking(true)?;
+        Ok(Output::Udp {
+            rtp: pair.rtp.into(),
+            rtp_peer,
+            rtcp: pair.rtcp.into(),
+            rtcp_peer: SocketAddr::new(self.addr, rtcp_port),
+        })
+    }
+
+    /// Starts the group at its first PLAY, `batch` from now, from the
+    /// title's start; later PLAYs get the same start.
+    pub(crate) async fn start(&self, server: &Server, title: &Arc<Title>) -> Option<Started> {
+        let started = self
+            .started
+            .get_or_try_init(|| async {
+                let at = Instant::now() + self.batch;
+                let tracks: Vec<(u32, u64, u64)> = lock(&self.state)
+                    .tracks
+                    .iter()
+                    .map(|t| (t.track, t.shard, t.engine_id))
+                    .collect();
+                let mut infos = Vec::with_capacity(tracks.len());
+                for (track, shard, id) in tracks {
+                    let start = Start::at(title, track as usize, 0);
+                    let info = position(server, shard, id, start).await.ok_or(())?;
+                    infos.push((track, shard, id, info));
+                }
+                let origin_ns = infos.first().map_or(0, |(.., i)| i.time_ns);
+                for &(_, shard, id, _) in &infos {
+                    server
+                        .engine
+                        .send(shard, Command::Start { id, at, origin_ns });
+                }
+                tracing::info!(group = %self.addr, title = %self.title, "multicast group starts");
+                Ok::<_, ()>(Started {
+                    at,
+                    tracks: infos
+                        .iter()
+                        .map(|(t, .., i)| (*t, i.seq, i.rtptime))
+                        .collect(),
+                })
+            })
+            .await;
+        started.ok().cloned()
+    }
+
+    /// A session leaves; the last one ends the group: RTCP BYE to the
+    /// group, its streams removed, its address back in the pool.
+    pub(crate) fn leave(&self, engine: &Engine, admission: &Admission) {
+        let tracks = {
+            let mut state = lock(&self.state);
+            state.members = state.members.saturating_sub(1);
+            if state.members > 0 || state.ended {
+                return;
+            }
+            state.ended = true;
+            std::mem::take(&mut state.tracks)
+        };
+        for t in tracks {
+            engine.send(t.shard, Command::Bye { id: t.engine_id });
+            engine.send(t.shard, Command::Remove { id: t.engine_id });
+            admission.release(&t.reservation);
+        }
+        if let Some(registry) = self.registry.upgrade() {
+            let mut reg = lock(&registry);
+            reg.in_use.remove(&self.addr);
+            if reg
+                .gathering
+                .get(&self.title)
+                .is_some_and(|g| std::ptr::eq(&**g, self))
+            {
+                reg.gathering.remove(&self.title);
+            }
+        }
+        tracing::info!(group = %self.addr, title = %self.title, "multicast group ended");
+    }
+}
+
+/// Positions an engine stream at `start`, to the title's end, in real time.
+async fn position(server: &Server, shard: u64, id: u64, start: Start) -> Option<PlayInfo> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    server.engine.send(
+        shard,
+        Command::Play {
+            id,
+            start,
+            until: Until::End,
+            scale: 1,
+            speed: fjord_engine::REAL_TIME,
+            queue: false,
+            reply: Box::new(move |info| {
+                let _ = tx.send(info);
+            }),
+        },
+    );
+    rx.await.ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wish(d: Option<&str>) -> Wish {
+        Wish {
+            destination: d.map(|d| d.parse().unwrap()),
+            ports: None,
+            ttl: None,
+        }
+    }
+
+    #[test]
+    fn sessions_of_a_title_share_its_gathering_group_and_others_get_their_own() {
+        let m = Multicast::default();
+        let config = Config::default();
+        let a: Arc<str> = "a.ts".into();
+        let b: Arc<str> = "b.ts".into();
+        let g1 = m.group_for(&a, wish(None), &config).unwrap();
+        let g2 = m.group_for(&a, wish(None), &config).unwrap();
+        let g3 = m.group_for(&b, wish(None), &config).unwrap();
+        assert!(Arc::ptr_eq(&g1, &g2));
+        assert_ne!(g1.addr, g3.addr);
+        assert!(config.multicast_pool.contains(&g1.addr));
+        assert_eq!(g1.ports(0), (5004, 5005));
+        assert_eq!(g1.ports(1), (5006, 5007));
+    }
+
+    #[test]
+    fn a_destination_outside_the_pool_is_refused_and_one_inside_is_honoured() {
+        let m = Multicast::default();
+        let config = Config::default();
+        let t: Arc<str> = "a.ts".into();
+        let e = m
+            .group_for(&t, wish(Some("239.1.2.3")), &config)
+            .err()
+            .unwrap();
+        assert_eq!(e.status(), 403);
+        let g = m.group_for(&t, wish(Some("239.255.7.7")), &config).unwrap();
+        assert_eq!(g.addr.to_string(), "239.255.7.7");
+        let other: Arc<str> = "b.ts".into();
+        let e = m
+            .group_for(&other, wish(Some("239.255.7.7")), &config)
+            .err()
+            .unwrap();
+        assert_eq!(e.status(), 461, "taken by a.ts's group");
+    }
+
+    #[test]
+    fn a_full_pool_refuses_with_453() {
+        let m = Multicast::default();
+        let config = Config {
+            multicast_pool: "239.255.9.0/30".parse().unwrap(),
+            ..Config::default()
+        };
+        for name in ["a", "b"] {
+            m.group_for(&Arc::from(name), wish(None), &config).unwrap();
+        }
+        let e = m
+            .group_for(&Arc::from("c"), wish(None), &config)
+            .err()
+            .unwrap();
+        assert_eq!(e.status(), 453);
+    }
+}

@@ -1,0 +1,193 @@
+//! RTSP multicast as players use it, inside a network namespace of the
+//! test's own (`common::in_private_network`): ffmpeg
+//! (`-rtsp_transport udp_multicast`) and GStreamer (`protocols=udp-mcast`)
+//! receive a TS and an MP4 title bit-exact; viewers set up within the
+//! batching window share one stream; groups outside the pool are refused.
+
+use std::{fs, path::Path, process::Command, time::Duration};
+
+use fjord_client::RtspClient;
+
+use crate::admin::get_json;
+use crate::common::{Server, in_private_network, run_bounded_with};
+use crate::formats::{AVC_MP4, COPY, Case, ffmpeg_plays_over, framemd5, gstreamer_plays, media};
+
+/// Long enough for every client of a test to SETUP before its group starts.
+const BATCH: &str = "multicast_batch_ms = 2000\n";
+
+const AVC_TS: Case = Case {
+    file: "avc.ts",
+    make: &[
+        "-map", "0:v", "-map", "1:a", "-c:v", "libx264", "-preset", "veryfast", "-g", "25", "-bf",
+        "0", "-c:a", "aac", "-b:a", "128k", "-f", "mpegts",
+    ],
+    compare: COPY,
+    source_opts: &[],
+    gst: &[],
+};
+
+fn serve(case: &Case, config: &str) -> (Server, std::path::PathBuf) {
+    let source = media(case);
+    let server = Server::start_with(config, |root| {
+        fs::copy(&source, root.join(case.file)).unwrap();
+    });
+    (server, source)
+}
+
+/// GStreamer's MP2T depayloader writes the transport stream as received:
+/// it must be the stored file, byte for byte.
+fn gstreamer_receives_ts(server: &Server, case: &Case, source: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let got = dir.path().join("got.ts");
+    let mut cmd = Command::new("gst-launch-1.0");
+    cmd.args(["-q", "-e", "rtspsrc"])
+        .arg(format!("location={}", server.url(case.file)))
+        .args(["protocols=udp-mcast", "!", "rtpmp2tdepay", "!", "filesink"])
+        .arg(format!("location={}", got.display()));
+    let out = run_bounded_with(cmd, Duration::from_secs(30), Some(Duration::from_secs(20)));
+    let (got, want) = (
+        fs::read(&got).unwrap_or_default(),
+        fs::read(source).unwrap(),
+    );
+    assert!(
+        got == want,
+        "gst udp-mcast {}: {} bytes received, {} stored (common prefix {}): {}",
+        case.file,
+        got.len(),
+        want.len(),
+        got.iter().zip(&want).take_while(|(a, b)| a == b).count(),
+        out.stderr
+    );
+}
+
+/// Packets every engine thread has sent (the admin API).
+fn packets_sent(server: &Server) -> u64 {
+    let threads = get_json(&format!("{}/api/v1/threads", server.admin()));
+    (threads.as_array().unwrap().iter())
+        .map(|t| t["packets"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn ffmpeg_and_gstreamer_receive_a_ts_and_an_mp4_title_over_multicast() {
+    in_private_network(|| {
+        for case in [&AVC_TS, &AVC_MP4] {
+            let (mut server, source) = serve(case, BATCH);
+            let src = source.to_string_lossy().into_owned();
+            let opts: Vec<&str> = case
+                .compare
+                .iter()
+                .chain(case.source_opts)
+                .copied()
+                .collect();
+            let want = framemd5(&["-i", &src], &opts, "source");
+            // One after the other: GStreamer binds the group's ports without
+            // SO_REUSEADDR, so no other player on this host could join them.
+            ffmpeg_plays_over(&server, case, &source, &want, "udp_multicast");
+            match case.gst {
+                [] => gstreamer_receives_ts(&server, case, &source),
+                _ => gstreamer_plays(&server, case, &source, "udp-mcast"),
+            }
+            server.assert_alive();
+        }
+    });
+}
+
+#[test]
+fn viewers_in_one_batching_window_share_one_stream() {
+    in_private_network(|| {
+        let case = &AVC_TS;
+        let (mut server, source) = serve(case, BATCH);
+        let src = source.to_string_lossy().into_owned();
+        let want = framemd5(&["-i", &src], COPY, "source");
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| ffmpeg_plays_over(&server, case, &source, &want, "udp_multicast"));
+            }
+        });
+        let shared = packets_sent(&server);
+        // The same title to one unicast viewer: what one stream sends.
+        ffmpeg_plays_over(&server, case, &source, &want, "udp");
+        let one = packets_sent(&server) - shared;
+        assert!(one > 100, "{one} packets in a unicast play");
+        assert_eq!(shared, one, "three multicast viewers cost one stream");
+        let log = server.log_text();
+        assert_eq!(log.matches("multicast group starts").count(), 1, "{log}");
+        assert_eq!(log.matches("multicast group ended").count(), 1, "{log}");
+        server.assert_alive();
+    });
+}
+
+fn setup(c: &mut RtspClient, url: &str, transport: &str) -> (u16, String, Option<String>) {
+    let r = c
+        .request("SETUP", url, &[("Transport", transport)], &[])
+        .unwrap();
+    let session = r
+        .header("Session")
+        .map(|s| s.split(';').next().unwrap().to_owned());
+    (
+        r.status,
+        r.header("Transport").unwrap_or_default().to_owned(),
+        session,
+    )
+}
+
+#[test]
+fn groups_come_from_the_pool_and_later_viewers_get_the_next_group() {
+    in_private_network(|| {
+        let mut server =
+            Server::start("multicast_batch_ms = 300\nmulticast_pool = \"239.255.3.0/24\"\n");
+        let url = server.url("clip.ts");
+        let mut a = RtspClient::connect(&url).unwrap();
+        let track = a.describe().unwrap().track_urls[0].clone();
+        let outside = "RTP/AVP;multicast;destination=239.1.2.3;port=5000-5001";
+        assert_eq!(
+            setup(&mut a, &track, outside).0,
+            403,
+            "a group outside the pool"
+        );
+        assert_eq!(setup(&mut a, &track, "RTP/AVP/TCP;multicast").0, 461);
+        let (code, first, session) = setup(&mut a, &track, "RTP/AVP;multicast");
+        assert_eq!(code, 200);
+        assert!(
+            first.contains("destination=239.255.3.1;port=5004-5005;ttl=1"),
+            "{first}"
+        );
+        let mut b = RtspClient::connect(&url).unwrap();
+        let (_, joined, _) = setup(&mut b, &track, "RTP/AVP;multicast");
+        assert!(
+            joined.contains("destination=239.255.3.1;"),
+            "same window: {joined}"
+        );
+        let session = session.unwrap();
+        let r = a
+            .request(
+                "PLAY",
+                &url,
+                &[("Session", &session), ("Range", "npt=5-")],
+                &[],
+            )
+            .unwrap();
+        assert_eq!(r.status, 457, "a shared stream plays from its start");
+        let r = a
+            .request("PLAY", &url, &[("Session", &session)], &[])
+            .unwrap();
+        assert_eq!(r.status, 200);
+        std::thread::sleep(Duration::from_millis(600));
+        let mut c = RtspClient::connect(&url).unwrap();
+        let wanted = "RTP/AVP;multicast;destination=239.255.3.9;port=6000-6001;ttl=1";
+        let (code, later, _) = setup(&mut c, &track, wanted);
+        assert_eq!(code, 200, "{later}");
+        assert!(
+            later.contains("destination=239.255.3.9;port=6000-6001"),
+            "a group in the pool is honoured: {later}"
+        );
+        let mut d = RtspClient::connect(&url).unwrap();
+        let (_, next, _) = setup(&mut d, &track, "RTP/AVP;multicast");
+        assert!(
+            !next.contains("239.255.3.1;"),
+            "after the first group started, the next viewer gets another: {next}"
+        );
+        server.assert_healthy();
+    });
+}
