@@ -17,7 +17,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fjord_engine::{Command, Engine, Output, PlayInfo, SessionSpec, Start, Title, Until};
+use fjord_engine::{
+    Command, Engine, Output, PlayInfo, RepairSpec, SessionSpec, Start, Title, Until,
+};
 use ipnet::IpNet;
 use tokio::sync::OnceCell;
 
@@ -46,6 +48,8 @@ pub(crate) enum GroupError {
     PoolFull,
     #[error("a started multicast group cannot take another track")]
     Started,
+    #[error("SETUP the source track before its repair stream")]
+    NoSource,
     #[error("the server is at its capacity; try again later")]
     Capacity,
     #[error("{0}")]
@@ -59,6 +63,7 @@ impl GroupError {
         match self {
             GroupError::OutsidePool(_) => 403,
             GroupError::Taken(_) | GroupError::Started => 461,
+            GroupError::NoSource => 455,
             GroupError::PoolFull | GroupError::Capacity | GroupError::Storage(_) => 453,
             GroupError::Io(_) => 500,
         }
@@ -152,12 +157,14 @@ struct GroupState {
     ended: bool,
 }
 
-/// One track of a group: an engine stream to `addr:port+2·track`.
+/// One track of a group: an engine stream to `addr:port+2·track`, with
+/// its repair stream's SSRC once a session set that up.
 pub(crate) struct GroupTrack {
     pub track: u32,
     pub engine_id: u64,
     pub shard: u64,
     pub ssrc: u32,
+    repair: Option<u32>,
     reservation: Reservation,
     _storage: Option<Box<fjord_storage::StorageReservation>>,
 }
@@ -181,9 +188,10 @@ impl Group {
             && wish.ttl.is_none_or(|t| t >= self.ttl)
     }
 
-    /// The RTP and RTCP ports of `track`.
-    pub(crate) fn ports(&self, track: u32) -> (u16, u16) {
-        let rtp = self.port.saturating_add((track as u16).saturating_mul(2));
+    /// The RTP and RTCP ports of stream `n`: track `i` is stream `i`, its
+    /// repair stream `tracks + i`.
+    pub(crate) fn ports(&self, n: usize) -> (u16, u16) {
+        let rtp = self.port.saturating_add((n as u16).saturating_mul(2));
         (rtp, rtp.saturating_add(1))
     }
 
@@ -214,6 +222,40 @@ impl Group {
         Ok(found)
     }
 
+    /// The repair stream of the group's `track` (set up before it),
+    /// attached on first use; its SSRC.
+    pub(crate) fn repair(
+        &self,
+        server: &Server,
+        (track, tracks): (u32, usize),
+        local: IpAddr,
+        payload_type: u8,
+    ) -> Result<(u64, u64, u32), GroupError> {
+        let mut state = lock(&self.state);
+        let started = self.started.initialized();
+        let Some(t) = state.tracks.iter_mut().find(|t| t.track == track) else {
+            return Err(GroupError::NoSource);
+        };
+        if let Some(ssrc) = t.repair {
+            return Ok((t.engine_id, t.shard, ssrc));
+        }
+        if started {
+            return Err(GroupError::Started);
+        }
+        let output = self.output(server, local, tracks + track as usize)?;
+        let ssrc = rand::random();
+        let repair = Box::new(RepairSpec {
+            ssrc,
+            seq0: rand::random(),
+            payload_type,
+            output,
+        });
+        let id = t.engine_id;
+        (server.engine).send(t.shard, Command::AttachRepair { id, repair });
+        t.repair = Some(ssrc);
+        Ok((t.engine_id, t.shard, ssrc))
+    }
+
     fn open_track(
         &self,
         server: &Server,
@@ -238,7 +280,7 @@ impl Group {
             )),
         };
         let output = self
-            .output(server, local, track)
+            .output(server, local, track as usize)
             .map_err(|e| release(e.into()))?;
         let ids = title
             .prefab_ids(track as usize)
@@ -266,6 +308,7 @@ impl Group {
             engine_id,
             shard,
             ssrc: ids.ssrc,
+            repair: None,
             reservation,
             _storage: storage,
         })
@@ -273,9 +316,9 @@ impl Group {
 
     /// Sockets of the server's port range on `local`, sending to the group
     /// with the group's TTL.
-    fn output(&self, server: &Server, local: IpAddr, track: u32) -> std::io::Result<Output> {
+    fn output(&self, server: &Server, local: IpAddr, stream: usize) -> std::io::Result<Output> {
         let pair = server.ports.bind(local)?;
-        let (rtp_port, rtcp_port) = self.ports(track);
+        let (rtp_port, rtcp_port) = self.ports(stream);
         let rtp_peer = SocketAddr::new(self.addr, rtp_port);
         for s in [&pair.rtp, &pair.rtcp] {
             match self.addr {
@@ -408,6 +451,11 @@ mod tests {
         assert!(config.multicast_pool.contains(&g1.addr));
         assert_eq!(g1.ports(0), (5004, 5005));
         assert_eq!(g1.ports(1), (5006, 5007));
+        assert_eq!(
+            g1.ports(3),
+            (5010, 5011),
+            "a repair stream after the tracks"
+        );
     }
 
     #[test]

@@ -43,10 +43,11 @@ pub(super) fn setup(
     (track, repair): (usize, bool),
     wish: Wish,
 ) -> Reply {
-    if repair {
-        return refuse(461, "repair streams are not sent to multicast groups");
-    }
-    let group = match existing.as_deref().map(group_of).transpose() {
+    let group = match existing
+        .as_deref()
+        .map(|s| group_of(s, track, repair))
+        .transpose()
+    {
         Ok(Some(g)) => g,
         Ok(None) => match server
             .multicast
@@ -72,9 +73,15 @@ pub(super) fn setup(
         return refuse(453, "session limit reached");
     }
     group.join();
-    let joined = group
-        .track(server, &title, track as u32, local)
-        .and_then(|t| Ok((t, member_share(server, t.1)?)));
+    let tracks = title.index().track_count();
+    let stream = match repair {
+        false => group.track(server, &title, track as u32, local),
+        true => {
+            let pt = super::repair_payload_type(&title);
+            group.repair(server, (track as u32, tracks), local, pt)
+        }
+    };
+    let joined = stream.and_then(|t| Ok((t, member_share(server, t.1)?)));
     let ((engine_id, shard, ssrc), reservation) = match joined {
         Ok(j) => j,
         Err(e) => {
@@ -86,13 +93,13 @@ pub(super) fn setup(
             return refuse(e.status(), &e.to_string());
         }
     };
-    let (rtp, rtcp) = group.ports(track as u32);
+    let (rtp, rtcp) = group.ports(if repair { tracks + track } else { track });
     let reply = transport::reply_multicast(group.addr, rtp, rtcp, group.ttl, ssrc);
     {
         let mut inner = session.lock();
         inner.add_stream(Stream {
             track: track as u32,
-            repair: false,
+            repair,
             engine_id,
             shard,
             url: req.uri.as_str().into(),
@@ -119,10 +126,14 @@ pub(super) fn setup(
 
 /// The group `session`'s tracks are in; a session of unicast tracks, or
 /// one playing, takes no multicast track.
-fn group_of(session: &Session) -> Result<Arc<Group>, Reply> {
+fn group_of(session: &Session, track: usize, repair: bool) -> Result<Arc<Group>, Reply> {
     let inner = session.lock();
     if inner.state == State::Playing {
         return Err(refuse(455, "cannot add a track while playing"));
+    }
+    let same = |s: &Stream| s.track as usize == track && s.repair == repair;
+    if inner.streams.iter().any(same) {
+        return Err(refuse(455, "track already set up in this session"));
     }
     match inner.streams.iter().find_map(|s| s.group.clone()) {
         Some(g) => Ok(g),

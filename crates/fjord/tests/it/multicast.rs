@@ -191,3 +191,81 @@ fn groups_come_from_the_pool_and_later_viewers_get_the_next_group() {
         server.assert_healthy();
     });
 }
+
+/// `name=value` of a Transport header.
+fn param<'a>(transport: &'a str, name: &str) -> &'a str {
+    (transport.split(';'))
+        .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {name} in {transport}"))
+}
+
+/// A socket that receives group `group` on `port`, as players open one.
+fn join(group: &str, port: u16) -> std::net::UdpSocket {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+    s.set_reuse_address(true).unwrap();
+    let any = std::net::Ipv4Addr::UNSPECIFIED;
+    s.bind(&std::net::SocketAddr::from((any, port)).into())
+        .unwrap();
+    s.join_multicast_v4(&group.parse().unwrap(), &any).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    s.into()
+}
+
+/// RTP packets of SSRC `ssrc` that arrive on `socket` within `limit`.
+fn count_ssrc(socket: &std::net::UdpSocket, ssrc: u32, limit: Duration) -> usize {
+    let (end, mut buf, mut n) = (std::time::Instant::now() + limit, [0u8; 2048], 0);
+    while std::time::Instant::now() < end {
+        if let Ok(len) = socket.recv(&mut buf)
+            && len >= 12
+            && u32::from_be_bytes(buf[8..12].try_into().unwrap()) == ssrc
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn a_repair_stream_goes_to_the_group_beside_its_track() {
+    in_private_network(|| {
+        let mut server = Server::start_ingested("multicast_batch_ms = 0\n");
+        let url = server.url("clip.ts");
+        let mut c = RtspClient::connect(&url).unwrap();
+        let track = c.describe_fec().unwrap().track_urls[0].clone();
+        let (code, source, session) = setup(&mut c, &track, "RTP/AVP;multicast");
+        assert_eq!(code, 200, "{source}");
+        let session = session.unwrap();
+        let headers = [("Transport", "RTP/AVP;multicast"), ("Session", &session)];
+        let r = c
+            .request("SETUP", &format!("{track}-fec"), &headers, &[])
+            .unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        let repair = r.header("Transport").unwrap().to_owned();
+        let group = param(&source, "destination");
+        assert_eq!(param(&repair, "destination"), group);
+        assert_eq!(
+            (param(&source, "port"), param(&repair, "port")),
+            ("5004-5005", "5006-5007"),
+            "the repair stream on the ports after the title's one track"
+        );
+        let ssrc = |t: &str| u32::from_str_radix(param(t, "ssrc"), 16).unwrap();
+        let (source_rx, repair_rx) = (join(group, 5004), join(group, 5006));
+        let r = c
+            .request("PLAY", &url, &[("Session", &session)], &[])
+            .unwrap();
+        assert_eq!(r.status, 200);
+        std::thread::scope(|s| {
+            let sources = s.spawn(|| count_ssrc(&source_rx, ssrc(&source), Duration::from_secs(2)));
+            let repairs = count_ssrc(&repair_rx, ssrc(&repair), Duration::from_secs(2));
+            let sources = sources.join().unwrap();
+            assert!(sources > 50, "{sources} source packets in 2 s");
+            assert!(
+                repairs > 0 && repairs < sources,
+                "{repairs} repair packets beside {sources} source packets"
+            );
+        });
+        server.assert_healthy();
+    });
+}
