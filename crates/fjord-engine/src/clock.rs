@@ -1,11 +1,12 @@
 //! A playing session's clock: which stream time is due when. Stream time
-//! `origin_ns` is due at `t0`, and stream time runs at `speed` thousandths
-//! of wall time (RFC 2326 `Speed`: 1000 is real time, 2000 twice as fast).
+//! `origin_ns` is due at `t0`, and stream time runs at `speed` millionths
+//! of wall time (RFC 2326 `Speed`: 1,000,000 is real time, 2,000,000 twice
+//! as fast; a broadcast channel's slow rates need the fine grain).
 
 use std::time::{Duration, Instant};
 
-/// Real time, in the thousandths [`Clock::speed`] counts.
-pub const REAL_TIME: u32 = 1000;
+/// Real time, in the millionths [`Clock::speed`] counts.
+pub const REAL_TIME: u32 = 1_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Clock {
@@ -72,7 +73,7 @@ mod tests {
     #[test]
     fn stream_time_runs_at_its_speed() {
         let t0 = Instant::now();
-        for (speed, wall_ms) in [(REAL_TIME, 100), (2000, 50), (500, 200)] {
+        for (speed, wall_ms) in [(REAL_TIME, 100), (2 * REAL_TIME, 50), (REAL_TIME / 2, 200)] {
             let c = Clock {
                 t0,
                 origin_ns: 1_000 * MS,
@@ -92,5 +93,13 @@ mod tests {
             speed: REAL_TIME,
         };
         assert_eq!(c.due_by(t0 - Duration::from_millis(1)), None);
+        // A broadcast channel's 1/35 of real time keeps its rate to 2e-5.
+        let slow = Clock {
+            t0,
+            origin_ns: 0,
+            speed: REAL_TIME / 35,
+        };
+        let wall = slow.wall(1_000 * MS).as_secs_f64();
+        assert!((wall / 35.0 - 1.0).abs() < 2e-5, "{wall}");
     }
 }

@@ -123,6 +123,10 @@ pub enum Until {
     At { ns: u64, packet: u32 },
     /// At the end of the title.
     End,
+    /// At time `ns`, before packet `packet`, and then again from where the
+    /// PLAY started, for ever, with the same packets (headers included): a
+    /// periodic broadcast's channel, which repeats its segments.
+    Loop { ns: u64, packet: u32 },
 }
 
 impl Until {
@@ -173,7 +177,7 @@ pub enum Command {
         /// RFC 2326 `Scale`: 1, or key frames only at that speed
         /// (backwards when negative; at most [`MAX_SCALE`] either way).
         scale: i32,
-        /// RFC 2326 `Speed` in thousandths: 1000 delivers in real time,
+        /// RFC 2326 `Speed` in millionths ([`REAL_TIME`]): 1,000,000 delivers in real time,
         /// 2000 twice as fast (timestamps unchanged).
         speed: u32,
         /// A PLAY with a Range that arrived while the session plays: when

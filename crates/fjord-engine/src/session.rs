@@ -60,6 +60,9 @@ enum AtEnd {
     /// A PLAY that came while this one was playing to a given end
     /// (RFC 2326 §10.5): it plays on from there, on the same clock.
     Play { start: Start, until: Until },
+    /// Start over from packet `packet` at title time `ns` (see
+    /// [`Until::Loop`]).
+    Loop { packet: u32, ns: u64 },
 }
 
 #[derive(Clone, Copy)]
@@ -87,7 +90,7 @@ pub(crate) struct Session {
     /// Key frames only, at another speed (RFC 2326 `Scale`); boxed, since
     /// few sessions play tricks.
     trick: Option<Box<Trick>>,
-    /// How fast the next PLAY delivers, in thousandths of real time
+    /// How fast the next PLAY delivers, in millionths of real time
     /// (RFC 2326 `Speed`).
     speed: u32,
     /// Where the PLAY stops: before this packet, at this time (`None`: at
@@ -441,7 +444,9 @@ impl Session {
         self.at_end = AtEnd::Bye;
         match until {
             Until::Previous => {}
-            Until::At { ns, packet } => self.end = Some((packet, ns)),
+            Until::At { ns, packet } | Until::Loop { ns, packet } => {
+                self.end = Some((packet, ns));
+            }
             Until::End => self.end = None,
         }
         if scale != 1 {
@@ -461,6 +466,10 @@ impl Session {
         }
         self.trick = None;
         self.state = State::Stopped;
+        if let Until::Loop { .. } = until {
+            let (packet, ns) = (self.next, self.position_ns);
+            self.at_end = AtEnd::Loop { packet, ns };
+        }
         self.tell_storage(Mode::Starting);
         let clock = self.track().map_or(90_000, |t| t.clock_rate());
         PlayInfo {
@@ -537,6 +546,16 @@ impl Session {
             AtEnd::Play { start, until } => {
                 let info = self.play(start, until, 1, at);
                 self.start(at, info.time_ns);
+                Some(now)
+            }
+            AtEnd::Loop { packet, ns } => {
+                // The same packets again, headers and all: no splice.
+                self.at_end = AtEnd::Loop { packet, ns };
+                (self.next, self.position_ns, self.clock_ns, self.floor) = (packet, ns, ns, packet);
+                if let Some(r) = &mut self.repair {
+                    r.pending = None;
+                }
+                self.start(at, ns);
                 Some(now)
             }
         }
@@ -658,7 +677,7 @@ impl Session {
         }
     }
 
-    /// RFC 2326 `Speed` of the next PLAY's delivery, in thousandths.
+    /// RFC 2326 `Speed` of the next PLAY's delivery, in millionths.
     pub(crate) fn set_speed(&mut self, speed: u32) {
         self.speed = speed.max(1);
     }
@@ -1629,6 +1648,45 @@ mod tests {
             assert_eq!(ts, info.rtptime.wrapping_add(k as u32 * 900));
             assert_eq!(payload, expected[8 + k]);
         }
+    }
+
+    /// A broadcast channel: packets 2..5 over and over, each time with the
+    /// packet file's own headers, at a tenth of real time.
+    #[test]
+    fn a_loop_repeats_its_packets_as_stored_at_its_speed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (title, expected) = prefabricated_title(dir.path());
+        let ids = title.prefab_ids(0).unwrap();
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = session(title.clone(), &rtcp);
+        (s.ssrc, s.seq0, s.ts0) = (ids.ssrc, ids.seq0, ids.ts0);
+        s.prefab = true;
+        s.set_speed(REAL_TIME / 10);
+        let start = Start::At {
+            ns: 20 * MS,
+            packet: 2,
+        };
+        let until = Until::Loop {
+            ns: 50 * MS,
+            packet: 5,
+        };
+        s.play(start, until, 1, Instant::now());
+        let t0 = Instant::now();
+        s.start(t0, 20 * MS);
+        let mut got = Vec::new();
+        let mut now = t0;
+        // 10 ms of title time per packet take 100 ms at a tenth of speed.
+        while now < t0 + Duration::from_millis(700) {
+            let (sent, _) = tick(&mut s, now, usize::MAX);
+            got.extend(sent.into_iter().map(|(seq, _, payload)| (seq, payload)));
+            now += Duration::from_millis(20);
+        }
+        assert!(s.prefab, "a loop keeps the stored headers");
+        let want: Vec<(u16, Vec<u8>)> = [2, 3, 4, 2, 3, 4, 2]
+            .iter()
+            .map(|&i| (ids.seq0.wrapping_add(i as u16), expected[i].clone()))
+            .collect();
+        assert_eq!(got, want, "seven packets in 700 ms, round and round");
     }
 
     #[test]

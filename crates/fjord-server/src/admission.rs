@@ -74,11 +74,11 @@ impl Admission {
         }
     }
 
-    /// Resizes `r` for delivery at `speed` thousandths of real time, on
+    /// Resizes `r` for delivery at `speed` millionths of real time, on
     /// its thread; false (and `r` unchanged) when that would exceed the
     /// capacity.
     pub fn resize(&self, r: &mut Reservation, speed: u32) -> bool {
-        let want = (r.base * u64::from(speed)).div_ceil(1000);
+        let want = (r.base * u64::from(speed)).div_ceil(u64::from(fjord_engine::REAL_TIME));
         if want > r.pps {
             let Some(more) = self.reserve(Some(r.thread), want - r.pps) else {
                 return false;
@@ -123,10 +123,11 @@ mod tests {
     fn a_faster_delivery_reserves_more_on_its_thread_and_gives_it_back() {
         let a = Admission::new(1, Some(1000));
         let mut r = a.reserve(None, 300).unwrap();
-        assert!(a.resize(&mut r, 3000), "900 pps");
-        assert!(!a.resize(&mut r, 4000), "1200 pps would exceed 1000");
+        let x = fjord_engine::REAL_TIME;
+        assert!(a.resize(&mut r, 3 * x), "900 pps");
+        assert!(!a.resize(&mut r, 4 * x), "1200 pps would exceed 1000");
         assert!(a.reserve(None, 101).is_none(), "still 900 held");
-        assert!(a.resize(&mut r, 1000));
+        assert!(a.resize(&mut r, x));
         assert!(a.reserve(None, 700).is_some(), "back to 300");
     }
 

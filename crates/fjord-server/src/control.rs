@@ -894,7 +894,7 @@ async fn engine_play(
 }
 
 /// Sizes every stream's admission reservation for delivery at `speed`
-/// (thousandths) instead of `was`; false, and none changed, when a
+/// (millionths) instead of `was`; false, and none changed, when a
 /// thread has no room.
 fn resize_for_speed(admission: &Admission, streams: &mut [Stream], was: u32, speed: u32) -> bool {
     for i in 0..streams.len() {

@@ -17,7 +17,7 @@ pub type Refusal = (u16, String);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rate {
     pub scale: i32,
-    /// In thousandths of real time.
+    /// In millionths of real time ([`REAL_TIME`]).
     pub speed: u32,
 }
 
@@ -60,12 +60,12 @@ fn requested_speed(v: &str, max_speed: f64) -> Result<u32, Refusal> {
     let Some(x) = rate::parse(v, false) else {
         return Err((400, format!("invalid Speed: {v}")));
     };
-    let thousandths = (x * f64::from(REAL_TIME)).round();
-    if x > max_speed || thousandths < 1.0 {
+    let millionths = (x * f64::from(REAL_TIME)).round();
+    if x > max_speed || millionths < 1.0 {
         let why = format!("Speed {v} is not supported: up to {max_speed} (max_speed)");
         return Err((456, why));
     }
-    Ok(thousandths as u32)
+    Ok(millionths as u32)
 }
 
 fn requested_scale(v: &str, title: &Title) -> Result<i32, Refusal> {

@@ -70,7 +70,7 @@ pub struct Inner {
     pub streams: Box<[Stream]>,
     /// The latest PLAY's `Scale` (1 before any).
     pub scale: i32,
-    /// The latest PLAY's `Speed`, in thousandths (its streams' admission
+    /// The latest PLAY's `Speed`, in millionths (its streams' admission
     /// reservations are sized for it).
     pub speed: u32,
     /// The connection's task, waiting for the session to end.
