@@ -327,7 +327,9 @@ impl Config {
             return bad("storage_threads must be between 1 and 64");
         }
         if !self.multicast_pool.addr().is_multicast() || self.multicast_pool.prefix_len() == 0 {
-            return bad("multicast_pool must be a network of multicast addresses, e.g. 239.255.0.0/16");
+            return bad(
+                "multicast_pool must be a network of multicast addresses, e.g. 239.255.0.0/16",
+            );
         }
         if self.multicast_port < 1024 || self.multicast_port % 2 == 1 || self.multicast_ttl == 0 {
             return bad("multicast_port must be even and at least 1024, multicast_ttl at least 1");
