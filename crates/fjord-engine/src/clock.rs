@@ -57,10 +57,12 @@ impl Clock {
     }
 
     /// How late stream time `ns` is when the clock stands at `now_ns`
-    /// ([`Clock::at`], taken once for a burst of packets).
+    /// ([`Clock::at`], taken once for a burst of packets). Times before the
+    /// origin are due at `t0` ([`Clock::due`]), as the packets of a seek's
+    /// key frame sent ahead of its time are: late only by what passed since.
     #[inline]
     pub fn lateness(&self, ns: u64, now_ns: u64) -> Duration {
-        self.wall(now_ns.saturating_sub(ns))
+        self.wall(now_ns.saturating_sub(ns.max(self.origin_ns)))
     }
 }
 
@@ -84,6 +86,11 @@ mod tests {
             assert_eq!(c.at(at), 1_100 * MS);
             assert_eq!(c.due_by(at), Some(1_100 * MS));
             assert_eq!(c.due(900 * MS), t0, "before the origin: due at once");
+            assert_eq!(
+                c.lateness(900 * MS, c.at(t0 + Duration::from_millis(1))),
+                Duration::from_millis(1),
+                "and late by what passed since t0"
+            );
             let later = c.at(at + Duration::from_millis(3));
             assert_eq!(c.lateness(1_100 * MS, later), Duration::from_millis(3));
         }

@@ -257,7 +257,9 @@ impl Session {
     }
 
     /// The next packet is not resident yet: look again shortly. Before the
-    /// first packet of a PLAY the session's clock moves on with the wait.
+    /// first packet of a PLAY the session's clock slips with the wait: the
+    /// stream starts late rather than in a burst of packets already due.
+    /// Elsewhere a wait makes late packets, and counts them.
     fn not_ready(&mut self, p: &mut Pacing) -> Option<Instant> {
         p.stats.not_ready += 1;
         let retry = p.now + NOT_READY_RETRY;
@@ -266,12 +268,16 @@ impl Session {
         }
         if self.starting
             && let State::Playing(c) = self.state
+            && let Some(rec) = self.track().and_then(|t| t.packet(self.next as usize))
         {
-            // A clock set to start later (a multicast group's batching
+            // A clock that starts later (a multicast group's batching
             // window) keeps its start.
-            let t0 = c.t0.max(retry);
-            self.state = State::Playing(Clock { t0, ..c });
-            self.next_report = t0;
+            let slip = retry.saturating_duration_since(c.due(self.due_ns(self.next, &rec)));
+            self.state = State::Playing(Clock {
+                t0: c.t0 + slip,
+                ..c
+            });
+            self.next_report = self.next_report.max(c.t0 + slip);
         }
         Some(retry)
     }
