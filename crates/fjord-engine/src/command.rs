@@ -124,9 +124,14 @@ pub enum Until {
     /// At the end of the title.
     End,
     /// At time `ns`, before packet `packet`, and then again from where the
-    /// PLAY started, for ever, with the same packets (headers included): a
-    /// periodic broadcast's channel, which repeats its segments.
-    Loop { ns: u64, packet: u32 },
+    /// PLAY started, for ever, with the same packets (headers included),
+    /// each round `period` after the one before (zero: at once): a periodic
+    /// broadcast's channel, which repeats its segments.
+    Loop {
+        ns: u64,
+        packet: u32,
+        period: std::time::Duration,
+    },
 }
 
 impl Until {
@@ -214,6 +219,15 @@ pub enum Command {
     },
     Remove {
         id: u64,
+    },
+    /// Packets `first..` of session `id` are due `offsets[i - first]` ns
+    /// after the time its next PLAY starts at, instead of at their media
+    /// times: a broadcast channel sends its segment at a constant byte
+    /// rate. Packets past the table keep their media times.
+    Pace {
+        id: u64,
+        first: u32,
+        offsets: Box<[u64]>,
     },
     /// Hand the write side of an RTSP connection to this engine thread: from
     /// now on every byte to that client (RTSP replies included) goes through

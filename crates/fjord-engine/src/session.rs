@@ -60,9 +60,13 @@ enum AtEnd {
     /// A PLAY that came while this one was playing to a given end
     /// (RFC 2326 §10.5): it plays on from there, on the same clock.
     Play { start: Start, until: Until },
-    /// Start over from packet `packet` at title time `ns` (see
-    /// [`Until::Loop`]).
-    Loop { packet: u32, ns: u64 },
+    /// Start over from packet `packet` at title time `ns`, `period` after
+    /// the round before began (see [`Until::Loop`]).
+    Loop {
+        packet: u32,
+        ns: u64,
+        period: Duration,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -112,6 +116,9 @@ pub(crate) struct Session {
     /// Boxed: few sessions send a repair stream, and its state is as large
     /// as the rest of a session.
     repair: Option<Box<Repair>>,
+    /// A broadcast channel's byte-rate schedule ([`crate::Command::Pace`]);
+    /// boxed, as few sessions have one.
+    pace: Option<Box<Pace>>,
     /// When the latest packet left (the BYE waits for it, too).
     last_sent: Option<Instant>,
     /// First packet of the latest seek: blocks that start before it get no
@@ -129,6 +136,21 @@ pub(crate) struct Session {
     started: Option<Instant>,
     /// Times the first packet of the latest PLAY was not resident yet.
     start_waits: u32,
+}
+
+/// When packets are due in a paced session: `offsets[i - first]` after
+/// `base_ns`, the title time the PLAY starts at.
+struct Pace {
+    first: u32,
+    base_ns: u64,
+    offsets: Box<[u64]>,
+}
+
+impl Pace {
+    fn due_ns(&self, i: u32) -> Option<u64> {
+        let k = i.checked_sub(self.first)?;
+        Some(self.base_ns + *self.offsets.get(k as usize)?)
+    }
 }
 
 struct Repair {
@@ -208,6 +230,7 @@ impl Session {
             state: State::Stopped,
             next_report: Instant::now(),
             repair: None,
+            pace: None,
             last_sent: None,
             floor: 0,
             readahead: None,
@@ -381,10 +404,22 @@ impl Session {
     /// Stream time packet `i` (record `rec`) is due.
     #[inline]
     fn due_ns(&self, i: u32, rec: &PacketRecord) -> u64 {
-        match &self.trick {
-            Some(t) => t.due_ns(i),
-            None => rec.send_time_ns,
+        match (&self.trick, &self.pace) {
+            (Some(t), _) => t.due_ns(i),
+            (None, Some(p)) => p.due_ns(i).unwrap_or(rec.send_time_ns),
+            (None, None) => rec.send_time_ns,
         }
+    }
+
+    /// Packets `first..` due at `offsets` from the PLAY's start
+    /// ([`crate::Command::Pace`]).
+    pub(crate) fn pace(&mut self, first: u32, offsets: Box<[u64]>) {
+        let base_ns = self.position_ns;
+        self.pace = Some(Box::new(Pace {
+            first,
+            base_ns,
+            offsets,
+        }));
     }
 
     /// Whether a burst must end after packet `i`: the last of a key frame
@@ -450,7 +485,7 @@ impl Session {
         self.at_end = AtEnd::Bye;
         match until {
             Until::Previous => {}
-            Until::At { ns, packet } | Until::Loop { ns, packet } => {
+            Until::At { ns, packet } | Until::Loop { ns, packet, .. } => {
                 self.end = Some((packet, ns));
             }
             Until::End => self.end = None,
@@ -472,9 +507,12 @@ impl Session {
         }
         self.trick = None;
         self.state = State::Stopped;
-        if let Until::Loop { .. } = until {
+        if let Until::Loop { period, .. } = until {
             let (packet, ns) = (self.next, self.position_ns);
-            self.at_end = AtEnd::Loop { packet, ns };
+            self.at_end = AtEnd::Loop { packet, ns, period };
+        }
+        if let Some(p) = &mut self.pace {
+            p.base_ns = self.position_ns;
         }
         self.tell_storage(Mode::Starting);
         let clock = self.track().map_or(90_000, |t| t.clock_rate());
@@ -539,6 +577,13 @@ impl Session {
         if now < at {
             return Some(at);
         }
+        if let AtEnd::Loop { packet, ns, period } = self.at_end
+            && let State::Playing(c) = self.state
+        {
+            let again = if period.is_zero() { at } else { c.t0 + period };
+            self.loop_again(packet, ns, again);
+            return Some(now);
+        }
         self.state = State::Stopped;
         self.clock_ns = end_ns;
         match std::mem::replace(&mut self.at_end, AtEnd::Bye) {
@@ -554,17 +599,19 @@ impl Session {
                 self.start(at, info.time_ns);
                 Some(now)
             }
-            AtEnd::Loop { packet, ns } => {
-                // The same packets again, headers and all: no splice.
-                self.at_end = AtEnd::Loop { packet, ns };
-                (self.next, self.position_ns, self.clock_ns, self.floor) = (packet, ns, ns, packet);
-                if let Some(r) = &mut self.repair {
-                    r.pending = None;
-                }
-                self.start(at, ns);
-                Some(now)
-            }
+            AtEnd::Loop { .. } => None,
         }
+    }
+
+    /// Sets up the next round of a loop, starting at `again` (once the
+    /// round before has ended): the same packets, headers and all, no
+    /// splice.
+    fn loop_again(&mut self, packet: u32, ns: u64, again: Instant) {
+        (self.next, self.position_ns, self.clock_ns, self.floor) = (packet, ns, ns, packet);
+        if let Some(r) = &mut self.repair {
+            r.pending = None;
+        }
+        self.start(again, ns);
     }
 
     /// Positions the session for trick play at `scale` from `start` (where
@@ -1146,9 +1193,13 @@ impl Session {
             // Wake a quarter burst before the next packet is due: it may
             // leave that early anyway, and a late wake-up (a busy CPU)
             // then costs slack instead of a late packet.
-            let ns = match &self.trick {
-                Some(t) => t.due_ns(self.next),
-                None => self.media_time(self.next).0,
+            let ns = match (
+                &self.trick,
+                self.pace.as_ref().and_then(|p| p.due_ns(self.next)),
+            ) {
+                (Some(t), _) => t.due_ns(self.next),
+                (None, Some(ns)) => ns,
+                (None, None) => self.media_time(self.next).0,
             };
             let at = clock.due(ns);
             at.checked_sub(p.burst / 4).unwrap_or(at)
@@ -1675,6 +1726,7 @@ mod tests {
         let until = Until::Loop {
             ns: 50 * MS,
             packet: 5,
+            period: Duration::ZERO,
         };
         s.play(start, until, 1, Instant::now());
         let t0 = Instant::now();
@@ -1693,6 +1745,44 @@ mod tests {
             .map(|&i| (ids.seq0.wrapping_add(i as u16), expected[i].clone()))
             .collect();
         assert_eq!(got, want, "seven packets in 700 ms, round and round");
+    }
+
+    /// A paced channel: packets 2..5 at 0, 5 and 30 ms of each round, a
+    /// round every 100 ms, whatever their media times.
+    #[test]
+    fn a_paced_loop_sends_at_its_offsets_each_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let (title, _) = prefabricated_title(dir.path());
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = session(title.clone(), &rtcp);
+        s.pace(2, vec![0, 5 * MS, 30 * MS].into_boxed_slice());
+        let start = Start::At {
+            ns: 20 * MS,
+            packet: 2,
+        };
+        let until = Until::Loop {
+            ns: 20 * MS + 31 * MS,
+            packet: 5,
+            period: Duration::from_millis(100),
+        };
+        s.play(start, until, 1, Instant::now());
+        let t0 = Instant::now();
+        s.start(t0, 20 * MS);
+        let mut sent_at = Vec::new();
+        for ms in 0..250 {
+            let now = t0 + Duration::from_millis(ms);
+            let (sent, _) = tick(&mut s, now, usize::MAX);
+            sent_at.extend(sent.iter().map(|_| ms));
+        }
+        // A packet leaves up to a burst (15 ms) early: by its due time.
+        let due = [0, 5, 30, 100, 105, 130, 200, 205, 230];
+        assert_eq!(sent_at.len(), due.len(), "{sent_at:?}");
+        for (at, due) in sent_at.iter().zip(due) {
+            assert!(
+                *at <= due && due < at + 16,
+                "sent at {at} ms, due {due}: {sent_at:?}"
+            );
+        }
     }
 
     #[test]

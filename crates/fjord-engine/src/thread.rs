@@ -401,6 +401,13 @@ impl Worker {
                 }
             }
             Command::Remove { id } => self.remove(id),
+            Command::Pace { id, first, offsets } => {
+                if let Some(&k) = self.ids.get(&id)
+                    && let Some(s) = self.slots[k as usize].as_mut()
+                {
+                    s.pace(first, offsets);
+                }
+            }
             Command::Bye { id } => self.bye(id),
             Command::Stats { reply } => {
                 let (user, system) = thread_cpu();
