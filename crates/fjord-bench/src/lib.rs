@@ -14,6 +14,7 @@
 //! downloads beside nginx are [`http`]. Statistics over repetitions are in
 //! [`stats`], output in [`report`].
 
+pub mod broadcast;
 pub mod capacity;
 pub mod clip;
 pub mod copies;

@@ -52,6 +52,9 @@ pub struct SoakConfig {
     /// The `fjord` binary (serve, ingest).
     pub fjord_exe: PathBuf,
     pub progress: bool,
+    /// The server's engine threads under SCHED_FIFO (`realtime = true`):
+    /// the viewers on the same cores then cannot delay its packets.
+    pub realtime: bool,
 }
 
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);
@@ -74,7 +77,7 @@ pub fn run(cfg: &SoakConfig, command: &str) -> anyhow::Result<SoakReport> {
     let scratch = tempfile::Builder::new().prefix("fjord-soak").tempdir()?;
     let (media, titles) = make_titles(scratch.path(), cfg)?;
     let config = scratch.path().join("serve.toml");
-    std::fs::write(&config, serve_config(&media))?;
+    std::fs::write(&config, serve_config(&media, cfg.realtime))?;
     let server = Server::start(&cfg.fjord_exe, &config)?;
     let (urls, title_s) = describe(&server, &titles)?;
     let shape = plan::Shape {
@@ -218,11 +221,11 @@ fn remux_mp4(ts: &Path, mp4: &Path) -> anyhow::Result<()> {
 
 /// Limits far above the load, so nothing is refused; the session timeout
 /// is the default's.
-fn serve_config(media: &Path) -> String {
+fn serve_config(media: &Path, realtime: bool) -> String {
     format!(
         "root = {media:?}\nmax_sessions = 100000\nmax_connections = 100000\n\
          max_connections_per_address = 0\nsession_timeout_s = 60\n\
-         capacity_pps_per_core = 1000000000000\n"
+         capacity_pps_per_core = 1000000000000\nrealtime = {realtime}\n"
     )
 }
 

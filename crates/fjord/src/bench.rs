@@ -99,6 +99,69 @@ pub enum BenchCmd {
     /// end checks that the sessions drain and the server exits 0 on
     /// SIGTERM. Ctrl-C ends the run early, still reporting.
     Soak(SoakArgs),
+    /// Periodic broadcasting of one title, simulated (no network):
+    /// staggered, pyramid, skyscraper, harmonic and cautious harmonic.
+    ///
+    /// Plans each scheme for a title (synthetic: constant bit rate,
+    /// 1316-byte packets, a key frame every --gop s; or --title FILE, whose
+    /// index is made beside it if missing) with segments cut at its sync
+    /// points, and plays --arrivals random clients (plus the worst-placed
+    /// ones) against the channels' send schedules: formula and measured
+    /// bandwidth, worst and mean wait, client buffer, underruns. Also the
+    /// same without sync constraints, other key-frame spacings, and
+    /// bandwidth over the start-up wait. Prints the table and writes
+    /// broadcast.md and broadcast.svg to --out.
+    Broadcast(BroadcastArgs),
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct BroadcastArgs {
+    /// Length of the synthetic title
+    #[arg(long, default_value_t = 180)]
+    pub title_seconds: u64,
+    /// Rate of the synthetic title, Mbit/s
+    #[arg(long, default_value_t = 3.5)]
+    pub mbps: f64,
+    /// Longest start-up wait, seconds
+    #[arg(long, default_value_t = 5.0)]
+    pub max_start: f64,
+    /// Seconds between the synthetic title's key frames
+    #[arg(long, default_value_t = 1.0)]
+    pub gop: f64,
+    /// Random client arrivals per scheme
+    #[arg(long, default_value_t = 1000)]
+    pub arrivals: usize,
+    /// Seed of the arrivals
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// A media file (.ts, .mp4, ...) instead of the synthetic title
+    #[arg(long)]
+    pub title: Option<PathBuf>,
+    /// Directory for broadcast.md and broadcast.svg
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+}
+
+fn broadcast(a: BroadcastArgs) -> anyhow::Result<()> {
+    let cfg = fjord_bench::broadcast::BroadcastConfig {
+        title_seconds: a.title_seconds,
+        mbps: a.mbps,
+        max_start_s: a.max_start,
+        gop_s: a.gop,
+        arrivals: a.arrivals,
+        seed: a.seed,
+        title: a.title,
+        out: a.out.clone(),
+    };
+    let command = std::env::args()
+        .enumerate()
+        .map(|(i, s)| if i == 0 { "fjord".to_string() } else { s })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let report = fjord_bench::broadcast::run(&cfg, &command)?;
+    println!("{}", report.markdown());
+    println!("written: {}", a.out.join("broadcast.md").display());
+    Ok(())
 }
 
 #[derive(Args, Clone, Debug)]
@@ -121,6 +184,10 @@ pub struct SoakArgs {
     /// Directory for soak.md, soak.svg and soak.csv
     #[arg(long, default_value = "bench/results")]
     pub out: PathBuf,
+    /// The server's engine threads under SCHED_FIFO (`realtime = true`), so
+    /// the viewers sharing its cores cannot delay its packets (root)
+    #[arg(long)]
+    pub realtime: bool,
 }
 
 fn soak(a: SoakArgs) -> anyhow::Result<()> {
@@ -133,6 +200,7 @@ fn soak(a: SoakArgs) -> anyhow::Result<()> {
         out: a.out.clone(),
         fjord_exe: std::env::current_exe()?,
         progress: true,
+        realtime: a.realtime,
     };
     let command = std::env::args()
         .enumerate()
@@ -849,6 +917,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Storage(a) => return storage(a),
         BenchCmd::Http(a) => return http(a),
         BenchCmd::Soak(a) => return soak(a),
+        BenchCmd::Broadcast(a) => return broadcast(a),
         BenchCmd::Datapath(a) => a.config()?,
         BenchCmd::Download(a) => {
             let mut cfg = DatapathConfig {
