@@ -26,6 +26,10 @@ pub struct Config {
     pub users: Vec<UserConfig>,
     /// The realm of Digest challenges (stored password hashes bind it).
     pub auth_realm: String,
+    /// Titles sent by periodic broadcasting (`[[broadcast]]` tables), each
+    /// on channels of groups from `multicast_pool`, from the server's start.
+    #[serde(rename = "broadcast")]
+    pub broadcasts: Vec<BroadcastConfig>,
     /// TLS certificate chain and private key (PEM files): with them,
     /// `rtsps://` on `rtsps_port` and HTTPS on `http_port` beside plain
     /// HTTP; re-read on SIGHUP. Empty: no TLS.
@@ -158,6 +162,7 @@ impl Default for Config {
             tls_key: PathBuf::new(),
             rtsps_port: 322,
             users: Vec::new(),
+            broadcasts: Vec::new(),
             auth_realm: fjord_proto::auth::DEFAULT_REALM.to_owned(),
             hls_segment_s: 6,
             http_allow_origin: "*".to_owned(),
@@ -198,6 +203,18 @@ impl Default for Config {
             stats_file: PathBuf::new(),
         }
     }
+}
+
+/// A `[[broadcast]]` table: a title sent by periodic broadcasting.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BroadcastConfig {
+    pub title: String,
+    /// `staggered`, `pyramid`, `skyscraper`, `harmonic` or
+    /// `cautious-harmonic`.
+    pub scheme: String,
+    /// The longest a viewer waits for the title to start, in seconds.
+    pub max_start_s: f64,
 }
 
 /// A `[[user]]` table: `name` and `password` (plain, or the
@@ -342,6 +359,12 @@ impl Config {
         }
         self.admin_bind()?;
         crate::guard::check_users(self)?;
+        for b in &self.broadcasts {
+            crate::broadcast::scheme(&b.scheme).map_err(ConfigError::Invalid)?;
+            if !(b.max_start_s > 0.0 && b.max_start_s <= 3600.0) {
+                return bad("a [[broadcast]]'s max_start_s must be above 0 and at most 3600");
+            }
+        }
         if self.max_connections == 0 || self.max_sessions == 0 {
             return bad("max_connections and max_sessions must be at least 1");
         }
@@ -392,7 +415,8 @@ impl Config {
             head_s,
             storage_threads,
             disk_mbps,
-            stats_file
+            stats_file,
+            broadcasts
         );
         (new, kept)
     }

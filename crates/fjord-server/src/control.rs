@@ -150,6 +150,14 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
     if target.track.is_some() {
         return status(404);
     }
+    if broadcast_query(&req.uri) {
+        return match server.broadcasts.schedule(&target.title) {
+            Some(json) => Response::new(200)
+                .body("application/json", json.to_string())
+                .into(),
+            None => refuse(404, "this title is not broadcast"),
+        };
+    }
     let title = match server.catalog.open(&target.title).await {
         Ok((_, t)) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
@@ -233,6 +241,12 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
 const FEC_FEATURE: &str = "fjord.fec";
 
 /// Whether the request's `Supported` headers list `feature`.
+/// `?broadcast` in a request URI: the title's broadcast schedule.
+fn broadcast_query(uri: &str) -> bool {
+    uri.split_once('?')
+        .is_some_and(|(_, q)| q.split('&').any(|p| p == "broadcast"))
+}
+
 fn supports(req: &Request, feature: &str) -> bool {
     req.headers
         .iter()

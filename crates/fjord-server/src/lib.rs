@@ -8,6 +8,7 @@
 mod access;
 mod admin;
 mod admission;
+mod broadcast;
 mod catalog;
 pub mod config;
 mod conn;
@@ -69,6 +70,8 @@ pub(crate) struct Server {
     admission: Admission,
     /// Multicast groups in use and gathering sessions.
     multicast: multicast::Multicast,
+    /// Titles sent by periodic broadcasting, and their schedules.
+    broadcasts: broadcast::Broadcasts,
     storage: Option<fjord_storage::Storage>,
     ids: AtomicU64,
     metrics: metrics::Metrics,
@@ -204,6 +207,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         }),
         admission: Admission::new(config.threads(), config.capacity_pps_per_core()),
         multicast: multicast::Multicast::default(),
+        broadcasts: broadcast::Broadcasts::default(),
         storage,
         catalog,
         engine,
@@ -234,6 +238,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         println!("fjord: listening on rtsps://{}/", listener.local_addr()?);
         tokio::spawn(listen_rtsps(server.clone(), listener));
     }
+    tokio::spawn(broadcast::start_all(server.clone()));
     println!("fjord: listening on rtsp://{local}/");
     if let Some(listener) = http {
         println!("fjord: downloads on http://{}/", listener.local_addr()?);

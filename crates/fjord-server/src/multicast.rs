@@ -131,6 +131,16 @@ impl Multicast {
     }
 }
 
+impl Multicast {
+    /// A group of the pool for good (a broadcast channel's).
+    pub(crate) fn reserve(&self, config: &Config) -> Result<IpAddr, GroupError> {
+        let mut reg = lock(&self.registry);
+        let addr = free_address(config.multicast_pool, &reg.in_use).ok_or(GroupError::PoolFull)?;
+        reg.in_use.insert(addr);
+        Ok(addr)
+    }
+}
+
 /// The first address of `pool` not in use.
 fn free_address(pool: IpNet, in_use: &HashSet<IpAddr>) -> Option<IpAddr> {
     pool.hosts().find(|a| !in_use.contains(a))

@@ -7,6 +7,7 @@
 
 mod admin;
 mod auth;
+mod broadcast;
 mod browser;
 mod cli;
 mod client;

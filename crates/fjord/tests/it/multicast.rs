@@ -200,7 +200,7 @@ fn param<'a>(transport: &'a str, name: &str) -> &'a str {
 }
 
 /// A socket that receives group `group` on `port`, as players open one.
-fn join(group: &str, port: u16) -> std::net::UdpSocket {
+pub(crate) fn join(group: &str, port: u16) -> std::net::UdpSocket {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
     s.set_reuse_address(true).unwrap();
@@ -214,7 +214,7 @@ fn join(group: &str, port: u16) -> std::net::UdpSocket {
 }
 
 /// RTP packets of SSRC `ssrc` that arrive on `socket` within `limit`.
-fn count_ssrc(socket: &std::net::UdpSocket, ssrc: u32, limit: Duration) -> usize {
+pub(crate) fn count_ssrc(socket: &std::net::UdpSocket, ssrc: u32, limit: Duration) -> usize {
     let (end, mut buf, mut n) = (std::time::Instant::now() + limit, [0u8; 2048], 0);
     while std::time::Instant::now() < end {
         if let Ok(len) = socket.recv(&mut buf)
