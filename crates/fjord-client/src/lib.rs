@@ -16,6 +16,7 @@
 //! The exception is [`load`], the load generator behind `fjord load`: one
 //! thread for all sessions, epoll and `recvmmsg` with `UDP_GRO` through libc.
 
+pub mod broadcast;
 mod capture;
 mod error;
 pub mod fec;

@@ -9,6 +9,7 @@ use std::{
 mod bench;
 mod load;
 mod play;
+mod play_broadcast;
 
 use clap::{Parser, Subcommand};
 use fjord_media::{ingest, ts::TsOptions};

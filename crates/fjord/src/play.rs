@@ -34,6 +34,11 @@ pub struct PlayArgs {
     /// RTP interleaved on the RTSP connection instead of UDP
     #[arg(long)]
     pub tcp: bool,
+    /// Join the title's periodic broadcast channels (the server's
+    /// [[broadcast]] titles) instead of a session; `-o -` writes the title
+    /// to stdout as it arrives (e.g. `| ffplay -`)
+    #[arg(long)]
+    pub broadcast: bool,
     /// Testing: drop each received packet (source or repair) with this
     /// probability before recovery
     #[arg(long, default_value_t = 0.0, value_name = "P")]
@@ -68,6 +73,9 @@ struct Track {
 }
 
 pub fn run(args: PlayArgs) -> anyhow::Result<()> {
+    if args.broadcast {
+        return crate::play_broadcast::run(args);
+    }
     ensure!(
         (0.0..=1.0).contains(&args.drop),
         "--drop must be a probability between 0 and 1"
