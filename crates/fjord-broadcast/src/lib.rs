@@ -82,6 +82,7 @@ pub mod formula;
 pub mod join;
 pub mod layout;
 pub mod plan;
+pub mod schedule;
 pub mod scheme;
 pub mod segment;
 pub mod sim;

@@ -38,58 +38,21 @@
 //!   channel: repair by the carousel. (FEC repair streams over broadcast
 //!   channels are not built.)
 
-use std::collections::BTreeSet;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::ops::Range;
 
-use fjord_broadcast::CHANNEL_LIMIT;
+pub use fjord_broadcast::schedule::{
+    ChannelGroup, MAX_SCHEDULE_BYTES, SCHEDULE_VERSION, Schedule, ScheduleError,
+};
 pub use fjord_broadcast::{Description, JoinPlan, Plan, PlanError};
-use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::rtp::parse_rtp;
 
-/// The schedule format this client reads.
-pub const SCHEDULE_VERSION: u32 = 1;
-/// The largest schedule a client reads (a title's packet table costs about
-/// 20 bytes a packet: hours of video).
-pub const MAX_SCHEDULE_BYTES: usize = 64 << 20;
 /// A channel is heard for at most this many periods past its window while
 /// packets lost in the window are missing.
 pub const REPAIR_PERIODS: u64 = 3;
-
-/// What a server publishes for a broadcast title.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Schedule {
-    /// [`SCHEDULE_VERSION`].
-    pub version: u32,
-    /// The title's name, for people.
-    pub title: String,
-    /// The plan's epoch (time 0 of every channel) as a wall-clock instant,
-    /// ns since the UNIX epoch (`CLOCK_REALTIME`).
-    pub epoch_unix_ns: u64,
-    pub ssrc: u32,
-    /// Packet i is sent with sequence number `seq0 + i` (mod 2^16)...
-    pub seq0: u16,
-    /// ...and timestamp `ts0 +` its media timestamp (mod 2^32), in
-    /// `clock_rate` Hz.
-    pub ts0: u32,
-    pub clock_rate: u32,
-    pub payload_type: u8,
-    /// The multicast TTL the server sends with (informative).
-    pub ttl: u8,
-    /// `channels[c]` carries the plan's channel c.
-    pub channels: Vec<ChannelGroup>,
-    pub plan: Description,
-}
-
-/// Where a channel is sent: RTP to `group:port`, RTCP to `port + 1`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChannelGroup {
-    pub group: Ipv4Addr,
-    pub port: u16,
-}
 
 /// A non-blocking socket hearing channel group `g`: `SO_REUSEADDR`, bound
 /// to `0.0.0.0:port`, the group joined on any interface, delivering only
@@ -107,73 +70,12 @@ pub fn channel_socket(g: ChannelGroup, recv_buffer: usize) -> io::Result<UdpSock
     Ok(s.into())
 }
 
-/// Why a schedule is refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ScheduleError {
-    #[error("the schedule is {0} bytes; at most {MAX_SCHEDULE_BYTES} are read")]
-    TooLarge(usize),
-    #[error("the schedule is not valid JSON: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("schedule version {0}; this client reads version {SCHEDULE_VERSION}")]
-    Version(u32),
-    #[error("invalid schedule: {0}")]
-    Invalid(String),
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-}
-
-impl Schedule {
-    /// Parses and checks a published schedule, rebuilding its plan.
-    pub fn from_json(body: &[u8]) -> Result<(Schedule, Plan), ScheduleError> {
-        if body.len() > MAX_SCHEDULE_BYTES {
-            return Err(ScheduleError::TooLarge(body.len()));
-        }
-        let s: Schedule = serde_json::from_slice(body)?;
-        let plan = s.check()?;
-        Ok((s, plan))
-    }
-
-    /// Checks everything but the plan, then rebuilds the plan (which checks
-    /// itself against its description).
-    pub fn check(&self) -> Result<Plan, ScheduleError> {
-        if self.version != SCHEDULE_VERSION {
-            return Err(ScheduleError::Version(self.version));
-        }
-        let invalid = |what: String| Err(ScheduleError::Invalid(what));
-        let n = self.channels.len();
-        if n == 0 || n > CHANNEL_LIMIT || n != self.plan.channels.len() {
-            return invalid(format!(
-                "{n} channel groups for {} plan channels (1..={CHANNEL_LIMIT})",
-                self.plan.channels.len()
-            ));
-        }
-        if n > self.plan.config.max_channels {
-            return invalid(format!(
-                "{n} channels, over the plan's cap of {}",
-                self.plan.config.max_channels
-            ));
-        }
-        if self.clock_rate == 0 {
-            return invalid("clock rate 0".into());
-        }
-        let mut seen = BTreeSet::new();
-        for (c, g) in self.channels.iter().enumerate() {
-            if !g.group.is_multicast() || g.port == 0 || g.port == u16::MAX {
-                return invalid(format!("channel {c}: {}:{}", g.group, g.port));
-            }
-            if !seen.insert((g.group, g.port)) {
-                return invalid(format!("channel {c}: {}:{} twice", g.group, g.port));
-            }
-        }
-        Ok(Plan::from_description(&self.plan)?)
-    }
-
-    pub fn numbering(&self) -> Numbering {
-        Numbering {
-            seq0: self.seq0,
-            ts0: self.ts0,
-            clock_rate: self.clock_rate,
-        }
+/// How RTP numbers the title's packets on every channel (`schedule`'s).
+pub fn numbering(schedule: &Schedule) -> Numbering {
+    Numbering {
+        seq0: schedule.seq0,
+        ts0: schedule.ts0,
+        clock_rate: schedule.clock_rate,
     }
 }
 
@@ -674,7 +576,7 @@ impl Receiver {
         Receiver {
             ssrc: schedule.ssrc,
             payload_type: schedule.payload_type,
-            numbering: schedule.numbering(),
+            numbering: numbering(schedule),
             channel_packets: (0..plan.channels().len())
                 .map(|c| channel_packets(&plan, c))
                 .collect(),
@@ -738,6 +640,7 @@ impl Receiver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fjord_broadcast::CHANNEL_LIMIT;
     use fjord_broadcast::{Config, Packet, Scheme, Title};
     use proptest::prelude::*;
 
@@ -786,7 +689,7 @@ mod tests {
     }
 
     fn rtp(s: &Schedule, i: u32, pts_ns: u64, body: &[u8]) -> Vec<u8> {
-        let n = s.numbering();
+        let n = numbering(s);
         let mut p = vec![0x80, s.payload_type];
         p.extend_from_slice(&n.seq_of(i).to_be_bytes());
         p.extend_from_slice(&n.ts_of(pts_ns).to_be_bytes());

@@ -14,7 +14,10 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use fjord_broadcast::{Config as PlanConfig, Packet, Plan, Scheme, Title as PlanTitle};
+use fjord_broadcast::{
+    Config as PlanConfig, Packet, Plan, Scheme, Title as PlanTitle,
+    schedule::{ChannelGroup, SCHEDULE_VERSION, Schedule},
+};
 use fjord_engine::{Command, Output, SessionSpec, Start, Title, Until};
 
 use fjord_media::prefab::Ids;
@@ -78,6 +81,9 @@ pub(crate) async fn start_all(server: Arc<Server>) {
 
 /// Plans `b`'s title, starts its channels and returns the schedule.
 async fn start(server: &Server, b: &BroadcastConfig) -> Result<(String, Vec<Held>), String> {
+    if !server.config().multicast_pool.addr().is_ipv4() {
+        return Err("broadcast channels need an IPv4 multicast_pool".into());
+    }
     let (name, title) = (server.catalog.open(&b.title).await).map_err(|e| e.to_string())?;
     let max_wait_ns = (b.max_start_s * 1e9) as u64;
     let config = PlanConfig::new(scheme(&b.scheme)?, max_wait_ns);
@@ -304,21 +310,29 @@ fn schedule(
     (epoch, groups): (SystemTime, &[SocketAddr]),
 ) -> String {
     let track = title.index().track(0);
-    let channels: Vec<_> = (groups.iter())
-        .map(|g| serde_json::json!({ "group": g.ip().to_string(), "port": g.port() }))
+    let channels = (groups.iter())
+        .filter_map(|g| match g.ip() {
+            IpAddr::V4(group) => Some(ChannelGroup {
+                group,
+                port: g.port(),
+            }),
+            IpAddr::V6(_) => None,
+        })
         .collect();
-    serde_json::json!({
-        "version": 1,
-        "title": name,
-        "epoch_unix_ns": epoch.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
-        "ssrc": ids.ssrc,
-        "seq0": ids.seq0,
-        "ts0": ids.ts0,
-        "clock_rate": track.map_or(90_000, |t| t.clock_rate()),
-        "payload_type": track.map_or(33, |t| t.payload_type()),
-        "ttl": server.config().multicast_ttl,
-        "channels": channels,
-        "plan": plan.description(),
-    })
-    .to_string()
+    let schedule = Schedule {
+        version: SCHEDULE_VERSION,
+        title: name.to_owned(),
+        epoch_unix_ns: epoch
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+        ssrc: ids.ssrc,
+        seq0: ids.seq0,
+        ts0: ids.ts0,
+        clock_rate: track.map_or(90_000, |t| t.clock_rate()),
+        payload_type: track.map_or(33, |t| t.payload_type()),
+        ttl: server.config().multicast_ttl,
+        channels,
+        plan: plan.description(),
+    };
+    serde_json::to_string(&schedule).unwrap_or_default()
 }
