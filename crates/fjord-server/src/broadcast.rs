@@ -250,28 +250,17 @@ async fn slot_stream(
         first: round.first,
         offsets: round.offsets,
     });
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    send(Command::Play {
-        id,
-        start: Start::At {
-            ns: first_ns,
-            packet: round.first,
-        },
-        until: Until::Loop {
-            ns: first_ns + last + 1,
-            packet: round.end,
-            period: round.period,
-        },
-        scale: 1,
-        speed: fjord_engine::REAL_TIME,
-        queue: false,
-        reply: Box::new(move |info| {
-            let _ = tx.send(info);
-        }),
-    });
-    rx.await
-        .ok()
-        .flatten()
+    let start = Start::At {
+        ns: first_ns,
+        packet: round.first,
+    };
+    let until = Until::Loop {
+        ns: first_ns + last + 1,
+        packet: round.end,
+        period: round.period,
+    };
+    let normal = crate::scale::Rate::NORMAL;
+    (crate::control::engine_play(server, shard, id, start, until, normal, false).await)
         .ok_or("the engine did not position the stream")?;
     send(Command::Start {
         id,

@@ -621,19 +621,28 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             _storage: storage,
             group: None,
         });
-        if inner.state == State::Init {
-            inner.state = State::Ready;
-        }
     }
-    if existing.is_none() {
-        conn.add_session(session.clone());
-    }
-    session.touch();
+    keep_stream(conn, &session, existing.is_none());
     Response::new(200)
         .header("Transport", &transport_reply)
         .header("Session", session_header(server, session.id))
         .header("Media-Properties", scale::media_properties(&session.title))
         .into()
+}
+
+/// After a SETUP added its stream to `session`: the session is ready, and
+/// the connection holds it when `new`.
+fn keep_stream(conn: &mut Conn, session: &Arc<Session>, new: bool) {
+    {
+        let mut inner = session.lock();
+        if inner.state == State::Init {
+            inner.state = State::Ready;
+        }
+    }
+    if new {
+        conn.add_session(session.clone());
+    }
+    session.touch();
 }
 
 /// Packets per second of `track` played in real time.
@@ -880,7 +889,7 @@ fn slow_start_lookup(took: std::time::Duration) {
 }
 
 /// Positions an engine stream and waits for where it will start.
-async fn engine_play(
+pub(crate) async fn engine_play(
     server: &Server,
     shard: u64,
     id: u64,

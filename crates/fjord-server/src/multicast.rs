@@ -17,9 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fjord_engine::{
-    Command, Engine, Output, PlayInfo, RepairSpec, SessionSpec, Start, Title, Until,
-};
+use fjord_engine::{Command, Engine, Output, RepairSpec, SessionSpec, Start, Title, Until};
 use ipnet::IpNet;
 use tokio::sync::OnceCell;
 
@@ -27,6 +25,7 @@ use crate::{
     Server,
     admission::{Admission, Reservation},
     config::Config,
+    scale::Rate,
 };
 
 /// What a SETUP asked for (`destination=`, `port=`, `ttl=`).
@@ -361,7 +360,17 @@ impl Group {
                 let mut infos = Vec::with_capacity(tracks.len());
                 for (track, shard, id) in tracks {
                     let start = Start::at(title, track as usize, 0);
-                    let info = position(server, shard, id, start).await.ok_or(())?;
+                    let info = crate::control::engine_play(
+                        server,
+                        shard,
+                        id,
+                        start,
+                        Until::End,
+                        Rate::NORMAL,
+                        false,
+                    )
+                    .await
+                    .ok_or(())?;
                     infos.push((track, shard, id, info));
                 }
                 let origin_ns = infos.first().map_or(0, |(.., i)| i.time_ns);
@@ -413,26 +422,6 @@ impl Group {
         }
         tracing::info!(group = %self.addr, title = %self.title, "multicast group ended");
     }
-}
-
-/// Positions an engine stream at `start`, to the title's end, in real time.
-async fn position(server: &Server, shard: u64, id: u64, start: Start) -> Option<PlayInfo> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    server.engine.send(
-        shard,
-        Command::Play {
-            id,
-            start,
-            until: Until::End,
-            scale: 1,
-            speed: fjord_engine::REAL_TIME,
-            queue: false,
-            reply: Box::new(move |info| {
-                let _ = tx.send(info);
-            }),
-        },
-    );
-    rx.await.ok().flatten()
 }
 
 #[cfg(test)]

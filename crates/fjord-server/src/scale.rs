@@ -21,6 +21,14 @@ pub struct Rate {
     pub speed: u32,
 }
 
+impl Rate {
+    /// Every packet, in real time.
+    pub(crate) const NORMAL: Rate = Rate {
+        scale: 1,
+        speed: REAL_TIME,
+    };
+}
+
 /// RTSP 2.0's `Media-Properties` (RFC 7826 §18.29) for `title`, which
 /// RTSP 1.0 clients ignore: seekable anywhere, unchanging, always there,
 /// and the Scales trick play offers (only 1 without key frames).

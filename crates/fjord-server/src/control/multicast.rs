@@ -110,14 +110,8 @@ pub(super) fn setup(
             _storage: None,
             group: Some(group),
         });
-        if inner.state == State::Init {
-            inner.state = State::Ready;
-        }
     }
-    if existing.is_none() {
-        conn.add_session(session.clone());
-    }
-    session.touch();
+    super::keep_stream(conn, &session, existing.is_none());
     Response::new(200)
         .header("Transport", &reply)
         .header("Session", session_header(server, session.id))
