@@ -82,6 +82,10 @@ pub struct Pins {
     read_errors: AtomicU64,
     /// Chunks rebuilt and laid over their mapping.
     repaired: AtomicU64,
+    /// Chunks a pin found in the table (held or loading for another
+    /// holder), and chunks it had to load.
+    hits: AtomicU64,
+    misses: AtomicU64,
     /// Chunks laid over with rebuilt bytes, and the file each belongs to:
     /// they are not read from the disk again. (A new mapping of the same
     /// file at the same address would be taken for overlaid: rare, and then
@@ -98,6 +102,8 @@ impl Default for Pins {
             lock: AtomicBool::new(allow_locking()),
             read_errors: AtomicU64::new(0),
             repaired: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
             overlaid: Mutex::new(HashMap::new()),
         }
     }
@@ -120,6 +126,16 @@ impl Pins {
     /// Chunks rebuilt after a read error and laid over their mapping.
     pub fn repaired_chunks(&self) -> u64 {
         self.repaired.load(Ordering::Relaxed)
+    }
+
+    /// Chunks a pin found held or loading for another holder.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Chunks a pin had to load.
+    pub fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
     }
 
     /// Makes the chunks covering `range` of `file` resident and holds them
@@ -155,6 +171,9 @@ impl Pins {
                 held.push(key);
             }
         }
+        let (n, f) = (chunks.len() as u64, fresh.len() as u64);
+        self.hits.fetch_add(n - f, Ordering::Relaxed);
+        self.misses.fetch_add(f, Ordering::Relaxed);
         if !fresh.is_empty() {
             let first = fresh[0] * CHUNK;
             let last = (fresh[fresh.len() - 1] * CHUNK + CHUNK).min(file.len);

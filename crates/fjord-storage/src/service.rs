@@ -89,6 +89,15 @@ pub struct StorageStats {
     pub sessions: u64,
     /// Whether pinned pages are locked (else only populated).
     pub locked: bool,
+    /// Refills waiting for a disk now, and those being read (all disks).
+    pub queued_reads: u64,
+    pub reading: u64,
+    /// Bulk jobs waiting for their turn now.
+    pub queued_bulk: u64,
+    /// Chunks a refill found resident already (another session of the
+    /// title held them: one copy for all), and those it had to read.
+    pub chunk_hits: u64,
+    pub chunk_reads: u64,
 }
 
 #[derive(Default)]
@@ -397,7 +406,23 @@ impl Storage {
             first_read_max_us: c.first_read_max_us.load(Relaxed),
             sessions: c.sessions.load(Relaxed),
             locked: self.inner.pins.locks(),
+            chunk_hits: self.inner.pins.hits(),
+            chunk_reads: self.inner.pins.misses(),
+            ..self.queues()
         }
+    }
+
+    /// What waits in every disk's queue now.
+    fn queues(&self) -> StorageStats {
+        let disks: Vec<Arc<Disk>> = lock(&self.inner.disks).values().cloned().collect();
+        let mut q = StorageStats::default();
+        for d in disks {
+            let st = lock(&d.state);
+            q.queued_reads += st.sched.queued_rt() as u64;
+            q.queued_bulk += st.sched.queued_bulk() as u64;
+            q.reading += st.sched.in_flight() as u64;
+        }
+        q
     }
 
     /// Registers a session of `source`'s track `track` reading `uses`,

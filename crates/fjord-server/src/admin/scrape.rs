@@ -313,6 +313,28 @@ fn storage(reg: &mut Registry, server: &Server) {
         "Bytes bulk work (ingest, parity, packet files, verification) read",
         one(st.bulk_bytes),
     );
+    gauge(
+        reg,
+        "fjord_storage_queue",
+        "Disk requests waiting now (refill: sessions' read-ahead, bulk: background work) and being read",
+        [
+            (vec![("class", "refill".into())], st.queued_reads as i64),
+            (vec![("class", "bulk".into())], st.queued_bulk as i64),
+            (vec![("class", "reading".into())], st.reading as i64),
+        ],
+    );
+    counter(
+        reg,
+        "fjord_storage_chunk_hits",
+        "Read-ahead chunks found resident for another session of the title (one copy for all)",
+        one(st.chunk_hits),
+    );
+    counter(
+        reg,
+        "fjord_storage_chunk_reads",
+        "Read-ahead chunks that had to be read",
+        one(st.chunk_reads),
+    );
 }
 
 #[cfg(test)]

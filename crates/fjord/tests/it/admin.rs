@@ -85,6 +85,13 @@ fn metrics_and_the_api_follow_a_session_and_end_it() {
         })
         .sum();
     assert!(sent > 10.0, "{sent} packets after 1.5 s of play");
+    let chunks = sample(&during, "fjord_storage_chunk_reads_total")
+        + sample(&during, "fjord_storage_chunk_hits_total");
+    assert!(chunks > 0.0, "the read-ahead pinned chunks: {during}");
+    assert!(
+        during.contains("fjord_storage_queue{class=\"refill\"}"),
+        "{during}"
+    );
 
     let sessions = get_json(&format!("{admin}/api/v1/sessions"));
     let s = &sessions.as_array().unwrap()[..];
