@@ -291,16 +291,14 @@ impl Session {
         }
         if self.starting
             && let State::Playing(c) = self.state
-            && let Some(rec) = self.track().and_then(|t| t.packet(self.next as usize))
         {
-            // A clock that starts later (a multicast group's batching
-            // window) keeps its start.
-            let slip = retry.saturating_duration_since(c.due(self.due_ns(self.next, &rec)));
-            self.state = State::Playing(Clock {
-                t0: c.t0 + slip,
-                ..c
-            });
-            self.next_report = self.next_report.max(c.t0 + slip);
+            // The first packet is due at t0 (its record is not read: its
+            // index page may be what the disk is reading). A clock that
+            // starts later (a multicast group's batching window, a loop's
+            // next round) keeps its start.
+            let t0 = c.t0.max(retry);
+            self.state = State::Playing(Clock { t0, ..c });
+            self.next_report = self.next_report.max(t0);
         }
         Some(retry)
     }
