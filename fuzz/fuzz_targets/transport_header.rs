@@ -1,8 +1,12 @@
 //! `transport::choose` on arbitrary strings: never panics; a UDP choice has
-//! non-zero ports, and our own reply for it is chosen back identically.
+//! non-zero ports, and our own reply for it is chosen back identically; a
+//! multicast choice names only multicast groups and non-zero ports, and our
+//! reply for a group is chosen back as that group.
 #![no_main]
 
-use fjord_proto::rtsp::transport::{TransportRequest, choose, reply_tcp, reply_udp};
+use fjord_proto::rtsp::transport::{
+    TransportRequest, choose, reply_multicast, reply_tcp, reply_udp,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -32,6 +36,22 @@ fuzz_target!(|data: &[u8]| {
                 Ok(TransportRequest::Tcp {
                     rtp_channel,
                     rtcp_channel
+                })
+            );
+        }
+        Ok(TransportRequest::Multicast {
+            destination, ports, ..
+        }) => {
+            assert!(destination.is_none_or(|d| d.is_multicast()));
+            assert!(ports.is_none_or(|(a, b)| a != 0 && b != 0));
+            let group = destination.unwrap_or_else(|| "239.255.0.1".parse().unwrap());
+            let back = choose(&reply_multicast(group, 5004, 5005, 1, 1));
+            assert_eq!(
+                back,
+                Ok(TransportRequest::Multicast {
+                    destination: Some(group),
+                    ports: Some((5004, 5005)),
+                    ttl: Some(1)
                 })
             );
         }
