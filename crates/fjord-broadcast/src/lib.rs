@@ -28,7 +28,11 @@
 //!    cursors over 100 periods of the longest channel.
 //! 4. [`formula()`]: the papers' closed forms, bandwidth and worst wait.
 //! 5. [`Plan::description`] / [`Plan::from_description`]: the plan as
-//!    serde data (JSON) for a server to publish and a client to rebuild.
+//!    serde data (JSON) for a server to publish and a client to rebuild;
+//!    [`schedule::Schedule`] is the whole published document (the plan,
+//!    its epoch as a wall-clock instant, the RTP numbering, the channels'
+//!    groups), checked by [`schedule::Schedule::from_json`] before a client
+//!    trusts it.
 //!
 //! b is the title's consumption rate (bytes over duration), D its duration.
 //! The schemes ([`Scheme`]):
