@@ -950,7 +950,10 @@ async fn pause(server: &Server, conn: &Conn, req: &Request) -> Reply {
         return status(code);
     }
     if multicast::is_member(&session) {
-        return multicast::pause(server, &session);
+        // The group plays on for the others (and this client keeps
+        // receiving what it joined): the session only stops counting as
+        // playing.
+        return paused(server, &session);
     }
     let point = match pause_point(req) {
         Ok(p) => p,
@@ -977,6 +980,11 @@ async fn pause(server: &Server, conn: &Conn, req: &Request) -> Reply {
             server.engine.send(shard, Command::Pause { id });
         }
     }
+    paused(server, &session)
+}
+
+/// The reply to a PAUSE that took effect: the session is paused.
+fn paused(server: &Server, session: &Session) -> Reply {
     let mut inner = session.lock();
     if let Ok(s) = next_state(inner.state, &Method::Pause) {
         inner.state = s;

@@ -1,4 +1,4 @@
-//! SETUP, PLAY and PAUSE of multicast sessions: their streams are their
+//! SETUP and PLAY of multicast sessions: their streams are their
 //! group's ([`crate::multicast`]), which plays from the title's start at
 //! its own pace for every session in it. A PLAY is answered when its group
 //! starts: the batching window delays the reply, not the data after it.
@@ -212,19 +212,6 @@ pub(super) async fn play(server: &Server, session: &Arc<Session>, req: &Request)
     Response::new(200)
         .header("Range", range::format_npt(0.0, None))
         .header("RTP-Info", rtp_info::format(&rtp_info))
-        .header("Session", session_header(server, session.id))
-        .into()
-}
-
-/// PAUSE: the session stops counting as playing; its group plays on for
-/// the others (and this client keeps receiving what it joined).
-pub(super) fn pause(server: &Server, session: &Session) -> Reply {
-    let mut inner = session.lock();
-    if let Ok(s) = next_state(inner.state, &Method::Pause) {
-        inner.state = s;
-    }
-    drop(inner);
-    Response::new(200)
         .header("Session", session_header(server, session.id))
         .into()
 }
