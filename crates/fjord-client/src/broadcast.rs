@@ -51,8 +51,11 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::rtp::parse_rtp;
 
 /// A channel is heard for at most this many periods past its window while
-/// packets lost in the window are missing.
-pub const REPAIR_PERIODS: u64 = 3;
+/// packets lost in the window are missing: a packet lost in its window and
+/// in every one of these rounds, with independent loss p, is given up with
+/// probability p^9 (5 % loss: 2e-12; with 3 rounds it was 6e-6 per packet,
+/// one failed download in twenty of 8,000 packets).
+pub const REPAIR_PERIODS: u64 = 8;
 
 /// A non-blocking socket hearing channel group `g`: `SO_REUSEADDR`, bound
 /// to `0.0.0.0:port`, the group joined on any interface, delivering only
