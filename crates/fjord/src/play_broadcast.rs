@@ -10,8 +10,8 @@
 //! soon as every packet expected from it is held; one `poll` loop reads
 //! them all. What the datagrams are, in what order they go out, and when a
 //! channel is left is `fjord_client::broadcast` (sans-IO): a packet lost in
-//! its window is taken from the channel's next cycles, for at most three
-//! periods (repair by the carousel; there is no FEC over broadcast
+//! its window is taken from the channel's next cycles, for at most
+//! [`REPAIR_PERIODS`] periods (repair by the carousel; there is no FEC over broadcast
 //! channels). The contiguous prefix of the title is written as it grows
 //! (by a writer thread, so a slow pipe never stalls receiving); a report
 //! follows; any packet still missing is an error.
@@ -145,14 +145,14 @@ fn describe(url: &str) -> anyhow::Result<(Schedule, Plan)> {
     Schedule::from_json(&r.body).with_context(|| format!("the schedule of {url}"))
 }
 
-/// The whole run's bound: the title's duration, the worst wait, three of
-/// the longest periods and 10 s (and the margins).
+/// The whole run's bound: the title's duration, the worst wait,
+/// [`REPAIR_PERIODS`] of the longest periods and 10 s (and the margins).
 fn run_bound_ns(plan: &Plan) -> u64 {
     let longest = plan.channels().iter().map(|c| c.period_ns).max();
     plan.title()
         .duration_ns()
         .saturating_add(plan.worst_wait_ns())
-        .saturating_add(longest.unwrap_or(0).saturating_mul(3))
+        .saturating_add(longest.unwrap_or(0).saturating_mul(REPAIR_PERIODS))
         .saturating_add(LEAD_NS + GRACE_NS + SLACK_NS)
 }
 
