@@ -40,7 +40,35 @@ pub struct Schedule {
     /// `channels[c]` carries the plan's channel c.
     pub channels: Vec<ChannelGroup>,
     pub plan: Description,
+    /// The FEC repair flow every channel carries beside the title's
+    /// packets; absent when the title has no parity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<RepairFlow>,
 }
+
+/// The repair packets of a broadcast title (`docs/fec.md`'s repair stream,
+/// `docs/broadcast.md`): a channel sends those of every block of `k`
+/// packets its segments touch, right after the block's last packet in the
+/// segment, to its own group and port with SSRC `ssrc`. Block `b` holds
+/// packets `b·k ..` (the last block fewer); its repair packets say so in
+/// their FEC payload ID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepairFlow {
+    pub ssrc: u32,
+    pub payload_type: u8,
+    /// Source packets per block.
+    pub k: u16,
+    /// Repair packets per block.
+    pub m: u16,
+    /// E, the bytes of a repair symbol (after the 8-byte FEC payload ID).
+    pub symbol_len: u16,
+}
+
+/// RFC 6865 over GF(2^8): a block's source and repair symbols number at
+/// most 255.
+const MAX_BLOCK_SYMBOLS: u32 = 255;
+/// A symbol's header (`docs/fec.md`): no symbol is this short.
+const SYMBOL_HEADER_LEN: u16 = 8;
 
 /// Where a channel is sent: RTP to `group:port`, RTCP to `port + 1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +133,18 @@ impl Schedule {
             }
             if !seen.insert((g.group, g.port)) {
                 return invalid(format!("channel {c}: {}:{} twice", g.group, g.port));
+            }
+        }
+        if let Some(r) = &self.repair {
+            let symbols = u32::from(r.k) + u32::from(r.m);
+            if r.k == 0 || r.m == 0 || symbols > MAX_BLOCK_SYMBOLS {
+                return invalid(format!("repair flow: {}:{} blocks", r.k, r.m));
+            }
+            if r.symbol_len <= SYMBOL_HEADER_LEN || r.ssrc == self.ssrc {
+                return invalid(format!(
+                    "repair flow: symbol length {}, SSRC {:08X}",
+                    r.symbol_len, r.ssrc
+                ));
             }
         }
         Ok(Plan::from_description(&self.plan)?)

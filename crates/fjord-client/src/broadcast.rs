@@ -29,26 +29,31 @@
 //!   the table's, is counted and ignored ([`Receiver::datagram`]);
 //! - puts packets back in order ([`Reassembly`]) and hands out the
 //!   contiguous prefix as it grows;
+//! - rebuilds lost packets from the channels' repair packets when the
+//!   schedule has a repair flow ([`Repairs`]);
 //! - measures each packet against its play time, `start + pts`
 //!   ([`Playout`]): late packets (underruns) and the peak buffer;
 //! - leaves a channel as soon as it holds every packet the plan expects
 //!   from it ([`Carousel`]). A packet lost in its window comes again one
 //!   period later on the same channel, so the client stays past the window
 //!   until it has them, for at most [`REPAIR_PERIODS`] more periods of that
-//!   channel: repair by the carousel. (FEC repair streams over broadcast
-//!   channels are not built.)
+//!   channel: repair by the carousel, for what FEC could not rebuild.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::ops::Range;
 
+mod fec;
+
+pub use fec::{RepairOutcome, Repairs};
 pub use fjord_broadcast::schedule::{
-    ChannelGroup, MAX_SCHEDULE_BYTES, SCHEDULE_VERSION, Schedule, ScheduleError,
+    ChannelGroup, MAX_SCHEDULE_BYTES, RepairFlow, SCHEDULE_VERSION, Schedule, ScheduleError,
 };
 pub use fjord_broadcast::{Description, JoinPlan, Plan, PlanError};
+use fjord_fec::SourcePacket;
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::rtp::parse_rtp;
+use crate::rtp::{Received, parse_rtp};
 
 /// A channel is heard for at most this many periods past its window while
 /// packets lost in the window are missing: a packet lost in its window and
@@ -197,38 +202,71 @@ pub enum Insert {
 }
 
 /// Packets back in index order: insert them as they come, take the
-/// contiguous prefix as it grows. A payload is held until it is taken.
+/// contiguous prefix as it grows. A packet is held until it is taken, and
+/// with FEC blocks ([`Reassembly::with_blocks`]) until its block is whole
+/// (the decoder needs it): at most the one block the prefix stops in.
 #[derive(Debug)]
 pub struct Reassembly {
-    payloads: Vec<Option<Vec<u8>>>,
+    packets: Vec<Option<SourcePacket>>,
     have: Vec<bool>,
     next: usize,
     held: u64,
     held_bytes: u64,
+    /// Packets per FEC block, and each block's count of packets held.
+    blocks: Option<(u32, Vec<u32>)>,
 }
 
 impl Reassembly {
     pub fn new(packets: usize) -> Reassembly {
         Reassembly {
-            payloads: vec![None; packets],
+            packets: vec![None; packets],
             have: vec![false; packets],
             next: 0,
             held: 0,
             held_bytes: 0,
+            blocks: None,
         }
     }
 
-    pub fn insert(&mut self, i: u32, payload: Vec<u8>) -> Insert {
-        let i = i as usize;
-        match self.have.get(i) {
+    /// Keeps taken packets until their block of `k` is whole.
+    pub fn with_blocks(mut self, k: u32) -> Reassembly {
+        let k = k.max(1);
+        let n = (self.have.len() as u64).div_ceil(u64::from(k));
+        self.blocks = Some((k, vec![0; n as usize]));
+        self
+    }
+
+    pub fn insert(&mut self, i: u32, packet: SourcePacket) -> Insert {
+        let at = i as usize;
+        match self.have.get(at) {
             None => Insert::OutOfRange,
             Some(true) => Insert::Duplicate,
             Some(false) => {
-                self.have[i] = true;
+                self.have[at] = true;
                 self.held += 1;
-                self.held_bytes += payload.len() as u64;
-                self.payloads[i] = Some(payload);
+                if at >= self.next {
+                    self.held_bytes += packet.payload.len() as u64;
+                }
+                self.packets[at] = Some(packet);
+                self.count_in_block(i);
                 Insert::New
+            }
+        }
+    }
+
+    /// Counts packet `i` in its block; a block now whole lets go of its
+    /// packets taken already.
+    fn count_in_block(&mut self, i: u32) {
+        let Some((k, held)) = &mut self.blocks else {
+            return;
+        };
+        let b = (i / *k) as usize;
+        held[b] += 1;
+        let first = b * *k as usize;
+        let end = (first + *k as usize).min(self.have.len());
+        if held[b] as usize == end - first {
+            for p in &mut self.packets[first..end.min(self.next).max(first)] {
+                *p = None;
             }
         }
     }
@@ -237,12 +275,39 @@ impl Reassembly {
         self.have.get(i as usize).copied().unwrap_or(false)
     }
 
+    /// Packet `i`, if it is held (received and not let go).
+    pub fn packet(&self, i: u32) -> Option<&SourcePacket> {
+        self.packets.get(i as usize)?.as_ref()
+    }
+
+    /// The packets of block `b` (with [`Reassembly::with_blocks`]), and how
+    /// many of them are held.
+    pub fn block(&self, b: u32) -> Option<(std::ops::Range<u32>, u32)> {
+        let (k, held) = self.blocks.as_ref()?;
+        let first = b.checked_mul(*k)?;
+        let end = first.checked_add(*k)?.min(self.have.len() as u32);
+        Some((first..end, *held.get(b as usize)?))
+    }
+
     /// The next payload of the contiguous prefix, if it has arrived.
     pub fn pop_ready(&mut self) -> Option<Vec<u8>> {
-        let p = self.payloads.get_mut(self.next)?.take()?;
+        let i = self.next;
+        let whole = match &self.blocks {
+            None => true,
+            Some((k, held)) => {
+                let b = i / *k as usize;
+                let len = (*k as usize).min(self.have.len() - b * *k as usize);
+                held.get(b).is_some_and(|&h| h as usize == len)
+            }
+        };
+        let slot = self.packets.get_mut(i)?;
+        let payload = match whole {
+            true => slot.take()?.payload,
+            false => slot.as_ref()?.payload.clone(),
+        };
         self.next += 1;
-        self.held_bytes -= p.len() as u64;
-        Some(p)
+        self.held_bytes -= payload.len() as u64;
+        Some(payload)
     }
 
     /// Packets handed out so far (the prefix's length).
@@ -538,6 +603,10 @@ pub struct Stats {
     pub ignored: u64,
     /// Packets that arrived after their play time (underruns).
     pub late: u64,
+    /// Repair packets received, and packets they rebuilt (counted in
+    /// `received` too).
+    pub repair_packets: u64,
+    pub rebuilt: u64,
 }
 
 /// What [`Receiver::datagram`] made of a datagram.
@@ -545,6 +614,8 @@ pub struct Stats {
 pub enum Outcome {
     New(u32),
     Duplicate(u32),
+    /// A repair packet, and how many packets it (with those held) rebuilt.
+    Repair(usize),
     Ignored,
 }
 
@@ -563,6 +634,8 @@ pub struct Receiver {
     pub reassembly: Reassembly,
     pub playout: Playout,
     pub carousel: Carousel,
+    /// The channels' FEC, when the schedule has a repair flow.
+    pub repairs: Option<Repairs>,
     pub stats: Stats,
 }
 
@@ -576,6 +649,12 @@ impl Receiver {
             join.start_ns,
             packets.iter().map(|p| (p.pts_ns, p.bytes)).collect(),
         );
+        let n = packets.len() as u32;
+        let repairs = (schedule.repair).and_then(|f| Repairs::new(f, numbering(schedule), n));
+        let mut reassembly = Reassembly::new(packets.len());
+        if let Some(f) = schedule.repair.filter(|_| repairs.is_some()) {
+            reassembly = reassembly.with_blocks(u32::from(f.k));
+        }
         Receiver {
             ssrc: schedule.ssrc,
             payload_type: schedule.payload_type,
@@ -583,11 +662,12 @@ impl Receiver {
             channel_packets: (0..plan.channels().len())
                 .map(|c| channel_packets(&plan, c))
                 .collect(),
-            reassembly: Reassembly::new(packets.len()),
+            reassembly,
             plan,
             join,
             playout,
             carousel,
+            repairs,
             stats: Stats::default(),
         }
     }
@@ -598,15 +678,30 @@ impl Receiver {
 
     /// A datagram that came on channel `c` at `t_ns`.
     pub fn datagram(&mut self, c: usize, data: &[u8], t_ns: u64) -> Outcome {
-        let Some((i, payload)) = self.packet_of(c, data) else {
+        let Ok(rtp) = parse_rtp(data, std::time::Instant::now()) else {
             self.stats.ignored += 1;
             return Outcome::Ignored;
         };
-        match self.reassembly.insert(i, payload) {
+        if self.repairs.as_ref().is_some_and(|r| r.ssrc() == rtp.ssrc) {
+            return self.repair(&rtp, t_ns);
+        }
+        let Some(i) = self.packet_of(c, &rtp) else {
+            self.stats.ignored += 1;
+            return Outcome::Ignored;
+        };
+        let packet = SourcePacket {
+            payload: rtp.payload,
+            marker: rtp.marker,
+            timestamp: rtp.rtp_ts,
+        };
+        match self.reassembly.insert(i, packet) {
             Insert::New => {
-                self.stats.received += 1;
-                self.stats.late += u64::from(self.playout.arrive(i, t_ns));
-                self.carousel.got(i);
+                self.arrived(i, t_ns);
+                if let Some(r) = &mut self.repairs
+                    && let RepairOutcome::Rebuilt(packets) = r.source(i, &self.reassembly)
+                {
+                    self.rebuilt(packets, t_ns);
+                }
                 Outcome::New(i)
             }
             Insert::Duplicate => {
@@ -620,10 +715,46 @@ impl Receiver {
         }
     }
 
-    /// The packet a datagram of channel `c` is, checked against the
-    /// table, and its payload.
-    fn packet_of(&self, c: usize, data: &[u8]) -> Option<(u32, Vec<u8>)> {
-        let rtp = parse_rtp(data, std::time::Instant::now()).ok()?;
+    fn arrived(&mut self, i: u32, t_ns: u64) {
+        self.stats.received += 1;
+        self.stats.late += u64::from(self.playout.arrive(i, t_ns));
+        self.carousel.got(i);
+    }
+
+    fn repair(&mut self, rtp: &Received, t_ns: u64) -> Outcome {
+        let Some(r) = &mut self.repairs else {
+            return Outcome::Ignored;
+        };
+        match r.repair(rtp, &self.reassembly) {
+            RepairOutcome::Refused => {
+                self.stats.ignored += 1;
+                Outcome::Ignored
+            }
+            RepairOutcome::Kept => {
+                self.stats.repair_packets += 1;
+                Outcome::Repair(0)
+            }
+            RepairOutcome::Rebuilt(packets) => {
+                self.stats.repair_packets += 1;
+                let n = packets.len();
+                self.rebuilt(packets, t_ns);
+                Outcome::Repair(n)
+            }
+        }
+    }
+
+    /// Packets the decoder rebuilt, as if they had arrived now.
+    fn rebuilt(&mut self, packets: Vec<(u32, SourcePacket)>, t_ns: u64) {
+        for (i, p) in packets {
+            if self.reassembly.insert(i, p) == Insert::New {
+                self.stats.rebuilt += 1;
+                self.arrived(i, t_ns);
+            }
+        }
+    }
+
+    /// The packet a datagram of channel `c` is, checked against the table.
+    fn packet_of(&self, c: usize, rtp: &Received) -> Option<u32> {
         if rtp.ssrc != self.ssrc || rtp.pt != self.payload_type {
             return None;
         }
@@ -636,7 +767,7 @@ impl Receiver {
             rtp.rtp_ts,
         )?;
         let bytes = packets.get(i as usize)?.bytes as usize;
-        (rtp.payload.len().max(1) == bytes).then_some((i, rtp.payload))
+        (rtp.payload.len().max(1) == bytes).then_some(i)
     }
 }
 
@@ -680,6 +811,16 @@ mod tests {
                 })
                 .collect(),
             plan: plan.description(),
+            repair: None,
+        }
+    }
+
+    /// A source packet of `payload`.
+    fn sp(payload: Vec<u8>) -> SourcePacket {
+        SourcePacket {
+            payload,
+            marker: false,
+            timestamp: 0,
         }
     }
 
@@ -776,6 +917,35 @@ mod tests {
             refused(&|s| s.plan.packets[3][1] += 1),
             ScheduleError::Plan(_)
         ));
+        let flow = RepairFlow {
+            ssrc: 1,
+            payload_type: 96,
+            k: 100,
+            m: 10,
+            symbol_len: 1324,
+        };
+        for bad in [
+            RepairFlow { k: 0, ..flow },
+            RepairFlow { m: 0, ..flow },
+            RepairFlow { k: 250, ..flow },
+            RepairFlow {
+                symbol_len: 8,
+                ..flow
+            },
+            RepairFlow {
+                ssrc: good.ssrc,
+                ..flow
+            },
+        ] {
+            let e = refused(&|s| s.repair = Some(bad));
+            assert!(matches!(e, ScheduleError::Invalid(_)), "{bad:?}: {e}");
+        }
+        let with_repair = Schedule {
+            repair: Some(flow),
+            ..good.clone()
+        };
+        let json = serde_json::to_vec(&with_repair).unwrap();
+        assert_eq!(Schedule::from_json(&json).unwrap().0, with_repair);
         let too_many = |s: &mut Schedule| {
             let c = s.plan.channels[0].clone();
             s.plan.channels = vec![c; CHANNEL_LIMIT + 1];
@@ -879,27 +1049,46 @@ mod tests {
     #[test]
     fn reassembly_hands_out_the_contiguous_prefix() {
         let mut r = Reassembly::new(4);
-        assert_eq!(r.insert(1, vec![1]), Insert::New);
+        assert_eq!(r.insert(1, sp(vec![1])), Insert::New);
         assert_eq!(r.pop_ready(), None);
-        assert_eq!(r.insert(1, vec![9]), Insert::Duplicate);
-        assert_eq!(r.insert(4, vec![4]), Insert::OutOfRange);
-        assert_eq!(r.insert(3, vec![3, 3]), Insert::New);
+        assert_eq!(r.insert(1, sp(vec![9])), Insert::Duplicate);
+        assert_eq!(r.insert(4, sp(vec![4])), Insert::OutOfRange);
+        assert_eq!(r.insert(3, sp(vec![3, 3])), Insert::New);
         assert_eq!(r.missing(), vec![0..1, 2..3]);
         assert_eq!(r.held_bytes(), 3);
-        assert_eq!(r.insert(0, vec![0]), Insert::New);
+        assert_eq!(r.insert(0, sp(vec![0])), Insert::New);
         assert_eq!(r.pop_ready(), Some(vec![0]));
         assert_eq!(r.pop_ready(), Some(vec![1]));
         assert_eq!(r.pop_ready(), None);
         assert_eq!((r.taken(), r.held_bytes()), (2, 2));
         assert!(!r.is_complete());
-        assert_eq!(r.insert(2, vec![2]), Insert::New);
-        assert_eq!(r.insert(0, vec![7]), Insert::Duplicate);
+        assert_eq!(r.insert(2, sp(vec![2])), Insert::New);
+        assert_eq!(r.insert(0, sp(vec![7])), Insert::Duplicate);
         assert_eq!(r.pop_ready(), Some(vec![2]));
         assert_eq!(r.pop_ready(), Some(vec![3, 3]));
         assert_eq!(r.pop_ready(), None);
         assert!(r.is_complete());
         assert_eq!(r.missing(), vec![]);
         assert_eq!(r.received(), 4);
+    }
+
+    /// With FEC blocks, a packet taken before its block is whole stays for
+    /// the decoder, and goes once the block is whole.
+    #[test]
+    fn reassembly_keeps_taken_packets_until_their_block_is_whole() {
+        let mut r = Reassembly::new(5).with_blocks(2);
+        assert_eq!(r.insert(3, sp(vec![3])), Insert::New); // block 1 before the prefix
+        assert_eq!(r.insert(2, sp(vec![2])), Insert::New);
+        assert_eq!(r.insert(0, sp(vec![0])), Insert::New);
+        assert_eq!(r.pop_ready(), Some(vec![0]));
+        assert_eq!(r.packet(0).map(|p| p.payload.clone()), Some(vec![0]));
+        assert_eq!(r.block(0), Some((0..2, 1)));
+        assert_eq!(r.insert(1, sp(vec![1])), Insert::New);
+        assert_eq!(r.packet(0), None, "block 0 whole: let go");
+        assert_eq!(r.block(2), Some((4..5, 0)), "the short last block");
+        let taken: Vec<Vec<u8>> = std::iter::from_fn(|| r.pop_ready()).collect();
+        assert_eq!(taken, [vec![1], vec![2], vec![3]]);
+        assert_eq!((r.packet(2), r.held_bytes()), (None, 0));
     }
 
     #[test]
@@ -957,7 +1146,7 @@ mod tests {
         // Everything but packet 0 arrives.
         let mut r = Reassembly::new(600);
         for i in 1..600 {
-            r.insert(i, vec![0]);
+            r.insert(i, sp(vec![0]));
             k.got(i);
         }
         let acts = k.step(3 * S);

@@ -1126,16 +1126,23 @@ impl Session {
             }
             return;
         }
+        let looping = matches!(self.at_end, AtEnd::Loop { .. });
+        let round_end = u64::from(self.count());
         let (Some(r), Some(fec)) = (&mut self.repair, self.title.fec(self.track)) else {
             return;
         };
         let next = u64::from(self.next);
+        // A loop (a broadcast channel's segment) sends the repair packets of
+        // every block it touches, after the block's last packet in the
+        // loop: receivers take the block's other packets from other
+        // channels. Otherwise only whole blocks sent since the seek.
         let finished = (sent > 0)
             .then(|| fec.block_of(next - 1))
             .flatten()
             .and_then(|b| Some((b, fec.block(b)?)))
-            .filter(|(_, blk)| {
-                blk.packets().end == next && blk.first_packet >= u64::from(self.floor)
+            .filter(|(_, blk)| match looping {
+                true => blk.packets().end == next || next == round_end,
+                false => blk.packets().end == next && blk.first_packet >= u64::from(self.floor),
             });
         if let Some((block, blk)) = finished {
             // A session only sends source packets once the previous block's
@@ -2185,6 +2192,47 @@ mod tests {
             stored == live,
             "live-encoded repair packets differ from the sidecar's"
         );
+    }
+
+    /// A broadcast channel's segment, packets 2..7 of blocks 0..4 and
+    /// 4..8: every round sends block 0's repair packets after packet 3 and
+    /// block 1's after packet 6, the end of the round, though neither
+    /// block lies whole in the segment (receivers hold the rest from other
+    /// channels).
+    #[test]
+    fn a_loop_sends_the_repair_packets_of_every_block_it_touches() {
+        let dir = tempfile::tempdir().unwrap();
+        let title = Arc::new(protected_title(dir.path(), false));
+        let rtcp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = session(title.clone(), &rtcp);
+        assert!(s.attach_repair(repair_spec(30_000, &rtcp), "test"));
+        let start = Start::At {
+            ns: 20 * MS,
+            packet: 2,
+        };
+        let until = Until::Loop {
+            ns: 70 * MS,
+            packet: 7,
+            period: Duration::ZERO,
+        };
+        let info = s.play(start, until, 1, Instant::now());
+        let seq0 = info.seq.wrapping_sub(2);
+        let t0 = Instant::now();
+        s.start(t0, 20 * MS);
+        // Each packet sent: `S<index>` or `R<block>`.
+        let mut sent = Vec::new();
+        let mut now = t0;
+        while sent.len() < 18 && now < t0 + Duration::from_secs(2) {
+            for (seq, _, payload) in tick(&mut s, now, usize::MAX).0 {
+                sent.push(match seq.wrapping_sub(30_000) < 100 {
+                    true => format!("R{}", RepairHeader::parse(&payload).unwrap().0.sbn),
+                    false => format!("S{}", seq.wrapping_sub(seq0)),
+                });
+            }
+            now += Duration::from_millis(5);
+        }
+        let round = ["S2", "S3", "R0", "R0", "S4", "S5", "S6", "R1", "R1"];
+        assert_eq!(sent, [round, round].concat(), "two rounds");
     }
 
     #[test]

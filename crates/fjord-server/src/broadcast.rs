@@ -3,7 +3,10 @@
 //! a channel is one engine stream that sends its segment's packets, as
 //! stored, to the channel's multicast group at the plan's byte rate
 //! ([`Command::Pace`]) and again every period ([`Until::Loop`]), from the
-//! server's start for as long as it runs. The schedule is published as JSON
+//! server's start for as long as it runs, with the repair packets of every
+//! block it touches when the title has parity. A broadcast starts once the
+//! title's background work (parity, packet file) is done, since its
+//! streams keep the title they start with. The schedule is published as JSON
 //! on `DESCRIBE rtsp://HOST/NAME?broadcast` (`docs/broadcast.md`); clients
 //! (`fjord play --broadcast`) join the channels they need.
 
@@ -16,9 +19,9 @@ use std::{
 
 use fjord_broadcast::{
     Config as PlanConfig, Packet, Plan, Scheme, Title as PlanTitle,
-    schedule::{ChannelGroup, SCHEDULE_VERSION, Schedule},
+    schedule::{ChannelGroup, RepairFlow, SCHEDULE_VERSION, Schedule},
 };
-use fjord_engine::{Command, Output, SessionSpec, Start, Title, Until};
+use fjord_engine::{Command, Output, RepairSpec, SessionSpec, Start, Title, Until};
 
 use fjord_media::prefab::Ids;
 
@@ -45,6 +48,8 @@ const LEAD: Duration = Duration::from_millis(500);
 #[derive(Default)]
 pub(crate) struct Broadcasts {
     published: Mutex<HashMap<String, Arc<String>>>,
+    /// Titles whose broadcast could not start.
+    failed: Mutex<std::collections::HashSet<String>>,
     held: Mutex<Vec<Held>>,
 }
 
@@ -58,6 +63,12 @@ impl Broadcasts {
     /// The JSON schedule of `title`, if it is broadcast.
     pub(crate) fn schedule(&self, title: &str) -> Option<Arc<String>> {
         lock(&self.published).get(title).cloned()
+    }
+
+    /// Whether `config` names `title` in a `[[broadcast]]` table that has
+    /// not failed: its schedule is published once it starts.
+    pub(crate) fn configured(&self, config: &crate::Config, title: &str) -> bool {
+        config.broadcasts.iter().any(|b| b.title == title) && !lock(&self.failed).contains(title)
     }
 }
 
@@ -74,7 +85,10 @@ pub(crate) async fn start_all(server: Arc<Server>) {
                 lock(&server.broadcasts.held).extend(held);
                 lock(&server.broadcasts.published).insert(b.title.clone(), Arc::new(schedule));
             }
-            Err(e) => tracing::error!(title = %b.title, "broadcast not started: {e}"),
+            Err(e) => {
+                tracing::error!(title = %b.title, "broadcast not started: {e}");
+                lock(&server.broadcasts.failed).insert(b.title.clone());
+            }
         }
     }
 }
@@ -84,7 +98,7 @@ async fn start(server: &Server, b: &BroadcastConfig) -> Result<(String, Vec<Held
     if !server.config().multicast_pool.addr().is_ipv4() {
         return Err("broadcast channels need an IPv4 multicast_pool".into());
     }
-    let (name, title) = (server.catalog.open(&b.title).await).map_err(|e| e.to_string())?;
+    let (name, title) = settled(server, &b.title).await?;
     let max_wait_ns = (b.max_start_s * 1e9) as u64;
     let config = PlanConfig::new(scheme(&b.scheme)?, max_wait_ns);
     let t = title.clone();
@@ -98,18 +112,55 @@ async fn start(server: &Server, b: &BroadcastConfig) -> Result<(String, Vec<Held
         seq0: rand::random(),
         ts0: rand::random(),
     });
+    let repair = repair_flow(&title, ids.ssrc);
     let epoch = Instant::now() + LEAD;
     let epoch_unix = SystemTime::now() + LEAD;
     let (mut groups, mut held) = (Vec::new(), Vec::new());
     for c in 0..plan.channels().len() {
-        let (group, h) = channel(server, (&title, ids), &plan, c, epoch).await?;
+        let (group, h) = channel(server, (&title, ids, repair), &plan, c, epoch).await?;
         groups.push(group);
         held.extend(h);
     }
     let c = plan.channels().len();
     tracing::info!(title = %name, scheme = b.scheme, channels = c, "broadcasting");
-    let published = schedule(server, (&name, &title, ids), &plan, (epoch_unix, &groups));
+    let published = schedule(
+        server,
+        (&name, &title, ids),
+        &plan,
+        (epoch_unix, &groups),
+        repair,
+    );
     Ok((published, held))
+}
+
+/// The title `name` once the catalog's background work is done (opened
+/// again then: the catalog reloads a title whose parity or packet file it
+/// made).
+async fn settled(server: &Server, name: &str) -> Result<(Arc<str>, Arc<Title>), String> {
+    server.catalog.open(name).await.map_err(|e| e.to_string())?;
+    if server.catalog.pending_jobs() > 0 {
+        tracing::info!(
+            title = name,
+            "broadcast waits for the title's parity and packet file"
+        );
+        while server.catalog.pending_jobs() > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    server.catalog.open(name).await.map_err(|e| e.to_string())
+}
+
+/// The repair flow of the title's parity, under an SSRC of its own.
+fn repair_flow(title: &Title, source_ssrc: u32) -> Option<RepairFlow> {
+    let fec = title.fec(0)?;
+    let ssrc = std::iter::repeat_with(rand::random::<u32>).find(|s| *s != source_ssrc)?;
+    Some(RepairFlow {
+        ssrc,
+        payload_type: crate::control::repair_payload_type(title),
+        k: fec.params().k,
+        m: fec.params().m,
+        symbol_len: u16::try_from(fec.symbol_len()).ok()?,
+    })
 }
 
 /// The plan of a one-track title: its packets by send time, cut at its
@@ -140,7 +191,7 @@ fn plan(title: &Title, config: PlanConfig) -> Result<Plan, String> {
 /// its own from the pool. Returns the group.
 async fn channel(
     server: &Server,
-    title: (&Arc<Title>, Ids),
+    title: (&Arc<Title>, Ids, Option<RepairFlow>),
     plan: &Plan,
     c: usize,
     epoch: Instant,
@@ -207,7 +258,7 @@ struct Round {
 
 async fn slot_stream(
     server: &Server,
-    (title, ids): (&Arc<Title>, Ids),
+    (title, ids, repair): (&Arc<Title>, Ids, Option<RepairFlow>),
     to: SocketAddr,
     round: Round,
     bytes_per_s: f64,
@@ -215,6 +266,10 @@ async fn slot_stream(
     let track = title.index().track(0).ok_or("no track")?;
     let ns_of = |i: u32| track.packet(i as usize).map_or(0, |r| r.send_time_ns);
     let packet_bytes = (title.index().source().size / (track.packet_count() as u64).max(1)).max(1);
+    // Repair packets add M to every K packets sent.
+    let bytes_per_s = repair.map_or(bytes_per_s, |r| {
+        bytes_per_s * f64::from(u32::from(r.k) + u32::from(r.m)) / f64::from(r.k)
+    });
     let pps = (bytes_per_s as u64).div_ceil(packet_bytes);
     let reservation = (server.admission.reserve(None, pps)).ok_or("no engine thread has room")?;
     let shard = reservation.thread as u64;
@@ -230,7 +285,7 @@ async fn slot_stream(
         _disk: disk,
     };
     let id = server.next_id();
-    let output = output(server, to).map_err(|e| format!("group {to}: {e}"))?;
+    let output = group_output(server, to).map_err(|e| format!("group {to}: {e}"))?;
     let (first_ns, last) = (
         ns_of(round.first),
         round.offsets.last().copied().unwrap_or(0),
@@ -245,6 +300,20 @@ async fn slot_stream(
         ts0: ids.ts0,
         output,
     })));
+    if let Some(r) = repair {
+        // To the channel's group and port too: receivers tell the flows
+        // apart by SSRC.
+        let output = group_output(server, to).map_err(|e| format!("group {to}: {e}"))?;
+        send(Command::AttachRepair {
+            id,
+            repair: Box::new(RepairSpec {
+                ssrc: r.ssrc,
+                seq0: rand::random(),
+                payload_type: r.payload_type,
+                output,
+            }),
+        });
+    }
     send(Command::Pace {
         id,
         first: round.first,
@@ -272,7 +341,7 @@ async fn slot_stream(
 
 /// A socket pair of the server's port range sending to group `to` with the
 /// configured TTL.
-fn output(server: &Server, to: SocketAddr) -> std::io::Result<Output> {
+fn group_output(server: &Server, to: SocketAddr) -> std::io::Result<Output> {
     let config = server.config();
     let pair = server.ports.bind(config.bind)?;
     for s in [&pair.rtp, &pair.rtcp] {
@@ -297,6 +366,7 @@ fn schedule(
     (name, title, ids): (&str, &Title, Ids),
     plan: &Plan,
     (epoch, groups): (SystemTime, &[SocketAddr]),
+    repair: Option<RepairFlow>,
 ) -> String {
     let track = title.index().track(0);
     let channels = (groups.iter())
@@ -322,6 +392,7 @@ fn schedule(
         ttl: server.config().multicast_ttl,
         channels,
         plan: plan.description(),
+        repair,
     };
     serde_json::to_string(&schedule).unwrap_or_default()
 }

@@ -155,6 +155,18 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
             Some(json) => Response::new(200)
                 .body("application/json", json.to_string())
                 .into(),
+            None if server
+                .broadcasts
+                .configured(&server.config(), &target.title) =>
+            {
+                Response::new(503)
+                    .header("Retry-After", "1")
+                    .body(
+                        "text/plain",
+                        "the broadcast is starting (its parity is being made)\r\n",
+                    )
+                    .into()
+            }
             None => refuse(404, "this title is not broadcast"),
         };
     }
@@ -290,7 +302,7 @@ fn repair_fmtp(title: &Title, t: usize) -> Option<String> {
 
 /// The lowest dynamic payload type no track of the title uses (repair
 /// streams have their own SSRC and `m=` line, so they share it).
-fn repair_payload_type(title: &Title) -> u8 {
+pub(crate) fn repair_payload_type(title: &Title) -> u8 {
     (96..=127)
         .find(|pt| title.index().tracks().all(|t| t.payload_type() != *pt))
         .unwrap_or(127)

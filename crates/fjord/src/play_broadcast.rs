@@ -10,9 +10,10 @@
 //! soon as every packet expected from it is held; one `poll` loop reads
 //! them all. What the datagrams are, in what order they go out, and when a
 //! channel is left is `fjord_client::broadcast` (sans-IO): a packet lost in
-//! its window is taken from the channel's next cycles, for at most
-//! [`REPAIR_PERIODS`] periods (repair by the carousel; there is no FEC over broadcast
-//! channels). The contiguous prefix of the title is written as it grows
+//! its window is rebuilt from the channel's FEC repair packets when the
+//! title has parity, else taken from the channel's next cycles, for at most
+//! [`REPAIR_PERIODS`] periods (repair by the carousel). The contiguous
+//! prefix of the title is written as it grows
 //! (by a writer thread, so a slow pipe never stalls receiving); a report
 //! follows; any packet still missing is an error.
 
@@ -123,13 +124,26 @@ fn broadcast_url(url: &str) -> String {
     }
 }
 
+/// How long a broadcast that is starting (503) is waited for.
+const STARTING_WAIT: Duration = Duration::from_secs(120);
+
 fn describe(url: &str) -> anyhow::Result<(Schedule, Plan)> {
     let mut client = RtspClient::connect(url).with_context(|| format!("connect to {url}"))?;
-    let r = client
-        .request("DESCRIBE", url, &[("Accept", "application/json")], &[])
-        .with_context(|| format!("DESCRIBE {url}"))?;
+    let asked = Instant::now();
+    let r = loop {
+        let r = client
+            .request("DESCRIBE", url, &[("Accept", "application/json")], &[])
+            .with_context(|| format!("DESCRIBE {url}"))?;
+        if r.status != 503 || asked.elapsed() >= STARTING_WAIT {
+            break r;
+        }
+        // The server makes the title's parity before it broadcasts it.
+        let after = r.header("Retry-After").and_then(|s| s.trim().parse().ok());
+        std::thread::sleep(Duration::from_secs(after.unwrap_or(1u64).clamp(1, 10)));
+    };
     let hint = match r.status {
         404 => " (is the title broadcast? the server's [[broadcast]] tables name them)",
+        503 => " (the broadcast did not start in time; see the server's log)",
         _ => "",
     };
     ensure!(
@@ -423,9 +437,16 @@ impl Report<'_> {
         let total = plan.title().packets().len() as u64;
         let s = rx.stats;
         let ms = |ns: u64| ns as f64 / 1e6;
+        let fec = match &rx.repairs {
+            Some(_) => format!(
+                "{} rebuilt by FEC from {} repair packets",
+                s.rebuilt, s.repair_packets
+            ),
+            None => "no FEC (the title has no parity)".to_owned(),
+        };
         format!(
             "broadcast {} ({}, {} channels): heard {heard} ({extended} past their window: repair by the carousel); \
-             packets {} received, {} duplicates, {} ignored, {} dropped (test), {} missing; \
+             packets {} received, {} duplicates, {} ignored, {} dropped (test), {fec}, {} missing; \
              wait {:.1} ms (worst {:.1}); underruns {}; peak buffer {} bytes (planned {}); {} bytes written",
             self.schedule.title.escape_debug(),
             plan.config().scheme.name(),

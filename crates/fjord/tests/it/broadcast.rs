@@ -26,18 +26,27 @@ fn broadcasting(scheme: &str) -> Server {
     ))
 }
 
-/// The published schedule of `title`, or the DESCRIBE's status.
+/// The published schedule of `title`, or the DESCRIBE's status; a
+/// broadcast starting (503: its parity is being made) is waited for.
 fn schedule(server: &Server, title: &str) -> Result<Value, u16> {
     let url = server.url(title);
     let mut c = RtspClient::connect(&url).unwrap();
-    let r = c
-        .request(
-            "DESCRIBE",
-            &format!("{url}?broadcast"),
-            &[("Accept", "application/json")],
-            &[],
-        )
-        .unwrap();
+    let asked = std::time::Instant::now();
+    let r = loop {
+        let r = c
+            .request(
+                "DESCRIBE",
+                &format!("{url}?broadcast"),
+                &[("Accept", "application/json")],
+                &[],
+            )
+            .unwrap();
+        if r.status != 503 || asked.elapsed() > Duration::from_secs(60) {
+            break r;
+        }
+        assert_eq!(r.header("Retry-After"), Some("1"));
+        std::thread::sleep(Duration::from_millis(200));
+    };
     match r.status {
         200 => Ok(serde_json::from_slice(&r.body).unwrap()),
         s => Err(s),
@@ -67,6 +76,11 @@ fn the_schedule_is_published_and_every_channel_carries_the_titles_packets() {
             "{s}"
         );
         let ssrc = s["ssrc"].as_u64().unwrap() as u32;
+        let repair = &s["repair"];
+        assert!(
+            repair["k"].as_u64() > Some(0) && repair["m"].as_u64() > Some(0),
+            "the title has parity: its repair flow is published: {repair}"
+        );
         for (c, ch) in channels.iter().enumerate() {
             let (group, port) = (ch["group"].as_str().unwrap(), ch["port"].as_u64().unwrap());
             assert_eq!(port, 5004 + 2 * c as u64, "a port per channel");
@@ -78,14 +92,24 @@ fn the_schedule_is_published_and_every_channel_carries_the_titles_packets() {
                 "channel {c} ({group}:{port}) sent nothing of SSRC {ssrc:08X}"
             );
         }
+        // Channel 0 sends its blocks' repair packets to its group too.
+        let ch = &channels[0];
+        let rx = join(
+            ch["group"].as_str().unwrap(),
+            ch["port"].as_u64().unwrap() as u16,
+        );
+        let period = planned[0]["period_ns"].as_u64().unwrap();
+        let repair_ssrc = repair["ssrc"].as_u64().unwrap() as u32;
+        let wait = Duration::from_nanos(period).min(Duration::from_secs(3));
+        assert!(count_ssrc(&rx, repair_ssrc, wait) > 0, "no repair packets");
         server.assert_healthy();
     });
 }
 
 /// `fjord play --broadcast` of every scheme at once, 5 % of the packets
-/// dropped on arrival: each viewer waits at most the configured start, gets
-/// its lost packets again from the channels' next rounds, and writes the
-/// stored file byte for byte.
+/// dropped on arrival: each viewer waits at most the configured start,
+/// rebuilds lost packets from the channels' FEC (or gets them again from
+/// the channels' next rounds), and writes the stored file byte for byte.
 #[test]
 fn fjord_play_reassembles_every_scheme_bit_exact_through_loss() {
     in_private_network(|| {
@@ -115,6 +139,7 @@ fn fjord_play_reassembles_every_scheme_bit_exact_through_loss() {
                         .arg(&out);
                     let run = run_bounded(cmd, Duration::from_secs(90));
                     let report = String::from_utf8_lossy(&run.stdout).into_owned() + &run.stderr;
+                    eprintln!("{scheme}: {report}");
                     assert!(run.status.success(), "{scheme}: {report}");
                     let got = fs::read(&out).unwrap_or_default();
                     assert!(
@@ -136,6 +161,13 @@ fn fjord_play_reassembles_every_scheme_bit_exact_through_loss() {
                         report.contains(" dropped (test)") && !report.contains(" 0 dropped (test)"),
                         "{scheme}: nothing dropped: {report}"
                     );
+                    let rebuilt: u64 = report
+                        .split(" rebuilt by FEC")
+                        .next()
+                        .and_then(|w| w.rsplit(' ').next())
+                        .and_then(|w| w.parse().ok())
+                        .unwrap_or(0);
+                    assert!(rebuilt > 0, "{scheme}: nothing rebuilt by FEC: {report}");
                 });
             }
         });
