@@ -743,9 +743,15 @@ impl Receiver {
         }
     }
 
-    /// Packets the decoder rebuilt, as if they had arrived now.
+    /// Packets the decoder rebuilt, as if they had arrived now; one whose
+    /// length is not the table's (forged repair symbols) is not kept.
     fn rebuilt(&mut self, packets: Vec<(u32, SourcePacket)>, t_ns: u64) {
         for (i, p) in packets {
+            let bytes = self.plan.title().packets().get(i as usize).map(|t| t.bytes);
+            if bytes != Some(p.payload.len().max(1) as u32) {
+                self.stats.ignored += 1;
+                continue;
+            }
             if self.reassembly.insert(i, p) == Insert::New {
                 self.stats.rebuilt += 1;
                 self.arrived(i, t_ns);
