@@ -3,20 +3,33 @@
 title by each scheme in a network namespace of its own, its viewers in a
 second one across a veth pair (198.18.0.0/24, RFC 2544; multicast never
 leaves the two), first with no viewer, then with VIEWERS `fjord play
---broadcast` clients joining at random times. Reports per scheme the
-server's CPU and the bytes it sends per second in both phases (they must not
-grow with viewers), and per viewer its wait to start, late packets and
-whether the file it wrote equals the stored one.
+--broadcast` clients joining at random times (DROP of their packets lost on
+arrival, rebuilt by the channels' FEC). Reports per scheme the server's CPU
+and the bytes it sends per second in both phases (they must not grow with
+viewers), and per viewer its wait to start, late packets, packets rebuilt
+and whether the file it wrote equals the stored one. Then, for one scheme,
+the server's CPU and bytes with 0, 1, 10, 100 and 1,000 listeners per
+channel (sockets joined to every channel's group, never read: the kernel
+copies every datagram to each, which is what a viewer costs a host).
+
+The viewers' end of the veth runs NAPI in a kernel thread of its own (GRO
+on, `threaded`), so the kernel's copies to the listeners are not charged to
+the server's threads, as they are not when viewers sit behind a NIC
+(`--no-threaded-napi` shows the difference).
 
     sudo bench/broadcast_real.py --fjord target/release/fjord [--viewers 20]
-        [--seconds 30] [--max-start 3] [--out bench/results/broadcast-real.md]
+        [--seconds 30] [--max-start 3] [--drop 0.01]
+        [--listeners 0,1,10,100,1000] [--out bench/results/broadcast-real.md]
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import re
+import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,12 +59,25 @@ def in_namespaces():
             ip("-n", ns, "link", "set", "lo", "up")
             ip("-n", ns, "link", "set", dev, "up")
             ip("-n", ns, "route", "add", "239.0.0.0/8", "dev", dev)
+        if "--no-threaded-napi" not in sys.argv:
+            threaded_napi()
         env = dict(os.environ, FJORD_BROADCAST_NS="1")
         code = subprocess.call(["ip", "netns", "exec", SERVER_NS, sys.executable] + sys.argv, env=env)
     finally:
         for ns in (SERVER_NS, VIEWER_NS):
             subprocess.run(["ip", "netns", "del", ns])
     sys.exit(code)
+
+
+def threaded_napi():
+    """NAPI for the viewers' end of the veth (GRO on), in a kernel thread.
+    veth hands a datagram of a local socket to NAPI only when the sending
+    end has no TSO (`veth_skb_is_eligible_for_gro`), so TSO goes off there
+    (it concerns TCP only)."""
+    subprocess.run(["ip", "netns", "exec", SERVER_NS, "ethtool", "-K", "fjbc-s", "tso", "off"], check=True)
+    subprocess.run(["ip", "netns", "exec", VIEWER_NS, "ethtool", "-K", "fjbc-v", "gro", "on"], check=True)
+    subprocess.run(["ip", "netns", "exec", VIEWER_NS, "sh", "-c", "echo 1 > /sys/class/net/fjbc-v/threaded"],
+                   check=True)
 
 
 def make_title(path, seconds):
@@ -85,7 +111,10 @@ def measure(pid, admin, seconds):
     return 100 * (c1 - c0) / dt, (b1 - b0) / dt, 100 * (e1 - e0) / dt
 
 
-def run_scheme(args, scheme, root, source):
+@contextlib.contextmanager
+def broadcasting(args, scheme, root, source):
+    """A server broadcasting the title by `scheme`: its pid, admin address
+    and the title's URL."""
     name = f"{scheme}.ts"
     os.link(source, os.path.join(root, name)) if not os.path.exists(os.path.join(root, name)) else None
     config = os.path.join(root, f"{scheme}.toml")
@@ -104,17 +133,22 @@ def run_scheme(args, scheme, root, source):
             if m:
                 url = f"{m.group(1)}/{name}"
                 break
-        # Every channel has started within one title length (staggered
-        # channels start D/K apart): measure the steady state.
-        time.sleep(args.seconds + 2)
-        idle = measure(server.pid, admin, args.seconds)
-        viewers = start_viewers(args, url, root, scheme)
-        busy = measure(server.pid, admin, args.seconds)
-        results = [finish(v, source) for v in viewers]
-        return idle, busy, results
+        yield server.pid, admin, url
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def run_scheme(args, scheme, root, source):
+    with broadcasting(args, scheme, root, source) as (pid, admin, url):
+        # Every channel has started within one title length (staggered
+        # channels start D/K apart): measure the steady state.
+        time.sleep(args.seconds + 2)
+        idle = measure(pid, admin, args.seconds)
+        viewers = start_viewers(args, url, root, scheme)
+        busy = measure(pid, admin, args.seconds)
+        results = [finish(v, source) for v in viewers]
+        return idle, busy, results
 
 
 def start_viewers(args, url, root, scheme):
@@ -126,7 +160,8 @@ def start_viewers(args, url, root, scheme):
     for k, at in enumerate(starts):
         time.sleep(max(0.0, t0 + at - time.monotonic()))
         out = os.path.join(root, f"{scheme}-{k}.out.ts")
-        p = subprocess.Popen(["ip", "netns", "exec", VIEWER_NS, args.fjord, "play", "--broadcast", url, "-o", out],
+        p = subprocess.Popen(["ip", "netns", "exec", VIEWER_NS, args.fjord, "play", "--broadcast", url, "-o", out,
+                              "--drop", str(args.drop), "--seed", str(k)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         viewers.append((p, out))
     return viewers
@@ -138,12 +173,88 @@ def finish(viewer, source):
     same = os.path.exists(out) and open(out, "rb").read() == open(source, "rb").read()
     wait = re.search(r"wait[ =]+([0-9.]+) ?ms", text)
     late = re.search(r"(underruns|late)[ =]+([0-9]+)", text)
+    rebuilt = re.search(r"([0-9]+) rebuilt by FEC", text)
     return {
         "ok": p.returncode == 0 and same,
         "wait_ms": float(wait.group(1)) if wait else None,
         "late": int(late.group(2)) if late else None,
+        "rebuilt": int(rebuilt.group(1)) if rebuilt else 0,
         "report": text.strip().splitlines()[-1] if text.strip() else "",
     }
+
+
+def describe(url):
+    """The published schedule of `url` (RTSP DESCRIBE `?broadcast`)."""
+    host, port = re.match(r"rtsp://([^:/]+):(\d+)/", url).groups()
+    with socket.create_connection((host, int(port)), timeout=10) as c:
+        c.sendall(f"DESCRIBE {url}?broadcast RTSP/1.0\r\nCSeq: 1\r\nAccept: application/json\r\n\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += c.recv(65536)
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = int(re.search(rb"Content-Length: *(\d+)", head, re.I).group(1))
+        while len(body) < length:
+            body += c.recv(65536)
+    return json.loads(body)
+
+
+def listen(url, per_channel):
+    """Listener mode (in the viewers' namespace): `per_channel` sockets
+    joined to every channel's group with a small buffer, never read, until
+    stdin closes."""
+    channels = describe(url)["channels"]
+    need = per_channel * len(channels) + 100
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
+    sockets = []
+    for ch in channels:
+        for _ in range(per_channel):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.setsockopt(socket.IPPROTO_IP, 49, 0)  # IP_MULTICAST_ALL off
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.bind(("0.0.0.0", ch["port"]))
+            mreq = socket.inet_aton(ch["group"]) + socket.inet_aton("0.0.0.0")
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
+            sockets.append(s)
+    print("ready", len(sockets), flush=True)
+    sys.stdin.read()
+
+
+def run_listeners(args, root, source):
+    """The server's CPU and bytes with each count of listeners per channel."""
+    scheme = args.listeners_scheme
+    rows = []
+    with broadcasting(args, scheme, root, source) as (pid, admin, url):
+        time.sleep(args.seconds + 2)
+        for n in [int(x) for x in args.listeners.split(",")]:
+            listener = subprocess.Popen(["ip", "netns", "exec", VIEWER_NS, sys.executable, os.path.abspath(__file__),
+                                         "--listen", str(n), "--url", url],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            ready = listener.stdout.readline().split()
+            time.sleep(2)
+            rows.append((n, int(ready[1]) if len(ready) > 1 else 0, measure(pid, admin, args.seconds)))
+            listener.stdin.close()
+            listener.wait(timeout=60)
+            print("listeners", rows[-1], flush=True)
+    return scheme, rows
+
+
+def report_listeners(scheme, rows):
+    base = rows[0][2]
+    lines = [
+        "",
+        f"## Listeners: {scheme}, the same server, more and more listeners",
+        "",
+        "Each listener is one socket per channel joined to the channel's group (small buffer, never read): the "
+        "kernel copies every datagram to it, as it does for a viewer. Ratios are to the first row.",
+        "",
+        "| listeners per channel | sockets | server CPU % | ratio | engine threads CPU % | ratio | sent Mbit/s | ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, sockets, (cpu, bps, eng) in rows:
+        lines.append(f"| {n} | {sockets} | {cpu:.2f} | {cpu / base[0]:.2f} | {eng:.2f} | {eng / base[2]:.2f} | "
+                     f"{bps * 8 / 1e6:.2f} | {bps / base[1]:.4f} |")
+    return "\n".join(lines) + "\n"
 
 
 def report(args, rows):
@@ -156,11 +267,12 @@ def report(args, rows):
         f"in a network namespace of its own, the viewers in a second one across a veth pair. Server CPU is "
         f"utime+stime of `fjord serve`; Mbit/s are the payload bytes its engine threads sent (its "
         f"admin API). {args.viewers} viewers "
-        f"(`fjord play --broadcast -o FILE`) start at random times in the first half of the "
-        f"second window.",
+        f"(`fjord play --broadcast -o FILE --drop {args.drop}`) start at random times in the first half of the "
+        f"second window; {args.drop:.0%} of what they receive is dropped on arrival and rebuilt by FEC. NAPI of the "
+        f"viewers' veth end: {'in a kernel thread of its own' if not args.no_threaded_napi else 'in the sender (softirq)'}.",
         "",
-        "| scheme | server CPU %, no viewer | with viewers | engine threads CPU %, no viewer | with viewers | sent Mbit/s, no viewer | with viewers | viewers bit-exact | worst wait s | late packets |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| scheme | server CPU %, no viewer | with viewers | engine threads CPU %, no viewer | with viewers | sent Mbit/s, no viewer | with viewers | viewers bit-exact | worst wait s | late packets | rebuilt by FEC |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for scheme, (idle, busy, results) in rows:
         ok = sum(r["ok"] for r in results)
@@ -170,7 +282,7 @@ def report(args, rows):
             f"| {scheme} | {idle[0]:.2f} | {busy[0]:.2f} | {idle[2]:.2f} | {busy[2]:.2f} | "
             f"{idle[1] * 8 / 1e6:.2f} | "
             f"{busy[1] * 8 / 1e6:.2f} | {ok}/{len(results)} | "
-            f"{(max(waits) / 1e3 if waits else float('nan')):.3f} | {late} |")
+            f"{(max(waits) / 1e3 if waits else float('nan')):.3f} | {late} | {sum(r['rebuilt'] for r in results)} |")
     lines += ["", "Viewers' last report lines:", ""]
     for scheme, (_, _, results) in rows:
         for r in results[:3]:
@@ -187,7 +299,15 @@ def main():
     ap.add_argument("--schemes", default=",".join(SCHEMES))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="bench/results/broadcast-real.md")
+    ap.add_argument("--drop", type=float, default=0.01, help="share of the viewers' packets dropped on arrival")
+    ap.add_argument("--listeners", default="0,1,10,100,1000", help="listeners per channel, one window each")
+    ap.add_argument("--listeners-scheme", default="cautious-harmonic")
+    ap.add_argument("--no-threaded-napi", action="store_true")
+    ap.add_argument("--listen", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.listen is not None:
+        return listen(args.url, args.listen)
     args.fjord = os.path.abspath(args.fjord)
     out = os.path.abspath(args.out)
     in_namespaces()
@@ -200,6 +320,8 @@ def main():
             rows.append((scheme, run_scheme(args, scheme, root, source)))
             print(scheme, rows[-1][1][:2], sum(r["ok"] for r in rows[-1][1][2]), "ok", flush=True)
         text = report(args, rows)
+        if args.listeners:
+            text += report_listeners(*run_listeners(args, root, source))
     with open(out, "w") as f:
         f.write(text)
     print(text)
