@@ -17,10 +17,23 @@
 //! killed run keeps its data; final at the end, with the verdict). At the
 //! end the viewers stop, the server's sessions must drain, and the server
 //! must exit 0 on SIGTERM.
+//!
+//! A sample also holds, since the previous one, what the kernel says of
+//! each engine thread of the server (`fjord-engine-N`, [`sched`]): CPU,
+//! run-queue wait and timeslices (`schedstat`), voluntary and
+//! nonvoluntary switches (`status`), major faults and block I/O delay
+//! (`stat`; kernel.task_delayacct is set to 1 for the run when it can
+//! be); its late packets and worst lateness (`/metrics`); the machine's
+//! steal and irq + softirq (`/proc/stat`); and the RSS in its parts,
+//! RssAnon (the heap), RssFile (mapped titles) and RssShmem. From those
+//! every sample with late packets gets a verdict, the server's fault
+//! (disk wait, unexplained) or the machine's (run-queue wait, steal),
+//! and RSS growth is judged on the heap apart from the file pages.
 
 pub mod client;
 pub mod plan;
 pub mod report;
+pub mod sched;
 pub mod server;
 
 use std::collections::BTreeSet;
@@ -78,6 +91,9 @@ pub fn run(cfg: &SoakConfig, command: &str) -> anyhow::Result<SoakReport> {
     let (media, titles) = make_titles(scratch.path(), cfg)?;
     let config = scratch.path().join("serve.toml");
     std::fs::write(&config, serve_config(&media, cfg.realtime))?;
+    // Before the server starts, so its threads count block I/O delay;
+    // put back when dropped, at the end of the run.
+    let delayacct = sched::DelayAcct::enable();
     let server = Server::start(&cfg.fjord_exe, &config)?;
     let (urls, title_s) = describe(&server, &titles)?;
     let shape = plan::Shape {
@@ -95,6 +111,9 @@ pub fn run(cfg: &SoakConfig, command: &str) -> anyhow::Result<SoakReport> {
         seed: cfg.seed,
         titles: titles.into_iter().map(|t| t.1).collect(),
         warmup_s: (cfg.minutes * 60.0 / 4.0).min(120.0),
+        library_kib: dir_kib(&media),
+        binary_kib: file_kb(&cfg.fjord_exe) * 1000 / 1024,
+        delayacct: delayacct.note.clone(),
         ..SoakReport::default()
     };
     let driven = drive(cfg, &server, &ctx, &mut report);
@@ -124,15 +143,18 @@ fn drive(
     ctx: &Arc<Ctx>,
     report: &mut SoakReport,
 ) -> anyhow::Result<()> {
-    let mut csv = std::fs::File::create(cfg.out.join("soak.csv"))?;
-    csv.write_all(report::CSV_HEADER.as_bytes())?;
     let mut sampler = Sampler {
         server,
         ctx,
         t0: Instant::now(),
         ids: BTreeSet::new(),
+        watch: sched::Watch::new(server.pid()),
     };
     let baseline = sampler.take()?;
+    // The engine's threads are made at its start: fixed for the run.
+    report.engine_threads = baseline.engine.iter().map(|t| t.index).collect();
+    let mut csv = std::fs::File::create(cfg.out.join("soak.csv"))?;
+    csv.write_all(report::csv_header(&report.engine_threads).as_bytes())?;
     record(report, &mut csv, baseline)?;
     let viewers = start_viewers(ctx, cfg.sessions)?;
     let watched = watch(cfg, &mut sampler, report, &mut csv);
@@ -199,6 +221,20 @@ fn make_titles(dir: &Path, cfg: &SoakConfig) -> anyhow::Result<(PathBuf, Vec<(Pa
 
 fn file_kb(p: &Path) -> u64 {
     std::fs::metadata(p).map_or(0, |m| m.len() / 1000)
+}
+
+/// The files directly in `dir`, KiB: the titles and what ingest made.
+fn dir_kib(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let bytes: u64 = entries
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    bytes / 1024
 }
 
 fn remux_mp4(ts: &Path, mp4: &Path) -> anyhow::Result<()> {
@@ -285,9 +321,9 @@ fn watch(
             std::thread::sleep(Duration::from_millis(100));
         }
         let s = sampler.take()?;
-        record(report, csv, s)?;
         bar.set_position(s.t_s as u64);
         bar.set_message(status(&s));
+        record(report, csv, s)?;
         if report.samples.len() % 6 == 1 {
             write(report, &cfg.out, true)?;
         }
@@ -302,9 +338,9 @@ fn watch(
 
 /// Keeps a sample: in the report and, at once, in `soak.csv`.
 fn record(report: &mut SoakReport, csv: &mut std::fs::File, s: Sample) -> anyhow::Result<()> {
-    csv.write_all(s.csv_row().as_bytes())?;
-    report.samples.push(s);
+    csv.write_all(s.csv_row(&report.engine_threads).as_bytes())?;
     report.viewers = s.client;
+    report.samples.push(s);
     Ok(())
 }
 
@@ -328,6 +364,8 @@ struct Sampler<'a> {
     /// When the viewers started.
     t0: Instant,
     ids: BTreeSet<String>,
+    /// The engine threads and the machine at the previous sample.
+    watch: sched::Watch,
 }
 
 impl Sampler<'_> {
@@ -341,6 +379,10 @@ impl Sampler<'_> {
         let went = self.ids.difference(&ids).count() as u64;
         self.ids = ids;
         let own = crate::peers::process_cpu(std::process::id())?;
+        let (engine, machine) = self.watch.take(
+            &m.by_thread("fjord_late_packets_total"),
+            &m.by_thread("fjord_engine_max_lateness_seconds"),
+        );
         Ok(Sample {
             t_s: self.t0.elapsed().as_secs_f64(),
             proc: server::proc_figures(self.server.pid()),
@@ -355,6 +397,9 @@ impl Sampler<'_> {
             refused: m.sum_where("fjord_rtsp_requests_total", |l| !l.contains("status=\"2")) as u64,
             client: self.ctx.counts.tally(),
             client_cpu_s: own.as_secs_f64(),
+            not_ready: m.sum("fjord_not_ready_packets_total") as u64,
+            engine,
+            machine,
         })
     }
 

@@ -91,10 +91,13 @@ pub enum BenchCmd {
     /// lives one seeded random life after another (DESCRIBE, SETUP over
     /// UDP or, for --tcp-share of them, TCP interleaved, PLAY, 5-60 s of
     /// receiving with seeks, pauses and Scale 2 trick play, then TEARDOWN,
-    /// a close without it, or play to the end). Samples the server's RSS,
-    /// fds, threads and CPU, the kernel's slab (system-wide), its /metrics
-    /// (sessions, packets sent and late) and the viewers' errors and loss
-    /// every 10 s. Writes soak.csv (as it goes), soak.md and soak.svg
+    /// a close without it, or play to the end). Samples the server's RSS
+    /// (heap and mapped files apart), fds, threads and CPU, the kernel's
+    /// slab (system-wide), its /metrics (sessions, packets sent and late),
+    /// each engine thread's run-queue wait, faults and block I/O delay,
+    /// the machine's steal, and the viewers' errors and loss every 10 s;
+    /// each sample's late packets are attributed to the server or the
+    /// machine. Writes soak.csv (as it goes), soak.md and soak.svg
     /// (every minute, and with the verdict at the end) to --out; at the
     /// end checks that the sessions drain and the server exits 0 on
     /// SIGTERM. Ctrl-C ends the run early, still reporting.

@@ -11,6 +11,7 @@ use plotters::prelude::*;
 
 use super::client::Tally;
 use super::plan::End;
+use super::sched::{EngineThread, Evidence, Machine, ThreadCounters, Verdict, tick_ms};
 use super::server::{ProcFigures, Warnings};
 
 /// Growth slower than this, in % of the level per hour, is flat.
@@ -19,7 +20,7 @@ pub const FLAT_PCT_PER_HOUR: f64 = 2.0;
 pub const MIN_WINDOW_S: f64 = 600.0;
 
 /// One sample of the server, the machine and the viewers.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Sample {
     /// Seconds since the viewers started (0: before).
     pub t_s: f64,
@@ -41,18 +42,128 @@ pub struct Sample {
     pub client: Tally,
     /// CPU of this process (the viewers, the sampler), seconds.
     pub client_cpu_s: f64,
+    /// Times the engine found a session's next packet not read yet (the
+    /// storage layer's wait; session starts included), from `/metrics`.
+    pub not_ready: u64,
+    /// The server's engine threads since the previous sample.
+    pub engine: Vec<EngineThread>,
+    /// The machine since the previous sample: steal, irq + softirq.
+    pub machine: Machine,
 }
 
-pub const CSV_HEADER: &str = "t_s,rss_kib,fds,threads,server_cpu_s,slab_kib,sunreclaim_kib,\
+const CSV_COLUMNS: &str = "t_s,rss_kib,fds,threads,server_cpu_s,slab_kib,sunreclaim_kib,\
 sessions,connections,came,went,sent,late,max_late_ms,rtsp_requests,rtsp_not_2xx,\
 viewer_sessions,lives,ended_teardown,ended_close,ended_bye,early_bye,viewer_requests,\
-packets,lost_udp,gaps_tcp,errors,client_cpu_s\n";
+packets,lost_udp,gaps_tcp,errors,client_cpu_s,\
+rss_anon_kib,rss_file_kib,rss_shmem_kib,not_ready,steal_ms,usual_steal_ms,irq_softirq_ms,\
+late_verdict";
+
+/// Per engine thread (`e` alone: summed over them), since the previous
+/// sample; `late` and `max_late_ms` come from `/metrics`.
+const THREAD_COLUMNS: [&str; 10] = [
+    "cpu_ms",
+    "runq_ms",
+    "usual_runq_ms",
+    "slices",
+    "vcsw",
+    "nvcsw",
+    "majflt",
+    "blkio_ms",
+    "late",
+    "max_late_ms",
+];
+
+/// The header of `soak.csv` for the engine threads `threads` (their N).
+pub fn csv_header(threads: &[usize]) -> String {
+    let mut h = CSV_COLUMNS.to_string();
+    let names = std::iter::once("e".to_string()).chain(threads.iter().map(|i| format!("e{i}")));
+    for n in names {
+        for c in THREAD_COLUMNS {
+            let _ = write!(h, ",{n}_{c}");
+        }
+    }
+    h.push('\n');
+    h
+}
+
+/// [`THREAD_COLUMNS`] of a thread's (or the sum's) figures.
+fn thread_csv(t: &EngineThread) -> String {
+    let (d, tick) = (&t.d, tick_ms());
+    format!(
+        ",{:.3},{:.3},{:.3},{},{},{},{},{:.0},{},{:.3}",
+        d.cpu_ns as f64 / 1e6,
+        d.wait_ns as f64 / 1e6,
+        t.usual_wait_ns as f64 / 1e6,
+        d.slices,
+        d.voluntary,
+        d.nonvoluntary,
+        d.majflt,
+        d.blkio_ticks as f64 * tick,
+        t.late,
+        t.max_late_ms
+    )
+}
 
 impl Sample {
-    pub fn csv_row(&self) -> String {
+    /// The engine threads summed (the worst lateness: the most of one).
+    pub fn engine_sum(&self) -> EngineThread {
+        let e = &self.engine;
+        EngineThread {
+            index: 0,
+            d: ThreadCounters::sum(e.iter().map(|t| &t.d)),
+            late: e.iter().map(|t| t.late).sum(),
+            usual_wait_ns: e.iter().map(|t| t.usual_wait_ns).sum(),
+            max_late_ms: e.iter().map(|t| t.max_late_ms).fold(0.0, f64::max),
+            rose: e.iter().any(|t| t.rose),
+        }
+    }
+
+    /// Late packets in this sample (the engine threads' counters).
+    pub fn late_here(&self) -> u64 {
+        self.engine.iter().map(|t| t.late).sum()
+    }
+
+    /// Whose fault this sample's late packets are; None without any.
+    pub fn verdict(&self) -> Option<Verdict> {
+        super::sched::classify(&self.evidence())
+    }
+
+    pub fn evidence(&self) -> Evidence {
+        Evidence::of(&self.engine, &self.machine, self.late_here())
+    }
+
+    /// A row of `soak.csv`, its thread columns for `threads`.
+    pub fn csv_row(&self, threads: &[usize]) -> String {
+        let mut row = self.base_csv();
+        let (p, m) = (&self.proc, &self.machine);
+        let verdict = self.verdict().map_or("", |v| v.name());
+        let _ = write!(
+            row,
+            ",{},{},{},{},{:.0},{:.1},{:.0},{verdict}",
+            p.rss_anon_kib,
+            p.rss_file_kib,
+            p.rss_shmem_kib,
+            self.not_ready,
+            m.steal_ms,
+            m.usual_steal_ms,
+            m.irq_ms
+        );
+        row.push_str(&thread_csv(&self.engine_sum()));
+        for i in threads {
+            match self.engine.iter().find(|t| t.index == *i) {
+                Some(t) => row.push_str(&thread_csv(t)),
+                None => row.push_str(&",".repeat(THREAD_COLUMNS.len())),
+            }
+        }
+        row.push('\n');
+        row
+    }
+
+    /// The columns `soak.csv` had before the engine threads'.
+    fn base_csv(&self) -> String {
         let (p, c) = (&self.proc, &self.client);
         format!(
-            "{:.1},{},{},{},{:.2},{},{},{},{},{},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.2}\n",
+            "{:.1},{},{},{},{:.2},{},{},{},{},{},{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.2}",
             self.t_s,
             p.rss_kib,
             p.fds,
@@ -159,6 +270,15 @@ pub struct SoakReport {
     pub errors: BTreeMap<String, u64>,
     /// The viewers' counts at the end (or the latest sample's).
     pub viewers: Tally,
+    /// The engine threads (their N) found at the first sample: the
+    /// per-thread columns of `soak.csv`.
+    pub engine_threads: Vec<usize>,
+    /// The titles' files and the `fjord` binary: what file pages the
+    /// server maps can add up to.
+    pub library_kib: u64,
+    pub binary_kib: u64,
+    /// Whether block I/O delay was counted (kernel.task_delayacct).
+    pub delayacct: String,
 }
 
 fn mib(kib: u64) -> f64 {
@@ -167,7 +287,7 @@ fn mib(kib: u64) -> f64 {
 
 impl SoakReport {
     fn last(&self) -> Sample {
-        self.samples.last().copied().unwrap_or_default()
+        self.samples.last().cloned().unwrap_or_default()
     }
 
     /// The samples after the warm-up.
@@ -212,20 +332,24 @@ impl SoakReport {
 
     /// The verdict lines.
     pub fn verdict(&self) -> Vec<String> {
-        let mut v = vec![
-            self.growth_line("server RSS", "MiB", |s| mib(s.proc.rss_kib)),
+        let mut v = self.rss_lines();
+        v.extend([
             self.growth_line("server open fds", "fds", |s| s.proc.fds as f64),
             self.growth_line("server threads", "threads", |s| s.proc.threads as f64),
             self.growth_line("kernel slab (system-wide)", "MiB", |s| mib(s.proc.slab_kib)),
             self.growth_line("kernel SUnreclaim (system-wide)", "MiB", |s| {
                 mib(s.proc.sunreclaim_kib)
             }),
-        ];
+        ]);
         let (ppm, late, sent) = self.late_per_million();
         let last = self.last();
         v.push(format!(
             "- late packets (> 2 ms, the server's count): {ppm:.1} per million sent after the warm-up ({late} of {sent}); worst lateness since the start {:.1} ms",
             last.max_late_ms
+        ));
+        v.push(format!(
+            "- late packets, attributed: {}",
+            self.attribution().line()
         ));
         let c = &self.viewers;
         v.push(format!(
@@ -241,8 +365,40 @@ impl SoakReport {
         v
     }
 
+    /// RSS in its parts: the heap (RssAnon) could leak; file pages
+    /// (RssFile) are titles mapped by seeks, bounded by the library.
+    fn rss_lines(&self) -> Vec<String> {
+        let p = self.last().proc;
+        let bound = self.library_kib + self.binary_kib;
+        let mut file = self.growth_line("server file pages (RssFile)", "MiB", |s| {
+            mib(s.proc.rss_file_kib)
+        });
+        let peak = self.samples.iter().map(|s| s.proc.rss_file_kib).max();
+        if file.ends_with("**GROWS**") && peak.is_some_and(|k| k <= bound) {
+            file.truncate(file.len() - "**GROWS**".len());
+            file.push_str("**grows, bounded**");
+        }
+        let _ = write!(
+            file,
+            " (file pages of the titles mapped by seeks, and of the binary: bounded by the library's {:.1} MiB + the binary's {:.1} MiB, so growth within that is the page cache filling, not a leak)",
+            mib(self.library_kib),
+            mib(self.binary_kib)
+        );
+        vec![
+            format!(
+                "- server RSS {:.1} MiB at the end = RssAnon {:.1} + RssFile {:.1} + RssShmem {:.1}; growth is judged on the heap and the file pages apart:",
+                mib(p.rss_kib),
+                mib(p.rss_anon_kib),
+                mib(p.rss_file_kib),
+                mib(p.rss_shmem_kib)
+            ),
+            self.growth_line("server heap (RssAnon)", "MiB", |s| mib(s.proc.rss_anon_kib)),
+            file,
+        ]
+    }
+
     fn after_line(&self) -> String {
-        let base = self.samples.first().copied().unwrap_or_default();
+        let base = self.samples.first().cloned().unwrap_or_default();
         let after = match &self.after {
             Some(a) => format!(
                 "{} sessions and {} connections left on the server; {} fds (before the viewers: {}), RSS {:.1} MiB (before: {:.1})",
@@ -299,7 +455,7 @@ impl SoakReport {
 
     fn table(&self) -> String {
         let mut t = String::from(
-            "| min | RSS MiB | fds | threads | slab MiB | SUnreclaim MiB | sessions | came / went | sent pkt/s | late/s | server CPU % | viewers CPU % | errors | lost (UDP) |\n\
+            "| min | RSS MiB (heap / files) | fds | threads | slab MiB | SUnreclaim MiB | sessions | came / went | sent pkt/s | late/s | server CPU % | viewers CPU % | errors | lost (UDP) |\n\
              |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let rows = self.rows();
@@ -325,9 +481,11 @@ impl SoakReport {
             .filter(|x| x.t_s > prev.t_s && x.t_s <= s.t_s);
         let (came, went) = between.fold((0, 0), |(c, w), x| (c + x.came, w + x.went));
         format!(
-            "| {:.1} | {:.1} | {} | {} | {:.1} | {:.1} | {} | {came} / {went} | {} | {} | {} | {} | {} | {} |\n",
+            "| {:.1} | {:.1} ({:.1} / {:.1}) | {} | {} | {:.1} | {:.1} | {} | {came} / {went} | {} | {} | {} | {} | {} | {} |\n",
             s.t_s / 60.0,
             mib(s.proc.rss_kib),
+            mib(s.proc.rss_anon_kib),
+            mib(s.proc.rss_file_kib),
             s.proc.fds,
             s.proc.threads,
             mib(s.proc.slab_kib),
@@ -360,6 +518,43 @@ impl SoakReport {
             c.lives.saturating_sub(ended)
         ));
         parts.join(", ")
+    }
+
+    /// Every sample with late packets, the one before it, and the call.
+    fn late_samples(&self) -> Vec<(&Sample, &Sample, Verdict)> {
+        let s = &self.samples;
+        (0..s.len())
+            .filter_map(|i| Some((&s[i.saturating_sub(1)], &s[i], s[i].verdict()?)))
+            .collect()
+    }
+
+    /// The late packets since the start by verdict.
+    pub fn attribution(&self) -> Attribution {
+        let mut a = Attribution::default();
+        for (_, s, v) in self.late_samples() {
+            a.add(v, s.late_here());
+        }
+        a
+    }
+
+    /// The section "Late packets, attributed": a row per sample with any.
+    fn attributed(&self) -> String {
+        let mut m = String::from("\n## Late packets, attributed\n\n");
+        let _ = writeln!(m, "{}\n", self.attribution().line());
+        let rows = self.late_samples();
+        if rows.is_empty() {
+            let _ = writeln!(m, "Block I/O delay: {}.", self.delayacct);
+            return m;
+        }
+        let _ = writeln!(m, "{ATTRIBUTION}Block I/O delay: {}.\n", self.delayacct);
+        m.push_str(
+            "| min | late packets | threads late | worst ms | run-queue wait ms (usual) | beyond usual ms | engine CPU ms | nonvoluntary switches | major faults | blkio ms | steal ms (usual) | irq+softirq ms | not-ready waits | verdict |\n\
+             |---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        );
+        for (prev, s, v) in rows {
+            m.push_str(&late_row(prev, s, v));
+        }
+        m
     }
 
     pub fn markdown(&self, running: bool) -> String {
@@ -398,6 +593,7 @@ impl SoakReport {
             m.push_str(&l);
             m.push('\n');
         }
+        m.push_str(&self.attributed());
         let step = if self.minutes > 30.0 { 5 } else { 1 };
         let _ = writeln!(m, "\n## Samples (every {step} min)\n\n{}", self.table());
         m.push_str(&self.problems());
@@ -437,21 +633,28 @@ impl SoakReport {
         let line = |f: &dyn Fn(&Sample) -> f64| -> Vec<(f64, f64)> {
             s.iter().map(|x| (x.t_s / 60.0, f(x))).collect()
         };
-        let late: Vec<(f64, f64)> = s
-            .windows(2)
-            .map(|w| {
-                let dt = (w[1].t_s - w[0].t_s).max(1e-9);
-                (
-                    w[1].t_s / 60.0,
-                    w[1].late.saturating_sub(w[0].late) as f64 / dt,
-                )
-            })
-            .collect();
+        let rate = |server_only: bool| -> Vec<(f64, f64)> {
+            let late = |x: &Sample| match x.verdict() {
+                Some(v) if v.server() || !server_only => x.late_here(),
+                _ => 0,
+            };
+            let dt = |w: &[Sample]| (w[1].t_s - w[0].t_s).max(1e-9);
+            let pts = s.windows(2);
+            pts.map(|w| (w[1].t_s / 60.0, late(&w[1]) as f64 / dt(w)))
+                .collect()
+        };
         let panels: [(&str, &str, Vec<Line>); 5] = [
             (
                 "server RSS",
                 "MiB",
-                vec![("VmRSS", line(&|x| mib(x.proc.rss_kib)))],
+                vec![
+                    ("VmRSS", line(&|x| mib(x.proc.rss_kib))),
+                    ("RssAnon (heap)", line(&|x| mib(x.proc.rss_anon_kib))),
+                    (
+                        "RssFile (mapped titles)",
+                        line(&|x| mib(x.proc.rss_file_kib)),
+                    ),
+                ],
             ),
             (
                 "server open fds",
@@ -479,7 +682,10 @@ impl SoakReport {
             (
                 "late packets (> 2 ms, server)",
                 "per second",
-                vec![("late/s", late)],
+                vec![
+                    ("late/s", rate(false)),
+                    ("late/s attributable to the server", rate(true)),
+                ],
             ),
         ];
         let xmax = s.last().map_or(1.0, |x| x.t_s / 60.0).max(0.1);
@@ -490,6 +696,124 @@ impl SoakReport {
         Ok(())
     }
 }
+
+/// Late packets by verdict, over the samples that had any.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Attribution {
+    pub samples: u64,
+    pub disk: u64,
+    pub unexplained: u64,
+    /// The machine's: run-queue wait only, steal only, both.
+    pub wait: u64,
+    pub steal: u64,
+    pub both: u64,
+}
+
+impl Attribution {
+    fn add(&mut self, v: Verdict, late: u64) {
+        self.samples += 1;
+        *match v {
+            Verdict::DiskWait => &mut self.disk,
+            Verdict::Unexplained => &mut self.unexplained,
+            Verdict::Machine {
+                wait: true,
+                steal: true,
+            } => &mut self.both,
+            Verdict::Machine { wait: true, .. } => &mut self.wait,
+            Verdict::Machine { .. } => &mut self.steal,
+        } += late;
+    }
+
+    pub fn server(&self) -> u64 {
+        self.disk + self.unexplained
+    }
+
+    pub fn machine(&self) -> u64 {
+        self.wait + self.steal + self.both
+    }
+
+    fn line(&self) -> String {
+        if self.samples == 0 {
+            return "no late packets, none attributable to the server".into();
+        }
+        let server = match self.server() {
+            0 => "**none attributable to the server**".to_string(),
+            n => format!("**{n} attributable to the server**"),
+        };
+        format!(
+            "{server} (disk wait {}, unexplained {}), {} to the machine (run-queue wait {}, steal {}, both {}); {} late packets in {} samples of 10 s since the start",
+            self.disk,
+            self.unexplained,
+            self.machine(),
+            self.wait,
+            self.steal,
+            self.both,
+            self.server() + self.machine(),
+            self.samples
+        )
+    }
+}
+
+/// A row of "Late packets, attributed": the figures of the engine
+/// threads that went late, the machine's, and the verdict.
+fn late_row(prev: &Sample, s: &Sample, v: Verdict) -> String {
+    let set = super::sched::late_threads(&s.engine);
+    let sum = ThreadCounters::sum(set.iter().map(|t| &t.d));
+    let usual: u64 = set.iter().map(|t| t.usual_wait_ns).sum();
+    let who: Vec<String> = set
+        .iter()
+        .filter(|t| t.late > 0)
+        .map(|t| t.index.to_string())
+        .collect();
+    let m = &s.machine;
+    format!(
+        "| {:.1} | {} | {} | {} | {:.1} ({:.1}) | {:.1} | {:.0} | {} | {} | {:.0} | {:.0} ({:.0}) | {:.0} | {} | {} |\n",
+        s.t_s / 60.0,
+        s.late_here(),
+        who.join(", "),
+        worst(&set),
+        sum.wait_ns as f64 / 1e6,
+        usual as f64 / 1e6,
+        s.evidence().extra_wait_ms,
+        sum.cpu_ns as f64 / 1e6,
+        sum.nonvoluntary,
+        sum.majflt,
+        sum.blkio_ticks as f64 * tick_ms(),
+        m.steal_ms,
+        m.usual_steal_ms,
+        m.irq_ms,
+        s.not_ready.saturating_sub(prev.not_ready),
+        v.name()
+    )
+}
+
+/// The worst lateness of `threads` in a sample: exact where a thread's
+/// gauge (since the start) rose in it, else at most the gauge.
+fn worst(threads: &[&EngineThread]) -> String {
+    let rose = threads.iter().filter(|t| t.rose).map(|t| t.max_late_ms);
+    let all = threads.iter().map(|t| t.max_late_ms);
+    match (rose.reduce(f64::max), all.reduce(f64::max)) {
+        (Some(ms), _) => format!("{ms:.1}"),
+        (None, Some(ms)) => format!("≤ {ms:.1}"),
+        (None, None) => "-".into(),
+    }
+}
+
+const ATTRIBUTION: &str = "Per 10 s sample with late packets (min: the sample's end), from the \
+engine threads that sent them (`/metrics` per thread) and the kernel's counters of those threads \
+over the sample (`/proc/PID/task/TID`: schedstat, status, stat) and of the machine (`/proc/stat`). \
+The verdict, first rule that holds: **disk wait (server)** if a late thread had major faults or \
+block I/O delay; **run-queue wait (machine)** if a late thread waited on a run queue beyond its \
+usual (its mean wait per timeslice so far, times its timeslices in the sample; under --realtime \
+it is SCHED_FIFO, so the kernel, an irq or a higher priority had its CPU) and/or **steal \
+(machine)** if the hypervisor took beyond the run's usual steal (the least it can have been: the \
+counter is in 10 ms clock ticks), as long as the worst lateness at least (where known, else \
+2 ms); else **unexplained (count as server)**. A 10 s sample shows what happened in \
+the same window, not at the same millisecond. Run-queue wait, its usual, CPU, switches, faults \
+and blkio are summed over the late threads; beyond usual is the most of one late thread; steal \
+and irq+softirq are machine-wide, all CPUs. Worst: the late threads' \
+gauge where it rose in the sample, else at most (≤) its value since the start. Not-ready \
+waits: the engine found a packet not read yet (the storage layer's; session starts included). ";
 
 /// A named line of (minutes, value) points.
 type Line<'a> = (&'a str, Vec<(f64, f64)>);
@@ -541,11 +865,15 @@ track (UDP to plain sockets without UDP_GRO, drained every 100 ms, or TCP interl
 from a random point, 5-60 s of receiving split by seeks (PLAY Range), pauses of 1-5 s and \
 Scale 2 trick play of 2-5 s; then TEARDOWN, a close without TEARDOWN, or a seek near the end \
 and play to the server's RTCP BYE. Receiver reports every 5 s. Then the next life.\n\
-- Server figures: VmRSS (mapped title pages included), open fds and threads from /proc/PID; \
-CPU is utime + stime. Slab and SUnreclaim come from /proc/meminfo and are system-wide: the \
-viewers' sockets are in them too.\n\
+- Server figures: VmRSS and its parts RssAnon (the heap), RssFile (mapped title pages and \
+the binary) and RssShmem, open fds and threads from /proc/PID; CPU is utime + stime. Slab and \
+SUnreclaim come from /proc/meminfo and are system-wide: the viewers' sockets are in them too.\n\
 - Late packets, packets sent and the worst lateness are the server's own counters (/metrics, \
 summed over engine threads); sessions are `fjord_sessions`.\n\
+- Per engine thread (`fjord-engine-N`) and sample, in soak.csv: CPU, run-queue wait and \
+timeslices (schedstat), voluntary and nonvoluntary switches (status), major faults and block \
+I/O delay (stat fields 12 and 42), its late packets and worst lateness (`/metrics`); \
+machine-wide steal and irq + softirq (/proc/stat).\n\
 - Growth is the least-squares slope over the samples after the warm-up, per hour and as % \
 of the mean level; under 2 %/h is called flat, and a window under 10 min is not called.\n";
 
@@ -558,6 +886,8 @@ mod tests {
             t_s,
             proc: ProcFigures {
                 rss_kib,
+                rss_anon_kib: rss_kib,
+                rss_file_kib: 1024 + (t_s as u64) % 7,
                 fds: 100,
                 ..ProcFigures::default()
             },
@@ -613,7 +943,7 @@ mod tests {
         let rss = r
             .verdict()
             .into_iter()
-            .find(|l| l.contains("server RSS"))
+            .find(|l| l.contains("server heap (RssAnon)"))
             .unwrap();
         // 10 KiB per 10 s: 3.52 MiB/h.
         assert!(
@@ -622,5 +952,107 @@ mod tests {
         );
         let fds = r.verdict().into_iter().find(|l| l.contains("fds")).unwrap();
         assert!(fds.contains("flat"), "{fds}");
+        let file = r
+            .verdict()
+            .into_iter()
+            .find(|l| l.contains("RssFile)"))
+            .unwrap();
+        assert!(file.contains("**flat**"), "{file}");
+    }
+
+    #[test]
+    fn file_pages_that_grow_within_the_library_are_bounded() {
+        let mut r = report();
+        for s in &mut r.samples {
+            s.proc.rss_file_kib = 1000 + s.t_s as u64;
+        }
+        r.library_kib = 2000;
+        let file = |r: &SoakReport| r.verdict().into_iter().find(|l| l.contains("RssFile)"));
+        assert!(file(&r).unwrap().contains("**grows, bounded**"));
+        r.library_kib = 100;
+        assert!(file(&r).unwrap().contains("**GROWS**"));
+    }
+
+    fn late(index: usize, late: u64, wait_ms: u64, majflt: u64) -> EngineThread {
+        EngineThread {
+            index,
+            late,
+            d: ThreadCounters {
+                cpu_ns: 900_000_000,
+                wait_ns: wait_ms * 1_000_000,
+                majflt,
+                ..ThreadCounters::default()
+            },
+            max_late_ms: 41.7,
+            rose: late > 0,
+            usual_wait_ns: 0,
+        }
+    }
+
+    #[test]
+    fn late_samples_attributed() {
+        let mut r = report();
+        // Every late thread's gauge rose to 41.7 ms: a machine cause must
+        // be as long.
+        r.samples[30].engine = vec![late(0, 700, 45, 0), late(1, 80, 0, 0)];
+        r.samples[40].engine = vec![late(0, 0, 9, 0), late(1, 3, 1, 0)];
+        r.samples[50].engine = vec![late(0, 5, 0, 1)];
+        r.samples[60].engine = vec![late(0, 2, 0, 0)];
+        r.samples[60].machine = Machine {
+            steal_ms: 70.0,
+            usual_steal_ms: 10.0,
+            irq_ms: 50.0,
+            tick_ms: 10.0,
+        };
+        let a = r.attribution();
+        let want = Attribution {
+            samples: 4,
+            disk: 5,
+            unexplained: 3,
+            wait: 780,
+            steal: 2,
+            both: 0,
+        };
+        assert_eq!(a, want);
+        let v = r
+            .verdict()
+            .into_iter()
+            .find(|l| l.contains("attributed"))
+            .unwrap();
+        assert!(v.contains("**8 attributable to the server**"), "{v}");
+        let md = r.markdown(false);
+        let section = md.split("## Late packets, attributed").nth(1).unwrap();
+        let section = section.split("## Samples").next().unwrap();
+        let rows: Vec<&str> = section
+            .lines()
+            .filter(|l| l.starts_with("| 5.0 "))
+            .collect();
+        assert_eq!(rows.len(), 1, "{section}");
+        let want = "| 780 | 0, 1 | 41.7 | 45.0 (0.0) | 45.0 | 1800 |";
+        assert!(rows[0].contains(want), "{}", rows[0]);
+        assert!(
+            rows[0].ends_with("| run-queue wait (machine) |"),
+            "{}",
+            rows[0]
+        );
+        assert!(
+            section.contains("| 6.7 | 3 | 1 | 41.7 | 1.0 (0.0) | 1.0 |"),
+            "{section}"
+        );
+        assert!(
+            section.contains("| 70 (10) | 50 | 0 | steal (machine) |"),
+            "{section}"
+        );
+    }
+
+    #[test]
+    fn csv_rows_have_the_header_columns() {
+        let mut s = sample(10.0, 1, 2, 3);
+        s.engine = vec![late(0, 3, 50, 0), late(2, 0, 0, 0)];
+        let header = csv_header(&[0, 1, 2]);
+        let row = s.csv_row(&[0, 1, 2]);
+        let n = |l: &str| l.trim_end().split(',').count();
+        assert_eq!(n(&header), n(&row), "{header}{row}");
+        assert!(header.contains(",e1_runq_ms,") && row.contains(",run-queue wait (machine),"));
     }
 }

@@ -1,7 +1,7 @@
 //! The `fjord serve` child under test and what is read of it: its admin
 //! listener (`/metrics` over a bare HTTP/1.0 GET) and `/proc`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -224,6 +224,21 @@ impl Metrics {
     pub fn max(&self, name: &str) -> f64 {
         self.values(name).map(|(_, v)| v).fold(0.0, f64::max)
     }
+
+    /// The series of `name` by their `thread="N"` label.
+    pub fn by_thread(&self, name: &str) -> BTreeMap<usize, f64> {
+        let thread = |l: &str| {
+            let (_, rest) = l.split_once("thread=\"")?;
+            rest.split_once('"')?.0.parse().ok()
+        };
+        let mut by = BTreeMap::new();
+        for (l, v) in self.values(name) {
+            if let Some(i) = thread(l) {
+                *by.entry(i).or_default() += v;
+            }
+        }
+        by
+    }
 }
 
 /// A `Name: N [kB]` field of a `/proc` file such as `status` or `meminfo`.
@@ -237,6 +252,11 @@ pub fn proc_field(text: &str, name: &str) -> Option<u64> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProcFigures {
     pub rss_kib: u64,
+    /// The parts of the RSS: anonymous (the heap), file pages (mapped
+    /// titles, the binary) and shared memory.
+    pub rss_anon_kib: u64,
+    pub rss_file_kib: u64,
+    pub rss_shmem_kib: u64,
     pub threads: u64,
     pub fds: u64,
     pub cpu_s: f64,
@@ -250,6 +270,9 @@ pub fn proc_figures(pid: u32) -> ProcFigures {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
     ProcFigures {
         rss_kib: proc_field(&status, "VmRSS").unwrap_or(0),
+        rss_anon_kib: proc_field(&status, "RssAnon").unwrap_or(0),
+        rss_file_kib: proc_field(&status, "RssFile").unwrap_or(0),
+        rss_shmem_kib: proc_field(&status, "RssShmem").unwrap_or(0),
         threads: proc_field(&status, "Threads").unwrap_or(0),
         fds,
         cpu_s: crate::peers::process_cpu(pid).map_or(0.0, |d| d.as_secs_f64()),
@@ -284,6 +307,11 @@ mod tests {
         assert_eq!(m.sum("fjord_sessions"), 4.0);
         assert_eq!(m.sum("fjord_connections"), 3.0);
         assert_eq!(m.max("fjord_engine_max_lateness_seconds"), 0.005903592);
+        let late = m.by_thread("fjord_late_packets_total");
+        assert_eq!(late.into_iter().collect::<Vec<_>>(), [(1, 4.0)]);
+        let lag = m.by_thread("fjord_engine_max_lateness_seconds");
+        assert_eq!(lag.get(&0), Some(&0.001275212));
+        assert!(m.by_thread("fjord_connections").is_empty());
         let refused = m.sum_where("fjord_rtsp_requests_total", |l| !l.contains("status=\"2"));
         assert_eq!(refused, 2.0);
         assert_eq!(m.sum("fjord_nothing"), 0.0);
@@ -302,8 +330,12 @@ mod tests {
 
     #[test]
     fn proc_fields_in_kib() {
-        let status = "Name:\tfjord\nVmRSS:\t   41234 kB\nThreads:\t7\n";
+        let status = "Name:\tfjord\nVmRSS:\t   41234 kB\nRssAnon:\t   11234 kB\n\
+                      RssFile:\t   30000 kB\nRssShmem:\t       0 kB\nThreads:\t7\n";
         assert_eq!(proc_field(status, "VmRSS"), Some(41234));
+        assert_eq!(proc_field(status, "RssAnon"), Some(11234));
+        assert_eq!(proc_field(status, "RssFile"), Some(30000));
+        assert_eq!(proc_field(status, "RssShmem"), Some(0));
         assert_eq!(proc_field(status, "Threads"), Some(7));
         assert_eq!(proc_field(status, "VmSwap"), None);
         let meminfo =
@@ -316,5 +348,6 @@ mod tests {
     fn this_process_reads_from_proc() {
         let p = proc_figures(std::process::id());
         assert!(p.rss_kib > 0 && p.threads >= 1 && p.fds >= 3 && p.slab_kib > 0);
+        assert!(p.rss_anon_kib > 0 && p.rss_file_kib > 0);
     }
 }

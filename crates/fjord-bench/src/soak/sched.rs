@@ -1,0 +1,638 @@
+//! What the kernel says of the server's engine threads (CPU, run-queue
+//! wait, context switches, major faults, block I/O delay) and of the
+//! machine's CPUs (steal, irq), as deltas per sample; and the call on a
+//! sample's late packets: the server's fault or the machine's.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use super::server::proc_field;
+
+/// The engine names its threads `fjord-engine-N` (fjord-engine's
+/// `thread.rs`); N is the `thread` label of its metrics.
+pub const ENGINE_PREFIX: &str = "fjord-engine-";
+
+/// A late packet left more than this after its schedule, ms (the
+/// engine's `LATE`).
+pub const LATE_MS: f64 = 2.0;
+/// A thread's usual run-queue wait per timeslice needs this many
+/// timeslices before (an idle server's few say little).
+pub const MIN_SLICES: u64 = 1000;
+
+/// Counters of one thread: cumulative as read, or a delta, or a sum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadCounters {
+    /// `schedstat`: on a CPU and runnable but waiting on a run queue, ns;
+    /// timeslices.
+    pub cpu_ns: u64,
+    pub wait_ns: u64,
+    pub slices: u64,
+    /// `status`: context switches.
+    pub voluntary: u64,
+    pub nonvoluntary: u64,
+    /// `stat`: major page faults (field 12) and block I/O delay (field 42,
+    /// clock ticks; counted only under kernel.task_delayacct = 1).
+    pub majflt: u64,
+    pub blkio_ticks: u64,
+}
+
+impl ThreadCounters {
+    fn zip(&self, o: &Self, f: impl Fn(u64, u64) -> u64) -> Self {
+        ThreadCounters {
+            cpu_ns: f(self.cpu_ns, o.cpu_ns),
+            wait_ns: f(self.wait_ns, o.wait_ns),
+            slices: f(self.slices, o.slices),
+            voluntary: f(self.voluntary, o.voluntary),
+            nonvoluntary: f(self.nonvoluntary, o.nonvoluntary),
+            majflt: f(self.majflt, o.majflt),
+            blkio_ticks: f(self.blkio_ticks, o.blkio_ticks),
+        }
+    }
+
+    pub fn since(&self, before: &Self) -> Self {
+        self.zip(before, u64::saturating_sub)
+    }
+
+    pub fn sum<'a>(all: impl IntoIterator<Item = &'a Self>) -> Self {
+        all.into_iter()
+            .fold(Self::default(), |a, b| a.zip(b, u64::saturating_add))
+    }
+}
+
+/// On CPU, waiting on a run queue (ns) and timeslices from a `schedstat`.
+pub fn parse_schedstat(s: &str) -> Option<(u64, u64, u64)> {
+    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some((f.next()??, f.next()??, f.next()??))
+}
+
+/// Major faults (field 12) and block I/O delay ticks (field 42) from a
+/// `stat` line. The name (field 2) may hold spaces and parentheses, so
+/// the fields are counted after its last `)`.
+pub fn parse_stat(s: &str) -> Option<(u64, u64)> {
+    let (_, rest) = s.rsplit_once(')')?;
+    // `rest` starts at field 3.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((f.get(12 - 3)?.parse().ok()?, f.get(42 - 3)?.parse().ok()?))
+}
+
+/// A thread's counters from its `/proc/PID/task/TID` directory.
+pub fn read_thread(dir: &Path) -> Option<ThreadCounters> {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    let (cpu_ns, wait_ns, slices) = parse_schedstat(&read("schedstat")?)?;
+    let status = read("status")?;
+    let (majflt, blkio_ticks) = parse_stat(&read("stat")?)?;
+    Some(ThreadCounters {
+        cpu_ns,
+        wait_ns,
+        slices,
+        voluntary: proc_field(&status, "voluntary_ctxt_switches")?,
+        nonvoluntary: proc_field(&status, "nonvoluntary_ctxt_switches")?,
+        majflt,
+        blkio_ticks,
+    })
+}
+
+/// The threads of `pid` whose name starts with `prefix`: (name, TID,
+/// counters). Threads that end while being read are left out.
+pub fn threads_named(pid: u32, prefix: &str) -> Vec<(String, u32, ThreadCounters)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let dir = t.path();
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+            continue;
+        };
+        let tid = t.file_name().to_str().and_then(|s| s.parse().ok());
+        if let (true, Some(tid), Some(c)) = (comm.starts_with(prefix), tid, read_thread(&dir)) {
+            out.push((comm.trim_end().to_string(), tid, c));
+        }
+    }
+    out
+}
+
+/// Machine-wide CPU time from the first (`cpu `) line of `/proc/stat`,
+/// clock ticks: stolen by the hypervisor, and spent in irq + softirq.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTicks {
+    pub steal: u64,
+    pub irq: u64,
+}
+
+pub fn parse_cpu_line(proc_stat: &str) -> Option<CpuTicks> {
+    let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
+    // user nice system idle iowait irq softirq steal ...
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    Some(CpuTicks {
+        steal: *f.get(7)?,
+        irq: f.get(5)? + f.get(6)?,
+    })
+}
+
+/// The machine in one sample, ms: stolen by the hypervisor, what a
+/// sample as long had at the run's rate before it (0 in the first), and
+/// irq + softirq.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Machine {
+    pub steal_ms: f64,
+    pub usual_steal_ms: f64,
+    pub irq_ms: f64,
+    /// The counters' resolution, a clock tick.
+    pub tick_ms: f64,
+}
+
+/// Milliseconds per clock tick (of `stat` and `/proc/stat`).
+pub fn tick_ms() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    1e3 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
+}
+
+/// One engine thread in one sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EngineThread {
+    /// N of `fjord-engine-N`.
+    pub index: usize,
+    /// Since the previous sample: the kernel's counters, and the late
+    /// packets of the thread's `/metrics` counter.
+    pub d: ThreadCounters,
+    pub late: u64,
+    /// The run-queue wait of `d.slices` timeslices at the thread's mean
+    /// per timeslice before this sample, ns (`d.wait_ns` without a mean).
+    pub usual_wait_ns: u64,
+    /// The thread's worst lateness since the start (its gauge), ms; and
+    /// whether it rose in this sample (then it is this sample's worst).
+    pub max_late_ms: f64,
+    pub rose: bool,
+}
+
+/// The threads the evidence of a sample comes from: those that sent late
+/// packets in it (a thread's waits cannot delay another's packets); all
+/// of them if none did.
+pub fn late_threads(all: &[EngineThread]) -> Vec<&EngineThread> {
+    let late: Vec<&EngineThread> = all.iter().filter(|t| t.late > 0).collect();
+    if late.is_empty() {
+        all.iter().collect()
+    } else {
+        late
+    }
+}
+
+/// What a sample says of its late packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Evidence {
+    pub late: u64,
+    /// Of the threads that went late: major faults and block I/O delay
+    /// ticks summed; the most one of them waited on a run queue beyond
+    /// its usual, ms.
+    pub majflt: u64,
+    pub blkio_ticks: u64,
+    pub extra_wait_ms: f64,
+    /// Machine-wide steal beyond the usual, ms: the least it can have
+    /// been, as the counter is in clock ticks.
+    pub extra_steal_ms: f64,
+    /// The worst lateness of the sample, ms, where known (a late thread's
+    /// gauge rose in it); else [`LATE_MS`], the least a late packet had.
+    pub worst_ms: f64,
+}
+
+impl Evidence {
+    pub fn of(threads: &[EngineThread], m: &Machine, late: u64) -> Evidence {
+        let set = late_threads(threads);
+        let extra = |t: &&EngineThread| t.d.wait_ns.saturating_sub(t.usual_wait_ns);
+        let rose = set.iter().filter(|t| t.rose).map(|t| t.max_late_ms);
+        let least_steal = (m.steal_ms - m.tick_ms).max(0.0);
+        Evidence {
+            late,
+            majflt: set.iter().map(|t| t.d.majflt).sum(),
+            blkio_ticks: set.iter().map(|t| t.d.blkio_ticks).sum(),
+            extra_wait_ms: set.iter().map(extra).max().unwrap_or(0) as f64 / 1e6,
+            extra_steal_ms: (least_steal - m.usual_steal_ms).max(0.0),
+            worst_ms: rose.fold(LATE_MS, f64::max),
+        }
+    }
+}
+
+/// Whose fault a sample's late packets are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    /// An engine thread waited for the disk: the server's.
+    DiskWait,
+    /// The CPU was taken from a runnable engine thread (`wait`: by the
+    /// kernel, irq or a higher priority, as the thread is SCHED_FIFO) or
+    /// from the machine by the hypervisor (`steal`).
+    Machine { wait: bool, steal: bool },
+    /// Nothing the kernel saw: counted as the server's.
+    Unexplained,
+}
+
+impl Verdict {
+    pub fn server(&self) -> bool {
+        !matches!(self, Verdict::Machine { .. })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::DiskWait => "disk wait (server)",
+            Verdict::Machine {
+                wait: true,
+                steal: true,
+            } => "run-queue wait + steal (machine)",
+            Verdict::Machine { wait: true, .. } => "run-queue wait (machine)",
+            Verdict::Machine { .. } => "steal (machine)",
+            Verdict::Unexplained => "unexplained (count as server)",
+        }
+    }
+}
+
+/// The call on a sample, first rule that holds:
+/// 1. no late packets: none;
+/// 2. a late thread had a major fault or block I/O delay: disk wait;
+/// 3. a late thread waited on a run queue beyond its usual, or the
+///    machine had steal beyond its usual, at least the sample's worst
+///    lateness: the machine's (which of the two, both told); the usual is
+///    not small (thousands of short waits, a trickle of steal);
+/// 4. else unexplained, counted as the server's.
+///
+/// Evidence is per 10 s sample: it shows what happened in the same
+/// window, not that it happened at the same millisecond.
+pub fn classify(e: &Evidence) -> Option<Verdict> {
+    if e.late == 0 {
+        return None;
+    }
+    let wait = e.extra_wait_ms >= e.worst_ms;
+    let steal = e.extra_steal_ms >= e.worst_ms;
+    Some(if e.majflt > 0 || e.blkio_ticks > 0 {
+        Verdict::DiskWait
+    } else if wait || steal {
+        Verdict::Machine { wait, steal }
+    } else {
+        Verdict::Unexplained
+    })
+}
+
+/// Cumulative figures of a thread at the previous sample.
+#[derive(Clone, Copy, Debug, Default)]
+struct Before {
+    tid: u32,
+    counters: ThreadCounters,
+    late: u64,
+    max_late_ms: f64,
+}
+
+/// Reads the server's engine threads and the machine's CPU line, and
+/// keeps them to make the next sample's deltas.
+#[derive(Debug, Default)]
+pub struct Watch {
+    pid: u32,
+    before: BTreeMap<usize, Before>,
+    /// The machine's first reading and the latest.
+    first: Option<(Instant, CpuTicks)>,
+    last: Option<(Instant, CpuTicks)>,
+}
+
+impl Watch {
+    pub fn new(pid: u32) -> Watch {
+        Watch {
+            pid,
+            ..Watch::default()
+        }
+    }
+
+    /// The engine threads and the machine since the last call (threads:
+    /// since they started, the first time; the machine: nothing); `late`
+    /// (packets) and `max_late_s` by thread index from `/metrics`.
+    pub fn take(
+        &mut self,
+        late: &BTreeMap<usize, f64>,
+        max_late_s: &BTreeMap<usize, f64>,
+    ) -> (Vec<EngineThread>, Machine) {
+        let mut now: BTreeMap<usize, Before> = BTreeMap::new();
+        for (name, tid, counters) in threads_named(self.pid, ENGINE_PREFIX) {
+            if let Ok(i) = name[ENGINE_PREFIX.len()..].parse() {
+                now.insert(
+                    i,
+                    Before {
+                        tid,
+                        counters,
+                        ..Before::default()
+                    },
+                );
+            }
+        }
+        for (&i, &v) in late {
+            now.entry(i).or_default().late = v as u64;
+        }
+        for (&i, &v) in max_late_s {
+            now.entry(i).or_default().max_late_ms = v * 1e3;
+        }
+        let threads = now.iter().map(|(&i, n)| self.delta(i, n)).collect();
+        self.before = now;
+        (threads, self.machine())
+    }
+
+    fn machine(&mut self) -> Machine {
+        let cpu = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| parse_cpu_line(&s));
+        let (Some(cpu), Some((t0, first)), Some((t1, last))) = (cpu, self.first, self.last) else {
+            let now = cpu.map(|c| (Instant::now(), c));
+            (self.first, self.last) = (now, now);
+            return Machine::default();
+        };
+        let now = Instant::now();
+        self.last = Some((now, cpu));
+        let tick = tick_ms();
+        // The steal rate from the first reading to the previous one.
+        let rate =
+            last.steal.saturating_sub(first.steal) as f64 / (t1 - t0).as_secs_f64().max(1e-3);
+        Machine {
+            steal_ms: cpu.steal.saturating_sub(last.steal) as f64 * tick,
+            usual_steal_ms: rate * (now - t1).as_secs_f64() * tick,
+            irq_ms: cpu.irq.saturating_sub(last.irq) as f64 * tick,
+            tick_ms: tick,
+        }
+    }
+
+    fn delta(&self, index: usize, now: &Before) -> EngineThread {
+        let b = self.before.get(&index).copied().unwrap_or_default();
+        // Another thread under the same name starts from nothing.
+        let base = if b.tid == now.tid {
+            b.counters
+        } else {
+            ThreadCounters::default()
+        };
+        let d = now.counters.since(&base);
+        let per_slice = base.wait_ns as f64 / base.slices.max(1) as f64;
+        let usual_wait_ns = if base.slices < MIN_SLICES {
+            d.wait_ns
+        } else {
+            (per_slice * d.slices as f64) as u64
+        };
+        EngineThread {
+            index,
+            d,
+            usual_wait_ns,
+            late: now.late.saturating_sub(b.late),
+            max_late_ms: now.max_late_ms,
+            rose: now.max_late_ms > b.max_late_ms,
+        }
+    }
+}
+
+/// kernel.task_delayacct (block I/O delay in `stat`) turned on for the
+/// run and put back as it was when dropped.
+#[derive(Debug)]
+pub struct DelayAcct {
+    /// The value to put back, if it was changed.
+    restore: Option<String>,
+    /// For the report.
+    pub note: String,
+}
+
+const DELAYACCT: &str = "/proc/sys/kernel/task_delayacct";
+
+impl DelayAcct {
+    pub fn enable() -> DelayAcct {
+        let off = |why: String| DelayAcct {
+            restore: None,
+            note: format!("{why}: block I/O delay reads 0, major faults still count"),
+        };
+        let was = match std::fs::read_to_string(DELAYACCT) {
+            Ok(w) => w.trim().to_string(),
+            Err(e) => return off(format!("no kernel.task_delayacct ({e})")),
+        };
+        if was == "1" {
+            return DelayAcct {
+                restore: None,
+                note: "kernel.task_delayacct was already 1".into(),
+            };
+        }
+        match std::fs::write(DELAYACCT, "1") {
+            Ok(()) => DelayAcct {
+                note: format!("kernel.task_delayacct set to 1 for the run (was {was})"),
+                restore: Some(was),
+            },
+            Err(e) => off(format!("could not set kernel.task_delayacct ({e})")),
+        }
+    }
+}
+
+impl Drop for DelayAcct {
+    fn drop(&mut self) {
+        if let Some(w) = &self.restore {
+            let _ = std::fs::write(DELAYACCT, w);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedstat_line() {
+        assert_eq!(
+            parse_schedstat("242487906 24247010 1309\n"),
+            Some((242487906, 24247010, 1309))
+        );
+        assert_eq!(parse_schedstat("12 34"), None);
+        assert_eq!(parse_schedstat(""), None);
+    }
+
+    #[test]
+    fn stat_line_with_a_name_of_spaces_and_parentheses() {
+        // Fields 3-52 of a real line (SCHED_FIFO 50); majflt (12) = 7,
+        // blkio ticks (42) = 42.
+        let tail = "S 19038 19038 18542 0 -1 4194304 100 0 7 0 0 0 0 0 -51 0 1 0 5824230 \
+                    3133440 362 18446744073709551615 93963136765952 93963136785833 \
+                    140737479423200 0 0 0 0 0 0 0 0 0 17 1 50 1 42 0 0 93963136801840 \
+                    93963136803456 93963433156608 140737479428794 140737479428814 \
+                    140737479428814 140737479430123 0";
+        let stat = format!("4242 (fjord (x) y) z) {tail}\n");
+        assert_eq!(parse_stat(&stat), Some((7, 42)));
+        assert_eq!(
+            parse_stat(&format!("4242 (fjord-engine-0) {tail}")),
+            Some((7, 42))
+        );
+        assert_eq!(parse_stat("4242 (short) S 1 1"), None);
+        assert_eq!(parse_stat("no parenthesis"), None);
+    }
+
+    #[test]
+    fn status_context_switches() {
+        let status = "Name:\tfjord-engine-0\nState:\tS (sleeping)\n\
+                      voluntary_ctxt_switches:\t1520\nnonvoluntary_ctxt_switches:\t33\n";
+        assert_eq!(proc_field(status, "voluntary_ctxt_switches"), Some(1520));
+        assert_eq!(proc_field(status, "nonvoluntary_ctxt_switches"), Some(33));
+    }
+
+    #[test]
+    fn cpu_line_steal_and_irq() {
+        let s = "cpu  3201271 201087 1001649 6954601 132901 5 264564 3174 0 0\n\
+                 cpu0 1 2 3 4 5 6 7 8 0 0\n";
+        assert_eq!(
+            parse_cpu_line(s),
+            Some(CpuTicks {
+                steal: 3174,
+                irq: 264569
+            })
+        );
+        assert_eq!(parse_cpu_line("cpu0 1 2 3\n"), None);
+    }
+
+    fn thread(index: usize, late: u64, d: ThreadCounters) -> EngineThread {
+        EngineThread {
+            index,
+            d,
+            late,
+            ..EngineThread::default()
+        }
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_rules_in_order() {
+        let e = |late, majflt, blkio_ticks, extra_wait_ms, extra_steal_ms| Evidence {
+            late,
+            majflt,
+            blkio_ticks,
+            extra_wait_ms,
+            extra_steal_ms,
+            worst_ms: 5.0,
+        };
+        let machine = |wait, steal| Some(Verdict::Machine { wait, steal });
+        assert_eq!(classify(&e(0, 5, 5, 9.0, 30.0)), None);
+        assert_eq!(classify(&e(10, 1, 0, 9.0, 30.0)), Some(Verdict::DiskWait));
+        assert_eq!(classify(&e(10, 0, 1, 0.0, 0.0)), Some(Verdict::DiskWait));
+        assert_eq!(classify(&e(10, 0, 0, 5.0, 0.0)), machine(true, false));
+        assert_eq!(classify(&e(10, 0, 0, 0.0, 20.0)), machine(false, true));
+        assert_eq!(classify(&e(10, 0, 0, 6.0, 20.0)), machine(true, true));
+        // Shorter than the worst lateness: not enough.
+        let unexplained = Some(Verdict::Unexplained);
+        assert_eq!(classify(&e(10, 0, 0, 4.9, 4.9)), unexplained);
+        assert!(Verdict::Unexplained.server() && Verdict::DiskWait.server());
+        let steal = Verdict::Machine {
+            wait: false,
+            steal: true,
+        };
+        assert!(!steal.server());
+    }
+
+    #[test]
+    fn evidence_beyond_the_usual_from_the_threads_that_went_late() {
+        let counters = |wait_ms: u64, majflt| ThreadCounters {
+            wait_ns: wait_ms * MS,
+            slices: 9000,
+            majflt,
+            ..ThreadCounters::default()
+        };
+        let usual = |mut t: EngineThread, ms: u64| {
+            t.usual_wait_ns = ms * MS;
+            t
+        };
+        // Thread 1 waited and faulted, but thread 0 sent the late packets,
+        // and waited 4 ms where 3 ms is its usual.
+        let ts = [
+            usual(thread(0, 5, counters(4, 0)), 3),
+            usual(thread(1, 0, counters(30, 2)), 3),
+        ];
+        // 20 ms shown is more than 10: 1 ms beyond the usual 9 at least.
+        let quiet = Machine {
+            steal_ms: 20.0,
+            usual_steal_ms: 9.0,
+            irq_ms: 300.0,
+            tick_ms: 10.0,
+        };
+        let e = Evidence::of(&ts, &quiet, 5);
+        assert_eq!((e.extra_wait_ms, e.majflt, e.extra_steal_ms), (1.0, 0, 1.0));
+        assert_eq!(
+            (e.worst_ms, classify(&e)),
+            (LATE_MS, Some(Verdict::Unexplained))
+        );
+        // No thread's count known: all of them; steal well above the usual.
+        let mut t1 = usual(thread(1, 0, counters(30, 0)), 3);
+        (t1.rose, t1.max_late_ms) = (true, 26.0);
+        let ts = [thread(0, 0, counters(4, 0)), t1];
+        let stolen = Machine {
+            steal_ms: 50.0,
+            ..quiet
+        };
+        let e = Evidence::of(&ts, &stolen, 5);
+        assert_eq!(
+            (e.extra_wait_ms, e.extra_steal_ms, e.worst_ms),
+            (27.0, 31.0, 26.0)
+        );
+        assert_eq!(classify(&e), machine_both());
+        // Waits as long as the 42 ms the gauge rose to, steal not.
+        t1.max_late_ms = 42.0;
+        let e = Evidence::of(&[t1], &stolen, 5);
+        assert_eq!(classify(&e), Some(Verdict::Unexplained));
+        // Below the usual is no wait at all.
+        let ts = [usual(thread(0, 5, counters(1, 0)), 3)];
+        assert_eq!(Evidence::of(&ts, &quiet, 5).extra_wait_ms, 0.0);
+    }
+
+    fn machine_both() -> Option<Verdict> {
+        Some(Verdict::Machine {
+            wait: true,
+            steal: true,
+        })
+    }
+
+    #[test]
+    fn deltas_and_sums() {
+        let a = ThreadCounters {
+            cpu_ns: 10,
+            wait_ns: 4,
+            slices: 3,
+            ..ThreadCounters::default()
+        };
+        let b = ThreadCounters {
+            cpu_ns: 25,
+            wait_ns: 4,
+            slices: 5,
+            majflt: 1,
+            ..ThreadCounters::default()
+        };
+        let d = b.since(&a);
+        assert_eq!((d.cpu_ns, d.wait_ns, d.slices, d.majflt), (15, 0, 2, 1));
+        assert_eq!(a.since(&b).cpu_ns, 0);
+        assert_eq!(ThreadCounters::sum([&a, &b]).cpu_ns, 35);
+    }
+
+    #[test]
+    fn this_process_own_threads_from_proc() {
+        let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
+        let (done, done_rx) = std::sync::mpsc::channel::<()>();
+        let probe = std::thread::Builder::new()
+            .name("soak-probe-7".into())
+            .spawn(move || {
+                let t = std::time::Instant::now();
+                while t.elapsed() < std::time::Duration::from_millis(5) {
+                    std::hint::black_box(0u64);
+                }
+                let _ = ready_tx.send(());
+                let _ = done_rx.recv();
+            })
+            .unwrap();
+        ready.recv().unwrap();
+        let found = threads_named(std::process::id(), "soak-probe-");
+        let _ = done.send(());
+        probe.join().unwrap();
+        // Found: its schedstat, status and stat all parsed.
+        assert_eq!(found.len(), 1, "{found:?}");
+        let (name, tid, c) = &found[0];
+        assert_eq!(name, "soak-probe-7");
+        assert!(*tid > 0);
+        assert!(c.cpu_ns > 0 && c.slices >= 1, "{c:?}");
+        let cpu = parse_cpu_line(&std::fs::read_to_string("/proc/stat").unwrap());
+        assert!(cpu.is_some_and(|c| c.irq > 0));
+    }
+}
