@@ -35,6 +35,7 @@ pub mod plan;
 pub mod report;
 pub mod sched;
 pub mod server;
+pub mod veth;
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -68,6 +69,9 @@ pub struct SoakConfig {
     /// The server's engine threads under SCHED_FIFO (`realtime = true`):
     /// the viewers on the same cores then cannot delay its packets.
     pub realtime: bool,
+    /// The viewers in a namespace of their own across a veth pair
+    /// ([`veth`]) instead of on loopback.
+    pub veth: bool,
 }
 
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);
@@ -94,14 +98,16 @@ pub fn run(cfg: &SoakConfig, command: &str) -> anyhow::Result<SoakReport> {
     // Before the server starts, so its threads count block I/O delay;
     // put back when dropped, at the end of the run.
     let delayacct = sched::DelayAcct::enable();
-    let server = Server::start(&cfg.fjord_exe, &config)?;
+    let net = cfg.veth.then(veth::ViewerNet::create).transpose()?;
+    let bind = net.as_ref().map_or("127.0.0.1", |_| veth::SERVER_IP);
+    let server = Server::start(&cfg.fjord_exe, &config, bind)?;
     let (urls, title_s) = describe(&server, &titles)?;
     let shape = plan::Shape {
         titles: titles.len(),
         title_s,
         tcp_share: cfg.tcp_share,
     };
-    let ctx = Arc::new(Ctx::new(urls, shape, cfg.seed));
+    let ctx = Arc::new(Ctx::new(urls, shape, cfg.seed, net));
     let mut report = SoakReport {
         command: command.to_string(),
         machine: crate::peers::machine(),

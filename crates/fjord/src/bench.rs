@@ -191,6 +191,12 @@ pub struct SoakArgs {
     /// the viewers sharing its cores cannot delay its packets (root)
     #[arg(long)]
     pub realtime: bool,
+    /// The viewers in a network namespace of their own across a veth pair
+    /// (198.18.2.0/24) whose receive path runs in kernel threads, as for
+    /// remote viewers, instead of on loopback, where the engine threads run
+    /// it (root, `ip`, `ethtool`)
+    #[arg(long)]
+    pub veth: bool,
 }
 
 fn soak(a: SoakArgs) -> anyhow::Result<()> {
@@ -204,6 +210,7 @@ fn soak(a: SoakArgs) -> anyhow::Result<()> {
         fjord_exe: std::env::current_exe()?,
         progress: true,
         realtime: a.realtime,
+        veth: a.veth,
     };
     let command = std::env::args()
         .enumerate()

@@ -40,6 +40,8 @@ pub struct Ctx {
     pub counts: Counts,
     /// Errors by kind (method, status or what failed).
     pub errors: Mutex<BTreeMap<String, u64>>,
+    /// The viewers' network namespace (`--veth`); loopback without.
+    pub net: Option<super::veth::ViewerNet>,
 }
 
 /// Running totals of all viewers.
@@ -94,7 +96,12 @@ impl Counts {
 }
 
 impl Ctx {
-    pub fn new(urls: Vec<String>, shape: Shape, seed: u64) -> Ctx {
+    pub fn new(
+        urls: Vec<String>,
+        shape: Shape,
+        seed: u64,
+        net: Option<super::veth::ViewerNet>,
+    ) -> Ctx {
         Ctx {
             urls,
             shape,
@@ -102,6 +109,7 @@ impl Ctx {
             stop: AtomicBool::new(false),
             counts: Counts::default(),
             errors: Mutex::default(),
+            net,
         }
     }
 
@@ -137,6 +145,12 @@ pub fn spawn(ctx: std::sync::Arc<Ctx>, slot: usize, delay: Duration) -> io::Resu
         // RtspClient reads into a 64 KiB buffer on the stack.
         .stack_size(256 << 10)
         .spawn(move || {
+            if let Some(net) = &ctx.net
+                && let Err(e) = net.enter()
+            {
+                ctx.fail(Failure::at("entering the viewers' namespace")(Error::Io(e)));
+                return;
+            }
             if ctx.sleep(delay) {
                 return;
             }

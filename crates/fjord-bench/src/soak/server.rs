@@ -29,14 +29,15 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `fjord serve --config CONFIG` on loopback, every port chosen
-    /// by the kernel, and waits for both addresses on its stdout.
-    pub fn start(exe: &Path, config: &Path) -> anyhow::Result<Server> {
+    /// Starts `fjord serve --config CONFIG` on address `bind`, every port
+    /// chosen by the kernel, the admin listener on loopback, and waits for
+    /// both addresses on its stdout.
+    pub fn start(exe: &Path, config: &Path, bind: &str) -> anyhow::Result<Server> {
         let mut cmd = Command::new(exe);
         cmd.arg("serve")
             .arg("--config")
             .arg(config)
-            .args(["--bind", "127.0.0.1", "--port", "0", "--http-port", "0"])
+            .args(["--bind", bind, "--port", "0", "--http-port", "0"])
             .args(["--admin-bind", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
