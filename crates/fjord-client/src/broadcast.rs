@@ -244,9 +244,8 @@ impl Reassembly {
             Some(false) => {
                 self.have[at] = true;
                 self.held += 1;
-                if at >= self.next {
-                    self.held_bytes += packet.payload.len() as u64;
-                }
+                // Not taken yet: the prefix stops before any packet missing.
+                self.held_bytes += packet.payload.len() as u64;
                 self.packets[at] = Some(packet);
                 self.count_in_block(i);
                 Insert::New

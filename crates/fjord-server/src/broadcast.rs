@@ -133,9 +133,14 @@ async fn start(server: &Server, b: &BroadcastConfig) -> Result<(String, Vec<Held
     Ok((published, held))
 }
 
+/// The longest a broadcast waits for the catalog's background work (a
+/// busy catalog may always have some); it then starts with what the title
+/// has.
+const SETTLE_WAIT: Duration = Duration::from_secs(600);
+
 /// The title `name` once the catalog's background work is done (opened
 /// again then: the catalog reloads a title whose parity or packet file it
-/// made).
+/// made), or after [`SETTLE_WAIT`].
 async fn settled(server: &Server, name: &str) -> Result<(Arc<str>, Arc<Title>), String> {
     server.catalog.open(name).await.map_err(|e| e.to_string())?;
     if server.catalog.pending_jobs() > 0 {
@@ -143,7 +148,8 @@ async fn settled(server: &Server, name: &str) -> Result<(Arc<str>, Arc<Title>), 
             title = name,
             "broadcast waits for the title's parity and packet file"
         );
-        while server.catalog.pending_jobs() > 0 {
+        let since = Instant::now();
+        while server.catalog.pending_jobs() > 0 && since.elapsed() < SETTLE_WAIT {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
