@@ -20,6 +20,15 @@
 //! on demand. Children die with this process on every exit path: dropped
 //! (killed with their process group), or, if this process dies first, by
 //! `PR_SET_PDEATHSIG`.
+//!
+//! Beside them, in the same runs, the kernel floor ([`floor`]): no server,
+//! a thread pinned to the servers' CPU sends prebuilt packets of the title
+//! to N plain UDP receivers on the receivers' CPU (drained as `fjord load`
+//! drains), each session at the title's packet rate, in bursts of B per
+//! session per send (a GSO `sendmsg` per burst, a `send` per packet for
+//! B = 1), sleeping to the next due time. Its CPU per packet is what the
+//! kernel path alone costs; fjord's row gives its ratio to the floor of the
+//! burst nearest fjord's (`--floor-bursts`, `--no-floor`).
 
 use std::{
     io::{BufRead, BufReader, Read},
@@ -41,6 +50,8 @@ use crate::{
     capacity::{available_cpus, pin_current_thread, raise_fd_limit},
     stats::{Summary, median},
 };
+
+pub mod floor;
 
 /// The GStreamer server program, written to a temporary file at run time.
 pub const GST_SCRIPT: &str = include_str!("../../../bench/peers/gst_rtsp_vod.py");
@@ -71,14 +82,17 @@ pub struct PeersConfig {
     pub fjord_exe: PathBuf,
     /// Where the title is made and kept.
     pub media_dir: PathBuf,
+    /// Packets per send of the kernel floor rows; empty: no floor.
+    pub floor_bursts: Vec<usize>,
 }
 
-/// The servers measured.
+/// The servers measured, and the kernel floor at a burst size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Peer {
     Fjord,
     Live555,
     Gst,
+    Floor(usize),
 }
 
 impl Peer {
@@ -89,6 +103,15 @@ impl Peer {
             Peer::Fjord => "fjord",
             Peer::Live555 => "live555MediaServer",
             Peer::Gst => "GStreamer rtsp-server",
+            Peer::Floor(_) => "kernel floor",
+        }
+    }
+
+    /// The name, with the burst for a floor.
+    pub fn tag(self) -> String {
+        match self {
+            Peer::Floor(b) => format!("kernel floor B={b}"),
+            p => p.name().to_string(),
         }
     }
 }
@@ -633,6 +656,7 @@ fn prepare(
                 gst_version.replace("GStreamer ", "GStreamer rtsp-server "),
             ))
         }
+        Peer::Floor(_) => Err("the kernel floor is no server".into()),
     }
 }
 
@@ -717,13 +741,18 @@ impl ServerChild {
     }
 }
 
-/// Measures every installed server `cfg.reps` times, interleaved.
+/// Measures every installed server and the kernel floor `cfg.reps` times,
+/// interleaved.
 pub fn run(cfg: &PeersConfig) -> anyhow::Result<PeersReport> {
     anyhow::ensure!(cfg.sessions > 0, "--sessions must be at least 1");
     anyhow::ensure!(cfg.reps > 0, "--reps must be at least 1");
     anyhow::ensure!(
         cfg.seconds.is_finite() && cfg.seconds > 0.0,
         "--seconds must be positive"
+    );
+    anyhow::ensure!(
+        cfg.floor_bursts.iter().all(|&b| b > 0),
+        "--floor-bursts must be at least 1"
     );
     raise_fd_limit();
     let cpus = available_cpus();
@@ -761,55 +790,27 @@ pub fn run(cfg: &PeersConfig) -> anyhow::Result<PeersReport> {
     }
     eprintln!("{MEDIAMTX_SKIP}");
     notes.push(MEDIAMTX_SKIP.to_string());
+    let floor = floors(cfg, &title, &mut results, &mut notes)?;
     pin_current_thread(load_cpu);
-    let bar = ProgressBar::new((prepared.len() * cfg.reps) as u64).with_style(
+    let floor_runs = floor.as_ref().map_or(0, |f| f.bursts.len());
+    let bar = ProgressBar::new(((prepared.len() + floor_runs) * cfg.reps) as u64).with_style(
         ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
     for rep in 0..cfg.reps {
         for p in &prepared {
-            bar.set_message(format!(
-                "{}, run {}/{}: {} sessions for {} s",
-                p.peer.name(),
-                rep + 1,
-                cfg.reps,
-                cfg.sessions,
-                cfg.seconds
-            ));
-            let r = match run_once(p, cfg, rep) {
-                Ok(r) => r,
-                Err(e) => Run {
-                    rep,
-                    sessions: cfg.sessions,
-                    cpu_s: f64::NAN,
-                    us_per_packet: f64::NAN,
-                    error: Some(format!("{e:#}")),
-                    ..Run::default()
-                },
-            };
-            bar.suspend(|| {
-                eprintln!(
-                    "{:<22} run {}: {} packets, CPU {:.3} s over {:.2} s, {:.2} µs/packet, loss {:.4} %, late {:.4} %, {:.2} Mbit/s per session{}",
-                    p.peer.name(),
-                    rep + 1,
-                    r.packets,
-                    r.cpu_s,
-                    r.window_s,
-                    r.us_per_packet,
-                    r.loss_percent,
-                    r.late_percent,
-                    r.mbps_per_session,
-                    r.error
-                        .as_deref()
-                        .map(|e| format!("; DOES NOT COUNT: {e}"))
-                        .unwrap_or_default()
-                )
-            });
-            if let Some(res) = results.iter_mut().find(|x| x.peer == p.peer) {
-                res.runs.push(r);
+            bar.set_message(running(p.peer, rep, cfg));
+            let r = run_once(p, cfg, rep).unwrap_or_else(|e| failed(rep, cfg, &e));
+            record(&bar, &mut results, p.peer, r);
+        }
+        if let Some(f) = &floor {
+            for &b in &f.bursts {
+                bar.set_message(running(Peer::Floor(b), rep, cfg));
+                let r =
+                    floor::run_once(cfg, &f.ring, b, rep).unwrap_or_else(|e| failed(rep, cfg, &e));
+                record(&bar, &mut results, Peer::Floor(b), r);
             }
-            bar.inc(1);
         }
     }
     bar.finish_and_clear();
@@ -825,6 +826,89 @@ pub fn run(cfg: &PeersConfig) -> anyhow::Result<PeersReport> {
     })
 }
 
+/// The kernel floor's bursts and its prebuilt packets.
+struct Floors {
+    bursts: Vec<usize>,
+    ring: floor::Ring,
+}
+
+fn floors(
+    cfg: &PeersConfig,
+    title: &Path,
+    results: &mut Vec<PeerResult>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Option<Floors>> {
+    let mut bursts = cfg.floor_bursts.clone();
+    bursts.sort_unstable();
+    bursts.dedup();
+    if cfg.tcp && !bursts.is_empty() {
+        // Its kernel path is UDP's: no floor of interleaved TCP.
+        notes.push("kernel floor: skipped, it is of the UDP path (--tcp)".into());
+        bursts.clear();
+    }
+    if bursts.is_empty() {
+        return Ok(None);
+    }
+    for &b in &bursts {
+        results.push(PeerResult {
+            peer: Peer::Floor(b),
+            version: floor::label(b, cfg.sessions, cfg.gro),
+            runs: Vec::new(),
+            skipped: None,
+        });
+    }
+    let ring = floor::Ring::from_title(title)?;
+    Ok(Some(Floors { bursts, ring }))
+}
+
+fn running(peer: Peer, rep: usize, cfg: &PeersConfig) -> String {
+    format!(
+        "{}, run {}/{}: {} sessions for {} s",
+        peer.tag(),
+        rep + 1,
+        cfg.reps,
+        cfg.sessions,
+        cfg.seconds
+    )
+}
+
+fn failed(rep: usize, cfg: &PeersConfig, e: &anyhow::Error) -> Run {
+    Run {
+        rep,
+        sessions: cfg.sessions,
+        cpu_s: f64::NAN,
+        us_per_packet: f64::NAN,
+        error: Some(format!("{e:#}")),
+        ..Run::default()
+    }
+}
+
+/// Prints a run and adds it to its server's results.
+fn record(bar: &ProgressBar, results: &mut [PeerResult], peer: Peer, r: Run) {
+    bar.suspend(|| {
+        eprintln!(
+            "{:<22} run {}: {} packets, CPU {:.3} s over {:.2} s, {:.2} µs/packet, loss {:.4} %, late {:.4} %, {:.2} Mbit/s per session{}",
+            peer.tag(),
+            r.rep + 1,
+            r.packets,
+            r.cpu_s,
+            r.window_s,
+            r.us_per_packet,
+            r.loss_percent,
+            r.late_percent,
+            r.mbps_per_session,
+            r.error
+                .as_deref()
+                .map(|e| format!("; DOES NOT COUNT: {e}"))
+                .unwrap_or_default()
+        )
+    });
+    if let Some(res) = results.iter_mut().find(|x| x.peer == peer) {
+        res.runs.push(r);
+    }
+    bar.inc(1);
+}
+
 /// The CSV of every run.
 pub fn csv(r: &PeersReport) -> String {
     let mut s = String::from(
@@ -836,7 +920,7 @@ pub fn csv(r: &PeersReport) -> String {
             s.push_str(&format!(
                 "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.3},{:.4},{},{:.5},{},{:.5},{:.3},{:.4},{:.3},{}\n",
                 p.peer.name(),
-                p.version,
+                p.version.replace(',', ";"),
                 transport,
                 x.rep + 1,
                 x.sessions,
@@ -880,6 +964,66 @@ pub fn machine() -> String {
     format!("{model}, {cpus} CPUs, Linux {kernel}")
 }
 
+/// fjord's CPU per packet over the floor's at the burst nearest fjord's:
+/// (that burst, the ratio).
+fn fjord_floor(r: &PeersReport) -> Option<(usize, f64)> {
+    let median = |peer| {
+        r.results
+            .iter()
+            .find(|p| p.peer == peer)
+            .and_then(PeerResult::us_per_packet)
+            .map(|s| s.median)
+    };
+    let bursts: Vec<usize> = r
+        .results
+        .iter()
+        .filter_map(|p| match p.peer {
+            Peer::Floor(b) if p.us_per_packet().is_some() => Some(b),
+            _ => None,
+        })
+        .collect();
+    let b = floor::nearest_burst(&bursts, floor::fjord_burst(floor::session_pps()))?;
+    Some((
+        b,
+        floor::times_floor(median(Peer::Fjord)?, median(Peer::Floor(b))?)?,
+    ))
+}
+
+/// How the floor was measured and which of its rows fjord is held to.
+fn floor_note(r: &PeersReport) -> Option<String> {
+    let bursts: Vec<String> = r
+        .results
+        .iter()
+        .filter_map(|p| match p.peer {
+            Peer::Floor(b) => Some(b.to_string()),
+            _ => None,
+        })
+        .collect();
+    if bursts.is_empty() {
+        return None;
+    }
+    let pps = floor::session_pps();
+    Some(format!(
+        "Kernel floor: no server; a thread pinned to CPU {} sends prebuilt RTP packets (12-byte \
+         header + 1316 bytes of the title, from a ring of them) on a connected UDP socket per \
+         session to {} UDP receivers on CPU {} (epoll at most every 1 ms, recvmmsg of 32, kernel \
+         timestamps, 4 MiB buffers: as `fjord load`), {pps:.1} packets/s per session, sessions \
+         phased evenly, in bursts of B per session per send (one `sendmsg` with UDP_SEGMENT per \
+         burst; a `send` per packet for B = 1), sleeping to each due time on a 1 ms grid as \
+         fjord's engine does. CPU is that thread's (CLOCK_THREAD_CPUTIME_ID) over {:.1} s after \
+         0.5 s of warm-up, per packet the receivers counted. Bursts measured: {}. fjord's burst \
+         is not counted where the bench can read it; by its defaults (40 ms burst limit, woken \
+         10 ms before a session's next packet is due) it sends about {:.1} packets per session \
+         per send, so its × kernel floor is against the nearest floor burst.",
+        r.config.cpu,
+        r.config.sessions,
+        r.load_cpu,
+        r.config.seconds,
+        bursts.join(", "),
+        floor::fjord_burst(pps)
+    ))
+}
+
 /// The markdown report: the table of medians, then how it was measured.
 pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
     let c = &r.config;
@@ -905,8 +1049,9 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
         c.seconds,
         c.reps
     ));
-    md.push_str("| server | sessions | packets | bytes/packet | CPU s | % of a core | waited for CPU s | µs CPU/packet | ratio to fjord | Mbit/s per session | loss | late >2 ms |\n");
-    md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let x_floor = fjord_floor(r);
+    md.push_str("| server | sessions | packets | bytes/packet | CPU s | % of a core | waited for CPU s | µs CPU/packet | ratio to fjord | Mbit/s per session | loss | late >2 ms | × kernel floor |\n");
+    md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for p in &r.results {
         if p.skipped.is_some() {
             continue;
@@ -914,7 +1059,7 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
         let good = p.good().count();
         let Some(us) = p.us_per_packet() else {
             md.push_str(&format!(
-                "| {} | {} | no run counted | | | | | | | | | |\n",
+                "| {} | {} | no run counted | | | | | | | | | | |\n",
                 p.version, c.sessions
             ));
             continue;
@@ -924,7 +1069,7 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
             _ => "–".into(),
         };
         md.push_str(&format!(
-            "| {}{} | {} | {:.0} | {:.0} | {:.3} | {:.0} % | {:.3} | {:.2} [{:.2}, {:.2}] | {} | {:.2} | {:.3} % | {:.3} % |\n",
+            "| {}{} | {} | {:.0} | {:.0} | {:.3} | {:.0} % | {:.3} | {:.2} [{:.2}, {:.2}] | {} | {:.2} | {:.3} % | {:.3} % | {} |\n",
             p.version,
             if good < p.runs.len() {
                 format!(" ({good} of {} runs counted)", p.runs.len())
@@ -944,6 +1089,10 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
             p.med(|x| x.mbps_per_session),
             p.med(|x| x.loss_percent),
             p.med(|x| x.late_percent),
+            match (p.peer, &x_floor) {
+                (Peer::Fjord, Some((b, x))) => format!("{x:.1}× (bursts of {b})"),
+                _ => "–".into(),
+            },
         ));
     }
     md.push('\n');
@@ -963,6 +1112,9 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
     }
     for n in &r.notes {
         md.push_str(&format!("- {n}\n"));
+    }
+    if let Some(note) = floor_note(r) {
+        md.push_str(&format!("- {note}\n"));
     }
     md.push_str(&format!(
         "\nTitle: {}. Every session reads it from the start, from the page cache.\n\n",
@@ -1118,6 +1270,7 @@ mod tests {
                 gro: false,
                 fjord_exe: "fjord".into(),
                 media_dir: "m".into(),
+                floor_bursts: vec![1, 16],
             },
             load_cpu: 1,
             title: "t.ts".into(),
@@ -1147,6 +1300,18 @@ mod tests {
                     runs: vec![],
                     skipped: Some("GStreamer rtsp-server: skipped, not installed".into()),
                 },
+                PeerResult {
+                    peer: Peer::Floor(1),
+                    version: floor::label(1, 20, false),
+                    runs: vec![run(0, 4.0)],
+                    skipped: None,
+                },
+                PeerResult {
+                    peer: Peer::Floor(16),
+                    version: floor::label(16, 20, false),
+                    runs: vec![run(0, 0.5)],
+                    skipped: None,
+                },
             ],
             notes: vec![MEDIAMTX_SKIP.into()],
         }
@@ -1170,15 +1335,29 @@ mod tests {
         );
         assert!(md.contains("GStreamer rtsp-server: skipped"), "{md}");
         assert!(md.contains("MediaMTX: skipped"), "{md}");
+        // fjord's ~13 packets per send are held to the floor of 16.
+        assert!(md.contains("| 2.0× (bursts of 16) |"), "{md}");
+        assert!(
+            md.contains(
+                "| kernel floor: prebuilt packets, GSO bursts of 16, 20 plain receivers | 20 |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| 0.50 ["), "{md}");
+        assert!(md.contains("Bursts measured: 1, 16."), "{md}");
     }
 
     #[test]
     fn csv_has_a_row_per_run() {
         let csv = csv(&report());
         let lines: Vec<&str> = csv.lines().collect();
-        assert_eq!(lines.len(), 1 + 3 + 3);
+        assert_eq!(lines.len(), 1 + 3 + 3 + 2);
         let cols = lines[0].split(',').count();
         assert!(lines.iter().all(|l| l.split(',').count() == cols), "{csv}");
         assert!(lines[5].ends_with("no packets arrived"), "{csv}");
+        assert!(
+            lines[8].starts_with("kernel floor,kernel floor: prebuilt packets; GSO bursts of 16;"),
+            "{csv}"
+        );
     }
 }

@@ -43,8 +43,11 @@ pub enum BenchCmd {
     /// receivers on another CPU over loopback, and reads the server
     /// process's CPU over the receive window. A peer that is not installed
     /// is skipped with the package to install (`make peers` installs them);
-    /// MediaMTX is skipped (live relay, no video on demand). Writes
-    /// peers.md and peers.csv to --out and prints the table.
+    /// MediaMTX is skipped (live relay, no video on demand). In the same
+    /// runs, the kernel floor (unless --no-floor): prebuilt packets sent
+    /// at the same rate to the same kind of receivers with no server, in
+    /// bursts of each --floor-bursts. Writes peers.md and peers.csv to
+    /// --out and prints the table.
     Peers(PeersArgs),
     /// What the disk under a media root sustains: sequential and random
     /// reads past the page cache (O_DIRECT), MB/s, IOPS and latency.
@@ -487,6 +490,14 @@ pub struct PeersArgs {
     /// Where the title is made and kept [default: $XDG_CACHE_HOME/fjord/peers]
     #[arg(long)]
     pub media: Option<PathBuf>,
+    /// Packets per session per send of the kernel floor rows (prebuilt
+    /// packets sent to the same kind of receivers with no server): 1 is a
+    /// `send` per packet, more one GSO `sendmsg` per burst
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16])]
+    pub floor_bursts: Vec<usize>,
+    /// No kernel floor rows
+    #[arg(long)]
+    pub no_floor: bool,
 }
 
 fn http(a: HttpArgs) -> anyhow::Result<()> {
@@ -527,6 +538,11 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
         gro: a.gro,
         fjord_exe: std::env::current_exe()?,
         media_dir: media,
+        floor_bursts: if a.no_floor {
+            Vec::new()
+        } else {
+            a.floor_bursts.clone()
+        },
     };
     let load = || {
         std::fs::read_to_string("/proc/loadavg")
@@ -545,12 +561,25 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
         ),
         _ => String::new(),
     };
+    let floor = match a.no_floor {
+        true => " --no-floor".to_string(),
+        false => format!(
+            " --floor-bursts {}",
+            a.floor_bursts
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    };
     let command = format!(
-        "fjord bench peers --sessions {} --seconds {}{}{} --reps {} --out {}",
+        "fjord bench peers --sessions {} --seconds {}{}{}{}{} --reps {} --out {}",
         a.sessions,
         a.seconds,
         if a.tcp { " --tcp" } else { "" },
         if a.realtime { " --realtime" } else { "" },
+        if a.gro { " --gro" } else { "" },
+        floor,
         a.reps,
         a.out.display()
     );
