@@ -47,7 +47,7 @@ test: deps
 	# hypervisor steals 100-200 ms now and then even when the machine is
 	# idle, so a run may be repeated twice; a real lateness fails all three.
 	@for try in 1 2 3; do \
-	  $(CARGO) test --release -p fjord --test it -- --ignored --test-threads=1 && exit 0; \
+	  $(CARGO) test --workspace --release --test it -- --ignored --test-threads=1 && exit 0; \
 	  echo "timing tests failed (try $$try of 3)"; \
 	done; exit 1
 	$(MAKE) fuzz FUZZ_SECONDS=$(CI_FUZZ_SECONDS) FUZZ_BUILD="--dev -s none"
@@ -81,20 +81,25 @@ run: build
 	@echo "status page: http://127.0.0.1:9090/  (metrics: /metrics, API: docs/api.md)"
 	exec target/release/fjord serve --root media --port $(PORT) --http-port $(HTTP_PORT)
 
-# Runs every fuzz target for FUZZ_SECONDS each (nightly toolchain and
-# cargo-fuzz, installed when missing). `make test` runs them briefly, built
-# unoptimised without AddressSanitizer: it builds in a third of the time,
-# and overflow checks stay on (the parsers are safe Rust).
+# Runs every fuzz target for FUZZ_SECONDS each, FUZZ_JOBS at a time (nightly
+# toolchain and cargo-fuzz, installed when missing); a failing target's log
+# is printed. `make test` runs them briefly, built unoptimised without
+# AddressSanitizer: it builds in a third of the time, and overflow checks
+# stay on (the parsers are safe Rust).
 FUZZ_SECONDS ?= 30
 FUZZ_BUILD ?= -O
+FUZZ_JOBS ?= $(shell nproc)
 CI_FUZZ_SECONDS ?= 8
 .PHONY: fuzz
 fuzz:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
-	cd fuzz && for t in $$($(CARGO) +nightly fuzz list); do \
-	  $(CARGO) +nightly fuzz run $(FUZZ_BUILD) $$t -- -max_total_time=$(FUZZ_SECONDS) -timeout=10 || exit 1; \
-	done
+	cd fuzz && $(CARGO) +nightly fuzz build $(FUZZ_BUILD) && mkdir -p target/logs && \
+	$(CARGO) +nightly fuzz list | xargs -P $(FUZZ_JOBS) -I{} sh -c \
+	  '$(CARGO) +nightly fuzz run $(FUZZ_BUILD) {} -- -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	     >target/logs/{}.log 2>&1 \
+	   && echo "fuzz {}: $$(grep -o "Done [0-9]* runs" target/logs/{}.log)" \
+	   || { tail -n 60 target/logs/{}.log; echo "fuzz target {} failed"; exit 255; }'
 
 # The servers `fjord bench peers` measures beside fjord: GStreamer's
 # rtsp-server (Python bindings, tsparse, rtpmp2tpay) and live555MediaServer.
