@@ -86,6 +86,8 @@ pub(crate) async fn threads(State(server): Shared) -> Json<Vec<Value>> {
                 "late": t.late,
                 "max_late_ms": t.max_late.as_secs_f64() * 1e3,
                 "not_ready": t.not_ready,
+                "datapath_packets": t.datapath.packets,
+                "datapath_send_calls": t.datapath.syscalls,
                 "cpu_s": (t.user + t.system).as_secs_f64(),
                 "promised_pps": loads.get(i).copied().unwrap_or(0),
                 "capacity_pps": capacity,

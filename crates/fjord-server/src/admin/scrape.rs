@@ -141,6 +141,18 @@ async fn engine(reg: &mut Registry, server: &Arc<Server>) {
     );
     counter(
         reg,
+        "fjord_datapath_packets",
+        "Packets the UDP data path sent (media and repair; TCP interleaved not included)",
+        per(|t| t.datapath.packets),
+    );
+    counter(
+        reg,
+        "fjord_datapath_send_calls",
+        "System calls the UDP data path made to send them: packets per call is the burst the kernel saw",
+        per(|t| t.datapath.syscalls),
+    );
+    counter(
+        reg,
         "fjord_not_ready_packets",
         "Times a session's next packet was not resident yet (the storage layer was reading it)",
         per(|t| t.not_ready),

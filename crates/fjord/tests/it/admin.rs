@@ -85,6 +85,19 @@ fn metrics_and_the_api_follow_a_session_and_end_it() {
         })
         .sum();
     assert!(sent > 10.0, "{sent} packets after 1.5 s of play");
+    let per_thread = |name: &str| -> f64 {
+        (0..2)
+            .map(|t| sample(&during, &format!(r#"{name}{{thread="{t}"}}"#)))
+            .sum()
+    };
+    let (path_packets, calls) = (
+        per_thread("fjord_datapath_packets_total"),
+        per_thread("fjord_datapath_send_calls_total"),
+    );
+    assert!(
+        path_packets >= sent && calls >= 1.0 && calls <= path_packets,
+        "{sent} media packets, {path_packets} by the data path in {calls} calls"
+    );
     let chunks = sample(&during, "fjord_storage_chunk_reads_total")
         + sample(&during, "fjord_storage_chunk_hits_total");
     assert!(chunks > 0.0, "the read-ahead pinned chunks: {during}");
