@@ -14,7 +14,8 @@
 //!
 //! Out, in the output directory: `soak.csv` (a row per sample, appended as
 //! it is taken), `soak.md` and `soak.svg` (rewritten every minute, so a
-//! killed run keeps its data; final at the end, with the verdict). At the
+//! killed run keeps its data; final at the end, with the verdict), and
+//! `server.log`, everything the server logged. At the
 //! end the viewers stop, the server's sessions must drain, and the server
 //! must exit 0 on SIGTERM.
 //!
@@ -100,7 +101,7 @@ pub fn run(cfg: &SoakConfig, command: &str) -> anyhow::Result<SoakReport> {
     let delayacct = sched::DelayAcct::enable();
     let net = cfg.veth.then(veth::ViewerNet::create).transpose()?;
     let bind = net.as_ref().map_or("127.0.0.1", |_| veth::SERVER_IP);
-    let server = Server::start(&cfg.fjord_exe, &config, bind)?;
+    let server = Server::start(&cfg.fjord_exe, &config, bind, &cfg.out.join("server.log"))?;
     let (urls, title_s) = describe(&server, &titles)?;
     let shape = plan::Shape {
         titles: titles.len(),

@@ -31,8 +31,9 @@ pub struct Server {
 impl Server {
     /// Starts `fjord serve --config CONFIG` on address `bind`, every port
     /// chosen by the kernel, the admin listener on loopback, and waits for
-    /// both addresses on its stdout.
-    pub fn start(exe: &Path, config: &Path, bind: &str) -> anyhow::Result<Server> {
+    /// both addresses on its stdout. Its whole log goes to `log`, so what it
+    /// said can be set beside a sample.
+    pub fn start(exe: &Path, config: &Path, bind: &str, log: &Path) -> anyhow::Result<Server> {
         let mut cmd = Command::new(exe);
         cmd.arg("serve")
             .arg("--config")
@@ -50,6 +51,8 @@ impl Server {
                 Ok(())
             });
         }
+        let log =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let mut child = cmd.spawn().context("starting fjord serve")?;
         let warnings = Arc::new(Mutex::new(Warnings::default()));
         let (tx, rx) = mpsc::channel();
@@ -62,7 +65,7 @@ impl Server {
         }
         if let Some(err) = child.stderr.take() {
             let w = warnings.clone();
-            std::thread::spawn(move || keep_warnings(err, &w));
+            std::thread::spawn(move || keep_warnings(err, &w, log));
         }
         let mut server = Server {
             child,
@@ -134,9 +137,12 @@ impl Drop for Server {
     }
 }
 
-/// Counts the WARN and ERROR lines of the server's log, keeping the first.
-fn keep_warnings(pipe: impl Read, into: &Mutex<Warnings>) {
+/// Writes the server's log to `log`, counting its WARN and ERROR lines and
+/// keeping the first.
+fn keep_warnings(pipe: impl Read, into: &Mutex<Warnings>, log: std::fs::File) {
+    let mut log = std::io::BufWriter::new(log);
     for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+        let _ = writeln!(log, "{line}");
         if !(line.contains(" WARN ") || line.contains(" ERROR ")) {
             continue;
         }

@@ -5,7 +5,10 @@
 //! receiver in the sender's softirq). Over loopback an engine thread runs
 //! its viewers' receive path in its own context, charged as its own CPU:
 //! work a server with remote viewers never does, and invisible to the
-//! soak's attribution. Viewer threads enter the namespace (network
+//! soak's attribution. The NAPI threads run SCHED_FIFO just below the
+//! engine threads (as a NIC's receive processing, in softirq, outranks
+//! every task): as ordinary threads among 500 viewer threads they fell
+//! behind and the veth rings overflowed. Viewer threads enter the namespace (network
 //! namespaces are per thread); the server and the sampler stay outside.
 
 use std::fs::File;
@@ -52,6 +55,7 @@ impl ViewerNet {
         run(&[&inside[..], &["ip", "link", "set", "lo", "up"]].concat())?;
         for (end, ns) in [(SERVER_END, None), (VIEWER_END, Some(NS))] {
             threaded_napi(end, ns)?;
+            napi_realtime(end)?;
         }
         Ok(net)
     }
@@ -81,6 +85,42 @@ fn threaded_napi(dev: &str, ns: Option<&str>) -> anyhow::Result<()> {
         .context("ethtool (Debian package `ethtool`) sets GRO and TSO on the veth")?;
     let threaded = format!("echo 1 > /sys/class/net/{dev}/threaded");
     run(&[&inside[..], &["sh", "-c", &threaded]].concat())
+}
+
+/// The engine's real-time priority (`fjord-engine`'s SCHED_FIFO 10) less
+/// one: the NAPI threads yield to it and outrank every ordinary thread.
+const NAPI_PRIORITY: i32 = 9;
+
+/// SCHED_FIFO for the NAPI threads of `dev` (kernel threads `napi/DEV-N`).
+fn napi_realtime(dev: &str) -> anyhow::Result<()> {
+    // A thread's name is cut at 15 bytes.
+    let prefix: String = format!("napi/{dev}").chars().take(15).collect();
+    let mut found = 0;
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(&prefix) {
+            continue;
+        }
+        let param = libc::sched_param {
+            sched_priority: NAPI_PRIORITY,
+        };
+        // SAFETY: a valid sched_param for a thread that exists or not.
+        if unsafe { libc::sched_setscheduler(pid, libc::SCHED_FIFO, &param) } != 0 {
+            bail!(
+                "SCHED_FIFO for {}: {}",
+                comm.trim(),
+                std::io::Error::last_os_error()
+            );
+        }
+        found += 1;
+    }
+    if found == 0 {
+        bail!("no NAPI thread of {dev} found (threaded NAPI not taken?)");
+    }
+    Ok(())
 }
 
 fn run(args: &[&str]) -> anyhow::Result<()> {
