@@ -7,7 +7,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{Title, datapath::Counters};
+use crate::{
+    Title,
+    datapath::Counters,
+    lateness::{self, Cause, TickStart},
+};
 pub use crate::{clock::REAL_TIME, trick::MAX_SCALE};
 
 /// Everything the engine needs to stream one track to one client.
@@ -256,6 +260,28 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The command's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Add(_) => "Add",
+            Command::AttachRepair { .. } => "AttachRepair",
+            Command::Play { .. } => "Play",
+            Command::PauseAt { .. } => "PauseAt",
+            Command::Position { .. } => "Position",
+            Command::Start { .. } => "Start",
+            Command::Pause { .. } => "Pause",
+            Command::Remove { .. } => "Remove",
+            Command::Pace { .. } => "Pace",
+            Command::AttachConnection { .. } => "AttachConnection",
+            Command::Write { .. } => "Write",
+            Command::DetachConnection { .. } => "DetachConnection",
+            Command::Bye { .. } => "Bye",
+            Command::Stats { .. } => "Stats",
+        }
+    }
+}
+
 /// One engine thread's account, for benchmarks and admission figures.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ThreadStats {
@@ -265,8 +291,15 @@ pub struct ThreadStats {
     pub bytes: u64,
     /// FEC repair packets sent (not in `packets`).
     pub repair_packets: u64,
-    /// Packets that left more than [`LATE`] after their scheduled time.
+    /// Packets that left more than [`LATE`] after their scheduled time;
+    /// of them, those late mostly because the thread woke late for their
+    /// tick (the kernel or the hypervisor ran it late) or because it was
+    /// busy (with earlier work, or in the tick); the rest their sessions
+    /// held back (waiting for the storage layer or a full socket). See
+    /// `lateness.rs`.
     pub late: u64,
+    pub late_woke: u64,
+    pub late_busy: u64,
     pub max_late: Duration,
     /// Times a session's next packet was not resident yet and it was
     /// looked at again shortly (the storage layer was still reading it).
@@ -281,11 +314,24 @@ pub struct ThreadStats {
 pub const LATE: Duration = Duration::from_millis(2);
 
 impl ThreadStats {
-    pub(crate) fn count(&mut self, lateness: Duration, bytes: u32) {
+    /// A packet of `bytes` left `lateness` after its schedule, `in_tick`
+    /// into a tick that began as `start` says.
+    pub(crate) fn count(
+        &mut self,
+        lateness: Duration,
+        bytes: u32,
+        start: TickStart,
+        in_tick: Duration,
+    ) {
         self.packets += 1;
         self.bytes += u64::from(bytes);
         if lateness > LATE {
             self.late += 1;
+            match lateness::cause(lateness, start, in_tick) {
+                Cause::WokeLate => self.late_woke += 1,
+                Cause::Busy => self.late_busy += 1,
+                Cause::Held => {}
+            }
         }
         self.max_late = self.max_late.max(lateness);
     }

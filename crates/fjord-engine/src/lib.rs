@@ -12,6 +12,7 @@ mod clock;
 pub mod command;
 pub mod datapath;
 mod interleaved;
+mod lateness;
 mod rebuild;
 mod session;
 mod storage;

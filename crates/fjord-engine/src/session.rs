@@ -32,6 +32,7 @@ use crate::{
     command::{Output, RepairSpec, SessionSpec},
     datapath::{Batch, Packet},
     interleaved::{Connection, Frame, MAX_FRAMES},
+    lateness::TickStart,
     trick::Trick,
 };
 
@@ -194,7 +195,12 @@ impl Planned {
 }
 
 pub(crate) struct Pacing<'a> {
+    /// When the tick began: what is due is due by then.
     pub now: Instant,
+    /// How the tick began, and when the packets being accounted left (for
+    /// their lateness and its cause).
+    pub start: TickStart,
+    pub sent_at: Instant,
     pub stats: &'a mut ThreadStats,
     pub burst: Duration,
     pub rtcp_interval: Duration,
@@ -1087,7 +1093,8 @@ impl Session {
     /// the engine's statistics; when that finishes a block, its repair
     /// packets are due.
     fn account(&mut self, track: Track<'_>, sent: usize, clock: Clock, p: &mut Pacing) {
-        let now_ns = clock.at(p.now);
+        let sent_ns = clock.at(p.sent_at);
+        let in_tick = p.sent_at.saturating_duration_since(p.now);
         let mut jumped = false;
         for k in 0..sent as u32 {
             let i = self.next + k;
@@ -1096,8 +1103,12 @@ impl Session {
             };
             let len = rec.payload_len() as u32;
             self.octets = self.octets.wrapping_add(len);
-            p.stats
-                .count(clock.lateness(self.due_ns(i, &rec), now_ns), len);
+            p.stats.count(
+                clock.lateness(self.due_ns(i, &rec), sent_ns),
+                len,
+                p.start,
+                in_tick,
+            );
             match &mut self.trick {
                 Some(t) => jumped |= t.sent(track, i, t.ends_frame(i, &rec)),
                 None => self.encode_live(track, u64::from(i), &rec),
@@ -1107,9 +1118,15 @@ impl Session {
             self.last_sent = Some(p.now);
             self.starting = false;
             if let Some(at) = self.started.take() {
-                let ms = p.now.saturating_duration_since(at).as_secs_f64() * 1e3;
+                let ms = p.sent_at.saturating_duration_since(at).as_secs_f64() * 1e3;
                 if ms > SLOW_START_MS {
+                    // Says whose the wait was: the storage layer's (not
+                    // resident: looked at again every 2 ms) or the engine's.
                     tracing::warn!(
+                        ssrc = self.ssrc,
+                        not_ready_waits = self.start_waits,
+                        interleaved = self.is_interleaved(),
+                        trick = self.trick.is_some(),
                         "a session's first packet left {ms:.1} ms after its PLAY was answered"
                     );
                 }
@@ -1430,6 +1447,8 @@ mod tests {
         let mut stats = ThreadStats::default();
         let mut p = Pacing {
             now,
+            start: TickStart::default(),
+            sent_at: now,
             stats: &mut stats,
             burst: Duration::from_millis(15),
             rtcp_interval: Duration::from_secs(5),
@@ -2091,6 +2110,8 @@ mod tests {
         let mut stats = ThreadStats::default();
         let mut p = Pacing {
             now: late,
+            start: TickStart::default(),
+            sent_at: late,
             stats: &mut stats,
             burst: Duration::from_millis(15),
             rtcp_interval: Duration::from_secs(5),

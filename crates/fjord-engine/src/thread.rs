@@ -15,6 +15,7 @@ use crate::{
     Command, ThreadStats,
     datapath::{self, Batch, DataPath, MAX_BATCH_PACKETS},
     interleaved::Connection,
+    lateness::TickStart,
     session::{MAX_BURST_PACKETS, Pacing, Planned, Session},
     wheel::Wheel,
 };
@@ -126,6 +127,14 @@ impl Engine {
 /// burst limit the engine accepts.
 const ALIGN_TICKS: u64 = 10;
 
+/// A tick or a command taking longer than this is logged: it delays the
+/// thread's packets by as much.
+const SLOW: Duration = Duration::from_millis(20);
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
 struct Worker {
     config: EngineConfig,
     rx: Receiver<Command>,
@@ -145,6 +154,8 @@ struct Worker {
     /// Wheel key that keeps the wheel turning while replies wait to be
     /// written to a full connection.
     flush_key: u32,
+    /// When a slow tick or command was last logged.
+    slow_logged: Option<Instant>,
 }
 
 impl Worker {
@@ -166,47 +177,59 @@ impl Worker {
             batch: Some(Batch::with_capacity(MAX_BATCH_PACKETS, MAX_BATCH_PACKETS)),
             stats: ThreadStats::default(),
             flush_key: 0,
+            slow_logged: None,
         }
     }
 
     fn run(mut self) {
         let idle = Duration::from_secs(1);
+        let mut start = TickStart::default();
         loop {
-            self.tick(Instant::now());
-            let wake = self
-                .wheel
-                .next_deadline()
-                .unwrap_or_else(|| Instant::now() + idle);
-            match self.rx.recv_deadline(wake) {
+            let began = Instant::now();
+            let sent = self.stats.packets;
+            self.tick(began, start);
+            let slept = Instant::now();
+            if slept - began > SLOW && self.may_log_slow(slept) {
+                let (ms, sent) = (ms(slept - began), self.stats.packets - sent);
+                let due = self.due.len();
+                tracing::warn!(due, sent, "an engine tick took {ms:.1} ms");
+            }
+            let wake = self.wheel.next_deadline().unwrap_or(slept + idle);
+            let received = self.rx.recv_deadline(wake);
+            let woke = Instant::now();
+            match received {
                 Ok(cmd) => {
-                    self.handle(cmd);
+                    self.handle_timed(cmd);
                     while let Ok(cmd) = self.rx.try_recv() {
-                        self.handle(cmd);
+                        self.handle_timed(cmd);
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
             }
+            start = TickStart::new(wake, slept, woke, Instant::now());
         }
     }
 
     /// One tick: every session due now puts its due packets in a batch; the
     /// data path sends the batch; sessions account and reschedule.
-    fn tick(&mut self, now: Instant) {
+    fn tick(&mut self, now: Instant, start: TickStart) {
         self.due.clear();
         self.wheel.expire(now, &mut self.due);
         let mut next = 0;
         while next < self.due.len() {
-            next = self.send_batch(now, next);
+            next = self.send_batch(now, start, next);
         }
         self.flush_connections(now);
     }
 
     /// Sends one batch for the due sessions from `self.due[first..]` (as
     /// many as fit); returns where the next batch starts.
-    fn send_batch(&mut self, now: Instant, first: usize) -> usize {
+    fn send_batch(&mut self, now: Instant, start: TickStart, first: usize) -> usize {
         let mut pacing = Pacing {
             now,
+            start,
+            sent_at: now,
             stats: &mut self.stats,
             burst: self.config.burst,
             rtcp_interval: self.config.rtcp_interval,
@@ -258,6 +281,7 @@ impl Worker {
             }
         }
         self.batch = Some(batch.recycle());
+        let batch_sent = Instant::now();
         let mut burst = 0;
         for &(key, n) in &self.planned {
             let Some(session) = self.slots[key as usize].as_mut() else {
@@ -274,8 +298,11 @@ impl Worker {
                 // forever. End it (RTCP BYE); other sessions go on.
                 session.end_unreadable(&mut pacing)
             } else if session.is_interleaved() {
+                // It writes now, not with the batch.
+                pacing.sent_at = Instant::now();
                 session.pump_interleaved(&mut pacing)
             } else {
+                pacing.sent_at = batch_sent;
                 let sent = own.unwrap_or(0);
                 let sent = Planned {
                     source: if n.source > 0 { sent } else { 0 },
@@ -303,6 +330,28 @@ impl Worker {
             // Keep the wheel turning until the replies are out.
             self.wheel.insert(self.flush_key, at);
         }
+    }
+
+    /// Handles `cmd`, logging it when it took long enough to make packets
+    /// late: a command should cost microseconds.
+    fn handle_timed(&mut self, cmd: Command) {
+        let (name, began) = (cmd.name(), Instant::now());
+        self.handle(cmd);
+        let took = began.elapsed();
+        if took > SLOW && self.may_log_slow(began + took) {
+            tracing::warn!("an engine command {name} took {:.1} ms", ms(took));
+        }
+    }
+
+    /// Whether a slow tick or command may be logged at `now`: one line a
+    /// second at most, so a saturated thread does not flood the log.
+    fn may_log_slow(&mut self, now: Instant) -> bool {
+        let may =
+            (self.slow_logged).is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1));
+        if may {
+            self.slow_logged = Some(now);
+        }
+        may
     }
 
     fn handle(&mut self, cmd: Command) {
@@ -456,8 +505,11 @@ impl Worker {
     fn bye(&mut self, id: u64) {
         let Some(&k) = self.ids.get(&id) else { return };
         if let Some(s) = self.slots[k as usize].as_mut() {
+            let now = Instant::now();
             let mut pacing = Pacing {
-                now: Instant::now(),
+                now,
+                start: TickStart::default(),
+                sent_at: now,
                 stats: &mut self.stats,
                 burst: self.config.burst,
                 rtcp_interval: self.config.rtcp_interval,

@@ -84,6 +84,8 @@ pub(crate) async fn threads(State(server): Shared) -> Json<Vec<Value>> {
                 "bytes": t.bytes,
                 "repair_packets": t.repair_packets,
                 "late": t.late,
+                "late_woke": t.late_woke,
+                "late_busy": t.late_busy,
                 "max_late_ms": t.max_late.as_secs_f64() * 1e3,
                 "not_ready": t.not_ready,
                 "datapath_packets": t.datapath.packets,

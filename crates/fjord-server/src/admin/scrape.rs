@@ -139,6 +139,21 @@ async fn engine(reg: &mut Registry, server: &Arc<Server>) {
         "Packets that left more than 2 ms after their schedule",
         per(|t| t.late),
     );
+    let causes = (threads.iter().enumerate()).flat_map(|(i, t)| {
+        let held = t.late.saturating_sub(t.late_woke + t.late_busy);
+        [
+            ("woke_late", t.late_woke),
+            ("busy", t.late_busy),
+            ("held", held),
+        ]
+        .map(|(cause, v)| (vec![("thread", i.to_string()), ("cause", cause.into())], v))
+    });
+    counter(
+        reg,
+        "fjord_late_packets_by_cause",
+        "Late packets by why: their tick began late as the thread woke late (the kernel or hypervisor) or was busy with earlier work, or their session held them (storage not ready, a full socket)",
+        causes,
+    );
     counter(
         reg,
         "fjord_datapath_packets",

@@ -1,0 +1,132 @@
+//! Why a late packet was late, told by the engine thread that sent it.
+//!
+//! A tick sends what is due at its start. A packet leaves late because its
+//! tick began late, because the tick was long in reaching it, or because
+//! its session held it back (it waited for the storage layer, or for a
+//! full socket). A tick begins late because the thread slept through its
+//! deadline, the kernel or the hypervisor giving it the CPU back late (the
+//! machine's), or because it was still at earlier work, a tick or commands
+//! (the server's); time spent in the tick is the server's too. Counting
+//! these per packet is what a soak needs to say whose a late packet is: a
+//! 10 s sample of the kernel's counters cannot place a 3 ms delay.
+
+use std::time::{Duration, Instant};
+
+use crate::command::LATE;
+
+/// How a tick began: how long after its deadline, and how much of that
+/// the thread spent asleep past it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TickStart {
+    pub lag: Duration,
+    pub overslept: Duration,
+}
+
+impl TickStart {
+    /// A tick beginning at `now` that was due at `deadline`; the thread
+    /// went to sleep at `slept` and woke (a command came, or its timer
+    /// fired) at `woke`.
+    pub fn new(deadline: Instant, slept: Instant, woke: Instant, now: Instant) -> TickStart {
+        let lag = now.saturating_duration_since(deadline);
+        let overslept = match slept >= deadline {
+            true => Duration::ZERO,
+            false => woke.saturating_duration_since(deadline).min(lag),
+        };
+        TickStart { lag, overslept }
+    }
+}
+
+/// What made a packet late.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// Its tick's delay, mostly the thread's sleep past its deadline.
+    WokeLate,
+    /// Its tick's delay, mostly the thread's own work.
+    Busy,
+    /// It would have been late in a tick on time: its session held it.
+    Held,
+}
+
+/// The cause of `lateness` (beyond [`LATE`]) of a packet that left
+/// `in_tick` into a tick that began as `start` says.
+pub(crate) fn cause(lateness: Duration, start: TickStart, in_tick: Duration) -> Cause {
+    let delay = start.lag + in_tick;
+    if lateness.saturating_sub(delay) > LATE {
+        Cause::Held
+    } else if start.overslept >= delay.saturating_sub(start.overslept) {
+        Cause::WokeLate
+    } else {
+        Cause::Busy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn start(lag: u64, overslept: u64) -> TickStart {
+        TickStart {
+            lag: ms(lag),
+            overslept: ms(overslept),
+        }
+    }
+
+    #[test]
+    fn a_thread_asleep_at_its_deadline_and_woken_late_overslept() {
+        let t = Instant::now();
+        let s = TickStart::new(t + ms(10), t, t + ms(15), t + ms(15));
+        assert_eq!(s, start(5, 5));
+        // Woken 1 ms late, then 4 ms of commands.
+        let s = TickStart::new(t + ms(10), t, t + ms(11), t + ms(15));
+        assert_eq!(s, start(5, 1));
+    }
+
+    #[test]
+    fn a_thread_at_work_past_its_deadline_did_not_oversleep() {
+        let t = Instant::now();
+        // Went to sleep after the deadline had passed.
+        let s = TickStart::new(t + ms(10), t + ms(12), t + ms(12), t + ms(13));
+        assert_eq!(s, start(3, 0));
+        // Woken by a command before the deadline, handling it ran past.
+        let s = TickStart::new(t + ms(10), t, t + ms(9), t + ms(14));
+        assert_eq!(s, start(4, 0));
+        // On time.
+        let s = TickStart::new(t + ms(10), t, t + ms(3), t + ms(3));
+        assert_eq!(s, start(0, 0));
+    }
+
+    #[test]
+    fn the_larger_share_of_the_delay_is_the_cause() {
+        assert_eq!(cause(ms(5), start(4, 4), ms(0)), Cause::WokeLate);
+        assert_eq!(cause(ms(6), start(4, 4), ms(0)), Cause::WokeLate);
+        assert_eq!(cause(ms(5), start(4, 1), ms(0)), Cause::Busy);
+        // 4 ms asleep, then 5 ms into the tick: the tick's own work.
+        assert_eq!(cause(ms(9), start(4, 4), ms(5)), Cause::Busy);
+        assert_eq!(cause(ms(4), start(0, 0), ms(3)), Cause::Busy);
+    }
+
+    #[test]
+    fn lateness_beyond_the_delay_was_held_by_the_session() {
+        assert_eq!(cause(ms(7), start(4, 4), ms(0)), Cause::Held);
+        assert_eq!(cause(ms(3), TickStart::default(), ms(0)), Cause::Held);
+        assert_eq!(cause(ms(8), start(1, 1), ms(4)), Cause::Held);
+    }
+
+    #[test]
+    fn thread_stats_count_each_late_packet_once_by_its_cause() {
+        let mut s = crate::ThreadStats::default();
+        let woke = start(4, 4);
+        s.count(ms(1), 100, woke, ms(0));
+        s.count(ms(5), 100, woke, ms(0));
+        s.count(ms(9), 100, woke, ms(0));
+        s.count(ms(3), 100, start(3, 0), ms(0));
+        s.count(ms(3), 100, TickStart::default(), ms(2));
+        assert_eq!((s.packets, s.late), (5, 4));
+        assert_eq!((s.late_woke, s.late_busy), (1, 2));
+        assert_eq!(s.max_late, ms(9));
+    }
+}
