@@ -24,12 +24,15 @@
 //! run-queue wait and timeslices (`schedstat`), voluntary and
 //! nonvoluntary switches (`status`), major faults and block I/O delay
 //! (`stat`; kernel.task_delayacct is set to 1 for the run when it can
-//! be); its late packets and worst lateness (`/metrics`); the machine's
+//! be); its late packets, their causes and its worst lateness
+//! (`/metrics`); the machine's
 //! steal and irq + softirq (`/proc/stat`); and the RSS in its parts,
 //! RssAnon (the heap), RssFile (mapped titles) and RssShmem. From those
-//! every sample with late packets gets a verdict, the server's fault
-//! (disk wait, unexplained) or the machine's (run-queue wait, steal),
-//! and RSS growth is judged on the heap apart from the file pages.
+//! each late packet is the server's (its engine thread was busy past its
+//! deadline, or its session held it: not read yet, a full socket, a disk
+//! wait) or the machine's (the thread woke late), by the causes the
+//! engine counts; and RSS growth is judged on the heap apart from the
+//! file pages.
 
 pub mod client;
 pub mod plan;
@@ -386,10 +389,7 @@ impl Sampler<'_> {
         let went = self.ids.difference(&ids).count() as u64;
         self.ids = ids;
         let own = crate::peers::process_cpu(std::process::id())?;
-        let (engine, machine) = self.watch.take(
-            &m.by_thread("fjord_late_packets_total"),
-            &m.by_thread("fjord_engine_max_lateness_seconds"),
-        );
+        let (engine, machine) = self.watch.take(&m);
         Ok(Sample {
             t_s: self.t0.elapsed().as_secs_f64(),
             proc: server::proc_figures(self.server.pid()),

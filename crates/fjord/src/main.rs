@@ -300,8 +300,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
+    // The blocking pool runs index lookups, file opens and statistics: a
+    // few at a time. Its threads are kept a minute (not tokio's 10 s), so
+    // a steady load keeps a steady set instead of starting threads all the
+    // time, and bounded, so a stall cannot pile up hundreds.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .max_blocking_threads(64)
+        .thread_keep_alive(std::time::Duration::from_secs(60))
         .enable_all()
         .build()?;
     let source = Box::new(move || load_config(args.clone()));

@@ -11,7 +11,7 @@ use plotters::prelude::*;
 
 use super::client::Tally;
 use super::plan::End;
-use super::sched::{EngineThread, Evidence, Machine, ThreadCounters, Verdict, tick_ms};
+use super::sched::{EngineThread, Evidence, Machine, Split, ThreadCounters, tick_ms};
 use super::server::{ProcFigures, Warnings};
 
 /// Growth slower than this, in % of the level per hour, is flat.
@@ -56,11 +56,11 @@ sessions,connections,came,went,sent,late,max_late_ms,rtsp_requests,rtsp_not_2xx,
 viewer_sessions,lives,ended_teardown,ended_close,ended_bye,early_bye,viewer_requests,\
 packets,lost_udp,gaps_tcp,errors,client_cpu_s,\
 rss_anon_kib,rss_file_kib,rss_shmem_kib,not_ready,steal_ms,usual_steal_ms,irq_softirq_ms,\
-late_verdict";
+late_whose";
 
 /// Per engine thread (`e` alone: summed over them), since the previous
 /// sample; `late` and `max_late_ms` come from `/metrics`.
-const THREAD_COLUMNS: [&str; 10] = [
+const THREAD_COLUMNS: [&str; 12] = [
     "cpu_ms",
     "runq_ms",
     "usual_runq_ms",
@@ -70,6 +70,8 @@ const THREAD_COLUMNS: [&str; 10] = [
     "majflt",
     "blkio_ms",
     "late",
+    "late_woke",
+    "late_busy",
     "max_late_ms",
 ];
 
@@ -90,7 +92,7 @@ pub fn csv_header(threads: &[usize]) -> String {
 fn thread_csv(t: &EngineThread) -> String {
     let (d, tick) = (&t.d, tick_ms());
     format!(
-        ",{:.3},{:.3},{:.3},{},{},{},{},{:.0},{},{:.3}",
+        ",{:.3},{:.3},{:.3},{},{},{},{},{:.0},{},{},{},{:.3}",
         d.cpu_ns as f64 / 1e6,
         d.wait_ns as f64 / 1e6,
         t.usual_wait_ns as f64 / 1e6,
@@ -100,6 +102,8 @@ fn thread_csv(t: &EngineThread) -> String {
         d.majflt,
         d.blkio_ticks as f64 * tick,
         t.late,
+        t.woke,
+        t.busy,
         t.max_late_ms
     )
 }
@@ -112,6 +116,8 @@ impl Sample {
             index: 0,
             d: ThreadCounters::sum(e.iter().map(|t| &t.d)),
             late: e.iter().map(|t| t.late).sum(),
+            woke: e.iter().map(|t| t.woke).sum(),
+            busy: e.iter().map(|t| t.busy).sum(),
             usual_wait_ns: e.iter().map(|t| t.usual_wait_ns).sum(),
             max_late_ms: e.iter().map(|t| t.max_late_ms).fold(0.0, f64::max),
             rose: e.iter().any(|t| t.rose),
@@ -123,23 +129,23 @@ impl Sample {
         self.engine.iter().map(|t| t.late).sum()
     }
 
-    /// Whose fault this sample's late packets are; None without any.
-    pub fn verdict(&self) -> Option<Verdict> {
-        super::sched::classify(&self.evidence())
+    /// Whose this sample's late packets are; None without any.
+    pub fn split(&self) -> Option<Split> {
+        Some(Split::of(&self.engine)).filter(|s| s.late() > 0)
     }
 
     pub fn evidence(&self) -> Evidence {
-        Evidence::of(&self.engine, &self.machine, self.late_here())
+        Evidence::of(&self.engine, &self.machine)
     }
 
     /// A row of `soak.csv`, its thread columns for `threads`.
     pub fn csv_row(&self, threads: &[usize]) -> String {
         let mut row = self.base_csv();
         let (p, m) = (&self.proc, &self.machine);
-        let verdict = self.verdict().map_or("", |v| v.name());
+        let whose = self.split().map_or(String::new(), |s| s.name());
         let _ = write!(
             row,
-            ",{},{},{},{},{:.0},{:.1},{:.0},{verdict}",
+            ",{},{},{},{},{:.0},{:.1},{:.0},{whose}",
             p.rss_anon_kib,
             p.rss_file_kib,
             p.rss_shmem_kib,
@@ -520,19 +526,20 @@ impl SoakReport {
         parts.join(", ")
     }
 
-    /// Every sample with late packets, the one before it, and the call.
-    fn late_samples(&self) -> Vec<(&Sample, &Sample, Verdict)> {
+    /// Every sample with late packets, the one before it, and whose.
+    fn late_samples(&self) -> Vec<(&Sample, &Sample, Split)> {
         let s = &self.samples;
         (0..s.len())
-            .filter_map(|i| Some((&s[i.saturating_sub(1)], &s[i], s[i].verdict()?)))
+            .filter_map(|i| Some((&s[i.saturating_sub(1)], &s[i], s[i].split()?)))
             .collect()
     }
 
-    /// The late packets since the start by verdict.
+    /// The late packets since the start by whose they are.
     pub fn attribution(&self) -> Attribution {
         let mut a = Attribution::default();
-        for (_, s, v) in self.late_samples() {
-            a.add(v, s.late_here());
+        for (_, _, split) in self.late_samples() {
+            a.samples += 1;
+            a.split.add(&split);
         }
         a
     }
@@ -548,11 +555,11 @@ impl SoakReport {
         }
         let _ = writeln!(m, "{ATTRIBUTION}Block I/O delay: {}.\n", self.delayacct);
         m.push_str(
-            "| min | late packets | threads late | worst ms | run-queue wait ms (usual) | beyond usual ms | engine CPU ms | nonvoluntary switches | major faults | blkio ms | steal ms (usual) | irq+softirq ms | not-ready waits | verdict |\n\
-             |---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+            "| min | late packets | threads late | worst ms | whose (the engine's causes) | run-queue wait ms (usual) | beyond usual ms | engine CPU ms | nonvoluntary switches | major faults | blkio ms | steal ms (usual) | irq+softirq ms | not-ready waits |\n\
+             |---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
-        for (prev, s, v) in rows {
-            m.push_str(&late_row(prev, s, v));
+        for (prev, s, split) in rows {
+            m.push_str(&late_row(prev, s, &split));
         }
         m
     }
@@ -634,9 +641,10 @@ impl SoakReport {
             s.iter().map(|x| (x.t_s / 60.0, f(x))).collect()
         };
         let rate = |server_only: bool| -> Vec<(f64, f64)> {
-            let late = |x: &Sample| match x.verdict() {
-                Some(v) if v.server() || !server_only => x.late_here(),
-                _ => 0,
+            let late = |x: &Sample| match (x.split(), server_only) {
+                (Some(s), true) => s.server(),
+                (Some(s), false) => s.late(),
+                (None, _) => 0,
             };
             let dt = |w: &[Sample]| (w[1].t_s - w[0].t_s).max(1e-9);
             let pts = s.windows(2);
@@ -697,66 +705,42 @@ impl SoakReport {
     }
 }
 
-/// Late packets by verdict, over the samples that had any.
+/// Late packets by whose they are, over the samples that had any.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Attribution {
     pub samples: u64,
-    pub disk: u64,
-    pub unexplained: u64,
-    /// The machine's: run-queue wait only, steal only, both.
-    pub wait: u64,
-    pub steal: u64,
-    pub both: u64,
+    pub split: Split,
 }
 
 impl Attribution {
-    fn add(&mut self, v: Verdict, late: u64) {
-        self.samples += 1;
-        *match v {
-            Verdict::DiskWait => &mut self.disk,
-            Verdict::Unexplained => &mut self.unexplained,
-            Verdict::Machine {
-                wait: true,
-                steal: true,
-            } => &mut self.both,
-            Verdict::Machine { wait: true, .. } => &mut self.wait,
-            Verdict::Machine { .. } => &mut self.steal,
-        } += late;
-    }
-
     pub fn server(&self) -> u64 {
-        self.disk + self.unexplained
-    }
-
-    pub fn machine(&self) -> u64 {
-        self.wait + self.steal + self.both
+        self.split.server()
     }
 
     fn line(&self) -> String {
         if self.samples == 0 {
             return "no late packets, none attributable to the server".into();
         }
-        let server = match self.server() {
+        let s = &self.split;
+        let server = match s.server() {
             0 => "**none attributable to the server**".to_string(),
             n => format!("**{n} attributable to the server**"),
         };
         format!(
-            "{server} (disk wait {}, unexplained {}), {} to the machine (run-queue wait {}, steal {}, both {}); {} late packets in {} samples of 10 s since the start",
-            self.disk,
-            self.unexplained,
-            self.machine(),
-            self.wait,
-            self.steal,
-            self.both,
-            self.server() + self.machine(),
+            "{server} (engine thread busy past its deadline {}, held by their sessions {}, of which in a disk wait {}), {} to the machine (the engine thread woke late); {} late packets in {} samples of 10 s since the start",
+            s.busy,
+            s.held + s.disk,
+            s.disk,
+            s.machine(),
+            s.late(),
             self.samples
         )
     }
 }
 
-/// A row of "Late packets, attributed": the figures of the engine
-/// threads that went late, the machine's, and the verdict.
-fn late_row(prev: &Sample, s: &Sample, v: Verdict) -> String {
+/// A row of "Late packets, attributed": whose they are, and the figures
+/// of the engine threads that went late and of the machine.
+fn late_row(prev: &Sample, s: &Sample, split: &Split) -> String {
     let set = super::sched::late_threads(&s.engine);
     let sum = ThreadCounters::sum(set.iter().map(|t| &t.d));
     let usual: u64 = set.iter().map(|t| t.usual_wait_ns).sum();
@@ -767,11 +751,12 @@ fn late_row(prev: &Sample, s: &Sample, v: Verdict) -> String {
         .collect();
     let m = &s.machine;
     format!(
-        "| {:.1} | {} | {} | {} | {:.1} ({:.1}) | {:.1} | {:.0} | {} | {} | {:.0} | {:.0} ({:.0}) | {:.0} | {} | {} |\n",
+        "| {:.1} | {} | {} | {} | {} | {:.1} ({:.1}) | {:.1} | {:.0} | {} | {} | {:.0} | {:.0} ({:.0}) | {:.0} | {} |\n",
         s.t_s / 60.0,
         s.late_here(),
         who.join(", "),
         worst(&set),
+        split.name(),
         sum.wait_ns as f64 / 1e6,
         usual as f64 / 1e6,
         s.evidence().extra_wait_ms,
@@ -782,8 +767,7 @@ fn late_row(prev: &Sample, s: &Sample, v: Verdict) -> String {
         m.steal_ms,
         m.usual_steal_ms,
         m.irq_ms,
-        s.not_ready.saturating_sub(prev.not_ready),
-        v.name()
+        s.not_ready.saturating_sub(prev.not_ready)
     )
 }
 
@@ -799,21 +783,22 @@ fn worst(threads: &[&EngineThread]) -> String {
     }
 }
 
-const ATTRIBUTION: &str = "Per 10 s sample with late packets (min: the sample's end), from the \
-engine threads that sent them (`/metrics` per thread) and the kernel's counters of those threads \
-over the sample (`/proc/PID/task/TID`: schedstat, status, stat) and of the machine (`/proc/stat`). \
-The verdict, first rule that holds: **disk wait (server)** if a late thread had major faults or \
-block I/O delay; **run-queue wait (machine)** if a late thread waited on a run queue beyond its \
-usual (its mean wait per timeslice so far, times its timeslices in the sample; under --realtime \
-it is SCHED_FIFO, so the kernel, an irq or a higher priority had its CPU) and/or **steal \
-(machine)** if the hypervisor took beyond the run's usual steal (the least it can have been: the \
-counter is in 10 ms clock ticks), as long as the worst lateness at least (where known, else \
-2 ms); else **unexplained (count as server)**. A 10 s sample shows what happened in \
-the same window, not at the same millisecond. Run-queue wait, its usual, CPU, switches, faults \
-and blkio are summed over the late threads; beyond usual is the most of one late thread; steal \
-and irq+softirq are machine-wide, all CPUs. Worst: the late threads' \
-gauge where it rose in the sample, else at most (≤) its value since the start. Not-ready \
-waits: the engine found a packet not read yet (the storage layer's; session starts included). ";
+const ATTRIBUTION: &str = "Per 10 s sample with late packets (min: the sample's end). Whose: \
+the engine counts, for every late packet, why (`fjord_late_packets_by_cause_total`): a tick sends \
+what is due at its start, so a packet is late because its tick began late, the thread having \
+**woke late** (asleep at its deadline, it got the CPU back late: the kernel, an interrupt or the \
+hypervisor; the machine's) or been **busy** past it with earlier work (a tick, commands such as \
+a session's registration; the server's), or else because its session **held** it (its packets \
+not read yet, a full socket; the server's), a **disk wait** when its thread had major faults or \
+block I/O delay in the sample. Beside it, what the kernel saw over the sample of the engine \
+threads that sent them (`/proc/PID/task/TID`: schedstat, status, stat) and of the machine \
+(`/proc/stat`), as context: run-queue wait beyond its usual (its mean wait per timeslice so far, \
+times its timeslices in the sample; under --realtime the threads are SCHED_FIFO), steal, irq + \
+softirq. Run-queue wait, its usual, CPU, switches, faults and blkio are summed over the late \
+threads; beyond usual is the most of one late thread; steal and irq+softirq are machine-wide, \
+all CPUs. Worst: the late threads' gauge where it rose in the sample, else at most (≤) its value \
+since the start. Not-ready waits: the engine found a packet not read yet (the storage layer's; \
+session starts included). ";
 
 /// A named line of (minutes, value) points.
 type Line<'a> = (&'a str, Vec<(f64, f64)>);
@@ -973,10 +958,21 @@ mod tests {
         assert!(file(&r).unwrap().contains("**GROWS**"));
     }
 
-    fn late(index: usize, late: u64, wait_ms: u64, majflt: u64) -> EngineThread {
+    /// An engine thread with `late` packets, `woke` and `busy` of them by
+    /// those causes (the rest held), `wait_ms` on a run queue.
+    fn late(
+        index: usize,
+        late: u64,
+        woke: u64,
+        busy: u64,
+        wait_ms: u64,
+        majflt: u64,
+    ) -> EngineThread {
         EngineThread {
             index,
             late,
+            woke,
+            busy,
             d: ThreadCounters {
                 cpu_ns: 900_000_000,
                 wait_ns: wait_ms * 1_000_000,
@@ -992,12 +988,10 @@ mod tests {
     #[test]
     fn late_samples_attributed() {
         let mut r = report();
-        // Every late thread's gauge rose to 41.7 ms: a machine cause must
-        // be as long.
-        r.samples[30].engine = vec![late(0, 700, 45, 0), late(1, 80, 0, 0)];
-        r.samples[40].engine = vec![late(0, 0, 9, 0), late(1, 3, 1, 0)];
-        r.samples[50].engine = vec![late(0, 5, 0, 1)];
-        r.samples[60].engine = vec![late(0, 2, 0, 0)];
+        r.samples[30].engine = vec![late(0, 700, 700, 0, 45, 0), late(1, 80, 70, 10, 0, 0)];
+        r.samples[40].engine = vec![late(0, 0, 0, 0, 9, 0), late(1, 3, 0, 0, 1, 0)];
+        r.samples[50].engine = vec![late(0, 5, 0, 0, 0, 1)];
+        r.samples[60].engine = vec![late(0, 2, 2, 0, 0, 0)];
         r.samples[60].machine = Machine {
             steal_ms: 70.0,
             usual_steal_ms: 10.0,
@@ -1005,21 +999,20 @@ mod tests {
             tick_ms: 10.0,
         };
         let a = r.attribution();
-        let want = Attribution {
-            samples: 4,
+        let want = Split {
+            woke: 772,
+            busy: 10,
             disk: 5,
-            unexplained: 3,
-            wait: 780,
-            steal: 2,
-            both: 0,
+            held: 3,
         };
-        assert_eq!(a, want);
+        assert_eq!((a.samples, a.split), (4, want));
         let v = r
             .verdict()
             .into_iter()
             .find(|l| l.contains("attributed"))
             .unwrap();
-        assert!(v.contains("**8 attributable to the server**"), "{v}");
+        assert!(v.contains("**18 attributable to the server**"), "{v}");
+        assert!(v.contains("772 to the machine"), "{v}");
         let md = r.markdown(false);
         let section = md.split("## Late packets, attributed").nth(1).unwrap();
         let section = section.split("## Samples").next().unwrap();
@@ -1028,19 +1021,17 @@ mod tests {
             .filter(|l| l.starts_with("| 5.0 "))
             .collect();
         assert_eq!(rows.len(), 1, "{section}");
-        let want = "| 780 | 0, 1 | 41.7 | 45.0 (0.0) | 45.0 | 1800 |";
+        let want = "| 780 | 0, 1 | 41.7 | woke late 770 (machine); busy 10 (server) | 45.0 (0.0) | 45.0 | 1800 |";
         assert!(rows[0].contains(want), "{}", rows[0]);
         assert!(
-            rows[0].ends_with("| run-queue wait (machine) |"),
-            "{}",
-            rows[0]
-        );
-        assert!(
-            section.contains("| 6.7 | 3 | 1 | 41.7 | 1.0 (0.0) | 1.0 |"),
+            section.contains("| 6.7 | 3 | 1 | 41.7 | held 3 (server) | 1.0 (0.0) | 1.0 |"),
             "{section}"
         );
+        assert!(section.contains("| disk wait 5 (server) |"), "{section}");
         assert!(
-            section.contains("| 70 (10) | 50 | 0 | steal (machine) |"),
+            section.contains(
+                "| woke late 2 (machine) | 0.0 (0.0) | 0.0 | 900 | 0 | 0 | 0 | 70 (10) | 50 |"
+            ),
             "{section}"
         );
     }
@@ -1048,11 +1039,15 @@ mod tests {
     #[test]
     fn csv_rows_have_the_header_columns() {
         let mut s = sample(10.0, 1, 2, 3);
-        s.engine = vec![late(0, 3, 50, 0), late(2, 0, 0, 0)];
+        s.engine = vec![late(0, 3, 1, 1, 50, 0), late(2, 0, 0, 0, 0, 0)];
         let header = csv_header(&[0, 1, 2]);
         let row = s.csv_row(&[0, 1, 2]);
         let n = |l: &str| l.trim_end().split(',').count();
         assert_eq!(n(&header), n(&row), "{header}{row}");
-        assert!(header.contains(",e1_runq_ms,") && row.contains(",run-queue wait (machine),"));
+        assert!(header.contains(",e1_runq_ms,") && header.contains(",e0_late_woke,e0_late_busy,"));
+        assert!(
+            row.contains(",woke late 1 (machine); busy 1 held 1 (server),"),
+            "{row}"
+        );
     }
 }

@@ -1,21 +1,22 @@
 //! What the kernel says of the server's engine threads (CPU, run-queue
 //! wait, context switches, major faults, block I/O delay) and of the
-//! machine's CPUs (steal, irq), as deltas per sample; and the call on a
-//! sample's late packets: the server's fault or the machine's.
+//! machine's CPUs (steal, irq), as deltas per sample; and whose a sample's
+//! late packets are, from the causes the engine counts for each one
+//! (`fjord_late_packets_by_cause_total`): a thread that woke late is the
+//! machine's, one busy past its deadline or a session that held its
+//! packets the server's. The kernel's figures stay beside them as context:
+//! a 10 s sample cannot place a 3 ms delay, the engine can.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
-use super::server::proc_field;
+use super::server::{Metrics, proc_field};
 
 /// The engine names its threads `fjord-engine-N` (fjord-engine's
 /// `thread.rs`); N is the `thread` label of its metrics.
 pub const ENGINE_PREFIX: &str = "fjord-engine-";
 
-/// A late packet left more than this after its schedule, ms (the
-/// engine's `LATE`).
-pub const LATE_MS: f64 = 2.0;
 /// A thread's usual run-queue wait per timeslice needs this many
 /// timeslices before (an idle server's few say little).
 pub const MIN_SLICES: u64 = 1000;
@@ -162,6 +163,11 @@ pub struct EngineThread {
     /// packets of the thread's `/metrics` counter.
     pub d: ThreadCounters,
     pub late: u64,
+    /// Of `late`: sent in ticks that began late because the thread woke
+    /// late, or because it was busy (the engine's `late_woke`,
+    /// `late_busy`); the rest were held by their sessions.
+    pub woke: u64,
+    pub busy: u64,
     /// The run-queue wait of `d.slices` timeslices at the thread's mean
     /// per timeslice before this sample, ns (`d.wait_ns` without a mean).
     pub usual_wait_ns: u64,
@@ -183,97 +189,101 @@ pub fn late_threads(all: &[EngineThread]) -> Vec<&EngineThread> {
     }
 }
 
-/// What a sample says of its late packets.
+/// What the kernel saw of a sample's late threads, beside the engine's
+/// causes.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Evidence {
-    pub late: u64,
-    /// Of the threads that went late: major faults and block I/O delay
-    /// ticks summed; the most one of them waited on a run queue beyond
-    /// its usual, ms.
-    pub majflt: u64,
-    pub blkio_ticks: u64,
+    /// The most one late thread waited on a run queue beyond its usual,
+    /// ms.
     pub extra_wait_ms: f64,
     /// Machine-wide steal beyond the usual, ms: the least it can have
     /// been, as the counter is in clock ticks.
     pub extra_steal_ms: f64,
-    /// The worst lateness of the sample, ms, where known (a late thread's
-    /// gauge rose in it); else [`LATE_MS`], the least a late packet had.
-    pub worst_ms: f64,
 }
 
 impl Evidence {
-    pub fn of(threads: &[EngineThread], m: &Machine, late: u64) -> Evidence {
+    pub fn of(threads: &[EngineThread], m: &Machine) -> Evidence {
         let set = late_threads(threads);
         let extra = |t: &&EngineThread| t.d.wait_ns.saturating_sub(t.usual_wait_ns);
-        let rose = set.iter().filter(|t| t.rose).map(|t| t.max_late_ms);
         let least_steal = (m.steal_ms - m.tick_ms).max(0.0);
         Evidence {
-            late,
-            majflt: set.iter().map(|t| t.d.majflt).sum(),
-            blkio_ticks: set.iter().map(|t| t.d.blkio_ticks).sum(),
             extra_wait_ms: set.iter().map(extra).max().unwrap_or(0) as f64 / 1e6,
             extra_steal_ms: (least_steal - m.usual_steal_ms).max(0.0),
-            worst_ms: rose.fold(LATE_MS, f64::max),
         }
     }
 }
 
-/// Whose fault a sample's late packets are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verdict {
-    /// An engine thread waited for the disk: the server's.
-    DiskWait,
-    /// The CPU was taken from a runnable engine thread (`wait`: by the
-    /// kernel, irq or a higher priority, as the thread is SCHED_FIFO) or
-    /// from the machine by the hypervisor (`steal`).
-    Machine { wait: bool, steal: bool },
-    /// Nothing the kernel saw: counted as the server's.
-    Unexplained,
+/// Late packets by whose they are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Split {
+    /// Their thread slept through its deadline and got the CPU back late
+    /// (the kernel, an interrupt, the hypervisor): the machine's.
+    pub woke: u64,
+    /// Their thread was still at earlier work past its deadline (a tick,
+    /// commands): the server's.
+    pub busy: u64,
+    /// Held by their sessions on a thread that had major faults or block
+    /// I/O delay in the sample: the server's disk wait.
+    pub disk: u64,
+    /// Held by their sessions otherwise (not read yet, a full socket):
+    /// the server's.
+    pub held: u64,
 }
 
-impl Verdict {
-    pub fn server(&self) -> bool {
-        !matches!(self, Verdict::Machine { .. })
-    }
-
-    pub fn name(&self) -> &'static str {
-        match self {
-            Verdict::DiskWait => "disk wait (server)",
-            Verdict::Machine {
-                wait: true,
-                steal: true,
-            } => "run-queue wait + steal (machine)",
-            Verdict::Machine { wait: true, .. } => "run-queue wait (machine)",
-            Verdict::Machine { .. } => "steal (machine)",
-            Verdict::Unexplained => "unexplained (count as server)",
+impl Split {
+    pub fn of(threads: &[EngineThread]) -> Split {
+        let mut s = Split::default();
+        for t in threads {
+            let held = t.late.saturating_sub(t.woke + t.busy);
+            s.woke += t.woke;
+            s.busy += t.busy;
+            match t.d.majflt > 0 || t.d.blkio_ticks > 0 {
+                true => s.disk += held,
+                false => s.held += held,
+            }
         }
+        s
     }
-}
 
-/// The call on a sample, first rule that holds:
-/// 1. no late packets: none;
-/// 2. a late thread had a major fault or block I/O delay: disk wait;
-/// 3. a late thread waited on a run queue beyond its usual, or the
-///    machine had steal beyond its usual, at least the sample's worst
-///    lateness: the machine's (which of the two, both told); the usual is
-///    not small (thousands of short waits, a trickle of steal);
-/// 4. else unexplained, counted as the server's.
-///
-/// Evidence is per 10 s sample: it shows what happened in the same
-/// window, not that it happened at the same millisecond.
-pub fn classify(e: &Evidence) -> Option<Verdict> {
-    if e.late == 0 {
-        return None;
+    pub fn add(&mut self, o: &Split) {
+        self.woke += o.woke;
+        self.busy += o.busy;
+        self.disk += o.disk;
+        self.held += o.held;
     }
-    let wait = e.extra_wait_ms >= e.worst_ms;
-    let steal = e.extra_steal_ms >= e.worst_ms;
-    Some(if e.majflt > 0 || e.blkio_ticks > 0 {
-        Verdict::DiskWait
-    } else if wait || steal {
-        Verdict::Machine { wait, steal }
-    } else {
-        Verdict::Unexplained
-    })
+
+    pub fn server(&self) -> u64 {
+        self.busy + self.disk + self.held
+    }
+
+    pub fn machine(&self) -> u64 {
+        self.woke
+    }
+
+    pub fn late(&self) -> u64 {
+        self.server() + self.machine()
+    }
+
+    /// E.g. `woke late 20 (machine); busy 3, held 1 (server)`; no commas
+    /// but within a part, so it fits a CSV field with `;`.
+    pub fn name(&self) -> String {
+        let server = [
+            ("busy", self.busy),
+            ("held", self.held),
+            ("disk wait", self.disk),
+        ];
+        let server: Vec<String> = (server.iter().filter(|(_, n)| *n > 0))
+            .map(|(what, n)| format!("{what} {n}"))
+            .collect();
+        let mut parts = Vec::new();
+        if self.woke > 0 {
+            parts.push(format!("woke late {} (machine)", self.woke));
+        }
+        if !server.is_empty() {
+            parts.push(format!("{} (server)", server.join(" ")));
+        }
+        parts.join("; ")
+    }
 }
 
 /// Cumulative figures of a thread at the previous sample.
@@ -282,6 +292,8 @@ struct Before {
     tid: u32,
     counters: ThreadCounters,
     late: u64,
+    woke: u64,
+    busy: u64,
     max_late_ms: f64,
 }
 
@@ -305,13 +317,17 @@ impl Watch {
     }
 
     /// The engine threads and the machine since the last call (threads:
-    /// since they started, the first time; the machine: nothing); `late`
-    /// (packets) and `max_late_s` by thread index from `/metrics`.
-    pub fn take(
-        &mut self,
-        late: &BTreeMap<usize, f64>,
-        max_late_s: &BTreeMap<usize, f64>,
-    ) -> (Vec<EngineThread>, Machine) {
+    /// since they started, the first time; the machine: nothing); late
+    /// packets, their causes and the worst lateness per thread from the
+    /// server's `/metrics`.
+    pub fn take(&mut self, m: &Metrics) -> (Vec<EngineThread>, Machine) {
+        let cause = |c: &str| {
+            let label = format!("cause=\"{c}\"");
+            m.by_thread_where("fjord_late_packets_by_cause_total", |l| l.contains(&label))
+        };
+        let late = m.by_thread("fjord_late_packets_total");
+        let max_late_s = m.by_thread("fjord_engine_max_lateness_seconds");
+        let (woke, busy) = (cause("woke_late"), cause("busy"));
         let mut now: BTreeMap<usize, Before> = BTreeMap::new();
         for (name, tid, counters) in threads_named(self.pid, ENGINE_PREFIX) {
             if let Ok(i) = name[ENGINE_PREFIX.len()..].parse() {
@@ -325,10 +341,16 @@ impl Watch {
                 );
             }
         }
-        for (&i, &v) in late {
+        for (&i, &v) in &late {
             now.entry(i).or_default().late = v as u64;
         }
-        for (&i, &v) in max_late_s {
+        for (&i, &v) in &woke {
+            now.entry(i).or_default().woke = v as u64;
+        }
+        for (&i, &v) in &busy {
+            now.entry(i).or_default().busy = v as u64;
+        }
+        for (&i, &v) in &max_late_s {
             now.entry(i).or_default().max_late_ms = v * 1e3;
         }
         let threads = now.iter().map(|(&i, n)| self.delta(i, n)).collect();
@@ -379,6 +401,8 @@ impl Watch {
             d,
             usual_wait_ns,
             late: now.late.saturating_sub(b.late),
+            woke: now.woke.saturating_sub(b.woke),
+            busy: now.busy.saturating_sub(b.busy),
             max_late_ms: now.max_late_ms,
             rose: now.max_late_ms > b.max_late_ms,
         }
@@ -498,31 +522,44 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     #[test]
-    fn the_rules_in_order() {
-        let e = |late, majflt, blkio_ticks, extra_wait_ms, extra_steal_ms| Evidence {
-            late,
-            majflt,
-            blkio_ticks,
-            extra_wait_ms,
-            extra_steal_ms,
-            worst_ms: 5.0,
+    fn late_packets_split_by_their_threads_causes() {
+        let faulted = ThreadCounters {
+            majflt: 1,
+            ..ThreadCounters::default()
         };
-        let machine = |wait, steal| Some(Verdict::Machine { wait, steal });
-        assert_eq!(classify(&e(0, 5, 5, 9.0, 30.0)), None);
-        assert_eq!(classify(&e(10, 1, 0, 9.0, 30.0)), Some(Verdict::DiskWait));
-        assert_eq!(classify(&e(10, 0, 1, 0.0, 0.0)), Some(Verdict::DiskWait));
-        assert_eq!(classify(&e(10, 0, 0, 5.0, 0.0)), machine(true, false));
-        assert_eq!(classify(&e(10, 0, 0, 0.0, 20.0)), machine(false, true));
-        assert_eq!(classify(&e(10, 0, 0, 6.0, 20.0)), machine(true, true));
-        // Shorter than the worst lateness: not enough.
-        let unexplained = Some(Verdict::Unexplained);
-        assert_eq!(classify(&e(10, 0, 0, 4.9, 4.9)), unexplained);
-        assert!(Verdict::Unexplained.server() && Verdict::DiskWait.server());
-        let steal = Verdict::Machine {
-            wait: false,
-            steal: true,
+        let t = |index, late, woke, busy, d| EngineThread {
+            woke,
+            busy,
+            ..thread(index, late, d)
         };
-        assert!(!steal.server());
+        // Thread 0: 10 late, 6 woke late, 1 busy, 3 held; thread 1 had a
+        // major fault: its 4 held are a disk wait.
+        let ts = [
+            t(0, 10, 6, 1, ThreadCounters::default()),
+            t(1, 5, 0, 1, faulted),
+        ];
+        let s = Split::of(&ts);
+        let want = Split {
+            woke: 6,
+            busy: 2,
+            disk: 4,
+            held: 3,
+        };
+        assert_eq!(s, want);
+        assert_eq!((s.machine(), s.server(), s.late()), (6, 9, 15));
+        assert_eq!(
+            s.name(),
+            "woke late 6 (machine); busy 2 held 3 disk wait 4 (server)"
+        );
+        let only = Split {
+            woke: 3,
+            ..Split::default()
+        };
+        assert_eq!(only.name(), "woke late 3 (machine)");
+        let mut sum = only;
+        sum.add(&want);
+        assert_eq!((sum.woke, sum.server()), (9, 9));
+        assert!(!s.name().contains(','));
     }
 
     #[test]
@@ -537,8 +574,8 @@ mod tests {
             t.usual_wait_ns = ms * MS;
             t
         };
-        // Thread 1 waited and faulted, but thread 0 sent the late packets,
-        // and waited 4 ms where 3 ms is its usual.
+        // Thread 1 waited long, but thread 0 sent the late packets, and
+        // waited 4 ms where 3 ms is its usual.
         let ts = [
             usual(thread(0, 5, counters(4, 0)), 3),
             usual(thread(1, 0, counters(30, 2)), 3),
@@ -550,40 +587,22 @@ mod tests {
             irq_ms: 300.0,
             tick_ms: 10.0,
         };
-        let e = Evidence::of(&ts, &quiet, 5);
-        assert_eq!((e.extra_wait_ms, e.majflt, e.extra_steal_ms), (1.0, 0, 1.0));
-        assert_eq!(
-            (e.worst_ms, classify(&e)),
-            (LATE_MS, Some(Verdict::Unexplained))
-        );
+        let e = Evidence::of(&ts, &quiet);
+        assert_eq!((e.extra_wait_ms, e.extra_steal_ms), (1.0, 1.0));
         // No thread's count known: all of them; steal well above the usual.
-        let mut t1 = usual(thread(1, 0, counters(30, 0)), 3);
-        (t1.rose, t1.max_late_ms) = (true, 26.0);
-        let ts = [thread(0, 0, counters(4, 0)), t1];
+        let ts = [
+            thread(0, 0, counters(4, 0)),
+            usual(thread(1, 0, counters(30, 0)), 3),
+        ];
         let stolen = Machine {
             steal_ms: 50.0,
             ..quiet
         };
-        let e = Evidence::of(&ts, &stolen, 5);
-        assert_eq!(
-            (e.extra_wait_ms, e.extra_steal_ms, e.worst_ms),
-            (27.0, 31.0, 26.0)
-        );
-        assert_eq!(classify(&e), machine_both());
-        // Waits as long as the 42 ms the gauge rose to, steal not.
-        t1.max_late_ms = 42.0;
-        let e = Evidence::of(&[t1], &stolen, 5);
-        assert_eq!(classify(&e), Some(Verdict::Unexplained));
+        let e = Evidence::of(&ts, &stolen);
+        assert_eq!((e.extra_wait_ms, e.extra_steal_ms), (27.0, 31.0));
         // Below the usual is no wait at all.
         let ts = [usual(thread(0, 5, counters(1, 0)), 3)];
-        assert_eq!(Evidence::of(&ts, &quiet, 5).extra_wait_ms, 0.0);
-    }
-
-    fn machine_both() -> Option<Verdict> {
-        Some(Verdict::Machine {
-            wait: true,
-            steal: true,
-        })
+        assert_eq!(Evidence::of(&ts, &quiet).extra_wait_ms, 0.0);
     }
 
     #[test]

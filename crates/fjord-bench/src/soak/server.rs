@@ -234,12 +234,18 @@ impl Metrics {
 
     /// The series of `name` by their `thread="N"` label.
     pub fn by_thread(&self, name: &str) -> BTreeMap<usize, f64> {
+        self.by_thread_where(name, |_| true)
+    }
+
+    /// The series of `name` whose labels `keep` accepts, by their
+    /// `thread="N"` label.
+    pub fn by_thread_where(&self, name: &str, keep: impl Fn(&str) -> bool) -> BTreeMap<usize, f64> {
         let thread = |l: &str| {
             let (_, rest) = l.split_once("thread=\"")?;
             rest.split_once('"')?.0.parse().ok()
         };
         let mut by = BTreeMap::new();
-        for (l, v) in self.values(name) {
+        for (l, v) in self.values(name).filter(|(l, _)| keep(l)) {
             if let Some(i) = thread(l) {
                 *by.entry(i).or_default() += v;
             }
