@@ -11,6 +11,7 @@
 mod clock;
 pub mod command;
 pub mod datapath;
+mod inbox;
 mod interleaved;
 mod lateness;
 mod rebuild;

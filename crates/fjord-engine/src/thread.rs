@@ -9,15 +9,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::RecvTimeoutError;
 
 use crate::{
     Command, ThreadStats,
     datapath::{self, Batch, DataPath, MAX_BATCH_PACKETS},
+    inbox::{self, Inbox, Outbox},
     interleaved::Connection,
     lateness::TickStart,
     session::{MAX_BURST_PACKETS, Pacing, Planned, Session},
-    wheel::Wheel,
+    wheel::{TICK, Wheel},
 };
 
 #[derive(Clone, Debug)]
@@ -45,7 +46,7 @@ pub struct EngineConfig {
 /// Handle to the engine threads. Commands about one session (or one
 /// connection) must always go to the same shard.
 pub struct Engine {
-    queues: Vec<Sender<Command>>,
+    queues: Vec<Outbox<Command>>,
     threads: Vec<JoinHandle<()>>,
     datapath: &'static str,
 }
@@ -57,7 +58,7 @@ impl Engine {
         let mut queues = Vec::with_capacity(n);
         let mut threads = Vec::with_capacity(n);
         for i in 0..n {
-            let (tx, rx) = crossbeam_channel::unbounded();
+            let (tx, rx) = inbox::channel();
             let cfg = config.clone();
             let path =
                 datapath::by_name(datapath).ok_or_else(|| io::Error::other("unknown data path"))?;
@@ -122,10 +123,14 @@ impl Engine {
     }
 }
 
-/// Wake-ups fall on a 1 ms grid (10 wheel ticks): sessions due within the
-/// same millisecond share one tick. Waking up to 1 ms early is within any
-/// burst limit the engine accepts.
-const ALIGN_TICKS: u64 = 10;
+/// Wake-ups fall on a grid of an eighth of the burst limit (5 ms at the
+/// default 40 ms): sessions due within it share one tick, so a thread
+/// sleeps and wakes at most that often, however many sessions it has. A
+/// packet still leaves at most the burst limit early: a session sends what
+/// is due by its wake-up plus the burst.
+fn align_ticks(burst: Duration) -> u64 {
+    (burst / 8).as_micros() as u64 / TICK.as_micros() as u64
+}
 
 /// A tick or a command taking longer than this is logged: it delays the
 /// thread's packets by as much.
@@ -137,7 +142,7 @@ fn ms(d: Duration) -> f64 {
 
 struct Worker {
     config: EngineConfig,
-    rx: Receiver<Command>,
+    rx: Inbox<Command>,
     /// Sessions by key; a key is also the session's place in the wheel.
     slots: Vec<Option<Session>>,
     free: Vec<u32>,
@@ -156,12 +161,15 @@ struct Worker {
     flush_key: u32,
     /// When a slow tick or command was last logged.
     slow_logged: Option<Instant>,
+    /// The wake-up grid, wheel ticks.
+    align_ticks: u64,
 }
 
 impl Worker {
-    fn new(config: EngineConfig, rx: Receiver<Command>, path: Box<dyn DataPath>) -> Self {
+    fn new(config: EngineConfig, rx: Inbox<Command>, path: Box<dyn DataPath>) -> Self {
         let mut wheel = Wheel::new(Instant::now());
         wheel.reserve_keys(1);
+        let align = align_ticks(config.burst);
         Self {
             config,
             rx,
@@ -178,6 +186,7 @@ impl Worker {
             stats: ThreadStats::default(),
             flush_key: 0,
             slow_logged: None,
+            align_ticks: align,
         }
     }
 
@@ -311,8 +320,10 @@ impl Worker {
                 session.advance(n, sent, &mut pacing)
             };
             if let Some(w) = wake {
-                let w = self.wheel.align_down(w, ALIGN_TICKS);
-                self.wheel.insert(key, w);
+                // A retry due within the grid step stays where it is.
+                let aligned = self.wheel.align_down(w, self.align_ticks);
+                self.wheel
+                    .insert(key, if aligned > now { aligned } else { w });
             }
         }
         end
