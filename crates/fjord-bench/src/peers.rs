@@ -27,8 +27,11 @@
 //! drains), each session at the title's packet rate, in bursts of B per
 //! session per send (a GSO `sendmsg` per burst, a `send` per packet for
 //! B = 1), sleeping to the next due time. Its CPU per packet is what the
-//! kernel path alone costs; fjord's row gives its ratio to the floor of the
-//! burst nearest fjord's (`--floor-bursts`, `--no-floor`).
+//! kernel path alone costs. fjord's burst is measured ([`burst`]: packets
+//! over send calls of its data path, from its `/metrics` at the end of each
+//! run); its row gives its ratio to the floor at the measured burst nearest
+//! it and to the floor interpolated at its own (`--floor-bursts`,
+//! `--no-floor`). [`curve`] repeats the whole comparison over loads.
 
 use std::{
     io::{BufRead, BufReader, Read},
@@ -51,6 +54,8 @@ use crate::{
     stats::{Summary, median},
 };
 
+pub mod burst;
+pub mod curve;
 pub mod floor;
 
 /// The GStreamer server program, written to a temporary file at run time.
@@ -143,6 +148,10 @@ pub struct Run {
     pub setup_s: f64,
     /// Why the run does not count (no packets, sessions that failed).
     pub error: Option<String>,
+    /// fjord's packets per send call over the run; other servers: none.
+    pub burst: Option<f64>,
+    /// Why fjord's burst was not read.
+    pub burst_note: Option<String>,
 }
 
 /// A server's runs, or why it was skipped.
@@ -166,6 +175,17 @@ impl PeerResult {
     /// CPU per packet over the good runs.
     pub fn us_per_packet(&self) -> Option<Summary> {
         Summary::of(&self.good().map(|r| r.us_per_packet).collect::<Vec<_>>())
+    }
+
+    /// Median packets per send over the good runs that read it.
+    pub fn burst(&self) -> Option<f64> {
+        let b: Vec<f64> = self.good().filter_map(|r| r.burst).collect();
+        (!b.is_empty()).then(|| median(&b))
+    }
+
+    /// Median loss over the good runs.
+    pub fn loss_percent(&self) -> Option<f64> {
+        (self.good().count() > 0).then(|| self.med(|r| r.loss_percent))
     }
 }
 
@@ -381,17 +401,20 @@ pub struct ServerChild {
     child: Child,
     /// What it printed (stdout and stderr), for error messages.
     log: Arc<Mutex<Vec<String>>>,
+    /// `host:port` of its admin listener (fjord's), if it printed one.
+    pub admin: Option<String>,
 }
 
 impl ServerChild {
     /// Spawns `cmd` and waits up to `timeout` for a line from which
-    /// `ready` makes the URL.
+    /// `ready` makes the URL; `ready` sees every line until then, so it
+    /// can keep what earlier ones said.
     pub fn spawn(
         mut cmd: Command,
         cpu: usize,
         realtime: bool,
         timeout: Duration,
-        ready: impl Fn(&str) -> Option<String>,
+        mut ready: impl FnMut(&str) -> Option<String>,
     ) -> anyhow::Result<(Self, String)> {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -441,7 +464,11 @@ impl ServerChild {
             });
         }
         drop(tx);
-        let mut server = ServerChild { child, log };
+        let mut server = ServerChild {
+            child,
+            log,
+            admin: None,
+        };
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -584,18 +611,26 @@ fn prepare(
             let exe = cfg.fjord_exe.clone();
             let start = move || {
                 let mut cmd = Command::new(&exe);
+                // The admin listener for its send counters (the burst).
                 cmd.arg("serve")
-                    .args(["--http-port", "0", "--admin-bind", ""])
+                    .args(["--http-port", "0", "--admin-bind", "127.0.0.1:0"])
                     .arg("--config")
                     .arg(&config);
-                let name = name.clone();
-                ServerChild::spawn(cmd, cpu, rt, START_TIMEOUT, move |l| {
+                let mut admin = None;
+                let (mut server, url) = ServerChild::spawn(cmd, cpu, rt, START_TIMEOUT, |l| {
+                    let l = l.trim();
+                    // Printed before the RTSP line.
+                    if let Some(a) = l.strip_prefix("fjord: status page on http://") {
+                        admin = Some(a.trim_end_matches('/').to_string());
+                        return None;
+                    }
                     let addr = l
-                        .trim()
                         .strip_prefix("fjord: listening on rtsp://")?
                         .trim_end_matches('/');
                     Some(format!("rtsp://{addr}/{name}"))
-                })
+                })?;
+                server.admin = admin;
+                Ok((server, url))
             };
             let version = format!("fjord {}", env!("CARGO_PKG_VERSION"));
             Ok((
@@ -674,6 +709,8 @@ fn run_once(p: &Prepared, cfg: &PeersConfig, rep: usize) -> anyhow::Result<Run> 
     load.setup_timeout = Duration::from_secs(30);
     let report = fjord_client::load::run(&load);
     let samples = sampler.finish();
+    // Before the server goes: its counters go with it.
+    let burst = (p.peer == Peer::Fjord).then(|| burst::read(server.admin.as_deref()));
     let alive = server.child_alive();
     let log = server.log_text();
     drop(server);
@@ -731,6 +768,8 @@ fn run_once(p: &Prepared, cfg: &PeersConfig, rep: usize) -> anyhow::Result<Run> 
         us_per_packet: cpu_s * 1e6 / t.packets.max(1) as f64,
         setup_s: report.setup_s,
         error,
+        burst: burst.clone().and_then(Result::ok),
+        burst_note: burst.and_then(Result::err),
     })
 }
 
@@ -885,9 +924,14 @@ fn failed(rep: usize, cfg: &PeersConfig, e: &anyhow::Error) -> Run {
 
 /// Prints a run and adds it to its server's results.
 fn record(bar: &ProgressBar, results: &mut [PeerResult], peer: Peer, r: Run) {
+    let burst = match (r.burst, &r.burst_note) {
+        (Some(b), _) => format!(", {b:.2} packets/send"),
+        (None, Some(why)) => format!(", packets/send not read: {why}"),
+        (None, None) => String::new(),
+    };
     bar.suspend(|| {
         eprintln!(
-            "{:<22} run {}: {} packets, CPU {:.3} s over {:.2} s, {:.2} µs/packet, loss {:.4} %, late {:.4} %, {:.2} Mbit/s per session{}",
+            "{:<22} run {}: {} packets, CPU {:.3} s over {:.2} s, {:.2} µs/packet, loss {:.4} %, late {:.4} %, {:.2} Mbit/s per session{burst}{}",
             peer.tag(),
             r.rep + 1,
             r.packets,
@@ -912,13 +956,13 @@ fn record(bar: &ProgressBar, results: &mut [PeerResult], peer: Peer, r: Run) {
 /// The CSV of every run.
 pub fn csv(r: &PeersReport) -> String {
     let mut s = String::from(
-        "server,version,transport,rep,sessions,playing,packets,bytes,cpu_s,wait_s,window_s,us_per_packet,lost,loss_percent,late,late_percent,max_late_ms,mbps_per_session,setup_s,error\n",
+        "server,version,transport,rep,sessions,playing,packets,bytes,cpu_s,wait_s,window_s,us_per_packet,lost,loss_percent,late,late_percent,max_late_ms,mbps_per_session,setup_s,packets_per_send,error\n",
     );
     let transport = if r.config.tcp { "tcp" } else { "udp" };
     for p in &r.results {
         for x in &p.runs {
             s.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.3},{:.4},{},{:.5},{},{:.5},{:.3},{:.4},{:.3},{}\n",
+                "{},{},{},{},{},{},{},{},{:.4},{:.4},{:.3},{:.4},{},{:.5},{},{:.5},{:.3},{:.4},{:.3},{},{}\n",
                 p.peer.name(),
                 p.version.replace(',', ";"),
                 transport,
@@ -938,6 +982,7 @@ pub fn csv(r: &PeersReport) -> String {
                 x.max_late_ms,
                 x.mbps_per_session,
                 x.setup_s,
+                x.burst.map_or(String::new(), |b| format!("{b:.3}")),
                 x.error.as_deref().unwrap_or("").replace([',', '\n'], ";")
             ));
         }
@@ -964,29 +1009,78 @@ pub fn machine() -> String {
     format!("{model}, {cpus} CPUs, Linux {kernel}")
 }
 
-/// fjord's CPU per packet over the floor's at the burst nearest fjord's:
-/// (that burst, the ratio).
-fn fjord_floor(r: &PeersReport) -> Option<(usize, f64)> {
-    let median = |peer| {
-        r.results
-            .iter()
-            .find(|p| p.peer == peer)
-            .and_then(PeerResult::us_per_packet)
-            .map(|s| s.median)
-    };
-    let bursts: Vec<usize> = r
+/// fjord against the kernel floor at its measured burst.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FjordFloor {
+    /// fjord's packets per send, median over its runs.
+    pub burst: f64,
+    /// The measured floor burst nearest it, and fjord's ratio to that row.
+    pub nearest: usize,
+    pub x_nearest: f64,
+    /// The floor interpolated at fjord's burst, and the ratio to it.
+    pub at: floor::FloorAt,
+    pub x_at: f64,
+}
+
+impl FjordFloor {
+    /// The "× kernel floor" cell of fjord's row.
+    pub fn describe(&self) -> String {
+        let (b, at) = (self.burst, self.at);
+        let from = if at.lo != at.hi {
+            format!("interpolated from B={} and B={}", at.lo, at.hi)
+        } else if (b - at.lo as f64).abs() < 0.05 {
+            format!("measured at B={}", at.lo)
+        } else {
+            format!("taken as B={}'s, the nearest measured", at.lo)
+        };
+        format!(
+            "{:.1}× (measured {b:.1} packets/send; floor at {b:.1} {from}); {:.1}× the nearest row, B={}",
+            self.x_at, self.x_nearest, self.nearest
+        )
+    }
+}
+
+/// The median CPU per packet of `peer`'s good runs.
+fn median_us(r: &PeersReport, peer: Peer) -> Option<f64> {
+    r.results
+        .iter()
+        .find(|p| p.peer == peer)
+        .and_then(PeerResult::us_per_packet)
+        .map(|s| s.median)
+}
+
+/// fjord's burst, if measured.
+pub fn fjord_burst(r: &PeersReport) -> Option<f64> {
+    r.results
+        .iter()
+        .find(|p| p.peer == Peer::Fjord)
+        .and_then(PeerResult::burst)
+}
+
+/// fjord's CPU per packet over the floor's at its measured burst; none
+/// when the burst, fjord's runs or every floor row are missing.
+pub fn fjord_floor(r: &PeersReport) -> Option<FjordFloor> {
+    let rows: Vec<(usize, f64)> = r
         .results
         .iter()
         .filter_map(|p| match p.peer {
-            Peer::Floor(b) if p.us_per_packet().is_some() => Some(b),
+            Peer::Floor(b) => Some((b, median_us(r, p.peer)?)),
             _ => None,
         })
         .collect();
-    let b = floor::nearest_burst(&bursts, floor::fjord_burst(floor::session_pps()))?;
-    Some((
-        b,
-        floor::times_floor(median(Peer::Fjord)?, median(Peer::Floor(b))?)?,
-    ))
+    let burst = fjord_burst(r)?;
+    let fjord = median_us(r, Peer::Fjord)?;
+    let bursts: Vec<usize> = rows.iter().map(|&(b, _)| b).collect();
+    let nearest = floor::nearest_burst(&bursts, burst)?;
+    let near_us = rows.iter().find(|&&(b, _)| b == nearest)?.1;
+    let at = floor::floor_at(&rows, burst)?;
+    Some(FjordFloor {
+        burst,
+        nearest,
+        x_nearest: floor::times_floor(fjord, near_us)?,
+        at,
+        x_at: floor::times_floor(fjord, at.us)?,
+    })
 }
 
 /// How the floor was measured and which of its rows fjord is held to.
@@ -1003,6 +1097,10 @@ fn floor_note(r: &PeersReport) -> Option<String> {
         return None;
     }
     let pps = floor::session_pps();
+    let fjord = match fjord_burst(r) {
+        Some(b) => format!("{b:.2} packets per send (median over its runs)"),
+        None => "not read (see above)".into(),
+    };
     Some(format!(
         "Kernel floor: no server; a thread pinned to CPU {} sends prebuilt RTP packets (12-byte \
          header + 1316 bytes of the title, from a ring of them) on a connected UDP socket per \
@@ -1012,15 +1110,18 @@ fn floor_note(r: &PeersReport) -> Option<String> {
          burst; a `send` per packet for B = 1), sleeping to each due time on a 1 ms grid as \
          fjord's engine does. CPU is that thread's (CLOCK_THREAD_CPUTIME_ID) over {:.1} s after \
          0.5 s of warm-up, per packet the receivers counted. Bursts measured: {}. fjord's burst \
-         is not counted where the bench can read it; by its defaults (40 ms burst limit, woken \
-         10 ms before a session's next packet is due) it sends about {:.1} packets per session \
-         per send, so its × kernel floor is against the nearest floor burst.",
+         is measured: its UDP data path's packets over its send system calls \
+         (`{}` / `{}` from its `/metrics`, summed over engine threads, read at the end of each \
+         run): {fjord}. Its × kernel floor is against the floor interpolated at that burst \
+         (linear in log B between the measured bursts around it; outside them, the nearest) and \
+         against the measured row nearest it.",
         r.config.cpu,
         r.config.sessions,
         r.load_cpu,
         r.config.seconds,
         bursts.join(", "),
-        floor::fjord_burst(pps)
+        burst::PACKETS,
+        burst::SEND_CALLS,
     ))
 }
 
@@ -1090,7 +1191,7 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
             p.med(|x| x.loss_percent),
             p.med(|x| x.late_percent),
             match (p.peer, &x_floor) {
-                (Peer::Fjord, Some((b, x))) => format!("{x:.1}× (bursts of {b})"),
+                (Peer::Fjord, Some(f)) => f.describe(),
                 _ => "–".into(),
             },
         ));
@@ -1104,6 +1205,13 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
             if let Some(e) = &x.error {
                 md.push_str(&format!(
                     "- {} run {} does not count: {e}\n",
+                    p.peer.name(),
+                    x.rep + 1
+                ));
+            }
+            if let Some(why) = &x.burst_note {
+                md.push_str(&format!(
+                    "- {} run {}: packets per send not read: {why}\n",
                     p.peer.name(),
                     x.rep + 1
                 ));
@@ -1123,7 +1231,8 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
     md.push_str(&format!(
         "How: each server is a child process started afresh for each run and pinned, all its \
          threads, to CPU {} (`sched_setaffinity`){}; fjord as `fjord serve` with one engine thread \
-         and its default data path; live555MediaServer serving its working directory; \
+         and its default data path, its admin listener on loopback (read once per run, after \
+         the window, for its send counters); live555MediaServer serving its working directory; \
          GStreamer's rtsp-server from `bench/peers/gst_rtsp_vod.py` with one pipeline per client \
          (`filesrc ! tsparse set-timestamps=true ! rtpmp2tpay`, not shared). The receivers are \
          `fjord load` (one thread, epoll + recvmmsg) in the bench process, pinned to CPU {}. \
@@ -1278,7 +1387,20 @@ mod tests {
                 PeerResult {
                     peer: Peer::Fjord,
                     version: "fjord 0.1.0".into(),
-                    runs: vec![run(0, 1.0), run(1, 1.2), run(2, 0.9)],
+                    runs: vec![
+                        Run {
+                            burst: Some(13.0),
+                            ..run(0, 1.0)
+                        },
+                        Run {
+                            burst: Some(12.0),
+                            ..run(1, 1.2)
+                        },
+                        Run {
+                            burst: Some(14.0),
+                            ..run(2, 0.9)
+                        },
+                    ],
                     skipped: None,
                 },
                 PeerResult {
@@ -1335,8 +1457,16 @@ mod tests {
         );
         assert!(md.contains("GStreamer rtsp-server: skipped"), "{md}");
         assert!(md.contains("MediaMTX: skipped"), "{md}");
-        // fjord's ~13 packets per send are held to the floor of 16.
-        assert!(md.contains("| 2.0× (bursts of 16) |"), "{md}");
+        // fjord's 13 packets per send: the floor there is 0.762 µs, log-
+        // linear between B=1 (4.0) and B=16 (0.5); 16 is the nearest row.
+        assert!(
+            md.contains(
+                "| 1.3× (measured 13.0 packets/send; floor at 13.0 interpolated from B=1 and \
+                 B=16); 2.0× the nearest row, B=16 |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("13.00 packets per send (median"), "{md}");
         assert!(
             md.contains(
                 "| kernel floor: prebuilt packets, GSO bursts of 16, 20 plain receivers | 20 |"
@@ -1348,6 +1478,38 @@ mod tests {
     }
 
     #[test]
+    fn fjord_against_the_floor_at_its_measured_burst() {
+        let mut r = report();
+        let f = fjord_floor(&r).unwrap();
+        assert_eq!((f.burst, f.nearest, f.at.lo, f.at.hi), (13.0, 16, 1, 16));
+        assert!((f.x_nearest - 2.0).abs() < 1e-9, "{f:?}");
+        let floor13 = 4.0 - 3.5 * 13f64.ln() / 16f64.ln();
+        assert!((f.x_at - 1.0 / floor13).abs() < 1e-9, "{f:?}");
+        // Past the largest floor burst: that row, both ways.
+        for x in &mut r.results[0].runs {
+            x.burst = Some(20.0);
+        }
+        let f = fjord_floor(&r).unwrap();
+        assert_eq!((f.at.lo, f.at.hi, f.x_at), (16, 16, f.x_nearest));
+        assert!(
+            f.describe()
+                .contains("floor at 20.0 taken as B=16's, the nearest measured")
+        );
+        // Not read: no comparison, and the report says why.
+        for x in &mut r.results[0].runs {
+            x.burst = None;
+            x.burst_note = Some("GET /metrics: refused".into());
+        }
+        assert_eq!(fjord_floor(&r), None);
+        let md = markdown(&r, "c", "m");
+        assert!(
+            md.contains("- fjord run 2: packets per send not read: GET /metrics: refused"),
+            "{md}"
+        );
+        assert!(md.contains("not read (see above)"), "{md}");
+    }
+
+    #[test]
     fn csv_has_a_row_per_run() {
         let csv = csv(&report());
         let lines: Vec<&str> = csv.lines().collect();
@@ -1355,6 +1517,9 @@ mod tests {
         let cols = lines[0].split(',').count();
         assert!(lines.iter().all(|l| l.split(',').count() == cols), "{csv}");
         assert!(lines[5].ends_with("no packets arrived"), "{csv}");
+        assert!(lines[0].ends_with(",packets_per_send,error"), "{csv}");
+        assert!(lines[1].ends_with(",13.000,"), "{csv}");
+        assert!(lines[4].ends_with(",,"), "{csv}");
         assert!(
             lines[8].starts_with("kernel floor,kernel floor: prebuilt packets; GSO bursts of 16;"),
             "{csv}"

@@ -498,6 +498,12 @@ pub struct PeersArgs {
     /// No kernel floor rows
     #[arg(long)]
     pub no_floor: bool,
+    /// Sessions of each load of a curve (e.g. 10,20,100,500,1000): the
+    /// whole comparison at each, in order, instead of one at --sessions;
+    /// writes peers-N.md and peers-N.csv per load and peers-curve.md,
+    /// peers-curve.csv and peers-curve.svg
+    #[arg(long, value_delimiter = ',')]
+    pub loads: Vec<usize>,
 }
 
 fn http(a: HttpArgs) -> anyhow::Result<()> {
@@ -519,6 +525,7 @@ fn http(a: HttpArgs) -> anyhow::Result<()> {
 }
 
 fn peers(a: PeersArgs) -> anyhow::Result<()> {
+    use fjord_bench::peers::{self, PeersConfig, PeersReport, curve};
     let media = match a.media.clone() {
         Some(m) => m,
         None => std::env::var_os("XDG_CACHE_HOME")
@@ -528,7 +535,7 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
             .join("fjord")
             .join("peers"),
     };
-    let cfg = fjord_bench::peers::PeersConfig {
+    let cfg = PeersConfig {
         sessions: a.sessions,
         seconds: a.seconds,
         tcp: a.tcp,
@@ -544,37 +551,17 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
             a.floor_bursts.clone()
         },
     };
-    let load = || {
-        std::fs::read_to_string("/proc/loadavg")
-            .ok()
-            .and_then(|l| l.split_whitespace().next().map(str::to_string))
-            .unwrap_or_else(|| "?".into())
-    };
-    let load_before = load();
-    let steal_before = fjord_bench::peers::cpu_steal();
-    let report = fjord_bench::peers::run(&cfg)?;
-    let load_after = load();
-    let steal = match (steal_before, fjord_bench::peers::cpu_steal()) {
-        (Some((t0, s0)), Some((t1, s1))) if t1 > t0 => format!(
-            "; the hypervisor took {:.0} % of the virtual CPUs' time during the runs (steal)",
-            100.0 * (s1 - s0) as f64 / (t1 - t0) as f64
-        ),
-        _ => String::new(),
-    };
+    let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
     let floor = match a.no_floor {
         true => " --no-floor".to_string(),
-        false => format!(
-            " --floor-bursts {}",
-            a.floor_bursts
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        ),
+        false => format!(" --floor-bursts {}", list(&a.floor_bursts)),
     };
     let command = format!(
-        "fjord bench peers --sessions {} --seconds {}{}{}{}{} --reps {} --out {}",
-        a.sessions,
+        "fjord bench peers {} --seconds {}{}{}{}{} --reps {} --out {}",
+        match a.loads.is_empty() {
+            true => format!("--sessions {}", a.sessions),
+            false => format!("--loads {}", list(&a.loads)),
+        },
         a.seconds,
         if a.tcp { " --tcp" } else { "" },
         if a.realtime { " --realtime" } else { "" },
@@ -583,23 +570,60 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
         a.reps,
         a.out.display()
     );
-    let machine = format!(
-        "{} (a shared virtual machine: other work may run beside the benchmark; \
-         1-minute load average {load_before} before the runs, {load_after} after{steal})",
-        fjord_bench::peers::machine()
-    );
-    let md = fjord_bench::peers::markdown(&report, &command, &machine);
-    println!("{md}");
+    let load_avg = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "?".into())
+    };
+    // The machine note of one comparison: load and steal over its runs.
+    let measure = |cfg: &PeersConfig| -> anyhow::Result<(PeersReport, String)> {
+        let (load_before, steal_before) = (load_avg(), peers::cpu_steal());
+        let report = peers::run(cfg)?;
+        let steal = match (steal_before, peers::cpu_steal()) {
+            (Some((t0, s0)), Some((t1, s1))) if t1 > t0 => format!(
+                "; the hypervisor took {:.0} % of the virtual CPUs' time during the runs (steal)",
+                100.0 * (s1 - s0) as f64 / (t1 - t0) as f64
+            ),
+            _ => String::new(),
+        };
+        let machine = format!(
+            "{} (a shared virtual machine: other work may run beside the benchmark; \
+             1-minute load average {load_before} before the runs, {} after{steal})",
+            peers::machine(),
+            load_avg()
+        );
+        Ok((report, machine))
+    };
     std::fs::create_dir_all(&a.out)?;
-    for (name, text) in [
-        ("peers.md", md),
-        ("peers.csv", fjord_bench::peers::csv(&report)),
-    ] {
+    let write = |name: &str, text: String| -> anyhow::Result<()> {
         let path = a.out.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         println!("written: {}", path.display());
+        Ok(())
+    };
+    // One comparison: printed, and written as peers{suffix}.md and .csv.
+    let compare = |cfg: &PeersConfig, suffix: &str| -> anyhow::Result<PeersReport> {
+        let (report, machine) = measure(cfg)?;
+        let md = peers::markdown(&report, &command, &machine);
+        println!("{md}");
+        write(&format!("peers{suffix}.md"), md)?;
+        write(&format!("peers{suffix}.csv"), peers::csv(&report))?;
+        Ok(report)
+    };
+    if a.loads.is_empty() {
+        return compare(&cfg, "").map(drop);
     }
-    Ok(())
+    let curve = curve::run(&cfg, &a.loads, |cfg| {
+        compare(cfg, &format!("-{}", cfg.sessions))
+    })?;
+    let md = curve.markdown(&command, &peers::machine());
+    println!("{md}");
+    write("peers-curve.csv", curve.csv())?;
+    let svg = a.out.join("peers-curve.svg");
+    curve.svg(&svg)?;
+    println!("written: {}", svg.display());
+    write("peers-curve.md", md)
 }
 
 #[derive(Args, Clone)]

@@ -29,11 +29,9 @@ use crate::{capacity::pin_current_thread, cpu::ThreadCpu, workload::PT};
 /// RTP payload per packet: 7 TS packets, as the servers send.
 pub const PAYLOAD: usize = 1316;
 pub const PACKET: usize = RTP_HEADER_LEN + PAYLOAD;
-/// Floor bursts when none are asked for. fjord counts its send calls
-/// nowhere the bench can read, so its own burst is not measured.
+/// Floor bursts when none are asked for: fjord's measured burst (from its
+/// `/metrics`) falls between them and is compared by interpolation.
 pub const DEFAULT_BURSTS: [usize; 3] = [1, 4, 16];
-/// `fjord serve`'s default burst limit (`burst_ms`); the bench keeps it.
-pub const FJORD_BURST_MS: f64 = 40.0;
 /// Wake-ups fall on a 1 ms grid, as in fjord's engine: bursts due within
 /// the same millisecond leave in one tick.
 const GRID_NS: u64 = 1_000_000;
@@ -110,12 +108,6 @@ pub fn gso_sends(burst: usize) -> impl Iterator<Item = usize> {
     (0..burst.div_ceil(max)).map(move |i| max.min(burst - i * max))
 }
 
-/// Packets per send fjord makes: a session wakes a quarter of the burst
-/// limit before its next packet is due and sends all due within the limit.
-pub fn fjord_burst(pps: f64) -> f64 {
-    pps * FJORD_BURST_MS * 0.75 / 1000.0
-}
-
 /// The burst of `bursts` nearest `target`, by ratio.
 pub fn nearest_burst(bursts: &[usize], target: f64) -> Option<usize> {
     let dist = |b: usize| (b as f64 / target).ln().abs();
@@ -124,6 +116,53 @@ pub fn nearest_burst(bursts: &[usize], target: f64) -> Option<usize> {
         .copied()
         .filter(|&b| b > 0)
         .min_by(|&a, &b| dist(a).total_cmp(&dist(b)))
+}
+
+/// The floor at a burst no row was measured at, and the rows it is from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FloorAt {
+    /// CPU per packet, µs.
+    pub us: f64,
+    /// The measured bursts around it; equal when it is one of them, or
+    /// outside them (the nearest).
+    pub lo: usize,
+    pub hi: usize,
+}
+
+/// The floor's CPU per packet at `burst` from rows `(burst, µs)` in any
+/// order: linear in log(burst) between the two around it, since cost per
+/// packet falls about geometrically with the burst; outside them the
+/// nearest, as extrapolating a fall could go below zero.
+pub fn floor_at(rows: &[(usize, f64)], burst: f64) -> Option<FloorAt> {
+    let mut p: Vec<(usize, f64)> = rows
+        .iter()
+        .copied()
+        .filter(|&(b, us)| b > 0 && us.is_finite())
+        .collect();
+    p.sort_by_key(|&(b, _)| b);
+    if !(burst.is_finite() && burst > 0.0) {
+        return None;
+    }
+    let at = |(b, us): (usize, f64)| FloorAt { us, lo: b, hi: b };
+    let (first, last) = (*p.first()?, *p.last()?);
+    if burst <= first.0 as f64 {
+        return Some(at(first));
+    }
+    if burst >= last.0 as f64 {
+        return Some(at(last));
+    }
+    let i = p.partition_point(|&(b, _)| (b as f64) < burst);
+    let ((b0, u0), (b1, u1)) = (p[i - 1], p[i]);
+    if b1 as f64 == burst {
+        return Some(at(p[i]));
+    }
+    let (l0, l1) = ((b0 as f64).ln(), (b1 as f64).ln());
+    let t = (burst.ln() - l0) / (l1 - l0);
+    Some(FloorAt {
+        us: u0 + (u1 - u0) * t,
+        lo: b0,
+        hi: b1,
+    })
 }
 
 /// How many times its floor a server's CPU per packet is.
@@ -257,6 +296,8 @@ fn run_of(cfg: &PeersConfig, rep: usize, packets: u64, s: &Sent, received: u64) 
         us_per_packet: cpu_s * 1e6 / packets.max(1) as f64,
         setup_s: 0.0,
         error: (packets == 0).then(|| "no packets arrived".to_string()),
+        // Its burst is its row's, known.
+        ..Run::default()
     }
 }
 
@@ -658,9 +699,10 @@ mod tests {
 
     #[test]
     fn fjord_is_compared_with_the_nearest_floor() {
-        let b = fjord_burst(session_pps());
-        assert!((b - 12.82).abs() < 0.01, "{b}");
-        assert_eq!(nearest_burst(&[1, 4, 16], b), Some(16));
+        assert_eq!(nearest_burst(&[1, 4, 16], 12.8), Some(16));
+        // 8 is 2× from 4 and from 16: just below is 4's, just above 16's.
+        assert_eq!(nearest_burst(&[1, 4, 16], 7.9), Some(4));
+        assert_eq!(nearest_burst(&[1, 4, 16], 8.1), Some(16));
         assert_eq!(nearest_burst(&[1, 4, 16], 2.5), Some(4));
         assert_eq!(nearest_burst(&[1, 4, 16], 1.5), Some(1));
         assert_eq!(nearest_burst(&[], 3.0), None);
@@ -670,6 +712,59 @@ mod tests {
         );
         assert_eq!(times_floor(3.55, 0.0), None);
         assert_eq!(times_floor(f64::NAN, 1.0), None);
+    }
+
+    #[test]
+    fn the_floor_at_a_measured_burst_is_that_row() {
+        let rows = [(16, 0.5), (1, 4.0), (4, 1.5)];
+        for (b, us) in rows {
+            let at = floor_at(&rows, b as f64).unwrap();
+            assert_eq!(at, FloorAt { us, lo: b, hi: b });
+        }
+    }
+
+    #[test]
+    fn the_floor_between_rows_is_linear_in_log_burst() {
+        let rows = [(1, 4.0), (4, 1.5), (16, 0.5)];
+        // 2 is halfway from 1 to 4 in log: halfway from 4.0 to 1.5.
+        let at = floor_at(&rows, 2.0).unwrap();
+        assert_eq!((at.lo, at.hi), (1, 4));
+        assert!((at.us - 2.75).abs() < 1e-12, "{at:?}");
+        // 8 is halfway from 4 to 16.
+        let at = floor_at(&rows, 8.0).unwrap();
+        assert_eq!((at.lo, at.hi), (4, 16));
+        assert!((at.us - 1.0).abs() < 1e-12, "{at:?}");
+        // 3.4: log-linear, not linear in the burst (which gives 2.0).
+        let at = floor_at(&rows, 3.4).unwrap();
+        let t = 3.4f64.ln() / 4f64.ln();
+        assert!((at.us - (4.0 - 2.5 * t)).abs() < 1e-12, "{at:?}");
+        assert!((at.us - (4.0 - 2.5 * 2.4 / 3.0)).abs() > 0.1, "{at:?}");
+    }
+
+    #[test]
+    fn the_floor_outside_the_rows_is_the_nearest() {
+        let rows = [(4, 1.5), (16, 0.5)];
+        assert_eq!(
+            floor_at(&rows, 1.3),
+            Some(FloorAt {
+                us: 1.5,
+                lo: 4,
+                hi: 4
+            })
+        );
+        assert_eq!(
+            floor_at(&rows, 40.0),
+            Some(FloorAt {
+                us: 0.5,
+                lo: 16,
+                hi: 16
+            })
+        );
+        // Rows that were not measured do not count.
+        assert_eq!(floor_at(&[(4, f64::NAN), (16, 0.5)], 8.0).unwrap().us, 0.5);
+        assert_eq!(floor_at(&[], 8.0), None);
+        assert_eq!(floor_at(&rows, f64::NAN), None);
+        assert_eq!(floor_at(&rows, 0.0), None);
     }
 
     #[test]
