@@ -285,6 +285,34 @@ impl Session {
             .map_or(u32::MAX, |r| r.cursor().ready_from(self.next))
     }
 
+    /// A line about the session for a log: its stream, where it is and how
+    /// it plays.
+    pub(crate) fn describe(&self) -> String {
+        let state = match self.state {
+            State::Stopped => "stopped".to_string(),
+            State::Playing(c) => format!("playing on {c:?}"),
+            State::Ended => "ended".to_string(),
+        };
+        format!(
+            "ssrc {:08X}, track {}, packet {}, {state}{}{}, ends at {:?}, then {:?}",
+            self.ssrc,
+            self.track,
+            self.next,
+            if self.trick.is_some() {
+                ", trick play"
+            } else {
+                ""
+            },
+            if self.is_interleaved() {
+                ", interleaved"
+            } else {
+                ""
+            },
+            self.end,
+            self.at_end
+        )
+    }
+
     /// The next packet is not resident yet: look again shortly. Before the
     /// first packet of a PLAY the session's clock slips with the wait: the
     /// stream starts late rather than in a burst of packets already due.

@@ -292,10 +292,12 @@ impl Worker {
         self.batch = Some(batch.recycle());
         let batch_sent = Instant::now();
         let mut burst = 0;
+        let mut slowest: Option<(Duration, String)> = None;
         for &(key, n) in &self.planned {
             let Some(session) = self.slots[key as usize].as_mut() else {
                 continue;
             };
+            let began = Instant::now();
             // A session adds at most one burst: repair or source.
             let own = (n.bursts() > 0).then(|| {
                 burst += 1;
@@ -319,12 +321,24 @@ impl Worker {
                 };
                 session.advance(n, sent, &mut pacing)
             };
+            let took = began.elapsed();
+            if took > SLOW && slowest.as_ref().is_none_or(|(t, _)| took > *t) {
+                slowest = Some((took, session.describe()));
+            }
             if let Some(w) = wake {
                 // A retry due within the grid step stays where it is.
                 let aligned = self.wheel.align_down(w, self.align_ticks);
                 self.wheel
                     .insert(key, if aligned > now { aligned } else { w });
             }
+        }
+        if let Some((took, what)) = slowest
+            && self.may_log_slow(Instant::now())
+        {
+            tracing::warn!(
+                "a session took {:.1} ms of an engine tick: {what}",
+                ms(took)
+            );
         }
         end
     }
