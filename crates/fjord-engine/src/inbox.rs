@@ -29,7 +29,9 @@ struct Shared {
 /// The sending side, held by the control plane; dropping it wakes the
 /// thread, which then finds the queue disconnected.
 pub(crate) struct Outbox<T> {
-    tx: Sender<T>,
+    /// Taken only when dropped, so the queue is disconnected before the
+    /// thread is woken to find it so.
+    tx: Option<Sender<T>>,
     shared: Arc<Shared>,
 }
 
@@ -49,13 +51,17 @@ pub(crate) fn channel<T>() -> (Outbox<T>, Inbox<T>) {
         rx,
         shared: shared.clone(),
     };
-    (Outbox { tx, shared }, inbox)
+    let outbox = Outbox {
+        tx: Some(tx),
+        shared,
+    };
+    (outbox, inbox)
 }
 
 impl<T> Outbox<T> {
     /// Queues `msg`; false when the receiving side is gone.
     pub fn send(&self, msg: T) -> bool {
-        if self.tx.send(msg).is_err() {
+        if self.tx.as_ref().is_none_or(|tx| tx.send(msg).is_err()) {
             return false;
         }
         self.wake();
@@ -76,6 +82,7 @@ impl<T> Outbox<T> {
 
 impl<T> Drop for Outbox<T> {
     fn drop(&mut self) {
+        drop(self.tx.take());
         self.wake();
     }
 }
