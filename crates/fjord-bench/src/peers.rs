@@ -1058,11 +1058,18 @@ pub fn fjord_burst(r: &PeersReport) -> Option<f64> {
 }
 
 /// fjord's CPU per packet over the floor's at its measured burst; none
-/// when the burst, fjord's runs or every floor row are missing.
+/// when the burst, fjord's runs or every floor row are missing. A floor
+/// row that lost packets fell behind the load (its sender could not keep
+/// up): it is no floor, and not compared with.
 pub fn fjord_floor(r: &PeersReport) -> Option<FjordFloor> {
+    let kept = |p: &PeerResult| {
+        p.loss_percent()
+            .is_some_and(|l| l <= curve::MAX_LOSS_PERCENT)
+    };
     let rows: Vec<(usize, f64)> = r
         .results
         .iter()
+        .filter(|p| kept(p))
         .filter_map(|p| match p.peer {
             Peer::Floor(b) => Some((b, median_us(r, p.peer)?)),
             _ => None,
@@ -1097,6 +1104,7 @@ fn floor_note(r: &PeersReport) -> Option<String> {
         return None;
     }
     let pps = floor::session_pps();
+    let grid_ms = floor::GRID_NS as f64 / 1e6;
     let fjord = match fjord_burst(r) {
         Some(b) => format!("{b:.2} packets per send (median over its runs)"),
         None => "not read (see above)".into(),
@@ -1107,8 +1115,8 @@ fn floor_note(r: &PeersReport) -> Option<String> {
          session to {} UDP receivers on CPU {} (epoll at most every 1 ms, recvmmsg of 32, kernel \
          timestamps, 4 MiB buffers: as `fjord load`), {pps:.1} packets/s per session, sessions \
          phased evenly, in bursts of B per session per send (one `sendmsg` with UDP_SEGMENT per \
-         burst; a `send` per packet for B = 1), sleeping to each due time on a 1 ms grid as \
-         fjord's engine does. CPU is that thread's (CLOCK_THREAD_CPUTIME_ID) over {:.1} s after \
+         burst; a `send` per packet for B = 1), waking on a {grid_ms} ms grid as fjord's \
+         engine does at its default burst limit (the bursts due within a step leave together). CPU is that thread's (CLOCK_THREAD_CPUTIME_ID) over {:.1} s after \
          0.5 s of warm-up, per packet the receivers counted. Bursts measured: {}. fjord's burst \
          is measured: its UDP data path's packets over its send system calls \
          (`{}` / `{}` from its `/metrics`, summed over engine threads, read at the end of each \
@@ -1507,6 +1515,20 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("not read (see above)"), "{md}");
+    }
+
+    #[test]
+    fn a_floor_row_that_fell_behind_is_not_compared_with() {
+        let mut r = report();
+        let b1 = (r.results.iter_mut())
+            .find(|p| p.peer == Peer::Floor(1))
+            .unwrap();
+        for x in &mut b1.runs {
+            x.loss_percent = 25.0;
+        }
+        // Only B=16 is left: fjord's 13 is compared with it.
+        let f = fjord_floor(&r).unwrap();
+        assert_eq!((f.at.lo, f.at.hi, f.x_at), (16, 16, f.x_nearest));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::{
 use crate::{
     Title,
     datapath::Counters,
-    lateness::{self, Cause, TickStart},
+    lateness::{self, Cause, Hold, TickStart},
 };
 pub use crate::{clock::REAL_TIME, trick::MAX_SCALE};
 
@@ -295,11 +295,13 @@ pub struct ThreadStats {
     /// of them, those late mostly because the thread woke late for their
     /// tick (the kernel or the hypervisor ran it late) or because it was
     /// busy (with earlier work, or in the tick); the rest their sessions
-    /// held back (waiting for the storage layer or a full socket). See
-    /// `lateness.rs`.
+    /// held back: waiting for the storage layer, for a full socket, or for
+    /// no reason a session knew of. See `lateness.rs`.
     pub late: u64,
     pub late_woke: u64,
     pub late_busy: u64,
+    pub late_storage: u64,
+    pub late_socket: u64,
     pub max_late: Duration,
     /// Times a session's next packet was not resident yet and it was
     /// looked at again shortly (the storage layer was still reading it).
@@ -315,22 +317,26 @@ pub const LATE: Duration = Duration::from_millis(2);
 
 impl ThreadStats {
     /// A packet of `bytes` left `lateness` after its schedule, `in_tick`
-    /// into a tick that began as `start` says.
+    /// into a tick that began as `start` says, from a session that waited
+    /// for `hold` since its last packet left.
     pub(crate) fn count(
         &mut self,
         lateness: Duration,
         bytes: u32,
         start: TickStart,
         in_tick: Duration,
+        hold: Option<Hold>,
     ) {
         self.packets += 1;
         self.bytes += u64::from(bytes);
         if lateness > LATE {
             self.late += 1;
-            match lateness::cause(lateness, start, in_tick) {
+            match lateness::cause(lateness, start, in_tick, hold) {
                 Cause::WokeLate => self.late_woke += 1,
                 Cause::Busy => self.late_busy += 1,
-                Cause::Held => {}
+                Cause::Held(Some(Hold::Storage)) => self.late_storage += 1,
+                Cause::Held(Some(Hold::Socket)) => self.late_socket += 1,
+                Cause::Held(None) => {}
             }
         }
         self.max_late = self.max_late.max(lateness);

@@ -36,6 +36,18 @@ impl TickStart {
     }
 }
 
+/// Why a session held its packets back: what it waited for since its
+/// last packet left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// The storage layer: the next packet was not resident yet (the
+    /// server's).
+    Storage,
+    /// A full socket: the kernel or the client took nothing more (a TCP
+    /// viewer that stopped reading: the client's).
+    Socket,
+}
+
 /// What made a packet late.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Cause {
@@ -43,16 +55,23 @@ pub(crate) enum Cause {
     WokeLate,
     /// Its tick's delay, mostly the thread's own work.
     Busy,
-    /// It would have been late in a tick on time: its session held it.
-    Held,
+    /// It would have been late in a tick on time: its session held it, for
+    /// the reason it waited for, or none it knew of.
+    Held(Option<Hold>),
 }
 
 /// The cause of `lateness` (beyond [`LATE`]) of a packet that left
-/// `in_tick` into a tick that began as `start` says.
-pub(crate) fn cause(lateness: Duration, start: TickStart, in_tick: Duration) -> Cause {
+/// `in_tick` into a tick that began as `start` says, from a session that
+/// waited for `hold` since its last packet left.
+pub(crate) fn cause(
+    lateness: Duration,
+    start: TickStart,
+    in_tick: Duration,
+    hold: Option<Hold>,
+) -> Cause {
     let delay = start.lag + in_tick;
     if lateness.saturating_sub(delay) > LATE {
-        Cause::Held
+        Cause::Held(hold)
     } else if start.overslept >= delay.saturating_sub(start.overslept) {
         Cause::WokeLate
     } else {
@@ -101,32 +120,47 @@ mod tests {
 
     #[test]
     fn the_larger_share_of_the_delay_is_the_cause() {
-        assert_eq!(cause(ms(5), start(4, 4), ms(0)), Cause::WokeLate);
-        assert_eq!(cause(ms(6), start(4, 4), ms(0)), Cause::WokeLate);
-        assert_eq!(cause(ms(5), start(4, 1), ms(0)), Cause::Busy);
+        let storage = Some(Hold::Storage);
+        assert_eq!(cause(ms(5), start(4, 4), ms(0), None), Cause::WokeLate);
+        assert_eq!(cause(ms(6), start(4, 4), ms(0), storage), Cause::WokeLate);
+        assert_eq!(cause(ms(5), start(4, 1), ms(0), None), Cause::Busy);
         // 4 ms asleep, then 5 ms into the tick: the tick's own work.
-        assert_eq!(cause(ms(9), start(4, 4), ms(5)), Cause::Busy);
-        assert_eq!(cause(ms(4), start(0, 0), ms(3)), Cause::Busy);
+        assert_eq!(cause(ms(9), start(4, 4), ms(5), None), Cause::Busy);
+        assert_eq!(cause(ms(4), start(0, 0), ms(3), storage), Cause::Busy);
     }
 
     #[test]
     fn lateness_beyond_the_delay_was_held_by_the_session() {
-        assert_eq!(cause(ms(7), start(4, 4), ms(0)), Cause::Held);
-        assert_eq!(cause(ms(3), TickStart::default(), ms(0)), Cause::Held);
-        assert_eq!(cause(ms(8), start(1, 1), ms(4)), Cause::Held);
+        let socket = Some(Hold::Socket);
+        assert_eq!(
+            cause(ms(7), start(4, 4), ms(0), socket),
+            Cause::Held(socket)
+        );
+        assert_eq!(
+            cause(ms(3), TickStart::default(), ms(0), None),
+            Cause::Held(None)
+        );
+        let storage = Some(Hold::Storage);
+        assert_eq!(
+            cause(ms(8), start(1, 1), ms(4), storage),
+            Cause::Held(storage)
+        );
     }
 
     #[test]
     fn thread_stats_count_each_late_packet_once_by_its_cause() {
         let mut s = crate::ThreadStats::default();
         let woke = start(4, 4);
-        s.count(ms(1), 100, woke, ms(0));
-        s.count(ms(5), 100, woke, ms(0));
-        s.count(ms(9), 100, woke, ms(0));
-        s.count(ms(3), 100, start(3, 0), ms(0));
-        s.count(ms(3), 100, TickStart::default(), ms(2));
-        assert_eq!((s.packets, s.late), (5, 4));
+        s.count(ms(1), 100, woke, ms(0), None);
+        s.count(ms(5), 100, woke, ms(0), None);
+        s.count(ms(9), 100, woke, ms(0), Some(Hold::Storage));
+        s.count(ms(3), 100, start(3, 0), ms(0), Some(Hold::Socket));
+        s.count(ms(3), 100, TickStart::default(), ms(2), None);
+        s.count(ms(5), 100, TickStart::default(), ms(0), Some(Hold::Socket));
+        s.count(ms(6), 100, TickStart::default(), ms(0), None);
+        assert_eq!((s.packets, s.late), (7, 6));
         assert_eq!((s.late_woke, s.late_busy), (1, 2));
+        assert_eq!((s.late_storage, s.late_socket), (1, 1));
         assert_eq!(s.max_late, ms(9));
     }
 }

@@ -26,5 +26,5 @@ pub use command::{
     Command, LATE, MAX_SCALE, Output, PlayInfo, REAL_TIME, RepairSpec, SessionSpec, Start,
     ThreadStats, UdpSocket, Until,
 };
-pub use thread::{Engine, EngineConfig};
+pub use thread::{DEFAULT_BURST, Engine, EngineConfig, wake_grid};
 pub use title::{Title, VerifyError};

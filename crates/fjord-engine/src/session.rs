@@ -32,7 +32,7 @@ use crate::{
     command::{Output, RepairSpec, SessionSpec},
     datapath::{Batch, Packet},
     interleaved::{Connection, Frame, MAX_FRAMES},
-    lateness::TickStart,
+    lateness::{Hold, TickStart},
     trick::Trick,
 };
 
@@ -44,7 +44,7 @@ const BYE_DELAY: Duration = Duration::from_secs(1);
 pub(crate) const MAX_BURST_PACKETS: usize = 64;
 /// How soon to retry a session whose socket was full.
 const RETRY: Duration = Duration::from_millis(1);
-/// A first packet that leaves later than this after PLAY is logged.
+/// A first packet that leaves later than this after its schedule is logged.
 const SLOW_START_MS: f64 = 20.0;
 /// How soon to look again at a session whose next packet is not resident
 /// yet (the storage layer is reading it).
@@ -137,6 +137,9 @@ pub(crate) struct Session {
     started: Option<Instant>,
     /// Times the first packet of the latest PLAY was not resident yet.
     start_waits: u32,
+    /// What the session waited for since its latest packet left: the cause
+    /// of the lateness of the packets it sends next.
+    hold: Option<Hold>,
 }
 
 /// When packets are due in a paced session: `offsets[i - first]` after
@@ -243,6 +246,7 @@ impl Session {
             starting: false,
             started: None,
             start_waits: 0,
+            hold: None,
         }
     }
 
@@ -319,6 +323,7 @@ impl Session {
     /// Elsewhere a wait makes late packets, and counts them.
     fn not_ready(&mut self, p: &mut Pacing) -> Option<Instant> {
         p.stats.not_ready += 1;
+        self.hold = Some(Hold::Storage);
         let retry = p.now + NOT_READY_RETRY;
         if self.starting {
             self.start_waits += 1;
@@ -962,6 +967,7 @@ impl Session {
         if planned.repair > 0 {
             self.account_repair(sent.repair, p);
             if sent.repair < planned.repair {
+                self.hold = Some(Hold::Socket);
                 return Some(p.now + RETRY);
             }
             return self.after_sending(clock, p);
@@ -983,6 +989,7 @@ impl Session {
         self.account(track, sent, clock, p);
         if sent < planned {
             // The socket is full: try again shortly.
+            self.hold = Some(Hold::Socket);
             return Some(p.now + RETRY);
         }
         self.after_sending(clock, p)
@@ -1008,11 +1015,11 @@ impl Session {
         // A stalled client's connection takes nothing before its next try:
         // build no frames for it.
         if p.connections.get(&conn).is_some_and(|c| !c.may_try(p.now)) {
-            return Some(retry_interleaved(conn, p));
+            return Some(self.connection_full(conn, p));
         }
         loop {
             if !self.pump_repair_interleaved(&title, p) {
-                return Some(retry_interleaved(conn, p));
+                return Some(self.connection_full(conn, p));
             }
             let ready = self.ready();
             if ready == 0 && self.more() {
@@ -1065,10 +1072,21 @@ impl Session {
             let taken = if broken { n } else { taken };
             self.account(track, taken, clock, p);
             if taken < n {
-                return Some(retry_interleaved(conn, p));
+                return Some(self.connection_full(conn, p));
             }
         }
         self.after_sending(clock, p)
+    }
+
+    /// When a session whose connection was full tries again: the
+    /// connection's next try (later and later while its client takes
+    /// nothing).
+    fn connection_full(&mut self, conn: u64, p: &Pacing) -> Instant {
+        self.hold = Some(Hold::Socket);
+        p.connections
+            .get(&conn)
+            .and_then(Connection::retry_at)
+            .unwrap_or(p.now + RETRY)
     }
 
     /// Sends the pending repair packets on the connection; false when it is
@@ -1117,6 +1135,35 @@ impl Session {
         }
     }
 
+    /// Logs the first packet of a PLAY answered at `answered` when it left
+    /// (at `sent_at`) long after its schedule on the clock the PLAY started:
+    /// a seek's first packets may be due well after the reply (its tracks
+    /// start at their own packets), and only the delay beyond that is the
+    /// server's. The clock may have slipped since (waiting for storage):
+    /// that slip counts.
+    fn log_slow_start(&self, track: Track<'_>, answered: Instant, clock: Clock, sent_at: Instant) {
+        let Some(rec) = track.packet(self.next as usize) else {
+            return;
+        };
+        let planned = Clock {
+            t0: answered,
+            ..clock
+        };
+        let due = planned.due(self.due_ns(self.next, &rec)).max(answered);
+        let ms = sent_at.saturating_duration_since(due).as_secs_f64() * 1e3;
+        if ms > SLOW_START_MS {
+            // Says whose the wait was: the storage layer's (not resident:
+            // looked at again every 2 ms) or the engine's.
+            tracing::warn!(
+                ssrc = self.ssrc,
+                not_ready_waits = self.start_waits,
+                interleaved = self.is_interleaved(),
+                trick = self.trick.is_some(),
+                "a session's first packet left {ms:.1} ms after it was due"
+            );
+        }
+    }
+
     /// Moves past `sent` packets that left: counters for RTCP, lateness for
     /// the engine's statistics; when that finishes a block, its repair
     /// packets are due.
@@ -1136,6 +1183,7 @@ impl Session {
                 len,
                 p.start,
                 in_tick,
+                self.hold,
             );
             match &mut self.trick {
                 Some(t) => jumped |= t.sent(track, i, t.ends_frame(i, &rec)),
@@ -1145,19 +1193,9 @@ impl Session {
         if sent > 0 {
             self.last_sent = Some(p.now);
             self.starting = false;
+            self.hold = None;
             if let Some(at) = self.started.take() {
-                let ms = p.sent_at.saturating_duration_since(at).as_secs_f64() * 1e3;
-                if ms > SLOW_START_MS {
-                    // Says whose the wait was: the storage layer's (not
-                    // resident: looked at again every 2 ms) or the engine's.
-                    tracing::warn!(
-                        ssrc = self.ssrc,
-                        not_ready_waits = self.start_waits,
-                        interleaved = self.is_interleaved(),
-                        trick = self.trick.is_some(),
-                        "a session's first packet left {ms:.1} ms after its PLAY was answered"
-                    );
-                }
+                self.log_slow_start(track, at, clock, p.sent_at);
             }
         }
         self.packets = self.packets.wrapping_add(sent as u32);
@@ -1238,6 +1276,7 @@ impl Session {
         }
         let wake = if self.more() && self.ready() == 0 {
             // Not resident yet: its due time is in the index page that is not.
+            self.hold = Some(Hold::Storage);
             p.now + NOT_READY_RETRY
         } else if self.more() {
             // Wake a quarter burst before the next packet is due: it may
@@ -1334,15 +1373,6 @@ impl Session {
             send_rtcp(&r.output, bytes, p);
         }
     }
-}
-
-/// When a session whose connection was full tries again: the connection's
-/// next try (later and later while its client takes nothing).
-fn retry_interleaved(conn: u64, p: &Pacing) -> Instant {
-    p.connections
-        .get(&conn)
-        .and_then(Connection::retry_at)
-        .unwrap_or(p.now + RETRY)
 }
 
 fn send_rtcp(output: &Output, bytes: &[u8], p: &mut Pacing) {
@@ -1466,18 +1496,27 @@ mod tests {
     /// One engine tick for one session with a data path that sends `room`
     /// packets at most; returns (seq, ts, payload) of what left, and the wake.
     fn tick(s: &mut Session, now: Instant, room: usize) -> (Vec<Sent>, Option<Instant>) {
+        tick_counted(s, now, room, &mut ThreadStats::default())
+    }
+
+    /// [`tick`], counting into `stats`.
+    fn tick_counted(
+        s: &mut Session,
+        now: Instant,
+        room: usize,
+        stats: &mut ThreadStats,
+    ) -> (Vec<Sent>, Option<Instant>) {
         let mut batch = Batch::default();
         let planned = s.collect(now, Duration::from_millis(15), true, &mut batch);
         let sent = (planned.source + planned.repair).min(room);
         let out = batch.packets[..sent].iter().map(sent_packet).collect();
         drop(batch);
         let mut connections = HashMap::new();
-        let mut stats = ThreadStats::default();
         let mut p = Pacing {
             now,
             start: TickStart::default(),
             sent_at: now,
-            stats: &mut stats,
+            stats,
             burst: Duration::from_millis(15),
             rtcp_interval: Duration::from_secs(5),
             connections: &mut connections,
@@ -1557,12 +1596,22 @@ mod tests {
         let t0 = Instant::now();
         s.start(t0, 0);
         let late = t0 + Duration::from_millis(50);
-        let (a, wake) = tick(&mut s, late, 3);
+        let mut stats = ThreadStats::default();
+        let (a, wake) = tick_counted(&mut s, late, 3, &mut stats);
         assert_eq!(a.len(), 3);
         assert_eq!(wake, Some(late + RETRY));
-        let (b, _) = tick(&mut s, late + RETRY, usize::MAX);
+        // Late in a tick on time, with nothing waited for: held, no reason.
+        assert_eq!((stats.late, stats.late_socket), (3, 0));
+        let mut stats = ThreadStats::default();
+        let (b, _) = tick_counted(&mut s, late + RETRY, usize::MAX, &mut stats);
         assert_eq!(b[0].2, vec![3; 188], "resumes with the first unsent packet");
         assert_eq!(b[0].0, a[2].0.wrapping_add(1));
+        // Packets 3 and 4 (due at 30 and 40 ms) late after the full socket.
+        assert_eq!((stats.late, stats.late_socket), (2, 2));
+        let (c, _) = tick_counted(&mut s, t0 + Duration::from_millis(90), 9, &mut stats);
+        // Packets 7-9; 7 and 8 late, with no full socket since a send.
+        assert_eq!(c.len(), 3);
+        assert_eq!((stats.late, stats.late_socket), (4, 2));
     }
 
     #[test]

@@ -123,13 +123,20 @@ impl Engine {
     }
 }
 
+/// The burst limit servers run with unless configured otherwise.
+pub const DEFAULT_BURST: Duration = Duration::from_millis(40);
+
 /// Wake-ups fall on a grid of an eighth of the burst limit (5 ms at the
 /// default 40 ms): sessions due within it share one tick, so a thread
 /// sleeps and wakes at most that often, however many sessions it has. A
 /// packet still leaves at most the burst limit early: a session sends what
 /// is due by its wake-up plus the burst.
+pub const fn wake_grid(burst: Duration) -> Duration {
+    Duration::from_nanos((burst.as_nanos() / 8) as u64)
+}
+
 fn align_ticks(burst: Duration) -> u64 {
-    (burst / 8).as_micros() as u64 / TICK.as_micros() as u64
+    wake_grid(burst).as_micros() as u64 / TICK.as_micros() as u64
 }
 
 /// A tick or a command taking longer than this is logged: it delays the
@@ -293,11 +300,12 @@ impl Worker {
         let batch_sent = Instant::now();
         let mut burst = 0;
         let mut slowest: Option<(Duration, String)> = None;
+        // One clock read per session: its end is the next one's start.
+        let mut began = batch_sent;
         for &(key, n) in &self.planned {
             let Some(session) = self.slots[key as usize].as_mut() else {
                 continue;
             };
-            let began = Instant::now();
             // A session adds at most one burst: repair or source.
             let own = (n.bursts() > 0).then(|| {
                 burst += 1;
@@ -310,7 +318,7 @@ impl Worker {
                 session.end_unreadable(&mut pacing)
             } else if session.is_interleaved() {
                 // It writes now, not with the batch.
-                pacing.sent_at = Instant::now();
+                pacing.sent_at = began;
                 session.pump_interleaved(&mut pacing)
             } else {
                 pacing.sent_at = batch_sent;
@@ -321,7 +329,9 @@ impl Worker {
                 };
                 session.advance(n, sent, &mut pacing)
             };
-            let took = began.elapsed();
+            let ended = Instant::now();
+            let took = ended.saturating_duration_since(began);
+            began = ended;
             if took > SLOW && slowest.as_ref().is_none_or(|(t, _)| took > *t) {
                 slowest = Some((took, session.describe()));
             }

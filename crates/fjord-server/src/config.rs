@@ -179,7 +179,7 @@ impl Default for Config {
             max_sessions: 1024,
             rtp_port_min: 40000,
             rtp_port_max: 59999,
-            burst_ms: 40,
+            burst_ms: fjord_engine::DEFAULT_BURST.as_millis() as u64,
             datapath: "auto".to_owned(),
             udp_sockets: "shared".to_owned(),
             capacity_pps_per_core: 0,

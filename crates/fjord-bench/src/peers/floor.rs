@@ -21,6 +21,7 @@ use std::{
 };
 
 use anyhow::{Context, bail};
+use fjord_engine::{DEFAULT_BURST, wake_grid};
 use fjord_proto::rtp::{RTP_HEADER_LEN, write_header};
 
 use super::{BITRATE, PeersConfig, REALTIME_PRIORITY, Run, parse_schedstat};
@@ -32,9 +33,11 @@ pub const PACKET: usize = RTP_HEADER_LEN + PAYLOAD;
 /// Floor bursts when none are asked for: fjord's measured burst (from its
 /// `/metrics`) falls between them and is compared by interpolation.
 pub const DEFAULT_BURSTS: [usize; 3] = [1, 4, 16];
-/// Wake-ups fall on a 1 ms grid, as in fjord's engine: bursts due within
-/// the same millisecond leave in one tick.
-const GRID_NS: u64 = 1_000_000;
+/// Wake-ups fall on fjord's engine's grid at its default burst limit (5 ms):
+/// bursts due within one step leave in one tick, as the engine's sessions
+/// share its wake-ups. A finer grid would charge the floor wake-ups fjord
+/// does not pay, and put it above fjord at light loads.
+pub const GRID_NS: u64 = wake_grid(DEFAULT_BURST).as_nanos() as u64;
 const MAX_SEGMENTS: usize = 64;
 const MAX_GSO_BYTES: usize = 65_000;
 // `fjord load`'s receive shape (fjord-client's load/sys.rs).
@@ -96,7 +99,7 @@ impl Schedule {
 }
 
 /// The tick of a burst due at `due_ns`: wake at the start of its grid
-/// millisecond, send every burst due before its end.
+/// step, send every burst due before its end.
 pub fn tick(due_ns: u64) -> (u64, u64) {
     let start = due_ns / GRID_NS * GRID_NS;
     (start, start + GRID_NS)
@@ -681,10 +684,10 @@ mod tests {
     }
 
     #[test]
-    fn a_tick_is_its_grid_millisecond() {
-        assert_eq!(tick(0), (0, 1_000_000));
-        assert_eq!(tick(999_999), (0, 1_000_000));
-        assert_eq!(tick(2_500_000), (2_000_000, 3_000_000));
+    fn a_tick_is_its_grid_step() {
+        assert_eq!(tick(0), (0, 5_000_000));
+        assert_eq!(tick(4_999_999), (0, 5_000_000));
+        assert_eq!(tick(12_500_000), (10_000_000, 15_000_000));
     }
 
     #[test]

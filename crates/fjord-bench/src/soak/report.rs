@@ -60,7 +60,7 @@ late_whose";
 
 /// Per engine thread (`e` alone: summed over them), since the previous
 /// sample; `late` and `max_late_ms` come from `/metrics`.
-const THREAD_COLUMNS: [&str; 12] = [
+const THREAD_COLUMNS: [&str; 14] = [
     "cpu_ms",
     "runq_ms",
     "usual_runq_ms",
@@ -72,6 +72,8 @@ const THREAD_COLUMNS: [&str; 12] = [
     "late",
     "late_woke",
     "late_busy",
+    "late_storage",
+    "late_socket",
     "max_late_ms",
 ];
 
@@ -92,7 +94,7 @@ pub fn csv_header(threads: &[usize]) -> String {
 fn thread_csv(t: &EngineThread) -> String {
     let (d, tick) = (&t.d, tick_ms());
     format!(
-        ",{:.3},{:.3},{:.3},{},{},{},{},{:.0},{},{},{},{:.3}",
+        ",{:.3},{:.3},{:.3},{},{},{},{},{:.0},{},{},{},{},{},{:.3}",
         d.cpu_ns as f64 / 1e6,
         d.wait_ns as f64 / 1e6,
         t.usual_wait_ns as f64 / 1e6,
@@ -104,6 +106,8 @@ fn thread_csv(t: &EngineThread) -> String {
         t.late,
         t.woke,
         t.busy,
+        t.storage,
+        t.socket,
         t.max_late_ms
     )
 }
@@ -118,6 +122,8 @@ impl Sample {
             late: e.iter().map(|t| t.late).sum(),
             woke: e.iter().map(|t| t.woke).sum(),
             busy: e.iter().map(|t| t.busy).sum(),
+            storage: e.iter().map(|t| t.storage).sum(),
+            socket: e.iter().map(|t| t.socket).sum(),
             usual_wait_ns: e.iter().map(|t| t.usual_wait_ns).sum(),
             max_late_ms: e.iter().map(|t| t.max_late_ms).fold(0.0, f64::max),
             rose: e.iter().any(|t| t.rose),
@@ -135,7 +141,7 @@ impl Sample {
     }
 
     pub fn evidence(&self) -> Evidence {
-        Evidence::of(&self.engine, &self.machine)
+        Evidence::of(&self.engine)
     }
 
     /// A row of `soak.csv`, its thread columns for `threads`.
@@ -727,10 +733,13 @@ impl Attribution {
             n => format!("**{n} attributable to the server**"),
         };
         format!(
-            "{server} (engine thread busy past its deadline {}, held by their sessions {}, of which in a disk wait {}), {} to the machine (the engine thread woke late); {} late packets in {} samples of 10 s since the start",
+            "{server} (engine thread busy past its deadline {}, held by their sessions {}: after a storage wait {}, in a disk wait {}, for no known reason {}), {} to the clients (held after a full socket: viewers that took nothing more), {} to the machine (the engine thread woke late); {} late packets in {} samples of 10 s since the start",
             s.busy,
-            s.held + s.disk,
+            s.storage + s.held + s.disk,
+            s.storage,
             s.disk,
+            s.held,
+            s.client(),
             s.machine(),
             s.late(),
             self.samples
@@ -788,9 +797,10 @@ the engine counts, for every late packet, why (`fjord_late_packets_by_cause_tota
 what is due at its start, so a packet is late because its tick began late, the thread having \
 **woke late** (asleep at its deadline, it got the CPU back late: the kernel, an interrupt or the \
 hypervisor; the machine's) or been **busy** past it with earlier work (a tick, commands such as \
-a session's registration; the server's), or else because its session **held** it (its packets \
-not read yet, a full socket; the server's), a **disk wait** when its thread had major faults or \
-block I/O delay in the sample. Beside it, what the kernel saw over the sample of the engine \
+a session's registration; the server's), or else because its session held it: after waiting \
+for the **storage** layer (not read yet; the server's), after a **full socket** (a viewer that \
+took nothing more; the client's), or **held** for no reason it knew of (the server's; a **disk \
+wait** when its thread had major faults or block I/O delay in the sample). Beside it, what the kernel saw over the sample of the engine \
 threads that sent them (`/proc/PID/task/TID`: schedstat, status, stat) and of the machine \
 (`/proc/stat`), as context: run-queue wait beyond its usual (its mean wait per timeslice so far, \
 times its timeslices in the sample; under --realtime the threads are SCHED_FIFO), steal, irq + \
@@ -973,6 +983,8 @@ mod tests {
             late,
             woke,
             busy,
+            storage: 0,
+            socket: 0,
             d: ThreadCounters {
                 cpu_ns: 900_000_000,
                 wait_ns: wait_ms * 1_000_000,
@@ -990,6 +1002,11 @@ mod tests {
         let mut r = report();
         r.samples[30].engine = vec![late(0, 700, 700, 0, 45, 0), late(1, 80, 70, 10, 0, 0)];
         r.samples[40].engine = vec![late(0, 0, 0, 0, 9, 0), late(1, 3, 0, 0, 1, 0)];
+        r.samples[45].engine = vec![EngineThread {
+            storage: 4,
+            socket: 2,
+            ..late(0, 6, 0, 0, 0, 0)
+        }];
         r.samples[50].engine = vec![late(0, 5, 0, 0, 0, 1)];
         r.samples[60].engine = vec![late(0, 2, 2, 0, 0, 0)];
         r.samples[60].machine = Machine {
@@ -1002,16 +1019,19 @@ mod tests {
         let want = Split {
             woke: 772,
             busy: 10,
+            storage: 4,
+            socket: 2,
             disk: 5,
             held: 3,
         };
-        assert_eq!((a.samples, a.split), (4, want));
+        assert_eq!((a.samples, a.split), (5, want));
         let v = r
             .verdict()
             .into_iter()
             .find(|l| l.contains("attributed"))
             .unwrap();
-        assert!(v.contains("**18 attributable to the server**"), "{v}");
+        assert!(v.contains("**22 attributable to the server**"), "{v}");
+        assert!(v.contains("2 to the clients"), "{v}");
         assert!(v.contains("772 to the machine"), "{v}");
         let md = r.markdown(false);
         let section = md.split("## Late packets, attributed").nth(1).unwrap();
@@ -1028,6 +1048,10 @@ mod tests {
             "{section}"
         );
         assert!(section.contains("| disk wait 5 (server) |"), "{section}");
+        assert!(
+            section.contains("| storage 4 (server); full socket 2 (client) |"),
+            "{section}"
+        );
         assert!(
             section.contains(
                 "| woke late 2 (machine) | 0.0 (0.0) | 0.0 | 900 | 0 | 0 | 0 | 70 (10) | 50 |"

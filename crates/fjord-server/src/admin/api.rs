@@ -86,6 +86,8 @@ pub(crate) async fn threads(State(server): Shared) -> Json<Vec<Value>> {
                 "late": t.late,
                 "late_woke": t.late_woke,
                 "late_busy": t.late_busy,
+                "late_storage": t.late_storage,
+                "late_socket": t.late_socket,
                 "max_late_ms": t.max_late.as_secs_f64() * 1e3,
                 "not_ready": t.not_ready,
                 "datapath_packets": t.datapath.packets,

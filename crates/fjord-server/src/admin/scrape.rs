@@ -140,18 +140,20 @@ async fn engine(reg: &mut Registry, server: &Arc<Server>) {
         per(|t| t.late),
     );
     let causes = (threads.iter().enumerate()).flat_map(|(i, t)| {
-        let held = t.late.saturating_sub(t.late_woke + t.late_busy);
+        let named = t.late_woke + t.late_busy + t.late_storage + t.late_socket;
         [
             ("woke_late", t.late_woke),
             ("busy", t.late_busy),
-            ("held", held),
+            ("storage", t.late_storage),
+            ("socket", t.late_socket),
+            ("held", t.late.saturating_sub(named)),
         ]
         .map(|(cause, v)| (vec![("thread", i.to_string()), ("cause", cause.into())], v))
     });
     counter(
         reg,
         "fjord_late_packets_by_cause",
-        "Late packets by why: their tick began late as the thread woke late (the kernel or hypervisor) or was busy with earlier work, or their session held them (storage not ready, a full socket)",
+        "Late packets by why: their tick began late as the thread woke late (the kernel or hypervisor) or was busy with earlier work, or their session held them: waiting for the storage layer, for a full socket, or held for no known reason",
         causes,
     );
     counter(

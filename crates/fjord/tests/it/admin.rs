@@ -98,6 +98,17 @@ fn metrics_and_the_api_follow_a_session_and_end_it() {
         path_packets >= sent && calls >= 1.0 && calls <= path_packets,
         "{sent} media packets, {path_packets} by the data path in {calls} calls"
     );
+    // Every cause is exported and every late packet counted under one.
+    let causes = ["woke_late", "busy", "storage", "socket", "held"];
+    let series = |t, c| format!(r#"fjord_late_packets_by_cause_total{{thread="{t}",cause="{c}"}}"#);
+    for c in causes {
+        assert!(during.contains(&format!("{} ", series(0, c))), "{during}");
+    }
+    let by_cause: f64 = (causes.iter())
+        .flat_map(|c| (0..2).map(move |t| series(t, c)))
+        .map(|s| sample(&during, &s))
+        .sum();
+    assert_eq!(by_cause, per_thread("fjord_late_packets_total"), "{during}");
     let chunks = sample(&during, "fjord_storage_chunk_reads_total")
         + sample(&during, "fjord_storage_chunk_hits_total");
     assert!(chunks > 0.0, "the read-ahead pinned chunks: {during}");
