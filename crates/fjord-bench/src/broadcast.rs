@@ -21,7 +21,7 @@ use fjord_broadcast::{
 };
 use plotters::prelude::*;
 
-use crate::stats::SplitMix64;
+use crate::{chart, stats::SplitMix64};
 
 /// Bytes of a synthetic packet: seven TS packets.
 pub const PACKET_BYTES: u32 = 1316;
@@ -498,24 +498,10 @@ impl Report {
         for (i, s) in self.sweep.iter().enumerate() {
             let color = COLORS[i % COLORS.len()].to_rgba();
             let line = s.points.iter().map(|p| (p.0, p.1));
-            chart
-                .draw_series(LineSeries::new(line, color.stroke_width(2)))?
-                .label(s.scheme)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            let dots = s
-                .points
-                .iter()
-                .map(|p| Circle::new((p.0, p.2), 4, color.filled()));
-            chart.draw_series(dots)?;
+            chart::line(&mut chart, line, color, Some(s.scheme))?;
+            chart::dots(&mut chart, s.points.iter().map(|p| (p.0, p.2)), color)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+        chart::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         root.present()?;
         Ok(())
     }

@@ -16,6 +16,7 @@
 
 pub mod broadcast;
 pub mod capacity;
+pub mod chart;
 pub mod clip;
 pub mod copies;
 pub mod cpu;

@@ -7,7 +7,7 @@ use std::{fmt::Write as _, fs, path::Path};
 use anyhow::Context;
 use plotters::prelude::*;
 
-use crate::{REFERENCE, Results, Row};
+use crate::{REFERENCE, Results, Row, chart};
 
 fn opt(x: Option<f64>, prec: usize) -> String {
     x.filter(|v| v.is_finite())
@@ -172,23 +172,10 @@ pub fn svg(rows: &[Row], sink: &str, path: &Path) -> anyhow::Result<()> {
         .draw()?;
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-            .label(*name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart.draw_series(
-            pts.iter()
-                .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
-        )?;
+        chart::line(&mut chart, pts.iter().copied(), color, Some(*name))?;
+        chart::dots(&mut chart, pts.iter().copied(), color)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    chart::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }

@@ -140,6 +140,9 @@ pub(crate) struct Session {
     /// What the session waited for since its latest packet left: the cause
     /// of the lateness of the packets it sends next.
     hold: Option<Hold>,
+    /// A wait for the storage layer after the stream started was logged
+    /// (once per session: it makes late packets, and should not happen).
+    storage_wait_logged: bool,
 }
 
 /// When packets are due in a paced session: `offsets[i - first]` after
@@ -247,6 +250,7 @@ impl Session {
             started: None,
             start_waits: 0,
             hold: None,
+            storage_wait_logged: false,
         }
     }
 
@@ -327,6 +331,8 @@ impl Session {
         let retry = p.now + NOT_READY_RETRY;
         if self.starting {
             self.start_waits += 1;
+        } else {
+            self.log_storage_wait();
         }
         if self.starting
             && let State::Playing(c) = self.state
@@ -340,6 +346,24 @@ impl Session {
             self.next_report = self.next_report.max(t0);
         }
         Some(retry)
+    }
+
+    /// Logs the session's first wait for the storage layer in mid-stream,
+    /// with what the storage layer had resident: the read-ahead fell behind.
+    fn log_storage_wait(&mut self) {
+        if self.storage_wait_logged {
+            return;
+        }
+        self.storage_wait_logged = true;
+        let resident = self.readahead.as_ref().map(|r| r.cursor().resident());
+        tracing::warn!(
+            ssrc = self.ssrc,
+            track = self.track,
+            next = self.next,
+            ?resident,
+            sent = self.packets,
+            "a playing session's next packet is not read yet (logged once per session)"
+        );
     }
 
     /// Whether the storage layer found the title's files changed or
@@ -748,6 +772,7 @@ impl Session {
         self.starting = true;
         self.started = Some(at);
         self.start_waits = 0;
+        self.hold = None;
         self.tell_storage(Mode::Playing);
     }
 

@@ -139,9 +139,12 @@ fn align_ticks(burst: Duration) -> u64 {
     wake_grid(burst).as_micros() as u64 / TICK.as_micros() as u64
 }
 
-/// A tick or a command taking longer than this is logged: it delays the
-/// thread's packets by as much.
+/// A tick or one session in it taking longer than this is logged: it delays
+/// the thread's packets by as much.
 const SLOW: Duration = Duration::from_millis(20);
+/// A command should cost microseconds: one taking longer than a packet may
+/// be late ([`crate::LATE`]) is logged, as it can make the next tick late.
+const SLOW_COMMAND: Duration = crate::LATE;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -214,12 +217,7 @@ impl Worker {
             let received = self.rx.recv_deadline(wake);
             let woke = Instant::now();
             match received {
-                Ok(cmd) => {
-                    self.handle_timed(cmd);
-                    while let Ok(cmd) = self.rx.try_recv() {
-                        self.handle_timed(cmd);
-                    }
-                }
+                Ok(cmd) => self.handle_queued(cmd),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
             }
@@ -367,14 +365,31 @@ impl Worker {
         }
     }
 
-    /// Handles `cmd`, logging it when it took long enough to make packets
-    /// late: a command should cost microseconds.
-    fn handle_timed(&mut self, cmd: Command) {
-        let (name, began) = (cmd.name(), Instant::now());
-        self.handle(cmd);
+    /// Handles `first` and every command queued behind it, logging them
+    /// when together they took long enough to make packets late (the next
+    /// tick waits for them all): a command should cost microseconds.
+    fn handle_queued(&mut self, first: Command) {
+        let began = Instant::now();
+        let (mut n, mut slowest) = (0, (Duration::ZERO, ""));
+        let mut next = Some(first);
+        while let Some(cmd) = next {
+            let (name, at) = (cmd.name(), Instant::now());
+            self.handle(cmd);
+            let took = at.elapsed();
+            if took > slowest.0 {
+                slowest = (took, name);
+            }
+            n += 1;
+            next = self.rx.try_recv().ok();
+        }
         let took = began.elapsed();
-        if took > SLOW && self.may_log_slow(began + took) {
-            tracing::warn!("an engine command {name} took {:.1} ms", ms(took));
+        if took > SLOW_COMMAND && self.may_log_slow(began + took) {
+            let (most, name) = slowest;
+            tracing::warn!(
+                "{n} engine commands took {:.1} ms (the slowest, {name}, {:.1} ms)",
+                ms(took),
+                ms(most)
+            );
         }
     }
 

@@ -78,6 +78,11 @@ impl Cursor {
         self.poke.store(true, Release);
     }
 
+    /// The resident packets `[start, end)` as last published (for logs).
+    pub fn resident(&self) -> (u32, u32) {
+        self.window()
+    }
+
     #[inline]
     pub fn failed(&self) -> bool {
         self.failed.load(Relaxed)

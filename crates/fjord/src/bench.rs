@@ -493,7 +493,7 @@ pub struct PeersArgs {
     /// Packets per session per send of the kernel floor rows (prebuilt
     /// packets sent to the same kind of receivers with no server): 1 is a
     /// `send` per packet, more one GSO `sendmsg` per burst
-    #[arg(long, value_delimiter = ',', default_values_t = [1, 4, 16])]
+    #[arg(long, value_delimiter = ',', default_values_t = fjord_bench::peers::floor::DEFAULT_BURSTS)]
     pub floor_bursts: Vec<usize>,
     /// No kernel floor rows
     #[arg(long)]

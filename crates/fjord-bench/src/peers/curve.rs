@@ -8,6 +8,8 @@ use std::{collections::BTreeMap, fmt::Write as _, path::Path};
 use anyhow::Context;
 use plotters::prelude::*;
 
+use crate::chart;
+
 use super::{FjordFloor, Peer, PeerResult, PeersConfig, PeersReport, fjord_floor};
 
 /// Loss above which a point is a gap: the server fell behind, so its CPU
@@ -331,29 +333,17 @@ impl Curve {
         for (i, (name, segs)) in lines.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
             for (k, seg) in segs.iter().enumerate() {
-                let drawn = chart
-                    .draw_series(LineSeries::new(seg.iter().copied(), color.stroke_width(2)))?;
-                if k == 0 {
-                    drawn.label(name.as_str()).legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                    });
-                }
-                chart.draw_series(
-                    seg.iter()
-                        .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
-                )?;
+                // One legend entry per series, not per segment.
+                let label = (k == 0).then_some(name.as_str());
+                chart::line(&mut chart, seg.iter().copied(), color, label)?;
+                chart::dots(&mut chart, seg.iter().copied(), color)?;
             }
         }
         let style = ("sans-serif", 13).into_font();
         chart.draw_series(self.ratio_labels().into_iter().map(|(x, y, text)| {
             EmptyElement::at((x, y)) + Text::new(text, (6, -18), style.clone())
         }))?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+        chart::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         root.present()?;
         Ok(())
     }

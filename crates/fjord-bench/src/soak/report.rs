@@ -13,6 +13,7 @@ use super::client::Tally;
 use super::plan::End;
 use super::sched::{EngineThread, Evidence, Machine, Split, ThreadCounters, tick_ms};
 use super::server::{ProcFigures, Warnings};
+use crate::chart;
 
 /// Growth slower than this, in % of the level per hour, is flat.
 pub const FLAT_PCT_PER_HOUR: f64 = 2.0;
@@ -838,19 +839,9 @@ where
         .draw()?;
     for (i, (name, pts)) in lines.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-            .label(*name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        chart::line(&mut chart, pts.iter().copied(), color, Some(*name))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    chart::legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
 

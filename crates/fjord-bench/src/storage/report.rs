@@ -8,6 +8,7 @@ use anyhow::Context;
 use plotters::prelude::*;
 
 use super::{RunResult, StorageReport};
+use crate::chart;
 
 /// Every section of the markdown, in order (the test checks them).
 pub const SECTIONS: [&str; 7] = [
@@ -347,19 +348,9 @@ pub fn svg(runs: &[RunResult], path: &Path) -> Result<(), Box<dyn std::error::Er
         chart.configure_mesh().x_desc(xdesc).y_desc(ydesc).draw()?;
         for (i, (r, pts)) in runs.iter().zip(lines).enumerate() {
             let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts, color.stroke_width(2)))?
-                .label(r.name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
+            chart::line(&mut chart, pts, color, Some(r.name.as_str()))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+        chart::legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
     root.present()?;
     Ok(())
