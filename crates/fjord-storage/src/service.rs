@@ -16,7 +16,7 @@ use std::{
     os::fd::RawFd,
     sync::{
         Arc, Condvar, Mutex, MutexGuard,
-        atomic::{AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
     },
     time::{Duration, Instant},
 };
@@ -129,17 +129,27 @@ struct Inner {
     disks: Mutex<HashMap<u64, Arc<Disk>>>,
 }
 
+type Channel<T> = (Sender<T>, Receiver<T>);
+
 struct Disk {
     state: Mutex<DiskState>,
     wake: Condvar,
-    pokes: (Sender<usize>, Receiver<usize>),
+    pokes: Channel<usize>,
+    /// Sessions registered and not yet in `state` (id, entry): an engine
+    /// thread registers its sessions, and it never takes `state`'s lock,
+    /// which a storage worker may hold while the kernel runs others (a
+    /// lock does not lend the waiter's priority: the engine would wait for
+    /// the worker's next turn on the CPU).
+    added: Channel<(usize, Entry)>,
+    /// Ids of removed entries, for new ones; `next_id` when there is none.
+    free: Channel<usize>,
+    next_id: AtomicUsize,
     /// The origin of the scheduler's clock.
     epoch: Instant,
 }
 
 struct DiskState {
     entries: Vec<Option<Entry>>,
-    free: Vec<usize>,
     /// When to look at which entry next (entry, generation).
     checks: BinaryHeap<Reverse<(Instant, usize, u64)>>,
     /// Refills (earliest deadline first) and bulk work, shared by DRR.
@@ -435,31 +445,21 @@ impl Storage {
     ) -> io::Result<ReadAhead> {
         let disk = self.disk(source.device())?;
         let cursor = Arc::new(Cursor::new(uses));
-        let id = {
-            let mut st = lock(&disk.state);
-            let entry = Entry {
-                cursor: cursor.clone(),
-                source,
-                track,
-                uses,
-                grants: VecDeque::new(),
-                refill: None,
-                moved: None,
-                generation: 0,
-            };
-            match st.free.pop() {
-                Some(id) => {
-                    st.entries[id] = Some(entry);
-                    id
-                }
-                None => {
-                    st.entries.push(Some(entry));
-                    st.entries.len() - 1
-                }
-            }
+        let id = (disk.free.1.try_recv()).unwrap_or_else(|_| disk.next_id.fetch_add(1, Relaxed));
+        let entry = Entry {
+            cursor: cursor.clone(),
+            source,
+            track,
+            uses,
+            grants: VecDeque::new(),
+            refill: None,
+            moved: None,
+            generation: 0,
         };
+        // A worker puts it in place and plans it (see `Disk::added`).
+        let _ = disk.added.0.send((id, entry));
+        disk.wake.notify_one();
         self.inner.counters.sessions.fetch_add(1, Relaxed);
-        disk.poke(id);
         Ok(ReadAhead { cursor, id, disk })
     }
 
@@ -544,7 +544,6 @@ impl Storage {
             state: Mutex::new(DiskState {
                 timer_held: false,
                 entries: Vec::new(),
-                free: Vec::new(),
                 checks: BinaryHeap::new(),
                 sched: Scheduler::new(sched::Config {
                     depth,
@@ -555,6 +554,9 @@ impl Storage {
             }),
             wake: Condvar::new(),
             pokes: crossbeam_channel::unbounded(),
+            added: crossbeam_channel::unbounded(),
+            free: crossbeam_channel::unbounded(),
+            next_id: AtomicUsize::new(0),
             epoch: Instant::now(),
         });
         for w in 0..self.inner.config.workers_per_disk.max(1) {
@@ -688,6 +690,14 @@ impl Worker {
         let mut st = lock(&self.disk.state);
         loop {
             let now = Instant::now();
+            // Before the pokes: a poke may be about an entry added since.
+            while let Ok((id, entry)) = self.disk.added.1.try_recv() {
+                if st.entries.len() <= id {
+                    st.entries.resize_with(id + 1, || None);
+                }
+                st.entries[id] = Some(entry);
+                self.plan(&mut st, id, now);
+            }
             while let Ok(id) = self.disk.pokes.1.try_recv() {
                 self.plan(&mut st, id, now);
             }
@@ -785,7 +795,7 @@ impl Worker {
             }
             self.release(e, u32::MAX);
             st.entries[id] = None;
-            st.free.push(id);
+            let _ = self.disk.free.0.send(id);
             self.inner.counters.sessions.fetch_sub(1, Relaxed);
             return;
         }

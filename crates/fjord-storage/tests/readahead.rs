@@ -388,3 +388,34 @@ fn a_lead_of_exactly_the_low_water_mark_does_not_stall_the_disk() {
     assert_eq!(answered, Ok(true), "the disk's lock is held for ever");
     drop(r);
 }
+
+/// Sessions come and go faster than the workers look (registering never
+/// waits for them): each is planned once in place, those dropped before
+/// that are removed, and a session registered after them all is read.
+#[test]
+fn sessions_registered_and_dropped_in_a_burst_are_all_accounted_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    for round in 0..5u32 {
+        let burst: Vec<_> = (0..100u32)
+            .map(|i| {
+                let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+                r.position(round * 1000 + i * 7, Mode::Starting);
+                r
+            })
+            .collect();
+        drop(burst);
+    }
+    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    r.position(3000, Mode::Starting);
+    eventually("the last session is read", || {
+        r.cursor().ready_from(3000) > 0
+    });
+    eventually("the dropped ones are removed", || s.stats().sessions == 1);
+    drop(r);
+    eventually("everything is released", || {
+        let st = s.stats();
+        st.sessions == 0 && st.pinned_bytes == 0
+    });
+}
