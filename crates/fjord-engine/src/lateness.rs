@@ -62,7 +62,10 @@ pub(crate) enum Cause {
 
 /// The cause of `lateness` (beyond [`LATE`]) of a packet that left
 /// `in_tick` into a tick that began as `start` says, from a session that
-/// waited for `hold` since its last packet left.
+/// waited for `hold` since its last packet left: the larger share of the
+/// lateness. What the tick's delay does not explain is the session's: its
+/// wait when it had one; when it had none, only beyond [`LATE`] (below
+/// that, the packet could have been on time in the tick).
 pub(crate) fn cause(
     lateness: Duration,
     start: TickStart,
@@ -70,7 +73,8 @@ pub(crate) fn cause(
     hold: Option<Hold>,
 ) -> Cause {
     let delay = start.lag + in_tick;
-    if lateness.saturating_sub(delay) > LATE {
+    let held = lateness.saturating_sub(delay);
+    if held > LATE || hold.is_some() && held >= delay {
         Cause::Held(hold)
     } else if start.overslept >= delay.saturating_sub(start.overslept) {
         Cause::WokeLate
@@ -123,6 +127,19 @@ mod tests {
         let storage = Some(Hold::Storage);
         assert_eq!(cause(ms(5), start(4, 4), ms(0), None), Cause::WokeLate);
         assert_eq!(cause(ms(6), start(4, 4), ms(0), storage), Cause::WokeLate);
+        // 2.1 ms late, 0.5 ms of it the tick's: the session's wait.
+        let (late, lag, in_tick) = (
+            Duration::from_micros(2100),
+            Duration::from_micros(300),
+            Duration::from_micros(200),
+        );
+        let small = TickStart {
+            lag,
+            overslept: Duration::ZERO,
+        };
+        assert_eq!(cause(late, small, in_tick, storage), Cause::Held(storage));
+        // No wait of its own: the tick's delay is all there is to blame.
+        assert_eq!(cause(late, small, in_tick, None), Cause::Busy);
         assert_eq!(cause(ms(5), start(4, 1), ms(0), None), Cause::Busy);
         // 4 ms asleep, then 5 ms into the tick: the tick's own work.
         assert_eq!(cause(ms(9), start(4, 4), ms(5), None), Cause::Busy);

@@ -348,15 +348,17 @@ impl Session {
         Some(retry)
     }
 
-    /// Logs the session's first wait for the storage layer in mid-stream,
-    /// with what the storage layer had resident: the read-ahead fell behind.
+    /// Logs (debug) the session's first wait for the storage layer in
+    /// mid-stream, with what the storage layer had resident: the read-ahead
+    /// fell behind. Most such waits make no packet late (the session sends
+    /// ahead of time); the late ones are counted (`late_storage`).
     fn log_storage_wait(&mut self) {
         if self.storage_wait_logged {
             return;
         }
         self.storage_wait_logged = true;
         let resident = self.readahead.as_ref().map(|r| r.cursor().resident());
-        tracing::warn!(
+        tracing::debug!(
             ssrc = self.ssrc,
             track = self.track,
             next = self.next,
