@@ -9,8 +9,10 @@
 //! per client: video on demand, not a shared live stream). Each server runs
 //! as a child process pinned, all its threads, to one CPU; the receivers are
 //! `fjord load` in this process, pinned to another CPU, N sessions over
-//! loopback. The server's CPU is `utime + stime` of its process from
-//! `/proc/PID/stat`, sampled every 20 ms and read, by interpolation, over the
+//! loopback. The server's CPU is its threads' time on a CPU from
+//! `/proc/PID/task/*/schedstat` (nanoseconds: `/proc/PID/stat` counts clock
+//! ticks of 10 ms, more than one session costs in a run), sampled every
+//! 20 ms and read, by interpolation, over the
 //! receive window of the load: from the first PLAY reply to the end of
 //! receiving. Packets are the RTP packets the receivers counted in that
 //! window, so CPU per packet is exactly the server's cost of what arrived.
@@ -227,18 +229,19 @@ pub fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
     Some((f.next()??, f.next()??))
 }
 
-/// Run-queue wait of every live thread of a process, summed.
-pub fn process_wait(pid: u32) -> Duration {
+/// Time on a CPU and run-queue wait of every live thread of a process,
+/// summed, in nanoseconds (a thread that exits takes its share along: the
+/// servers' threads live through a run).
+pub fn process_sched(pid: u32) -> (Duration, Duration) {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Duration::ZERO;
+        return (Duration::ZERO, Duration::ZERO);
     };
-    let ns: u64 = tasks
+    let (run, wait) = tasks
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
         .filter_map(|s| parse_schedstat(&s))
-        .map(|(_, wait)| wait)
-        .sum();
-    Duration::from_nanos(ns)
+        .fold((0, 0), |(r, w), (run, wait)| (r + run, w + wait));
+    (Duration::from_nanos(run), Duration::from_nanos(wait))
 }
 
 /// The machine's total and stolen CPU time (clock ticks) from the `cpu `
@@ -533,9 +536,9 @@ impl CpuSampler {
             let mut samples = Vec::new();
             loop {
                 let done = flag.load(Ordering::Relaxed);
-                if let Ok(cpu) = process_cpu(pid) {
-                    let wait = process_wait(pid).as_secs_f64();
-                    samples.push((unix_ns(), cpu.as_secs_f64(), wait));
+                let (cpu, wait) = process_sched(pid);
+                if !cpu.is_zero() {
+                    samples.push((unix_ns(), cpu.as_secs_f64(), wait.as_secs_f64()));
                 }
                 if done {
                     return samples;
@@ -1244,8 +1247,8 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
          GStreamer's rtsp-server from `bench/peers/gst_rtsp_vod.py` with one pipeline per client \
          (`filesrc ! tsparse set-timestamps=true ! rtpmp2tpay`, not shared). The receivers are \
          `fjord load` (one thread, epoll + recvmmsg) in the bench process, pinned to CPU {}. \
-         CPU is `utime + stime` of the server process from `/proc/PID/stat` (all threads), \
-         sampled every 20 ms and interpolated to the receive window: from the first PLAY reply \
+         CPU is the server's threads' time on a CPU (`/proc/PID/task/*/schedstat`, in ns; \
+         `/proc/PID/stat` counts 10 ms clock ticks), sampled every 20 ms and interpolated to the receive window: from the first PLAY reply \
          to the end of receiving. Packets are the RTP packets the receivers got in that window; \
          bytes/packet is their mean size with the 12-byte RTP header (7 TS packets make \
          1328). Waited for CPU is the \
@@ -1313,8 +1316,8 @@ mod tests {
         );
         assert_eq!(parse_schedstat("12"), None);
         assert_eq!(parse_schedstat("x y z"), None);
-        // Our own threads are readable.
-        let _ = process_wait(std::process::id());
+        // Our own threads are readable, and this one has run.
+        assert!(!process_sched(std::process::id()).0.is_zero());
     }
 
     #[test]
