@@ -1004,7 +1004,6 @@ mod tests {
             steal_ms: 70.0,
             usual_steal_ms: 10.0,
             irq_ms: 50.0,
-            tick_ms: 10.0,
         };
         let a = r.attribution();
         let want = Split {

@@ -144,8 +144,6 @@ pub struct Machine {
     pub steal_ms: f64,
     pub usual_steal_ms: f64,
     pub irq_ms: f64,
-    /// The counters' resolution, a clock tick.
-    pub tick_ms: f64,
 }
 
 /// Milliseconds per clock tick (of `stat` and `/proc/stat`).
@@ -405,7 +403,6 @@ impl Watch {
             steal_ms: cpu.steal.saturating_sub(last.steal) as f64 * tick,
             usual_steal_ms: rate * (now - t1).as_secs_f64() * tick,
             irq_ms: cpu.irq.saturating_sub(last.irq) as f64 * tick,
-            tick_ms: tick,
         }
     }
 
