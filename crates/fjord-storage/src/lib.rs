@@ -17,7 +17,10 @@
 //!
 //! It never parses media, never copies payload (pages are locked where the
 //! engine already maps them) and never blocks the caller of
-//! [`Cursor::ready_from`]; registering and loading a title's head may wait.
+//! [`Cursor::ready_from`]. Registering a session takes no lock a worker
+//! holds (the entry reaches the workers through a channel), only the disk
+//! map's, briefly, and starts the disk's workers the first time; loading a
+//! title's head may wait for the disk.
 //!
 //! A chunk the disk fails to read (EIO) is rebuilt by its title
 //! ([`Source::rebuild`], from parity) into memory laid over the chunk
