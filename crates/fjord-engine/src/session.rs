@@ -141,7 +141,7 @@ pub(crate) struct Session {
     /// of the lateness of the packets it sends next.
     hold: Option<Hold>,
     /// A wait for the storage layer after the stream started was logged
-    /// (once per session: it makes late packets, and should not happen).
+    /// (once per session, at debug level: the read-ahead fell behind).
     storage_wait_logged: bool,
 }
 
