@@ -102,11 +102,12 @@ fuzz:
 	   || { tail -n 60 target/logs/{}.log; echo "fuzz target {} failed"; exit 255; }'
 
 # The servers `fjord bench peers` measures beside fjord: GStreamer's
-# rtsp-server (Python bindings, tsparse, rtpmp2tpay) and live555MediaServer.
+# rtsp-server (Python bindings, tsparse, rtpmp2tpay) and live555MediaServer;
+# ethtool, which `fjord bench soak --veth` sets the veth pair's offloads with.
 # Debian bookworm has no livemedia-utils: then live555 comes from Debian sid's
 # packages, unpacked under /opt/live555 (bench/peers/live555-from-sid.sh).
 PEER_PACKAGES := ffmpeg nginx-light python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base \
-	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad ethtool
 peers:
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(PEER_PACKAGES)

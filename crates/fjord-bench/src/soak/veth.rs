@@ -81,8 +81,9 @@ impl Drop for ViewerNet {
 fn threaded_napi(dev: &str, ns: Option<&str>) -> anyhow::Result<()> {
     let inside: Vec<&str> = ns.map_or(vec![], |n| vec!["ip", "netns", "exec", n]);
     let ethtool = ["ethtool", "-K", dev, "tso", "off", "gro", "on"];
-    run(&[&inside[..], &ethtool[..]].concat())
-        .context("ethtool (Debian package `ethtool`) sets GRO and TSO on the veth")?;
+    run(&[&inside[..], &ethtool[..]].concat()).context(
+        "ethtool sets GRO and TSO on the veth (`make peers` or `apt-get install ethtool`)",
+    )?;
     let threaded = format!("echo 1 > /sys/class/net/{dev}/threaded");
     run(&[&inside[..], &["sh", "-c", &threaded]].concat())
 }
