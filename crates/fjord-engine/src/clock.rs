@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-/// Real time, in the millionths [`Clock::speed`] counts.
-pub const REAL_TIME: u32 = 1_000_000;
+/// Real time, in the millionths [`Clock::speed`] counts (the storage layer
+/// counts how fast a session moves through its title in the same unit).
+pub const REAL_TIME: u32 = fjord_storage::REAL_TIME;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Clock {

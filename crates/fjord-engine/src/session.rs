@@ -364,6 +364,10 @@ impl Session {
             next = self.next,
             ?resident,
             sent = self.packets,
+            cur = self
+                .readahead
+                .as_ref()
+                .map_or(0, |r| r.cursor() as *const _ as usize),
             "a playing session's next packet is not read yet (logged once per session)"
         );
     }
@@ -374,9 +378,13 @@ impl Session {
         self.readahead.as_ref().is_some_and(|r| r.cursor().failed())
     }
 
+    /// Tells the storage layer where the session stands, how, and how fast
+    /// it moves through its title (its clock's speed, times the scale in
+    /// fast forward: it reads ahead that much further).
     fn tell_storage(&self, mode: Mode) {
         if let Some(r) = &self.readahead {
-            r.position(self.next, mode);
+            let forward = self.trick.as_ref().map_or(1, |t| t.forward());
+            r.position(self.next, mode, self.speed.saturating_mul(forward));
         }
     }
 

@@ -114,6 +114,12 @@ impl Trick {
         self.origin_ns
     }
 
+    /// How many times faster than the stream's clock the title runs
+    /// forward; 1 in rewind (it runs back: reading ahead does not help).
+    pub(crate) fn forward(&self) -> u32 {
+        self.scale.max(1).unsigned_abs()
+    }
+
     /// Where the range ends on the npt timeline.
     pub(crate) fn stop_ns(&self) -> u64 {
         self.stop_ns

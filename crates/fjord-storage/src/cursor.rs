@@ -8,6 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::*}
 
 use crate::source::Uses;
 
+/// A [`Cursor`]'s rate meaning "the title plays in real time": title time
+/// per wall time, in millionths (the engine's clock speed has this unit).
+pub const REAL_TIME: u32 = 1_000_000;
+
 /// How the session stands, as the storage layer needs to know it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -24,6 +28,10 @@ pub struct Cursor {
     /// Resident packets `[start, end)`, packed `start << 32 | end`.
     window: AtomicU64,
     mode: AtomicU8,
+    /// How fast the session moves through its title forward: title time
+    /// per wall time, [`REAL_TIME`] for 1x (faster with RTSP `Speed`, or in
+    /// fast forward, where it jumps from key frame to key frame).
+    rate: AtomicU32,
     uses: AtomicU8,
     /// Set by the storage layer: a file of the title changed or could not
     /// be read; the session must end.
@@ -41,6 +49,7 @@ impl Cursor {
             next: AtomicU32::new(0),
             window: AtomicU64::new(0),
             mode: AtomicU8::new(Mode::Starting as u8),
+            rate: AtomicU32::new(REAL_TIME),
             uses: AtomicU8::new(uses.0),
             failed: AtomicBool::new(false),
             gone: AtomicBool::new(false),
@@ -65,10 +74,12 @@ impl Cursor {
     }
 
     /// The session moved to packet `i` (a PLAY with a position) or changed
-    /// mode; the storage layer looks at it soon.
-    pub fn position(&self, i: u32, mode: Mode) {
+    /// mode or `rate` (see [`REAL_TIME`]); the storage layer looks at it
+    /// soon.
+    pub fn position(&self, i: u32, mode: Mode, rate: u32) {
         self.next.store(i, SeqCst);
         self.mode.store(mode as u8, Relaxed);
+        self.rate.store(rate.max(1), Relaxed);
         self.poke.store(true, Release);
     }
 
@@ -104,6 +115,10 @@ impl Cursor {
             1 => Mode::Playing,
             _ => Mode::Paused,
         }
+    }
+
+    pub(crate) fn rate(&self) -> u32 {
+        self.rate.load(Relaxed)
     }
 
     /// The files the session reads.
@@ -168,7 +183,7 @@ mod tests {
         c.set_window(0, 100);
         c.ready_from(50);
         assert!(c.shrink_window(40));
-        c.position(30, Mode::Starting);
+        c.position(30, Mode::Starting, REAL_TIME);
         assert!(!c.shrink_window(45), "the engine went back to 30");
         assert_eq!(c.ready_from(30), 0);
     }

@@ -39,7 +39,7 @@ mod source;
 
 pub use admission::Refusal;
 pub use budget::default_budget;
-pub use cursor::{Cursor, Mode};
+pub use cursor::{Cursor, Mode, REAL_TIME};
 pub use service::{
     BulkGrant, BulkPacer, HeadPin, ReadAhead, Storage, StorageConfig, StorageReservation,
     StorageStats, device_of,

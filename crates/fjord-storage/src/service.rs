@@ -25,7 +25,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::{
     admission::{Charge, Ledger, Refusal},
-    cursor::{Cursor, Mode},
+    cursor::{Cursor, Mode, REAL_TIME},
     pin::{CHUNK, ChunkKey, PinError, Pins},
     sched::{self, Class, Scheduler, Ticket},
     source::{Extent, Source, Uses},
@@ -210,9 +210,9 @@ impl ReadAhead {
         &self.cursor
     }
 
-    /// The session moved or changed mode: look at it now.
-    pub fn position(&self, packet: u32, mode: Mode) {
-        self.cursor.position(packet, mode);
+    /// The session moved or changed mode or rate: look at it now.
+    pub fn position(&self, packet: u32, mode: Mode, rate: u32) {
+        self.cursor.position(packet, mode, rate);
         self.disk.poke(self.id);
     }
 
@@ -644,6 +644,24 @@ fn bytes_per_packet(source: &dyn Source) -> u64 {
     bytes / packets.max(1)
 }
 
+/// How fast a session moves through its title (see [`crate::REAL_TIME`]).
+#[derive(Clone, Copy)]
+struct Rate(u32);
+
+impl Rate {
+    /// Wall time the session takes over `ns` of title time.
+    fn wall(self, ns: u64) -> Duration {
+        let wall = u128::from(ns) * u128::from(REAL_TIME) / u128::from(self.0.max(1));
+        Duration::from_nanos(u64::try_from(wall).unwrap_or(u64::MAX))
+    }
+
+    /// Title time the session covers in `wall`, ns.
+    fn title(self, wall: Duration) -> u64 {
+        let ns = wall.as_nanos() * u128::from(self.0) / u128::from(REAL_TIME);
+        u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+}
+
 /// A refill a worker took from the queue.
 struct Refill {
     ticket: Ticket,
@@ -654,6 +672,7 @@ struct Refill {
     track: usize,
     uses: Uses,
     packets: std::ops::Range<u32>,
+    rate: Rate,
     deadline: Instant,
     /// When a worker took it.
     taken: Instant,
@@ -672,6 +691,11 @@ const FOLLOWER_IDLE: Duration = Duration::from_secs(1);
 const SLOW_FIRST_READ: Duration = Duration::from_millis(100);
 /// The soonest a session is looked at again when it needs nothing now.
 const MIN_LOOK: Duration = Duration::from_millis(1);
+/// A refill due this soon is made now: the engine publishes its position
+/// once per burst, so a look sooner than that would find it where it was
+/// (a session 1 ms above the low-water mark was looked at every 1 ms until
+/// its position moved, some 30 times).
+const EARLY: Duration = Duration::from_millis(50);
 /// How soon to look again at a session whose refill waits for budget.
 const BUDGET_RETRY: Duration = Duration::from_millis(20);
 
@@ -774,6 +798,7 @@ impl Worker {
                 track: e.track,
                 uses: e.uses,
                 packets: from..end,
+                rate: Rate(e.cursor.rate()),
                 deadline: self.disk.epoch + Duration::from_nanos(deadline),
                 taken: now,
             });
@@ -850,7 +875,7 @@ impl Worker {
             return (now + IDLE * 5, None);
         }
         let time = |i| e.source.send_time_ns(e.track, i).unwrap_or(u64::MAX);
-        let mode = e.cursor.mode();
+        let (mode, rate) = (e.cursor.mode(), Rate(e.cursor.rate()));
         // A new place (a start or a seek) has an empty window: its first
         // read is planned from the title's average rate, so that planning
         // reads none of its tables (the refill reads them first, in one
@@ -859,17 +884,15 @@ impl Worker {
         let lead = if fresh {
             Duration::ZERO
         } else {
-            Duration::from_nanos(time(end).saturating_sub(time(next)))
+            rate.wall(time(end).saturating_sub(time(next)))
         };
         let low = cfg.readahead / 2;
-        if mode == Mode::Paused && end > next || lead >= low {
+        if mode == Mode::Paused && end > next || lead >= low + EARLY {
             let until_low = if mode == Mode::Playing {
                 lead - low
             } else {
                 IDLE
             };
-            // Never `now` itself: planning looks again at every check due
-            // by `now`, so one due at once would be planned for ever.
             return (now + until_low.clamp(MIN_LOOK, IDLE * 5), None);
         }
         let committed = self.inner.committed.load(Relaxed);
@@ -878,14 +901,15 @@ impl Worker {
             return (now + BUDGET_RETRY, None);
         }
         let to = if fresh {
-            end.saturating_add(packets_in(&*e.source, e.track, cfg.first_read))
+            let first = Duration::from_nanos(rate.title(cfg.first_read));
+            end.saturating_add(packets_in(&*e.source, e.track, first))
         } else {
             let ahead = if end == next {
                 cfg.first_read
             } else {
                 cfg.readahead
             };
-            let t = time(next).saturating_add(ahead.as_nanos() as u64);
+            let t = time(next).saturating_add(rate.title(ahead));
             packet_at_or_after(&*e.source, e.track, end + 1, t, count)
         };
         let deadline = match mode {
@@ -912,11 +936,12 @@ impl Worker {
     fn pin(&self, r: &Refill) -> (Result<Vec<ChunkKey>, PinError>, u64) {
         let mut chunks = Vec::new();
         let mut tables = Vec::new();
-        // The next refill reads to about `readahead` past this one's end
-        // and its search probes up to twice as far; three times covers a
+        // The next refill reads to about `readahead` (at the session's
+        // rate) past this one's end and its search probes up to twice as far; three times covers a
         // title's average rate with room for its peaks.
         let count = r.source.packet_count(r.track);
-        let ahead = packets_in(&*r.source, r.track, 3 * self.inner.config.readahead);
+        let readahead = r.rate.title(3 * self.inner.config.readahead);
+        let ahead = packets_in(&*r.source, r.track, Duration::from_nanos(readahead));
         let next = r.packets.end.saturating_add(ahead).min(count);
         r.source
             .tables(r.track, r.packets.start..next, r.uses, &mut tables);

@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fjord_storage::{Extent, MappedFile, Mode, Source, Storage, StorageConfig, Uses};
+use fjord_storage::{Extent, MappedFile, Mode, REAL_TIME, Source, Storage, StorageConfig, Uses};
 
 const PACKET: usize = 1000;
 const PACKETS: u32 = 20_000;
@@ -157,11 +157,11 @@ fn a_session_gets_its_read_ahead_and_releases_it_behind_and_at_the_end() {
     let fake = Fake::new(dir.path());
     let s = storage(1 << 30);
     let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    r.position(5000, Mode::Starting);
+    r.position(5000, Mode::Starting, REAL_TIME);
     eventually("packet 5000 is resident", || {
         r.cursor().ready_from(5000) > 0
     });
-    r.position(5000, Mode::Playing);
+    r.position(5000, Mode::Playing, REAL_TIME);
     // 2 s of read-ahead at 100 packets/s: about 200 packets ahead.
     eventually("the window reaches the read-ahead", || {
         r.cursor().ready_from(5000) >= 150
@@ -184,15 +184,43 @@ fn a_session_gets_its_read_ahead_and_releases_it_behind_and_at_the_end() {
     assert_eq!(s.stats().sessions, 0);
 }
 
+/// A session that moves through its title twice as fast (fast forward at
+/// Scale 2, or RTSP `Speed: 2`) has twice the title read ahead: the same
+/// read-ahead in wall time. Read at 1x, its window ran out (fast forward
+/// waited for the storage layer at every other key frame in a soak).
+#[test]
+fn a_faster_session_reads_its_title_further_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    r.position(5000, Mode::Starting, 2 * REAL_TIME);
+    eventually("packet 5000 is resident", || {
+        r.cursor().ready_from(5000) > 0
+    });
+    r.position(5000, Mode::Playing, 2 * REAL_TIME);
+    // 2 s of read-ahead at twice 100 packets/s: about 400 packets ahead
+    // (at 1x: 200).
+    eventually("the window reaches twice the read-ahead", || {
+        r.cursor().ready_from(5000) >= 350
+    });
+    // Back at 1x, from where it stands, the next refill keeps to 2 s.
+    let end = 5000 + r.cursor().ready_from(5000);
+    r.position(end - 10, Mode::Playing, REAL_TIME);
+    eventually("a 1x refill", || r.cursor().ready_from(end - 10) > 10);
+    let ahead = r.cursor().ready_from(end - 10);
+    assert!(ahead <= 250, "{ahead} packets read ahead at 1x");
+}
+
 #[test]
 fn a_seek_moves_the_window_and_is_read_first() {
     let dir = tempfile::tempdir().unwrap();
     let fake = Fake::new(dir.path());
     let s = storage(1 << 30);
     let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    r.position(0, Mode::Starting);
+    r.position(0, Mode::Starting, REAL_TIME);
     eventually("start resident", || r.cursor().ready_from(0) > 0);
-    r.position(15_000, Mode::Starting);
+    r.position(15_000, Mode::Starting, REAL_TIME);
     eventually("the new place is resident", || {
         r.cursor().ready_from(15_000) > 0
     });
@@ -205,17 +233,17 @@ fn a_changed_or_truncated_title_fails_its_sessions() {
     let fake = Fake::new(dir.path());
     let s = storage(1 << 30);
     let a = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    a.position(0, Mode::Playing);
+    a.position(0, Mode::Playing, REAL_TIME);
     eventually("resident", || a.cursor().ready_from(0) > 0);
     fake.changed.store(true, Ordering::Relaxed);
-    a.position(0, Mode::Playing);
+    a.position(0, Mode::Playing, REAL_TIME);
     eventually("the session is failed", || a.cursor().failed());
 
     let dir = tempfile::tempdir().unwrap();
     let fake = Fake::new(dir.path());
     fake.truncate(dir.path());
     let b = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    b.position(100, Mode::Starting);
+    b.position(100, Mode::Starting, REAL_TIME);
     eventually("a read of a truncated file fails the session", || {
         b.cursor().failed()
     });
@@ -231,7 +259,7 @@ fn the_budget_bounds_what_is_pinned_and_sessions_wait_instead() {
     let sessions: Vec<_> = (0..40)
         .map(|i| {
             let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-            r.position(i * 500, Mode::Starting);
+            r.position(i * 500, Mode::Starting, REAL_TIME);
             r
         })
         .collect();
@@ -278,7 +306,7 @@ fn bulk_work_progresses_beside_playing_sessions() {
     let sessions: Vec<_> = (0..8)
         .map(|i| {
             let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-            r.position(i * 2000, Mode::Playing);
+            r.position(i * 2000, Mode::Playing, REAL_TIME);
             r
         })
         .collect();
@@ -311,9 +339,9 @@ fn a_seek_far_into_a_title_commits_only_its_refill() {
     // Room for a few windows, far less than the title.
     let s = storage(4 << 20);
     let far = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    far.position(19_000, Mode::Starting);
+    far.position(19_000, Mode::Starting, REAL_TIME);
     let near = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    near.position(10, Mode::Starting);
+    near.position(10, Mode::Starting, REAL_TIME);
     eventually("both sessions are resident", || {
         far.cursor().ready_from(19_000) > 0 && near.cursor().ready_from(10) > 0
     });
@@ -333,7 +361,7 @@ fn planning_reads_only_tables_read_before() {
     // What a PLAY's start lookup reads: the start's record.
     fake.read.lock().unwrap().push(5000..5001);
     let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    r.position(5000, Mode::Starting);
+    r.position(5000, Mode::Starting, REAL_TIME);
     eventually("packet 5000 is resident", || {
         r.cursor().ready_from(5000) > 0
     });
@@ -341,7 +369,7 @@ fn planning_reads_only_tables_read_before() {
     // tables the one before read.
     for i in 5000..6000 {
         eventually("the window keeps ahead", || r.cursor().ready_from(i) > 0);
-        r.position(i, Mode::Playing);
+        r.position(i, Mode::Playing, REAL_TIME);
         std::thread::sleep(Duration::from_micros(200));
     }
     let strays = fake.strays.lock().unwrap().clone();
@@ -363,18 +391,18 @@ fn a_lead_of_exactly_the_low_water_mark_does_not_stall_the_disk() {
     let fake = Fake::new(dir.path());
     let s = storage(1 << 30);
     let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    r.position(1000, Mode::Starting);
+    r.position(1000, Mode::Starting, REAL_TIME);
     eventually("packet 1000 is resident", || {
         r.cursor().ready_from(1000) > 0
     });
-    r.position(1000, Mode::Playing);
+    r.position(1000, Mode::Playing, REAL_TIME);
     eventually("the read-ahead is full", || {
         r.cursor().ready_from(1000) >= 190
     });
     // 2 s of read-ahead, 1 s low-water mark, a packet every 10 ms: stand
     // exactly 100 packets before the window's end.
     let end = 1000 + r.cursor().ready_from(1000);
-    r.position(end - 100, Mode::Playing);
+    r.position(end - 100, Mode::Playing, REAL_TIME);
     std::thread::sleep(Duration::from_millis(50));
     let (tx, rx) = std::sync::mpsc::channel();
     let fake2 = fake.clone();
@@ -401,14 +429,14 @@ fn sessions_registered_and_dropped_in_a_burst_are_all_accounted_for() {
         let burst: Vec<_> = (0..100u32)
             .map(|i| {
                 let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-                r.position(round * 1000 + i * 7, Mode::Starting);
+                r.position(round * 1000 + i * 7, Mode::Starting, REAL_TIME);
                 r
             })
             .collect();
         drop(burst);
     }
     let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    r.position(3000, Mode::Starting);
+    r.position(3000, Mode::Starting, REAL_TIME);
     eventually("the last session is read", || {
         r.cursor().ready_from(3000) > 0
     });
