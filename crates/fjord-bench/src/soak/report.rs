@@ -46,6 +46,9 @@ pub struct Sample {
     /// Times the engine found a session's next packet not read yet (the
     /// storage layer's wait; session starts included), from `/metrics`.
     pub not_ready: u64,
+    /// Heap the server's code holds (`fjord_heap_allocated_bytes`), KiB:
+    /// RssAnon less what the allocator keeps after frees.
+    pub heap_allocated_kib: u64,
     /// The server's engine threads since the previous sample.
     pub engine: Vec<EngineThread>,
     /// The machine since the previous sample: steal, irq + softirq.
@@ -57,7 +60,7 @@ sessions,connections,came,went,sent,late,max_late_ms,rtsp_requests,rtsp_not_2xx,
 viewer_sessions,lives,ended_teardown,ended_close,ended_bye,early_bye,viewer_requests,\
 packets,lost_udp,gaps_tcp,errors,client_cpu_s,\
 rss_anon_kib,rss_file_kib,rss_shmem_kib,not_ready,steal_ms,usual_steal_ms,irq_softirq_ms,\
-late_whose";
+late_whose,heap_allocated_kib";
 
 /// Per engine thread (`e` alone: summed over them), since the previous
 /// sample; `late` and `max_late_ms` come from `/metrics`.
@@ -152,14 +155,15 @@ impl Sample {
         let whose = self.split().map_or(String::new(), |s| s.name());
         let _ = write!(
             row,
-            ",{},{},{},{},{:.0},{:.1},{:.0},{whose}",
+            ",{},{},{},{},{:.0},{:.1},{:.0},{whose},{}",
             p.rss_anon_kib,
             p.rss_file_kib,
             p.rss_shmem_kib,
             self.not_ready,
             m.steal_ms,
             m.usual_steal_ms,
-            m.irq_ms
+            m.irq_ms,
+            self.heap_allocated_kib
         );
         row.push_str(&thread_csv(&self.engine_sum()));
         for i in threads {
@@ -406,6 +410,11 @@ impl SoakReport {
                 mib(p.rss_shmem_kib)
             ),
             self.growth_line("server heap (RssAnon)", "MiB", |s| mib(s.proc.rss_anon_kib)),
+            self.growth_line(
+                "of it allocated (not freed; the rest the allocator keeps)",
+                "MiB",
+                |s| mib(s.heap_allocated_kib),
+            ),
             file,
         ]
     }
@@ -665,6 +674,7 @@ impl SoakReport {
                 vec![
                     ("VmRSS", line(&|x| mib(x.proc.rss_kib))),
                     ("RssAnon (heap)", line(&|x| mib(x.proc.rss_anon_kib))),
+                    ("heap allocated", line(&|x| mib(x.heap_allocated_kib))),
                     (
                         "RssFile (mapped titles)",
                         line(&|x| mib(x.proc.rss_file_kib)),

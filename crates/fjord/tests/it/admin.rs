@@ -116,6 +116,13 @@ fn metrics_and_the_api_follow_a_session_and_end_it() {
         during.contains("fjord_storage_queue{class=\"refill\"}"),
         "{during}"
     );
+    // The heap the server holds, as the allocator counts it: some MiB, not
+    // none, not the whole machine.
+    let heap = sample(&during, "fjord_heap_allocated_bytes");
+    assert!(
+        (1e5..1e9).contains(&heap),
+        "heap allocated {heap}: {during}"
+    );
 
     let sessions = get_json(&format!("{admin}/api/v1/sessions"));
     let s = &sessions.as_array().unwrap()[..];
