@@ -47,7 +47,7 @@ pub struct Sample {
     /// storage layer's wait; session starts included), from `/metrics`.
     pub not_ready: u64,
     /// Heap the server's code holds (`fjord_heap_allocated_bytes`), KiB:
-    /// RssAnon less what the allocator keeps after frees.
+    /// allocated and not freed, touched or not.
     pub heap_allocated_kib: u64,
     /// The server's engine threads since the previous sample.
     pub engine: Vec<EngineThread>,
