@@ -20,6 +20,9 @@ pub enum Mode {
     Starting = 0,
     Playing = 1,
     Paused = 2,
+    /// Set up, never played: where it will start is not known yet (a PLAY
+    /// may seek), so nothing is read for it.
+    Idle = 3,
 }
 
 pub struct Cursor {
@@ -48,7 +51,7 @@ impl Cursor {
         Self {
             next: AtomicU32::new(0),
             window: AtomicU64::new(0),
-            mode: AtomicU8::new(Mode::Starting as u8),
+            mode: AtomicU8::new(Mode::Idle as u8),
             rate: AtomicU32::new(REAL_TIME),
             uses: AtomicU8::new(uses.0),
             failed: AtomicBool::new(false),
@@ -113,7 +116,8 @@ impl Cursor {
         match self.mode.load(Relaxed) {
             0 => Mode::Starting,
             1 => Mode::Playing,
-            _ => Mode::Paused,
+            2 => Mode::Paused,
+            _ => Mode::Idle,
         }
     }
 

@@ -435,8 +435,8 @@ impl Storage {
         q
     }
 
-    /// Registers a session of `source`'s track `track` reading `uses`,
-    /// positioned at packet 0 and waiting to start.
+    /// Registers a session of `source`'s track `track` reading `uses`; it
+    /// is read for once [`ReadAhead::position`] says where it starts.
     pub fn register(
         &self,
         source: Arc<dyn Source>,
@@ -876,6 +876,11 @@ impl Worker {
         }
         let time = |i| e.source.send_time_ns(e.track, i).unwrap_or(u64::MAX);
         let (mode, rate) = (e.cursor.mode(), Rate(e.cursor.rate()));
+        if mode == Mode::Idle {
+            // A PLAY pokes it. Read from packet 0 at its set-up, a session
+            // whose PLAY seeked found a window ending just past its place.
+            return (now + IDLE * 5, None);
+        }
         // A new place (a start or a seek) has an empty window: its first
         // read is planned from the title's average rate, so that planning
         // reads none of its tables (the refill reads them first, in one
@@ -915,7 +920,7 @@ impl Worker {
         let deadline = match mode {
             Mode::Playing => now + lead,
             Mode::Starting => now,
-            Mode::Paused => now + IDLE * 5,
+            Mode::Paused | Mode::Idle => now + IDLE * 5,
         };
         (now, Some((to.clamp(end + 1, count), deadline)))
     }

@@ -212,6 +212,24 @@ fn a_faster_session_reads_its_title_further_ahead() {
     assert!(ahead <= 250, "{ahead} packets read ahead at 1x");
 }
 
+/// A session set up but not played reads nothing: its PLAY may seek, and
+/// a window read from packet 0 at set-up ended just past a PLAY's place
+/// (its first packets then waited for the storage layer, in a soak).
+#[test]
+fn a_session_is_read_for_once_it_is_positioned() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    eventually("registered", || s.stats().sessions == 1);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(s.stats().pinned_bytes, 0, "read before its PLAY");
+    r.position(180, Mode::Starting, REAL_TIME);
+    eventually("the PLAY's place is read", || {
+        r.cursor().ready_from(180) > 0
+    });
+}
+
 #[test]
 fn a_seek_moves_the_window_and_is_read_first() {
     let dir = tempfile::tempdir().unwrap();
