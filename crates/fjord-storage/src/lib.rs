@@ -1,12 +1,15 @@
 //! fjord's storage layer: an engine thread never waits for a disk.
 //!
 //! In: titles as [`Source`]s (their mapped files, which bytes a run of
-//! packets touches and which table bytes that is found from), sessions registered as [`ReadAhead`]s with their
-//! position, a memory budget. Out: per session a window of packets whose
-//! bytes are resident and locked ([`Cursor::ready_from`], a few atomic
-//! loads, never a lock or a wait), kept `readahead` ahead of the session by
-//! worker threads per disk, earliest deadline first; a failed mark when a
-//! title's files changed or could not be read. The first seconds and the
+//! packets touches and which table bytes that is found from), sessions
+//! registered as [`ReadAhead`]s with their position and the rate they move
+//! through the title at (fast forward and RTSP `Speed` move faster), a
+//! memory budget. Out: per session a window of packets whose bytes are
+//! resident and locked ([`Cursor::ready_from`], a few atomic loads, never a
+//! lock or a wait), kept `readahead` of wall time ahead of the session by
+//! worker threads per disk, earliest deadline first, from its first
+//! position on (nothing is read for a session never played); a failed mark
+//! when a title's files changed or could not be read. The first seconds and the
 //! tables of every loaded title stay resident ([`HeadPin`]). Admission
 //! ([`Storage::reserve`]) promises a stream its disk's bandwidth and its
 //! read-ahead memory, or refuses it.

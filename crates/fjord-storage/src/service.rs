@@ -877,8 +877,8 @@ impl Worker {
         let time = |i| e.source.send_time_ns(e.track, i).unwrap_or(u64::MAX);
         let (mode, rate) = (e.cursor.mode(), Rate(e.cursor.rate()));
         if mode == Mode::Idle {
-            // A PLAY pokes it. Read from packet 0 at its set-up, a session
-            // whose PLAY seeked found a window ending just past its place.
+            // Its PLAY pokes it. Reading from packet 0 at set-up gave a
+            // session whose PLAY seeks a window ending just past its place.
             return (now + IDLE * 5, None);
         }
         // A new place (a start or a seek) has an empty window: its first
@@ -898,6 +898,8 @@ impl Worker {
             } else {
                 IDLE
             };
+            // Never `now` itself: planning looks again at every check due
+            // by `now`, so one due at once would be planned for ever.
             return (now + until_low.clamp(MIN_LOOK, IDLE * 5), None);
         }
         let committed = self.inner.committed.load(Relaxed);
