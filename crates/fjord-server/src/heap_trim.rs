@@ -4,21 +4,25 @@
 //! workers') each keep some: RssAnon then creeps up with churn while the
 //! heap in use does not (`fjord_heap_allocated_bytes` beside it in
 //! `/metrics` tells which). `malloc_trim` walks the arenas and releases
-//! their free pages, off the runtime's threads (how long it took is logged
-//! at debug level).
+//! their free pages, on a thread of its own: it takes each arena's lock in
+//! turn (how long it took is logged at debug level), and a blocking-pool
+//! thread started for it would come and go.
 
 use std::time::Duration;
 
 const EVERY: Duration = Duration::from_secs(60);
 
-pub(crate) async fn every_minute() {
-    let mut tick = tokio::time::interval(EVERY);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        if tokio::task::spawn_blocking(trim).await.is_err() {
-            return;
-        }
+pub(crate) fn every_minute() {
+    let started = std::thread::Builder::new()
+        .name("fjord-heap-trim".into())
+        .spawn(|| {
+            loop {
+                std::thread::sleep(EVERY);
+                trim();
+            }
+        });
+    if let Err(e) = started {
+        tracing::warn!("no heap trimming: {e}");
     }
 }
 

@@ -255,7 +255,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     );
 
     tokio::spawn(reap_idle_sessions(server.clone()));
-    tokio::spawn(heap_trim::every_minute());
+    heap_trim::every_minute();
     if !server.config().stats_file.as_os_str().is_empty() {
         let path = server.config().stats_file.clone();
         tokio::spawn(stats_file::write_every_second(server.clone(), path));

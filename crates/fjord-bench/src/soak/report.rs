@@ -411,7 +411,7 @@ impl SoakReport {
             ),
             self.growth_line("server heap (RssAnon)", "MiB", |s| mib(s.proc.rss_anon_kib)),
             self.growth_line(
-                "of it allocated (not freed; the rest the allocator keeps)",
+                "heap allocated and not freed (glibc's count, untouched pages included; flat while RssAnon grows: the allocator keeps freed memory)",
                 "MiB",
                 |s| mib(s.heap_allocated_kib),
             ),
