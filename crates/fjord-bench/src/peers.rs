@@ -91,6 +91,8 @@ pub struct PeersConfig {
     pub media_dir: PathBuf,
     /// Packets per send of the kernel floor rows; empty: no floor.
     pub floor_bursts: Vec<usize>,
+    /// The servers to measure (of [`Peer::ALL`]); the others are skipped.
+    pub servers: Vec<Peer>,
 }
 
 /// The servers measured, and the kernel floor at a burst size.
@@ -104,6 +106,16 @@ pub enum Peer {
 
 impl Peer {
     pub const ALL: [Peer; 3] = [Peer::Fjord, Peer::Live555, Peer::Gst];
+
+    /// The server named `name` on the command line: fjord, live555, gst.
+    pub fn parse(name: &str) -> Option<Peer> {
+        match name {
+            "fjord" => Some(Peer::Fjord),
+            "live555" => Some(Peer::Live555),
+            "gst" | "gstreamer" => Some(Peer::Gst),
+            _ => None,
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -809,7 +821,14 @@ pub fn run(cfg: &PeersConfig) -> anyhow::Result<PeersReport> {
     let mut prepared = Vec::new();
     let mut results = Vec::new();
     for peer in Peer::ALL {
-        match prepare(peer, cfg, &title, scratch.path()) {
+        let asked = match cfg.servers.contains(&peer) {
+            true => Ok(()),
+            false => Err(format!(
+                "{}: skipped, not asked for (--servers)",
+                peer.name()
+            )),
+        };
+        match asked.and_then(|()| prepare(peer, cfg, &title, scratch.path())) {
             Ok((p, version)) => {
                 prepared.push(p);
                 results.push(PeerResult {
@@ -1391,6 +1410,7 @@ mod tests {
                 fjord_exe: "fjord".into(),
                 media_dir: "m".into(),
                 floor_bursts: vec![1, 16],
+                servers: Peer::ALL.to_vec(),
             },
             load_cpu: 1,
             title: "t.ts".into(),

@@ -504,6 +504,9 @@ pub struct PeersArgs {
     /// peers-curve.csv and peers-curve.svg
     #[arg(long, value_delimiter = ',')]
     pub loads: Vec<usize>,
+    /// The servers to measure beside the floor: fjord, live555, gst
+    #[arg(long, value_delimiter = ',', default_values_t = ["fjord".to_string(), "live555".into(), "gst".into()])]
+    pub servers: Vec<String>,
 }
 
 fn http(a: HttpArgs) -> anyhow::Result<()> {
@@ -535,6 +538,12 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
             .join("fjord")
             .join("peers"),
     };
+    let servers = (a.servers.iter())
+        .map(|n| {
+            peers::Peer::parse(n)
+                .with_context(|| format!("--servers: no server {n:?} (fjord, live555, gst)"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let cfg = PeersConfig {
         sessions: a.sessions,
         seconds: a.seconds,
@@ -550,6 +559,7 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
         } else {
             a.floor_bursts.clone()
         },
+        servers,
     };
     let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
     let floor = match a.no_floor {
@@ -557,7 +567,7 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
         false => format!(" --floor-bursts {}", list(&a.floor_bursts)),
     };
     let command = format!(
-        "fjord bench peers {} --seconds {}{}{}{}{} --reps {} --out {}",
+        "fjord bench peers {} --seconds {}{}{}{}{} --reps {} --servers {} --out {}",
         match a.loads.is_empty() {
             true => format!("--sessions {}", a.sessions),
             false => format!("--loads {}", list(&a.loads)),
@@ -568,6 +578,7 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
         if a.gro { " --gro" } else { "" },
         floor,
         a.reps,
+        a.servers.join(","),
         a.out.display()
     );
     let load_avg = || {

@@ -418,6 +418,7 @@ mod tests {
                 fjord_exe: "fjord".into(),
                 media_dir: "m".into(),
                 floor_bursts: vec![1, 4],
+                servers: Peer::ALL.to_vec(),
             },
             load_cpu: 1,
             title: "t".into(),
