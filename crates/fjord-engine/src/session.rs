@@ -364,10 +364,6 @@ impl Session {
             next = self.next,
             ?resident,
             sent = self.packets,
-            cur = self
-                .readahead
-                .as_ref()
-                .map_or(0, |r| r.cursor() as *const _ as usize),
             "a playing session's next packet is not read yet (logged once per session)"
         );
     }
