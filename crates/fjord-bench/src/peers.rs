@@ -59,6 +59,7 @@ use crate::{
 pub mod burst;
 pub mod curve;
 pub mod floor;
+pub mod idle;
 
 /// The GStreamer server program, written to a temporary file at run time.
 pub const GST_SCRIPT: &str = include_str!("../../../bench/peers/gst_rtsp_vod.py");

@@ -49,6 +49,17 @@ pub enum BenchCmd {
     /// bursts of each --floor-bursts. Writes peers.md and peers.csv to
     /// --out and prints the table.
     Peers(PeersArgs),
+    /// What fjord costs beyond its packets: an idle server (--sessions 0,
+    /// the default) or one with a few sessions, thread by thread.
+    ///
+    /// Starts `fjord serve` as `fjord bench peers` does (pinned to --cpu,
+    /// one engine thread), plays --sessions of its title to plain `fjord
+    /// load` receivers on the next CPU, and after 3 s of warm-up reads each
+    /// of its threads' time on a CPU and wake-ups over --seconds. With
+    /// sessions, the kernel floor of the same packets runs after each run
+    /// (prebuilt packets at fjord's measured burst), and the report gives
+    /// fjord's share of a core beyond it. Writes idle.md to --out.
+    Idle(IdleArgs),
     /// What the disk under a media root sustains: sequential and random
     /// reads past the page cache (O_DIRECT), MB/s, IOPS and latency.
     ///
@@ -527,17 +538,85 @@ fn http(a: HttpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn peers(a: PeersArgs) -> anyhow::Result<()> {
-    use fjord_bench::peers::{self, PeersConfig, PeersReport, curve};
-    let media = match a.media.clone() {
-        Some(m) => m,
-        None => std::env::var_os("XDG_CACHE_HOME")
+/// Where `bench peers` and `bench idle` keep their title.
+fn peers_media(asked: Option<PathBuf>) -> PathBuf {
+    asked.unwrap_or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
             .unwrap_or_else(std::env::temp_dir)
             .join("fjord")
-            .join("peers"),
+            .join("peers")
+    })
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct IdleArgs {
+    /// Sessions playing while fjord is measured (0: an idle server)
+    #[arg(long, default_value_t = 0)]
+    pub sessions: usize,
+    /// Seconds measured per run (after 3 s of warm-up)
+    #[arg(long, default_value_t = 30.0)]
+    pub seconds: f64,
+    /// Runs (a fresh server each); medians over these
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// CPU the server is pinned to (the receivers take the next one)
+    #[arg(long, default_value_t = 0)]
+    pub cpu: usize,
+    /// The server, all its threads, and the floor's sender under
+    /// SCHED_FIFO at one low priority; needs root or CAP_SYS_NICE
+    #[arg(long)]
+    pub realtime: bool,
+    /// Directory for idle.md
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Where the title is made and kept [default: $XDG_CACHE_HOME/fjord/peers]
+    #[arg(long)]
+    pub media: Option<PathBuf>,
+}
+
+fn idle(a: IdleArgs) -> anyhow::Result<()> {
+    use fjord_bench::peers::{Peer, PeersConfig, idle};
+    anyhow::ensure!(a.reps > 0, "--reps must be at least 1");
+    anyhow::ensure!(
+        a.seconds.is_finite() && a.seconds > 0.0,
+        "--seconds must be positive"
+    );
+    let cfg = PeersConfig {
+        sessions: a.sessions,
+        seconds: a.seconds,
+        tcp: false,
+        reps: a.reps,
+        cpu: a.cpu,
+        realtime: a.realtime,
+        gro: false,
+        fjord_exe: std::env::current_exe()?,
+        media_dir: peers_media(a.media.clone()),
+        floor_bursts: Vec::new(),
+        servers: vec![Peer::Fjord],
     };
+    let runs = idle::run(&cfg)?;
+    let command = format!(
+        "fjord bench idle --sessions {} --seconds {} --reps {} --cpu {}{} --out {}",
+        a.sessions,
+        a.seconds,
+        a.reps,
+        a.cpu,
+        if a.realtime { " --realtime" } else { "" },
+        a.out.display()
+    );
+    let md = idle::markdown(&runs, &cfg, &command);
+    std::fs::create_dir_all(&a.out)?;
+    let path = a.out.join("idle.md");
+    std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
+    println!("{md}\nwritten: {}", path.display());
+    Ok(())
+}
+
+fn peers(a: PeersArgs) -> anyhow::Result<()> {
+    use fjord_bench::peers::{self, PeersConfig, PeersReport, curve};
+    let media = peers_media(a.media.clone());
     let servers = (a.servers.iter())
         .map(|n| {
             peers::Peer::parse(n)
@@ -987,6 +1066,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Capacity(a) => return capacity(a),
         BenchCmd::Txtime(a) => return txtime(a),
         BenchCmd::Peers(a) => return peers(a),
+        BenchCmd::Idle(a) => return idle(a),
         BenchCmd::Disk(a) => return disk(a),
         BenchCmd::Storage(a) => return storage(a),
         BenchCmd::Http(a) => return http(a),
