@@ -23,9 +23,18 @@ pub(crate) struct Sample {
     pub late: u64,
 }
 
-#[derive(Default)]
 pub(crate) struct History {
     samples: Mutex<VecDeque<Sample>>,
+}
+
+impl Default for History {
+    /// All of its room at once: it would grow to it over the first ten
+    /// minutes anyway, doubling as it goes.
+    fn default() -> Self {
+        Self {
+            samples: Mutex::new(VecDeque::with_capacity(KEPT)),
+        }
+    }
 }
 
 impl History {
