@@ -406,6 +406,7 @@ impl Sampler<'_> {
             client_cpu_s: own.as_secs_f64(),
             not_ready: m.sum("fjord_not_ready_packets_total") as u64,
             heap_allocated_kib: m.sum("fjord_heap_allocated_bytes") as u64 / 1024,
+            heap_live_kib: m.sum("fjord_heap_live_bytes") as u64 / 1024,
             engine,
             machine,
         })

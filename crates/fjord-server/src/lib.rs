@@ -14,6 +14,7 @@ pub mod config;
 mod conn;
 mod control;
 mod guard;
+pub mod heap_count;
 mod heap_trim;
 mod http;
 mod lifecycle;

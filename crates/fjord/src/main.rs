@@ -12,6 +12,10 @@ mod play;
 mod play_broadcast;
 
 use clap::{Parser, Subcommand};
+
+/// Counts what the server's code holds (`fjord_heap_live_bytes`).
+#[global_allocator]
+static HEAP: fjord_server::heap_count::Counting = fjord_server::heap_count::Counting;
 use fjord_media::{ingest, ts::TsOptions};
 use fjord_server::Config;
 use indicatif::{ProgressBar, ProgressStyle};

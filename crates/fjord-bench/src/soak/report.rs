@@ -46,9 +46,11 @@ pub struct Sample {
     /// Times the engine found a session's next packet not read yet (the
     /// storage layer's wait; session starts included), from `/metrics`.
     pub not_ready: u64,
-    /// Heap the server's code holds (`fjord_heap_allocated_bytes`), KiB:
-    /// allocated and not freed, touched or not.
+    /// Heap the allocator counts in use (`fjord_heap_allocated_bytes`),
+    /// KiB: the live bytes plus chunk headers and its thread caches.
     pub heap_allocated_kib: u64,
+    /// Heap the server's code holds (`fjord_heap_live_bytes`), KiB.
+    pub heap_live_kib: u64,
     /// The server's engine threads since the previous sample.
     pub engine: Vec<EngineThread>,
     /// The machine since the previous sample: steal, irq + softirq.
@@ -60,7 +62,7 @@ sessions,connections,came,went,sent,late,max_late_ms,rtsp_requests,rtsp_not_2xx,
 viewer_sessions,lives,ended_teardown,ended_close,ended_bye,early_bye,viewer_requests,\
 packets,lost_udp,gaps_tcp,errors,client_cpu_s,\
 rss_anon_kib,rss_file_kib,rss_shmem_kib,not_ready,steal_ms,usual_steal_ms,irq_softirq_ms,\
-late_whose,heap_allocated_kib";
+late_whose,heap_allocated_kib,heap_live_kib";
 
 /// Per engine thread (`e` alone: summed over them), since the previous
 /// sample; `late` and `max_late_ms` come from `/metrics`.
@@ -155,7 +157,7 @@ impl Sample {
         let whose = self.split().map_or(String::new(), |s| s.name());
         let _ = write!(
             row,
-            ",{},{},{},{},{:.0},{:.1},{:.0},{whose},{}",
+            ",{},{},{},{},{:.0},{:.1},{:.0},{whose},{},{}",
             p.rss_anon_kib,
             p.rss_file_kib,
             p.rss_shmem_kib,
@@ -163,7 +165,8 @@ impl Sample {
             m.steal_ms,
             m.usual_steal_ms,
             m.irq_ms,
-            self.heap_allocated_kib
+            self.heap_allocated_kib,
+            self.heap_live_kib
         );
         row.push_str(&thread_csv(&self.engine_sum()));
         for i in threads {
@@ -411,7 +414,12 @@ impl SoakReport {
             ),
             self.growth_line("server heap (RssAnon)", "MiB", |s| mib(s.proc.rss_anon_kib)),
             self.growth_line(
-                "heap allocated and not freed (glibc's count, untouched pages included; flat while RssAnon grows: the allocator keeps freed memory)",
+                "heap the server's code holds (counted at each allocation and free: a leak shows here)",
+                "MiB",
+                |s| mib(s.heap_live_kib),
+            ),
+            self.growth_line(
+                "heap the allocator counts in use (glibc's: the above plus chunk headers and each thread's cache of freed chunks, untouched pages included)",
                 "MiB",
                 |s| mib(s.heap_allocated_kib),
             ),
@@ -675,6 +683,7 @@ impl SoakReport {
                     ("VmRSS", line(&|x| mib(x.proc.rss_kib))),
                     ("RssAnon (heap)", line(&|x| mib(x.proc.rss_anon_kib))),
                     ("heap allocated", line(&|x| mib(x.heap_allocated_kib))),
+                    ("heap live (fjord's code)", line(&|x| mib(x.heap_live_kib))),
                     (
                         "RssFile (mapped titles)",
                         line(&|x| mib(x.proc.rss_file_kib)),

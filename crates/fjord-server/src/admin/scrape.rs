@@ -278,18 +278,27 @@ fn connections(reg: &mut Registry, server: &Server) {
     );
 }
 
-/// What the allocator holds (glibc's `mallinfo2`, summed over its arenas):
-/// beside the process's RssAnon it tells a leak (allocated grows) from
-/// freed memory the allocator keeps (retained grows).
+/// What the server's code holds (counted as it allocates), and what the
+/// allocator holds (glibc's `mallinfo2`, summed over its arenas): beside
+/// the process's RssAnon they tell a leak (live grows) from memory the
+/// allocator keeps (allocated or retained grow alone).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn heap(reg: &mut Registry) {
+    if let Some(live) = crate::heap_count::live_bytes() {
+        gauge(
+            reg,
+            "fjord_heap_live_bytes",
+            "Heap memory the server's code holds (counted at each allocation and free)",
+            [(vec![], live as i64)],
+        );
+    }
     // SAFETY: mallinfo2 takes no arguments and only reads the allocator's
     // state under its arena locks.
     let m = unsafe { libc::mallinfo2() };
     gauge(
         reg,
         "fjord_heap_allocated_bytes",
-        "Heap memory in use by the server (allocated and not freed, mmapped blocks included)",
+        "Heap memory the allocator counts in use (the live bytes, chunk headers, its per-thread caches; mmapped blocks included)",
         [(vec![], (m.uordblks + m.hblkhd) as i64)],
     );
     gauge(

@@ -123,6 +123,10 @@ fn metrics_and_the_api_follow_a_session_and_end_it() {
         (1e5..1e9).contains(&heap),
         "heap allocated {heap}: {during}"
     );
+    // What its code holds, counted by its allocator: less than the
+    // allocator's own figure (which adds headers and thread caches).
+    let live = sample(&during, "fjord_heap_live_bytes");
+    assert!((1e5..=heap).contains(&live), "heap live {live}: {during}");
 
     let sessions = get_json(&format!("{admin}/api/v1/sessions"));
     let s = &sessions.as_array().unwrap()[..];
