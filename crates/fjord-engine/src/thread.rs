@@ -97,18 +97,23 @@ impl Engine {
         let _ = self.queues[i].send(cmd);
     }
 
+    /// Asks every thread for its account: each answers `reply` with its
+    /// index, on its own thread (so `reply` must not block), and drops it.
+    pub fn ask_stats(&self, reply: impl Fn(usize, ThreadStats) + Clone + Send + 'static) {
+        for (i, q) in self.queues.iter().enumerate() {
+            let reply = reply.clone();
+            let _ = q.send(Command::Stats {
+                reply: Box::new(move |s| reply(i, s)),
+            });
+        }
+    }
+
     /// Every thread's account (waits for each to answer).
     pub fn stats(&self) -> Vec<ThreadStats> {
         let (tx, rx) = crossbeam_channel::unbounded();
-        for (i, q) in self.queues.iter().enumerate() {
-            let tx = tx.clone();
-            let _ = q.send(Command::Stats {
-                reply: Box::new(move |s| {
-                    let _ = tx.send((i, s));
-                }),
-            });
-        }
-        drop(tx);
+        self.ask_stats(move |i, s| {
+            let _ = tx.send((i, s));
+        });
         let mut all: Vec<(usize, ThreadStats)> = rx.iter().collect();
         all.sort_by_key(|(i, _)| *i);
         all.into_iter().map(|(_, s)| s).collect()

@@ -56,11 +56,7 @@ pub(crate) async fn sample_every_second(server: Arc<Server>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let s = server.clone();
-        // Engine::stats waits for every engine thread to answer.
-        let Ok(threads) = tokio::task::spawn_blocking(move || s.engine.stats()).await else {
-            return;
-        };
+        let threads = super::snapshot::threads(&server).await;
         server.history.push(Sample {
             unix_ms: super::snapshot::unix_ms(),
             sessions: threads.iter().map(|t| t.sessions).sum(),

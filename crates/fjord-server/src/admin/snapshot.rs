@@ -3,7 +3,7 @@
 //! the control plane and its engine streams know it, connections, the
 //! storage layer.
 
-use std::{sync::Arc, time::Instant};
+use std::time::Instant;
 
 use fjord_engine::{Command, ThreadStats};
 use fjord_proto::rtsp::session::State;
@@ -17,11 +17,21 @@ pub(crate) fn unix_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// Every engine thread's counters, in thread order.
-pub(crate) async fn threads(server: &Arc<Server>) -> Vec<ThreadStats> {
-    let s = server.clone();
-    // Engine::stats waits for every engine thread to answer.
-    (tokio::task::spawn_blocking(move || s.engine.stats()).await).unwrap_or_default()
+/// Every engine thread's counters, in thread order. Awaited, not waited
+/// for on the blocking pool: asked every second (the status page's
+/// history) and at each scrape, that kept a pool thread or two alive.
+pub(crate) async fn threads(server: &Server) -> Vec<ThreadStats> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    server.engine.ask_stats(move |i, s| {
+        let _ = tx.send((i, s));
+    });
+    let mut all = Vec::new();
+    // Ends when every thread has answered (and dropped its sender).
+    while let Some(answer) = rx.recv().await {
+        all.push(answer);
+    }
+    all.sort_by_key(|(i, _)| *i);
+    all.into_iter().map(|(_, s)| s).collect()
 }
 
 #[derive(Serialize)]
