@@ -355,7 +355,10 @@ impl SoakReport {
         let mut v = self.rss_lines();
         v.extend([
             self.growth_line("server open fds", "fds", |s| s.proc.fds as f64),
-            self.growth_line("server threads", "threads", |s| s.proc.threads as f64),
+            self.growth_line("server threads", "threads", |s| s.proc.threads as f64)
+                + " (tokio's blocking pool, at most 64 threads, reads titles' indexes and \
+                   disk pages for seeks and downloads; an idle one ends after a minute, so the \
+                   count follows the peak of such waits within that bound)",
             self.growth_line("kernel slab (system-wide)", "MiB", |s| mib(s.proc.slab_kib)),
             self.growth_line("kernel SUnreclaim (system-wide)", "MiB", |s| {
                 mib(s.proc.sunreclaim_kib)
