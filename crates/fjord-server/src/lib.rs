@@ -3,7 +3,9 @@
 //! (module `http`: files and segments go by `sendfile`, never through
 //! user space). Playing happens in the engine threads; this side
 //! only sends them commands. Connections of both listeners share one set
-//! of limits (`slots`).
+//! of limits (`slots`). The binary installs [`heap_count::Counting`] as
+//! its allocator, so `/metrics` can tell the heap the server holds from
+//! what the allocator keeps.
 
 mod access;
 mod admin;

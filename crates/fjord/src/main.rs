@@ -12,13 +12,13 @@ mod play;
 mod play_broadcast;
 
 use clap::{Parser, Subcommand};
+use fjord_media::{ingest, ts::TsOptions};
+use fjord_server::Config;
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// Counts what the server's code holds (`fjord_heap_live_bytes`).
 #[global_allocator]
 static HEAP: fjord_server::heap_count::Counting = fjord_server::heap_count::Counting;
-use fjord_media::{ingest, ts::TsOptions};
-use fjord_server::Config;
-use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
 #[command(
