@@ -14,6 +14,7 @@ pub mod datapath;
 mod inbox;
 mod interleaved;
 mod lateness;
+mod prefault;
 mod rebuild;
 mod session;
 mod storage;

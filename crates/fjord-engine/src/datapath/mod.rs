@@ -23,7 +23,7 @@ use fjord_media::plan::MAX_PREFIX;
 use fjord_proto::rtp::RTP_HEADER_LEN;
 use socket2::{SockAddr, Socket};
 
-use crate::UdpSocket;
+use crate::{UdpSocket, prefault::prefault};
 
 pub use gso::Gso;
 pub use gso_zerocopy::GsoZerocopy;
@@ -196,11 +196,16 @@ pub struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
+    /// Room for `packets` and `bursts`, resident at once (see
+    /// [`crate::prefault`]).
     pub fn with_capacity(packets: usize, bursts: usize) -> Self {
-        Self {
+        let mut batch = Self {
             packets: Vec::with_capacity(packets),
             bursts: Vec::with_capacity(bursts),
-        }
+        };
+        prefault(&mut batch.packets);
+        prefault(&mut batch.bursts);
+        batch
     }
 
     pub fn is_empty(&self) -> bool {

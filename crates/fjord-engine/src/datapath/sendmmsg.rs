@@ -26,6 +26,7 @@ use std::{
     os::fd::AsRawFd,
 };
 
+use crate::prefault::prefault;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use super::{Batch, Counters, DataPath, FAULTED, MAX_BATCH_PACKETS, iovec, is_fault, is_transient};
@@ -54,16 +55,21 @@ pub struct Sendmmsg {
 unsafe impl Send for Sendmmsg {}
 
 impl Default for Sendmmsg {
-    /// Arrays reserved for the largest call and batch up front.
+    /// Arrays reserved for the largest call and batch up front, resident
+    /// (see `crate::prefault`).
     fn default() -> Self {
-        Self {
+        let mut path = Self {
             socket: None,
             v6: false,
             msgs: Vec::with_capacity(MAX_MESSAGES),
             iovs: Vec::with_capacity(3 * MAX_MESSAGES),
             addrs: Vec::with_capacity(MAX_BATCH_PACKETS),
             counters: Counters::default(),
-        }
+        };
+        prefault(&mut path.msgs);
+        prefault(&mut path.iovs);
+        prefault(&mut path.addrs);
+        path
     }
 }
 

@@ -30,6 +30,7 @@ use super::{
     gso_zerocopy::{MIN_ZEROCOPY_BYTES, zc_group_len},
     is_transient, set_name,
 };
+use crate::prefault::prefault;
 use socket2::SockAddr;
 
 /// Submission queue entries: the most groups in one `io_uring_enter`.
@@ -99,10 +100,11 @@ impl Uring {
             }
         }
         let n = ENTRIES as usize;
-        Self {
+        let mut path = Self {
             ring,
             zerocopy,
-            // Room for a large tick up front: steady state allocates nothing.
+            // Room for a large tick up front, resident (see
+            // `crate::prefault`): steady state allocates nothing.
             groups: Vec::with_capacity(MAX_BATCH_PACKETS),
             msgs: Vec::with_capacity(n),
             iovs: Vec::with_capacity(n),
@@ -110,7 +112,14 @@ impl Uring {
             addrs: Vec::with_capacity(n),
             stopped: Vec::with_capacity(MAX_BATCH_PACKETS),
             counters: Counters::default(),
-        }
+        };
+        prefault(&mut path.groups);
+        prefault(&mut path.msgs);
+        prefault(&mut path.iovs);
+        prefault(&mut path.controls);
+        prefault(&mut path.addrs);
+        prefault(&mut path.stopped);
+        path
     }
 
     /// Submits `groups[range]` (at most `ENTRIES`), waits for all of them,
