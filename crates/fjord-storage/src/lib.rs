@@ -38,6 +38,7 @@ pub mod overlay;
 pub mod pin;
 pub mod sched;
 mod service;
+mod signal;
 mod source;
 
 pub use admission::Refusal;

@@ -28,6 +28,7 @@ use crate::{
     cursor::{Cursor, Mode, REAL_TIME},
     pin::{CHUNK, ChunkKey, PinError, Pins},
     sched::{self, Class, Scheduler, Ticket},
+    signal::Signal,
     source::{Extent, Source, Uses},
 };
 
@@ -133,7 +134,8 @@ type Channel<T> = (Sender<T>, Receiver<T>);
 
 struct Disk {
     state: Mutex<DiskState>,
-    wake: Condvar,
+    /// Wakes the disk's workers: anything that gives them work notifies.
+    wake: Signal,
     pokes: Channel<usize>,
     /// Sessions registered and not yet in `state` (id, entry): an engine
     /// thread registers its sessions, and it never takes `state`'s lock,
@@ -154,9 +156,10 @@ struct DiskState {
     checks: BinaryHeap<Reverse<(Instant, usize, u64)>>,
     /// Refills (earliest deadline first) and bulk work, shared by DRR.
     sched: Scheduler<Tag>,
-    /// An idle worker waits for the next check; the others wait to be
-    /// woken, so a check wakes one thread, not every worker of the disk.
-    timer_held: bool,
+    /// The idle worker that sleeps until the next check, and until when;
+    /// the others sleep until woken, so a check wakes one thread, not every
+    /// worker of the disk.
+    timer: Option<(Instant, usize)>,
 }
 
 /// What a scheduled request is for.
@@ -287,7 +290,8 @@ impl Drop for BulkGrant {
     fn drop(&mut self) {
         let now = self.disk.now_ns(Instant::now());
         lock(&self.disk.state).sched.complete(self.ticket, now);
-        self.disk.wake.notify_all();
+        // The slot it frees: one worker dispatches what waits for it.
+        self.disk.wake.notify_one();
     }
 }
 
@@ -542,7 +546,7 @@ impl Storage {
         let depth = self.inner.config.workers_per_disk.max(1);
         let disk = Arc::new(Disk {
             state: Mutex::new(DiskState {
-                timer_held: false,
+                timer: None,
                 entries: Vec::new(),
                 checks: BinaryHeap::new(),
                 sched: Scheduler::new(sched::Config {
@@ -552,18 +556,18 @@ impl Storage {
                     ..Default::default()
                 }),
             }),
-            wake: Condvar::new(),
+            wake: Signal::default(),
             pokes: crossbeam_channel::unbounded(),
             added: crossbeam_channel::unbounded(),
             free: crossbeam_channel::unbounded(),
             next_id: AtomicUsize::new(0),
             epoch: Instant::now(),
         });
-        for w in 0..self.inner.config.workers_per_disk.max(1) {
+        for index in 0..self.inner.config.workers_per_disk.max(1) {
             let (inner, disk) = (self.inner.clone(), disk.clone());
             std::thread::Builder::new()
-                .name(format!("fjord-storage-{w}"))
-                .spawn(move || Worker { inner, disk }.run())?;
+                .name(format!("fjord-storage-{index}"))
+                .spawn(move || Worker { inner, disk, index }.run())?;
         }
         disks.insert(device, disk.clone());
         Ok(disk)
@@ -681,12 +685,14 @@ struct Refill {
 struct Worker {
     inner: Arc<Inner>,
     disk: Arc<Disk>,
+    /// Its number among the disk's workers (who holds the timer).
+    index: usize,
 }
 
-/// How often an idle worker looks at its sessions anyway.
-const IDLE: Duration = Duration::from_millis(200);
-/// How often an idle worker that does not hold the timer looks anyway.
-const FOLLOWER_IDLE: Duration = Duration::from_secs(1);
+/// The longest a session goes without a look: what it passed is released
+/// at looks, and its place moves without a poke (the engine publishes it
+/// once per burst).
+const MAX_LOOK: Duration = Duration::from_secs(1);
 /// A first read slower than this is logged.
 const SLOW_FIRST_READ: Duration = Duration::from_millis(100);
 /// The soonest a session is looked at again when it needs nothing now.
@@ -711,8 +717,13 @@ impl Worker {
 
     /// Plans what is due and takes the most urgent refill; waits for one.
     fn next_refill(&self) -> Refill {
-        let mut st = lock(&self.disk.state);
         loop {
+            // Before looking: work made after this wakes the wait below.
+            let seen = self.disk.wake.seen();
+            let mut st = lock(&self.disk.state);
+            if st.timer.is_some_and(|(_, w)| w == self.index) {
+                st.timer = None;
+            }
             let now = Instant::now();
             // Before the pokes: a poke may be about an entry added since.
             while let Ok((id, entry)) = self.disk.added.1.try_recv() {
@@ -741,24 +752,28 @@ impl Worker {
                 }
             }
             if let Some(r) = self.take(&mut st, now) {
-                // Another idle worker takes the timer, or the next refill.
-                self.disk.wake.notify_one();
+                // Another idle worker takes the timer, or the next refill:
+                // if there is one (this worker plans this refill's session
+                // again when it finishes).
+                let queued = st.sched.queued_rt() + st.sched.queued_bulk();
+                if queued > 0 || !st.checks.is_empty() {
+                    self.disk.wake.notify_one();
+                }
                 return r;
             }
-            let timer = !st.timer_held;
-            let wait = match timer {
-                true => (st.checks.peek())
-                    .map_or(IDLE, |Reverse((at, ..))| at.saturating_duration_since(now))
-                    .min(IDLE),
-                false => FOLLOWER_IDLE,
+            // The timer goes to whoever would wake for the next check
+            // soonest: a check planned since its holder fell asleep may be
+            // due before it wakes.
+            let next = st.checks.peek().map(|Reverse((at, ..))| *at);
+            let wait = match (next, st.timer) {
+                (Some(at), held) if held.is_none_or(|(until, _)| at < until) => {
+                    st.timer = Some((at, self.index));
+                    Some(at.saturating_duration_since(now))
+                }
+                _ => None,
             };
-            st.timer_held |= timer;
-            st = (self.disk.wake.wait_timeout(st, wait))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-            if timer {
-                st.timer_held = false;
-            }
+            drop(st);
+            self.disk.wake.wait(seen, wait);
         }
     }
 
@@ -872,14 +887,14 @@ impl Worker {
         let count = e.source.packet_count(e.track);
         let (next, (start, end)) = (e.cursor.next(), e.cursor.window());
         if end >= count {
-            return (now + IDLE * 5, None);
+            return (now + MAX_LOOK, None);
         }
         let time = |i| e.source.send_time_ns(e.track, i).unwrap_or(u64::MAX);
         let (mode, rate) = (e.cursor.mode(), Rate(e.cursor.rate()));
         if mode == Mode::Idle {
             // Its PLAY pokes it. Reading from packet 0 at set-up gave a
             // session whose PLAY seeks a window ending just past its place.
-            return (now + IDLE * 5, None);
+            return (now + MAX_LOOK, None);
         }
         // A new place (a start or a seek) has an empty window: its first
         // read is planned from the title's average rate, so that planning
@@ -896,11 +911,11 @@ impl Worker {
             let until_low = if mode == Mode::Playing {
                 lead - low
             } else {
-                IDLE
+                MAX_LOOK // its PLAY pokes it
             };
             // Never `now` itself: planning looks again at every check due
             // by `now`, so one due at once would be planned for ever.
-            return (now + until_low.clamp(MIN_LOOK, IDLE * 5), None);
+            return (now + until_low.clamp(MIN_LOOK, MAX_LOOK), None);
         }
         let committed = self.inner.committed.load(Relaxed);
         if self.inner.pins.pinned_bytes() + committed >= cfg.budget {
@@ -922,7 +937,7 @@ impl Worker {
         let deadline = match mode {
             Mode::Playing => now + lead,
             Mode::Starting => now,
-            Mode::Paused | Mode::Idle => now + IDLE * 5,
+            Mode::Paused | Mode::Idle => now + MAX_LOOK,
         };
         (now, Some((to.clamp(end + 1, count), deadline)))
     }
@@ -971,8 +986,8 @@ impl Worker {
         let now = Instant::now();
         let c = &self.inner.counters;
         let mut st = lock(&self.disk.state);
+        // No wake-up: this worker looks next, at the slot this frees too.
         st.sched.complete(r.ticket, self.disk.now_ns(now));
-        self.disk.wake.notify_all();
         let Some(e) = st.entries.get_mut(r.id).and_then(Option::as_mut) else {
             if let Ok(chunks) = result {
                 self.inner.pins.unpin(&chunks);
