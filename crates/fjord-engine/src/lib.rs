@@ -20,6 +20,7 @@ mod session;
 mod storage;
 mod thread;
 pub mod title;
+mod totals;
 mod trick;
 mod wheel;
 
@@ -29,3 +30,4 @@ pub use command::{
 };
 pub use thread::{DEFAULT_BURST, Engine, EngineConfig, wake_grid};
 pub use title::{Title, VerifyError};
+pub use totals::Totals;

@@ -5,6 +5,7 @@
 use std::{
     collections::HashMap,
     io,
+    sync::Arc,
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -18,6 +19,7 @@ use crate::{
     interleaved::Connection,
     lateness::TickStart,
     session::{MAX_BURST_PACKETS, Pacing, Planned, Session},
+    totals::{Published, Totals},
     wheel::{TICK, Wheel},
 };
 
@@ -48,6 +50,7 @@ pub struct EngineConfig {
 pub struct Engine {
     queues: Vec<Outbox<Command>>,
     threads: Vec<JoinHandle<()>>,
+    totals: Vec<Arc<Published>>,
     datapath: &'static str,
 }
 
@@ -57,8 +60,11 @@ impl Engine {
         let datapath = datapath::resolve(&config.datapath)?;
         let mut queues = Vec::with_capacity(n);
         let mut threads = Vec::with_capacity(n);
+        let mut totals = Vec::with_capacity(n);
         for i in 0..n {
             let (tx, rx) = inbox::channel();
+            let published = Arc::new(Published::default());
+            totals.push(published.clone());
             let cfg = config.clone();
             let path =
                 datapath::by_name(datapath).ok_or_else(|| io::Error::other("unknown data path"))?;
@@ -72,7 +78,7 @@ impl Engine {
                     if cfg.realtime {
                         make_realtime();
                     }
-                    Worker::new(cfg, rx, path).run()
+                    Worker::new(cfg, rx, path, published).run()
                 })?;
             queues.push(tx);
             threads.push(handle);
@@ -80,6 +86,7 @@ impl Engine {
         Ok(Self {
             queues,
             threads,
+            totals,
             datapath,
         })
     }
@@ -106,6 +113,14 @@ impl Engine {
                 reply: Box::new(move |s| reply(i, s)),
             });
         }
+    }
+
+    /// All threads' totals as of their last tick (wakes none of them).
+    pub fn totals(&self) -> Totals {
+        self.totals
+            .iter()
+            .map(|t| t.read())
+            .fold(Totals::default(), |a, b| a + b)
     }
 
     /// Every thread's account (waits for each to answer).
@@ -171,6 +186,8 @@ struct Worker {
     sent: Vec<usize>,
     batch: Option<Batch<'static>>,
     stats: ThreadStats,
+    /// What `Engine::totals` reads: published after every tick.
+    published: Arc<Published>,
     /// Wheel key that keeps the wheel turning while replies wait to be
     /// written to a full connection.
     flush_key: u32,
@@ -181,7 +198,12 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(config: EngineConfig, rx: Inbox<Command>, path: Box<dyn DataPath>) -> Self {
+    fn new(
+        config: EngineConfig,
+        rx: Inbox<Command>,
+        path: Box<dyn DataPath>,
+        published: Arc<Published>,
+    ) -> Self {
         let mut wheel = Wheel::new(Instant::now());
         wheel.reserve_keys(1);
         let align = align_ticks(config.burst);
@@ -199,6 +221,7 @@ impl Worker {
             sent: Vec::new(),
             batch: Some(Batch::with_capacity(MAX_BATCH_PACKETS, MAX_BATCH_PACKETS)),
             stats: ThreadStats::default(),
+            published,
             flush_key: 0,
             slow_logged: None,
             align_ticks: align,
@@ -212,6 +235,7 @@ impl Worker {
             let began = Instant::now();
             let sent = self.stats.packets;
             self.tick(began, start);
+            self.published.publish(self.ids.len(), &self.stats);
             let slept = Instant::now();
             if slept - began > SLOW && self.may_log_slow(slept) {
                 let (ms, sent) = (ms(slept - began), self.stats.packets - sent);

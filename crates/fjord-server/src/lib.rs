@@ -318,20 +318,27 @@ async fn listen_rtsps(server: Arc<Server>, listener: TcpListener) {
 }
 
 /// Tears down sessions that sent no RTSP request and no RTCP for the
-/// session timeout.
+/// session timeout. It sleeps until the longest-idle session would time
+/// out (activity only moves a session's time later; a new one's is a whole
+/// timeout away), at most [`REAP_AT_LEAST_EVERY`].
 async fn reap_idle_sessions(server: Arc<Server>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
-        tick.tick().await;
         let timeout = server.config().session_timeout();
-        let Some(deadline) = Instant::now().checked_sub(timeout) else {
-            continue;
+        let now = Instant::now();
+        let (idle, oldest) = match now.checked_sub(timeout) {
+            Some(deadline) => server.sessions.idle_since(deadline),
+            None => (Vec::new(), None),
         };
-        for s in server.sessions.idle_since(deadline) {
+        for s in idle {
             tracing::info!(session = %s.id, "session timed out");
             server
                 .sessions
                 .remove(s.id, &server.engine, &server.admission);
         }
+        let next = oldest.map_or(now + timeout, |at| at + timeout);
+        tokio::time::sleep_until(next.min(now + REAP_AT_LEAST_EVERY).into()).await;
     }
 }
+
+/// The longest the reaper sleeps: a reload may shorten the timeout.
+const REAP_AT_LEAST_EVERY: Duration = Duration::from_secs(5);

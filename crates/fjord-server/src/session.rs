@@ -292,12 +292,19 @@ impl Sessions {
         self.set().iter().map(|s| s.0.clone()).collect()
     }
 
-    pub fn idle_since(&self, deadline: Instant) -> Vec<Arc<Session>> {
-        self.set()
-            .iter()
-            .filter(|s| s.0.lock().last_activity < deadline)
-            .map(|s| s.0.clone())
-            .collect()
+    /// The sessions last active before `deadline`, and the earliest last
+    /// activity of the others (none when there are none).
+    pub fn idle_since(&self, deadline: Instant) -> (Vec<Arc<Session>>, Option<Instant>) {
+        let (mut idle, mut oldest) = (Vec::new(), None::<Instant>);
+        for s in self.set().iter() {
+            let at = s.0.lock().last_activity;
+            if at < deadline {
+                idle.push(s.0.clone());
+            } else {
+                oldest = Some(oldest.map_or(at, |o| o.min(at)));
+            }
+        }
+        (idle, oldest)
     }
 
     /// Ends a session: its engine streams stop, its sockets close, its ports

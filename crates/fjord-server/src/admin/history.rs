@@ -56,13 +56,14 @@ pub(crate) async fn sample_every_second(server: Arc<Server>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let threads = super::snapshot::threads(&server).await;
+        // Published by the engine threads: reading them wakes none.
+        let t = server.engine.totals();
         server.history.push(Sample {
             unix_ms: super::snapshot::unix_ms(),
-            sessions: threads.iter().map(|t| t.sessions).sum(),
-            packets: threads.iter().map(|t| t.packets).sum(),
-            bytes: threads.iter().map(|t| t.bytes).sum(),
-            late: threads.iter().map(|t| t.late).sum(),
+            sessions: t.sessions as usize,
+            packets: t.packets,
+            bytes: t.bytes,
+            late: t.late,
         });
     }
 }

@@ -147,6 +147,14 @@ fn metrics_and_the_api_follow_a_session_and_end_it() {
         .map(|t| t["packets"].as_u64().unwrap())
         .sum();
     assert!(total as f64 >= sent, "{threads}");
+    // The status page's chart: a sample a second of what the engine
+    // threads published, the last ones with the session and its packets.
+    let history = get_json(&format!("{admin}/api/v1/history"));
+    let samples = history["samples"].as_array().unwrap();
+    let last = samples.last().unwrap();
+    assert_eq!(last["sessions"], 1, "{history}");
+    let packets = last["packets"].as_u64().unwrap();
+    assert!(packets > 0 && packets <= total, "{history}");
 
     let id = s[0]["id"].as_str().unwrap();
     let end = format!("{admin}/api/v1/sessions/{id}");

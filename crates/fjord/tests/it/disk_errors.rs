@@ -453,6 +453,14 @@ fn parity_kept_on_another_disk_of_the_pool_rebuilds_a_media_read_error() {
         "{parity:?}"
     );
 
+    // The title loaded with its parity is verified again in the
+    // background; a page failing under that check would flag the title
+    // before any session read it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while log_lines(&server, "files verified").len() < 2 {
+        assert!(Instant::now() < deadline, "not verified again within 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let want = fs::read(plain.join("p.ts")).unwrap();
     fuse.fail(&[("p.ts", page_at(want.len() as u64 * 3 / 4))]);
     let (got, text, ok) = play(&server, "p.ts", &dir.path().join("p.out"));
