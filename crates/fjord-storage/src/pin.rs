@@ -177,7 +177,9 @@ impl Pins {
         if !fresh.is_empty() {
             let first = fresh[0] * CHUNK;
             let last = (fresh[fresh.len() - 1] * CHUNK + CHUNK).min(file.len);
-            readahead(file, first..last);
+            if !in_cache(file, first, last - first) {
+                readahead(file, first..last);
+            }
         }
         let mut failure = None;
         for &c in &fresh {
@@ -361,8 +363,45 @@ fn file_id(file: &MappedFile) -> (u64, u64) {
 /// Reads bytes `start..start + len` of the file into the page cache and
 /// waits for them, without copying them anywhere: `sendfile` to /dev/null
 /// moves page references. The disk's error (EIO) is the read's error.
+/// Bytes already in the cache and up to date are not passed again: there
+/// is nothing to read, so no error to see.
 pub fn read_into_cache(file: &MappedFile, start: usize, len: usize) -> Result<(), PinError> {
+    if in_cache(file, start, len) {
+        return Ok(());
+    }
     read_fd_into_cache(file.fd, start as u64, len as u64)
+}
+
+/// Whether every page of bytes `start..start + len` of the mapping is in
+/// the page cache and up to date (`mincore(2)`: a walk of the page table
+/// and the cache's index, no I/O), so that touching or locking them reads
+/// nothing. (`cachestat(2)` also counts pages still being read, or that
+/// failed to read.) `false` where the kernel cannot say.
+fn in_cache(file: &MappedFile, start: usize, len: usize) -> bool {
+    const PAGES: usize = 64;
+    let page = page_size();
+    let end = (start + len).min(file.len);
+    let mut at = start / page * page;
+    let mut seen = [0u8; PAGES];
+    while at < end {
+        let n = (end - at).min(PAGES * page);
+        // SAFETY: a page-aligned range of a live mapping (its end clipped
+        // to the file's length); one byte of `seen` per page of it.
+        let r = unsafe { libc::mincore(file.base.add(at) as *mut _, n, seen.as_mut_ptr()) };
+        if r != 0 || seen[..n.div_ceil(page)].iter().any(|v| v & 1 == 0) {
+            return false;
+        }
+        at += n;
+    }
+    true
+}
+
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| {
+        usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+    })
 }
 
 /// What bulk work asks a disk for at once: smaller asks cost the disk's
@@ -583,6 +622,19 @@ mod tests {
         assert!(!resident(fd, 0, 1 << 20), "dropped from the cache");
         read_in_requests(fd, 0, 1 << 20).unwrap();
         assert!(resident(fd, 0, 1 << 20), "read back in");
+    }
+
+    #[test]
+    fn only_pages_read_and_up_to_date_are_in_the_cache() {
+        let (f, _m, file) = mapped(2 * CHUNK + 100);
+        f.as_file().sync_all().unwrap();
+        // SAFETY: a plain syscall on our descriptor.
+        unsafe { libc::posix_fadvise(file.fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert!(!in_cache(&file, 0, file.len), "dropped from the cache");
+        read_into_cache(&file, CHUNK + 10, CHUNK).unwrap();
+        assert!(in_cache(&file, CHUNK, CHUNK + 100), "read to the end");
+        assert!(!in_cache(&file, CHUNK - 4096, 4096), "not read");
+        assert!(in_cache(&file, 2 * CHUNK + 99, 1), "the last partial page");
     }
 
     #[test]
