@@ -229,7 +229,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     if let Some(listener) = admin {
         println!("fjord: status page on http://{}/", listener.local_addr()?);
         tokio::spawn(admin::listen(server.clone(), listener));
-        tokio::spawn(admin::sample_every_second(server.clone()));
+        admin::sample_every_second(Arc::downgrade(&server));
     }
     if server.tls.is_some() {
         let at = SocketAddr::new(server.config().bind, server.config().rtsps_port);

@@ -174,16 +174,19 @@ impl Pins {
         let (n, f) = (chunks.len() as u64, fresh.len() as u64);
         self.hits.fetch_add(n - f, Ordering::Relaxed);
         self.misses.fetch_add(f, Ordering::Relaxed);
+        // Usually all in the page cache already: then nothing to read.
+        let mut cached = true;
         if !fresh.is_empty() {
             let first = fresh[0] * CHUNK;
             let last = (fresh[fresh.len() - 1] * CHUNK + CHUNK).min(file.len);
-            if !in_cache(file, first, last - first) {
+            cached = in_cache(file, first, last - first);
+            if !cached {
                 readahead(file, first..last);
             }
         }
         let mut failure = None;
         for &c in &fresh {
-            let r = match self.make_resident(file, c) {
+            let r = match self.make_resident(file, c, cached) {
                 // The disk cannot read the chunk: rebuild its bytes and lay
                 // them over the mapping, so the sessions play on; when they
                 // cannot be rebuilt, the read error stands (its sessions end).
@@ -252,14 +255,16 @@ impl Pins {
         }
     }
 
-    fn make_resident(&self, file: &MappedFile, c: usize) -> Result<(), PinError> {
+    /// Reads chunk `c` into the page cache (unless `cached`: known to be
+    /// there and up to date) and locks it.
+    fn make_resident(&self, file: &MappedFile, c: usize, cached: bool) -> Result<(), PinError> {
         let start = c * CHUNK;
         let len = chunk_len(file, c);
-        let overlaid = {
+        let nothing_to_read = cached || {
             let set = self.overlaid.lock().unwrap_or_else(|e| e.into_inner());
             set.get(&(file.base as usize, c)) == Some(&file_id(file))
         };
-        if !overlaid {
+        if !nothing_to_read {
             // Read the chunk into the page cache first, seeing the disk's
             // errors: mlock and MADV_POPULATE_READ must only ever fault in
             // pages already read, because on a page the disk fails to read

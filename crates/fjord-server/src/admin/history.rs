@@ -3,8 +3,8 @@
 
 use std::{
     collections::VecDeque,
-    sync::{Arc, Mutex},
-    time::Duration,
+    sync::{Mutex, Weak},
+    time::{Duration, Instant},
 };
 
 use serde::Serialize;
@@ -52,19 +52,35 @@ impl History {
     }
 }
 
-pub(crate) async fn sample_every_second(server: Arc<Server>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        // Published by the engine threads: reading them wakes none.
-        let t = server.engine.totals();
-        server.history.push(Sample {
-            unix_ms: super::snapshot::unix_ms(),
-            sessions: t.sessions as usize,
-            packets: t.packets,
-            bytes: t.bytes,
-            late: t.late,
+/// Samples the engine's totals once a second on a thread of its own until
+/// the server is gone. Not a runtime timer: tokio's wheel reaches a
+/// one-second deadline in two wake-ups (it cascades from 64 ms slots) and
+/// wakes a second worker for the task; a sleeping thread wakes once.
+pub(crate) fn sample_every_second(server: Weak<Server>) {
+    let started = std::thread::Builder::new()
+        .name("fjord-history".into())
+        .spawn(move || {
+            let start = Instant::now();
+            for n in 1u32.. {
+                // Absolute deadlines: the samples stay a second apart.
+                let at = start + Duration::from_secs(1) * n;
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                let Some(server) = server.upgrade() else {
+                    return;
+                };
+                // Published by the engine threads: reading them wakes none.
+                let t = server.engine.totals();
+                server.history.push(Sample {
+                    unix_ms: super::snapshot::unix_ms(),
+                    sessions: t.sessions as usize,
+                    packets: t.packets,
+                    bytes: t.bytes,
+                    late: t.late,
+                });
+            }
         });
+    if let Err(e) = started {
+        tracing::warn!("no throughput history on the status page: {e}");
     }
 }
 
