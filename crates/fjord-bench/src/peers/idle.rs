@@ -9,7 +9,9 @@
 //! window. With sessions, the floor (prebuilt packets to N plain receivers
 //! at the title's rate, [`super::floor`]) runs next at fjord's measured
 //! burst, rounded: what is left over is what fjord adds to the kernel's
-//! work for those packets.
+//! work for those packets. Each fjord run is set against the mean of the
+//! floor runs just before and after it (one for the first run), so that
+//! the machine's speed drifting over the series does not land on one side.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -42,8 +44,9 @@ pub struct IdleRun {
     pub threads: BTreeMap<String, ThreadUse>,
     /// fjord's packets per send, with sessions.
     pub burst: Option<f64>,
-    /// The floor's CPU over its window and that window, seconds.
-    pub floor: Option<(usize, f64, f64)>,
+    /// The floor runs beside it (before and after): burst, CPU over its
+    /// window and that window, seconds.
+    pub floors: Vec<(usize, f64, f64)>,
 }
 
 impl IdleRun {
@@ -52,9 +55,12 @@ impl IdleRun {
         100.0 * self.threads.values().map(|t| t.cpu_s).sum::<f64>() / self.window_s
     }
 
-    /// The floor's share of one core, percent: none when not measured.
+    /// The floor's share of one core, percent (the mean of the runs
+    /// beside it): none when not measured.
     pub fn floor_percent(&self) -> Option<f64> {
-        self.floor.map(|(_, cpu, window)| 100.0 * cpu / window)
+        let n = self.floors.len() as f64;
+        let each = self.floors.iter().map(|(_, cpu, w)| 100.0 * cpu / w);
+        (n > 0.0).then(|| each.sum::<f64>() / n)
     }
 }
 
@@ -117,6 +123,7 @@ pub fn run(cfg: &PeersConfig) -> anyhow::Result<Vec<IdleRun>> {
     let ring = floor::Ring::from_title(&title)?;
     pin_current_thread((cfg.cpu + 1) % available_cpus());
     let mut runs = Vec::new();
+    let mut before = None;
     for rep in 0..cfg.reps {
         eprintln!(
             "run {}/{}: fjord, {} sessions",
@@ -131,7 +138,12 @@ pub fn run(cfg: &PeersConfig) -> anyhow::Result<Vec<IdleRun>> {
             let b = (b.round() as usize).max(1);
             eprintln!("run {}/{}: kernel floor at B={b}", rep + 1, cfg.reps);
             let f = floor::run_once(cfg, &ring, b, rep)?;
-            run.floor = Some((b, f.cpu_s, f.window_s));
+            let after = (b, f.cpu_s, f.window_s);
+            run.floors = (before.iter().copied())
+                .filter(|&(fb, _, _)| fb == b)
+                .chain([after])
+                .collect();
+            before = Some(after);
         }
         runs.push(run);
     }
@@ -174,7 +186,7 @@ fn measure(server: &ServerChild, url: &str, cfg: &PeersConfig) -> anyhow::Result
             window_s,
             threads: by_name(&before, &after),
             burst: burst.transpose().map_err(anyhow::Error::msg)?,
-            floor: None,
+            floors: Vec::new(),
         })
     })
 }
@@ -224,7 +236,7 @@ pub fn markdown(runs: &[IdleRun], cfg: &PeersConfig, command: &str) -> String {
         .iter()
         .filter_map(|r| {
             Some((
-                r.floor?.0,
+                r.floors.last()?.0,
                 r.floor_percent()?,
                 r.percent() - r.floor_percent()?,
             ))
@@ -236,11 +248,19 @@ pub fn markdown(runs: &[IdleRun], cfg: &PeersConfig, command: &str) -> String {
         let bursts: Vec<String> = floors.iter().map(|f| f.0.to_string()).collect();
         md.push_str(&format!(
             "Kernel floor of the same packets (prebuilt, to {} plain receivers, GSO bursts of fjord's measured burst rounded: B = {}): **{:.4} %** of a core (median); \
-             fjord beyond it: **{:.4} %** of a core (median of the runs' differences).\n\n",
+             fjord beyond it: **{:.4} %** of a core (median of the runs' differences, \
+             each run against the mean of the floor runs just before and after it).\n\n\
+             Each run, fjord − its floor: {}.\n\n",
             cfg.sessions,
             bursts.join(", "),
             med(|f| f.1),
             med(|f| f.2),
+            floors
+                .iter()
+                .zip(runs)
+                .map(|(f, r)| format!("{:.4} − {:.4} = {:.4} %", r.percent(), f.1, f.2))
+                .collect::<Vec<_>>()
+                .join(", "),
         ));
     }
     md.push_str(&format!(
@@ -321,7 +341,7 @@ mod tests {
             window_s: 10.0,
             threads,
             burst: Some(12.3),
-            floor: Some((12, 0.03, 10.0)),
+            floors: vec![(12, 0.02, 10.0), (12, 0.04, 10.0)],
         };
         assert!((run.percent() - 0.5).abs() < 1e-9);
         let cfg = PeersConfig {
@@ -348,5 +368,6 @@ mod tests {
         );
         assert!(md.contains("**0.3000 %** of a core (median)"), "{md}");
         assert!(md.contains("fjord beyond it: **0.2000 %**"), "{md}");
+        assert!(md.contains("0.5000 − 0.3000 = 0.2000 %"), "{md}");
     }
 }
