@@ -94,6 +94,8 @@ pub struct PeersConfig {
     pub floor_bursts: Vec<usize>,
     /// The servers to measure (of [`Peer::ALL`]); the others are skipped.
     pub servers: Vec<Peer>,
+    /// fjord's `udp_sockets` (`shared`, its default, or `per-session`).
+    pub udp_sockets: String,
 }
 
 /// The servers measured, and the kernel floor at a burst size.
@@ -621,7 +623,9 @@ fn prepare(
             let toml = format!(
                 "root = {root:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\n\
                  capacity_pps_per_core = 1000000000000\nmax_sessions = 100000\n\
-                 max_connections = 100000\nmax_connections_per_address = 0\n"
+                 max_connections = 100000\nmax_connections_per_address = 0\n\
+                 udp_sockets = {:?}\n",
+                cfg.udp_sockets
             );
             std::fs::write(&config, toml).map_err(|e| format!("fjord: {e}"))?;
             let exe = cfg.fjord_exe.clone();
@@ -1412,6 +1416,7 @@ mod tests {
                 media_dir: "m".into(),
                 floor_bursts: vec![1, 16],
                 servers: Peer::ALL.to_vec(),
+                udp_sockets: "shared".into(),
             },
             load_cpu: 1,
             title: "t.ts".into(),

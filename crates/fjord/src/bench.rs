@@ -568,6 +568,11 @@ pub struct IdleArgs {
     /// SCHED_FIFO at one low priority; needs root or CAP_SYS_NICE
     #[arg(long)]
     pub realtime: bool,
+    /// The server's `udp_sockets`: `shared` (its default: one unconnected
+    /// socket per engine thread, each send names its destination) or
+    /// `per-session` (a connected socket per session, as the floor's)
+    #[arg(long, default_value = "shared", value_parser = ["shared", "per-session"])]
+    pub udp_sockets: String,
     /// Directory for idle.md
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -595,15 +600,17 @@ fn idle(a: IdleArgs) -> anyhow::Result<()> {
         media_dir: peers_media(a.media.clone()),
         floor_bursts: Vec::new(),
         servers: vec![Peer::Fjord],
+        udp_sockets: a.udp_sockets.clone(),
     };
     let runs = idle::run(&cfg)?;
     let command = format!(
-        "fjord bench idle --sessions {} --seconds {} --reps {} --cpu {}{} --out {}",
+        "fjord bench idle --sessions {} --seconds {} --reps {} --cpu {}{} --udp-sockets {} --out {}",
         a.sessions,
         a.seconds,
         a.reps,
         a.cpu,
         if a.realtime { " --realtime" } else { "" },
+        a.udp_sockets,
         a.out.display()
     );
     let md = idle::markdown(&runs, &cfg, &command);
@@ -639,6 +646,7 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
             a.floor_bursts.clone()
         },
         servers,
+        udp_sockets: "shared".into(),
     };
     let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
     let floor = match a.no_floor {

@@ -419,6 +419,7 @@ mod tests {
                 media_dir: "m".into(),
                 floor_bursts: vec![1, 4],
                 servers: Peer::ALL.to_vec(),
+                udp_sockets: "shared".into(),
             },
             load_cpu: 1,
             title: "t".into(),

@@ -264,11 +264,13 @@ pub fn markdown(runs: &[IdleRun], cfg: &PeersConfig, command: &str) -> String {
         ));
     }
     md.push_str(&format!(
-        "How: `fjord serve` as `fjord bench peers` starts it (one engine thread, pinned to CPU {}{}), \
+        "How: `fjord serve` as `fjord bench peers` starts it (one engine thread, pinned to CPU {}{}, \
+         `udp_sockets = \"{}\"`), \
          a fresh server per run; {}; after {} s of warm-up, each thread's time on a CPU and times put on one \
          (`/proc/PID/task/*/schedstat`) over {} s; threads of one name summed.\n",
         cfg.cpu,
         if cfg.realtime { ", SCHED_FIFO" } else { "" },
+        cfg.udp_sockets,
         match cfg.sessions {
             0 => "no client".to_string(),
             n => format!("{n} sessions of `fjord load` (plain receivers, no UDP GRO) playing its 4.5 Mbit/s title on the next CPU"),
@@ -356,6 +358,7 @@ mod tests {
             media_dir: "m".into(),
             floor_bursts: Vec::new(),
             servers: vec![Peer::Fjord],
+            udp_sockets: "shared".into(),
         };
         let md = markdown(&[run], &cfg, "fjord bench idle --sessions 1");
         assert!(
