@@ -1,7 +1,8 @@
 //! Resident, pinned chunks of mapped files, counted by reference.
 //!
 //! A chunk is [`CHUNK`] bytes of one mapping. The first holder reads it
-//! ahead (`readahead(2)`: one large request) and locks it (`mlock(2)`: the
+//! ahead (`readahead(2)`: one large request; nothing when the page cache
+//! holds it up to date, as `mincore(2)` tells) and locks it (`mlock(2)`: the
 //! pages are read if they are not yet, mapped into the process and kept
 //! from eviction); the last holder unlocks it (the pages stay in the page
 //! cache, evictable). mlock is not counted — one `munlock` unlocks for
