@@ -385,7 +385,7 @@ pub fn read_into_cache(file: &MappedFile, start: usize, len: usize) -> Result<()
 /// failed to read.) `false` where the kernel cannot say.
 fn in_cache(file: &MappedFile, start: usize, len: usize) -> bool {
     const PAGES: usize = 64;
-    let page = page_size();
+    let page = crate::overlay::page_size();
     let end = (start + len).min(file.len);
     let mut at = start / page * page;
     let mut seen = [0u8; PAGES];
@@ -400,14 +400,6 @@ fn in_cache(file: &MappedFile, start: usize, len: usize) -> bool {
         at += n;
     }
     true
-}
-
-fn page_size() -> usize {
-    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    // SAFETY: sysconf has no preconditions.
-    *PAGE.get_or_init(|| {
-        usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
-    })
 }
 
 /// What bulk work asks a disk for at once: smaller asks cost the disk's
