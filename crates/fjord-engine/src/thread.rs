@@ -218,7 +218,8 @@ impl Worker {
             path,
             due: Vec::new(),
             planned: Vec::new(),
-            sent: Vec::new(),
+            // A burst's count for each burst a batch can hold.
+            sent: Vec::with_capacity(MAX_BATCH_PACKETS),
             batch: Some(Batch::with_capacity(MAX_BATCH_PACKETS, MAX_BATCH_PACKETS)),
             stats: ThreadStats::default(),
             published,
@@ -326,7 +327,9 @@ impl Worker {
         self.batch = Some(batch.recycle());
         let batch_sent = Instant::now();
         let mut burst = 0;
-        let mut slowest: Option<(Duration, String)> = None;
+        // Described only when logged: a slow tick (a loaded machine) must
+        // not allocate.
+        let mut slowest: Option<(Duration, u32)> = None;
         // One clock read per session: its end is the next one's start.
         let mut began = batch_sent;
         for &(key, n) in &self.planned {
@@ -360,7 +363,7 @@ impl Worker {
             let took = ended.saturating_duration_since(began);
             began = ended;
             if took > SLOW && slowest.as_ref().is_none_or(|(t, _)| took > *t) {
-                slowest = Some((took, session.describe()));
+                slowest = Some((took, key));
             }
             if let Some(w) = wake {
                 // A retry due within the grid step stays where it is.
@@ -369,9 +372,11 @@ impl Worker {
                     .insert(key, if aligned > now { aligned } else { w });
             }
         }
-        if let Some((took, what)) = slowest
+        if let Some((took, key)) = slowest
             && self.may_log_slow(Instant::now())
+            && let Some(session) = self.slots[key as usize].as_ref()
         {
+            let what = session.describe();
             tracing::warn!(
                 "a session took {:.1} ms of an engine tick: {what}",
                 ms(took)

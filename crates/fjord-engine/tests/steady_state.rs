@@ -4,10 +4,12 @@
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
+    backtrace::Backtrace,
+    cell::Cell,
     net::UdpSocket,
     sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -24,22 +26,49 @@ use fjord_media::{
 struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+/// Whether an allocation now is one the test fails on.
+static WATCHING: AtomicBool = AtomicBool::new(false);
+/// Where the first allocation while watching came from, for the failure
+/// message (frames resolved only when printed).
+static FIRST: Mutex<Option<(String, Backtrace)>> = Mutex::new(None);
+
+thread_local! {
+    /// Set while the allocator records a backtrace (which allocates).
+    static RECORDING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn count() {
+    if RECORDING.get() {
+        return;
+    }
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    if WATCHING.load(Ordering::Relaxed) {
+        RECORDING.set(true);
+        let mut first = FIRST.lock().unwrap();
+        if first.is_none() {
+            let thread = std::thread::current().name().unwrap_or("?").to_string();
+            *first = Some((thread, Backtrace::force_capture()));
+        }
+        drop(first);
+        RECORDING.set(false);
+    }
+}
 
 // SAFETY: forwards to the system allocator, only counting calls.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -170,8 +199,11 @@ fn streaming_sessions_allocate_nothing_per_packet() {
         // Warm up: buffers reach their working size, lazy statics settle.
         std::thread::sleep(Duration::from_millis(800));
         let before = ALLOCATIONS.load(Ordering::Relaxed);
+        WATCHING.store(true, Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(600));
+        WATCHING.store(false, Ordering::Relaxed);
         let during = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let first = FIRST.lock().unwrap().take();
         for rx in &receivers {
             rx.set_nonblocking(true).unwrap();
             let mut buf = [0u8; 2048];
@@ -184,9 +216,13 @@ fn streaming_sessions_allocate_nothing_per_packet() {
                 "{path}: sessions are streaming ({got} packets buffered)"
             );
         }
+        let (thread, trace) = first.unzip();
         assert_eq!(
-            during, 0,
-            "{path}: allocations while 20 sessions streamed for 0.6 s"
+            during,
+            0,
+            "{path}: allocations while 20 sessions streamed for 0.6 s; the first, on thread {}:\n{}",
+            thread.unwrap_or_default(),
+            trace.map(|t| t.to_string()).unwrap_or_default(),
         );
         engine.shutdown();
     }
