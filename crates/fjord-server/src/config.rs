@@ -90,6 +90,12 @@ pub struct Config {
     /// socket per session. The data paths that need a connected socket
     /// (`read-writev`, `sendfile-cork`) always use `per-session`.
     pub udp_sockets: String,
+    /// Of `shared`: how many streams per local address get an RTP socket
+    /// of their own on the shared port, connected to the client (the
+    /// kernel keeps its route instead of looking it up per send); later
+    /// streams send from their thread's socket. At most 1024: the kernel
+    /// scans the port's sockets for each datagram arriving at it.
+    pub udp_connected_streams: usize,
     pub rtcp_interval_s: u64,
     /// TS packets per RTP packet when titles are ingested on demand (1..=7).
     pub ts_per_rtp: u8,
@@ -182,6 +188,7 @@ impl Default for Config {
             burst_ms: fjord_engine::DEFAULT_BURST.as_millis() as u64,
             datapath: "auto".to_owned(),
             udp_sockets: "shared".to_owned(),
+            udp_connected_streams: 64,
             capacity_pps_per_core: 0,
             realtime: false,
             rtcp_interval_s: 5,
@@ -334,6 +341,9 @@ impl Config {
         if !matches!(self.udp_sockets.as_str(), "shared" | "per-session") {
             return bad("udp_sockets must be \"shared\" or \"per-session\"");
         }
+        if self.udp_connected_streams > 1024 {
+            return bad("udp_connected_streams must be at most 1024");
+        }
         if self.readahead_ms != 0 && self.readahead_ms < 200 {
             return bad("readahead_ms must be 0 (off) or at least 200");
         }
@@ -405,6 +415,7 @@ impl Config {
             realtime,
             datapath,
             udp_sockets,
+            udp_connected_streams,
             rtcp_interval_s,
             ts_per_rtp,
             fec,

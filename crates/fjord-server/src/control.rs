@@ -33,7 +33,7 @@ use crate::{
     metrics::Refusal,
     scale,
     session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
-    shared::{RouteError, SharedPair},
+    shared::{ConnectedPlace, RouteError, SharedPair},
 };
 
 pub(crate) struct Reply {
@@ -525,13 +525,15 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                     Err(RouteError::Full) => return fail(453, "too many UDP streams"),
                 }
                 let reply = reply(pair.rtp_port);
+                let (rtp, place) = pair.rtp_for(shard, rtp_peer);
                 let output = Output::Udp {
-                    rtp: UdpSocket::Shared(pair.rtp(shard)),
+                    rtp,
                     rtp_peer,
                     rtcp: UdpSocket::Shared(pair.rtcp()),
                     rtcp_peer,
                 };
-                (output, shard, reply, None, RtcpIn::Routed(pair, rtcp_peer))
+                let rtcp = RtcpIn::Routed(pair, rtcp_peer, place);
+                (output, shard, reply, None, rtcp)
             } else {
                 let pair = match udp_output(server, local, dest, client_rtp) {
                     Ok(p) => p,
@@ -603,6 +605,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         })),
     };
     server.engine.send(shard, command);
+    let mut connected = None;
     let rtcp = match rtcp {
         RtcpIn::Own(socket, peer) => {
             let task = (|| {
@@ -615,7 +618,10 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             })();
             task.map_or(StreamRtcp::None, StreamRtcp::Reader)
         }
-        RtcpIn::Routed(pair, client) => StreamRtcp::Route(pair, client),
+        RtcpIn::Routed(pair, client, place) => {
+            connected = place;
+            StreamRtcp::Route(pair, client)
+        }
         RtcpIn::Interleaved => StreamRtcp::None,
     };
     {
@@ -631,6 +637,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             reports: ReceiverStats::default(),
             reservation,
             _storage: storage,
+            _connected: connected,
             group: None,
         });
     }
@@ -684,8 +691,9 @@ enum RtcpIn {
     /// On the session's own RTCP socket (a reader task per stream), from
     /// the client's address.
     Own(socket2::Socket, SocketAddr),
-    /// On the shared pair's socket, routed by the client's RTCP address.
-    Routed(Arc<SharedPair>, SocketAddr),
+    /// On the shared pair's socket, routed by the client's RTCP address;
+    /// with the stream's place among the pair's connected RTP sockets.
+    Routed(Arc<SharedPair>, SocketAddr, Option<ConnectedPlace>),
     /// In `$` frames on the RTSP connection.
     Interleaved,
 }

@@ -207,6 +207,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
                 config
                     .max_sessions
                     .saturating_mul(shared::ROUTES_PER_SESSION),
+                config.udp_connected_streams,
             )
         }),
         admission: Admission::new(config.threads(), config.capacity_pps_per_core()),

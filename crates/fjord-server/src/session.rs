@@ -107,6 +107,9 @@ pub struct Stream {
     /// Its share of its disk and of the read-ahead memory (storage layer),
     /// given back when the stream is dropped.
     pub _storage: Option<Box<fjord_storage::StorageReservation>>,
+    /// Its place among its shared port's connected RTP sockets
+    /// ([`crate::shared::ConnectedPlace`]), given back when dropped.
+    pub _connected: Option<crate::shared::ConnectedPlace>,
     /// The multicast group whose engine stream this is: shared, so the
     /// session only leaves it ([`crate::multicast`]).
     pub group: Option<Arc<crate::multicast::Group>>,
@@ -149,6 +152,7 @@ impl Stream {
             reports: ReceiverStats::default(),
             reservation: Admission::new(1, None).reserve(None, 0).expect("no limit"),
             _storage: None,
+            _connected: None,
             group: None,
         }
     }

@@ -8,14 +8,20 @@
 //! report is routed by its source address to the stream whose client
 //! announced that RTCP port; from any other address it is dropped. The
 //! kernel then holds two sockets per local address and engine thread, not
-//! two per session.
+//! two per session, besides the connected RTP sockets of a pair's first
+//! streams ([`connected`]).
+
+mod connected;
 
 use std::{
     collections::HashMap,
     io,
     net::{IpAddr, Ipv6Addr, SocketAddr},
-    sync::{Arc, Mutex, MutexGuard, Weak},
+    sync::{Arc, Mutex, MutexGuard, Weak, atomic::AtomicUsize},
 };
+
+pub use connected::Place as ConnectedPlace;
+use fjord_engine::UdpSocket;
 
 use socket2::Socket;
 
@@ -33,16 +39,20 @@ pub struct SharedPorts {
     threads: usize,
     /// The most RTCP routes one pair holds.
     limit: usize,
+    /// The most streams of one pair with a connected RTP socket.
+    connected: usize,
     pairs: Mutex<HashMap<IpAddr, Arc<SharedPair>>>,
 }
 
 impl SharedPorts {
     /// Pairs with a socket for each of `threads` engine threads, each
-    /// routing RTCP for at most `limit` streams.
-    pub fn new(threads: usize, limit: usize) -> Self {
+    /// routing RTCP for at most `limit` streams, and giving `connected`
+    /// streams a connected RTP socket ([`connected`]).
+    pub fn new(threads: usize, limit: usize, connected: usize) -> Self {
         Self {
             threads: threads.max(1),
             limit,
+            connected,
             pairs: Mutex::default(),
         }
     }
@@ -54,7 +64,7 @@ impl SharedPorts {
         if let Some(p) = pairs.get(&ip) {
             return Ok(p.clone());
         }
-        let (pair, reader) = SharedPair::bind(ip, pool, self.threads, self.limit)?;
+        let (pair, reader) = SharedPair::bind(ip, pool, self)?;
         let reader = tokio::net::UdpSocket::from_std(reader.into())?;
         tokio::spawn(read_rtcp(Arc::downgrade(&pair), reader));
         tracing::info!(%ip, rtp_port = pair.rtp_port, "shared UDP port pair");
@@ -88,6 +98,10 @@ pub struct SharedPair {
     pub rtp_port: u16,
     /// One RTP socket per engine thread, all on `rtp_port`.
     rtp: Vec<Arc<Socket>>,
+    rtp_addr: SocketAddr,
+    /// Streams with a connected RTP socket of their own, and their limit.
+    connected: Arc<AtomicUsize>,
+    connected_limit: usize,
     rtcp: Arc<Socket>,
     /// The session of each client's RTCP address (as the kernel reports a
     /// source); its stream is the one set up with that address.
@@ -96,18 +110,13 @@ pub struct SharedPair {
 }
 
 impl SharedPair {
-    /// Binds the pair and returns it with a handle on its RTCP socket for
-    /// the reader.
-    fn bind(
-        ip: IpAddr,
-        pool: &PortPool,
-        threads: usize,
-        limit: usize,
-    ) -> io::Result<(Arc<Self>, Socket)> {
+    /// Binds the pair (as `ports` sets pairs up) and returns it with a
+    /// handle on its RTCP socket for the reader.
+    fn bind(ip: IpAddr, pool: &PortPool, ports: &SharedPorts) -> io::Result<(Arc<Self>, Socket)> {
         let pair = pool.bind_shared(ip)?;
         let addr = SocketAddr::new(ip, pair.rtp_port);
         let mut rtp = vec![pair.rtp];
-        for _ in 1..threads {
+        for _ in 1..ports.threads {
             rtp.push(bind_rtp_again(addr)?);
         }
         let rtp = rtp
@@ -126,9 +135,12 @@ impl SharedPair {
             Arc::new(Self {
                 rtp_port: pair.rtp_port,
                 rtp,
+                rtp_addr: addr,
+                connected: Arc::default(),
+                connected_limit: ports.connected,
                 rtcp: Arc::new(pair.rtcp),
                 routes: Mutex::default(),
-                limit,
+                limit: ports.limit,
             }),
             reader,
         ))
@@ -137,6 +149,22 @@ impl SharedPair {
     /// The RTP socket of the engine thread that `shard` names.
     pub fn rtp(&self, shard: u64) -> Arc<Socket> {
         self.rtp[(shard % self.rtp.len() as u64) as usize].clone()
+    }
+
+    /// The RTP socket for a stream of engine thread `shard` to `peer` (as
+    /// [`Self::peer`] gives it): one of its own, connected, while the pair
+    /// has a place for it ([`connected`]), with that place; else the
+    /// thread's shared socket.
+    pub fn rtp_for(&self, shard: u64, peer: SocketAddr) -> (UdpSocket, Option<ConnectedPlace>) {
+        let limit = self.connected_limit;
+        match connected::connect(self.rtp_addr, peer, &self.connected, limit) {
+            Some(Ok((socket, place))) => (UdpSocket::Own(socket), Some(place)),
+            Some(Err(e)) => {
+                tracing::debug!(%peer, "no connected RTP socket ({e}); the shared one");
+                (UdpSocket::Shared(self.rtp(shard)), None)
+            }
+            None => (UdpSocket::Shared(self.rtp(shard)), None),
+        }
     }
 
     pub fn rtcp(&self) -> Arc<Socket> {
@@ -284,7 +312,7 @@ mod tests {
     async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
         let pool = PortPool::new(46000, 46099);
-        let ports = SharedPorts::new(2, 2);
+        let ports = SharedPorts::new(2, 2, 64);
         let ip: IpAddr = "127.0.0.1".parse().unwrap();
         let pair = ports.pair(ip, &pool).unwrap();
         assert!(

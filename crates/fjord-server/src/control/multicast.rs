@@ -108,6 +108,7 @@ pub(super) fn setup(
             reports: ReceiverStats::default(),
             reservation,
             _storage: None,
+            _connected: None,
             group: Some(group),
         });
     }

@@ -101,7 +101,9 @@ fn receive(rtp: &UdpSocket, from: SocketAddr) -> Vec<u8> {
 
 #[test]
 fn udp_sessions_share_one_server_port_pair_and_rtcp_is_routed_by_client_address() {
-    let server = Server::start("");
+    // A's RTP leaves from a connected socket of its own on the shared
+    // port, B's from its engine thread's unconnected one.
+    let server = Server::start("udp_connected_streams = 1\n");
     let (rtp_a, rtcp_a) = sockets();
     let (rtp_b, rtcp_b) = sockets();
     let mut a = setup(&server, rtp_a, rtcp_a).unwrap();
