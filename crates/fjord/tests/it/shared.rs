@@ -193,3 +193,20 @@ fn per_session_sockets_still_give_each_session_its_own_pair() {
     let from: SocketAddr = format!("127.0.0.1:{}", a.server_port.0).parse().unwrap();
     assert!(receive(&a.rtp, from) == clip_bytes());
 }
+
+/// `sendmmsg` sends a tick's streams in one call from one socket: every
+/// stream then sends from the engine thread's shared socket, none from a
+/// connected one (which that path would replace by its own socket, another
+/// source port).
+#[test]
+fn sendmmsg_sends_every_stream_from_the_shared_port() {
+    let server = Server::start("datapath = \"sendmmsg\"\n");
+    let (rtp, rtcp) = sockets();
+    let mut a = setup(&server, rtp, rtcp).unwrap();
+    let server_rtp: SocketAddr = format!("127.0.0.1:{}", a.server_port.0).parse().unwrap();
+    a.rtsp.play(None).expect("PLAY");
+    assert!(
+        receive(&a.rtp, server_rtp) == clip_bytes(),
+        "the whole title, byte for byte"
+    );
+}
