@@ -18,8 +18,7 @@
 //! window, so CPU per packet is exactly the server's cost of what arrived.
 //!
 //! A peer that is not installed is skipped with the package that provides
-//! it; MediaMTX is skipped always: it relays live streams and has no video
-//! on demand. Children die with this process on every exit path: dropped
+//! it; MediaMTX is skipped always ([`MEDIAMTX_SKIP`] says why). Children die with this process on every exit path: dropped
 //! (killed with their process group), or, if this process dies first, by
 //! `PR_SET_PDEATHSIG`.
 //!
@@ -68,7 +67,7 @@ pub const GST_SCRIPT: &str = include_str!("../../../bench/peers/gst_rtsp_vod.py"
 pub const BITRATE: u64 = 4_500_000;
 
 /// Why MediaMTX is not measured.
-pub const MEDIAMTX_SKIP: &str = "MediaMTX: skipped, it relays live streams (a publisher pushes, readers share it) and has no video on demand of stored files; serving a file through it takes an ffmpeg publisher per stream, which would measure ffmpeg";
+pub const MEDIAMTX_SKIP: &str = "MediaMTX: skipped, no package registry here serves it (no Debian package; the Go module proxy refuses github.com/bluenviron/mediamtx), and it has no video on demand of stored files: it would take a live fan-out of one copy pushed by ffmpeg, a runner not built without a binary to test it against";
 
 #[derive(Clone, Debug)]
 pub struct PeersConfig {

@@ -43,7 +43,7 @@ pub enum BenchCmd {
     /// receivers on another CPU over loopback, and reads the server
     /// process's CPU over the receive window. A peer that is not installed
     /// is skipped with the package to install (`make peers` installs them);
-    /// MediaMTX is skipped (live relay, no video on demand). In the same
+    /// MediaMTX is skipped (not installable here; a live relay). In the same
     /// runs, the kernel floor (unless --no-floor): prebuilt packets sent
     /// at the same rate to the same kind of receivers with no server, in
     /// bursts of each --floor-bursts. Writes peers.md and peers.csv to
