@@ -275,6 +275,11 @@ pub fn run_datapath(cfg: &DatapathConfig) -> anyhow::Result<Results> {
     for rep in 0..cfg.reps {
         let Some(sink) = &sink else { break };
         let shared = sink.unconnected_socket()?;
+        // sendmmsg aggregates the sessions that share a socket: as the
+        // server runs it (`udp_sockets = "shared"`), all from one
+        // unconnected socket.
+        let aggregated = sink.unconnected_socket()?;
+        datapath::prepare_shared(&aggregated)?;
         for cell in cells.iter_mut() {
             pb.set_message(format!(
                 "rep {}/{} {} {} B",
@@ -301,6 +306,7 @@ pub fn run_datapath(cfg: &DatapathConfig) -> anyhow::Result<Results> {
                                 packets,
                                 cell.size,
                                 &sessions,
+                                (cell.name == "sendmmsg").then_some(&aggregated),
                                 cfg.burst,
                             )
                         }

@@ -164,13 +164,17 @@ pub struct Sessions {
 /// bytes: per tick one burst of up to `burst` packets per session, from
 /// `packets` when given and the path sends prefabricated packets, else
 /// with headers built as the engine builds them; unsent remainders sent
-/// again until every packet has left. Measures the calling thread's CPU.
+/// again until every packet has left. Sessions send from their own
+/// connected sockets, or all from `shared` (unconnected, each message
+/// naming its session's destination) when given. Measures the calling
+/// thread's CPU.
 pub fn stream(
     path: &mut dyn DataPath,
     media: &MediaFile,
     packets: Option<&PacketFile>,
     size: usize,
     sessions: &Sessions,
+    shared: Option<&Socket>,
     burst: usize,
 ) -> anyhow::Result<Sample> {
     let packets = packets.filter(|p| p.size == size && path.prefabricated());
@@ -211,9 +215,9 @@ pub fn stream(
                 off = end;
             }
             batch.bursts.push(Burst {
-                socket: &sessions.sockets[s],
+                socket: shared.unwrap_or(&sessions.sockets[s]),
                 dest: sessions.dests[s],
-                shared: false,
+                shared: shared.is_some(),
                 packets: first..batch.packets.len(),
             });
         }

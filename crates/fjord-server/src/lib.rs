@@ -207,10 +207,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
                 config
                     .max_sessions
                     .saturating_mul(shared::ROUTES_PER_SESSION),
-                match fjord_engine::datapath::sends_from_own_socket(engine.datapath()) {
-                    true => config.udp_connected_streams,
-                    false => 0,
-                },
+                config.udp_connected_streams,
             )
         }),
         admission: Admission::new(config.threads(), config.capacity_pps_per_core()),

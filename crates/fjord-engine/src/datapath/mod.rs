@@ -379,14 +379,6 @@ pub fn addresses_each_message(name: &str) -> bool {
     !matches!(name, "read-writev" | "sendfile-cork")
 }
 
-/// Whether path `name` sends a session's packets from the session's own
-/// connected socket when it has one. `sendmmsg` does not: one call takes
-/// one descriptor, so it sends those sessions from a socket of its own
-/// (another source port) and the shared socket's sessions from that one.
-pub fn sends_from_own_socket(name: &str) -> bool {
-    name != "sendmmsg"
-}
-
 /// Send buffer of a socket that many sessions share: it carries a whole
 /// tick of an engine thread.
 pub const SHARED_SNDBUF: usize = 32 << 20;
@@ -745,10 +737,7 @@ mod tests {
                         let (n, from) = rx
                             .recv_from(&mut buf)
                             .unwrap_or_else(|e| panic!("{name}: burst {b} packet {i}: {e}"));
-                        // sendmmsg sends from its own socket unless shared.
-                        if shared || *name != "sendmmsg" {
-                            assert_eq!(from, source(b), "{name} shared={shared}: source");
-                        }
+                        assert_eq!(from, source(b), "{name} shared={shared}: source");
                         assert_eq!(
                             n,
                             want.len(),

@@ -194,19 +194,25 @@ fn per_session_sockets_still_give_each_session_its_own_pair() {
     assert!(receive(&a.rtp, from) == clip_bytes());
 }
 
-/// `sendmmsg` sends a tick's streams in one call from one socket: every
-/// stream then sends from the engine thread's shared socket, none from a
-/// connected one (which that path would replace by its own socket, another
-/// source port).
+/// `sendmmsg` sends a run of bursts on one socket per call: a stream with
+/// a connected socket of its own (`udp_connected_streams`) or a port pair
+/// of its own (`per-session`) goes out from that socket, so from the
+/// `server_port` SETUP announced, as a stream on the shared socket does.
 #[test]
-fn sendmmsg_sends_every_stream_from_the_shared_port() {
-    let server = Server::start("datapath = \"sendmmsg\"\n");
-    let (rtp, rtcp) = sockets();
-    let mut a = setup(&server, rtp, rtcp).unwrap();
-    let server_rtp: SocketAddr = format!("127.0.0.1:{}", a.server_port.0).parse().unwrap();
-    a.rtsp.play(None).expect("PLAY");
-    assert!(
-        receive(&a.rtp, server_rtp) == clip_bytes(),
-        "the whole title, byte for byte"
-    );
+fn sendmmsg_sends_every_stream_from_its_announced_port() {
+    for config in [
+        "datapath = \"sendmmsg\"\n",
+        "datapath = \"sendmmsg\"\nudp_connected_streams = 0\n",
+        "datapath = \"sendmmsg\"\nudp_sockets = \"per-session\"\n",
+    ] {
+        let server = Server::start(config);
+        let (rtp, rtcp) = sockets();
+        let mut a = setup(&server, rtp, rtcp).unwrap();
+        let server_rtp: SocketAddr = format!("127.0.0.1:{}", a.server_port.0).parse().unwrap();
+        a.rtsp.play(None).expect("PLAY");
+        assert!(
+            receive(&a.rtp, server_rtp) == clip_bytes(),
+            "{config}: the whole title, byte for byte"
+        );
+    }
 }
