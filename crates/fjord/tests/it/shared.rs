@@ -66,6 +66,27 @@ fn sockets() -> (UdpSocket, UdpSocket) {
     (rtp, rtcp)
 }
 
+/// UDP sockets on this host connected to `client` (`/proc/net/udp`: the
+/// clients' sockets here are unconnected, so these are the server's).
+fn connected_to(client: SocketAddr) -> usize {
+    let SocketAddr::V4(client) = client else {
+        return 0;
+    };
+    // The kernel prints the address as the u32 in memory, the port as a
+    // number.
+    let want = format!(
+        "{:08X}:{:04X}",
+        u32::from_ne_bytes(client.ip().octets()),
+        client.port()
+    );
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(2) == Some(want.as_str()))
+        .count()
+}
+
 /// An RTCP RR with one report block claiming `lost` packets lost.
 fn rr(lost: u32) -> Vec<u8> {
     let mut p = vec![0x81, 201, 0, 7];
@@ -125,6 +146,9 @@ fn udp_sessions_share_one_server_port_pair_and_rtcp_is_routed_by_client_address(
     let server_rtcp: SocketAddr = format!("127.0.0.1:{}", a.server_port.1).parse().unwrap();
     a.rtsp.play(None).expect("PLAY a");
     b.rtsp.play(None).expect("PLAY b");
+    let (a_rtp, b_rtp) = (a.rtp.local_addr().unwrap(), b.rtp.local_addr().unwrap());
+    assert_eq!(connected_to(a_rtp), 1, "A has a connected socket");
+    assert_eq!(connected_to(b_rtp), 0, "B sends from its thread's socket");
     // Reports from each client's RTCP port, and a stranger's.
     a.rtcp.send_to(&rr(5), server_rtcp).unwrap();
     b.rtcp.send_to(&rr(9), server_rtcp).unwrap();
@@ -172,13 +196,21 @@ fn udp_sessions_share_one_server_port_pair_and_rtcp_is_routed_by_client_address(
         lb.contains("receiver_reports=2") && lb.contains("lost=11"),
         "B: {lb}"
     );
+    // A's socket closed with its stream, and its place came back.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while connected_to(a_rtp) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(connected_to(a_rtp), 0, "A's connected socket closed");
     // After TEARDOWN the route is gone: the same client ports set up again.
-    let again = setup(
+    let mut again = setup(
         &server,
         a.rtp.try_clone().unwrap(),
         a.rtcp.try_clone().unwrap(),
-    );
-    assert!(again.is_ok(), "route removed at TEARDOWN");
+    )
+    .expect("route removed at TEARDOWN");
+    again.rtsp.play(None).expect("PLAY again");
+    assert_eq!(connected_to(a_rtp), 1, "the place given back is taken");
 }
 
 #[test]
