@@ -2,12 +2,12 @@
 //! its destination in every message, and the kernel looks the route up
 //! for each `sendmsg` (`ip_route_output_flow`); a connected socket keeps
 //! its route. So the first streams of a pair (`udp_connected_streams`)
-//! each get a socket of their own, bound to the pair's RTP port (`SO_REUSEPORT`:
-//! clients still see one `server_port=`) and connected to the client's
-//! RTP port; later ones share their engine thread's socket. The bound
-//! keeps the port's socket list short: the kernel scans it for every
-//! datagram arriving there that no connected socket's client sent (and
-//! for every bind to the port), and each socket is a descriptor.
+//! each get a socket of their own, bound to the pair's RTP port
+//! (`SO_REUSEPORT`: clients still see one `server_port=`) and connected to
+//! the client's RTP port; later ones share their engine thread's socket.
+//! The bound keeps the port's socket list short: the kernel scans it for
+//! every datagram arriving there that no connected socket's client sent
+//! (and for every bind to the port), and each socket is a descriptor.
 
 use std::{
     io,
