@@ -18,9 +18,9 @@
 //! window, so CPU per packet is exactly the server's cost of what arrived.
 //!
 //! A peer that is not installed is skipped with the package that provides
-//! it; MediaMTX is skipped always ([`MEDIAMTX_SKIP`] says why). Children die with this process on every exit path: dropped
-//! (killed with their process group), or, if this process dies first, by
-//! `PR_SET_PDEATHSIG`.
+//! it; MediaMTX is skipped always ([`MEDIAMTX_SKIP`] says why). Children
+//! die with this process on every exit path: dropped (killed with their
+//! process group), or, if this process dies first, by `PR_SET_PDEATHSIG`.
 //!
 //! Beside them, in the same runs, the kernel floor ([`floor`]): no server,
 //! a thread pinned to the servers' CPU sends prebuilt packets of the title

@@ -158,13 +158,11 @@ impl SharedPair {
     pub fn rtp_for(&self, shard: u64, peer: SocketAddr) -> (UdpSocket, Option<ConnectedPlace>) {
         let limit = self.connected_limit;
         match connected::connect(self.rtp_addr, peer, &self.connected, limit) {
-            Some(Ok((socket, place))) => (UdpSocket::Own(socket), Some(place)),
-            Some(Err(e)) => {
-                tracing::debug!(%peer, "no connected RTP socket ({e}); the shared one");
-                (UdpSocket::Shared(self.rtp(shard)), None)
-            }
-            None => (UdpSocket::Shared(self.rtp(shard)), None),
+            Some(Ok((socket, place))) => return (UdpSocket::Own(socket), Some(place)),
+            Some(Err(e)) => tracing::debug!(%peer, "no connected RTP socket ({e}); the shared one"),
+            None => {}
         }
+        (UdpSocket::Shared(self.rtp(shard)), None)
     }
 
     pub fn rtcp(&self) -> Arc<Socket> {
