@@ -12,7 +12,7 @@ HTTP_PORT ?= 8080
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav \
-	fuse3 python3-fusepy chromium python3-gi gir1.2-gstreamer-1.0 prometheus
+	fuse3 python3-fusepy chromium python3-gi gir1.2-gstreamer-1.0 prometheus python3-pip
 
 .PHONY: test deps run build peers live555
 
@@ -20,11 +20,12 @@ APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
 # FUSE with python3-fusepy (the disk-error tests' faulty filesystem) and
 # chromium and Prometheus' promtool (the metrics test) only when missing; live555's openRTSP (trick play) from
 # Debian sid's packages when missing; then the browser test's npm packages (hls.js,
-# dash.js, playwright-core; tests/browser/package-lock.json).
+# dash.js, playwright-core; tests/browser/package-lock.json) and httplint
+# (PyPI, tests/httplint/requirements.txt) into tests/httplint/site.
 deps:
 	@if ! command -v ffmpeg >/dev/null || ! command -v gst-launch-1.0 >/dev/null \
 	    || ! command -v fusermount3 >/dev/null || ! command -v chromium >/dev/null \
-	    || ! command -v promtool >/dev/null \
+	    || ! command -v promtool >/dev/null || ! python3 -m pip --version >/dev/null 2>&1 \
 	    || ! /usr/bin/python3 -c 'import fusepy' >/dev/null 2>&1 \
 	    || ! /usr/bin/python3 -c 'import gi; gi.require_version("Gst", "1.0")' >/dev/null 2>&1 \
 	    || ! gst-inspect-1.0 rtpmp2tdepay >/dev/null 2>&1 \
@@ -34,6 +35,11 @@ deps:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PACKAGES); \
 	fi
 	@$(MAKE) --no-print-directory live555
+	@cmp -s tests/httplint/requirements.txt tests/httplint/site/.installed 2>/dev/null \
+	  || { rm -rf tests/httplint/site && \
+	       python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target tests/httplint/site \
+	         -r tests/httplint/requirements.txt && \
+	       cp tests/httplint/requirements.txt tests/httplint/site/.installed; }
 	@cmp -s tests/browser/package-lock.json tests/browser/node_modules/.installed-lock 2>/dev/null \
 	  || { npm ci --prefix tests/browser --no-audit --no-fund && \
 	       cp tests/browser/package-lock.json tests/browser/node_modules/.installed-lock; }

@@ -1,6 +1,8 @@
 //! HTTP download requests on arbitrary bytes: parsing never panics and
 //! consumes within bounds; every response's body lies inside the file and
-//! is as long as its Content-Length; every head ends its header block.
+//! is as long as its Content-Length; every head ends its header block; a
+//! path that names a title is in canonical form (no empty, `.` or `..`
+//! component, no NUL, control character or backslash).
 #![no_main]
 
 use std::time::{Duration, SystemTime};
@@ -13,6 +15,12 @@ fuzz_target!(|data: &[u8]| {
     while let Parsed::Request(req, n) = parse(&data[pos..]) {
         assert!(n > 0 && n <= data.len() - pos);
         pos += n;
+        if let Some(path) = &req.path {
+            for c in path.split('/') {
+                assert!(!c.is_empty() && c != "." && c != "..", "{path:?}");
+                assert!(!c.chars().any(|ch| ch == '\\' || ch.is_control()), "{path:?}");
+            }
+        }
         for size in [0, 1, 188 * 1000] {
             let entity = Entity {
                 size,

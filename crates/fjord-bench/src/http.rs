@@ -193,6 +193,20 @@ fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// `clip` repeated into `out` up to `size` bytes, whole TS packets.
+fn looped(clip: &Path, out: &Path, size: u64) -> anyhow::Result<()> {
+    let clip = std::fs::read(clip)?;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(out)?);
+    let mut left = size - size % 188;
+    while left > 0 {
+        let n = left.min(clip.len() as u64) as usize;
+        f.write_all(&clip[..n - n % 188])?;
+        left -= (n - n % 188) as u64;
+    }
+    f.into_inner()?.sync_all()?;
+    Ok(())
+}
+
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -201,6 +215,10 @@ fn free_port() -> anyhow::Result<u16> {
 
 fn start_fjord(cfg: &HttpConfig, root: &Path) -> anyhow::Result<Served> {
     let port = free_port()?;
+    // No packet files made in the background during the rounds: downloads
+    // never read them.
+    let config = root.with_file_name("fjord.toml");
+    std::fs::write(&config, "prefab = \"off\"\n")?;
     let mut child = Command::new(&cfg.fjord_exe)
         .args([
             "serve",
@@ -215,6 +233,8 @@ fn start_fjord(cfg: &HttpConfig, root: &Path) -> anyhow::Result<Served> {
         .arg(port.to_string())
         .arg("--root")
         .arg(root)
+        .arg("--config")
+        .arg(&config)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -437,19 +457,24 @@ pub fn run(cfg: &HttpConfig) -> anyhow::Result<HttpReport> {
     let dir = tempfile::tempdir()?;
     let root = dir.path().join("root");
     std::fs::create_dir(&root)?;
-    let mut f = std::fs::File::create(root.join("bench.bin"))?;
-    let chunk: Vec<u8> = (0..1u32 << 20)
-        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
-        .collect();
-    for _ in 0..cfg.mb {
-        f.write_all(&chunk)?;
-    }
-    f.sync_all()?;
     // (b)'s title, ingested before the servers start: the server's own
     // ingest would make its parity and packets during the rounds.
     let hls_title = root.join("hls.ts");
     crate::clip::encode(&hls_title, 120, 4000, 4_500_000)?;
     crate::storage::library::ingest(&cfg.fjord_exe, &hls_title)?;
+    // (a)'s title: that clip looped to `mb` MiB (fjord serves titles only),
+    // indexed ahead without parity or packets, which downloads never use.
+    let whole_title = root.join("bench.ts");
+    looped(&hls_title, &whole_title, cfg.mb << 20)?;
+    let out = std::process::Command::new(&cfg.fjord_exe)
+        .args(["ingest", "--fec", "off", "--prefab", "off"])
+        .arg(&whole_title)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "fjord ingest: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // (c)'s title: the same as MP4, and as ffmpeg packages it for HLS in
     // fMP4 segments (static files for nginx).
     let mp4_title = root.join("hls.mp4");
@@ -458,9 +483,9 @@ pub fn run(cfg: &HttpConfig) -> anyhow::Result<HttpReport> {
     crate::storage::library::ingest(&cfg.fjord_exe, &mp4_title)?;
     let fjord = start_fjord(cfg, &root)?;
     let nginx = start_nginx(dir.path())?;
-    let blocking = start_blocking(&root.join("bench.bin"))?;
+    let blocking = start_blocking(&whole_title)?;
     let whole_file = [Get {
-        path: "bench.bin".to_owned(),
+        path: "bench.ts".to_owned(),
         range: None,
     }];
     let whole = ("whole", &whole_file[..]);

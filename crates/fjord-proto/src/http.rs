@@ -15,8 +15,14 @@ use std::{ops::Range, time::SystemTime};
 #[derive(Debug, PartialEq, Eq)]
 pub struct Request {
     pub method: Method,
-    /// The target's path, percent-decoded, without its leading `/`.
-    pub path: String,
+    /// The target's path in its one canonical form
+    /// ([`crate::rtsp::url::canonical_path`]: percent-decoded, without its
+    /// leading `/`); `None` when it names no title (empty, `.` or `..`
+    /// components, `//`, NUL or control characters, bad encoding).
+    pub path: Option<String>,
+    /// The target's path as sent (still percent-encoded, no scheme,
+    /// authority or query): what a log may show.
+    pub target: String,
     /// The connection stays open after the response.
     pub keep_alive: bool,
     /// The `Authorization` value, checked before any file is looked up.
@@ -78,9 +84,12 @@ pub fn parse(buf: &[u8]) -> Parsed {
     if has_body {
         return Parsed::Bad(400, "request bodies are not accepted");
     }
-    let Some(path) = req.path.and_then(decoded_path) else {
+    let Some(target) = req.path.and_then(raw_path) else {
         return Parsed::Bad(400, "the target is not a path");
     };
+    if let Err(why) = host_is_valid(req.version, req.headers) {
+        return Parsed::Bad(400, why);
+    }
     let connection = header("Connection")
         .unwrap_or_default()
         .to_ascii_lowercase();
@@ -98,7 +107,8 @@ pub fn parse(buf: &[u8]) -> Parsed {
     Parsed::Request(
         Request {
             method,
-            path,
+            path: crate::rtsp::url::canonical_path(&target[1..]).ok(),
+            target: target.to_owned(),
             keep_alive,
             authorization: header("Authorization"),
             range: header("Range"),
@@ -111,17 +121,38 @@ pub fn parse(buf: &[u8]) -> Parsed {
 }
 
 /// The path of an origin-form (`/a/b?q`) or absolute-form
-/// (`http://host/a/b`) target, percent-decoded, without the leading `/`.
-fn decoded_path(target: &str) -> Option<String> {
+/// (`http://host/a/b`) target, as sent, with its leading `/`.
+fn raw_path(target: &str) -> Option<&str> {
     let target = match target.split_once("://") {
         Some((_, rest)) => &rest[rest.find('/')?..],
         None => target,
     };
-    let path = target.split(['?', '#']).next()?.strip_prefix('/')?;
-    let decoded = percent_encoding::percent_decode_str(path)
-        .decode_utf8()
-        .ok()?;
-    Some(decoded.into_owned())
+    let path = target.split(['?', '#']).next()?;
+    path.starts_with('/').then_some(path)
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request carries exactly one `Host`, and no
+/// request carries several or an invalid one (absolute-form targets too:
+/// the target's authority wins, but the field must still be there).
+fn host_is_valid(version: Option<u8>, headers: &[httparse::Header]) -> Result<(), &'static str> {
+    let mut hosts = headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("Host"));
+    match (hosts.next(), hosts.next()) {
+        (_, Some(_)) => Err("several Host header fields"),
+        (None, _) if version == Some(1) => Err("an HTTP/1.1 request needs a Host header field"),
+        (None, _) => Ok(()),
+        (Some(h), None) => {
+            // uri-host [":" port]: no whitespace, and none of what would
+            // make it a path, userinfo or query.
+            let bad =
+                |b: &u8| b.is_ascii_whitespace() || b"/\\@?#,".contains(b) || !b.is_ascii_graphic();
+            match h.value.iter().any(bad) {
+                true => Err("an invalid Host header field"),
+                false => Ok(()),
+            }
+        }
+    }
 }
 
 /// The file a download sends, as its metadata says.
@@ -180,7 +211,12 @@ impl Response {
     /// The reply to a request fjord does not serve: the status, why (as
     /// the body), and whether the connection closes after it.
     pub fn error(status: u16, why: &str, close: bool) -> Response {
-        let mut headers = vec![("Content-Type", "text/plain; charset=utf-8".to_owned())];
+        // An error is about this moment (a title being replaced, a
+        // credential missing): no cache may keep it.
+        let mut headers = vec![
+            ("Content-Type", "text/plain; charset=utf-8".to_owned()),
+            ("Cache-Control", "no-store".to_owned()),
+        ];
         if status == 405 {
             headers.push(("Allow", "GET, HEAD".to_owned()));
         }
@@ -238,14 +274,25 @@ impl Response {
         Response::to(req, 204, headers, String::new())
     }
 
-    /// Lets pages of `origin` (`*`: any) read this response, and the
-    /// headers a player needs to see.
     /// Adds a header (e.g. a `WWW-Authenticate` challenge; repeatable).
     pub fn with_header(mut self, name: &'static str, value: String) -> Response {
         self.headers.push((name, value));
         self
     }
 
+    /// Says how long caches may keep this response (`Cache-Control`),
+    /// unless it is an error (those say `no-store`) or `value` is empty.
+    pub fn cached(self, value: &str) -> Response {
+        let keeps = matches!(self.status, 200 | 206 | 304);
+        match keeps && !value.is_empty() {
+            true => self.with_header("Cache-Control", value.to_owned()),
+            false => self,
+        }
+    }
+
+    /// Lets pages of `origin` (`*`: any) read this response, and the
+    /// headers a player needs to see. One configured origin for every
+    /// request: no `Vary: Origin` needed.
     pub fn allow_origin(mut self, origin: &str) -> Response {
         if !origin.is_empty() {
             self.headers

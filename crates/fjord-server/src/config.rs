@@ -47,6 +47,8 @@ pub struct Config {
     /// `Access-Control-Allow-Origin` of HTTP responses, so web players on
     /// other origins (hls.js, dash.js) may read them; empty: none.
     pub http_allow_origin: String,
+    /// `Cache-Control` of HTTP responses by kind (`[http_cache_control]`).
+    pub http_cache_control: CacheControl,
     /// Engine threads; 0 = one per available core.
     pub threads: usize,
     /// A session with no RTSP request and no RTCP for this long is torn down.
@@ -172,6 +174,7 @@ impl Default for Config {
             auth_realm: fjord_proto::auth::DEFAULT_REALM.to_owned(),
             hls_segment_s: 6,
             http_allow_origin: "*".to_owned(),
+            http_cache_control: CacheControl::default(),
             threads: 0,
             session_timeout_s: 60,
             request_timeout_s: 10,
@@ -208,6 +211,30 @@ impl Default for Config {
             disk_mbps: 0,
             roots: Vec::new(),
             stats_file: PathBuf::new(),
+        }
+    }
+}
+
+/// How long a cache in front of fjord (a CDN, a browser) may keep what HTTP
+/// answers, by kind; an empty value sends no `Cache-Control`. Errors are
+/// always `no-store`. Not `public` by default: with `[[user]]` tables a
+/// shared cache must not hand one user's titles to another.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheControl {
+    /// Whole-file downloads, byte ranges, init and media segments: the
+    /// bytes of one ETag never change (a changed file is a new ETag).
+    pub media: String,
+    /// HLS playlists and DASH manifests of stored titles: made from the
+    /// title, but a title may be replaced, so kept a short while.
+    pub playlist: String,
+}
+
+impl Default for CacheControl {
+    fn default() -> Self {
+        Self {
+            media: "max-age=31536000, immutable".to_owned(),
+            playlist: "max-age=60".to_owned(),
         }
     }
 }

@@ -105,6 +105,13 @@ enum Cmd {
         /// Names the certificate is for (DNS names or IP addresses)
         #[arg(long, default_values_t = ["localhost".to_owned(), "127.0.0.1".to_owned()])]
         name: Vec<String>,
+        /// The server's config: `--out` is refused inside its media roots
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// A media root `--out` must not be inside [default: ./media, and
+        /// the config's roots]
+        #[arg(long)]
+        root: Option<PathBuf>,
     },
     /// The experiments: CPU, system calls and copies per packet of every
     /// data path (the seeds' streaming and download tests), side by side.
@@ -196,7 +203,12 @@ fn main() -> ExitCode {
         Cmd::Load(args) => load::run(args),
         Cmd::Play(args) => play::run(args),
         Cmd::Passwd { name, realm } => passwd(&name, &realm),
-        Cmd::Cert { out, name } => cert(&out, name),
+        Cmd::Cert {
+            out,
+            name,
+            config,
+            root,
+        } => outside_roots(&out, config, root).and_then(|()| cert(&out, name)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -205,6 +217,43 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Refuses a key directory inside a media root: keys beside the titles
+/// are one misconfiguration away from being served.
+fn outside_roots(
+    out: &std::path::Path,
+    config: Option<PathBuf>,
+    root: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let mut cfg = match config {
+        Some(path) => Config::load(&path)?,
+        None => Config::default(),
+    };
+    if let Some(r) = root {
+        cfg.root = r;
+    }
+    // The directory may not exist yet: its nearest existing ancestor says
+    // where it will be.
+    let absolute = std::path::absolute(out)?;
+    let existing = (absolute.ancestors()).find_map(|a| Some((a, a.canonicalize().ok()?)));
+    let Some((ancestor, canonical)) = existing else {
+        return Ok(());
+    };
+    let place = canonical.join(absolute.strip_prefix(ancestor)?);
+    for root in cfg.roots() {
+        let Ok(root) = root.canonicalize() else {
+            continue;
+        };
+        anyhow::ensure!(
+            !place.starts_with(&root),
+            "{} is inside the media root {}: a private key does not belong beside the \
+             titles; choose a directory outside every root (e.g. /etc/fjord)",
+            out.display(),
+            root.display()
+        );
+    }
+    Ok(())
 }
 
 fn cert(out: &std::path::Path, names: Vec<String>) -> anyhow::Result<()> {

@@ -33,29 +33,79 @@ fn a_head_is_parsed_once_complete() {
     assert_eq!(parse(b"GET /x HTTP/1.1\r\nHost: x\r\n"), Parsed::Partial);
     let r = get("");
     assert_eq!(r.method, Method::Get);
-    assert_eq!(r.path, "a b.ts", "percent-decoded, without the slash");
+    assert_eq!(
+        r.path.as_deref(),
+        Some("a b.ts"),
+        "percent-decoded, without the slash"
+    );
+    assert_eq!(r.target, "/a%20b.ts", "as sent, for logs");
     assert!(r.keep_alive, "HTTP/1.1 keeps the connection by default");
     assert!(!request("GET /x HTTP/1.0\r\n\r\n").keep_alive);
     assert!(request("GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keep_alive);
     assert!(!get("Connection: close\r\n").keep_alive);
     assert_eq!(
-        request("GET http://h:8080/d/t.ts?x=1 HTTP/1.1\r\n\r\n").path,
-        "d/t.ts"
+        request("GET http://u:pw@h:8080/d/t.ts?x=1 HTTP/1.1\r\nHost: h\r\n\r\n").path,
+        Some("d/t.ts".into())
     );
-    assert_eq!(request("HEAD /t.ts HTTP/1.1\r\n\r\n").method, Method::Head);
+    let absolute = request("GET http://u:pw@h:8080/d/t.ts?x=1 HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(absolute.target, "/d/t.ts", "no userinfo in what is logged");
     assert_eq!(
-        request("POST /t.ts HTTP/1.1\r\n\r\n").method,
+        request("HEAD /t.ts HTTP/1.1\r\nHost: h\r\n\r\n").method,
+        Method::Head
+    );
+    assert_eq!(
+        request("POST /t.ts HTTP/1.1\r\nHost: h\r\n\r\n").method,
         Method::NotAllowed
     );
     assert_eq!(
-        request("BREW /t.ts HTTP/1.1\r\n\r\n").method,
+        request("BREW /t.ts HTTP/1.1\r\nHost: h\r\n\r\n").method,
         Method::Unknown
     );
 }
 
 #[test]
+fn a_target_names_a_title_only_in_its_canonical_spelling() {
+    for alias in [
+        "/d//t.ts",
+        "/d/./t.ts",
+        "/d/../t.ts",
+        "/d/t.ts/",
+        "/d%2Ft.ts",
+        "/t%00.ts",
+        "/",
+    ] {
+        let r = request(&format!("GET {alias} HTTP/1.1\r\nHost: h\r\n\r\n"));
+        assert_eq!(r.path, None, "{alias}");
+        assert_eq!(r.target, alias);
+    }
+}
+
+/// RFC 9112 §3.2: 400 for an HTTP/1.1 request without Host, and for any
+/// with several or an invalid one.
+#[test]
+fn a_request_names_its_host_once() {
+    let bad = |head: &str| match parse(head.as_bytes()) {
+        Parsed::Bad(400, why) => why,
+        other => panic!("{head:?}: {other:?}"),
+    };
+    bad("GET /t.ts HTTP/1.1\r\n\r\n");
+    bad("GET http://h/t.ts HTTP/1.1\r\n\r\n");
+    bad("GET /t.ts HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+    bad("GET /t.ts HTTP/1.0\r\nHost: a\r\nhost: a\r\n\r\n");
+    bad("GET /t.ts HTTP/1.1\r\nHost: a/b\r\n\r\n");
+    bad("GET /t.ts HTTP/1.1\r\nHost: u@a\r\n\r\n");
+    for ok in [
+        "GET /t.ts HTTP/1.0\r\n\r\n",
+        "GET /t.ts HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n",
+        "GET http://h/t.ts HTTP/1.1\r\nHost: h\r\n\r\n",
+    ] {
+        request(ok);
+    }
+}
+
+#[test]
 fn web_players_on_other_origins_may_read_and_range() {
-    let pre = request("OPTIONS /t.mp4/seg-1.m4s HTTP/1.1\r\nOrigin: http://a\r\n\r\n");
+    let pre = request("OPTIONS /t.mp4/seg-1.m4s HTTP/1.1\r\nHost: h\r\nOrigin: http://a\r\n\r\n");
     assert_eq!(pre.method, Method::Options);
     let r = Response::preflight(&pre).allow_origin("*");
     let head = String::from_utf8(r.head(SystemTime::UNIX_EPOCH)).unwrap();
@@ -69,7 +119,7 @@ fn web_players_on_other_origins_may_read_and_range() {
         "{head}"
     );
     assert!(!head.contains("\r\nContent-Length:"), "{head}");
-    let get = request("GET /t.ts HTTP/1.1\r\nRange: bytes=0-9\r\n\r\n");
+    let get = request("GET /t.ts HTTP/1.1\r\nHost: h\r\nRange: bytes=0-9\r\n\r\n");
     let r = respond(&get, &file()).allow_origin("http://a");
     assert_eq!(r.header("Access-Control-Allow-Origin"), Some("http://a"));
     assert!(
@@ -88,22 +138,25 @@ fn what_is_not_a_download_request_is_refused() {
         Parsed::Bad(400, _)
     ));
     assert!(matches!(
-        parse(b"GET * HTTP/1.1\r\n\r\n"),
+        parse(b"GET * HTTP/1.1\r\nHost: h\r\n\r\n"),
         Parsed::Bad(400, _)
     ));
     assert!(matches!(
-        parse(b"GET /t.ts HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"),
+        parse(b"GET /t.ts HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello"),
         Parsed::Bad(400, _)
     ));
     let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
     assert!(matches!(
-        parse(format!("GET /t HTTP/1.1\r\n{many}\r\n").as_bytes()),
+        parse(format!("GET /t HTTP/1.1\r\nHost: h\r\n{many}\r\n").as_bytes()),
         Parsed::Bad(431, _)
     ));
-    let r = respond(&request("DELETE /t.ts HTTP/1.1\r\n\r\n"), &file());
+    let r = respond(
+        &request("DELETE /t.ts HTTP/1.1\r\nHost: h\r\n\r\n"),
+        &file(),
+    );
     assert_eq!(r.status, 405);
     assert!(text(&r).contains("Allow: GET, HEAD\r\n"));
-    let r = respond(&request("BREW /t.ts HTTP/1.1\r\n\r\n"), &file());
+    let r = respond(&request("BREW /t.ts HTTP/1.1\r\nHost: h\r\n\r\n"), &file());
     assert_eq!(r.status, 501);
 }
 
@@ -121,7 +174,7 @@ fn a_get_is_the_whole_file_and_a_head_its_headers() {
     ] {
         assert!(t.contains(h), "{h} in {t}");
     }
-    let head = respond(&request("HEAD /t.ts HTTP/1.1\r\n\r\n"), &file());
+    let head = respond(&request("HEAD /t.ts HTTP/1.1\r\nHost: h\r\n\r\n"), &file());
     assert_eq!((head.status, head.body.clone()), (200, None));
     assert!(text(&head).contains("Content-Length: 1000\r\n"));
 }
@@ -203,7 +256,7 @@ proptest! {
     ) {
         let entity = Entity { size, ..file() };
         for value in [range, format!("bytes={a}-{b}"), format!("bytes=-{a}"), format!("bytes={a}-")] {
-            let head = format!("GET /t.ts HTTP/1.1\r\nRange: {value}\r\n\r\n");
+            let head = format!("GET /t.ts HTTP/1.1\r\nHost: h\r\nRange: {value}\r\n\r\n");
             let Parsed::Request(req, _) = parse(head.as_bytes()) else { continue };
             let r = respond(&req, &entity);
             if let Some(body) = &r.body {
@@ -229,7 +282,7 @@ fn a_generated_body_follows_its_head_and_a_head_request_gets_none() {
         t.contains("Content-Length: 8\r\n") && t.ends_with("\r\n\r\n#EXTM3U\n"),
         "{t}"
     );
-    let head = request("HEAD /t.ts/index.m3u8 HTTP/1.1\r\n\r\n");
+    let head = request("HEAD /t.ts/index.m3u8 HTTP/1.1\r\nHost: h\r\n\r\n");
     let t = text(&Response::generated(&head, "x/y", "#EXTM3U\n".into()));
     assert!(
         t.contains("Content-Length: 8\r\n") && t.ends_with("\r\n\r\n"),

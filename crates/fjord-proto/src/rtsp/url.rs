@@ -78,6 +78,22 @@ pub fn title_path(uri: &str) -> Result<TitleRef, PathError> {
     })
 }
 
+/// The one canonical form of a title path as sent (percent-encoded, no
+/// leading `/`, no query): its components decoded and joined by `/`, or
+/// why it names no title. Every listener names titles by this form, so a
+/// title has one name whatever the spelling (`a//b`, `a/./b` are refused,
+/// never aliases of `a/b`).
+pub fn canonical_path(raw: &str) -> Result<String, PathError> {
+    if raw.is_empty() {
+        return Err(PathError::Empty);
+    }
+    let parts = raw
+        .split('/')
+        .map(decode_component)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(parts.join("/"))
+}
+
 /// `rtsp://[user@]host[:port]` (also rtsps, rtspu; any case) → the rest.
 fn strip_authority(uri: &str) -> Result<&str, PathError> {
     if uri.starts_with('/') {
@@ -210,6 +226,27 @@ mod tests {
     }
 
     #[test]
+    fn a_path_has_one_canonical_spelling() {
+        assert_eq!(canonical_path("d/a%20b.ts"), Ok("d/a b.ts".into()));
+        assert_eq!(
+            canonical_path("d/t.ts/index.m3u8"),
+            Ok("d/t.ts/index.m3u8".into())
+        );
+        for alias in [
+            "d//a.ts",
+            "d/./a.ts",
+            "./a.ts",
+            "a.ts/",
+            "d/%2e/a.ts",
+            "d%2Fa.ts",
+        ] {
+            assert_eq!(canonical_path(alias), Err(PathError::Escapes), "{alias}");
+        }
+        assert_eq!(canonical_path(""), Err(PathError::Empty));
+        assert_eq!(canonical_path("a%zz"), Err(PathError::InvalidEncoding));
+    }
+
+    #[test]
     fn other_errors() {
         for uri in [
             "*",
@@ -273,6 +310,22 @@ mod tests {
         ) {
             let uri = format!("{prefix}{}", parts.join("/"));
             if let Ok(t) = title_path(&uri) { assert_safe(&t)?; }
+        }
+
+        /// Accepted spellings differ from their canonical form only by
+        /// percent-encoding: nothing is collapsed, so no two structurally
+        /// different paths name one title.
+        #[test]
+        fn the_canonical_form_is_the_decoded_spelling(
+            parts in proptest::collection::vec(
+                "(\\.|\\.\\.|%2[eEfF]|%5[cC]|%00|%41|/|[a-zA-Z]|\\\\|%)*", 0..8),
+        ) {
+            let raw = parts.join("/");
+            if let Ok(c) = canonical_path(&raw) {
+                let decoded = percent_decode_str(&raw).decode_utf8().unwrap();
+                prop_assert_eq!(&c, &decoded);
+                assert_safe(&TitleRef { title: c, track: None })?;
+            }
         }
     }
 }

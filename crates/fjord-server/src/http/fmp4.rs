@@ -87,15 +87,12 @@ impl Cache {
             .catalog
             .open(name)
             .await
-            .map_err(|e| (e.status(), e.to_string()))?;
+            .map_err(|e| super::refused(&e))?;
         let (srv, name) = (server.clone(), name.to_owned());
         let cache = self.clone();
         let target_ns = server.config().hls_segment_s.max(1) * 1_000_000_000;
         tokio::task::spawn_blocking(move || {
-            let path = srv
-                .catalog
-                .resolve(&name)
-                .map_err(|e| (e.status(), e.to_string()))?;
+            let path = srv.catalog.resolve(&name).map_err(|e| super::refused(&e))?;
             let meta = std::fs::metadata(&path).map_err(|_| (404, "no such title".to_owned()))?;
             let etag = Entity::of(&meta, &name).etag;
             if let Some(f) = cache.lookup(&path, only, &etag) {

@@ -41,7 +41,7 @@ pub(crate) async fn form(
         .catalog
         .open(title)
         .await
-        .map_err(|e| (e.status(), e.to_string()))?;
+        .map_err(|e| super::refused(&e))?;
     if t.index().format().starts_with("MP4") || super::packed::kind_of(&t).is_some() {
         return Ok(Form::Fragmented(cache.get(server, title, None).await?));
     }

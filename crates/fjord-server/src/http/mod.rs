@@ -183,84 +183,58 @@ async fn answer(
     (peer, tls): (SocketAddr, bool),
     req: plan::Request,
 ) -> std::io::Result<bool> {
-    let now = std::time::SystemTime::now();
     let close = !req.keep_alive;
-    let config = server.config();
-    let origin = &config.http_allow_origin;
     if req.method == plan::Method::Options {
-        let r = Response::preflight(&req).allow_origin(origin);
-        crate::access::http(server, peer, req.method, &req.path, r.status);
-        stream.write_all(&r.head(now)).await?;
-        return Ok(!r.close);
+        let r = Response::preflight(&req);
+        return reply(server, stream, peer, &req, r, None).await;
     }
-    // Before any lookup: a refusal says nothing about what exists.
-    let title = routes::route_of(&req.path).map_or(req.path.as_str(), |(t, _)| t);
-    let auth = req.authorization.as_deref();
-    let method = if req.method == plan::Method::Head {
-        "HEAD"
-    } else {
-        "GET"
+    // A path that names no title in its canonical spelling is refused like
+    // a missing title: aliases (`a//b`, `a/./b`) never reach the catalog.
+    let Some(path) = req.path.as_deref() else {
+        return reply(server, stream, peer, &req, not_found(close), None).await;
     };
-    if let Verdict::Deny(code, challenges) = server.guard.check(peer.ip(), method, auth, title, tls)
-    {
-        let why = if code == 401 {
-            "credentials required"
-        } else {
-            "not allowed"
-        };
-        let r = (challenges.into_iter())
-            .fold(Response::error(code, why, close), |r, c| {
-                r.with_header("WWW-Authenticate", c)
-            })
-            .allow_origin(origin);
-        crate::access::http(server, peer, req.method, &req.path, r.status);
-        stream.write_all(&r.head(now)).await?;
-        return Ok(!r.close);
+    let route = routes::route_of(path);
+    // Before any lookup: a refusal says nothing about what exists.
+    let title = route.map_or(path, |(t, _)| t);
+    if let Some(r) = refusal(server, peer, &req, title, tls) {
+        return reply(server, stream, peer, &req, r, None).await;
     }
-    // Finding and opening the file may read directories and inodes from
-    // the disk: not on a runtime thread.
-    let (srv, path) = (server.clone(), req.path.clone());
-    let opened = tokio::task::spawn_blocking(move || {
-        let path = srv.catalog.resolve(&path)?;
-        let file = std::fs::File::open(&path).map_err(|_| CatalogError::NotFound)?;
-        let meta = file.metadata().map_err(|_| CatalogError::NotFound)?;
-        Ok::<_, CatalogError>((file, meta))
-    })
-    .await
-    .map_err(std::io::Error::other)?;
-    let (body, response) = match opened {
-        Ok((file, meta)) => {
-            let entity = plan::Entity::of(&meta, &req.path);
-            let body = send::Body::file(Arc::new(file), entity.size);
-            (Some(body), plan::respond(&req, &entity))
-        }
-        Err(_) => match routes::route_of(&req.path) {
-            Some((title, Route::Playlist(which))) => {
-                let text = hls::playlist(server, fragments, title, which).await;
-                (None, generated(&req, "application/vnd.apple.mpegurl", text))
-            }
-            Some((title, Route::Manifest)) => {
-                let text = dash::manifest(server, fragments, title).await;
-                (None, generated(&req, "application/dash+xml", text))
-            }
-            Some((title, Route::Init(only))) => {
-                segment(server, fragments, &req, title, only, None).await
-            }
-            Some((title, Route::Segment(only, i))) => {
-                segment(server, fragments, &req, title, only, Some(i)).await
-            }
-            // The same answer for every name not served: no oracle for
-            // what lies outside the roots.
-            None => (None, Response::error(404, "no such title", close)),
+    // Only titles: a file the catalog does not take as media (a key, a
+    // config, notes) is answered as if it were not there.
+    let (body, response) = match server.catalog.open(path).await {
+        // A title named like a playlist or segment (`d/init.mp4`) is
+        // checked against its own name too.
+        Ok(_) => match route.and_then(|_| refusal(server, peer, &req, path, tls)) {
+            Some(r) => (None, r),
+            None => download(server, &req, path).await,
+        },
+        Err(e) => match route {
+            Some((title, route)) => adaptive(server, fragments, &req, title, route).await,
+            None => (None, not_served(&e, close)),
         },
     };
+    reply(server, stream, peer, &req, response, body).await
+}
+
+/// Sends `response` (and `body`, the file bytes it names) as the answer to
+/// `req`, logged; whether the connection stays open.
+async fn reply(
+    server: &Server,
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    req: &plan::Request,
+    response: Response,
+    body: Option<send::Body>,
+) -> std::io::Result<bool> {
     let response = match req.method {
         plan::Method::Head => response.for_head(),
         _ => response,
     }
-    .allow_origin(origin);
-    crate::access::http(server, peer, req.method, &req.path, response.status);
-    stream.write_all(&response.head(now)).await?;
+    .allow_origin(&server.config().http_allow_origin);
+    crate::access::http(server, peer, req.method, &req.target, response.status);
+    stream
+        .write_all(&response.head(std::time::SystemTime::now()))
+        .await?;
     if let (Some(body), Some(range)) = (body, response.body.clone()) {
         let pace = send::Pace {
             storage: server.storage.clone(),
@@ -269,6 +243,112 @@ async fn answer(
         body.send(stream, range, &pace).await?;
     }
     Ok(!response.close)
+}
+
+/// The 401/403/503 for `name` when its reader may not have it.
+fn refusal(
+    server: &Server,
+    peer: SocketAddr,
+    req: &plan::Request,
+    name: &str,
+    tls: bool,
+) -> Option<Response> {
+    let method = match req.method {
+        plan::Method::Head => "HEAD",
+        _ => "GET",
+    };
+    let auth = req.authorization.as_deref();
+    let Verdict::Deny(code, challenges) = server.guard.check(peer.ip(), method, auth, name, tls)
+    else {
+        return None;
+    };
+    let why = match code {
+        401 => "credentials required",
+        _ => "not allowed",
+    };
+    let r = Response::error(code, why, !req.keep_alive);
+    Some(
+        challenges
+            .into_iter()
+            .fold(r, |r, c| r.with_header("WWW-Authenticate", c)),
+    )
+}
+
+/// The same answer for every name not served: no oracle for what lies
+/// under or outside the roots.
+fn not_found(close: bool) -> Response {
+    Response::error(404, "no such title", close)
+}
+
+/// The answer to a request for a title the catalog did not open. A file it
+/// cannot serve is not a title: 404, as for a missing one.
+pub(crate) fn not_served(e: &CatalogError, close: bool) -> Response {
+    let (status, why) = refused(e);
+    Response::error(status, &why, close)
+}
+
+/// The status and reason an HTTP client is given when a title cannot be
+/// opened: 404 for a file that is not media (or not there), 500 without
+/// detail (the server's log has it) when reading failed.
+pub(crate) fn refused(e: &CatalogError) -> (u16, String) {
+    match e {
+        CatalogError::NotFound | CatalogError::Unsupported(_) => (404, "no such title".into()),
+        CatalogError::Failed(_) => (
+            500,
+            "the title could not be read; see the server's log".into(),
+        ),
+    }
+}
+
+/// A title's file, whole or a range of it.
+async fn download(
+    server: &Arc<Server>,
+    req: &plan::Request,
+    path: &str,
+) -> (Option<send::Body>, Response) {
+    // Finding and opening the file may read directories and inodes from
+    // the disk: not on a runtime thread.
+    let (srv, name) = (server.clone(), path.to_owned());
+    let opened = tokio::task::spawn_blocking(move || {
+        let file =
+            std::fs::File::open(srv.catalog.resolve(&name)?).map_err(|_| CatalogError::NotFound)?;
+        let meta = file.metadata().map_err(|_| CatalogError::NotFound)?;
+        Ok::<_, CatalogError>((file, meta))
+    });
+    match opened.await.unwrap_or(Err(CatalogError::NotFound)) {
+        Ok((file, meta)) => {
+            let entity = plan::Entity::of(&meta, path);
+            let body = send::Body::file(Arc::new(file), entity.size);
+            let cache = &server.config().http_cache_control.media;
+            (Some(body), plan::respond(req, &entity).cached(cache))
+        }
+        Err(e) => (None, not_served(&e, !req.keep_alive)),
+    }
+}
+
+/// A playlist, manifest or segment of `title`.
+async fn adaptive(
+    server: &Arc<Server>,
+    fragments: &Arc<fmp4::Cache>,
+    req: &plan::Request,
+    title: &str,
+    route: Route,
+) -> (Option<send::Body>, Response) {
+    let cache = server.config().http_cache_control.clone();
+    match route {
+        Route::Playlist(which) => {
+            let text = hls::playlist(server, fragments, title, which).await;
+            let r = generated(req, "application/vnd.apple.mpegurl", text);
+            (None, r.cached(&cache.playlist))
+        }
+        Route::Manifest => {
+            let text = dash::manifest(server, fragments, title).await;
+            let r = generated(req, "application/dash+xml", text);
+            (None, r.cached(&cache.playlist))
+        }
+        Route::Init(only) => segment(server, fragments, req, title, only, None).await,
+        Route::Segment(only, i) => segment(server, fragments, req, title, only, Some(i)).await,
+    }
 }
 
 /// The answer to a request for a playlist or manifest made as `text`.
@@ -321,5 +401,6 @@ async fn segment(
         None => return (None, Response::error(404, "no such title", close)),
     };
     let body = send::Body::parts(Arc::new(file), parts);
-    (Some(body), plan::respond(req, &entity))
+    let cache = &server.config().http_cache_control.media;
+    (Some(body), plan::respond(req, &entity).cached(cache))
 }

@@ -18,6 +18,7 @@ mod fec;
 mod files;
 mod formats;
 mod http;
+mod http_titles;
 mod load;
 mod multicast;
 mod operate;
