@@ -8,7 +8,6 @@
 //! packets.
 
 use std::{
-    collections::HashMap,
     io,
     path::{Component, Path, PathBuf},
     sync::{
@@ -26,6 +25,7 @@ use fjord_storage::{HeadPin, Storage};
 
 use crate::{
     config::PrefabMode,
+    title_slots::TitleSlots,
     pool::Pool,
     prefab_budget::{self, PrefabBudget},
 };
@@ -61,7 +61,7 @@ pub struct Catalog {
     /// (percent) they may take.
     prefab_budget: PrefabBudget,
     prefab_share_percent: u64,
-    slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
+    slots: Mutex<TitleSlots<Slot>>,
     /// Titles waiting for verification, parity or packets, worked on one
     /// at a time by one low-priority thread (its reads are bulk I/O, its
     /// encoding CPU-bound; the engine's deadlines come first).
@@ -73,6 +73,16 @@ pub struct Catalog {
 }
 
 type Slot = tokio::sync::Mutex<Option<Loaded>>;
+
+/// Loaded titles kept when no `max_loaded_titles` is given.
+const DEFAULT_MAX_LOADED: usize = 512;
+
+/// Whether a slot's title may be unloaded: no one is loading it, and only
+/// the catalog holds the title (no session, no background job).
+fn unused(slot: &Slot) -> bool {
+    slot.try_lock()
+        .is_ok_and(|l| l.as_ref().is_none_or(|l| Arc::strong_count(&l.title) == 1))
+}
 
 /// Titles that may wait at once; beyond it a title is served without
 /// repair streams or prefabricated packets until its file changes or the
@@ -130,11 +140,18 @@ impl Catalog {
             prefab,
             prefab_budget: PrefabBudget::default(),
             prefab_share_percent,
-            slots: Mutex::new(HashMap::new()),
+            slots: Mutex::new(TitleSlots::new(DEFAULT_MAX_LOADED)),
             derived,
             pending,
             storage,
         })
+    }
+
+    /// Keeps at most `max` titles loaded that nothing holds
+    /// (`max_loaded_titles`).
+    pub fn bounded(self, max: usize) -> Self {
+        *self.slots.lock().unwrap_or_else(|e| e.into_inner()) = TitleSlots::new(max);
+        self
     }
 
     pub fn roots(&self) -> Vec<PathBuf> {
@@ -168,14 +185,7 @@ impl Catalog {
         let path = self.resolve(title)?;
         let (key, slot) = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-            match slots.get_key_value(title) {
-                Some((k, v)) => (k.clone(), v.clone()),
-                None => {
-                    let (k, v) = (Arc::<str>::from(title), Arc::<Slot>::default());
-                    slots.insert(k.clone(), v.clone());
-                    (k, v)
-                }
-            }
+            slots.open(title, unused)
         };
         let mut loaded = slot.lock().await;
         let meta = std::fs::metadata(&path).map_err(|_| CatalogError::NotFound)?;

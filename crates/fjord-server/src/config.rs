@@ -70,6 +70,9 @@ pub struct Config {
     /// (RTSP and HTTP together); 0: no cap.
     pub max_connections_per_address: usize,
     pub max_sessions: usize,
+    /// Titles kept loaded (files open, tables mapped) that no session
+    /// holds; past it the least recently opened are unloaded. At start.
+    pub max_loaded_titles: usize,
     /// Server RTP/RTCP ports for UDP sessions come from this range.
     pub rtp_port_min: u16,
     pub rtp_port_max: u16,
@@ -186,6 +189,7 @@ impl Default for Config {
             max_connections: 1024,
             max_connections_per_address: 128,
             max_sessions: 1024,
+            max_loaded_titles: 512,
             rtp_port_min: 40000,
             rtp_port_max: 59999,
             burst_ms: fjord_engine::DEFAULT_BURST.as_millis() as u64,

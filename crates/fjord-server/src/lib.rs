@@ -11,6 +11,7 @@ mod access;
 mod admin;
 mod admission;
 mod broadcast;
+mod accept;
 mod catalog;
 pub mod config;
 mod conn;
@@ -29,6 +30,7 @@ mod scale;
 mod session;
 mod shared;
 mod slots;
+mod title_slots;
 mod stats_file;
 mod tls;
 
@@ -143,7 +145,8 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         config.prefab,
         config.prefab_share_percent,
         storage.clone(),
-    )?;
+    )?
+    .bounded(config.max_loaded_titles);
     let listener = TcpListener::bind(SocketAddr::new(config.bind, config.port))
         .await
         .map_err(|e| {
@@ -271,10 +274,10 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     );
     let source = Arc::new(source);
     lifecycle::ready(&server);
+    let mut acceptor = accept::Acceptor::new(&listener, "RTSP");
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, peer)) = accepted else { continue };
+            (stream, peer) = acceptor.next() => {
                 // Over the limit the connection is closed at once: no reply
                 // can be sent before a request arrives.
                 let Some(slot) = slots::take_or_log(&slots, peer, "RTSP") else {
@@ -295,10 +298,9 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
 /// Accepts RTSPS connections: each is served as an RTSP connection once
 /// its TLS handshake is done ([`tls`]).
 async fn listen_rtsps(server: Arc<Server>, listener: TcpListener) {
+    let mut acceptor = accept::Acceptor::new(&listener, "RTSPS");
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            continue;
-        };
+        let (stream, peer) = acceptor.next().await;
         let Some(slot) = slots::take_or_log(&server.slots, peer, "RTSPS") else {
             continue;
         };
@@ -306,7 +308,7 @@ async fn listen_rtsps(server: Arc<Server>, listener: TcpListener) {
         tokio::spawn(async move {
             let Some(tls) = &server.tls else { return };
             match tls
-                .accept(stream, peer, server.config().request_timeout())
+                .accept(stream, peer, &server.config())
                 .await
             {
                 Ok((bridge, ends)) => {

@@ -9,7 +9,8 @@
 //! HTTP code, and the engine's interleaved writer, serve as any other,
 //! and a task moves the bytes between the two, decrypting and encrypting
 //! (rustls). That costs a copy and a loopback hop per byte, beside the
-//! encryption TLS costs anyway.
+//! encryption TLS costs anyway. A bridge lives only as long as its server
+//! side (see [`bridge`]).
 
 use std::{
     net::{Ipv4Addr, SocketAddr},
@@ -60,27 +61,29 @@ impl Tls {
         Ok(())
     }
 
-    /// Completes the TLS handshake of `stream` (within `limit`) and starts
-    /// moving its bytes to and from a new loopback connection, whose server
-    /// side is returned with the TLS connection's ends.
+    /// Completes the TLS handshake of `stream` (within `request_timeout_s`)
+    /// and starts moving its bytes to and from a new loopback connection,
+    /// whose server side is returned with the TLS connection's ends.
     pub(crate) async fn accept(
         &self,
         stream: TcpStream,
         peer: SocketAddr,
-        limit: Duration,
+        config: &Config,
     ) -> std::io::Result<(TcpStream, Endpoints)> {
+        let limit = config.request_timeout();
+        let stall = Duration::from_secs(config.stall_timeout_s);
         let local = stream.local_addr()?;
         let acceptor = self
             .acceptor
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let mut tls = tokio::time::timeout(limit, acceptor.accept(stream))
+        let tls = tokio::time::timeout(limit, acceptor.accept(stream))
             .await
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
             })??;
-        let (mut inner, server_side) = {
+        let (inner, server_side) = {
             let _one = self.making.lock().await;
             let inner = TcpStream::connect(self.bridge.local_addr()?).await?;
             // Another local process may connect to the bridge port too: only
@@ -94,11 +97,46 @@ impl Tls {
             (inner, server_side)
         };
         let _ = inner.set_nodelay(true);
-        tokio::spawn(async move {
-            // Either side closing ends both.
-            let _ = tokio::io::copy_bidirectional(&mut tls, &mut inner).await;
-        });
+        tokio::spawn(bridge(tls, inner, stall));
         Ok((server_side, Endpoints { peer, local }))
+    }
+}
+
+/// Moves bytes between a TLS connection and its loopback twin until the
+/// server side closes (its task ended: the connection's slot is free) or
+/// the client takes nothing for `stall`; the client closing is passed on,
+/// and the server side then closes. Never waits on the client alone, so a
+/// client silent after the handshake holds no descriptor beyond its
+/// connection's own timeouts.
+async fn bridge(tls: tokio_rustls::server::TlsStream<TcpStream>, inner: TcpStream, stall: Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut from_client, mut to_client) = tokio::io::split(tls);
+    let (mut from_server, mut to_server) = inner.into_split();
+    let up = async {
+        let _ = tokio::io::copy(&mut from_client, &mut to_server).await;
+        let _ = to_server.shutdown().await;
+        std::future::pending::<()>().await
+    };
+    let down = async {
+        let mut buf = vec![0u8; 16 << 10];
+        loop {
+            let n = match from_server.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let sent = async {
+                to_client.write_all(&buf[..n]).await?;
+                to_client.flush().await
+            };
+            if !matches!(tokio::time::timeout(stall, sent).await, Ok(Ok(()))) {
+                return;
+            }
+        }
+        let _ = tokio::time::timeout(stall, to_client.shutdown()).await;
+    };
+    tokio::select! {
+        () = up => {}
+        () = down => {}
     }
 }
 

@@ -39,10 +39,9 @@ use routes::Route;
 /// them together with the RTSP connections, in all and per address.
 pub(crate) async fn listen(server: Arc<Server>, listener: TcpListener, slots: Arc<Slots>) {
     let fragments = Arc::new(fmp4::Cache::default());
+    let mut acceptor = crate::accept::Acceptor::new(&listener, "HTTP");
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            continue;
-        };
+        let (stream, peer) = acceptor.next().await;
         let Some(slot) = crate::slots::take_or_log(&slots, peer, "HTTP") else {
             continue;
         };
@@ -91,7 +90,7 @@ async fn connection(
         Some(true) => {
             let Some(t) = &server.tls else { return };
             match t
-                .accept(stream, peer, server.config().request_timeout())
+                .accept(stream, peer, &server.config())
                 .await
             {
                 Ok((bridge, _)) => stream = bridge,
