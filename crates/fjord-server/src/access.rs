@@ -21,12 +21,25 @@ pub(crate) fn rtsp(
             target: "fjord::access",
             %peer,
             method = req.method.as_str(),
-            uri = %req.uri,
+            uri = %without_userinfo(&req.uri),
             status,
             session = req.session_id().unwrap_or("-"),
             ms = %format_args!("{:.2}", took.as_secs_f64() * 1e3),
             "rtsp"
         );
+    }
+}
+
+/// `uri` without the `user:password@` a client may put in it: logs are
+/// read by more people than the credentials are meant for.
+fn without_userinfo(uri: &str) -> std::borrow::Cow<'_, str> {
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return uri.into();
+    };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]).into(),
+        None => uri.into(),
     }
 }
 
@@ -39,5 +52,18 @@ pub(crate) fn http(server: &Server, peer: SocketAddr, method: Method, path: &str
             Method::NotAllowed | Method::Unknown => "other",
         };
         tracing::info!(target: "fjord::access", %peer, method, path, status, "http");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_in_a_uri_are_not_logged() {
+        use super::without_userinfo as w;
+        assert_eq!(w("rtsp://alice:pw@h:554/a.ts"), "rtsp://h:554/a.ts");
+        assert_eq!(w("rtsp://a@b:p@w@h/a@b.ts"), "rtsp://h/a@b.ts");
+        assert_eq!(w("rtsp://h/a@b.ts"), "rtsp://h/a@b.ts");
+        assert_eq!(w("/a.ts"), "/a.ts");
+        assert_eq!(w("*"), "*");
     }
 }

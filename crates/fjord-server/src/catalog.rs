@@ -25,9 +25,9 @@ use fjord_storage::{HeadPin, Storage};
 
 use crate::{
     config::PrefabMode,
-    title_slots::TitleSlots,
     pool::Pool,
     prefab_budget::{self, PrefabBudget},
+    title_slots::TitleSlots,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -527,8 +527,8 @@ fn load(
             tracing::warn!(file = %path.display(), "{w}");
         }
     }
-    let mut title = Title::new(index, path)
-        .map_err(|e| CatalogError::Failed(format!("{}: {e}", path.display())))?;
+    let mut title =
+        Title::new(index, path).map_err(|e| failed(&format_args!("{}: {e}", path.display())))?;
     let packets = fjord_media::prefab::prefab_path_for(path);
     match title.attach_prefab(&packets, check) {
         Ok(()) => tracing::info!(file = %path.display(), "prefabricated packets found"),
@@ -560,18 +560,25 @@ fn load(
 /// Extensions of files fjord writes beside the media.
 const OWN_EXTENSIONS: &[&str] = &["fjidx", "fjfec", "fjpkt"];
 
-/// What a client is told when a title cannot be served.
+/// What a client is told when a title cannot be served: why, never where
+/// (the operator's log has the file's path).
 fn classify(e: fjord_media::ingest::IngestError) -> CatalogError {
     use fjord_media::ingest::IngestError as E;
     match e {
         E::Open { .. } | E::NotAFile { .. } => CatalogError::NotFound,
-        E::Empty { .. } | E::Unsupported { .. } | E::TooLarge { .. } => {
-            CatalogError::Unsupported(e.to_string())
+        E::Unsupported { reason, .. } => CatalogError::Unsupported(reason),
+        E::Empty { .. } => CatalogError::Unsupported("the file is empty; nothing to serve".into()),
+        E::TooLarge { .. } => {
+            CatalogError::Unsupported(fjord_media::format::FormatError::TooLarge.to_string())
         }
-        E::WriteIndex { .. } | E::ReadBack { .. } | E::Changed { .. } => {
-            CatalogError::Failed(e.to_string())
-        }
+        E::WriteIndex { .. } | E::ReadBack { .. } | E::Changed { .. } => failed(&e),
     }
+}
+
+/// A failure the client is told of without detail; the log has it whole.
+fn failed(e: &dyn std::fmt::Display) -> CatalogError {
+    tracing::warn!("{e}");
+    CatalogError::Failed("the title could not be prepared; the server's log says why".into())
 }
 
 #[cfg(test)]

@@ -41,6 +41,9 @@ pub struct Config {
     /// The admin listener: status page, `/metrics`, JSON API
     /// (docs/api.md); `""`: none.
     pub admin_bind: String,
+    /// Names besides IP addresses and `localhost` that the admin listener
+    /// answers as `Host` (a request naming another is 403: DNS rebinding).
+    pub admin_hosts: Vec<String>,
     /// HLS and DASH segments last at least this long (cut at the next
     /// random access point).
     pub hls_segment_s: u64,
@@ -168,6 +171,7 @@ impl Default for Config {
             port: 8554,
             http_port: 8080,
             admin_bind: "127.0.0.1:9090".to_owned(),
+            admin_hosts: Vec::new(),
             access_log: true,
             tls_cert: PathBuf::new(),
             tls_key: PathBuf::new(),
@@ -331,6 +335,18 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// Where and why a config file does not parse, without quoting the line:
+/// it may hold a password (the error is logged, e.g. on SIGHUP).
+fn parse_message(text: &str, e: &toml::de::Error) -> String {
+    let Some(span) = e.span() else {
+        return e.message().to_owned();
+    };
+    let before = &text.as_bytes()[..span.start.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+    format!("line {line}, column {column}: {}", e.message())
+}
+
 impl Config {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -339,7 +355,7 @@ impl Config {
         })?;
         toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
-            message: e.to_string(),
+            message: parse_message(&text, &e),
         })
     }
 
@@ -598,6 +614,18 @@ mod tests {
         assert_eq!(c.max_header_bytes, 16384);
         assert_eq!(c.max_body_bytes, 65536);
         c.validate().unwrap();
+    }
+
+    /// A typo beside a password says where, never the line itself.
+    #[test]
+    fn a_parse_error_names_the_place_not_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fjord.toml");
+        let text = "port = 8554\n[[user]]\nname = \"alice\"\npasword = \"hunter2-secret\"\n";
+        std::fs::write(&path, text).unwrap();
+        let e = Config::load(&path).unwrap_err().to_string();
+        assert!(e.contains("line 4") && e.contains("pasword"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
     }
 
     #[test]

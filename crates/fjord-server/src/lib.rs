@@ -7,11 +7,11 @@
 //! its allocator, so `/metrics` can tell the heap the server holds from
 //! what the allocator keeps.
 
+mod accept;
 mod access;
 mod admin;
 mod admission;
 mod broadcast;
-mod accept;
 mod catalog;
 pub mod config;
 mod conn;
@@ -30,8 +30,8 @@ mod scale;
 mod session;
 mod shared;
 mod slots;
-mod title_slots;
 mod stats_file;
+mod title_slots;
 mod tls;
 
 use std::{
@@ -231,7 +231,15 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     let slots = server.slots.clone();
     // Before the RTSP line, which scripts and tests wait for.
     if let Some(listener) = admin {
-        println!("fjord: status page on http://{}/", listener.local_addr()?);
+        let at = listener.local_addr()?;
+        if !at.ip().is_loopback() && server.config().users.is_empty() {
+            tracing::warn!(
+                "the admin listener on {at} is reachable beyond this machine and, without \
+                 [[user]] tables, lets anyone who reaches it list and end sessions: \
+                 add a user with admin = true, or set admin_bind to a loopback address"
+            );
+        }
+        println!("fjord: status page on http://{at}/");
         tokio::spawn(admin::listen(server.clone(), listener));
         admin::sample_every_second(Arc::downgrade(&server));
     }
@@ -307,10 +315,7 @@ async fn listen_rtsps(server: Arc<Server>, listener: TcpListener) {
         let server = server.clone();
         tokio::spawn(async move {
             let Some(tls) = &server.tls else { return };
-            match tls
-                .accept(stream, peer, &server.config())
-                .await
-            {
+            match tls.accept(stream, peer, &server.config()).await {
                 Ok((bridge, ends)) => {
                     conn::serve_connection(server.clone(), bridge, peer, slot, Some(ends)).await
                 }

@@ -45,7 +45,13 @@ impl<S: Default> TitleSlots<S> {
         }
         let (k, slot) = (Arc::<str>::from(name), Arc::<S>::default());
         let used = self.tick;
-        self.map.insert(k.clone(), Entry { slot: slot.clone(), used });
+        self.map.insert(
+            k.clone(),
+            Entry {
+                slot: slot.clone(),
+                used,
+            },
+        );
         (k, slot)
     }
 

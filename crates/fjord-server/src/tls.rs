@@ -108,7 +108,11 @@ impl Tls {
 /// and the server side then closes. Never waits on the client alone, so a
 /// client silent after the handshake holds no descriptor beyond its
 /// connection's own timeouts.
-async fn bridge(tls: tokio_rustls::server::TlsStream<TcpStream>, inner: TcpStream, stall: Duration) {
+async fn bridge(
+    tls: tokio_rustls::server::TlsStream<TcpStream>,
+    inner: TcpStream,
+    stall: Duration,
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut from_client, mut to_client) = tokio::io::split(tls);
     let (mut from_server, mut to_server) = inner.into_split();

@@ -8,6 +8,7 @@
 
 mod api;
 mod history;
+mod host;
 mod scrape;
 mod snapshot;
 
@@ -44,6 +45,7 @@ pub(crate) async fn listen(server: Arc<Server>, listener: TcpListener) {
             (server.clone(), loopback),
             guard,
         ))
+        .layer(middleware::from_fn_with_state(server.clone(), host::named))
         .with_state(server);
     let app = app.into_make_service_with_connect_info::<SocketAddr>();
     if let Err(e) = axum::serve(listener, app).await {

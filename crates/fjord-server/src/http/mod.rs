@@ -89,10 +89,7 @@ async fn connection(
     let tls = match tls_hello(&server, &stream).await {
         Some(true) => {
             let Some(t) = &server.tls else { return };
-            match t
-                .accept(stream, peer, &server.config())
-                .await
-            {
+            match t.accept(stream, peer, &server.config()).await {
                 Ok((bridge, _)) => stream = bridge,
                 Err(e) => return tracing::debug!(%peer, "TLS handshake failed: {e}"),
             }
