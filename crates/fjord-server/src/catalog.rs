@@ -78,10 +78,15 @@ type Slot = tokio::sync::Mutex<Option<Loaded>>;
 const DEFAULT_MAX_LOADED: usize = 512;
 
 /// Whether a slot's title may be unloaded: no one is loading it, and only
-/// the catalog holds the title (no session, no background job).
+/// the catalog holds the title (its entry and head pin; no session, no
+/// background job).
 fn unused(slot: &Slot) -> bool {
-    slot.try_lock()
-        .is_ok_and(|l| l.as_ref().is_none_or(|l| Arc::strong_count(&l.title) == 1))
+    slot.try_lock().is_ok_and(|l| {
+        l.as_ref().is_none_or(|l| {
+            let ours = 1 + usize::from(l._head.is_some());
+            Arc::strong_count(&l.title) <= ours
+        })
+    })
 }
 
 /// Titles that may wait at once; beyond it a title is served without

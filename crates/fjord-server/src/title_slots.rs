@@ -28,41 +28,42 @@ impl<S: Default> TitleSlots<S> {
         }
     }
 
-    /// The slot of `name` with the name as held, made if new; making one
-    /// past the cap first unloads idle titles (`idle`: the slot's title is
-    /// held by no one else).
+    /// The slot of `name` with the name as held, made if new; past the cap,
+    /// idle titles are unloaded first (`idle`: the slot's title is held by
+    /// no one else), never the one returned.
     pub(crate) fn open(&mut self, name: &str, idle: impl Fn(&S) -> bool) -> (Arc<str>, Arc<S>) {
         self.tick += 1;
-        if let Some((k, e)) = self.map.get_key_value(name) {
-            let found = (k.clone(), e.slot.clone());
-            if let Some(e) = self.map.get_mut(name) {
-                e.used = self.tick;
+        let used = self.tick;
+        let found = match self.map.get_key_value(name) {
+            Some((k, e)) => (k.clone(), e.slot.clone()),
+            None => {
+                let (k, slot) = (Arc::<str>::from(name), Arc::<S>::default());
+                let e = Entry {
+                    slot: slot.clone(),
+                    used,
+                };
+                self.map.insert(k.clone(), e);
+                (k, slot)
             }
-            return found;
+        };
+        if let Some(e) = self.map.get_mut(name) {
+            e.used = used;
         }
-        if self.map.len() >= self.cap {
+        if self.map.len() > self.cap {
             self.unload(&idle);
         }
-        let (k, slot) = (Arc::<str>::from(name), Arc::<S>::default());
-        let used = self.tick;
-        self.map.insert(
-            k.clone(),
-            Entry {
-                slot: slot.clone(),
-                used,
-            },
-        );
-        (k, slot)
+        found
     }
 
-    /// Drops the least recently opened idle slots until one more fits.
+    /// Drops the least recently opened idle slots until the cap is met (or
+    /// nothing idle is left). Slots handed out and still held are not idle.
     fn unload(&mut self, idle: &impl Fn(&S) -> bool) {
         let mut idle: Vec<(u64, Arc<str>)> = (self.map.iter())
             .filter(|(_, e)| Arc::strong_count(&e.slot) == 1 && idle(&e.slot))
             .map(|(k, e)| (e.used, k.clone()))
             .collect();
         idle.sort_unstable_by_key(|(used, _)| *used);
-        let excess = self.map.len() + 1 - self.cap;
+        let excess = self.map.len() - self.cap;
         for (_, name) in idle.into_iter().take(excess) {
             self.map.remove(&name);
         }

@@ -468,6 +468,16 @@ impl Server {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Descriptors the server holds open now.
+    pub fn open_files(&self) -> usize {
+        fs::read_dir(format!("/proc/{}/fd", self.pid())).map_or(0, |d| d.count())
+    }
+
     /// Asserts the server is alive and serves a normal DESCRIBE.
     pub fn assert_healthy(&mut self) {
         self.assert_alive();

@@ -77,6 +77,11 @@ fn a_file_that_is_not_media_is_415_with_the_reason() {
     let (text, _) = raw_exchange(&s.addr(), request.as_bytes(), Duration::from_secs(3));
     assert_eq!(status_of(&text), Some(415), "{text}");
     assert!(text.contains("not a media file fjord can serve"), "{text}");
+    let root = media_root.canonicalize().unwrap();
+    assert!(
+        !text.contains(root.to_str().unwrap()) && !text.contains("/tmp/"),
+        "no local path in what a client is told: {text}"
+    );
     // Nothing was written beside it.
     assert!(!media_root.join("notes.txt.fjidx").exists());
     s.assert_healthy();

@@ -19,6 +19,7 @@ mod files;
 mod formats;
 mod http;
 mod http_titles;
+mod limits;
 mod load;
 mod multicast;
 mod operate;
