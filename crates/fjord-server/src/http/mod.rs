@@ -201,7 +201,10 @@ async fn answer(
     } else {
         "GET"
     };
-    if let Verdict::Deny(code, challenges) = server.guard.check(peer.ip(), method, auth, title, tls)
+    if let Verdict::Deny(code, challenges) =
+        server
+            .guard
+            .check_http(peer.ip(), method, auth, (title, &req.path), tls)
     {
         let why = if code == 401 {
             "credentials required"
