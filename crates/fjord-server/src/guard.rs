@@ -50,7 +50,7 @@ enum Admin {
     Open,
     /// The users again, under the admin key, and whether each has
     /// `admin = true`.
-    Users(Auth, Vec<bool>),
+    Users(Box<Auth>, Vec<bool>),
 }
 
 /// What a request may do.
@@ -226,7 +226,7 @@ fn build(config: &Config, keys: &Keys) -> Result<Tables, ConfigError> {
     let admin = match config.users.is_empty() {
         true => Admin::Open,
         false => Admin::Users(
-            auth(&keys.admin)?,
+            Box::new(auth(&keys.admin)?),
             config.users.iter().map(|u| u.admin).collect(),
         ),
     };

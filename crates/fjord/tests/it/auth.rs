@@ -240,7 +240,7 @@ fn http_server() -> (Server, u16) {
 
 /// curl's status and response head for `url` from `interface`, with this
 /// `Authorization` if any.
-fn curl_head(interface: &str, url: &str, authorization: Option<&str>) -> (u16, String) {
+pub(crate) fn curl_head(interface: &str, url: &str, authorization: Option<&str>) -> (u16, String) {
     let mut c = Command::new("curl");
     c.args(["-s", "-o", "/dev/null", "-D", "-", "--max-time", "20"])
         .args(["--interface", interface]);
@@ -255,7 +255,7 @@ fn curl_head(interface: &str, url: &str, authorization: Option<&str>) -> (u16, S
 }
 
 /// The nonce of the MD5 challenge `url` answers `interface` with.
-fn nonce_for(interface: &str, url: &str) -> String {
+pub(crate) fn nonce_for(interface: &str, url: &str) -> String {
     let (status, head) = curl_head(interface, url, None);
     assert_eq!(status, 401, "{head}");
     let md5 = head.lines().find(|l| l.contains("algorithm=MD5")).unwrap();
@@ -274,14 +274,44 @@ fn md5_hex(s: &str) -> String {
     sum.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// alice's Digest answer (MD5, qop=auth) for `method` and `uri`.
-fn alice_digest(method: &str, uri: &str, nonce: &str, nc: u32) -> String {
-    let ha1 = md5_hex("alice:fjord:wonderland");
+/// A Digest answer (MD5, qop=auth) for `method` and `uri`.
+pub(crate) fn digest_md5(
+    who: (&str, &str),
+    method: &str,
+    uri: &str,
+    nonce: &str,
+    nc: u32,
+) -> String {
+    let (user, password) = who;
+    let ha1 = md5_hex(&format!("{user}:fjord:{password}"));
     let ha2 = md5_hex(&format!("{method}:{uri}"));
     let response = md5_hex(&format!("{ha1}:{nonce}:{nc:08x}:c0ffee:auth:{ha2}"));
     format!(
-        r#"Digest username="alice", realm="fjord", nonce="{nonce}", uri="{uri}", response="{response}", algorithm=MD5, qop=auth, nc={nc:08x}, cnonce="c0ffee""#
+        r#"Digest username="{user}", realm="fjord", nonce="{nonce}", uri="{uri}", response="{response}", algorithm=MD5, qop=auth, nc={nc:08x}, cnonce="c0ffee""#
     )
+}
+
+fn alice_digest(method: &str, uri: &str, nonce: &str, nc: u32) -> String {
+    digest_md5(("alice", "wonderland"), method, uri, nonce, nc)
+}
+
+/// The nonce of the challenge a DESCRIBE of `url` without credentials
+/// gets on `c`.
+pub(crate) fn rtsp_nonce(c: &mut RtspClient, url: &str) -> String {
+    let r = c.request("DESCRIBE", url, &[], b"").unwrap();
+    assert_eq!(r.status, 401);
+    let all: Vec<&str> = (r.headers.iter())
+        .filter(|(k, _)| k.eq_ignore_ascii_case("WWW-Authenticate"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let md5 = all.iter().find(|v| v.contains("algorithm=MD5")).unwrap();
+    md5.split("nonce=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned()
 }
 
 #[test]
@@ -312,23 +342,7 @@ fn a_digest_header_is_good_once_for_its_target_from_its_address() {
 
     // Over RTSP, a header made for one title opens no other.
     let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
-    let nonce = {
-        let r = c
-            .request("DESCRIBE", &server.url("clip.ts"), &[], b"")
-            .unwrap();
-        let all: Vec<&str> = (r.headers.iter())
-            .filter(|(k, _)| k.eq_ignore_ascii_case("WWW-Authenticate"))
-            .map(|(_, v)| v.as_str())
-            .collect();
-        let md5 = all.iter().find(|v| v.contains("algorithm=MD5")).unwrap();
-        md5.split("nonce=\"")
-            .nth(1)
-            .unwrap()
-            .split('"')
-            .next()
-            .unwrap()
-            .to_owned()
-    };
+    let nonce = rtsp_nonce(&mut c, &server.url("clip.ts"));
     let mut describe = |title: &str, nc| {
         let h = alice_digest("DESCRIBE", &server.url("clip.ts"), &nonce, nc);
         let r = c.request(
