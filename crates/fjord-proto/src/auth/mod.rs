@@ -6,28 +6,31 @@
 //!
 //! - In, once: the users of the config ([`User`]), the realm, and a
 //!   server key of at least [`MIN_KEY`] random bytes the caller generates
-//!   ([`Auth::new`]). Per request: the method as sent, the
-//!   `Authorization` value if any, the time in unix seconds, and whether
-//!   the connection is TLS ([`Auth::check`]); then the title path — as
-//!   the `rtsp`/`http` modules give it, percent-decoded, no leading `/` —
+//!   ([`Auth::new`]). Per request ([`Request`]): the method as sent, the
+//!   `Authorization` value if any, what the request names ([`Target`]),
+//!   the client's address, whether the connection is TLS, and the time
+//!   in unix seconds ([`Auth::check`]); then the title path — as the
+//!   `rtsp`/`http` modules give it, percent-decoded, no leading `/` —
 //!   ([`Auth::may_read`]).
 //! - Out: `WWW-Authenticate` values ([`Auth::challenges`]), an
 //!   [`Outcome`], and whether that outcome may read a path.
-//! - Never: I/O, clocks, randomness, panics on any input, or state per
-//!   nonce or client (except in [`Throttle`], which the caller owns).
-//!   Passwords are not kept: only HA1 = H(name:realm:password) under MD5
-//!   and SHA-256, which is also what a config may store
-//!   ([`hashed_secret`]).
+//! - Never: I/O, clocks, randomness, or panics on any input. State lives
+//!   in what the caller owns and passes in: [`NonceCounts`] (the `nc`
+//!   seen per nonce) and [`Throttle`], both bounded. Passwords are not
+//!   kept: only HA1 = H(name:realm:password) under MD5 and SHA-256, which
+//!   is also what a config may store ([`hashed_secret`]).
 //!
 //! # Use
 //!
 //! ```text
-//! if !throttle.allow(ip, now_ms)          → refuse (e.g. 503), no check
-//! match auth.check(method, header, now, tls) {
-//!     Stale                               → 401, challenges(now, tls, true)
-//!     Failed                              → throttle.failed(ip, now_ms); 401, challenges(now, tls, false)
+//! match auth.check(&request, &mut counts) {
+//!     Stale                               → 401, challenges((now, salt), ip, tls, true)
+//!     Failed { user }                     → throttle.failed(ip, name of user, now_ms);
+//!                                           503 if throttle.locked(ip, now_ms), else
+//!                                           401, challenges((now, salt), ip, tls, false)
+//!     Authenticated { user } if throttle.refuses(ip, name, now_ms) → 503
 //!     who if auth.may_read(&who, path)    → serve
-//!     Anonymous                           → 401, challenges(now, tls, false)
+//!     Anonymous                           → 401, challenges((now, salt), ip, tls, false)
 //!     Authenticated { .. }                → 403
 //! }
 //! ```
@@ -36,41 +39,53 @@
 //!
 //! # Accepted credentials
 //!
-//! - Digest with `qop=auth`, `nc` and `cnonce` (ffmpeg, browsers), or
-//!   without `qop` (RFC 2069: GStreamer's rtspsrc, live555/VLC);
+//! - Digest with `qop=auth`, `nc` and `cnonce` (ffmpeg, curl, browsers),
+//!   or without `qop` (RFC 2069: GStreamer's rtspsrc, live555/VLC);
 //!   `algorithm` MD5 (also when absent), SHA-256, and their `-sess`
 //!   forms. Refused: `auth-int`, `userhash`, `username*`.
 //! - Basic, only over TLS.
 //!
-//! The Digest `uri` parameter enters the hash as the client sent it and is
-//! not compared with the request line: RTSP clients send the absolute URL,
-//! a path, or the URL of a track for the same request. So a captured
-//! request can be replayed, with its method and `uri`, while its nonce is
-//! fresh (nonces are stateless and `nc` is not tracked): where that
-//! matters, use TLS.
+//! # What a captured Digest header is worth
+//!
+//! - Its `uri` must name the request's target ([`Target`]): the same path
+//!   over HTTP, the same title (any track) over RTSP.
+//! - Its nonce must be ours (this process's key), fresh, and made for the
+//!   client's address; with `qop`, its `nc` must be above the last one
+//!   seen on that nonce ([`NonceCounts`]). A right password on a nonce
+//!   that fails any of these is answered [`Outcome::Stale`]: a fresh
+//!   challenge the client takes without asking its user, and no failure
+//!   (cached nonces after a restart, a client whose address changed).
+//! - Without `qop` (RFC 2069) there is no `nc`: such a header can be sent
+//!   again from the same address, for the same title and method, while
+//!   its nonce is fresh. Where that matters, use TLS.
 //!
 //! Stored hashes bind the user's name and the realm: renaming a user or
 //! changing the realm needs new hashes.
 
+mod counts;
 mod hash;
 mod header;
 mod nonce;
+mod target;
 pub mod throttle;
 
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
+use std::{fmt, net::IpAddr};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use subtle::ConstantTimeEq;
 
+use counts::parse_nc;
+pub use counts::{DEFAULT_MAX_NONCES, NonceCounts};
 pub use hash::Ha1;
 use hash::{Algorithm, Qop, response, session_ha1, unhex};
 use header::quote;
 pub use header::{Credentials, MAX_HEADER, Params, parse_authorization};
 pub use nonce::MIN_KEY;
-use nonce::{Age, Nonces};
+use nonce::Nonces;
+pub use target::{Target, target_path};
 pub use throttle::Throttle;
 
 /// The realm when the config names none.
@@ -147,12 +162,27 @@ pub enum Outcome {
     Authenticated { user: usize },
     /// No credentials (or an open server).
     Anonymous,
-    /// Malformed, of an unknown user, wrong, of a nonce not ours, or Basic
-    /// without TLS.
-    Failed,
-    /// Right, but on an expired nonce: challenge with `stale=true` and the
-    /// client retries without asking its user again.
+    /// Malformed, of an unknown user, wrong, for another target, or Basic
+    /// without TLS; `user`: the user named, when there is one.
+    Failed { user: Option<usize> },
+    /// The right password, on a nonce that will not do: expired, of
+    /// another key, for another address, forgotten, or with an `nc` seen
+    /// already. Challenge with `stale=true` and the client retries
+    /// without asking its user again.
     Stale,
+}
+
+/// One request, as [`Auth::check`] needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// As sent (`DESCRIBE`, `GET`).
+    pub method: &'a str,
+    pub authorization: Option<&'a str>,
+    pub target: Target<'a>,
+    /// The peer's address: nonces are made for one.
+    pub client: IpAddr,
+    pub tls: bool,
+    pub now_unix: u64,
 }
 
 /// The user table, compiled; the realm and the key nonces are made with.
@@ -215,14 +245,21 @@ impl Auth {
     }
 
     /// `WWW-Authenticate` values, one header each, preferred first
-    /// (RFC 7616 §3.7): Digest SHA-256, Digest MD5, and Basic over TLS.
-    /// `realm` then `nonce` (then `stale`) lead, in that order, because
-    /// live555 reads them with a fixed pattern; ffmpeg, GStreamer and
-    /// live555 take the last Digest challenge, so MD5, which they all
-    /// know, comes last.
-    pub fn challenges(&self, now_unix: u64, tls: bool, stale: bool) -> Vec<String> {
+    /// (RFC 7616 §3.7): Digest SHA-256, Digest MD5, and Basic over TLS;
+    /// the nonce is made for `client`, unique by `salt` (which must differ
+    /// from the last challenge's: a counter will do). `realm` then `nonce` (then
+    /// `stale`) lead, in that order, because live555 reads them with a
+    /// fixed pattern; ffmpeg, GStreamer and live555 take the last Digest
+    /// challenge, so MD5, which they all know, comes last.
+    pub fn challenges(
+        &self,
+        (now_unix, salt): (u64, u64),
+        client: IpAddr,
+        tls: bool,
+        stale: bool,
+    ) -> Vec<String> {
         let realm = quote(&self.realm);
-        let nonce = self.nonces.make(now_unix);
+        let nonce = self.nonces.make(now_unix, salt, client);
         let opaque = self.nonces.opaque();
         let stale = if stale { ", stale=true" } else { "" };
         let digest = |alg| {
@@ -237,23 +274,21 @@ impl Auth {
         values
     }
 
-    /// Checks a request's `Authorization` value (see the module's doc).
-    pub fn check(
-        &self,
-        method: &str,
-        authorization: Option<&str>,
-        now_unix: u64,
-        tls: bool,
-    ) -> Outcome {
-        let Some(value) = authorization.filter(|_| !self.is_open()) else {
+    /// Checks a request's `Authorization` value (see the module's doc);
+    /// `counts` learns the `nc` of a good Digest answer.
+    pub fn check(&self, req: &Request<'_>, counts: &mut NonceCounts) -> Outcome {
+        let Some(value) = req.authorization.filter(|_| !self.is_open()) else {
             return Outcome::Anonymous;
         };
         match parse_authorization(value) {
-            Some(Credentials::Digest(params)) => self.check_digest(method, &params, now_unix),
-            Some(Credentials::Basic { user, password }) if tls => {
+            Some(Credentials::Digest(params)) => self.check_digest(req, &params, counts),
+            Some(Credentials::Basic { user, password }) if req.tls => {
                 self.check_basic(&user, &password)
             }
-            _ => Outcome::Failed,
+            Some(Credentials::Basic { user, .. }) => Outcome::Failed {
+                user: self.account(&user).0,
+            },
+            None => Outcome::Failed { user: None },
         }
     }
 
@@ -275,24 +310,36 @@ impl Auth {
                 .any(|r| r.account.is_none() && r.paths.is_match(path))
     }
 
-    fn check_digest(&self, method: &str, params: &Params<'_>, now_unix: u64) -> Outcome {
-        let Some(req) = DigestRequest::read(params) else {
-            return Outcome::Failed;
+    /// Right password first, then the target, then the nonce: a right
+    /// answer on a nonce that will not do is [`Outcome::Stale`].
+    fn check_digest(
+        &self,
+        req: &Request<'_>,
+        params: &Params<'_>,
+        counts: &mut NonceCounts,
+    ) -> Outcome {
+        let Some(d) = DigestRequest::read(params) else {
+            return Outcome::Failed { user: None };
         };
-        let Some(age) = self.nonces.age(req.nonce, now_unix) else {
-            return Outcome::Failed;
-        };
-        let (user, ha1) = self.account(req.user);
-        let mut ha1 = ha1.get(req.alg).to_vec();
-        if let (true, Some((_, cnonce, _))) = (req.sess, req.qop) {
-            ha1 = session_ha1(req.alg, &ha1, req.nonce, cnonce);
+        let (user, ha1) = self.account(d.user);
+        let mut ha1 = ha1.get(d.alg).to_vec();
+        if let (true, Some((_, cnonce, _))) = (d.sess, d.qop) {
+            ha1 = session_ha1(d.alg, &ha1, d.nonce, cnonce);
         }
-        let expected = response(req.alg, &ha1, req.nonce, req.qop, method, req.uri);
-        let right = bool::from(expected.ct_eq(&req.response));
-        match (user, right, age) {
-            (Some(user), true, Age::Fresh) => Outcome::Authenticated { user },
-            (Some(_), true, Age::Stale) => Outcome::Stale,
-            _ => Outcome::Failed,
+        let expected = response(d.alg, &ha1, d.nonce, d.qop, req.method, d.uri);
+        let right = bool::from(expected.ct_eq(&d.response));
+        let nc = d.qop.map(|(nc, _, _)| parse_nc(nc));
+        let (Some(user), true, true, None | Some(Some(_))) =
+            (user, right, req.target.named_by(d.uri), nc)
+        else {
+            return Outcome::Failed { user };
+        };
+        let Some(nonce) = self.nonces.verify(d.nonce, req.now_unix, req.client) else {
+            return Outcome::Stale;
+        };
+        match nc.flatten() {
+            Some(nc) if !counts.advance(nonce, nc) => Outcome::Stale,
+            _ => Outcome::Authenticated { user },
         }
     }
 
@@ -302,7 +349,7 @@ impl Auth {
         let alg = Algorithm::Sha256;
         match (user, bool::from(given.get(alg).ct_eq(ha1.get(alg)))) {
             (Some(user), true) => Outcome::Authenticated { user },
-            _ => Outcome::Failed,
+            (user, _) => Outcome::Failed { user },
         }
     }
 

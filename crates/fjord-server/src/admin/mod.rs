@@ -24,6 +24,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{delete, get},
 };
+use fjord_proto::auth::target_path;
 use tokio::net::TcpListener;
 
 use crate::{Server, guard::Verdict};
@@ -66,10 +67,10 @@ async fn guard(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    match server
-        .guard
-        .check_admin(peer.ip(), req.method().as_str(), auth, loopback)
-    {
+    // Decoded as HTTP downloads are, for the Digest `uri` to name it.
+    let path = target_path(req.uri().path()).unwrap_or_default();
+    let method = req.method().as_str();
+    match (server.guard).check_admin(peer.ip(), method, auth, &path, loopback) {
         Verdict::Allow => next.run(req).await,
         Verdict::Deny(code, challenges) => {
             let mut r = StatusCode::from_u16(code)

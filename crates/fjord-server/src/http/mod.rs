@@ -254,8 +254,9 @@ fn refusal(
         _ => "GET",
     };
     let auth = req.authorization.as_deref();
-    let Verdict::Deny(code, challenges) = server.guard.check(peer.ip(), method, auth, name, tls)
-    else {
+    let path = req.path.as_deref().unwrap_or_default();
+    let verdict = (server.guard).check_http(peer.ip(), method, auth, (name, path), tls);
+    let Verdict::Deny(code, challenges) = verdict else {
         return None;
     };
     let why = match code {

@@ -8,6 +8,7 @@ use std::{path::Path, process::Command, time::Duration};
 use fjord_client::EndReason;
 use serde_json::Value;
 
+use crate::auth;
 use crate::client::{LIMIT, QUIET, open, recv};
 use crate::common::{Server, run_bounded};
 
@@ -220,4 +221,15 @@ fn with_users_only_admins_reach_the_admin_listener() {
     assert_eq!((code, body.as_str()), (200, "[]"));
     let metrics = format!("{}/metrics", server.admin());
     assert_eq!(curl(&["--basic", "-u", "ops:pager", &metrics]).1, 200);
+
+    // The admin listener has a key of its own: an answer on a nonce
+    // another listener gave (as one seen on plain RTSP) gets a fresh one.
+    let mut rtsp = fjord_client::RtspClient::connect(&server.url("clip.ts")).unwrap();
+    let theirs = auth::rtsp_nonce(&mut rtsp, &server.url("clip.ts"));
+    let ours = auth::nonce_for("127.0.0.1", &api);
+    let ops = |nonce| auth::digest_md5(("ops", "pager"), "GET", "/api/v1/sessions", nonce, 1);
+    let (code, head) = auth::curl_head("127.0.0.1", &api, Some(&ops(&theirs)));
+    assert_eq!(code, 401, "{head}");
+    assert!(head.contains("stale=true"), "{head}");
+    assert_eq!(auth::curl_head("127.0.0.1", &api, Some(&ops(&ours))).0, 200);
 }

@@ -2,7 +2,10 @@
 //! GStreamer play with Digest credentials bit-exact; no, wrong or
 //! forbidden credentials get 401/403 before any title lookup; curl
 //! downloads over HTTP with Digest; repeated failures lock an address out
-//! (503) and no other; SIGHUP adds a user.
+//! (503) and no other, and there refuse only failing attempts and the
+//! users who failed; a Digest header is good once, for its own target,
+//! from its own address; a nonce of another process is merely stale;
+//! SIGHUP adds a user.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -187,8 +190,12 @@ fn missing_wrong_or_forbidden_credentials_are_refused_before_any_lookup() {
     assert_eq!(
         curl("127.0.0.2", &["--digest", "-u", alice, &url]),
         503,
-        "locked out"
+        "alice, who failed from there, is locked out: the guesser learns nothing"
     );
+    // Only that: bob, behind the same address, and anonymous reads pass.
+    assert_eq!(curl("127.0.0.2", &["--digest", "-u", bob, &url]), 200);
+    let public = format!("http://127.0.0.1:{port}/vbr.ts");
+    assert_eq!(curl("127.0.0.2", &[&public]), 200);
     assert_eq!(
         curl("127.0.0.1", &["--digest", "-u", alice, &url]),
         200,
@@ -216,4 +223,157 @@ fn sighup_adds_a_user() {
         std::thread::sleep(Duration::from_millis(20));
     }
     ffmpeg_receives_every_frame_at(&carol, "tcp", "carol, added by SIGHUP");
+}
+
+/// A server with an HTTP port, and that port.
+fn http_server() -> (Server, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    (
+        Server::start(&format!("http_port = {port}\n{}", config())),
+        port,
+    )
+}
+
+/// curl's status and response head for `url` from `interface`, with this
+/// `Authorization` if any.
+pub(crate) fn curl_head(interface: &str, url: &str, authorization: Option<&str>) -> (u16, String) {
+    let mut c = Command::new("curl");
+    c.args(["-s", "-o", "/dev/null", "-D", "-", "--max-time", "20"])
+        .args(["--interface", interface]);
+    if let Some(a) = authorization {
+        c.args(["-H", &format!("Authorization: {a}")]);
+    }
+    c.arg(url);
+    let out = run_bounded(c, Duration::from_secs(30));
+    let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok());
+    (status.unwrap_or(0), head)
+}
+
+/// The nonce of the MD5 challenge `url` answers `interface` with.
+pub(crate) fn nonce_for(interface: &str, url: &str) -> String {
+    let (status, head) = curl_head(interface, url, None);
+    assert_eq!(status, 401, "{head}");
+    let md5 = head.lines().find(|l| l.contains("algorithm=MD5")).unwrap();
+    md5.split("nonce=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn md5_hex(s: &str) -> String {
+    use md5::Digest;
+    let sum = md5::Md5::digest(s.as_bytes());
+    sum.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A Digest answer (MD5, qop=auth) for `method` and `uri`.
+pub(crate) fn digest_md5(
+    who: (&str, &str),
+    method: &str,
+    uri: &str,
+    nonce: &str,
+    nc: u32,
+) -> String {
+    let (user, password) = who;
+    let ha1 = md5_hex(&format!("{user}:fjord:{password}"));
+    let ha2 = md5_hex(&format!("{method}:{uri}"));
+    let response = md5_hex(&format!("{ha1}:{nonce}:{nc:08x}:c0ffee:auth:{ha2}"));
+    format!(
+        r#"Digest username="{user}", realm="fjord", nonce="{nonce}", uri="{uri}", response="{response}", algorithm=MD5, qop=auth, nc={nc:08x}, cnonce="c0ffee""#
+    )
+}
+
+fn alice_digest(method: &str, uri: &str, nonce: &str, nc: u32) -> String {
+    digest_md5(("alice", "wonderland"), method, uri, nonce, nc)
+}
+
+/// The nonce of the challenge a DESCRIBE of `url` without credentials
+/// gets on `c`.
+pub(crate) fn rtsp_nonce(c: &mut RtspClient, url: &str) -> String {
+    let r = c.request("DESCRIBE", url, &[], b"").unwrap();
+    assert_eq!(r.status, 401);
+    let all: Vec<&str> = (r.headers.iter())
+        .filter(|(k, _)| k.eq_ignore_ascii_case("WWW-Authenticate"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let md5 = all.iter().find(|v| v.contains("algorithm=MD5")).unwrap();
+    md5.split("nonce=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_digest_header_is_good_once_for_its_target_from_its_address() {
+    let (server, port) = http_server();
+    let url = |path: &str| format!("http://127.0.0.1:{port}/{path}");
+    let nonce = nonce_for("127.0.0.1", &url("clip.ts"));
+    let first = alice_digest("GET", "/clip.ts", &nonce, 1);
+    assert_eq!(curl_head("127.0.0.1", &url("clip.ts"), Some(&first)).0, 200);
+    // The same header again: nc repeated → a fresh challenge.
+    let (status, head) = curl_head("127.0.0.1", &url("clip.ts"), Some(&first));
+    assert_eq!(status, 401, "replayed: {head}");
+    assert!(head.contains("stale=true"), "{head}");
+    // On another path, title or address, a new nc does not help.
+    let second = alice_digest("GET", "/clip.ts", &nonce, 2);
+    for other in ["clip.ts/index.m3u8", "vbr.ts"] {
+        let (status, head) = curl_head("127.0.0.1", &url(other), Some(&second));
+        assert_eq!(status, 401, "{other}: {head}");
+    }
+    let (status, head) = curl_head("127.0.0.2", &url("clip.ts"), Some(&second));
+    assert_eq!(status, 401, "from another address: {head}");
+    assert!(head.contains("stale=true"), "{head}");
+    // Its own client may go on with it.
+    assert_eq!(
+        curl_head("127.0.0.1", &url("clip.ts"), Some(&second)).0,
+        200
+    );
+
+    // Over RTSP, a header made for one title opens no other.
+    let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
+    let nonce = rtsp_nonce(&mut c, &server.url("clip.ts"));
+    let mut describe = |title: &str, nc| {
+        let h = alice_digest("DESCRIBE", &server.url("clip.ts"), &nonce, nc);
+        let r = c.request(
+            "DESCRIBE",
+            &server.url(title),
+            &[("Authorization", h.as_str())],
+            b"",
+        );
+        r.unwrap().status
+    };
+    assert_eq!(describe("vbr.ts", 1), 401, "another title");
+    assert_eq!(describe("clip.ts", 2), 200, "its own");
+}
+
+#[test]
+fn a_nonce_of_another_process_is_stale_and_no_failure() {
+    let (_server, port) = http_server();
+    let url = format!("http://127.0.0.1:{port}/clip.ts");
+    // 8 bytes of time and a MAC under a key this server does not have,
+    // as a client keeps it across the server's restart.
+    let foreign = "AAAAAGVT8QAxMjM0NTY3ODlhYmNkZWZn";
+    for nc in 1..=8 {
+        let h = alice_digest("GET", "/clip.ts", foreign, nc);
+        let (status, head) = curl_head("127.0.0.3", &url, Some(&h));
+        assert_eq!(status, 401, "{head}");
+        assert!(head.contains("stale=true"), "{head}");
+    }
+    // Not locked out: a wrong password is still answered 401, then the
+    // right one passes.
+    let guess = ["--digest", "-u", "alice:guess", &url];
+    assert_eq!(curl("127.0.0.3", &guess), 401);
+    let right = ["--digest", "-u", "alice:wonderland", &url];
+    assert_eq!(curl("127.0.0.3", &right), 200);
 }
