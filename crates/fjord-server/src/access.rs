@@ -43,7 +43,9 @@ fn without_userinfo(uri: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-pub(crate) fn http(server: &Server, peer: SocketAddr, method: Method, path: &str, status: u16) {
+/// `target`: the request's path as sent (still percent-encoded; no scheme,
+/// authority or query).
+pub(crate) fn http(server: &Server, peer: SocketAddr, method: Method, target: &str, status: u16) {
     if server.config().access_log {
         let method = match method {
             Method::Get => "GET",
@@ -51,7 +53,7 @@ pub(crate) fn http(server: &Server, peer: SocketAddr, method: Method, path: &str
             Method::Options => "OPTIONS",
             Method::NotAllowed | Method::Unknown => "other",
         };
-        tracing::info!(target: "fjord::access", %peer, method, path, status, "http");
+        tracing::info!(target: "fjord::access", %peer, method, target, status, "http");
     }
 }
 
