@@ -49,7 +49,8 @@ pub struct Config {
     pub http_allow_origin: String,
     /// Engine threads; 0 = one per available core.
     pub threads: usize,
-    /// A session with no RTSP request and no RTCP for this long is torn down.
+    /// A session with no RTSP request and no RTCP for this long is torn down;
+    /// one never played, this long after its SETUP whatever it sends.
     pub session_timeout_s: u64,
     /// A request must be complete this long after its first byte.
     pub request_timeout_s: u64,
@@ -68,6 +69,12 @@ pub struct Config {
     /// (RTSP and HTTP together); 0: no cap.
     pub max_connections_per_address: usize,
     pub max_sessions: usize,
+    /// Of `max_sessions`, at most this many on one RTSP connection (SETUP
+    /// beyond: 453); 0: no cap.
+    pub max_sessions_per_connection: usize,
+    /// Of `max_sessions`, at most this many from one client address (SETUP
+    /// beyond: 453), so one client cannot lock the others out; 0: no cap.
+    pub max_sessions_per_address: usize,
     /// Server RTP/RTCP ports for UDP sessions come from this range.
     pub rtp_port_min: u16,
     pub rtp_port_max: u16,
@@ -114,11 +121,15 @@ pub struct Config {
     /// Networks a SETUP `destination=` may name besides the client's own
     /// address. Empty: RTP goes only to the client that asked for it.
     pub destination_allow: Vec<IpNet>,
-    /// Multicast groups the server hands out (one per shared stream), and
-    /// the only ones a SETUP's `destination=` may name.
+    /// SETUPs may ask for multicast (`Transport: RTP/AVP;multicast`);
+    /// `[[broadcast]]` channels need no opt-in.
+    pub multicast: bool,
+    /// Multicast groups the server hands out (one per shared stream); the
+    /// well-known groups other protocols use are refused or skipped
+    /// (`multicast::check_pool`). A SETUP's `destination=` is ignored.
     pub multicast_pool: IpNet,
     /// The RTP port of a group's first track (RTCP on the next; track `i`
-    /// at `multicast_port + 2i`), unless the SETUP names one.
+    /// at `multicast_port + 2i`); a SETUP's `port=` is ignored.
     pub multicast_port: u16,
     /// Hops multicast packets may travel (IP TTL); a SETUP may ask for less.
     pub multicast_ttl: u8,
@@ -183,6 +194,8 @@ impl Default for Config {
             max_connections: 1024,
             max_connections_per_address: 128,
             max_sessions: 1024,
+            max_sessions_per_connection: 16,
+            max_sessions_per_address: 128,
             rtp_port_min: 40000,
             rtp_port_max: 59999,
             burst_ms: fjord_engine::DEFAULT_BURST.as_millis() as u64,
@@ -197,6 +210,7 @@ impl Default for Config {
             prefab: PrefabMode::On,
             prefab_share_percent: 25,
             destination_allow: Vec::new(),
+            multicast: false,
             multicast_pool: "239.255.0.0/16".parse().expect("a network"),
             multicast_port: 5004,
             multicast_ttl: 1,
@@ -358,6 +372,7 @@ impl Config {
                 "multicast_pool must be a network of multicast addresses, e.g. 239.255.0.0/16",
             );
         }
+        crate::multicast::check_pool(self.multicast_pool).map_err(ConfigError::Invalid)?;
         if self.multicast_port < 1024 || self.multicast_port % 2 == 1 || self.multicast_ttl == 0 {
             return bad("multicast_port must be even and at least 1024, multicast_ttl at least 1");
         }
