@@ -22,6 +22,7 @@ mod load;
 mod multicast;
 mod operate;
 mod peers;
+mod sessions;
 mod shared;
 mod stalled;
 mod storage;
