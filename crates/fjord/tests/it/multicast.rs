@@ -283,9 +283,8 @@ fn count_any(socket: &std::net::UdpSocket, limit: Duration) -> usize {
 #[test]
 fn a_clients_destination_and_port_are_ignored() {
     in_private_network(|| {
-        let mut server = Server::start(
-            "multicast = true\nmulticast_batch_ms = 0\nmulticast_pool = \"239.255.4.0/24\"\n",
-        );
+        // The default pool, 239.255.0.0/16, holds SSDP's group.
+        let mut server = Server::start("multicast = true\nmulticast_batch_ms = 0\n");
         let url = server.url("clip.ts");
         let mut c = RtspClient::connect(&url).unwrap();
         let track = c.describe().unwrap().track_urls[0].clone();
@@ -293,10 +292,10 @@ fn a_clients_destination_and_port_are_ignored() {
         let (code, got, session) = setup(&mut c, &track, asked);
         assert_eq!(code, 200, "{got}");
         assert!(
-            got.contains("destination=239.255.4.1;port=5004-5005;"),
+            got.contains("destination=239.255.0.1;port=5004-5005;"),
             "{got}"
         );
-        let (ssdp, pool) = (join("239.255.255.250", 1900), join("239.255.4.1", 5004));
+        let (ssdp, pool) = (join("239.255.255.250", 1900), join("239.255.0.1", 5004));
         let session = session.unwrap();
         let r = c
             .request("PLAY", &url, &[("Session", &session)], &[])
