@@ -581,6 +581,8 @@ mod tests {
         assert_eq!(c.session_timeout_s, 60);
         assert_eq!(c.max_header_bytes, 16384);
         assert_eq!(c.max_body_bytes, 65536);
+        let caps = (c.max_sessions_per_connection, c.max_sessions_per_address);
+        assert_eq!((caps, c.multicast), ((16, 128), false));
         c.validate().unwrap();
     }
 
@@ -597,6 +599,8 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("udp_sockets = \"per-session\"").unwrap();
         c.validate().unwrap();
+        let c: Config = toml::from_str("multicast_pool = \"224.0.0.0/24\"").unwrap();
+        assert!(c.validate().is_err(), "the local network control block");
         let c: Config = toml::from_str("destination_allow = [\"10.0.0.0/8\"]").unwrap();
         assert!(c.destination_allow[0].contains(&"10.1.2.3".parse::<IpAddr>().unwrap()));
     }
