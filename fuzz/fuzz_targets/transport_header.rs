@@ -1,11 +1,12 @@
 //! `transport::choose` on arbitrary strings: never panics; a UDP choice has
 //! non-zero ports, and our own reply for it is chosen back identically; a
 //! multicast choice names only multicast groups and non-zero ports, and our
-//! reply for a group is chosen back as that group.
+//! reply for a group is chosen back as that group; without multicast
+//! offered, no alternative is taken for multicast.
 #![no_main]
 
 use fjord_proto::rtsp::transport::{
-    TransportRequest, choose, reply_multicast, reply_tcp, reply_udp,
+    TransportRequest, choose, choose_for, reply_multicast, reply_tcp, reply_udp,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -13,6 +14,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
+    assert!(!matches!(
+        choose_for(s, false),
+        Ok(TransportRequest::Multicast { .. })
+    ));
     match choose(s) {
         Ok(TransportRequest::Udp {
             client_rtp,

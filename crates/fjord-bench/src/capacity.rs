@@ -217,7 +217,7 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
     std::fs::write(
         &config,
         format!(
-            "root = {:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\ndatapath = {:?}\nudp_sockets = {:?}\nmax_sessions = 100000\nmax_connections = 100000\nmax_connections_per_address = 0\nburst_ms = {}\nrealtime = {}\n",
+            "root = {:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\ndatapath = {:?}\nudp_sockets = {:?}\nmax_sessions = 100000\nmax_connections = 100000\nmax_connections_per_address = 0\nmax_sessions_per_address = 0\nburst_ms = {}\nrealtime = {}\n",
             dir.path(),
             cfg.datapath,
             cfg.udp_sockets,

@@ -622,7 +622,7 @@ fn prepare(
             let toml = format!(
                 "root = {root:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\n\
                  capacity_pps_per_core = 1000000000000\nmax_sessions = 100000\n\
-                 max_connections = 100000\nmax_connections_per_address = 0\n\
+                 max_connections = 100000\nmax_connections_per_address = 0\nmax_sessions_per_address = 0\n\
                  udp_sockets = {:?}\n",
                 cfg.udp_sockets
             );

@@ -270,7 +270,7 @@ fn remux_mp4(ts: &Path, mp4: &Path) -> anyhow::Result<()> {
 fn serve_config(media: &Path, realtime: bool) -> String {
     format!(
         "root = {media:?}\nmax_sessions = 100000\nmax_connections = 100000\n\
-         max_connections_per_address = 0\nsession_timeout_s = 60\n\
+         max_connections_per_address = 0\nmax_sessions_per_address = 0\nsession_timeout_s = 60\n\
          capacity_pps_per_core = 1000000000000\nrealtime = {realtime}\n"
     )
 }

@@ -620,7 +620,7 @@ fn run_one(
     let toml = format!(
         "root = {:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = {}\n\
          capacity_pps_per_core = 1000000000000\nmax_sessions = 100000\n\
-         max_connections = 100000\nmax_connections_per_address = 0\n{}",
+         max_connections = 100000\nmax_connections_per_address = 0\nmax_sessions_per_address = 0\n{}",
         lib.root,
         cfg.threads,
         // The operator tells the server what its disk reads (as `fjord

@@ -150,6 +150,21 @@ impl RtspClient {
     pub fn connect(url: &str) -> Result<RtspClient> {
         let addr = url_socket_addr(url)?;
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
+        Self::on(stream, url)
+    }
+
+    /// Connects from local address `from` (as another client would, e.g.
+    /// 127.0.0.2 beside 127.0.0.1).
+    pub fn connect_from(url: &str, from: IpAddr) -> Result<RtspClient> {
+        use socket2::{Domain, Socket, Type};
+        let addr = url_socket_addr(url)?;
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        socket.bind(&SocketAddr::new(from, 0).into())?;
+        socket.connect_timeout(&addr.into(), Duration::from_secs(10))?;
+        Self::on(socket.into(), url)
+    }
+
+    fn on(stream: TcpStream, url: &str) -> Result<RtspClient> {
         stream.set_nodelay(true)?;
         Ok(RtspClient {
             stream,

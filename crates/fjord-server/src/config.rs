@@ -54,7 +54,8 @@ pub struct Config {
     pub http_cache_control: CacheControl,
     /// Engine threads; 0 = one per available core.
     pub threads: usize,
-    /// A session with no RTSP request and no RTCP for this long is torn down.
+    /// A session with no RTSP request and no RTCP for this long is torn down;
+    /// one never played, this long after its SETUP whatever it sends.
     pub session_timeout_s: u64,
     /// A request must be complete this long after its first byte.
     pub request_timeout_s: u64,
@@ -76,6 +77,12 @@ pub struct Config {
     /// Titles kept loaded (files open, tables mapped) that no session
     /// holds; past it the least recently opened are unloaded. At start.
     pub max_loaded_titles: usize,
+    /// Of `max_sessions`, at most this many on one RTSP connection (SETUP
+    /// beyond: 453); 0: no cap.
+    pub max_sessions_per_connection: usize,
+    /// Of `max_sessions`, at most this many from one client address (SETUP
+    /// beyond: 453), so one client cannot lock the others out; 0: no cap.
+    pub max_sessions_per_address: usize,
     /// Server RTP/RTCP ports for UDP sessions come from this range.
     pub rtp_port_min: u16,
     pub rtp_port_max: u16,
@@ -122,11 +129,15 @@ pub struct Config {
     /// Networks a SETUP `destination=` may name besides the client's own
     /// address. Empty: RTP goes only to the client that asked for it.
     pub destination_allow: Vec<IpNet>,
-    /// Multicast groups the server hands out (one per shared stream), and
-    /// the only ones a SETUP's `destination=` may name.
+    /// SETUPs may ask for multicast (`Transport: RTP/AVP;multicast`);
+    /// `[[broadcast]]` channels need no opt-in.
+    pub multicast: bool,
+    /// Multicast groups the server hands out (one per shared stream); the
+    /// well-known groups other protocols use are refused or skipped
+    /// (`multicast::check_pool`). A SETUP's `destination=` is ignored.
     pub multicast_pool: IpNet,
     /// The RTP port of a group's first track (RTCP on the next; track `i`
-    /// at `multicast_port + 2i`), unless the SETUP names one.
+    /// at `multicast_port + 2i`); a SETUP's `port=` is ignored.
     pub multicast_port: u16,
     /// Hops multicast packets may travel (IP TTL); a SETUP may ask for less.
     pub multicast_ttl: u8,
@@ -194,6 +205,8 @@ impl Default for Config {
             max_connections_per_address: 128,
             max_sessions: 1024,
             max_loaded_titles: 512,
+            max_sessions_per_connection: 16,
+            max_sessions_per_address: 128,
             rtp_port_min: 40000,
             rtp_port_max: 59999,
             burst_ms: fjord_engine::DEFAULT_BURST.as_millis() as u64,
@@ -208,6 +221,7 @@ impl Default for Config {
             prefab: PrefabMode::On,
             prefab_share_percent: 25,
             destination_allow: Vec::new(),
+            multicast: false,
             multicast_pool: "239.255.0.0/16".parse().expect("a network"),
             multicast_port: 5004,
             multicast_ttl: 1,
@@ -405,6 +419,7 @@ impl Config {
                 "multicast_pool must be a network of multicast addresses, e.g. 239.255.0.0/16",
             );
         }
+        crate::multicast::check_pool(self.multicast_pool).map_err(ConfigError::Invalid)?;
         if self.multicast_port < 1024 || self.multicast_port % 2 == 1 || self.multicast_ttl == 0 {
             return bad("multicast_port must be even and at least 1024, multicast_ttl at least 1");
         }
@@ -613,6 +628,8 @@ mod tests {
         assert_eq!(c.session_timeout_s, 60);
         assert_eq!(c.max_header_bytes, 16384);
         assert_eq!(c.max_body_bytes, 65536);
+        let caps = (c.max_sessions_per_connection, c.max_sessions_per_address);
+        assert_eq!((caps, c.multicast), ((16, 128), false));
         c.validate().unwrap();
     }
 
@@ -641,6 +658,8 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("udp_sockets = \"per-session\"").unwrap();
         c.validate().unwrap();
+        let c: Config = toml::from_str("multicast_pool = \"224.0.0.0/24\"").unwrap();
+        assert!(c.validate().is_err(), "the local network control block");
         let c: Config = toml::from_str("destination_allow = [\"10.0.0.0/8\"]").unwrap();
         assert!(c.destination_allow[0].contains(&"10.1.2.3".parse::<IpAddr>().unwrap()));
     }

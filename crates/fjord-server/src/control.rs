@@ -32,7 +32,7 @@ use crate::{
     guard::Verdict,
     metrics::Refusal,
     scale,
-    session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
+    session::{Caps, Full, ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
     shared::{ConnectedPlace, RouteError, SharedPair},
 };
 
@@ -361,21 +361,16 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     let Some(header) = req.header("Transport") else {
         return refuse(400, "SETUP needs a Transport header");
     };
-    let request = match transport::choose(header) {
+    // Multicast only where the operator offers it: the group's packets
+    // reach every host of the LAN that joins it.
+    let request = match transport::choose_for(header, server.config().multicast) {
         Ok(t) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
-    if let TransportRequest::Multicast {
-        destination,
-        ports,
-        ttl,
-    } = request
-    {
-        let wish = crate::multicast::Wish {
-            destination,
-            ports,
-            ttl,
-        };
+    // The group and ports are the server's to pick: `destination=` and
+    // `port=` are ignored.
+    if let TransportRequest::Multicast { ttl, .. } = request {
+        let wish = crate::multicast::Wish { ttl };
         let opened = (title_name, title);
         return multicast::setup(server, conn, req, existing, opened, (track, repair), wish);
     }
@@ -419,15 +414,12 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             title.clone(),
         ))
     });
-    // A new session takes its place in the table now, under the limit, so
-    // concurrent SETUPs cannot overshoot it; failures below take it out.
+    // A new session takes its place in the table now, under the limits, so
+    // concurrent SETUPs cannot overshoot them; failures below take it out.
     if existing.is_none()
-        && !server
-            .sessions
-            .insert_within(session.clone(), server.config().max_sessions)
+        && let Err(r) = admit_session(server, &session)
     {
-        server.metrics.refused(Refusal::Sessions);
-        return refuse(453, "session limit reached");
+        return r;
     }
     let abandon = || {
         if existing.is_none() {
@@ -649,6 +641,38 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
         .into()
 }
 
+/// Puts a new session in the table, or the 453 saying which cap it meets:
+/// `max_sessions`, or of them what one connection or one client address
+/// may hold (so that one client cannot take every session).
+fn admit_session(server: &Server, session: &Arc<Session>) -> Result<(), Reply> {
+    let config = server.config();
+    let caps = Caps {
+        total: config.max_sessions,
+        per_connection: config.max_sessions_per_connection,
+        per_address: config.max_sessions_per_address,
+    };
+    let (refusal, reason) = match server.sessions.insert_within(session.clone(), caps) {
+        Ok(()) => return Ok(()),
+        Err(Full::Server) => (Refusal::Sessions, "session limit reached".to_owned()),
+        Err(Full::Connection) => (
+            Refusal::ConnectionSessions,
+            format!(
+                "this connection has {} sessions, the most one may have (max_sessions_per_connection); tear one down first",
+                caps.per_connection
+            ),
+        ),
+        Err(Full::Address) => (
+            Refusal::AddressSessions,
+            format!(
+                "your address has {} sessions, the most one may have (max_sessions_per_address); tear one down first",
+                caps.per_address
+            ),
+        ),
+    };
+    server.metrics.refused(refusal);
+    Err(refuse(453, &reason))
+}
+
 /// After a SETUP added its stream to `session`: the session is ready, and
 /// the connection holds it when `new`.
 fn keep_stream(conn: &mut Conn, session: &Arc<Session>, new: bool) {
@@ -766,6 +790,7 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         if let Ok(s) = next_state(inner.state, &Method::Play) {
             inner.state = s;
         }
+        inner.played();
         let was = std::mem::replace(&mut inner.scale, scale);
         let streams: Vec<(u64, u64, String, u32)> = inner
             .streams

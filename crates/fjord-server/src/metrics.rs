@@ -24,6 +24,10 @@ pub(crate) struct Metrics {
 pub(crate) enum Refusal {
     /// `max_sessions` sessions exist.
     Sessions,
+    /// The connection holds `max_sessions_per_connection` sessions.
+    ConnectionSessions,
+    /// The client's address holds `max_sessions_per_address` sessions.
+    AddressSessions,
     /// No engine thread has room for the stream's packet rate.
     Engine,
     /// The title's disk has no room for the stream's bit rate, or the
@@ -48,6 +52,8 @@ impl Metrics {
     pub(crate) fn refused(&self, why: Refusal) {
         let reason = match why {
             Refusal::Sessions => "sessions",
+            Refusal::ConnectionSessions => "sessions_per_connection",
+            Refusal::AddressSessions => "sessions_per_address",
             Refusal::Engine => "engine",
             Refusal::Storage => "storage",
             Refusal::Speed => "speed",

@@ -9,10 +9,15 @@
 //! group, which ends (RTCP BYE, streams removed, address free) when its last
 //! session does. Sender reports and BYE go to the group; receiver reports
 //! sent to the group are not read.
+//!
+//! The server picks every group and port (RFC 2326 §12.39 lets it): a
+//! client's `destination=` and `port=` are ignored, else any client could
+//! aim a title's RTP at any group of the LAN (SSDP's, mDNS's). Groups other
+//! protocols listen on are never picked ([`well_known`]).
 
 use std::{
     collections::{HashMap, HashSet},
-    net::{IpAddr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, SocketAddr},
     sync::{Arc, Mutex, MutexGuard, Weak},
     time::{Duration, Instant},
 };
@@ -28,21 +33,71 @@ use crate::{
     scale::Rate,
 };
 
-/// What a SETUP asked for (`destination=`, `port=`, `ttl=`).
+/// What of a SETUP's multicast transport the server takes: a `ttl=`
+/// below `multicast_ttl` (group and ports are the server's to pick).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Wish {
-    pub destination: Option<IpAddr>,
-    pub ports: Option<(u16, u16)>,
     pub ttl: Option<u8>,
+}
+
+/// IPv4 groups other protocols listen on: the local network control block
+/// (224.0.0.0/24: routing protocols, mDNS 224.0.0.251, ...) and the
+/// internetwork control block (224.0.1.0/24: NTP, ...), which no pool may
+/// overlap; and SSDP's (UPnP) and SLP's groups, which lie in the
+/// administratively scoped 239.255.0.0/16 pools use, so they are skipped.
+const RESERVED_BLOCKS_V4: (Ipv4Addr, u8) = (Ipv4Addr::new(224, 0, 0, 0), 23);
+const SKIPPED_V4: [Ipv4Addr; 2] = [
+    Ipv4Addr::new(239, 255, 255, 250),
+    Ipv4Addr::new(239, 255, 255, 253),
+];
+
+/// Whether `addr` is a group other protocols listen on: never handed out.
+/// IPv6: the permanently assigned ("well-known", RFC 4291 §2.7: flag T
+/// clear) groups.
+pub(crate) fn well_known(addr: IpAddr) -> bool {
+    match addr {
+        IpAddr::V4(a) => {
+            let (net, len) = RESERVED_BLOCKS_V4;
+            let block = ipnet::Ipv4Net::new(net, len).is_ok_and(|b| b.contains(&a));
+            block || SKIPPED_V4.contains(&a)
+        }
+        IpAddr::V6(a) => a.segments()[0] & 0x0010 == 0,
+    }
+}
+
+/// Why `pool` cannot be `multicast_pool`: it overlaps the IPv4 control
+/// blocks, holds IPv6 well-known groups, or has nothing else. Checked at
+/// load, so picking a group skips at most [`SKIPPED_V4`].
+pub(crate) fn check_pool(pool: IpNet) -> Result<(), String> {
+    match pool {
+        IpNet::V4(p) => {
+            let (net, len) = RESERVED_BLOCKS_V4;
+            let control = ipnet::Ipv4Net::new(net, len).map_err(|e| e.to_string())?;
+            if p.contains(&control) || control.contains(&p) {
+                return Err(format!(
+                    "multicast_pool {pool} overlaps 224.0.0.0/24 or 224.0.1.0/24, groups other protocols use"
+                ));
+            }
+        }
+        // T set in the pool's prefix: every address in it is transient.
+        IpNet::V6(p) if p.prefix_len() >= 12 && !well_known(pool.addr()) => {}
+        IpNet::V6(_) => {
+            return Err(format!(
+                "multicast_pool {pool} holds well-known IPv6 groups; use transient ones (ff1X::/16)"
+            ));
+        }
+    }
+    match free_address(pool, &HashSet::new()) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "multicast_pool {pool} holds no group but well-known ones"
+        )),
+    }
 }
 
 /// Why a group cannot be had; each maps to an RTSP status.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum GroupError {
-    #[error("destination {0} is outside this server's multicast pool")]
-    OutsidePool(IpAddr),
-    #[error("multicast group {0} is in use by another stream")]
-    Taken(IpAddr),
     #[error("every multicast group of the pool is in use")]
     PoolFull,
     #[error("a started multicast group cannot take another track")]
@@ -60,8 +115,7 @@ pub(crate) enum GroupError {
 impl GroupError {
     pub(crate) fn status(&self) -> u16 {
         match self {
-            GroupError::OutsidePool(_) => 403,
-            GroupError::Taken(_) | GroupError::Started => 461,
+            GroupError::Started => 461,
             GroupError::NoSource => 455,
             GroupError::PoolFull | GroupError::Capacity | GroupError::Storage(_) => 453,
             GroupError::Io(_) => 500,
@@ -87,19 +141,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Multicast {
     /// The group a new multicast session of `title` joins: the title's
-    /// gathering group if it suits `wish`, else a new one.
+    /// gathering group if it suits `wish`, else a new one from the pool.
     pub(crate) fn group_for(
         &self,
         title: &Arc<str>,
         wish: Wish,
         config: &Config,
     ) -> Result<Arc<Group>, GroupError> {
-        let pool = config.multicast_pool;
-        if let Some(d) = wish.destination
-            && !pool.contains(&d)
-        {
-            return Err(GroupError::OutsidePool(d));
-        }
         let mut reg = lock(&self.registry);
         if let Some(g) = reg.gathering.get(title)
             && g.gathering()
@@ -107,15 +155,11 @@ impl Multicast {
         {
             return Ok(g.clone());
         }
-        let addr = match wish.destination {
-            Some(d) if reg.in_use.contains(&d) => return Err(GroupError::Taken(d)),
-            Some(d) => d,
-            None => free_address(pool, &reg.in_use).ok_or(GroupError::PoolFull)?,
-        };
+        let addr = free_address(config.multicast_pool, &reg.in_use).ok_or(GroupError::PoolFull)?;
         reg.in_use.insert(addr);
         let group = Arc::new(Group {
             addr,
-            port: wish.ports.map_or(config.multicast_port, |(rtp, _)| rtp),
+            port: config.multicast_port,
             ttl: wish
                 .ttl
                 .map_or(config.multicast_ttl, |t| t.min(config.multicast_ttl)),
@@ -140,9 +184,10 @@ impl Multicast {
     }
 }
 
-/// The first address of `pool` not in use.
+/// The first address of `pool` neither in use nor well-known.
 fn free_address(pool: IpNet, in_use: &HashSet<IpAddr>) -> Option<IpAddr> {
-    pool.hosts().find(|a| !in_use.contains(a))
+    pool.hosts()
+        .find(|a| !well_known(*a) && !in_use.contains(a))
 }
 
 pub(crate) struct Group {
@@ -192,9 +237,7 @@ impl Group {
     }
 
     fn suits(&self, wish: Wish) -> bool {
-        wish.destination.is_none_or(|d| d == self.addr)
-            && wish.ports.is_none_or(|(rtp, _)| rtp == self.port)
-            && wish.ttl.is_none_or(|t| t >= self.ttl)
+        wish.ttl.is_none_or(|t| t >= self.ttl)
     }
 
     /// The RTP and RTCP ports of stream `n`: track `i` is stream `i`, its
@@ -428,12 +471,8 @@ impl Group {
 mod tests {
     use super::*;
 
-    fn wish(d: Option<&str>) -> Wish {
-        Wish {
-            destination: d.map(|d| d.parse().unwrap()),
-            ports: None,
-            ttl: None,
-        }
+    fn wish() -> Wish {
+        Wish { ttl: None }
     }
 
     #[test]
@@ -442,9 +481,9 @@ mod tests {
         let config = Config::default();
         let a: Arc<str> = "a.ts".into();
         let b: Arc<str> = "b.ts".into();
-        let g1 = m.group_for(&a, wish(None), &config).unwrap();
-        let g2 = m.group_for(&a, wish(None), &config).unwrap();
-        let g3 = m.group_for(&b, wish(None), &config).unwrap();
+        let g1 = m.group_for(&a, wish(), &config).unwrap();
+        let g2 = m.group_for(&a, wish(), &config).unwrap();
+        let g3 = m.group_for(&b, wish(), &config).unwrap();
         assert!(Arc::ptr_eq(&g1, &g2));
         assert_ne!(g1.addr, g3.addr);
         assert!(config.multicast_pool.contains(&g1.addr));
@@ -458,23 +497,65 @@ mod tests {
     }
 
     #[test]
-    fn a_destination_outside_the_pool_is_refused_and_one_inside_is_honoured() {
+    fn well_known_groups_are_never_picked() {
         let m = Multicast::default();
-        let config = Config::default();
-        let t: Arc<str> = "a.ts".into();
-        let e = m
-            .group_for(&t, wish(Some("239.1.2.3")), &config)
-            .err()
-            .unwrap();
-        assert_eq!(e.status(), 403);
-        let g = m.group_for(&t, wish(Some("239.255.7.7")), &config).unwrap();
-        assert_eq!(g.addr.to_string(), "239.255.7.7");
-        let other: Arc<str> = "b.ts".into();
-        let e = m
-            .group_for(&other, wish(Some("239.255.7.7")), &config)
-            .err()
-            .unwrap();
-        assert_eq!(e.status(), 461, "taken by a.ts's group");
+        let config = Config {
+            multicast_pool: "239.255.255.248/29".parse().unwrap(),
+            ..Config::default()
+        };
+        let picked: Vec<String> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|t| m.group_for(&Arc::from(*t), wish(), &config).unwrap())
+            .map(|g| g.addr.to_string())
+            .collect();
+        assert_eq!(
+            picked,
+            [
+                "239.255.255.249",
+                "239.255.255.251",
+                "239.255.255.252",
+                "239.255.255.254"
+            ],
+            "SSDP's and SLP's groups skipped"
+        );
+        let e = m.group_for(&Arc::from("e"), wish(), &config).err().unwrap();
+        assert_eq!(e.status(), 453);
+        for a in [
+            "224.0.0.251",
+            "224.0.1.1",
+            "239.255.255.250",
+            "ff02::fb",
+            "ff05::c",
+        ] {
+            assert!(well_known(a.parse().unwrap()), "{a}");
+        }
+        for a in ["239.255.0.1", "232.1.2.3", "ff15::1"] {
+            assert!(!well_known(a.parse().unwrap()), "{a}");
+        }
+    }
+
+    #[test]
+    fn pools_with_only_or_overlapping_well_known_groups_are_refused() {
+        let check = |p: &str| check_pool(p.parse().unwrap());
+        for ok in [
+            "239.255.0.0/16",
+            "239.255.255.250/30",
+            "232.0.0.0/8",
+            "ff15::/16",
+        ] {
+            assert_eq!(check(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "224.0.0.0/4",
+            "224.0.0.0/24",
+            "224.0.0.251/32",
+            "224.0.1.0/28",
+            "239.255.255.250/32",
+            "ff02::/16",
+            "ff00::/8",
+        ] {
+            assert!(check(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -485,12 +566,9 @@ mod tests {
             ..Config::default()
         };
         for name in ["a", "b"] {
-            m.group_for(&Arc::from(name), wish(None), &config).unwrap();
+            m.group_for(&Arc::from(name), wish(), &config).unwrap();
         }
-        let e = m
-            .group_for(&Arc::from("c"), wish(None), &config)
-            .err()
-            .unwrap();
+        let e = m.group_for(&Arc::from("c"), wish(), &config).err().unwrap();
         assert_eq!(e.status(), 453);
     }
 }

@@ -3,10 +3,10 @@
 
 use std::{
     borrow::Borrow,
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     fmt,
     hash::{Hash, Hasher},
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     sync::{Arc, Mutex, MutexGuard},
     task::Waker,
     time::Instant,
@@ -64,7 +64,13 @@ pub struct Session {
 
 pub struct Inner {
     pub state: State,
+    /// Moved by requests and RTCP only once the session has played: one
+    /// never played times out `session_timeout_s` after its SETUP, however
+    /// many keep-alives it gets, so admission holds nothing for long for a
+    /// session that never plays.
     pub last_activity: Instant,
+    /// A PLAY was accepted (the session stays played when paused).
+    played: bool,
     /// A boxed slice, not a `Vec`: the capacity would take the session a
     /// size class up.
     pub streams: Box<[Stream]>,
@@ -84,6 +90,20 @@ impl Inner {
         streams.reserve_exact(1);
         streams.push(st);
         self.streams = streams.into_boxed_slice();
+    }
+
+    /// A PLAY is accepted: from now on activity keeps the session.
+    pub fn played(&mut self) {
+        self.played = true;
+        self.last_activity = Instant::now();
+    }
+
+    /// Activity (a request naming the session, RTCP from its client)
+    /// keeps a session that has played.
+    fn active(&mut self) {
+        if self.played {
+            self.last_activity = Instant::now();
+        }
     }
 }
 
@@ -190,6 +210,7 @@ impl Session {
             inner: Mutex::new(Inner {
                 state: State::Init,
                 last_activity: Instant::now(),
+                played: false,
                 streams: Box::default(),
                 scale: 1,
                 speed: fjord_engine::REAL_TIME,
@@ -211,14 +232,14 @@ impl Session {
     }
 
     pub fn touch(&self) {
-        self.lock().last_activity = Instant::now();
+        self.lock().active();
     }
 
     /// Records RTCP from the client about the streams `about` picks: the
     /// client is alive, and how it receives.
     pub fn on_rtcp(&self, about: impl Fn(&Stream) -> bool, infos: &[RtcpInfo]) {
         let mut inner = self.lock();
-        inner.last_activity = Instant::now();
+        inner.active();
         for info in infos {
             let RtcpInfo::ReceiverReport { blocks, .. } = info else {
                 continue;
@@ -258,49 +279,131 @@ impl Borrow<SessionId> for ById {
     }
 }
 
-/// Every live session, by id.
+/// The most sessions the server, one connection and one client address
+/// may hold (`max_sessions`, `max_sessions_per_connection`,
+/// `max_sessions_per_address`); 0 for the last two: no cap.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    pub total: usize,
+    pub per_connection: usize,
+    pub per_address: usize,
+}
+
+/// Which cap a new session would exceed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Full {
+    Server,
+    Connection,
+    Address,
+}
+
+impl Caps {
+    /// Whether one more session fits beside `total` sessions, `conn` of
+    /// them on its connection and `addr` from its client's address.
+    pub fn room(&self, (total, conn, addr): (usize, usize, usize)) -> Result<(), Full> {
+        let over = |n: usize, cap: usize| cap > 0 && n >= cap;
+        if total >= self.total {
+            Err(Full::Server)
+        } else if over(conn, self.per_connection) {
+            Err(Full::Connection)
+        } else if over(addr, self.per_address) {
+            Err(Full::Address)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Every live session, by id, with how many each connection and each
+/// client address holds.
 #[derive(Default)]
 pub struct Sessions {
-    set: Mutex<HashSet<ById>>,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    set: HashSet<ById>,
+    per_connection: HashMap<u64, usize>,
+    per_address: HashMap<IpAddr, usize>,
+}
+
+/// The address a session counts against: an IPv4 client is one address
+/// however its connections spell it.
+fn address(s: &Session) -> IpAddr {
+    s.peer.ip().to_canonical()
+}
+
+impl Table {
+    fn counts(&self, s: &Session) -> (usize, usize, usize) {
+        let conn = self.per_connection.get(&s.conn).copied().unwrap_or(0);
+        let addr = self.per_address.get(&address(s)).copied().unwrap_or(0);
+        (self.set.len(), conn, addr)
+    }
+
+    fn take(&mut self, id: &SessionId) -> Option<Arc<Session>> {
+        let ById(s) = self.set.take(id)?;
+        let down = |n: &mut usize| {
+            *n = n.saturating_sub(1);
+            *n > 0
+        };
+        if self
+            .per_connection
+            .get_mut(&s.conn)
+            .is_some_and(|n| !down(n))
+        {
+            self.per_connection.remove(&s.conn);
+        }
+        let addr = address(&s);
+        if self.per_address.get_mut(&addr).is_some_and(|n| !down(n)) {
+            self.per_address.remove(&addr);
+        }
+        Some(s)
+    }
 }
 
 impl Sessions {
-    fn set(&self) -> MutexGuard<'_, HashSet<ById>> {
-        self.set.lock().unwrap_or_else(|e| e.into_inner())
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The session a `Session` header names.
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        self.set().get(&SessionId::parse(id)?).map(|s| s.0.clone())
+        let id = SessionId::parse(id)?;
+        self.table().set.get(&id).map(|s| s.0.clone())
     }
 
     pub fn get_by_id(&self, id: SessionId) -> Option<Arc<Session>> {
-        self.set().get(&id).map(|s| s.0.clone())
+        self.table().set.get(&id).map(|s| s.0.clone())
     }
 
     pub fn contains(&self, id: SessionId) -> bool {
-        self.set().contains(&id)
+        self.table().set.contains(&id)
     }
 
-    /// Adds `s` unless `max` sessions exist already.
-    pub fn insert_within(&self, s: Arc<Session>, max: usize) -> bool {
-        let mut set = self.set();
-        if set.len() >= max {
-            return false;
+    /// Adds `s` unless that would exceed one of `caps`; checked and
+    /// counted under one lock, so concurrent SETUPs cannot overshoot.
+    pub fn insert_within(&self, s: Arc<Session>, caps: Caps) -> Result<(), Full> {
+        let mut table = self.table();
+        if table.set.contains(&s.id) {
+            return Ok(());
         }
-        set.replace(ById(s));
-        true
+        caps.room(table.counts(&s))?;
+        *table.per_connection.entry(s.conn).or_insert(0) += 1;
+        *table.per_address.entry(address(&s)).or_insert(0) += 1;
+        table.set.insert(ById(s));
+        Ok(())
     }
 
     pub fn all(&self) -> Vec<Arc<Session>> {
-        self.set().iter().map(|s| s.0.clone()).collect()
+        self.table().set.iter().map(|s| s.0.clone()).collect()
     }
 
     /// The sessions last active before `deadline`, and the earliest last
     /// activity of the others (none when there are none).
     pub fn idle_since(&self, deadline: Instant) -> (Vec<Arc<Session>>, Option<Instant>) {
         let (mut idle, mut oldest) = (Vec::new(), None::<Instant>);
-        for s in self.set().iter() {
+        for s in self.table().set.iter() {
             let at = s.0.lock().last_activity;
             if at < deadline {
                 idle.push(s.0.clone());
@@ -314,7 +417,7 @@ impl Sessions {
     /// Ends a session: its engine streams stop, its sockets close, its ports
     /// return to the pool.
     pub fn remove(&self, id: SessionId, engine: &Engine, admission: &Admission) -> bool {
-        let Some(ById(s)) = self.set().take(&id) else {
+        let Some(s) = self.table().take(&id) else {
             return false;
         };
         let (streams, on_end) = {
@@ -415,5 +518,116 @@ mod tests {
         );
         r.record(&block(0xFF_FFFF, 45));
         assert_eq!(r.lost(), -1, "one duplicate");
+    }
+
+    fn title(dir: &std::path::Path) -> Arc<Title> {
+        let media = dir.join("t.ts");
+        let no_parity = &fjord_media::no_parity;
+        let index =
+            fjord_media::synthetic::write_constant_rate(&media, 188, 10_000_000, 10, no_parity)
+                .unwrap();
+        Arc::new(Title::new(index, &media).unwrap())
+    }
+
+    /// An engine thread with nothing to send: `Sessions::remove` talks to it.
+    fn engine() -> Engine {
+        Engine::start(fjord_engine::EngineConfig {
+            threads: 1,
+            burst: std::time::Duration::from_millis(10),
+            rtcp_interval: std::time::Duration::from_secs(5),
+            cname: "test".into(),
+            datapath: "auto".into(),
+            cpus: vec![],
+            realtime: false,
+            stall_timeout: std::time::Duration::from_secs(10),
+            storage: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn caps_are_checked_server_first_and_zero_is_no_cap() {
+        let caps = Caps {
+            total: 10,
+            per_connection: 2,
+            per_address: 3,
+        };
+        assert_eq!(caps.room((0, 0, 0)), Ok(()));
+        assert_eq!(caps.room((9, 1, 2)), Ok(()));
+        assert_eq!(caps.room((10, 0, 0)), Err(Full::Server));
+        assert_eq!(caps.room((5, 2, 0)), Err(Full::Connection));
+        assert_eq!(caps.room((5, 1, 3)), Err(Full::Address));
+        let uncapped = Caps {
+            per_connection: 0,
+            per_address: 0,
+            ..caps
+        };
+        assert_eq!(uncapped.room((9, 9, 9)), Ok(()));
+    }
+
+    /// One connection, then one address, reach their caps while others are
+    /// admitted; ending a session gives its place back.
+    #[test]
+    fn the_table_counts_sessions_per_connection_and_per_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let title = title(dir.path());
+        let (engine, admission) = (engine(), Admission::new(1, None));
+        let sessions = Sessions::default();
+        let caps = Caps {
+            total: 100,
+            per_connection: 2,
+            per_address: 3,
+        };
+        let new = |conn, ip: &str| {
+            let peer = SocketAddr::new(ip.parse().unwrap(), 9);
+            Arc::new(Session::new(
+                SessionId::random(),
+                (conn, peer),
+                "t.ts".into(),
+                title.clone(),
+            ))
+        };
+        let add = |s: &Arc<Session>| sessions.insert_within(s.clone(), caps);
+        let first = new(1, "127.0.0.1");
+        assert_eq!(add(&first), Ok(()));
+        assert_eq!(add(&new(1, "127.0.0.1")), Ok(()));
+        assert_eq!(add(&new(1, "127.0.0.1")), Err(Full::Connection));
+        assert_eq!(add(&new(2, "127.0.0.2")), Ok(()), "another client");
+        assert_eq!(
+            add(&new(3, "::ffff:127.0.0.1")),
+            Ok(()),
+            "another connection"
+        );
+        assert_eq!(add(&new(4, "127.0.0.1")), Err(Full::Address));
+        assert!(sessions.remove(first.id, &engine, &admission));
+        assert_eq!(add(&new(4, "127.0.0.1")), Ok(()), "its place is free again");
+        assert_eq!(add(&new(1, "127.0.0.1")), Err(Full::Address));
+        let tight = Caps { total: 4, ..caps };
+        let s = new(5, "127.0.0.3");
+        assert_eq!(sessions.insert_within(s, tight), Err(Full::Server));
+    }
+
+    /// Requests and RTCP keep a session only once it has played.
+    #[test]
+    fn activity_keeps_only_a_session_that_played() {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = SocketAddr::from(([127, 0, 0, 1], 9));
+        let s = Session::new(
+            SessionId::random(),
+            (1, peer),
+            "t.ts".into(),
+            title(dir.path()),
+        );
+        let set_up = s.lock().last_activity;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        s.touch();
+        s.on_rtcp(|_| true, &[]);
+        assert_eq!(s.lock().last_activity, set_up, "keep-alives before PLAY");
+        s.lock().played();
+        let played = s.lock().last_activity;
+        assert!(played > set_up);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        s.touch();
+        assert!(s.lock().last_activity > played, "keep-alives after PLAY");
     }
 }

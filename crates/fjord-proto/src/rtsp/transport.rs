@@ -25,8 +25,9 @@ pub enum TransportRequest {
     /// RTP/AVP interleaved on the RTSP TCP connection.
     Tcp { rtp_channel: u8, rtcp_channel: u8 },
     /// RTP/AVP over UDP to a multicast group (RFC 2326 §12.39): the server
-    /// picks the group and ports; what the client names is a wish the
-    /// server checks against its pool.
+    /// picks the group and ports. What the client names is what it asked
+    /// for, not a promise: a server that honoured it would send a title's
+    /// RTP to any group and port a client chose (SSDP's, mDNS's).
     Multicast {
         destination: Option<IpAddr>,
         /// `port=` (RTP, RTCP).
@@ -67,6 +68,13 @@ const MAX_ALTERNATIVES: usize = 16;
 /// `client_port` is present (RFC 2326 says multicast is the default, but no
 /// client relies on that).
 pub fn choose(header: &str) -> Result<TransportRequest, TransportError> {
+    choose_for(header, true)
+}
+
+/// As [`choose`], with multicast alternatives unsupported unless
+/// `multicast`: a client that lists unicast after multicast gets unicast
+/// from a server that does not offer multicast.
+pub fn choose_for(header: &str, multicast: bool) -> Result<TransportRequest, TransportError> {
     let mut first_reason: Option<String> = None;
     for alt in split_alternatives(header).take(MAX_ALTERNATIVES) {
         let alt = alt.trim();
@@ -77,7 +85,7 @@ pub fn choose(header: &str) -> Result<TransportRequest, TransportError> {
             continue;
         }
         let reason = match parse_one(alt) {
-            Ok(t) => match evaluate(&t) {
+            Ok(t) => match evaluate(&t, multicast) {
                 Ok(req) => return Ok(req),
                 Err(reason) => reason,
             },
@@ -166,7 +174,7 @@ fn parse_one(alt: &str) -> Result<Transport, ()> {
     }
 }
 
-fn evaluate(t: &Transport) -> Result<TransportRequest, String> {
+fn evaluate(t: &Transport, multicast_offered: bool) -> Result<TransportRequest, String> {
     let rtp = match t {
         Transport::Rtp(rtp) => rtp,
         Transport::Other(o) => return Err(format!("transport `{}`", clip(&o.spec))),
@@ -177,6 +185,9 @@ fn evaluate(t: &Transport) -> Result<TransportRequest, String> {
     let p = &rtp.params;
     if p.mode.iter().any(|m| *m != TransportMode::Play) {
         return Err("mode other than PLAY".to_owned());
+    }
+    if p.multicast && !multicast_offered {
+        return Err("multicast (this server does not offer it)".to_owned());
     }
     if p.multicast {
         return multicast(rtp.lower_transport.as_ref(), p);
@@ -393,6 +404,23 @@ mod tests {
     }
 
     #[test]
+    fn multicast_alternatives_are_skipped_unless_offered() {
+        let both = "RTP/AVP;multicast;destination=239.255.255.250;port=1900-1901,RTP/AVP;unicast;client_port=9000-9001";
+        assert_eq!(choose_for(both, false), Ok(udp(9000, 9001)));
+        assert!(matches!(
+            choose_for(both, true),
+            Ok(TransportRequest::Multicast { .. })
+        ));
+        match choose_for("RTP/AVP;multicast", false) {
+            Err(e @ TransportError::Unsupported(_)) => {
+                assert_eq!(e.status(), 461);
+                assert!(e.to_string().contains("does not offer"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn unsupported_forms() {
         unsupported("RTP/AVP/TCP;multicast");
         unsupported("RTP/AVP;multicast;destination=10.1.2.3");
@@ -448,6 +476,7 @@ mod tests {
         #[test]
         fn never_panics(s in "\\PC{0,200}") {
             let _ = choose(&s);
+            let _ = choose_for(&s, false);
         }
 
         #[test]

@@ -43,6 +43,10 @@ pub(super) fn setup(
     (track, repair): (usize, bool),
     wish: Wish,
 ) -> Reply {
+    let (peer, local) = match (conn.peer(), conn.local()) {
+        (Ok(p), Ok(l)) => (p, l.ip()),
+        (Err(e), _) | (_, Err(e)) => return refuse(500, &e.to_string()),
+    };
     let group = match existing
         .as_deref()
         .map(|s| group_of(s, track, repair))
@@ -58,21 +62,18 @@ pub(super) fn setup(
         },
         Err(r) => return r,
     };
-    let (peer, local) = match (conn.peer(), conn.local()) {
-        (Ok(p), Ok(l)) => (p, l.ip()),
-        (Err(e), _) | (_, Err(e)) => return refuse(500, &e.to_string()),
-    };
     let session = existing.clone().unwrap_or_else(|| {
         let id = SessionId::random();
         Arc::new(Session::new(id, (conn.id, peer), title_name, title.clone()))
     });
-    if existing.is_none()
-        && !(server.sessions).insert_within(session.clone(), server.config().max_sessions)
-    {
-        server.metrics.refused(Refusal::Sessions);
-        return refuse(453, "session limit reached");
-    }
+    // Joined first: leaving ends a group made for this SETUP alone.
     group.join();
+    if existing.is_none()
+        && let Err(r) = super::admit_session(server, &session)
+    {
+        group.leave(&server.engine, &server.admission);
+        return r;
+    }
     let tracks = title.index().track_count();
     let stream = match repair {
         false => group.track(server, &title, track as u32, local),
@@ -180,14 +181,16 @@ pub(super) async fn play(server: &Server, session: &Arc<Session>, req: &Request)
         _ => {}
     }
     let group = {
-        let inner = session.lock();
+        let mut inner = session.lock();
         if let Err(code) = next_state(inner.state, &Method::Play) {
             return status(code);
         }
-        match inner.streams.iter().find_map(|s| s.group.clone()) {
-            Some(g) => g,
-            None => return status(455),
-        }
+        let Some(g) = inner.streams.iter().find_map(|s| s.group.clone()) else {
+            return status(455);
+        };
+        // Now: the batching window may delay the reply past the timeout.
+        inner.played();
+        g
     };
     let Some(started) = group.start(server, &session.title).await else {
         return status(500);

@@ -24,6 +24,7 @@ mod load;
 mod multicast;
 mod operate;
 mod peers;
+mod sessions;
 mod shared;
 mod stalled;
 mod storage;

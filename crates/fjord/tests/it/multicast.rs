@@ -2,7 +2,8 @@
 //! test's own (`common::in_private_network`): ffmpeg
 //! (`-rtsp_transport udp_multicast`) and GStreamer (`protocols=udp-mcast`)
 //! receive a TS and an MP4 title bit-exact; viewers set up within the
-//! batching window share one stream; groups outside the pool are refused.
+//! batching window share one stream; the server picks every group and
+//! port, whatever a client asks for; multicast needs the operator's opt-in.
 
 use std::{fs, path::Path, process::Command, time::Duration};
 
@@ -13,7 +14,7 @@ use crate::common::{Server, in_private_network, run_bounded_with};
 use crate::formats::{AVC_MP4, COPY, Case, ffmpeg_plays_over, framemd5, gstreamer_plays, media};
 
 /// Long enough for every client of a test to SETUP before its group starts.
-const BATCH: &str = "multicast_batch_ms = 2000\n";
+const BATCH: &str = "multicast = true\nmulticast_batch_ms = 2000\n";
 
 const AVC_TS: Case = Case {
     file: "avc.ts",
@@ -135,17 +136,12 @@ fn setup(c: &mut RtspClient, url: &str, transport: &str) -> (u16, String, Option
 #[test]
 fn groups_come_from_the_pool_and_later_viewers_get_the_next_group() {
     in_private_network(|| {
-        let mut server =
-            Server::start("multicast_batch_ms = 300\nmulticast_pool = \"239.255.3.0/24\"\n");
+        let mut server = Server::start(
+            "multicast = true\nmulticast_batch_ms = 300\nmulticast_pool = \"239.255.3.0/24\"\n",
+        );
         let url = server.url("clip.ts");
         let mut a = RtspClient::connect(&url).unwrap();
         let track = a.describe().unwrap().track_urls[0].clone();
-        let outside = "RTP/AVP;multicast;destination=239.1.2.3;port=5000-5001";
-        assert_eq!(
-            setup(&mut a, &track, outside).0,
-            403,
-            "a group outside the pool"
-        );
         assert_eq!(setup(&mut a, &track, "RTP/AVP/TCP;multicast").0, 461);
         let (code, first, session) = setup(&mut a, &track, "RTP/AVP;multicast");
         assert_eq!(code, 200);
@@ -179,8 +175,8 @@ fn groups_come_from_the_pool_and_later_viewers_get_the_next_group() {
         let (code, later, _) = setup(&mut c, &track, wanted);
         assert_eq!(code, 200, "{later}");
         assert!(
-            later.contains("destination=239.255.3.9;port=6000-6001"),
-            "a group in the pool is honoured: {later}"
+            !later.contains("239.255.3.9") && later.contains("port=5004-5005"),
+            "the server picks the group and port: {later}"
         );
         let mut d = RtspClient::connect(&url).unwrap();
         let (_, next, _) = setup(&mut d, &track, "RTP/AVP;multicast");
@@ -230,7 +226,7 @@ pub(crate) fn count_ssrc(socket: &std::net::UdpSocket, ssrc: u32, limit: Duratio
 #[test]
 fn a_repair_stream_goes_to_the_group_beside_its_track() {
     in_private_network(|| {
-        let mut server = Server::start_ingested("multicast_batch_ms = 0\n");
+        let mut server = Server::start_ingested("multicast = true\nmulticast_batch_ms = 0\n");
         let url = server.url("clip.ts");
         let mut c = RtspClient::connect(&url).unwrap();
         let track = c.describe_fec().unwrap().track_urls[0].clone();
@@ -268,4 +264,71 @@ fn a_repair_stream_goes_to_the_group_beside_its_track() {
         });
         server.assert_healthy();
     });
+}
+
+/// RTP packets of any SSRC arriving on `socket` within `limit`.
+fn count_any(socket: &std::net::UdpSocket, limit: Duration) -> usize {
+    let (end, mut buf, mut n) = (std::time::Instant::now() + limit, [0u8; 2048], 0);
+    while std::time::Instant::now() < end {
+        if socket.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A client asking for SSDP's group and port (every UPnP device listens
+/// there) gets a group and the port of the server's pool: nothing goes to
+/// the group it named.
+#[test]
+fn a_clients_destination_and_port_are_ignored() {
+    in_private_network(|| {
+        // The default pool, 239.255.0.0/16, holds SSDP's group.
+        let mut server = Server::start("multicast = true\nmulticast_batch_ms = 0\n");
+        let url = server.url("clip.ts");
+        let mut c = RtspClient::connect(&url).unwrap();
+        let track = c.describe().unwrap().track_urls[0].clone();
+        let asked = "RTP/AVP;multicast;destination=239.255.255.250;port=1900-1901";
+        let (code, got, session) = setup(&mut c, &track, asked);
+        assert_eq!(code, 200, "{got}");
+        assert!(
+            got.contains("destination=239.255.0.1;port=5004-5005;"),
+            "{got}"
+        );
+        let (ssdp, pool) = (join("239.255.255.250", 1900), join("239.255.0.1", 5004));
+        let session = session.unwrap();
+        let r = c
+            .request("PLAY", &url, &[("Session", &session)], &[])
+            .unwrap();
+        assert_eq!(r.status, 200);
+        let ssrc = u32::from_str_radix(param(&got, "ssrc"), 16).unwrap();
+        std::thread::scope(|s| {
+            let to_ssdp = s.spawn(|| count_any(&ssdp, Duration::from_secs(2)));
+            let to_pool = count_ssrc(&pool, ssrc, Duration::from_secs(2));
+            assert!(to_pool > 50, "{to_pool} packets to the pool's group");
+            assert_eq!(to_ssdp.join().unwrap(), 0, "packets to SSDP's group");
+        });
+        server.assert_healthy();
+    });
+}
+
+/// Without `multicast = true` a multicast SETUP gets 461 with the reason;
+/// a client offering unicast next gets unicast.
+#[test]
+fn multicast_without_the_opt_in_gets_461() {
+    let mut server = Server::start("");
+    let url = server.url("clip.ts");
+    let mut c = RtspClient::connect(&url).unwrap();
+    let track = c.describe().unwrap().track_urls[0].clone();
+    let r = c
+        .request("SETUP", &track, &[("Transport", "RTP/AVP;multicast")], &[])
+        .unwrap();
+    assert_eq!(r.status, 461);
+    let why = String::from_utf8_lossy(&r.body);
+    assert!(why.contains("does not offer"), "{why}");
+    let either = "RTP/AVP;multicast,RTP/AVP;unicast;client_port=50100-50101";
+    let (code, got, _) = setup(&mut c, &track, either);
+    assert_eq!(code, 200, "{got}");
+    assert!(got.contains("unicast;client_port=50100-50101"), "{got}");
+    server.assert_healthy();
 }

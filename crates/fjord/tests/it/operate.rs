@@ -179,7 +179,12 @@ fn every_request_has_an_access_log_line_unless_turned_off() {
             "{lines:?}"
         );
         assert!(
-            has(&["http", "method=\"HEAD\"", "target=\"/clip.ts\"", "status=200"]),
+            has(&[
+                "http",
+                "method=\"HEAD\"",
+                "target=\"/clip.ts\"",
+                "status=200"
+            ]),
             "{lines:?}"
         );
     }
