@@ -14,6 +14,8 @@
 //! downloads beside nginx are [`http`]. Statistics over repetitions are in
 //! [`stats`], output in [`report`].
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod broadcast;
 pub mod capacity;
 pub mod chart;

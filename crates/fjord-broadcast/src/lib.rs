@@ -78,6 +78,8 @@
 //! sparse for the segments asked, and any inconsistent description are
 //! [`PlanError`]s; nothing panics on any input.
 
+#![forbid(unsafe_code)]
+
 pub mod channel;
 pub mod cursor;
 pub mod describe;

@@ -16,6 +16,8 @@
 //! The exception is [`load`], the load generator behind `fjord load`: one
 //! thread for all sessions, epoll and `recvmmsg` with `UDP_GRO` through libc.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod broadcast;
 mod capture;
 mod error;

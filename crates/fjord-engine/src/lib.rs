@@ -8,6 +8,8 @@
 //! frames, chosen from the index's sync table (`trick`): never by parsing
 //! media.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod clock;
 pub mod command;
 pub mod datapath;

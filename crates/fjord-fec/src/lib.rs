@@ -7,6 +7,8 @@
 //! [`encode`] writes it at ingest into the [`sidecar`]; serving only reads
 //! repair symbols by reference. The wire format is in `docs/fec.md`.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod decode;
 pub mod encode;
 pub mod gf;

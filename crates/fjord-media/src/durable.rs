@@ -152,6 +152,7 @@ mod tests {
         let (dirty, cached) = dirty_and_cached(tmp.as_file(), len);
         // SAFETY: statfs fills the struct we own.
         let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: the descriptor is open and `fs` is ours to fill.
         unsafe { libc::fstatfs(tmp.as_file().as_raw_fd(), &mut fs) };
         if fs.f_type == libc::TMPFS_MAGIC {
             eprintln!(

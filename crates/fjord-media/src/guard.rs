@@ -313,10 +313,13 @@ mod tests {
             .unwrap()
             .set_len(0)
             .unwrap();
+        // SAFETY: a reference into the guarded mapping; the fault this read
+        // takes is what the guard turns into a zero page.
         let byte = unsafe { std::ptr::read_volatile(&map[3 * page]) };
         assert_eq!(byte, 0);
         assert!(map.damaged());
         // Pages not touched since stay as they were until touched.
+        // SAFETY: as above.
         let first = unsafe { std::ptr::read_volatile(&map[0]) };
         assert_eq!(first, 0);
         drop(map);
@@ -354,6 +357,7 @@ mod tests {
                 .unwrap()
                 .set_len(0)
                 .unwrap();
+            // SAFETY: a reference into the mapping; the fault is the test.
             let b = unsafe { std::ptr::read_volatile(&map[page_size()]) };
             // Not reached.
             std::process::exit(i32::from(b) + 100);

@@ -9,6 +9,8 @@
 //! [`ts::params`] reads the codec facts an HLS playlist names from a TS's
 //! first key frame.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod aac;
 pub mod ac3;
 pub mod durable;

@@ -18,6 +18,8 @@
 //! - [`auth`]: Digest and Basic authentication against a user table,
 //!   per-user path rules, and a failed-attempt throttle.
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod dash;
 pub mod hls;

@@ -7,6 +7,8 @@
 //! its allocator, so `/metrics` can tell the heap the server holds from
 //! what the allocator keeps.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod accept;
 mod access;
 mod admin;

@@ -30,6 +30,8 @@
 //! ([`overlay`]); its sessions play on. Only what cannot be rebuilt ends
 //! the sessions reading it.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod admission;
 mod budget;
 mod cursor;

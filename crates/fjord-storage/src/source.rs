@@ -43,6 +43,7 @@ pub struct MappedFile {
 // `Source` owning them keeps alive; the storage layer passes them to the
 // kernel (mlock, readahead) and never dereferences `base`.
 unsafe impl Send for MappedFile {}
+// SAFETY: as for Send: shared, it is only read as a plain address.
 unsafe impl Sync for MappedFile {}
 
 impl MappedFile {

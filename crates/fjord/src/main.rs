@@ -1,5 +1,7 @@
 //! `fjord`: a video-on-demand server for stored media.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::{
     path::PathBuf,
     process::ExitCode,
