@@ -218,7 +218,7 @@ fn start_fjord(cfg: &HttpConfig, root: &Path) -> anyhow::Result<Served> {
     // No packet files made in the background during the rounds: downloads
     // never read them.
     let config = root.with_file_name("fjord.toml");
-    std::fs::write(&config, "prefab = \"off\"\n")?;
+    std::fs::write(&config, "prefab = false\n")?;
     let mut child = Command::new(&cfg.fjord_exe)
         .args([
             "serve",
