@@ -5,7 +5,9 @@
 
 use std::sync::LazyLock;
 
-use fjord_proto::auth::{Auth, Credentials, MAX_HEADER, Secret, User, parse_authorization};
+use fjord_proto::auth::{
+    Auth, Credentials, MAX_HEADER, NonceCounts, Request, Secret, Target, User, parse_authorization,
+};
 use libfuzzer_sys::fuzz_target;
 
 static AUTH: LazyLock<Auth> = LazyLock::new(|| {
@@ -27,8 +29,17 @@ fuzz_target!(|data: &[u8]| {
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
-    for tls in [false, true] {
-        let outcome = AUTH.check("DESCRIBE", Some(s), 1_700_000_000, tls);
+    let mut counts = NonceCounts::new(4);
+    for (tls, target) in [(false, Target::Title(s)), (true, Target::Path(s))] {
+        let req = Request {
+            method: "DESCRIBE",
+            authorization: Some(s),
+            target,
+            client: std::net::Ipv4Addr::LOCALHOST.into(),
+            tls,
+            now_unix: 1_700_000_000,
+        };
+        let outcome = AUTH.check(&req, &mut counts);
         AUTH.may_read(&outcome, s);
     }
     let quoted = format!(

@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
         if let Some(path) = &req.path {
             for c in path.split('/') {
                 assert!(!c.is_empty() && c != "." && c != "..", "{path:?}");
-                assert!(!c.chars().any(|ch| ch == '\\' || ch.is_control()), "{path:?}");
+                assert!(
+                    !c.chars().any(|ch| ch == '\\' || ch.is_control()),
+                    "{path:?}"
+                );
             }
         }
         for size in [0, 1, 188 * 1000] {
