@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use fjord_client::RtspClient;
 
-use crate::common::{Server, clip_bytes, run_bounded};
+use crate::common::{Server, clip_bytes, free_port, run_bounded};
 use crate::peers::{ffmpeg_receives_every_frame_at, gstreamer_receives_the_file_at};
 
 /// A `[[user]]` table with the password stored as `fjord passwd` prints it.
@@ -104,11 +104,7 @@ fn curl(interface: &str, args: &[&str]) -> u16 {
 
 #[test]
 fn missing_wrong_or_forbidden_credentials_are_refused_before_any_lookup() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let server = Server::start(&format!("http_port = {port}\n{}", config()));
     // No credentials: 401 with Digest challenges, SHA-256 first, MD5 last
     // (what players take); the same for a title that does not exist.
@@ -227,11 +223,7 @@ fn sighup_adds_a_user() {
 
 /// A server with an HTTP port, and that port.
 fn http_server() -> (Server, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     (
         Server::start(&format!("http_port = {port}\n{}", config())),
         port,

@@ -505,6 +505,12 @@ impl Drop for Server {
 
 // ---------------------------------------------------------------- raw RTSP
 
+/// A TCP port on loopback free now (for a listener the server opens).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
 /// Sends `bytes` on a fresh connection and reads what comes back until the
 /// connection closes or `limit` passes. Returns the text and whether the
 /// server closed the connection.

@@ -11,15 +11,11 @@ use std::{
     time::Duration,
 };
 
-use crate::common::{Server, clip_bytes, media, read_until_close, run_bounded};
+use crate::common::{Server, clip_bytes, free_port, media, read_until_close, run_bounded};
 
 /// A server with HTTP downloads on a free port; the port.
 pub(crate) fn server() -> (Server, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let s = Server::start(&format!("http_port = {port}\nidle_timeout_s = 5\n"));
     (s, port)
 }
@@ -243,11 +239,7 @@ fn a_file_cut_short_mid_download_ends_only_that_download() {
 /// short of the file.
 #[test]
 fn idle_connections_close_and_stalled_readers_are_dropped() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut s = Server::start(&format!(
         "http_port = {port}\nidle_timeout_s = 2\nstall_timeout_s = 2\n"
     ));
@@ -294,11 +286,7 @@ fn idle_connections_close_and_stalled_readers_are_dropped() {
 /// address together; other addresses are still served.
 #[test]
 fn one_address_cannot_take_every_connection() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let s = Server::start(&format!(
         "http_port = {port}\nmax_connections_per_address = 3\n"
     ));

@@ -18,7 +18,7 @@ use std::{
 
 use proptest::{prelude::*, test_runner::TestRunner};
 
-use crate::common::{Server, clip_bytes, media, read_until_close, run_bounded};
+use crate::common::{Server, clip_bytes, free_port, media, read_until_close, run_bounded};
 
 const USERS: &str =
     "[[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\nadmin = true\n";
@@ -46,11 +46,6 @@ fn server(extra: &str) -> (Server, u16) {
         fs::write(root.join("notes.txt"), "todo: re-encode films/\n").unwrap();
     });
     (s, port)
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// The status of `GET target` (raw, as sent) by curl, with alice's

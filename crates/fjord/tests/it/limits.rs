@@ -14,12 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::common::{Server, media, read_until_close, run_bounded};
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
+use crate::common::{Server, free_port, media, read_until_close, run_bounded};
 
 /// The status line of `GET target` (raw) on a connection of its own.
 fn get(port: u16, target: &str, extra: &str) -> String {

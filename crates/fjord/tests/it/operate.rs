@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fjord_client::{EndReason, RtspClient};
 
 use crate::client::{LIMIT, QUIET, open, recv};
-use crate::common::{Server, assert_contiguous, clip_bytes};
+use crate::common::{Server, assert_contiguous, clip_bytes, free_port};
 
 /// Sessions playing over UDP and TCP and one paused: after SIGTERM each
 /// client gets RTCP BYE, and the server exits 0 within 5 s.
@@ -135,11 +135,7 @@ fn systemd_hears_ready_reloading_and_stopping() {
 #[test]
 fn every_request_has_an_access_log_line_unless_turned_off() {
     for on in [true, false] {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let server = Server::start(&format!("http_port = {port}\naccess_log = {on}\n"));
         let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
         c.describe().expect("DESCRIBE");

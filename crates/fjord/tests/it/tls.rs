@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{Server, clip_bytes, run_bounded};
+use crate::common::{Server, clip_bytes, free_port, run_bounded};
 use crate::peers::{ffmpeg_receives_every_frame_at, gstreamer_receives_the_file_at};
 
 /// The config lines `fjord cert` prints for a new pair in `dir`.
@@ -33,11 +33,7 @@ fn curl(args: &[&str]) -> (u16, Vec<u8>) {
 #[test]
 fn ffmpeg_gstreamer_and_curl_over_tls_bit_exact() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let users = "[[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\n";
     let config = format!(
         "{}rtsps_port = 0\nhttp_port = {port}\n{users}",
