@@ -279,7 +279,7 @@ fn not_found(close: bool) -> Response {
 
 /// The answer to a request for a title the catalog did not open. A file it
 /// cannot serve is not a title: 404, as for a missing one.
-pub(crate) fn not_served(e: &CatalogError, close: bool) -> Response {
+fn not_served(e: &CatalogError, close: bool) -> Response {
     let (status, why) = refused(e);
     Response::error(status, &why, close)
 }
