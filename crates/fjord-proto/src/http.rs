@@ -7,7 +7,8 @@
 //! §14.2 allows), unsatisfiable → 416; `ETag`/`Last-Modified` validators
 //! with `If-None-Match`, `If-Modified-Since` (→ 304) and `If-Range`;
 //! CORS (an allowed origin on every response, OPTIONS preflights
-//! answered) for web players.
+//! answered) for web players. The target's path is taken only in its
+//! canonical spelling; HTTP/1.1 without exactly one `Host` is a 400.
 
 use std::{ops::Range, time::SystemTime};
 

@@ -6,7 +6,10 @@
 //! path asks for. Each request is planned without I/O
 //! ([`fjord_proto::http`]); file bytes go by `sendfile` from the file,
 //! never through user space, and only playlists and segment heads are
-//! made here. Every response allows the configured origin (CORS).
+//! made here. Every response allows the configured origin (CORS) and says
+//! how long caches may keep it (`[http_cache_control]`). Only titles are
+//! served, by their canonical path: a file the catalog does not open as
+//! media gets the same 404 as a missing one.
 //!
 //! Downloads are bulk I/O: each piece not in the page cache is read into
 //! it first, on a blocking thread, in bounded requests and after the
