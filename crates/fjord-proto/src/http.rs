@@ -123,7 +123,7 @@ pub fn parse(buf: &[u8]) -> Parsed {
 
 /// The path of an origin-form (`/a/b?q`) or absolute-form
 /// (`http://host/a/b`) target, as sent, with its leading `/`.
-fn raw_path(target: &str) -> Option<&str> {
+pub fn raw_path(target: &str) -> Option<&str> {
     let target = match target.split_once("://") {
         Some((_, rest)) => &rest[rest.find('/')?..],
         None => target,

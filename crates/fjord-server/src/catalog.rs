@@ -83,7 +83,7 @@ const DEFAULT_MAX_LOADED: usize = 512;
 fn unused(slot: &Slot) -> bool {
     slot.try_lock().is_ok_and(|l| {
         l.as_ref().is_none_or(|l| {
-            let ours = 1 + usize::from(l._head.is_some());
+            let ours = 1 + usize::from(l.head.is_some());
             Arc::strong_count(&l.title) <= ours
         })
     })
@@ -118,7 +118,7 @@ struct Loaded {
     size: u64,
     mtime: SystemTime,
     /// The title's tables and first seconds, resident while it is loaded.
-    _head: Option<HeadPin>,
+    head: Option<HeadPin>,
 }
 
 impl Catalog {
@@ -258,7 +258,7 @@ impl Catalog {
             title: title.clone(),
             size: meta.len(),
             mtime,
-            _head: head,
+            head,
         });
         Ok((key, title))
     }

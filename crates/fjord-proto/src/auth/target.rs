@@ -32,11 +32,7 @@ impl Target<'_> {
 /// (`http://host/a/b`) target, percent-decoded, without the leading `/`;
 /// `None` for anything else.
 pub fn target_path(target: &str) -> Option<String> {
-    let target = match target.split_once("://") {
-        Some((_, rest)) => &rest[rest.find('/')?..],
-        None => target,
-    };
-    let path = target.split(['?', '#']).next()?.strip_prefix('/')?;
+    let path = &crate::http::raw_path(target)?[1..];
     let decoded = percent_decode_str(path).decode_utf8().ok()?;
     Some(decoded.into_owned())
 }
