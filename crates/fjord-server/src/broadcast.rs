@@ -162,7 +162,7 @@ fn repair_flow(title: &Title, source_ssrc: u32) -> Option<RepairFlow> {
     let ssrc = std::iter::repeat_with(rand::random::<u32>).find(|s| *s != source_ssrc)?;
     Some(RepairFlow {
         ssrc,
-        payload_type: crate::control::repair_payload_type(title),
+        payload_type: crate::title_streams::repair_payload_type(title),
         k: fec.params().k,
         m: fec.params().m,
         symbol_len: u16::try_from(fec.symbol_len()).ok()?,
@@ -335,7 +335,7 @@ async fn slot_stream(
         period: round.period,
     };
     let normal = crate::scale::Rate::NORMAL;
-    (crate::control::engine_play(server, shard, id, start, until, normal, false).await)
+    (crate::title_streams::play(&server.engine, shard, id, start, until, normal, false).await)
         .ok_or("the engine did not position the stream")?;
     send(Command::Start {
         id,

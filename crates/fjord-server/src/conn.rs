@@ -10,14 +10,18 @@ use std::{
     time::Instant,
 };
 
-use fjord_engine::Command;
+use fjord_engine::{Command, Engine};
 use fjord_proto::rtsp::{
     framing::{Frame, Request, next_frame},
     response::Response,
 };
 use tokio::{io::AsyncWriteExt, net::TcpStream, time::Sleep};
 
-use crate::{Server, control, session::Session};
+use crate::{
+    Server,
+    control::{self, Client},
+    session::Session,
+};
 
 /// Its addresses are asked of the socket when needed rather than kept,
 /// and what few connections need is boxed: the connection's task holds a
@@ -47,38 +51,70 @@ struct More {
     channels: Vec<u8>,
 }
 
-impl Conn {
-    pub fn peer(&self) -> std::io::Result<SocketAddr> {
+impl Client for Conn {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn peer(&self) -> std::io::Result<SocketAddr> {
         match &self.tls {
             Some(t) => Ok(t.peer),
             None => self.stream.peer_addr(),
         }
     }
 
-    pub fn local(&self) -> std::io::Result<SocketAddr> {
+    fn local(&self) -> std::io::Result<SocketAddr> {
         match &self.tls {
             Some(t) => Ok(t.local),
             None => self.stream.local_addr(),
         }
     }
 
-    pub fn is_tls(&self) -> bool {
+    fn is_tls(&self) -> bool {
         self.tls.is_some()
     }
 
-    fn more(&mut self) -> &mut More {
-        self.more.get_or_insert_default()
-    }
-
-    pub fn add_session(&mut self, s: Arc<Session>) {
+    fn add_session(&mut self, s: Arc<Session>) {
         match self.session {
             None => self.session = Some(s),
             Some(_) => self.more().sessions.push(s),
         }
     }
 
+    fn channel_in_use(&self, channel: u8) -> bool {
+        self.more
+            .as_ref()
+            .is_some_and(|m| m.channels.contains(&channel))
+    }
+
+    fn use_channels(&mut self, channels: [u8; 2]) {
+        self.more().channels.extend(channels);
+    }
+
+    fn free_channels(&mut self, channels: [u8; 2]) {
+        if let Some(m) = &mut self.more {
+            m.channels.retain(|c| !channels.contains(c));
+        }
+    }
+
+    fn attach(&mut self, engine: &Engine) -> std::io::Result<()> {
+        if self.attached {
+            return Ok(());
+        }
+        let fd = self.stream.as_fd().try_clone_to_owned()?;
+        engine.send(self.id, Command::AttachConnection { conn: self.id, fd });
+        self.attached = true;
+        Ok(())
+    }
+}
+
+impl Conn {
+    fn more(&mut self) -> &mut More {
+        self.more.get_or_insert_default()
+    }
+
     /// The sessions of this connection that are still alive, in order.
-    pub fn live_sessions(&mut self, server: &Server) -> impl Iterator<Item = &Arc<Session>> {
+    fn live_sessions(&mut self, server: &Server) -> impl Iterator<Item = &Arc<Session>> {
         let live = |s: &Arc<Session>| server.sessions.contains(s.id);
         self.session = self.session.take().filter(live);
         if let Some(more) = &mut self.more {
@@ -91,19 +127,19 @@ impl Conn {
         self.session.iter().chain(more)
     }
 
-    pub fn channel_in_use(&self, channel: u8) -> bool {
-        self.more
-            .as_ref()
-            .is_some_and(|m| m.channels.contains(&channel))
-    }
-
-    pub fn use_channels(&mut self, channels: [u8; 2]) {
-        self.more().channels.extend(channels);
-    }
-
-    pub fn free_channels(&mut self, channels: [u8; 2]) {
-        if let Some(m) = &mut self.more {
-            m.channels.retain(|c| !channels.contains(c));
+    /// A `$` frame from the client: RTCP of an interleaved stream.
+    fn on_interleaved(&mut self, server: &Server, channel: u8, payload: &[u8]) {
+        for s in self.live_sessions(server) {
+            let stream = s
+                .lock()
+                .streams
+                .iter()
+                .find(|st| st.interleaved.is_some_and(|(_, rtcp)| rtcp == channel))
+                .map(|st| st.engine_id);
+            if let Some(id) = stream {
+                let infos = fjord_proto::rtcp::parse_compound(payload).unwrap_or_default();
+                s.on_rtcp(|st| st.engine_id == id, &infos);
+            }
         }
     }
 
@@ -116,19 +152,6 @@ impl Conn {
         // Checked again: a session that ended before it had the waker
         // would wake nobody.
         self.live_sessions(server).next().is_some()
-    }
-
-    /// Hands the write side to the engine thread of this connection.
-    pub fn attach(&mut self, server: &Server) -> std::io::Result<()> {
-        if self.attached {
-            return Ok(());
-        }
-        let fd = self.stream.as_fd().try_clone_to_owned()?;
-        server
-            .engine
-            .send(self.id, Command::AttachConnection { conn: self.id, fd });
-        self.attached = true;
-        Ok(())
     }
 
     async fn write(&mut self, server: &Server, bytes: Vec<u8>) -> bool {
@@ -171,7 +194,7 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
                         }
                     }
                     Frame::Interleaved { channel, payload } => {
-                        control::on_interleaved(server, conn, channel, &payload);
+                        conn.on_interleaved(server, channel, &payload);
                     }
                 }
             }

@@ -6,9 +6,7 @@ use std::{
     sync::Arc,
 };
 
-use fjord_engine::{
-    Command, Output, PlayInfo, RepairSpec, SessionSpec, Start, Title, UdpSocket, Until,
-};
+use fjord_engine::{Command, Output, RepairSpec, SessionSpec, Start, Title, UdpSocket, Until};
 use fjord_media::index::TrackKind;
 use fjord_proto::{
     rtsp::{
@@ -25,15 +23,32 @@ use fjord_proto::{
 
 mod multicast;
 
+/// What the RTSP methods need of the connection a request came on; the
+/// connection's task implements it over its socket.
+pub(crate) trait Client: Send + Sync {
+    fn id(&self) -> u64;
+    fn peer(&self) -> std::io::Result<SocketAddr>;
+    fn local(&self) -> std::io::Result<SocketAddr>;
+    fn is_tls(&self) -> bool;
+    /// The connection holds `s`: closing it ends the session.
+    fn add_session(&mut self, s: Arc<Session>);
+    fn channel_in_use(&self, channel: u8) -> bool;
+    fn use_channels(&mut self, channels: [u8; 2]);
+    fn free_channels(&mut self, channels: [u8; 2]);
+    /// Hands the connection's write side to the engine thread of the
+    /// connection (interleaved streams), once.
+    fn attach(&mut self, engine: &fjord_engine::Engine) -> std::io::Result<()>;
+}
+
 use crate::{
     Server,
     admission::Admission,
-    conn::Conn,
     guard::Verdict,
     metrics::Refusal,
     scale,
     session::{Caps, Full, ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
     shared::{ConnectedPlace, RouteError, SharedPair},
+    title_streams,
 };
 
 pub(crate) struct Reply {
@@ -89,7 +104,7 @@ fn refuse(code: u16, reason: &str) -> Reply {
         .into()
 }
 
-pub(crate) async fn handle(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
+pub(crate) async fn handle(server: &Server, conn: &mut dyn Client, req: &Request) -> Reply {
     if req.version != Version::V1_0 {
         return status(505);
     }
@@ -121,7 +136,7 @@ pub(crate) async fn handle(server: &Server, conn: &mut Conn, req: &Request) -> R
 /// The answer when the request's credentials may not read its title
 /// ([`crate::guard`]): 401 with challenges, 403, or 503 while the address
 /// is locked out for failed attempts.
-fn denied(server: &Server, conn: &Conn, req: &Request) -> Option<Reply> {
+fn denied(server: &Server, conn: &dyn Client, req: &Request) -> Option<Reply> {
     let path = title_path(&req.uri).map(|t| t.title).unwrap_or_default();
     let ip = conn
         .peer()
@@ -143,7 +158,7 @@ fn denied(server: &Server, conn: &Conn, req: &Request) -> Option<Reply> {
     }
 }
 
-async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
+async fn describe(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
     let Ok(target) = title_path(&req.uri) else {
         return status(404);
     };
@@ -195,7 +210,7 @@ async fn describe(server: &Server, conn: &Conn, req: &Request) -> Reply {
     let repair_fmtps: Vec<Option<String>> = (0..n)
         .map(|i| repair_fmtp(&title, i).filter(|_| offer_fec))
         .collect();
-    let repair_pt = repair_payload_type(&title);
+    let repair_pt = title_streams::repair_payload_type(&title);
     let mut tracks: Vec<sdp::SdpTrack> = Vec::with_capacity(2 * n);
     let mut groups: Vec<(&str, &str)> = Vec::new();
     for (i, t) in index.tracks().enumerate() {
@@ -300,14 +315,6 @@ fn repair_fmtp(title: &Title, t: usize) -> Option<String> {
     ))
 }
 
-/// The lowest dynamic payload type no track of the title uses (repair
-/// streams have their own SSRC and `m=` line, so they share it).
-pub(crate) fn repair_payload_type(title: &Title) -> u8 {
-    (96..=127)
-        .find(|pt| title.index().tracks().all(|t| t.payload_type() != *pt))
-        .unwrap_or(127)
-}
-
 /// The track a control URL names and whether it is the track's repair stream.
 fn stream_number(control: Option<&str>, count: usize) -> Option<(usize, bool)> {
     match control.and_then(|c| c.strip_suffix(REPAIR_SUFFIX)) {
@@ -332,13 +339,13 @@ fn track_number(control: Option<&str>, count: usize) -> Option<usize> {
     }
 }
 
-async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
+async fn setup(server: &Server, conn: &mut dyn Client, req: &Request) -> Reply {
     let Ok(target) = title_path(&req.uri) else {
         return status(404);
     };
     let existing = match req.session_id() {
         Some(id) => match server.sessions.get(id) {
-            Some(s) if s.conn == conn.id && *s.title_name == *target.title => Some(s),
+            Some(s) if s.conn == conn.id() && *s.title_name == *target.title => Some(s),
             Some(_) => return refuse(459, "a session serves one title"),
             None => return status(454),
         },
@@ -409,7 +416,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     let session = existing.clone().unwrap_or_else(|| {
         Arc::new(Session::new(
             SessionId::random(),
-            (conn.id, peer),
+            (conn.id(), peer),
             title_name,
             title.clone(),
         ))
@@ -430,7 +437,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     };
     // Admission: the stream's packet rate against its engine thread's
     // budget. Interleaved streams live on their connection's thread.
-    let pps = track_pps(&title, track);
+    let pps = title_streams::track_pps(&title, track);
     let pps = match (repair, title.fec(track)) {
         (true, Some(fec)) => (pps * u64::from(fec.params().m)).div_ceil(u64::from(fec.params().k)),
         _ => pps,
@@ -438,7 +445,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     let threads = server.admission.threads() as u64;
     let pinned = match (source, &request) {
         (Some((shard, _)), _) => Some((shard % threads) as usize),
-        (None, TransportRequest::Tcp { .. }) => Some((conn.id % threads) as usize),
+        (None, TransportRequest::Tcp { .. }) => Some((conn.id() % threads) as usize),
         (None, TransportRequest::Udp { .. } | TransportRequest::Multicast { .. }) => None,
     };
     let Some(reservation) = server.admission.reserve(pinned, pps) else {
@@ -450,7 +457,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
     // memory the stream needs (held by the stream, given back with it).
     let storage = match &server.storage {
         None => None,
-        Some(s) => match s.reserve(&*title, pps * average_packet_bytes(&title)) {
+        Some(s) => match s.reserve(&*title, pps * title_streams::average_packet_bytes(&title)) {
             Ok(r) => Some(Box::new(r)),
             Err(e) => {
                 server.admission.release(&reservation);
@@ -557,19 +564,19 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
                     "interleaved channels already in use on this connection",
                 );
             }
-            if let Err(e) = conn.attach(server) {
+            if let Err(e) = conn.attach(&server.engine) {
                 return fail(500, &e.to_string());
             }
             conn.use_channels([rtp_channel, rtcp_channel]);
             let output = Output::Interleaved {
-                conn: conn.id,
+                conn: conn.id(),
                 rtp_channel,
                 rtcp_channel,
             };
             let reply = transport::reply_tcp(rtp_channel, rtcp_channel, ssrc);
             (
                 output,
-                conn.id,
+                conn.id(),
                 reply,
                 Some((rtp_channel, rtcp_channel)),
                 RtcpIn::Interleaved,
@@ -582,7 +589,7 @@ async fn setup(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
             repair: Box::new(RepairSpec {
                 ssrc,
                 seq0: rand::random(),
-                payload_type: repair_payload_type(&title),
+                payload_type: title_streams::repair_payload_type(&title),
                 output,
             }),
         },
@@ -675,7 +682,7 @@ fn admit_session(server: &Server, session: &Arc<Session>) -> Result<(), Reply> {
 
 /// After a SETUP added its stream to `session`: the session is ready, and
 /// the connection holds it when `new`.
-fn keep_stream(conn: &mut Conn, session: &Arc<Session>, new: bool) {
+fn keep_stream(conn: &mut dyn Client, session: &Arc<Session>, new: bool) {
     {
         let mut inner = session.lock();
         if inner.state == State::Init {
@@ -686,28 +693,6 @@ fn keep_stream(conn: &mut Conn, session: &Arc<Session>, new: bool) {
         conn.add_session(session.clone());
     }
     session.touch();
-}
-
-/// Packets per second of `track` played in real time.
-pub(crate) fn track_pps(title: &Title, track: usize) -> u64 {
-    let index = title.index();
-    match index.duration_ns() {
-        0 => 0,
-        d => {
-            (index.track(track).map_or(0, |t| t.packet_count() as u64) * 1_000_000_000).div_ceil(d)
-        }
-    }
-}
-
-/// Bytes per packet over the whole title (its media file's size over all
-/// its packets): enough to turn a stream's packet rate into disk bandwidth.
-pub(crate) fn average_packet_bytes(title: &Title) -> u64 {
-    let packets: u64 = title
-        .index()
-        .tracks()
-        .map(|t| t.packet_count() as u64)
-        .sum();
-    title.index().source().size / packets.max(1)
 }
 
 /// Where a stream's RTCP from the client comes in.
@@ -740,7 +725,7 @@ fn session_header(server: &Server, id: SessionId) -> String {
 }
 
 /// The session a request names, with its state advanced by `method`.
-fn session_for(server: &Server, conn: &Conn, req: &Request) -> Result<Arc<Session>, Reply> {
+fn session_for(server: &Server, conn: &dyn Client, req: &Request) -> Result<Arc<Session>, Reply> {
     let Some(id) = req.session_id() else {
         // No session yet: SETUP has not happened (RFC 2326 §A.1).
         return Err(refuse(455, "SETUP first"));
@@ -748,14 +733,14 @@ fn session_for(server: &Server, conn: &Conn, req: &Request) -> Result<Arc<Sessio
     let Some(session) = server.sessions.get(id) else {
         return Err(status(454));
     };
-    if session.conn != conn.id {
+    if session.conn != conn.id() {
         return Err(status(454));
     }
     session.touch();
     Ok(session)
 }
 
-async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
+async fn play(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
     let session = match session_for(server, conn, req) {
         Ok(s) => s,
         Err(r) => return r,
@@ -831,7 +816,9 @@ async fn play(server: &Server, conn: &Conn, req: &Request) -> Reply {
         else {
             return status(500);
         };
-        let Some(info) = engine_play(server, shard, id, start, until, rate, queue).await else {
+        let Some(info) =
+            title_streams::play(&server.engine, shard, id, start, until, rate, queue).await
+        else {
             return status(454);
         };
         infos.push((url, info));
@@ -933,34 +920,6 @@ fn slow_start_lookup(took: std::time::Duration) {
     }
 }
 
-/// Positions an engine stream and waits for where it will start.
-pub(crate) async fn engine_play(
-    server: &Server,
-    shard: u64,
-    id: u64,
-    start: Start,
-    until: Until,
-    rate: scale::Rate,
-    queue: bool,
-) -> Option<PlayInfo> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    server.engine.send(
-        shard,
-        Command::Play {
-            id,
-            start,
-            until,
-            scale: rate.scale,
-            speed: rate.speed,
-            queue,
-            reply: Box::new(move |info| {
-                let _ = tx.send(info);
-            }),
-        },
-    );
-    rx.await.ok().flatten()
-}
-
 /// Sizes every stream's admission reservation for delivery at `speed`
 /// (millionths) instead of `was`; false, and none changed, when a
 /// thread has no room.
@@ -986,7 +945,7 @@ async fn engine_position(server: &Server, shard: u64, id: u64) -> Option<u64> {
     rx.await.ok().flatten()
 }
 
-async fn pause(server: &Server, conn: &Conn, req: &Request) -> Reply {
+async fn pause(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
     let session = match session_for(server, conn, req) {
         Ok(s) => s,
         Err(r) => return r,
@@ -1073,7 +1032,7 @@ async fn engine_pause_at(server: &Server, shard: u64, id: u64, packet: u32, ns: 
     rx.await.unwrap_or(false)
 }
 
-fn teardown(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
+fn teardown(server: &Server, conn: &mut dyn Client, req: &Request) -> Reply {
     let session = match session_for(server, conn, req) {
         Ok(s) => s,
         Err(r) => return r,
@@ -1090,7 +1049,7 @@ fn teardown(server: &Server, conn: &mut Conn, req: &Request) -> Reply {
 }
 
 /// GET_PARAMETER and SET_PARAMETER: keepalive; no parameters are settable.
-fn keepalive(server: &Server, conn: &Conn, req: &Request) -> Reply {
+fn keepalive(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
     if req.session_id().is_some()
         && let Err(r) = session_for(server, conn, req)
     {
@@ -1100,20 +1059,4 @@ fn keepalive(server: &Server, conn: &Conn, req: &Request) -> Reply {
         return refuse(451, "no parameter of this server can be set");
     }
     status(200)
-}
-
-/// A `$` frame from the client: RTCP of an interleaved stream.
-pub(crate) fn on_interleaved(server: &Server, conn: &mut Conn, channel: u8, payload: &[u8]) {
-    for s in conn.live_sessions(server) {
-        let stream = s
-            .lock()
-            .streams
-            .iter()
-            .find(|st| st.interleaved.is_some_and(|(_, rtcp)| rtcp == channel))
-            .map(|st| st.engine_id);
-        if let Some(id) = stream {
-            let infos = fjord_proto::rtcp::parse_compound(payload).unwrap_or_default();
-            s.on_rtcp(|st| st.engine_id == id, &infos);
-        }
-    }
 }

@@ -34,6 +34,7 @@ mod shared;
 mod slots;
 mod stats_file;
 mod title_slots;
+mod title_streams;
 mod tls;
 
 use std::{
@@ -128,11 +129,23 @@ impl Server {
     }
 }
 
+/// Checks a config whole: its own rules, then those of the modules that
+/// own a setting's meaning (users, multicast pool, broadcast schemes).
+pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
+    config.validate()?;
+    multicast::check_pool(config.multicast_pool).map_err(ConfigError::Invalid)?;
+    guard::check_users(config)?;
+    for b in &config.broadcasts {
+        broadcast::scheme(&b.scheme).map_err(ConfigError::Invalid)?;
+    }
+    Ok(())
+}
+
 /// Runs the server until SIGINT or SIGTERM, re-reading its config from
 /// `source` on SIGHUP. Prints the listening address on stdout once the
 /// socket is bound (tests and scripts read it from there).
 pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeError> {
-    config.validate()?;
+    validate(&config)?;
     let storage = config.storage().map(fjord_storage::Storage::new);
     // A title's file truncated while it plays ends its sessions, not the
     // server (idempotent; `fjord serve` installed it already).

@@ -40,7 +40,8 @@ pub(crate) async fn reload(server: &Arc<Server>, source: &Arc<ConfigSource>) {
     notify(&reloading);
     let read = source.clone();
     let loaded =
-        tokio::task::spawn_blocking(move || read().and_then(|c| c.validate().map(|()| c))).await;
+        tokio::task::spawn_blocking(move || read().and_then(|c| crate::validate(&c).map(|()| c)))
+            .await;
     match loaded {
         Ok(Ok(new)) => {
             let (now, kept) = server.config().reloaded(new);

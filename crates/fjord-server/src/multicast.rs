@@ -315,7 +315,7 @@ impl Group {
         track: u32,
         local: IpAddr,
     ) -> Result<GroupTrack, GroupError> {
-        let pps = crate::control::track_pps(title, track as usize);
+        let pps = crate::title_streams::track_pps(title, track as usize);
         let reservation = server
             .admission
             .reserve(None, pps)
@@ -327,8 +327,11 @@ impl Group {
         let storage = match &server.storage {
             None => None,
             Some(s) => Some(Box::new(
-                s.reserve(&**title, pps * crate::control::average_packet_bytes(title))
-                    .map_err(|e| release(GroupError::Storage(e.to_string())))?,
+                s.reserve(
+                    &**title,
+                    pps * crate::title_streams::average_packet_bytes(title),
+                )
+                .map_err(|e| release(GroupError::Storage(e.to_string())))?,
             )),
         };
         let output = self
@@ -403,8 +406,8 @@ impl Group {
                 let mut infos = Vec::with_capacity(tracks.len());
                 for (track, shard, id) in tracks {
                     let start = Start::at(title, track as usize, 0);
-                    let info = crate::control::engine_play(
-                        server,
+                    let info = crate::title_streams::play(
+                        &server.engine,
                         shard,
                         id,
                         start,

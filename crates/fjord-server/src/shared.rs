@@ -22,13 +22,18 @@ use std::{
 
 pub use connected::Place as ConnectedPlace;
 use fjord_engine::UdpSocket;
+use fjord_proto::rtcp::RtcpInfo;
 
 use socket2::Socket;
 
-use crate::{
-    ports::{PortPool, bind_rtp_again},
-    session::{Session, Stream, StreamRtcp},
-};
+use crate::ports::{PortPool, bind_rtp_again};
+
+/// Who a route hands a client's RTCP to: the session whose stream the
+/// client set up with that address.
+pub trait RtcpSink: Send + Sync {
+    /// RTCP `infos` arrived from `client`, a route of this sink's.
+    fn rtcp_from(&self, client: SocketAddr, infos: &[RtcpInfo]);
+}
 
 /// RTCP routes a pair holds per `max_sessions`: a session's streams each
 /// have one (video, audio, their repair streams).
@@ -78,6 +83,12 @@ impl SharedPorts {
 /// stream).
 type RouteKey = (Ipv6Addr, u16);
 
+/// Whether two client addresses are one route (the kernel may report an
+/// IPv4 client as IPv4-mapped IPv6).
+pub fn same_client(a: SocketAddr, b: SocketAddr) -> bool {
+    route_key(a) == route_key(b)
+}
+
 fn route_key(client: SocketAddr) -> RouteKey {
     let ip = match client.ip() {
         IpAddr::V4(ip) => ip.to_ipv6_mapped(),
@@ -105,7 +116,7 @@ pub struct SharedPair {
     rtcp: Arc<Socket>,
     /// The session of each client's RTCP address (as the kernel reports a
     /// source); its stream is the one set up with that address.
-    routes: Mutex<HashMap<RouteKey, Weak<Session>>>,
+    routes: Mutex<HashMap<RouteKey, Weak<dyn RtcpSink>>>,
     limit: usize,
 }
 
@@ -183,13 +194,17 @@ impl SharedPair {
         }
     }
 
-    fn routes(&self) -> MutexGuard<'_, HashMap<RouteKey, Weak<Session>>> {
+    fn routes(&self) -> MutexGuard<'_, HashMap<RouteKey, Weak<dyn RtcpSink>>> {
         self.routes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sends RTCP from `client` to the stream of `session` set up with
     /// that address.
-    pub fn route(&self, client: SocketAddr, session: &Arc<Session>) -> Result<(), RouteError> {
+    pub fn route<S: RtcpSink + 'static>(
+        &self,
+        client: SocketAddr,
+        session: &Arc<S>,
+    ) -> Result<(), RouteError> {
         let key = route_key(client);
         let mut routes = self.routes();
         // A route whose session is gone (ended without its streams) frees
@@ -203,18 +218,19 @@ impl SharedPair {
         if routes.len() >= self.limit {
             return Err(RouteError::Full);
         }
-        routes.insert(key, Arc::downgrade(session));
+        let sink: Weak<S> = Arc::downgrade(session);
+        routes.insert(key, sink);
         Ok(())
     }
 
     /// Forgets the route from `client` if it is `session`'s (one address
     /// routes to one stream, so that is the stream's).
-    pub fn unroute(&self, client: SocketAddr, session: &Arc<Session>) {
+    pub fn unroute<S: RtcpSink>(&self, client: SocketAddr, session: &Arc<S>) {
         let key = route_key(client);
         let mut routes = self.routes();
         if routes
             .get(&key)
-            .is_some_and(|r| std::ptr::eq(r.as_ptr(), Arc::as_ptr(session)))
+            .is_some_and(|r| std::ptr::addr_eq(r.as_ptr(), Arc::as_ptr(session)))
         {
             routes.remove(&key);
         }
@@ -229,14 +245,12 @@ impl SharedPair {
     /// (false) when no stream's client announced that address.
     pub fn deliver(&self, from: SocketAddr, bytes: &[u8]) -> bool {
         let key = route_key(from);
-        let session = self.routes().get(&key).and_then(Weak::upgrade);
-        let Some(session) = session else {
+        let sink = self.routes().get(&key).and_then(Weak::upgrade);
+        let Some(sink) = sink else {
             return false;
         };
         if let Ok(infos) = fjord_proto::rtcp::parse_compound(bytes) {
-            let routed_here =
-                |st: &Stream| matches!(&st.rtcp, StreamRtcp::Route(_, a) if route_key(*a) == key);
-            session.on_rtcp(routed_here, &infos);
+            sink.rtcp_from(from, &infos);
         }
         true
     }
@@ -254,124 +268,5 @@ async fn read_rtcp(pair: Weak<SharedPair>, socket: tokio::net::UdpSocket) {
         if !pair.deliver(from, &buf[..n]) {
             tracing::debug!(%from, "RTCP from an address no stream announced; dropped");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::{net::UdpSocket, time::Duration};
-
-    use super::*;
-    use crate::session::SessionId;
-
-    /// An RTCP RR with one report block about `ssrc`.
-    fn rr(ssrc: u32, lost: u32) -> Vec<u8> {
-        let mut p = vec![0x81, 201, 0, 7];
-        p.extend(0xabcu32.to_be_bytes());
-        p.extend(ssrc.to_be_bytes());
-        p.extend((lost & 0xff_ffff).to_be_bytes());
-        p.extend(1000u32.to_be_bytes());
-        p.extend(7u32.to_be_bytes());
-        p.extend([0; 8]);
-        p
-    }
-
-    fn session(dir: &std::path::Path) -> Arc<Session> {
-        let media = dir.join("t.ts");
-        let index = fjord_media::synthetic::write_constant_rate(
-            &media,
-            188,
-            10_000_000,
-            10,
-            &fjord_media::no_parity,
-        )
-        .unwrap();
-        let title = Arc::new(fjord_engine::Title::new(index, &media).unwrap());
-        Arc::new(Session::new(
-            SessionId::random(),
-            (1, ([127, 0, 0, 1], 9).into()),
-            "t.ts".into(),
-            title,
-        ))
-    }
-
-    fn reports(s: &Session, engine_id: u64) -> (u64, u32) {
-        let inner = s.lock();
-        let st = inner.streams.iter().find(|st| st.engine_id == engine_id);
-        st.map_or((0, 0), |st| {
-            (st.reports.reports, st.reports.cumulative_lost)
-        })
-    }
-
-    /// Receiver reports reach the stream whose client announced their
-    /// source address; a stranger's (another port, another host) are
-    /// dropped; a route goes with its stream; the table is bounded.
-    #[tokio::test]
-    async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
-        let dir = tempfile::tempdir().unwrap();
-        let pool = PortPool::new(46000, 46099);
-        let ports = SharedPorts::new(2, 2, 64);
-        let ip: IpAddr = "127.0.0.1".parse().unwrap();
-        let pair = ports.pair(ip, &pool).unwrap();
-        assert!(
-            Arc::ptr_eq(&pair, &ports.pair(ip, &pool).unwrap()),
-            "one pair per address"
-        );
-        let port = |s: Arc<Socket>| s.local_addr().unwrap().as_socket().unwrap().port();
-        assert_eq!(port(pair.rtp(0)), pair.rtp_port);
-        assert_eq!(port(pair.rtp(1)), pair.rtp_port);
-        assert_eq!(port(pair.rtcp()), pair.rtp_port + 1);
-        let server_rtcp = SocketAddr::new(ip, pair.rtp_port + 1);
-        let client_a = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let client_b = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let (addr_a, addr_b) = (
-            client_a.local_addr().unwrap(),
-            client_b.local_addr().unwrap(),
-        );
-        let a = session(dir.path());
-        let b = session(dir.path());
-        for (s, id, client) in [(&a, 1, addr_a), (&b, 2, addr_b)] {
-            s.lock().add_stream(Stream {
-                rtcp: StreamRtcp::Route(pair.clone(), client),
-                ..Stream::test_stream(id)
-            });
-        }
-        pair.route(addr_a, &a).unwrap();
-        pair.route(addr_b, &b).unwrap();
-        assert_eq!(pair.route(addr_a, &b), Err(RouteError::Taken));
-        assert_eq!(
-            pair.route(stranger.local_addr().unwrap(), &b),
-            Err(RouteError::Full),
-            "bounded"
-        );
-        client_a.send_to(&rr(1, 5), server_rtcp).unwrap();
-        client_b.send_to(&rr(2, 9), server_rtcp).unwrap();
-        client_b.send_to(&rr(2, 11), server_rtcp).unwrap();
-        stranger.send_to(&rr(1, 99), server_rtcp).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while (reports(&a, 1).0 < 1 || reports(&b, 2).0 < 2) && std::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        // The stranger's report was sent before the last ones were read.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(reports(&a, 1), (1, 5), "A got its own report only");
-        assert_eq!(reports(&b, 2), (2, 11), "B got its own reports only");
-        assert!(!pair.deliver(stranger.local_addr().unwrap(), &rr(1, 1)));
-        // A stream's route goes with it, and only its own.
-        pair.unroute(addr_a, &b);
-        assert_eq!(pair.route_count(), 2, "another session removes nothing");
-        pair.unroute(addr_a, &a);
-        assert_eq!(pair.route_count(), 1);
-        assert!(!pair.deliver(addr_a, &rr(1, 1)));
-        pair.route(stranger.local_addr().unwrap(), &b).unwrap();
-        pair.unroute(stranger.local_addr().unwrap(), &b);
-        // A session that is gone gets nothing, and nothing breaks.
-        drop(b);
-        assert!(!pair.deliver(addr_b, &rr(2, 1)));
-        // ... and its address is free again.
-        pair.route(addr_b, &a).unwrap();
-        assert!(pair.deliver(addr_b, &rr(1, 1)));
     }
 }

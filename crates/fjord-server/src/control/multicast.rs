@@ -15,10 +15,9 @@ use fjord_proto::rtsp::{
     transport,
 };
 
-use super::{Reply, refuse, session_header, status};
+use super::{Client, Reply, refuse, session_header, status};
 use crate::{
     Server,
-    conn::Conn,
     metrics::Refusal,
     multicast::{Group, GroupError, Wish},
     session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp},
@@ -36,7 +35,7 @@ pub(super) fn is_member(session: &Session) -> bool {
 /// its title's gathering group, or the group its other tracks are in.
 pub(super) fn setup(
     server: &Server,
-    conn: &mut Conn,
+    conn: &mut dyn Client,
     req: &Request,
     existing: Option<Arc<Session>>,
     (title_name, title): (Arc<str>, Arc<Title>),
@@ -64,7 +63,12 @@ pub(super) fn setup(
     };
     let session = existing.clone().unwrap_or_else(|| {
         let id = SessionId::random();
-        Arc::new(Session::new(id, (conn.id, peer), title_name, title.clone()))
+        Arc::new(Session::new(
+            id,
+            (conn.id(), peer),
+            title_name,
+            title.clone(),
+        ))
     });
     // Joined first: leaving ends a group made for this SETUP alone.
     group.join();
@@ -78,7 +82,7 @@ pub(super) fn setup(
     let stream = match repair {
         false => group.track(server, &title, track as u32, local),
         true => {
-            let pt = super::repair_payload_type(&title);
+            let pt = crate::title_streams::repair_payload_type(&title);
             group.repair(server, (track as u32, tracks), local, pt)
         }
     };

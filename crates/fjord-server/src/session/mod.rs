@@ -16,7 +16,7 @@ use fjord_engine::{Command, Engine, Title};
 
 use crate::{
     admission::{Admission, Reservation},
-    shared::SharedPair,
+    shared::{RtcpSink, SharedPair},
 };
 use fjord_proto::{
     rtcp::{ReportBlock, RtcpInfo},
@@ -255,6 +255,15 @@ impl Session {
     }
 }
 
+/// RTCP that a shared pair routed here by the client's address: about
+/// the streams set up with that address.
+impl RtcpSink for Session {
+    fn rtcp_from(&self, client: SocketAddr, infos: &[RtcpInfo]) {
+        let routed_here = |st: &Stream| matches!(&st.rtcp, StreamRtcp::Route(_, a) if crate::shared::same_client(*a, client));
+        self.on_rtcp(routed_here, infos);
+    }
+}
+
 /// A session in the table, found by its id: the id is in the session, so
 /// the table need not hold it again.
 struct ById(Arc<Session>);
@@ -475,159 +484,4 @@ pub async fn rtcp_reader(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn session_ids_are_16_uppercase_hex_digits_both_ways() {
-        let id = SessionId::random();
-        let wire = id.to_string();
-        assert_eq!(wire.len(), 16);
-        assert_eq!(SessionId::parse(&wire), Some(id));
-        let small = SessionId::parse("00000000000000AB").unwrap();
-        assert_eq!(small.to_string(), "00000000000000AB");
-        for other in [
-            "00000000000000ab",
-            "+0000000000000AB",
-            "0000000000000000A",
-            "00000000000000A",
-            " 00000000000000A",
-            "",
-        ] {
-            assert_eq!(SessionId::parse(other), None, "{other:?}");
-        }
-    }
-
-    #[test]
-    fn receiver_stats_keep_the_latest_report() {
-        let mut r = ReceiverStats::default();
-        let block = |lost, jitter| ReportBlock {
-            ssrc: 7,
-            fraction_lost: 3,
-            cumulative_lost: lost,
-            highest_seq: 70_000,
-            jitter,
-            lsr: 0,
-            dlsr: 0,
-        };
-        r.record(&block(5, 90));
-        r.record(&block(9, 45));
-        assert_eq!(
-            (r.reports, r.cumulative_lost, r.jitter, r.highest_seq),
-            (2, 9, 45, 70_000)
-        );
-        r.record(&block(0xFF_FFFF, 45));
-        assert_eq!(r.lost(), -1, "one duplicate");
-    }
-
-    fn title(dir: &std::path::Path) -> Arc<Title> {
-        let media = dir.join("t.ts");
-        let no_parity = &fjord_media::no_parity;
-        let index =
-            fjord_media::synthetic::write_constant_rate(&media, 188, 10_000_000, 10, no_parity)
-                .unwrap();
-        Arc::new(Title::new(index, &media).unwrap())
-    }
-
-    /// An engine thread with nothing to send: `Sessions::remove` talks to it.
-    fn engine() -> Engine {
-        Engine::start(fjord_engine::EngineConfig {
-            threads: 1,
-            burst: std::time::Duration::from_millis(10),
-            rtcp_interval: std::time::Duration::from_secs(5),
-            cname: "test".into(),
-            datapath: "auto".into(),
-            cpus: vec![],
-            realtime: false,
-            stall_timeout: std::time::Duration::from_secs(10),
-            storage: None,
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn caps_are_checked_server_first_and_zero_is_no_cap() {
-        let caps = Caps {
-            total: 10,
-            per_connection: 2,
-            per_address: 3,
-        };
-        assert_eq!(caps.room((0, 0, 0)), Ok(()));
-        assert_eq!(caps.room((9, 1, 2)), Ok(()));
-        assert_eq!(caps.room((10, 0, 0)), Err(Full::Server));
-        assert_eq!(caps.room((5, 2, 0)), Err(Full::Connection));
-        assert_eq!(caps.room((5, 1, 3)), Err(Full::Address));
-        let uncapped = Caps {
-            per_connection: 0,
-            per_address: 0,
-            ..caps
-        };
-        assert_eq!(uncapped.room((9, 9, 9)), Ok(()));
-    }
-
-    /// One connection, then one address, reach their caps while others are
-    /// admitted; ending a session gives its place back.
-    #[test]
-    fn the_table_counts_sessions_per_connection_and_per_address() {
-        let dir = tempfile::tempdir().unwrap();
-        let title = title(dir.path());
-        let (engine, admission) = (engine(), Admission::new(1, None));
-        let sessions = Sessions::default();
-        let caps = Caps {
-            total: 100,
-            per_connection: 2,
-            per_address: 3,
-        };
-        let new = |conn, ip: &str| {
-            let peer = SocketAddr::new(ip.parse().unwrap(), 9);
-            Arc::new(Session::new(
-                SessionId::random(),
-                (conn, peer),
-                "t.ts".into(),
-                title.clone(),
-            ))
-        };
-        let add = |s: &Arc<Session>| sessions.insert_within(s.clone(), caps);
-        let first = new(1, "127.0.0.1");
-        assert_eq!(add(&first), Ok(()));
-        assert_eq!(add(&new(1, "127.0.0.1")), Ok(()));
-        assert_eq!(add(&new(1, "127.0.0.1")), Err(Full::Connection));
-        assert_eq!(add(&new(2, "127.0.0.2")), Ok(()), "another client");
-        assert_eq!(
-            add(&new(3, "::ffff:127.0.0.1")),
-            Ok(()),
-            "another connection"
-        );
-        assert_eq!(add(&new(4, "127.0.0.1")), Err(Full::Address));
-        assert!(sessions.remove(first.id, &engine, &admission));
-        assert_eq!(add(&new(4, "127.0.0.1")), Ok(()), "its place is free again");
-        assert_eq!(add(&new(1, "127.0.0.1")), Err(Full::Address));
-        let tight = Caps { total: 4, ..caps };
-        let s = new(5, "127.0.0.3");
-        assert_eq!(sessions.insert_within(s, tight), Err(Full::Server));
-    }
-
-    /// Requests and RTCP keep a session only once it has played.
-    #[test]
-    fn activity_keeps_only_a_session_that_played() {
-        let dir = tempfile::tempdir().unwrap();
-        let peer = SocketAddr::from(([127, 0, 0, 1], 9));
-        let s = Session::new(
-            SessionId::random(),
-            (1, peer),
-            "t.ts".into(),
-            title(dir.path()),
-        );
-        let set_up = s.lock().last_activity;
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        s.touch();
-        s.on_rtcp(|_| true, &[]);
-        assert_eq!(s.lock().last_activity, set_up, "keep-alives before PLAY");
-        s.lock().played();
-        let played = s.lock().last_activity;
-        assert!(played > set_up);
-        std::thread::sleep(std::time::Duration::from_millis(5));
-        s.touch();
-        assert!(s.lock().last_activity > played, "keep-alives after PLAY");
-    }
-}
+mod tests;

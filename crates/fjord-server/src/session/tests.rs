@@ -1,0 +1,275 @@
+//! Sessions' unit tests: ids, receiver reports, the table's caps and
+//! liveness, and RTCP routed to them through a shared port pair.
+
+use super::*;
+
+#[test]
+fn session_ids_are_16_uppercase_hex_digits_both_ways() {
+    let id = SessionId::random();
+    let wire = id.to_string();
+    assert_eq!(wire.len(), 16);
+    assert_eq!(SessionId::parse(&wire), Some(id));
+    let small = SessionId::parse("00000000000000AB").unwrap();
+    assert_eq!(small.to_string(), "00000000000000AB");
+    for other in [
+        "00000000000000ab",
+        "+0000000000000AB",
+        "0000000000000000A",
+        "00000000000000A",
+        " 00000000000000A",
+        "",
+    ] {
+        assert_eq!(SessionId::parse(other), None, "{other:?}");
+    }
+}
+
+#[test]
+fn receiver_stats_keep_the_latest_report() {
+    let mut r = ReceiverStats::default();
+    let block = |lost, jitter| ReportBlock {
+        ssrc: 7,
+        fraction_lost: 3,
+        cumulative_lost: lost,
+        highest_seq: 70_000,
+        jitter,
+        lsr: 0,
+        dlsr: 0,
+    };
+    r.record(&block(5, 90));
+    r.record(&block(9, 45));
+    assert_eq!(
+        (r.reports, r.cumulative_lost, r.jitter, r.highest_seq),
+        (2, 9, 45, 70_000)
+    );
+    r.record(&block(0xFF_FFFF, 45));
+    assert_eq!(r.lost(), -1, "one duplicate");
+}
+
+fn title(dir: &std::path::Path) -> Arc<Title> {
+    let media = dir.join("t.ts");
+    let no_parity = &fjord_media::no_parity;
+    let index = fjord_media::synthetic::write_constant_rate(&media, 188, 10_000_000, 10, no_parity)
+        .unwrap();
+    Arc::new(Title::new(index, &media).unwrap())
+}
+
+/// An engine thread with nothing to send: `Sessions::remove` talks to it.
+fn engine() -> Engine {
+    Engine::start(fjord_engine::EngineConfig {
+        threads: 1,
+        burst: std::time::Duration::from_millis(10),
+        rtcp_interval: std::time::Duration::from_secs(5),
+        cname: "test".into(),
+        datapath: "auto".into(),
+        cpus: vec![],
+        realtime: false,
+        stall_timeout: std::time::Duration::from_secs(10),
+        storage: None,
+    })
+    .unwrap()
+}
+
+#[test]
+fn caps_are_checked_server_first_and_zero_is_no_cap() {
+    let caps = Caps {
+        total: 10,
+        per_connection: 2,
+        per_address: 3,
+    };
+    assert_eq!(caps.room((0, 0, 0)), Ok(()));
+    assert_eq!(caps.room((9, 1, 2)), Ok(()));
+    assert_eq!(caps.room((10, 0, 0)), Err(Full::Server));
+    assert_eq!(caps.room((5, 2, 0)), Err(Full::Connection));
+    assert_eq!(caps.room((5, 1, 3)), Err(Full::Address));
+    let uncapped = Caps {
+        per_connection: 0,
+        per_address: 0,
+        ..caps
+    };
+    assert_eq!(uncapped.room((9, 9, 9)), Ok(()));
+}
+
+/// One connection, then one address, reach their caps while others are
+/// admitted; ending a session gives its place back.
+#[test]
+fn the_table_counts_sessions_per_connection_and_per_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let title = title(dir.path());
+    let (engine, admission) = (engine(), Admission::new(1, None));
+    let sessions = Sessions::default();
+    let caps = Caps {
+        total: 100,
+        per_connection: 2,
+        per_address: 3,
+    };
+    let new = |conn, ip: &str| {
+        let peer = SocketAddr::new(ip.parse().unwrap(), 9);
+        Arc::new(Session::new(
+            SessionId::random(),
+            (conn, peer),
+            "t.ts".into(),
+            title.clone(),
+        ))
+    };
+    let add = |s: &Arc<Session>| sessions.insert_within(s.clone(), caps);
+    let first = new(1, "127.0.0.1");
+    assert_eq!(add(&first), Ok(()));
+    assert_eq!(add(&new(1, "127.0.0.1")), Ok(()));
+    assert_eq!(add(&new(1, "127.0.0.1")), Err(Full::Connection));
+    assert_eq!(add(&new(2, "127.0.0.2")), Ok(()), "another client");
+    assert_eq!(
+        add(&new(3, "::ffff:127.0.0.1")),
+        Ok(()),
+        "another connection"
+    );
+    assert_eq!(add(&new(4, "127.0.0.1")), Err(Full::Address));
+    assert!(sessions.remove(first.id, &engine, &admission));
+    assert_eq!(add(&new(4, "127.0.0.1")), Ok(()), "its place is free again");
+    assert_eq!(add(&new(1, "127.0.0.1")), Err(Full::Address));
+    let tight = Caps { total: 4, ..caps };
+    let s = new(5, "127.0.0.3");
+    assert_eq!(sessions.insert_within(s, tight), Err(Full::Server));
+}
+
+/// Requests and RTCP keep a session only once it has played.
+#[test]
+fn activity_keeps_only_a_session_that_played() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = SocketAddr::from(([127, 0, 0, 1], 9));
+    let s = Session::new(
+        SessionId::random(),
+        (1, peer),
+        "t.ts".into(),
+        title(dir.path()),
+    );
+    let set_up = s.lock().last_activity;
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    s.touch();
+    s.on_rtcp(|_| true, &[]);
+    assert_eq!(s.lock().last_activity, set_up, "keep-alives before PLAY");
+    s.lock().played();
+    let played = s.lock().last_activity;
+    assert!(played > set_up);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    s.touch();
+    assert!(s.lock().last_activity > played, "keep-alives after PLAY");
+}
+
+use std::{net::UdpSocket, time::Duration};
+
+use socket2::Socket;
+
+use crate::{
+    ports::PortPool,
+    shared::{RouteError, SharedPorts},
+};
+
+/// An RTCP RR with one report block about `ssrc`.
+fn rr(ssrc: u32, lost: u32) -> Vec<u8> {
+    let mut p = vec![0x81, 201, 0, 7];
+    p.extend(0xabcu32.to_be_bytes());
+    p.extend(ssrc.to_be_bytes());
+    p.extend((lost & 0xff_ffff).to_be_bytes());
+    p.extend(1000u32.to_be_bytes());
+    p.extend(7u32.to_be_bytes());
+    p.extend([0; 8]);
+    p
+}
+
+fn routed_session(dir: &std::path::Path) -> Arc<Session> {
+    let media = dir.join("t.ts");
+    let index = fjord_media::synthetic::write_constant_rate(
+        &media,
+        188,
+        10_000_000,
+        10,
+        &fjord_media::no_parity,
+    )
+    .unwrap();
+    let title = Arc::new(fjord_engine::Title::new(index, &media).unwrap());
+    Arc::new(Session::new(
+        SessionId::random(),
+        (1, ([127, 0, 0, 1], 9).into()),
+        "t.ts".into(),
+        title,
+    ))
+}
+
+fn reports(s: &Session, engine_id: u64) -> (u64, u32) {
+    let inner = s.lock();
+    let st = inner.streams.iter().find(|st| st.engine_id == engine_id);
+    st.map_or((0, 0), |st| {
+        (st.reports.reports, st.reports.cumulative_lost)
+    })
+}
+
+/// Receiver reports reach the stream whose client announced their
+/// source address; a stranger's (another port, another host) are
+/// dropped; a route goes with its stream; the table is bounded.
+#[tokio::test]
+async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PortPool::new(46000, 46099);
+    let ports = SharedPorts::new(2, 2, 64);
+    let ip: IpAddr = "127.0.0.1".parse().unwrap();
+    let pair = ports.pair(ip, &pool).unwrap();
+    assert!(
+        Arc::ptr_eq(&pair, &ports.pair(ip, &pool).unwrap()),
+        "one pair per address"
+    );
+    let port = |s: Arc<Socket>| s.local_addr().unwrap().as_socket().unwrap().port();
+    assert_eq!(port(pair.rtp(0)), pair.rtp_port);
+    assert_eq!(port(pair.rtp(1)), pair.rtp_port);
+    assert_eq!(port(pair.rtcp()), pair.rtp_port + 1);
+    let server_rtcp = SocketAddr::new(ip, pair.rtp_port + 1);
+    let client_a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client_b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (addr_a, addr_b) = (
+        client_a.local_addr().unwrap(),
+        client_b.local_addr().unwrap(),
+    );
+    let a = routed_session(dir.path());
+    let b = routed_session(dir.path());
+    for (s, id, client) in [(&a, 1, addr_a), (&b, 2, addr_b)] {
+        s.lock().add_stream(Stream {
+            rtcp: StreamRtcp::Route(pair.clone(), client),
+            ..Stream::test_stream(id)
+        });
+    }
+    pair.route(addr_a, &a).unwrap();
+    pair.route(addr_b, &b).unwrap();
+    assert_eq!(pair.route(addr_a, &b), Err(RouteError::Taken));
+    assert_eq!(
+        pair.route(stranger.local_addr().unwrap(), &b),
+        Err(RouteError::Full),
+        "bounded"
+    );
+    client_a.send_to(&rr(1, 5), server_rtcp).unwrap();
+    client_b.send_to(&rr(2, 9), server_rtcp).unwrap();
+    client_b.send_to(&rr(2, 11), server_rtcp).unwrap();
+    stranger.send_to(&rr(1, 99), server_rtcp).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while (reports(&a, 1).0 < 1 || reports(&b, 2).0 < 2) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The stranger's report was sent before the last ones were read.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(reports(&a, 1), (1, 5), "A got its own report only");
+    assert_eq!(reports(&b, 2), (2, 11), "B got its own reports only");
+    assert!(!pair.deliver(stranger.local_addr().unwrap(), &rr(1, 1)));
+    // A stream's route goes with it, and only its own.
+    pair.unroute(addr_a, &b);
+    assert_eq!(pair.route_count(), 2, "another session removes nothing");
+    pair.unroute(addr_a, &a);
+    assert_eq!(pair.route_count(), 1);
+    assert!(!pair.deliver(addr_a, &rr(1, 1)));
+    pair.route(stranger.local_addr().unwrap(), &b).unwrap();
+    pair.unroute(stranger.local_addr().unwrap(), &b);
+    // A session that is gone gets nothing, and nothing breaks.
+    drop(b);
+    assert!(!pair.deliver(addr_b, &rr(2, 1)));
+    // ... and its address is free again.
+    pair.route(addr_b, &a).unwrap();
+    assert!(pair.deliver(addr_b, &rr(1, 1)));
+}
