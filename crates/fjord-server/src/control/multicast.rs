@@ -73,7 +73,7 @@ pub(super) fn setup(
     // Joined first: leaving ends a group made for this SETUP alone.
     group.join();
     if existing.is_none()
-        && let Err(r) = super::admit_session(server, &session)
+        && let Err(r) = super::setup::admit_session(server, &session)
     {
         group.leave(&server.engine, &server.admission);
         return r;
@@ -117,7 +117,7 @@ pub(super) fn setup(
             group: Some(group),
         });
     }
-    super::keep_stream(conn, &session, existing.is_none());
+    super::setup::keep_stream(conn, &session, existing.is_none());
     Response::new(200)
         .header("Transport", &reply)
         .header("Session", session_header(server, session.id))

@@ -1,0 +1,197 @@
+//! RTSP methods (RFC 2326 §10): what each request does to sessions and the
+//! engine, and the reply it gets.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use fjord_engine::Command;
+use fjord_proto::rtsp::{
+    framing::{Method, Request, Version},
+    response::Response,
+    session::allowed_methods,
+    url::title_path,
+};
+
+use crate::{
+    Server,
+    guard::Verdict,
+    session::{Session, SessionId},
+};
+
+mod describe;
+mod multicast;
+mod pause;
+mod play;
+mod setup;
+
+/// What the RTSP methods need of the connection a request came on; the
+/// connection's task implements it over its socket.
+pub(crate) trait Client: Send + Sync {
+    fn id(&self) -> u64;
+    fn peer(&self) -> std::io::Result<SocketAddr>;
+    fn local(&self) -> std::io::Result<SocketAddr>;
+    fn is_tls(&self) -> bool;
+    /// The connection holds `s`: closing it ends the session.
+    fn add_session(&mut self, s: Arc<Session>);
+    fn channel_in_use(&self, channel: u8) -> bool;
+    fn use_channels(&mut self, channels: [u8; 2]);
+    fn free_channels(&mut self, channels: [u8; 2]);
+    /// Hands the connection's write side to the engine thread of the
+    /// connection (interleaved streams), once.
+    fn attach(&mut self, engine: &fjord_engine::Engine) -> std::io::Result<()>;
+}
+
+pub(crate) struct Reply {
+    pub response: Response,
+    /// Streams to start once the reply is written (PLAY).
+    pub start: Option<PlayStart>,
+    pub close: bool,
+}
+
+/// The streams a PLAY starts, all on one clock.
+pub(crate) struct PlayStart {
+    /// (engine shard, engine stream id)
+    pub streams: Vec<(u64, u64)>,
+    /// Title time at which playback starts.
+    pub origin_ns: u64,
+}
+
+impl PlayStart {
+    /// Starts every stream with title time `origin_ns` due now.
+    pub(crate) fn send(self, server: &Server) {
+        let at = std::time::Instant::now();
+        for (shard, id) in self.streams {
+            server.engine.send(
+                shard,
+                Command::Start {
+                    id,
+                    at,
+                    origin_ns: self.origin_ns,
+                },
+            );
+        }
+    }
+}
+
+impl From<Response> for Reply {
+    fn from(response: Response) -> Self {
+        Reply {
+            response,
+            start: None,
+            close: false,
+        }
+    }
+}
+
+fn status(code: u16) -> Reply {
+    Response::new(code).into()
+}
+
+/// An error reply with a one-line reason in a text body.
+fn refuse(code: u16, reason: &str) -> Reply {
+    Response::new(code)
+        .body("text/plain", format!("{reason}\r\n"))
+        .into()
+}
+
+pub(crate) async fn handle(server: &Server, conn: &mut dyn Client, req: &Request) -> Reply {
+    if req.version != Version::V1_0 {
+        return status(505);
+    }
+    if req.cseq().is_none() {
+        return refuse(400, "missing or invalid CSeq");
+    }
+    if req.method != Method::Options
+        && let Some(denied) = denied(server, conn, req)
+    {
+        return denied;
+    }
+    match &req.method {
+        Method::Options => Response::new(200)
+            .header("Public", allowed_methods())
+            .into(),
+        Method::Describe => describe::answer(server, conn, req).await,
+        Method::Setup => setup::answer(server, conn, req).await,
+        Method::Play => play::answer(server, conn, req).await,
+        Method::Pause => pause::answer(server, conn, req).await,
+        Method::Teardown => teardown(server, conn, req),
+        Method::GetParameter | Method::SetParameter => keepalive(server, conn, req),
+        Method::Announce | Method::Record | Method::Redirect => {
+            Response::new(405).header("Allow", allowed_methods()).into()
+        }
+        Method::Other(_) => status(501),
+    }
+}
+
+/// The answer when the request's credentials may not read its title
+/// ([`crate::guard`]): 401 with challenges, 403, or 503 while the address
+/// is locked out for failed attempts.
+fn denied(server: &Server, conn: &dyn Client, req: &Request) -> Option<Reply> {
+    let path = title_path(&req.uri).map(|t| t.title).unwrap_or_default();
+    let ip = conn
+        .peer()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.ip());
+    let auth = req.header("Authorization");
+    let method = req.method.as_str();
+    match (server.guard).check(ip, method, auth, &path, conn.is_tls()) {
+        Verdict::Allow => None,
+        Verdict::Deny(code, challenges) => {
+            let mut r = Response::new(code);
+            for c in challenges {
+                r = r.header("WWW-Authenticate", c);
+            }
+            if code == 503 {
+                r = r.header("Retry-After", "60");
+            }
+            Some(r.into())
+        }
+    }
+}
+
+fn session_header(server: &Server, id: SessionId) -> String {
+    format!("{id};timeout={}", server.config().session_timeout_s)
+}
+
+/// The session a request names, with its state advanced by `method`.
+fn session_for(server: &Server, conn: &dyn Client, req: &Request) -> Result<Arc<Session>, Reply> {
+    let Some(id) = req.session_id() else {
+        // No session yet: SETUP has not happened (RFC 2326 §A.1).
+        return Err(refuse(455, "SETUP first"));
+    };
+    let Some(session) = server.sessions.get(id) else {
+        return Err(status(454));
+    };
+    if session.conn != conn.id() {
+        return Err(status(454));
+    }
+    session.touch();
+    Ok(session)
+}
+
+fn teardown(server: &Server, conn: &mut dyn Client, req: &Request) -> Reply {
+    let session = match session_for(server, conn, req) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    for st in session.lock().streams.iter() {
+        if let Some((a, b)) = st.interleaved {
+            conn.free_channels([a, b]);
+        }
+    }
+    server
+        .sessions
+        .remove(session.id, &server.engine, &server.admission);
+    status(200)
+}
+
+/// GET_PARAMETER and SET_PARAMETER: keepalive; no parameters are settable.
+fn keepalive(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
+    if req.session_id().is_some()
+        && let Err(r) = session_for(server, conn, req)
+    {
+        return r;
+    }
+    if req.method == Method::SetParameter && !req.body.is_empty() {
+        return refuse(451, "no parameter of this server can be set");
+    }
+    status(200)
+}
