@@ -7,7 +7,7 @@ use std::{
     sync::Arc,
 };
 
-use fjord_engine::{Command, Output, RepairSpec, SessionSpec, UdpSocket};
+use fjord_engine::{Command, Output, RepairSpec, SessionSpec, Title, UdpSocket};
 use fjord_proto::rtsp::{
     framing::Request,
     response::Response,
@@ -15,10 +15,12 @@ use fjord_proto::rtsp::{
     transport::{self, TransportRequest},
     url::title_path,
 };
+use fjord_storage::StorageReservation;
 
 use super::{Client, Reply, describe::REPAIR_SUFFIX, multicast, refuse, session_header, status};
 use crate::{
     Server,
+    admission::Reservation,
     metrics::Refusal,
     scale,
     session::{Caps, Full, ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
@@ -54,13 +56,9 @@ pub(super) async fn answer(server: &Server, conn: &mut dyn Client, req: &Request
     let Ok(target) = title_path(&req.uri) else {
         return status(404);
     };
-    let existing = match req.session_id() {
-        Some(id) => match server.sessions.get(id) {
-            Some(s) if s.conn == conn.id() && *s.title_name == *target.title => Some(s),
-            Some(_) => return refuse(459, "a session serves one title"),
-            None => return status(454),
-        },
-        None => None,
+    let existing = match named_session(server, conn, req, &target.title) {
+        Ok(s) => s,
+        Err(r) => return r,
     };
     let (title_name, title) = match &existing {
         Some(s) => (s.title_name.clone(), s.title.clone()),
@@ -92,37 +90,10 @@ pub(super) async fn answer(server: &Server, conn: &mut dyn Client, req: &Request
         let opened = (title_name, title);
         return multicast::setup(server, conn, req, existing, opened, (track, repair), wish);
     }
-    // A repair stream joins its source's engine session: same thread, same
-    // transport kind.
-    let mut source: Option<(u64, u64)> = None;
-    if let Some(s) = &existing {
-        let inner = s.lock();
-        if inner.state == State::Playing {
-            return refuse(455, "cannot add a track while playing");
-        }
-        if inner
-            .streams
-            .iter()
-            .any(|st| st.track as usize == track && st.repair == repair)
-        {
-            return refuse(455, "track already set up in this session");
-        }
-        if repair {
-            let Some(src) = inner
-                .streams
-                .iter()
-                .find(|st| st.track as usize == track && !st.repair)
-            else {
-                return refuse(455, "SETUP the source track before its repair stream");
-            };
-            if src.interleaved.is_some() != matches!(request, TransportRequest::Tcp { .. }) {
-                return refuse(461, "a repair stream must use its source track's transport");
-            }
-            source = Some((src.shard, src.engine_id));
-        }
-    } else if repair {
-        return refuse(455, "SETUP the source track before its repair stream");
-    }
+    let source = match repair_source(existing.as_deref(), track, repair, &request) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
     let peer = (conn.peer()).unwrap_or_else(|_| (std::net::Ipv4Addr::UNSPECIFIED, 0).into());
     let session = existing.clone().unwrap_or_else(|| {
         Arc::new(Session::new(
@@ -133,230 +104,381 @@ pub(super) async fn answer(server: &Server, conn: &mut dyn Client, req: &Request
         ))
     });
     // A new session takes its place in the table now, under the limits, so
-    // concurrent SETUPs cannot overshoot them; failures below take it out.
+    // concurrent SETUPs cannot overshoot them; a failure below takes it out.
     if existing.is_none()
         && let Err(r) = admit_session(server, &session)
     {
         return r;
     }
-    let abandon = || {
-        if existing.is_none() {
-            server
-                .sessions
-                .remove(session.id, &server.engine, &server.admission);
-        }
+    let wanted = Wanted {
+        track,
+        repair,
+        source,
+        request,
     };
-    // Admission: the stream's packet rate against its engine thread's
-    // budget. Interleaved streams live on their connection's thread.
-    let pps = title_streams::track_pps(&title, track);
-    let pps = match (repair, title.fec(track)) {
+    match add_stream(server, conn, req, &session, wanted) {
+        Ok(transport_reply) => {
+            keep_stream(conn, &session, existing.is_none());
+            Response::new(200)
+                .header("Transport", &transport_reply)
+                .header("Session", session_header(server, session.id))
+                .header("Media-Properties", scale::media_properties(&session.title))
+                .into()
+        }
+        Err(r) => {
+            if existing.is_none() {
+                (server.sessions).remove(session.id, &server.engine, &server.admission);
+            }
+            r
+        }
+    }
+}
+
+/// The session a SETUP's `Session` header names, if any: it must be this
+/// connection's, and of the same title.
+fn named_session(
+    server: &Server,
+    conn: &dyn Client,
+    req: &Request,
+    title: &str,
+) -> Result<Option<Arc<Session>>, Reply> {
+    let Some(id) = req.session_id() else {
+        return Ok(None);
+    };
+    match server.sessions.get(id) {
+        Some(s) if s.conn == conn.id() && *s.title_name == *title => Ok(Some(s)),
+        Some(_) => Err(refuse(459, "a session serves one title")),
+        None => Err(status(454)),
+    }
+}
+
+/// The engine stream (shard, id) a repair stream joins: its source
+/// track's, on the same thread and transport kind. `None` for a source
+/// track; a refusal when the session cannot take the stream.
+fn repair_source(
+    existing: Option<&Session>,
+    track: usize,
+    repair: bool,
+    request: &TransportRequest,
+) -> Result<Option<(u64, u64)>, Reply> {
+    let Some(s) = existing else {
+        return match repair {
+            true => Err(refuse(
+                455,
+                "SETUP the source track before its repair stream",
+            )),
+            false => Ok(None),
+        };
+    };
+    let inner = s.lock();
+    if inner.state == State::Playing {
+        return Err(refuse(455, "cannot add a track while playing"));
+    }
+    let set_up =
+        |r: bool| (inner.streams.iter()).find(|st| st.track as usize == track && st.repair == r);
+    if set_up(repair).is_some() {
+        return Err(refuse(455, "track already set up in this session"));
+    }
+    if !repair {
+        return Ok(None);
+    }
+    let Some(src) = set_up(false) else {
+        return Err(refuse(
+            455,
+            "SETUP the source track before its repair stream",
+        ));
+    };
+    if src.interleaved.is_some() != matches!(request, TransportRequest::Tcp { .. }) {
+        return Err(refuse(
+            461,
+            "a repair stream must use its source track's transport",
+        ));
+    }
+    Ok(Some((src.shard, src.engine_id)))
+}
+
+/// The stream a SETUP asks for, once the session may take it.
+struct Wanted {
+    track: usize,
+    repair: bool,
+    /// A repair stream's source (engine shard, id).
+    source: Option<(u64, u64)>,
+    request: TransportRequest,
+}
+
+/// The stream's transport, made: what the engine sends on, the thread
+/// it lives on, the `Transport` reply, its interleaved channels and where
+/// its RTCP comes in.
+struct Made {
+    output: Output,
+    shard: u64,
+    reply: String,
+    interleaved: Option<(u8, u8)>,
+    rtcp: RtcpIn,
+}
+
+/// Reserves the stream's share of an engine thread and of the storage
+/// layer, makes its transport, and hands it to the engine; the reply's
+/// `Transport` value, or the refusal (with everything given back).
+fn add_stream(
+    server: &Server,
+    conn: &mut dyn Client,
+    req: &Request,
+    session: &Arc<Session>,
+    wanted: Wanted,
+) -> Result<String, Reply> {
+    let title = &session.title;
+    let (reservation, storage) = reserve(server, conn, title, &wanted)?;
+    let ids = stream_ids(title, &wanted);
+    let made = match wanted.request {
+        TransportRequest::Udp {
+            client_rtp,
+            client_rtcp,
+            destination,
+        } => udp_transport(
+            server,
+            conn,
+            session,
+            (client_rtp, client_rtcp),
+            destination,
+            reservation.thread as u64,
+            ids.ssrc,
+        ),
+        TransportRequest::Tcp {
+            rtp_channel,
+            rtcp_channel,
+        } => tcp_transport(server, conn, [rtp_channel, rtcp_channel], ids.ssrc),
+        TransportRequest::Multicast { .. } => unreachable!("multicast SETUPs are answered before"),
+    };
+    let made = made.inspect_err(|_| server.admission.release(&reservation))?;
+    let engine_id = server.next_id();
+    let command = match wanted.source {
+        Some((_, source_id)) => Command::AttachRepair {
+            id: source_id,
+            repair: Box::new(RepairSpec {
+                ssrc: ids.ssrc,
+                seq0: rand::random(),
+                payload_type: title_streams::repair_payload_type(title),
+                output: made.output,
+            }),
+        },
+        None => Command::Add(Box::new(SessionSpec {
+            id: engine_id,
+            title: title.clone(),
+            track: wanted.track,
+            ssrc: ids.ssrc,
+            seq0: ids.seq0,
+            ts0: ids.ts0,
+            output: made.output,
+        })),
+    };
+    server.engine.send(made.shard, command);
+    let (rtcp, connected) = rtcp_in(made.rtcp, session, engine_id);
+    session.lock().add_stream(Stream {
+        track: wanted.track as u32,
+        repair: wanted.repair,
+        engine_id,
+        shard: made.shard,
+        url: req.uri.as_str().into(),
+        interleaved: made.interleaved,
+        rtcp,
+        reports: ReceiverStats::default(),
+        reservation,
+        _storage: storage,
+        _connected: connected,
+        group: None,
+    });
+    Ok(made.reply)
+}
+
+/// The stream's packet rate against its engine thread's budget
+/// (interleaved streams live on their connection's thread, repair streams
+/// on their source's), and the storage layer's promise: the disk's
+/// bandwidth and the read-ahead memory it needs (held by the stream,
+/// given back with it).
+fn reserve(
+    server: &Server,
+    conn: &dyn Client,
+    title: &Title,
+    wanted: &Wanted,
+) -> Result<(Reservation, Option<Box<StorageReservation>>), Reply> {
+    let pps = title_streams::track_pps(title, wanted.track);
+    let pps = match (wanted.repair, title.fec(wanted.track)) {
         (true, Some(fec)) => (pps * u64::from(fec.params().m)).div_ceil(u64::from(fec.params().k)),
         _ => pps,
     };
     let threads = server.admission.threads() as u64;
-    let pinned = match (source, &request) {
+    let pinned = match (wanted.source, &wanted.request) {
         (Some((shard, _)), _) => Some((shard % threads) as usize),
         (None, TransportRequest::Tcp { .. }) => Some((conn.id() % threads) as usize),
         (None, TransportRequest::Udp { .. } | TransportRequest::Multicast { .. }) => None,
     };
     let Some(reservation) = server.admission.reserve(pinned, pps) else {
-        abandon();
         server.metrics.refused(Refusal::Engine);
-        return refuse(453, "the server is at its capacity; try again later");
+        return Err(refuse(
+            453,
+            "the server is at its capacity; try again later",
+        ));
     };
-    // The storage layer's promise: the disk's bandwidth and the read-ahead
-    // memory the stream needs (held by the stream, given back with it).
-    let storage = match &server.storage {
-        None => None,
-        Some(s) => match s.reserve(&*title, pps * title_streams::average_packet_bytes(&title)) {
-            Ok(r) => Some(Box::new(r)),
-            Err(e) => {
-                server.admission.release(&reservation);
-                abandon();
-                server.metrics.refused(Refusal::Storage);
-                return refuse(453, &e.to_string());
-            }
-        },
+    let Some(storage) = &server.storage else {
+        return Ok((reservation, None));
     };
-    let fail = |code: u16, reason: &str| {
-        server.admission.release(&reservation);
-        abandon();
-        refuse(code, reason)
-    };
-    let engine_id = server.next_id();
-    // A source stream of a title with prefabricated packets takes their
-    // header fields, so its packets can leave as they are stored.
-    let ids = match source {
-        None => title.prefab_ids(track),
+    match storage.reserve(title, pps * title_streams::average_packet_bytes(title)) {
+        Ok(r) => Ok((reservation, Some(Box::new(r)))),
+        Err(e) => {
+            server.admission.release(&reservation);
+            server.metrics.refused(Refusal::Storage);
+            Err(refuse(453, &e.to_string()))
+        }
+    }
+}
+
+/// A source stream of a title with prefabricated packets takes their
+/// header fields, so its packets can leave as they are stored; others
+/// get random ones.
+fn stream_ids(title: &Title, wanted: &Wanted) -> fjord_media::prefab::Ids {
+    match wanted.source {
+        None => title.prefab_ids(wanted.track),
         Some(_) => None,
     }
     .unwrap_or_else(|| fjord_media::prefab::Ids {
         ssrc: rand::random(),
         seq0: rand::random(),
         ts0: rand::random(),
-    });
-    let ssrc = ids.ssrc;
-    let (output, shard, transport_reply, interleaved, rtcp) = match request {
-        TransportRequest::Udp {
-            client_rtp,
-            client_rtcp,
-            destination,
-        } => {
-            let (peer, local) = match (conn.peer(), conn.local()) {
-                (Ok(peer), Ok(local)) => (peer.ip(), local.ip()),
-                (Err(e), _) | (_, Err(e)) => return fail(500, &e.to_string()),
-            };
-            let dest = destination.unwrap_or(peer);
-            if dest != peer
-                && !server
-                    .config()
-                    .destination_allow
-                    .iter()
-                    .any(|n| n.contains(&dest))
-            {
-                return fail(403, "RTP goes only to the requesting client's address");
-            }
-            let shard = reservation.thread as u64;
-            let reply = |server_rtp: u16| {
-                transport::reply_udp(client_rtp, client_rtcp, server_rtp, server_rtp + 1, ssrc)
-            };
-            if let Some(shared) = &server.shared {
-                let pair = match shared.pair(local, &server.ports) {
-                    Ok(p) => p,
-                    Err(e) => return fail(453, &e.to_string()),
-                };
-                let rtp_peer = pair.peer(SocketAddr::new(dest, client_rtp));
-                let rtcp_peer = pair.peer(SocketAddr::new(dest, client_rtcp));
-                match pair.route(rtcp_peer, &session) {
-                    Ok(()) => {}
-                    Err(RouteError::Taken) => {
-                        return fail(461, "client_port already in use by another stream");
-                    }
-                    Err(RouteError::Full) => return fail(453, "too many UDP streams"),
-                }
-                let reply = reply(pair.rtp_port);
-                let (rtp, place) = pair.rtp_for(shard, rtp_peer);
-                let output = Output::Udp {
-                    rtp,
-                    rtp_peer,
-                    rtcp: UdpSocket::Shared(pair.rtcp()),
-                    rtcp_peer,
-                };
-                let rtcp = RtcpIn::Routed(pair, rtcp_peer, place);
-                (output, shard, reply, None, rtcp)
-            } else {
-                let pair = match udp_output(server, local, dest, client_rtp) {
-                    Ok(p) => p,
-                    Err(e) => return fail(453, &e.to_string()),
-                };
-                let rtcp_peer = SocketAddr::new(dest, client_rtcp);
-                let reader = match pair.rtcp.try_clone() {
-                    Ok(r) => r,
-                    Err(e) => return fail(500, &e.to_string()),
-                };
-                let reply = reply(pair.rtp_port);
-                let output = Output::Udp {
-                    rtp: pair.rtp.into(),
-                    rtp_peer: SocketAddr::new(dest, client_rtp),
-                    rtcp: pair.rtcp.into(),
-                    rtcp_peer,
-                };
-                (output, shard, reply, None, RtcpIn::Own(reader, rtcp_peer))
-            }
+    })
+}
+
+/// RTP and RTCP over UDP to the client (or to a `destination=` that
+/// `destination_allow` permits): from the shared pair, or a pair of the
+/// session's own.
+fn udp_transport(
+    server: &Server,
+    conn: &dyn Client,
+    session: &Arc<Session>,
+    (client_rtp, client_rtcp): (u16, u16),
+    destination: Option<IpAddr>,
+    shard: u64,
+    ssrc: u32,
+) -> Result<Made, Reply> {
+    let (peer, local) = match (conn.peer(), conn.local()) {
+        (Ok(peer), Ok(local)) => (peer.ip(), local.ip()),
+        (Err(e), _) | (_, Err(e)) => return Err(refuse(500, &e.to_string())),
+    };
+    let dest = destination.unwrap_or(peer);
+    let allowed = |d: &IpAddr| {
+        server
+            .config()
+            .destination_allow
+            .iter()
+            .any(|n| n.contains(d))
+    };
+    if dest != peer && !allowed(&dest) {
+        return Err(refuse(
+            403,
+            "RTP goes only to the requesting client's address",
+        ));
+    }
+    let reply = |server_rtp: u16| {
+        transport::reply_udp(client_rtp, client_rtcp, server_rtp, server_rtp + 1, ssrc)
+    };
+    let Some(shared) = &server.shared else {
+        let pair =
+            udp_output(server, local, dest, client_rtp).map_err(|e| refuse(453, &e.to_string()))?;
+        let rtcp_peer = SocketAddr::new(dest, client_rtcp);
+        let reader = pair
+            .rtcp
+            .try_clone()
+            .map_err(|e| refuse(500, &e.to_string()))?;
+        return Ok(Made {
+            reply: reply(pair.rtp_port),
+            output: Output::Udp {
+                rtp: pair.rtp.into(),
+                rtp_peer: SocketAddr::new(dest, client_rtp),
+                rtcp: pair.rtcp.into(),
+                rtcp_peer,
+            },
+            shard,
+            interleaved: None,
+            rtcp: RtcpIn::Own(reader, rtcp_peer),
+        });
+    };
+    let pair = shared
+        .pair(local, &server.ports)
+        .map_err(|e| refuse(453, &e.to_string()))?;
+    let rtp_peer = pair.peer(SocketAddr::new(dest, client_rtp));
+    let rtcp_peer = pair.peer(SocketAddr::new(dest, client_rtcp));
+    match pair.route(rtcp_peer, session) {
+        Ok(()) => {}
+        Err(RouteError::Taken) => {
+            return Err(refuse(461, "client_port already in use by another stream"));
         }
-        TransportRequest::Multicast { .. } => unreachable!("multicast SETUPs return above"),
-        TransportRequest::Tcp {
+        Err(RouteError::Full) => return Err(refuse(453, "too many UDP streams")),
+    }
+    let (rtp, place) = pair.rtp_for(shard, rtp_peer);
+    Ok(Made {
+        reply: reply(pair.rtp_port),
+        output: Output::Udp {
+            rtp,
+            rtp_peer,
+            rtcp: UdpSocket::Shared(pair.rtcp()),
+            rtcp_peer,
+        },
+        shard,
+        interleaved: None,
+        rtcp: RtcpIn::Routed(pair, rtcp_peer, place),
+    })
+}
+
+/// RTP and RTCP in `$` frames on the RTSP connection, whose write side
+/// the engine thread of the connection then owns.
+fn tcp_transport(
+    server: &Server,
+    conn: &mut dyn Client,
+    [rtp_channel, rtcp_channel]: [u8; 2],
+    ssrc: u32,
+) -> Result<Made, Reply> {
+    if conn.channel_in_use(rtp_channel) || conn.channel_in_use(rtcp_channel) {
+        return Err(refuse(
+            461,
+            "interleaved channels already in use on this connection",
+        ));
+    }
+    conn.attach(&server.engine)
+        .map_err(|e| refuse(500, &e.to_string()))?;
+    conn.use_channels([rtp_channel, rtcp_channel]);
+    Ok(Made {
+        output: Output::Interleaved {
+            conn: conn.id(),
             rtp_channel,
             rtcp_channel,
-        } => {
-            if conn.channel_in_use(rtp_channel) || conn.channel_in_use(rtcp_channel) {
-                return fail(
-                    461,
-                    "interleaved channels already in use on this connection",
-                );
-            }
-            if let Err(e) = conn.attach(&server.engine) {
-                return fail(500, &e.to_string());
-            }
-            conn.use_channels([rtp_channel, rtcp_channel]);
-            let output = Output::Interleaved {
-                conn: conn.id(),
-                rtp_channel,
-                rtcp_channel,
-            };
-            let reply = transport::reply_tcp(rtp_channel, rtcp_channel, ssrc);
-            (
-                output,
-                conn.id(),
-                reply,
-                Some((rtp_channel, rtcp_channel)),
-                RtcpIn::Interleaved,
-            )
-        }
-    };
-    let command = match source {
-        Some((_, source_id)) => Command::AttachRepair {
-            id: source_id,
-            repair: Box::new(RepairSpec {
-                ssrc,
-                seq0: rand::random(),
-                payload_type: title_streams::repair_payload_type(&title),
-                output,
-            }),
         },
-        None => Command::Add(Box::new(SessionSpec {
-            id: engine_id,
-            title: title.clone(),
-            track,
-            ssrc,
-            seq0: ids.seq0,
-            ts0: ids.ts0,
-            output,
-        })),
-    };
-    server.engine.send(shard, command);
-    let mut connected = None;
-    let rtcp = match rtcp {
+        shard: conn.id(),
+        reply: transport::reply_tcp(rtp_channel, rtcp_channel, ssrc),
+        interleaved: Some((rtp_channel, rtcp_channel)),
+        rtcp: RtcpIn::Interleaved,
+    })
+}
+
+/// Sets up the stream's RTCP intake: a reader task on its own socket, or
+/// its route on the shared pair (with the pair's connected-socket place).
+fn rtcp_in(
+    rtcp: RtcpIn,
+    session: &Arc<Session>,
+    engine_id: u64,
+) -> (StreamRtcp, Option<ConnectedPlace>) {
+    match rtcp {
         RtcpIn::Own(socket, peer) => {
             let task = (|| {
                 socket.set_nonblocking(true).ok()?;
                 let socket = tokio::net::UdpSocket::from_std(socket.into()).ok()?;
-                Some(
-                    tokio::spawn(rtcp_reader(socket, peer, session.clone(), engine_id))
-                        .abort_handle(),
-                )
+                let reader = rtcp_reader(socket, peer, session.clone(), engine_id);
+                Some(tokio::spawn(reader).abort_handle())
             })();
-            task.map_or(StreamRtcp::None, StreamRtcp::Reader)
+            (task.map_or(StreamRtcp::None, StreamRtcp::Reader), None)
         }
-        RtcpIn::Routed(pair, client, place) => {
-            connected = place;
-            StreamRtcp::Route(pair, client)
-        }
-        RtcpIn::Interleaved => StreamRtcp::None,
-    };
-    {
-        let mut inner = session.lock();
-        inner.add_stream(Stream {
-            track: track as u32,
-            repair,
-            engine_id,
-            shard,
-            url: req.uri.as_str().into(),
-            interleaved,
-            rtcp,
-            reports: ReceiverStats::default(),
-            reservation,
-            _storage: storage,
-            _connected: connected,
-            group: None,
-        });
+        RtcpIn::Routed(pair, client, place) => (StreamRtcp::Route(pair, client), place),
+        RtcpIn::Interleaved => (StreamRtcp::None, None),
     }
-    keep_stream(conn, &session, existing.is_none());
-    Response::new(200)
-        .header("Transport", &transport_reply)
-        .header("Session", session_header(server, session.id))
-        .header("Media-Properties", scale::media_properties(&session.title))
-        .into()
 }
 
 /// Puts a new session in the table, or the 453 saying which cap it meets:
