@@ -93,6 +93,45 @@ pub(crate) struct Server {
 }
 
 impl Server {
+    /// The server's state around its I/O handles: `engine` to play,
+    /// `catalog` over the media roots, `tls` when a certificate is set.
+    fn new(
+        config: Config,
+        catalog: Catalog,
+        engine: Engine,
+        storage: Option<fjord_storage::Storage>,
+        tls: Option<tls::Tls>,
+    ) -> Result<Self, ConfigError> {
+        Ok(Server {
+            ports: PortPool::new(config.rtp_port_min, config.rtp_port_max),
+            shared: (config.udp_sockets == "shared"
+                && fjord_engine::datapath::addresses_each_message(engine.datapath()))
+            .then(|| {
+                SharedPorts::new(
+                    config.threads(),
+                    config
+                        .max_sessions
+                        .saturating_mul(shared::ROUTES_PER_SESSION),
+                    config.udp_connected_streams,
+                )
+            }),
+            admission: Admission::new(config.threads(), config.capacity_pps_per_core()),
+            multicast: multicast::Multicast::default(),
+            broadcasts: broadcast::Broadcasts::default(),
+            storage,
+            catalog,
+            engine,
+            sessions: Sessions::default(),
+            ids: AtomicU64::new(1),
+            metrics: metrics::Metrics::default(),
+            slots: slots::Slots::new(config.max_connections, config.max_connections_per_address),
+            history: admin::History::default(),
+            guard: guard::Guard::new(&config)?,
+            tls,
+            config: RwLock::new(Arc::new(config)),
+        })
+    }
+
     /// The settings now: a request reads them once and keeps that copy,
     /// so a reload never changes them under it.
     fn config(&self) -> Arc<Config> {
@@ -215,34 +254,8 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
             "storage layer: reading ahead of every session"
         );
     }
-    let server = Arc::new(Server {
-        ports: PortPool::new(config.rtp_port_min, config.rtp_port_max),
-        shared: (config.udp_sockets == "shared"
-            && fjord_engine::datapath::addresses_each_message(engine.datapath()))
-        .then(|| {
-            SharedPorts::new(
-                config.threads(),
-                config
-                    .max_sessions
-                    .saturating_mul(shared::ROUTES_PER_SESSION),
-                config.udp_connected_streams,
-            )
-        }),
-        admission: Admission::new(config.threads(), config.capacity_pps_per_core()),
-        multicast: multicast::Multicast::default(),
-        broadcasts: broadcast::Broadcasts::default(),
-        storage,
-        catalog,
-        engine,
-        sessions: Sessions::default(),
-        ids: AtomicU64::new(1),
-        metrics: metrics::Metrics::default(),
-        slots: slots::Slots::new(config.max_connections, config.max_connections_per_address),
-        history: admin::History::default(),
-        guard: guard::Guard::new(&config)?,
-        tls: tls::Tls::new(&config).await?,
-        config: RwLock::new(Arc::new(config)),
-    });
+    let tls = tls::Tls::new(&config).await?;
+    let server = Arc::new(Server::new(config, catalog, engine, storage, tls)?);
     let slots = server.slots.clone();
     // Before the RTSP line, which scripts and tests wait for.
     if let Some(listener) = admin {

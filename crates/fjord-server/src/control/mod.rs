@@ -22,6 +22,8 @@ mod multicast;
 mod pause;
 mod play;
 mod setup;
+#[cfg(test)]
+mod tests;
 
 /// What the RTSP methods need of the connection a request came on; the
 /// connection's task implements it over its socket.

@@ -1,0 +1,457 @@
+//! Every RTSP method and every status the methods send, through
+//! [`super::handle`] with a client that is not a socket: a title on a
+//! temporary disk, an engine with nothing to send, interleaved transport
+//! (UDP would bind ports). Each test takes milliseconds.
+
+use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
+
+use fjord_engine::{Engine, EngineConfig};
+use fjord_proto::rtsp::framing::{Frame, Limits, Request, next_frame};
+
+use super::{Client, Reply, handle};
+use crate::{Catalog, Config, Server, session::Session};
+
+/// A connection as the methods see it, keeping what they hand it.
+struct FakeClient {
+    id: u64,
+    peer: SocketAddr,
+    sessions: Vec<Arc<Session>>,
+    channels: Vec<u8>,
+    attached: bool,
+}
+
+impl FakeClient {
+    fn new(id: u64) -> Self {
+        Self {
+            id,
+            peer: ([198, 18, 0, 2], 40000).into(),
+            sessions: vec![],
+            channels: vec![],
+            attached: false,
+        }
+    }
+}
+
+impl Client for FakeClient {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn peer(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.peer)
+    }
+    fn local(&self) -> std::io::Result<SocketAddr> {
+        Ok(([198, 18, 0, 1], 8554).into())
+    }
+    fn is_tls(&self) -> bool {
+        false
+    }
+    fn add_session(&mut self, s: Arc<Session>) {
+        self.sessions.push(s);
+    }
+    fn channel_in_use(&self, channel: u8) -> bool {
+        self.channels.contains(&channel)
+    }
+    fn use_channels(&mut self, channels: [u8; 2]) {
+        self.channels.extend(channels);
+    }
+    fn free_channels(&mut self, channels: [u8; 2]) {
+        self.channels.retain(|c| !channels.contains(c));
+    }
+    fn attach(&mut self, _: &Engine) -> std::io::Result<()> {
+        self.attached = true;
+        Ok(())
+    }
+}
+
+/// A server over `dir` holding `t.ts` (10 s, one track) and a note that
+/// is not a title, with `config` on top of the defaults.
+fn server(dir: &Path, config: Config) -> Server {
+    let media = dir.join("t.ts");
+    let no_parity = &fjord_media::no_parity;
+    fjord_media::synthetic::write_constant_rate(&media, 1316, 10_000_000, 1000, no_parity).unwrap();
+    std::fs::write(dir.join("notes.txt"), "not media").unwrap();
+    let config = Config {
+        root: dir.to_owned(),
+        prefab: crate::config::PrefabMode::Off,
+        ..config
+    };
+    let catalog = Catalog::new(
+        &config.roots(),
+        Default::default(),
+        fjord_fec::FecChoice::Off,
+        config.prefab,
+        config.prefab_share_percent,
+        None,
+    )
+    .unwrap();
+    let engine = Engine::start(EngineConfig {
+        threads: 1,
+        burst: Duration::from_millis(10),
+        rtcp_interval: Duration::from_secs(5),
+        cname: "test".into(),
+        datapath: "auto".into(),
+        cpus: vec![],
+        realtime: false,
+        stall_timeout: Duration::from_secs(10),
+        storage: None,
+    })
+    .unwrap();
+    Server::new(config, catalog, engine, None, None).unwrap()
+}
+
+/// `text` (with `\n` line ends) as the request a client sent.
+fn request(text: &str) -> Request {
+    let wire = text.replace('\n', "\r\n") + "\r\n";
+    match next_frame(wire.as_bytes(), &Limits::default()) {
+        Ok(Some((Frame::Request(r), _))) => r,
+        other => panic!("not a request: {other:?}"),
+    }
+}
+
+async fn ask(server: &Server, conn: &mut FakeClient, text: &str) -> Reply {
+    handle(server, conn, &request(text)).await
+}
+
+fn header<'a>(reply: &'a Reply, name: &str) -> &'a str {
+    reply.response.get_header(name).unwrap_or_default()
+}
+
+/// The id of the session a reply names.
+fn session_of(reply: &Reply) -> String {
+    header(reply, "Session")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+const URL: &str = "rtsp://198.18.0.1:8554/t.ts";
+
+/// SETUP of track 1 over interleaved channels `ch`-`ch+1`, in `session`.
+async fn setup_tcp(server: &Server, conn: &mut FakeClient, ch: u8, session: &str) -> Reply {
+    let session = match session {
+        "" => String::new(),
+        id => format!("Session: {id}\n"),
+    };
+    let text = format!(
+        "SETUP {URL}/track1 RTSP/1.0\nCSeq: 3\n{session}Transport: RTP/AVP/TCP;interleaved={ch}-{}\n",
+        ch + 1
+    );
+    ask(server, conn, &text).await
+}
+
+#[tokio::test]
+async fn options_version_cseq_and_unknown_methods() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    let r = ask(&s, &mut c, &format!("OPTIONS {URL} RTSP/1.0\nCSeq: 1\n")).await;
+    assert_eq!(r.response.status, 200);
+    assert!(header(&r, "Public").contains("DESCRIBE, SETUP, PLAY, PAUSE, TEARDOWN"));
+    let r = ask(&s, &mut c, &format!("OPTIONS {URL} RTSP/2.0\nCSeq: 1\n")).await;
+    assert_eq!(r.response.status, 505);
+    let r = ask(&s, &mut c, &format!("OPTIONS {URL} RTSP/1.0\n")).await;
+    assert_eq!(r.response.status, 400, "no CSeq");
+    for method in ["ANNOUNCE", "RECORD", "REDIRECT"] {
+        let r = ask(&s, &mut c, &format!("{method} {URL} RTSP/1.0\nCSeq: 2\n")).await;
+        assert_eq!(r.response.status, 405, "{method}");
+        assert!(header(&r, "Allow").contains("PLAY"));
+    }
+    let r = ask(&s, &mut c, &format!("FLY {URL} RTSP/1.0\nCSeq: 2\n")).await;
+    assert_eq!(r.response.status, 501);
+}
+
+#[tokio::test]
+async fn describe_gives_sdp_of_titles_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    let r = ask(&s, &mut c, &format!("DESCRIBE {URL} RTSP/1.0\nCSeq: 2\n")).await;
+    assert_eq!(r.response.status, 200);
+    assert_eq!(header(&r, "Content-Base"), format!("{URL}/"));
+    assert_eq!(header(&r, "Content-Type"), "application/sdp");
+    let sdp = String::from_utf8(r.response.body.clone()).unwrap();
+    assert!(
+        sdp.contains("a=control:track1") && sdp.contains("a=range:npt=0-10"),
+        "{sdp}"
+    );
+    for (uri, why) in [
+        (format!("{URL}/track1"), "a track has no SDP"),
+        ("rtsp://198.18.0.1:8554/gone.ts".to_owned(), "no such file"),
+        (
+            "rtsp://198.18.0.1:8554/../t.ts".to_owned(),
+            "not a canonical path",
+        ),
+        (format!("{URL}?broadcast"), "not broadcast"),
+    ] {
+        let r = ask(&s, &mut c, &format!("DESCRIBE {uri} RTSP/1.0\nCSeq: 2\n")).await;
+        assert_eq!(r.response.status, 404, "{why}");
+    }
+    // A file that is not media says why (HTTP answers 404 for it).
+    let r = ask(
+        &s,
+        &mut c,
+        "DESCRIBE rtsp://198.18.0.1:8554/notes.txt RTSP/1.0\nCSeq: 2\n",
+    )
+    .await;
+    assert_eq!(r.response.status, 415);
+}
+
+#[tokio::test]
+async fn setup_makes_a_session_on_the_connection_and_refuses_what_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    let r = setup_tcp(&s, &mut c, 0, "").await;
+    assert_eq!(r.response.status, 200);
+    assert!(header(&r, "Transport").starts_with("RTP/AVP/TCP;unicast;interleaved=0-1"));
+    let id = session_of(&r);
+    assert!(header(&r, "Session").ends_with(";timeout=60"));
+    assert!(c.attached && c.sessions.len() == 1 && c.channel_in_use(1));
+    assert!(s.sessions.get(&id).is_some());
+    let cases = [
+        (
+            "/track1",
+            "RTP/AVP/TCP;interleaved=0-1",
+            "",
+            461,
+            "channels in use",
+        ),
+        (
+            "/track2",
+            "RTP/AVP/TCP;interleaved=2-3",
+            "",
+            404,
+            "no such track",
+        ),
+        (
+            "/track1-fec",
+            "RTP/AVP/TCP;interleaved=2-3",
+            "",
+            404,
+            "no parity",
+        ),
+        (
+            "/track1",
+            "RTP/AVP/TCP;interleaved=2-3",
+            "0000000000000001",
+            454,
+            "unknown session",
+        ),
+        (
+            "/track1",
+            "RTP/AVP/TCP;interleaved=2-3",
+            &id,
+            455,
+            "track set up twice",
+        ),
+        (
+            "/track1",
+            "RTP/AVP;multicast",
+            "",
+            461,
+            "multicast not offered",
+        ),
+        (
+            "/track1",
+            "RTP/SAVP;unicast;client_port=5000-5001",
+            "",
+            461,
+            "SRTP",
+        ),
+        (
+            "/track1",
+            "RTP/AVP;unicast;client_port=5000-5001;destination=198.18.9.9",
+            "",
+            403,
+            "elsewhere",
+        ),
+    ];
+    for (track, transport, session, code, why) in cases {
+        let session = match session {
+            "" => String::new(),
+            id => format!("Session: {id}\n"),
+        };
+        let text =
+            format!("SETUP {URL}{track} RTSP/1.0\nCSeq: 3\n{session}Transport: {transport}\n");
+        let r = ask(&s, &mut c, &text).await;
+        assert_eq!(r.response.status, code, "{why}");
+    }
+    let r = ask(
+        &s,
+        &mut c,
+        &format!("SETUP {URL}/track1 RTSP/1.0\nCSeq: 3\n"),
+    )
+    .await;
+    assert_eq!(r.response.status, 400, "no Transport");
+    let other = "rtsp://198.18.0.1:8554/u.ts/track1";
+    std::fs::copy(dir.path().join("t.ts"), dir.path().join("u.ts")).unwrap();
+    let text = format!("SETUP {other} RTSP/1.0\nCSeq: 3\nSession: {id}\nTransport: RTP/AVP/TCP\n");
+    assert_eq!(
+        ask(&s, &mut c, &text).await.response.status,
+        459,
+        "one title a session"
+    );
+    let mut stranger = FakeClient::new(2);
+    let r = setup_tcp(&s, &mut stranger, 2, &id).await;
+    assert_eq!(r.response.status, 459, "another connection's session");
+    assert_eq!(
+        s.sessions.all().len(),
+        1,
+        "refusals leave no session behind"
+    );
+}
+
+#[tokio::test]
+async fn setup_refuses_past_the_session_caps_with_453() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        max_sessions_per_connection: 2,
+        ..Config::default()
+    };
+    let s = server(dir.path(), config);
+    let mut c = FakeClient::new(1);
+    for ch in [0, 2] {
+        assert_eq!(setup_tcp(&s, &mut c, ch, "").await.response.status, 200);
+    }
+    let r = setup_tcp(&s, &mut c, 4, "").await;
+    assert_eq!(r.response.status, 453);
+    assert!(String::from_utf8_lossy(&r.response.body).contains("max_sessions_per_connection"));
+    assert!(!c.channel_in_use(4), "a refused SETUP takes no channel");
+}
+
+#[tokio::test]
+async fn play_pause_and_teardown_follow_the_state_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    let say = |method: &str, extra: &str| format!("{method} {URL} RTSP/1.0\nCSeq: 4\n{extra}");
+    assert_eq!(
+        ask(&s, &mut c, &say("PLAY", "")).await.response.status,
+        455,
+        "no session"
+    );
+    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let session = format!("Session: {id}\n");
+    let r = ask(
+        &s,
+        &mut c,
+        &say("PLAY", &format!("{session}Range: npt=20-\n")),
+    )
+    .await;
+    assert_eq!(r.response.status, 457, "past the end");
+    let r = ask(
+        &s,
+        &mut c,
+        &say("PLAY", &format!("{session}Range: smpte=0:00:01-\n")),
+    )
+    .await;
+    assert_eq!(r.response.status, 457, "a unit not served");
+    let r = ask(&s, &mut c, &say("PLAY", &format!("{session}Scale: 0.5\n"))).await;
+    assert_eq!(r.response.status, 456, "no slow motion");
+    let r = ask(
+        &s,
+        &mut c,
+        &say("PLAY", &format!("{session}Range: npt=2-\n")),
+    )
+    .await;
+    assert_eq!(r.response.status, 200);
+    assert_eq!(header(&r, "Range"), "npt=2.000-10.000");
+    assert!(header(&r, "RTP-Info").starts_with(&format!("url={URL}/track1;seq=")));
+    assert_eq!(
+        r.start.as_ref().map(|p| p.streams.len()),
+        Some(1),
+        "starts once written"
+    );
+    let mut stranger = FakeClient::new(2);
+    let r = ask(&s, &mut stranger, &say("PLAY", &session)).await;
+    assert_eq!(r.response.status, 454, "another connection's session");
+    let r = ask(&s, &mut c, &say("PAUSE", &format!("{session}Range: x\n"))).await;
+    assert_eq!(r.response.status, 457);
+    let r = ask(&s, &mut c, &say("PAUSE", &session)).await;
+    assert_eq!(r.response.status, 200);
+    assert_eq!(r.start.map(|_| ()), None);
+    assert_eq!(
+        ask(&s, &mut c, &say("TEARDOWN", &session))
+            .await
+            .response
+            .status,
+        200
+    );
+    assert!(!c.channel_in_use(0), "its channels are free again");
+    assert_eq!(
+        ask(&s, &mut c, &say("PLAY", &session))
+            .await
+            .response
+            .status,
+        454
+    );
+    assert_eq!(
+        ask(&s, &mut c, &say("TEARDOWN", &session))
+            .await
+            .response
+            .status,
+        454
+    );
+}
+
+#[tokio::test]
+async fn parameters_keep_alive_and_none_can_be_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let get = format!("GET_PARAMETER {URL} RTSP/1.0\nCSeq: 5\nSession: {id}\n");
+    assert_eq!(ask(&s, &mut c, &get).await.response.status, 200);
+    let get = format!("GET_PARAMETER {URL} RTSP/1.0\nCSeq: 5\nSession: 0000000000000001\n");
+    assert_eq!(ask(&s, &mut c, &get).await.response.status, 454);
+    let set = format!(
+        "SET_PARAMETER {URL} RTSP/1.0\nCSeq: 6\nContent-Type: text/parameters\nContent-Length: 9\n\nvolume: 1"
+    );
+    let wire = set.replace('\n', "\r\n");
+    let Ok(Some((Frame::Request(req), _))) = next_frame(wire.as_bytes(), &Limits::default()) else {
+        panic!("SET_PARAMETER did not parse");
+    };
+    assert_eq!(handle(&s, &mut c, &req).await.response.status, 451);
+}
+
+#[tokio::test]
+async fn credentials_are_asked_before_any_method_but_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let config: Config =
+        toml::from_str("[[user]]\nname = \"alice\"\npassword = \"correct horse battery\"\n")
+            .unwrap();
+    let s = server(dir.path(), config);
+    let mut c = FakeClient::new(1);
+    let r = ask(&s, &mut c, &format!("OPTIONS {URL} RTSP/1.0\nCSeq: 1\n")).await;
+    assert_eq!(r.response.status, 200);
+    let r = ask(&s, &mut c, &format!("DESCRIBE {URL} RTSP/1.0\nCSeq: 2\n")).await;
+    assert_eq!(r.response.status, 401);
+    assert!(header(&r, "WWW-Authenticate").starts_with("Digest "));
+    assert!(
+        r.response.body.is_empty() || !String::from_utf8_lossy(&r.response.body).contains("t.ts")
+    );
+}
+
+#[tokio::test]
+async fn admission_refuses_streams_and_speeds_past_the_engine_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    // The title is 100 packets a second.
+    let config = Config {
+        capacity_pps_per_core: 150,
+        ..Config::default()
+    };
+    let s = server(dir.path(), config);
+    let mut c = FakeClient::new(1);
+    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let r = setup_tcp(&s, &mut c, 2, "").await;
+    assert_eq!(r.response.status, 453, "a second stream does not fit");
+    assert_eq!(s.sessions.all().len(), 1, "and leaves no session");
+    let play = |extra: &str| format!("PLAY {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\n{extra}");
+    let r = ask(&s, &mut c, &play("Speed: 2\n")).await;
+    assert_eq!(r.response.status, 453, "twice the rate does not fit");
+    let r = ask(&s, &mut c, &play("Speed: 1.4\nScale: 2\n")).await;
+    assert_eq!(r.response.status, 456, "Scale and Speed together");
+    let r = ask(&s, &mut c, &play("Speed: 1.4\n")).await;
+    assert_eq!((r.response.status, header(&r, "Speed")), (200, "1.4"));
+}
