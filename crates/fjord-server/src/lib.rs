@@ -1,11 +1,30 @@
-//! The control plane of `fjord serve`: RTSP connections, the catalog of
-//! titles, and sessions; HTTP downloads, HLS and DASH of the same titles
-//! (module `http`: files and segments go by `sendfile`, never through
-//! user space). Playing happens in the engine threads; this side
-//! only sends them commands. Connections of both listeners share one set
-//! of limits (`slots`). The binary installs [`heap_count::Counting`] as
-//! its allocator, so `/metrics` can tell the heap the server holds from
-//! what the allocator keeps.
+//! The control plane of `fjord serve`: everything but the playing.
+//!
+//! In: a [`Config`] (and a [`ConfigSource`] to re-read on SIGHUP), the
+//! media roots it names, and clients on three listeners — RTSP (and
+//! RTSPS), HTTP, the admin API. Out: RTSP replies and sessions; engine
+//! [`fjord_engine::Command`]s that add, position, start, pause and remove
+//! streams (the engine threads send every packet); HTTP downloads, HLS
+//! and DASH of the same titles, whose bytes go by `sendfile`, never
+//! through user space; metrics, a status page, an access log.
+//!
+//! Its shape: one task per connection reads requests under the limits
+//! (`conn` for RTSP, `http`, `admin`); each RTSP request goes to its
+//! method's module in `control`, which reaches the connection only through
+//! the `control::Client` trait, so every method is unit-tested without a
+//! socket. Sessions (`session`), admission by packet rate (`admission`),
+//! port pairs (`ports`, `shared`), multicast groups and periodic
+//! broadcasts live in the `Server` beside its I/O handles: the engine, the
+//! catalog of titles (`catalog`: a path opens as a title or not at all),
+//! the storage layer, TLS. Connections of all listeners share one set of
+//! limits (`slots`); one client can exhaust none of them.
+//!
+//! It never touches a payload byte after ingest, never blocks a runtime
+//! thread on the disk (index lookups go to blocking tasks, reads to the
+//! storage layer), and never trusts a client for a path, a destination or
+//! a size: each has a bound, a default and a test. The binary installs
+//! [`heap_count::Counting`] as its allocator, so `/metrics` can tell the
+//! heap the server holds from what the allocator keeps.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
