@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use fjord_engine::{Command, Start, Title, Until};
+use fjord_engine::{Command, PlayInfo, Start, Title, Until};
 use fjord_proto::rtsp::{
     framing::{Method, Request},
     range,
@@ -14,7 +14,12 @@ use fjord_proto::rtsp::{
 
 use super::{Client, PlayStart, Reply, multicast, refuse, session_for, session_header, status};
 use crate::{
-    Server, admission::Admission, metrics::Refusal, scale, session::Stream, title_streams,
+    Server,
+    admission::Admission,
+    metrics::Refusal,
+    scale,
+    session::{Session, Stream},
+    title_streams,
 };
 
 pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
@@ -25,106 +30,133 @@ pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) ->
     if multicast::is_member(&session) {
         return multicast::play(server, &session, req).await;
     }
-    let (scale_h, speed_h) = (req.header("Scale"), req.header("Speed"));
-    let rate = match scale::requested(scale_h, speed_h, server.config().max_speed, &session.title) {
-        Ok(r) => r,
-        Err((code, why)) => return refuse(code, &why),
-    };
-    let scale = rate.scale;
-    let duration_ns = session.title.index().duration_ns();
-    let (mut seek_ns, mut end_ns) = match requested_range(req, duration_ns, scale < 0) {
-        Ok(r) => r,
+    let mut plan = match plan(server, &session, req) {
+        Ok(p) => p,
         Err(r) => return r,
     };
-    let ranged = seek_ns.is_some();
-    let (streams, scale_was, was_playing) = {
-        let mut inner = session.lock();
-        let was_playing = inner.state == State::Playing;
-        if let Err(code) = next_state(inner.state, &Method::Play) {
-            return status(code);
-        }
-        let speed_was = inner.speed;
-        if !resize_for_speed(&server.admission, &mut inner.streams, speed_was, rate.speed) {
-            server.metrics.refused(Refusal::Speed);
-            return refuse(453, "no room on the engine thread for that Speed");
-        }
-        inner.speed = rate.speed;
-        if let Ok(s) = next_state(inner.state, &Method::Play) {
-            inner.state = s;
-        }
-        inner.played();
-        let was = std::mem::replace(&mut inner.scale, scale);
-        let streams: Vec<(u64, u64, String, u32)> = inner
-            .streams
-            .iter()
-            .filter(|s| !s.repair)
-            .map(|s| (s.shard, s.engine_id, s.url.to_string(), s.track))
-            .collect();
-        (streams, was, was_playing)
-    };
-    // RFC 2326 §10.5: a PLAY with a Range while one plays waits for it
-    // when it plays to a given end (the engine decides; else it seeks).
-    let queue = ranged && was_playing && scale == 1 && scale_was == 1;
     // Into, out of or between trick plays without a Range: on from where
-    // the title stands, to the end of the new direction.
-    if scale != scale_was || scale != 1 {
-        if seek_ns.is_none()
-            && let Some(&(shard, id, ..)) = streams.first()
-        {
-            seek_ns = engine_position(server, shard, id).await;
-        }
-        if scale != scale_was && end_ns.is_none() {
-            end_ns = Some(None);
-        }
+    // the title stands.
+    if plan.from_where_it_stands
+        && let Some(&(shard, id, ..)) = plan.streams.first()
+    {
+        plan.seek_ns = engine_position(server, shard, id).await;
     }
     // A seek starts every track at the random-access point of the title's
     // first track that has them (the video) at or before the requested time;
     // before the first one (other tracks may start earlier), at that time.
-    let seek_ns = seek_ns.map(|ns| {
+    plan.seek_ns = plan.seek_ns.map(|ns| {
         let index = session.title.index();
         let key = index.tracks().find(|t| t.sync_count() > 0);
         key.map_or(ns, |t| t.sync_before(ns).time_ns.min(ns))
     });
-    let mut infos = Vec::with_capacity(streams.len());
-    let mut started = Vec::with_capacity(streams.len());
-    for (shard, id, url, track) in streams {
+    let mut infos = Vec::with_capacity(plan.streams.len());
+    for (shard, id, url, track) in std::mem::take(&mut plan.streams) {
         let title = session.title.clone();
-        let Some((start, until)) = start_and_end(title, track as usize, seek_ns, end_ns).await
+        let Some((start, until)) =
+            start_and_end(title, track as usize, plan.seek_ns, plan.end_ns).await
         else {
             return status(500);
         };
+        let (rate, queue) = (plan.rate, plan.queue);
         let Some(info) =
             title_streams::play(&server.engine, shard, id, start, until, rate, queue).await
         else {
             return status(454);
         };
-        infos.push((url, info));
-        if !info.queued {
-            started.push((shard, id));
-        }
+        infos.push((url, (shard, id), info));
     }
+    played(server, &session, req, &plan, infos)
+}
+
+/// What a PLAY does to a session's streams, decided before the engine
+/// is asked anything.
+struct Plan {
+    /// (engine shard, engine id, RTP-Info URL, track) of each source stream.
+    streams: Vec<(u64, u64, String, u32)>,
+    rate: scale::Rate,
+    /// Where to start (`None`: resume) and stop, as [`Requested`].
+    seek_ns: Option<u64>,
+    end_ns: Option<Option<u64>>,
+    /// Start where the streams stand now (a change of direction or of
+    /// trick play without a Range).
+    from_where_it_stands: bool,
+    /// Wait for the range playing to end (RFC 2326 §10.5).
+    queue: bool,
+}
+
+/// Checks a PLAY against the session's state and the engine threads'
+/// room, and moves the session to playing at its new rate.
+fn plan(server: &Server, session: &Session, req: &Request) -> Result<Plan, Reply> {
+    let (scale_h, speed_h) = (req.header("Scale"), req.header("Speed"));
+    let rate = scale::requested(scale_h, speed_h, server.config().max_speed, &session.title)
+        .map_err(|(code, why)| refuse(code, &why))?;
+    let duration_ns = session.title.index().duration_ns();
+    let (seek_ns, mut end_ns) = requested_range(req, duration_ns, rate.scale < 0)?;
+    let mut inner = session.lock();
+    let was_playing = inner.state == State::Playing;
+    let playing = next_state(inner.state, &Method::Play).map_err(status)?;
+    let speed_was = inner.speed;
+    if !resize_for_speed(&server.admission, &mut inner.streams, speed_was, rate.speed) {
+        server.metrics.refused(Refusal::Speed);
+        return Err(refuse(453, "no room on the engine thread for that Speed"));
+    }
+    inner.speed = rate.speed;
+    inner.state = playing;
+    inner.played();
+    let scale_was = std::mem::replace(&mut inner.scale, rate.scale);
+    let streams = (inner.streams.iter())
+        .filter(|s| !s.repair)
+        .map(|s| (s.shard, s.engine_id, s.url.to_string(), s.track))
+        .collect();
+    // A change of direction plays to the end of the new one.
+    if rate.scale != scale_was && end_ns.is_none() {
+        end_ns = Some(None);
+    }
+    let trick = rate.scale != scale_was || rate.scale != 1;
+    Ok(Plan {
+        streams,
+        rate,
+        seek_ns,
+        end_ns,
+        from_where_it_stands: trick && seek_ns.is_none(),
+        queue: seek_ns.is_some() && was_playing && rate.scale == 1 && scale_was == 1,
+    })
+}
+
+/// The reply to a PLAY the engine positioned every stream for: RTP-Info
+/// of each, and the streams to start once it is written (not those
+/// queued behind the range playing).
+fn played(
+    server: &Server,
+    session: &Session,
+    req: &Request,
+    plan: &Plan,
+    infos: Vec<(String, (u64, u64), PlayInfo)>,
+) -> Reply {
     // Streams paused together stand at (nearly) the same time; the first
     // one's is the session's.
-    let origin_ns = infos.first().map_or(0, |(_, i)| i.time_ns);
-    let end_s = infos.first().map_or(duration_ns, |(_, i)| i.end_ns) as f64 / 1e9;
-    let rtp_info: Vec<(String, u16, u32)> = infos
-        .into_iter()
-        .map(|(u, i)| (u, i.seq, i.rtptime))
+    let origin_ns = infos.first().map_or(0, |(.., i)| i.time_ns);
+    let duration_ns = session.title.index().duration_ns();
+    let end_s = infos.first().map_or(duration_ns, |(.., i)| i.end_ns) as f64 / 1e9;
+    let started = (infos.iter())
+        .filter(|(.., i)| !i.queued)
+        .map(|(_, stream, _)| *stream)
+        .collect();
+    let rtp_info: Vec<(String, u16, u32)> = (infos.into_iter())
+        .map(|(u, _, i)| (u, i.seq, i.rtptime))
         .collect();
     let mut response = Response::new(200);
-    if req.header("Scale").is_some() || scale != 1 {
-        response.push_header("Scale", scale.to_string());
+    if req.header("Scale").is_some() || plan.rate.scale != 1 {
+        response.push_header("Scale", plan.rate.scale.to_string());
     }
-    if speed_h.is_some() {
-        let speed = f64::from(rate.speed) / f64::from(fjord_engine::REAL_TIME);
+    if req.header("Speed").is_some() {
+        let speed = f64::from(plan.rate.speed) / f64::from(fjord_engine::REAL_TIME);
         response.push_header("Speed", speed.to_string());
     }
+    let range = range::format_npt(origin_ns as f64 / 1e9, Some(end_s));
     Reply {
         response: response
-            .header(
-                "Range",
-                range::format_npt(origin_ns as f64 / 1e9, Some(end_s)),
-            )
+            .header("Range", range)
             .header("RTP-Info", rtp_info::format(&rtp_info))
             .header("Session", session_header(server, session.id)),
         start: Some(PlayStart {

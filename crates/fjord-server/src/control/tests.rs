@@ -6,7 +6,10 @@
 use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 use fjord_engine::{Engine, EngineConfig};
-use fjord_proto::rtsp::framing::{Frame, Limits, Request, next_frame};
+use fjord_proto::rtsp::{
+    framing::{Frame, Limits, Request, next_frame},
+    session::State,
+};
 
 use super::{Client, Reply, handle};
 use crate::{Catalog, Config, Server, session::Session};
@@ -450,6 +453,12 @@ async fn admission_refuses_streams_and_speeds_past_the_engine_capacity() {
     let play = |extra: &str| format!("PLAY {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\n{extra}");
     let r = ask(&s, &mut c, &play("Speed: 2\n")).await;
     assert_eq!(r.response.status, 453, "twice the rate does not fit");
+    let state = s.sessions.get(&id).unwrap().lock().state;
+    assert_eq!(
+        state,
+        State::Ready,
+        "a refused PLAY leaves the session as it was"
+    );
     let r = ask(&s, &mut c, &play("Speed: 1.4\nScale: 2\n")).await;
     assert_eq!(r.response.status, 456, "Scale and Speed together");
     let r = ask(&s, &mut c, &play("Speed: 1.4\n")).await;
