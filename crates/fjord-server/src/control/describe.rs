@@ -1,5 +1,7 @@
 //! DESCRIBE: a title's SDP, or its broadcast schedule (`?broadcast`).
 
+use std::net::IpAddr;
+
 use fjord_engine::Title;
 use fjord_media::index::TrackKind;
 use fjord_proto::{
@@ -18,24 +20,7 @@ pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) ->
         return status(404);
     }
     if broadcast_query(&req.uri) {
-        return match server.broadcasts.schedule(&target.title) {
-            Some(json) => Response::new(200)
-                .body("application/json", json.to_string())
-                .into(),
-            None if server
-                .broadcasts
-                .configured(&server.config(), &target.title) =>
-            {
-                Response::new(503)
-                    .header("Retry-After", "1")
-                    .body(
-                        "text/plain",
-                        "the broadcast is starting (its parity is being made)\r\n",
-                    )
-                    .into()
-            }
-            None => refuse(404, "this title is not broadcast"),
-        };
+        return schedule(server, &target.title);
     }
     let title = match server.catalog.open(&target.title).await {
         Ok((_, t)) => t,
@@ -45,6 +30,51 @@ pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) ->
         Ok(a) => a,
         Err(e) => return refuse(500, &e.to_string()),
     };
+    // Players set up every stream the SDP lists (ffmpeg makes the repair
+    // stream a data stream of its output), so repair streams are offered
+    // only to clients that say they support them.
+    let body = sdp(
+        &title,
+        &target.title,
+        local.ip(),
+        supports(req, FEC_FEATURE),
+    );
+    let base = format!(
+        "{}/",
+        req.uri
+            .split('?')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches('/')
+    );
+    let mut response = Response::new(200).header("Content-Base", &base);
+    if (0..title.index().track_count()).any(|i| title.fec(i).is_some()) {
+        response = response.header("Supported", FEC_FEATURE);
+    }
+    response.body("application/sdp", body).into()
+}
+
+/// The `?broadcast` answer: the title's schedule as JSON, 503 while its
+/// broadcast is starting, 404 when it is not broadcast.
+fn schedule(server: &Server, title: &str) -> Reply {
+    match server.broadcasts.schedule(title) {
+        Some(json) => Response::new(200)
+            .body("application/json", json.to_string())
+            .into(),
+        None if server.broadcasts.configured(&server.config(), title) => Response::new(503)
+            .header("Retry-After", "1")
+            .body(
+                "text/plain",
+                "the broadcast is starting (its parity is being made)\r\n",
+            )
+            .into(),
+        None => refuse(404, "this title is not broadcast"),
+    }
+}
+
+/// The title's SDP: a media section per track, and with `offer_fec` one
+/// per repair stream, grouped with its track (RFC 5956 `FEC-FR`).
+fn sdp(title: &Title, name: &str, origin_addr: IpAddr, offer_fec: bool) -> String {
     let index = title.index();
     let n = index.track_count();
     let controls: Vec<String> = (0..n).map(track_control).collect();
@@ -55,10 +85,6 @@ pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) ->
     let mids: Vec<(String, String)> = (1..=n)
         .map(|i| (format!("S{i}"), format!("R{i}")))
         .collect();
-    // Players set up every stream the SDP lists (ffmpeg makes the repair
-    // stream a data stream of its output), so repair streams are offered
-    // only to clients that say they support them.
-    let offer_fec = supports(req, FEC_FEATURE);
     let repair_fmtps: Vec<Option<String>> = (0..n)
         .map(|i| repair_fmtp(&title, i).filter(|_| offer_fec))
         .collect();
@@ -91,27 +117,14 @@ pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) ->
             groups.push((&mids[i].0, &mids[i].1));
         }
     }
-    let body = sdp::describe(&sdp::SdpTitle {
-        name: &target.title,
-        origin_addr: local.ip(),
+    sdp::describe(&sdp::SdpTitle {
+        name,
+        origin_addr,
         session_id: rand::random::<u32>() as u64,
         duration_s: index.duration_ns() as f64 / 1e9,
         tracks: &tracks,
         fec_groups: &groups,
-    });
-    let base = format!(
-        "{}/",
-        req.uri
-            .split('?')
-            .next()
-            .unwrap_or("")
-            .trim_end_matches('/')
-    );
-    let mut response = Response::new(200).header("Content-Base", &base);
-    if (0..n).any(|i| title.fec(i).is_some()) {
-        response = response.header("Supported", FEC_FEATURE);
-    }
-    response.body("application/sdp", body).into()
+    })
 }
 
 /// The RTSP feature tag (RFC 7826 `Supported`) a client sends with
