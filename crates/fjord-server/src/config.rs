@@ -9,11 +9,11 @@ use std::{
 use ipnet::IpNet;
 use serde::Deserialize;
 
-/// The documented defaults are the `Default` impl below; README.md lists them.
+/// The documented defaults are the `Default` impl below; docs/config.md lists them.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Directory of the titles: every `.ts` below it, by relative path.
+    /// Directory of the titles: every media file below it, by relative path.
     pub root: PathBuf,
     pub bind: IpAddr,
     pub port: u16,
@@ -486,8 +486,15 @@ impl Config {
             storage_threads,
             disk_mbps,
             stats_file,
+            max_loaded_titles,
             broadcasts
         );
+        // Certificates rotate on reload; turning TLS on or off takes a
+        // restart (its listener is bound at start).
+        if new.tls_cert.as_os_str().is_empty() != self.tls_cert.as_os_str().is_empty() {
+            kept.push("tls_cert");
+            (new.tls_cert, new.tls_key) = (self.tls_cert.clone(), self.tls_key.clone());
+        }
         (new, kept)
     }
 
@@ -688,5 +695,28 @@ mod tests {
         assert_eq!((now.port, now.threads), (554, 0));
         assert_eq!(kept, ["port", "threads"]);
         assert_eq!(old.reloaded(old.clone()), (old, vec![]));
+    }
+
+    /// A new certificate is taken; TLS on or off, and the loaded-title
+    /// bound, wait for a restart.
+    #[test]
+    fn a_reload_rotates_certificates_but_does_not_turn_tls_on() {
+        let on: Config = toml::from_str("tls_cert = \"a.pem\"\ntls_key = \"a.key\"").unwrap();
+        let rotated: Config = toml::from_str("tls_cert = \"b.pem\"\ntls_key = \"b.key\"").unwrap();
+        let (now, kept) = on.reloaded(rotated);
+        assert_eq!((now.tls_cert.to_str(), kept.len()), (Some("b.pem"), 0));
+        let off = Config::default();
+        let (now, kept) = off.reloaded(on.clone());
+        assert_eq!(
+            (now.tls_cert.as_os_str().is_empty(), kept),
+            (true, vec!["tls_cert"])
+        );
+        let (now, kept) = on.reloaded(off.clone());
+        assert_eq!(
+            (now.tls_cert.to_str(), kept),
+            (Some("a.pem"), vec!["tls_cert"])
+        );
+        let more: Config = toml::from_str("max_loaded_titles = 7").unwrap();
+        assert_eq!(off.reloaded(more).1, ["max_loaded_titles"]);
     }
 }

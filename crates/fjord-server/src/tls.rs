@@ -1,5 +1,5 @@
 //! TLS for RTSP (`rtsps://` on `rtsps_port`, RTP interleaved inside) and
-//! HTTP downloads (`https_port`), with the certificate and key of
+//! HTTP downloads (HTTPS on `http_port`), with the certificate and key of
 //! `tls_cert`/`tls_key` (PEM), reloaded on SIGHUP.
 //!
 //! The kernel's TLS (kTLS) would let the engine write RTP and `sendfile`

@@ -40,7 +40,7 @@ enum Cmd {
     /// MPEG-TS, MP4/MOV (H.264, H.265, AAC, Opus), MPEG-1/2 program and video
     /// elementary streams, ADTS AAC and MP3, detected by content. Play with
     /// e.g. `ffplay rtsp://HOST:8554/NAME.mp4`. Settings come from
-    /// --config (TOML, see README.md) with these flags on top.
+    /// --config (TOML, see docs/config.md) with these flags on top.
     Serve(ServeArgs),
     /// Packetize media files once, writing FILE.fjidx beside each (and
     /// FILE.fjfec, FILE.fjpkt).
@@ -151,7 +151,7 @@ struct ServeArgs {
     /// made in the background): auto, K:M or off [default: auto]
     #[arg(long, value_name = "auto|K:M|off")]
     fec: Option<String>,
-    /// TOML file with the settings documented in README.md
+    /// TOML file with the settings documented in docs/config.md
     #[arg(long)]
     config: Option<PathBuf>,
     /// How far ahead of each session its packets are kept resident, in

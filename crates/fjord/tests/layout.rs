@@ -14,7 +14,10 @@
 //!    here.
 //!
 //! Pure Rust over the source tree: no dependency, no build of the crates
-//! it reads.
+//! it reads. By hand because `cargo modules dependencies --acyclic` does
+//! the second rule but builds rust-analyzer (many minutes on CI's two
+//! cores), and a full parser (`syn`) would take every item for the few
+//! paths this needs.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
