@@ -128,7 +128,7 @@ impl Conn {
     }
 
     /// A `$` frame from the client: RTCP of an interleaved stream.
-    fn on_interleaved(&mut self, server: &Server, channel: u8, payload: &[u8]) {
+    fn on_interleaved(&mut self, server: &Server, channel: u8, payload: &[u8], now: Instant) {
         for s in self.live_sessions(server) {
             let stream = s
                 .lock()
@@ -138,7 +138,7 @@ impl Conn {
                 .map(|st| st.engine_id);
             if let Some(id) = stream {
                 let infos = fjord_proto::rtcp::parse_compound(payload).unwrap_or_default();
-                s.on_rtcp(|st| st.engine_id == id, &infos);
+                s.on_rtcp(|st| st.engine_id == id, &infos, now);
             }
         }
     }
@@ -186,15 +186,16 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
         match next_frame(buf, &server.limits()) {
             Ok(Some((frame, used))) => {
                 buf.drain(..used);
-                last = Some(Instant::now());
+                let now = Instant::now();
+                last = Some(now);
                 match frame {
                     Frame::Request(req) => {
-                        if !respond(server, conn, &req).await {
+                        if !respond(server, conn, &req, now).await {
                             return Served::Close;
                         }
                     }
                     Frame::Interleaved { channel, payload } => {
-                        conn.on_interleaved(server, channel, &payload);
+                        conn.on_interleaved(server, channel, &payload, now);
                     }
                 }
             }
@@ -211,16 +212,15 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
 }
 
 /// Answers one request; false when the connection is to close.
-async fn respond(server: &Server, conn: &mut Conn, req: &Request) -> bool {
-    let t0 = Instant::now();
-    let reply = control::handle(server, conn, req).await;
+async fn respond(server: &Server, conn: &mut Conn, req: &Request, now: Instant) -> bool {
+    let reply = control::handle(server, conn, req, now).await;
     (server.metrics).request(&req.method, reply.response.status);
     crate::access::rtsp(
         server,
         conn.peer().ok(),
         req,
         reply.response.status,
-        t0.elapsed(),
+        now.elapsed(),
     );
     if !conn
         .write(server, reply.response.to_bytes(req.cseq()))
@@ -232,7 +232,7 @@ async fn respond(server: &Server, conn: &mut Conn, req: &Request) -> bool {
         start.send(server);
         // Time to first packet is this, then the engine's part (which
         // warns on its own).
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let ms = now.elapsed().as_secs_f64() * 1e3;
         if ms > SLOW_PLAY_MS {
             tracing::warn!(conn = conn.id, "a PLAY took {ms:.1} ms to answer");
         }

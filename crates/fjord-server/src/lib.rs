@@ -373,24 +373,12 @@ async fn listen_rtsps(server: Arc<Server>, listener: TcpListener) {
 }
 
 /// Tears down sessions that sent no RTSP request and no RTCP for the
-/// session timeout. It sleeps until the longest-idle session would time
-/// out (activity only moves a session's time later; a new one's is a whole
-/// timeout away), at most [`REAP_AT_LEAST_EVERY`].
+/// session timeout ([`control::expire_idle`]), waking when the
+/// longest-idle one would time out, at most [`REAP_AT_LEAST_EVERY`].
 async fn reap_idle_sessions(server: Arc<Server>) {
     loop {
-        let timeout = server.config().session_timeout();
         let now = Instant::now();
-        let (idle, oldest) = match now.checked_sub(timeout) {
-            Some(deadline) => server.sessions.idle_since(deadline),
-            None => (Vec::new(), None),
-        };
-        for s in idle {
-            tracing::info!(session = %s.id, "session timed out");
-            server
-                .sessions
-                .remove(s.id, &server.engine, &server.admission);
-        }
-        let next = oldest.map_or(now + timeout, |at| at + timeout);
+        let next = control::expire_idle(&server, now);
         tokio::time::sleep_until(next.min(now + REAP_AT_LEAST_EVERY).into()).await;
     }
 }

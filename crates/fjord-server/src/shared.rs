@@ -18,6 +18,7 @@ use std::{
     io,
     net::{IpAddr, Ipv6Addr, SocketAddr},
     sync::{Arc, Mutex, MutexGuard, Weak, atomic::AtomicUsize},
+    time::Instant,
 };
 
 pub use connected::Place as ConnectedPlace;
@@ -32,7 +33,7 @@ use crate::ports::{PortPool, bind_rtp_again};
 /// client set up with that address.
 pub trait RtcpSink: Send + Sync {
     /// RTCP `infos` arrived from `client`, a route of this sink's.
-    fn rtcp_from(&self, client: SocketAddr, infos: &[RtcpInfo]);
+    fn rtcp_from(&self, client: SocketAddr, infos: &[RtcpInfo], now: Instant);
 }
 
 /// RTCP routes a pair holds per `max_sessions`: a session's streams each
@@ -243,14 +244,14 @@ impl SharedPair {
 
     /// One RTCP datagram from `from`: to its stream's session, or dropped
     /// (false) when no stream's client announced that address.
-    pub fn deliver(&self, from: SocketAddr, bytes: &[u8]) -> bool {
+    pub fn deliver(&self, from: SocketAddr, bytes: &[u8], now: Instant) -> bool {
         let key = route_key(from);
         let sink = self.routes().get(&key).and_then(Weak::upgrade);
         let Some(sink) = sink else {
             return false;
         };
         if let Ok(infos) = fjord_proto::rtcp::parse_compound(bytes) {
-            sink.rtcp_from(from, &infos);
+            sink.rtcp_from(from, &infos, now);
         }
         true
     }
@@ -265,7 +266,7 @@ async fn read_rtcp(pair: Weak<SharedPair>, socket: tokio::net::UdpSocket) {
             continue;
         };
         let Some(pair) = pair.upgrade() else { return };
-        if !pair.deliver(from, &buf[..n]) {
+        if !pair.deliver(from, &buf[..n], Instant::now()) {
             tracing::debug!(%from, "RTCP from an address no stream announced; dropped");
         }
     }

@@ -1,7 +1,7 @@
 //! RTSP methods (RFC 2326 §10): what each request does to sessions and the
 //! engine, and the reply it gets.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Instant};
 
 use fjord_engine::Command;
 use fjord_proto::rtsp::{
@@ -95,7 +95,13 @@ fn refuse(code: u16, reason: &str) -> Reply {
         .into()
 }
 
-pub(crate) async fn handle(server: &Server, conn: &mut dyn Client, req: &Request) -> Reply {
+/// Answers `req`, which arrived on `conn` at `now`.
+pub(crate) async fn handle(
+    server: &Server,
+    conn: &mut dyn Client,
+    req: &Request,
+    now: Instant,
+) -> Reply {
     if req.version != Version::V1_0 {
         return status(505);
     }
@@ -112,11 +118,11 @@ pub(crate) async fn handle(server: &Server, conn: &mut dyn Client, req: &Request
             .header("Public", allowed_methods())
             .into(),
         Method::Describe => describe::answer(server, conn, req).await,
-        Method::Setup => setup::answer(server, conn, req).await,
-        Method::Play => play::answer(server, conn, req).await,
-        Method::Pause => pause::answer(server, conn, req).await,
-        Method::Teardown => teardown(server, conn, req),
-        Method::GetParameter | Method::SetParameter => keepalive(server, conn, req),
+        Method::Setup => setup::answer(server, conn, req, now).await,
+        Method::Play => play::answer(server, conn, req, now).await,
+        Method::Pause => pause::answer(server, conn, req, now).await,
+        Method::Teardown => teardown(server, conn, req, now),
+        Method::GetParameter | Method::SetParameter => keepalive(server, conn, req, now),
         Method::Announce | Method::Record | Method::Redirect => {
             Response::new(405).header("Allow", allowed_methods()).into()
         }
@@ -154,7 +160,12 @@ fn session_header(server: &Server, id: SessionId) -> String {
 }
 
 /// The session a request names, with its state advanced by `method`.
-fn session_for(server: &Server, conn: &dyn Client, req: &Request) -> Result<Arc<Session>, Reply> {
+fn session_for(
+    server: &Server,
+    conn: &dyn Client,
+    req: &Request,
+    now: Instant,
+) -> Result<Arc<Session>, Reply> {
     let Some(id) = req.session_id() else {
         // No session yet: SETUP has not happened (RFC 2326 §A.1).
         return Err(refuse(455, "SETUP first"));
@@ -165,12 +176,12 @@ fn session_for(server: &Server, conn: &dyn Client, req: &Request) -> Result<Arc<
     if session.conn != conn.id() {
         return Err(status(454));
     }
-    session.touch();
+    session.touch(now);
     Ok(session)
 }
 
-fn teardown(server: &Server, conn: &mut dyn Client, req: &Request) -> Reply {
-    let session = match session_for(server, conn, req) {
+fn teardown(server: &Server, conn: &mut dyn Client, req: &Request, now: Instant) -> Reply {
+    let session = match session_for(server, conn, req, now) {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -185,10 +196,27 @@ fn teardown(server: &Server, conn: &mut dyn Client, req: &Request) -> Reply {
     status(200)
 }
 
+/// The session timeout (RFC 2326 §12.37): ends the sessions idle for
+/// `session_timeout_s` at `now`, and says when the next could time out
+/// (activity only moves a session's time later; a new one's is a whole
+/// timeout away).
+pub(crate) fn expire_idle(server: &Server, now: Instant) -> Instant {
+    let timeout = server.config().session_timeout();
+    let (idle, oldest) = match now.checked_sub(timeout) {
+        Some(deadline) => server.sessions.idle_since(deadline),
+        None => (Vec::new(), None),
+    };
+    for s in idle {
+        tracing::info!(session = %s.id, "session timed out");
+        (server.sessions).remove(s.id, &server.engine, &server.admission);
+    }
+    oldest.map_or(now + timeout, |at| at + timeout)
+}
+
 /// GET_PARAMETER and SET_PARAMETER: keepalive; no parameters are settable.
-fn keepalive(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
+fn keepalive(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Reply {
     if req.session_id().is_some()
-        && let Err(r) = session_for(server, conn, req)
+        && let Err(r) = session_for(server, conn, req, now)
     {
         return r;
     }

@@ -3,7 +3,10 @@
 //! its own pace for every session in it. A PLAY is answered when its group
 //! starts: the batching window delays the reply, not the data after it.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use fjord_engine::Title;
 use fjord_proto::rtsp::{
@@ -41,6 +44,7 @@ pub(super) fn setup(
     (title_name, title): (Arc<str>, Arc<Title>),
     (track, repair): (usize, bool),
     wish: Wish,
+    now: Instant,
 ) -> Reply {
     let (peer, local) = match (conn.peer(), conn.local()) {
         (Ok(p), Ok(l)) => (p, l.ip()),
@@ -68,6 +72,7 @@ pub(super) fn setup(
             (conn.id(), peer),
             title_name,
             title.clone(),
+            now,
         ))
     });
     // Joined first: leaving ends a group made for this SETUP alone.
@@ -117,7 +122,7 @@ pub(super) fn setup(
             group: Some(group),
         });
     }
-    super::setup::keep_stream(conn, &session, existing.is_none());
+    super::setup::keep_stream(conn, &session, existing.is_none(), now);
     Response::new(200)
         .header("Transport", &reply)
         .header("Session", session_header(server, session.id))
@@ -164,7 +169,12 @@ fn count_refusal(server: &Server, e: &GroupError) {
 /// or has; the reply, sent as it starts, says where its streams begin. A group plays from the
 /// title's start in real time: a Range starting later, a `Scale` or a
 /// `Speed` other than 1 cannot be had.
-pub(super) async fn play(server: &Server, session: &Arc<Session>, req: &Request) -> Reply {
+pub(super) async fn play(
+    server: &Server,
+    session: &Arc<Session>,
+    req: &Request,
+    now: Instant,
+) -> Reply {
     let one = |h: Option<&str>| h.is_none_or(|v| v.trim().parse::<f64>() == Ok(1.0));
     if !one(req.header("Scale")) || !one(req.header("Speed")) {
         return refuse(
@@ -193,7 +203,7 @@ pub(super) async fn play(server: &Server, session: &Arc<Session>, req: &Request)
             return status(455);
         };
         // Now: the batching window may delay the reply past the timeout.
-        inner.played();
+        inner.played(now);
         g
     };
     let Some(started) = group.start(server, &session.title).await else {

@@ -1,5 +1,7 @@
 //! PAUSE, now or at a Range's point ahead.
 
+use std::time::Instant;
+
 use fjord_engine::Command;
 use fjord_proto::rtsp::{
     framing::{Method, Request},
@@ -11,8 +13,13 @@ use fjord_proto::rtsp::{
 use super::{Client, Reply, multicast, refuse, session_for, session_header, status};
 use crate::{Server, session::Session};
 
-pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
-    let session = match session_for(server, conn, req) {
+pub(super) async fn answer(
+    server: &Server,
+    conn: &dyn Client,
+    req: &Request,
+    now: Instant,
+) -> Reply {
+    let session = match session_for(server, conn, req, now) {
         Ok(s) => s,
         Err(r) => return r,
     };

@@ -1,7 +1,7 @@
 //! PLAY of a unicast session: its Range, Scale and Speed, where each
 //! stream starts and stops, and the reply's RTP-Info.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 
 use fjord_engine::{Command, PlayInfo, Start, Title, Until};
 use fjord_proto::rtsp::{
@@ -22,15 +22,20 @@ use crate::{
     title_streams,
 };
 
-pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
-    let session = match session_for(server, conn, req) {
+pub(super) async fn answer(
+    server: &Server,
+    conn: &dyn Client,
+    req: &Request,
+    now: Instant,
+) -> Reply {
+    let session = match session_for(server, conn, req, now) {
         Ok(s) => s,
         Err(r) => return r,
     };
     if multicast::is_member(&session) {
-        return multicast::play(server, &session, req).await;
+        return multicast::play(server, &session, req, now).await;
     }
-    let mut plan = match plan(server, &session, req) {
+    let mut plan = match plan(server, &session, req, now) {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -86,7 +91,7 @@ struct Plan {
 
 /// Checks a PLAY against the session's state and the engine threads'
 /// room, and moves the session to playing at its new rate.
-fn plan(server: &Server, session: &Session, req: &Request) -> Result<Plan, Reply> {
+fn plan(server: &Server, session: &Session, req: &Request, now: Instant) -> Result<Plan, Reply> {
     let (scale_h, speed_h) = (req.header("Scale"), req.header("Speed"));
     let rate = scale::requested(scale_h, speed_h, server.config().max_speed, &session.title)
         .map_err(|(code, why)| refuse(code, &why))?;
@@ -102,7 +107,7 @@ fn plan(server: &Server, session: &Session, req: &Request) -> Result<Plan, Reply
     }
     inner.speed = rate.speed;
     inner.state = playing;
-    inner.played();
+    inner.played(now);
     let scale_was = std::mem::replace(&mut inner.scale, rate.scale);
     let streams = (inner.streams.iter())
         .filter(|s| !s.repair)

@@ -5,6 +5,7 @@
 use std::{
     net::{IpAddr, SocketAddr},
     sync::Arc,
+    time::Instant,
 };
 
 use fjord_engine::{Command, Output, RepairSpec, SessionSpec, Title, UdpSocket};
@@ -52,7 +53,12 @@ fn track_number(control: Option<&str>, count: usize) -> Option<usize> {
     }
 }
 
-pub(super) async fn answer(server: &Server, conn: &mut dyn Client, req: &Request) -> Reply {
+pub(super) async fn answer(
+    server: &Server,
+    conn: &mut dyn Client,
+    req: &Request,
+    now: Instant,
+) -> Reply {
     let Ok(target) = title_path(&req.uri) else {
         return status(404);
     };
@@ -88,7 +94,16 @@ pub(super) async fn answer(server: &Server, conn: &mut dyn Client, req: &Request
     if let TransportRequest::Multicast { ttl, .. } = request {
         let wish = crate::multicast::Wish { ttl };
         let opened = (title_name, title);
-        return multicast::setup(server, conn, req, existing, opened, (track, repair), wish);
+        return multicast::setup(
+            server,
+            conn,
+            req,
+            existing,
+            opened,
+            (track, repair),
+            wish,
+            now,
+        );
     }
     let source = match repair_source(existing.as_deref(), track, repair, &request) {
         Ok(s) => s,
@@ -101,6 +116,7 @@ pub(super) async fn answer(server: &Server, conn: &mut dyn Client, req: &Request
             (conn.id(), peer),
             title_name,
             title.clone(),
+            now,
         ))
     });
     // A new session takes its place in the table now, under the limits, so
@@ -118,7 +134,7 @@ pub(super) async fn answer(server: &Server, conn: &mut dyn Client, req: &Request
     };
     match add_stream(server, conn, req, &session, wanted) {
         Ok(transport_reply) => {
-            keep_stream(conn, &session, existing.is_none());
+            keep_stream(conn, &session, existing.is_none(), now);
             Response::new(200)
                 .header("Transport", &transport_reply)
                 .header("Session", session_header(server, session.id))
@@ -515,7 +531,7 @@ pub(super) fn admit_session(server: &Server, session: &Arc<Session>) -> Result<(
 
 /// After a SETUP added its stream to `session`: the session is ready, and
 /// the connection holds it when `new`.
-pub(super) fn keep_stream(conn: &mut dyn Client, session: &Arc<Session>, new: bool) {
+pub(super) fn keep_stream(conn: &mut dyn Client, session: &Arc<Session>, new: bool, now: Instant) {
     {
         let mut inner = session.lock();
         if inner.state == State::Init {
@@ -525,7 +541,7 @@ pub(super) fn keep_stream(conn: &mut dyn Client, session: &Arc<Session>, new: bo
     if new {
         conn.add_session(session.clone());
     }
-    session.touch();
+    session.touch(now);
 }
 
 /// Where a stream's RTCP from the client comes in.

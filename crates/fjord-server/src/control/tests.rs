@@ -3,7 +3,12 @@
 //! temporary disk, an engine with nothing to send, interleaved transport
 //! (UDP would bind ports). Each test takes milliseconds.
 
-use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use fjord_engine::{Engine, EngineConfig};
 use fjord_proto::rtsp::{
@@ -112,7 +117,7 @@ fn request(text: &str) -> Request {
 }
 
 async fn ask(server: &Server, conn: &mut FakeClient, text: &str) -> Reply {
-    handle(server, conn, &request(text)).await
+    handle(server, conn, &request(text), Instant::now()).await
 }
 
 fn header<'a>(reply: &'a Reply, name: &str) -> &'a str {
@@ -415,7 +420,13 @@ async fn parameters_keep_alive_and_none_can_be_set() {
     let Ok(Some((Frame::Request(req), _))) = next_frame(wire.as_bytes(), &Limits::default()) else {
         panic!("SET_PARAMETER did not parse");
     };
-    assert_eq!(handle(&s, &mut c, &req).await.response.status, 451);
+    assert_eq!(
+        handle(&s, &mut c, &req, Instant::now())
+            .await
+            .response
+            .status,
+        451
+    );
 }
 
 #[tokio::test]
@@ -463,4 +474,52 @@ async fn admission_refuses_streams_and_speeds_past_the_engine_capacity() {
     assert_eq!(r.response.status, 456, "Scale and Speed together");
     let r = ask(&s, &mut c, &play("Speed: 1.4\n")).await;
     assert_eq!((r.response.status, header(&r, "Speed")), (200, "1.4"));
+}
+
+/// `text` answered as if it arrived at `now`.
+async fn ask_at(server: &Server, conn: &mut FakeClient, text: &str, now: Instant) -> Reply {
+    handle(server, conn, &request(text), now).await
+}
+
+#[tokio::test]
+async fn sessions_time_out_unless_kept_alive_after_play() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let (timeout, t0) = (Duration::from_secs(60), Instant::now());
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let mut c = FakeClient::new(1);
+    let setup = format!("SETUP {URL}/track1 RTSP/1.0\nCSeq: 1\nTransport: RTP/AVP/TCP\n");
+    let never_played = session_of(&ask_at(&s, &mut c, &setup, t0).await);
+    let mut d = FakeClient::new(2);
+    let played = session_of(&ask_at(&s, &mut d, &setup, t0).await);
+    let keepalive = |id: &str| format!("GET_PARAMETER {URL} RTSP/1.0\nCSeq: 2\nSession: {id}\n");
+    let play = format!("PLAY {URL} RTSP/1.0\nCSeq: 3\nSession: {played}\n");
+    assert_eq!(ask_at(&s, &mut d, &play, at(10)).await.response.status, 200);
+    for t in [30, 50] {
+        ask_at(&s, &mut c, &keepalive(&never_played), at(t)).await;
+        ask_at(&s, &mut d, &keepalive(&played), at(t)).await;
+    }
+    assert_eq!(
+        super::expire_idle(&s, at(59)),
+        t0 + timeout,
+        "none idle yet"
+    );
+    let next = super::expire_idle(&s, at(61));
+    assert!(
+        s.sessions.get(&never_played).is_none(),
+        "keep-alives before PLAY do not keep"
+    );
+    assert!(
+        s.sessions.get(&played).is_some(),
+        "kept alive after its PLAY"
+    );
+    assert_eq!(
+        next,
+        at(50) + timeout,
+        "it is due a timeout after its last request"
+    );
+    let r = ask_at(&s, &mut c, &keepalive(&never_played), at(62)).await;
+    assert_eq!(r.response.status, 454, "a timed-out session is gone");
+    super::expire_idle(&s, at(111));
+    assert!(s.sessions.all().is_empty());
 }

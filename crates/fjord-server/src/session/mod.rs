@@ -93,16 +93,16 @@ impl Inner {
     }
 
     /// A PLAY is accepted: from now on activity keeps the session.
-    pub fn played(&mut self) {
+    pub fn played(&mut self, now: Instant) {
         self.played = true;
-        self.last_activity = Instant::now();
+        self.last_activity = now;
     }
 
     /// Activity (a request naming the session, RTCP from its client)
     /// keeps a session that has played.
-    fn active(&mut self) {
+    fn active(&mut self, now: Instant) {
         if self.played {
-            self.last_activity = Instant::now();
+            self.last_activity = now;
         }
     }
 }
@@ -200,6 +200,7 @@ impl Session {
         (conn, peer): (u64, SocketAddr),
         title_name: Arc<str>,
         title: Arc<Title>,
+        now: Instant,
     ) -> Self {
         Self {
             id,
@@ -209,7 +210,7 @@ impl Session {
             title,
             inner: Mutex::new(Inner {
                 state: State::Init,
-                last_activity: Instant::now(),
+                last_activity: now,
                 played: false,
                 streams: Box::default(),
                 scale: 1,
@@ -231,15 +232,15 @@ impl Session {
         }
     }
 
-    pub fn touch(&self) {
-        self.lock().active();
+    pub fn touch(&self, now: Instant) {
+        self.lock().active(now);
     }
 
     /// Records RTCP from the client about the streams `about` picks: the
     /// client is alive, and how it receives.
-    pub fn on_rtcp(&self, about: impl Fn(&Stream) -> bool, infos: &[RtcpInfo]) {
+    pub fn on_rtcp(&self, about: impl Fn(&Stream) -> bool, infos: &[RtcpInfo], now: Instant) {
         let mut inner = self.lock();
-        inner.active();
+        inner.active(now);
         for info in infos {
             let RtcpInfo::ReceiverReport { blocks, .. } = info else {
                 continue;
@@ -258,9 +259,9 @@ impl Session {
 /// RTCP that a shared pair routed here by the client's address: about
 /// the streams set up with that address.
 impl RtcpSink for Session {
-    fn rtcp_from(&self, client: SocketAddr, infos: &[RtcpInfo]) {
+    fn rtcp_from(&self, client: SocketAddr, infos: &[RtcpInfo], now: Instant) {
         let routed_here = |st: &Stream| matches!(&st.rtcp, StreamRtcp::Route(_, a) if crate::shared::same_client(*a, client));
-        self.on_rtcp(routed_here, infos);
+        self.on_rtcp(routed_here, infos, now);
     }
 }
 
@@ -478,7 +479,7 @@ pub async fn rtcp_reader(
             continue;
         }
         if let Ok(infos) = fjord_proto::rtcp::parse_compound(&buf[..n]) {
-            session.on_rtcp(|st| st.engine_id == engine_id, &infos);
+            session.on_rtcp(|st| st.engine_id == engine_id, &infos, Instant::now());
         }
     }
 }

@@ -1,7 +1,15 @@
 //! Sessions' unit tests: ids, receiver reports, the table's caps and
 //! liveness, and RTCP routed to them through a shared port pair.
 
+use std::{net::UdpSocket, time::Duration};
+
+use socket2::Socket;
+
 use super::*;
+use crate::{
+    ports::PortPool,
+    shared::{RouteError, SharedPorts},
+};
 
 #[test]
 fn session_ids_are_16_uppercase_hex_digits_both_ways() {
@@ -109,6 +117,7 @@ fn the_table_counts_sessions_per_connection_and_per_address() {
             (conn, peer),
             "t.ts".into(),
             title.clone(),
+            Instant::now(),
         ))
     };
     let add = |s: &Arc<Session>| sessions.insert_within(s.clone(), caps);
@@ -136,33 +145,23 @@ fn the_table_counts_sessions_per_connection_and_per_address() {
 fn activity_keeps_only_a_session_that_played() {
     let dir = tempfile::tempdir().unwrap();
     let peer = SocketAddr::from(([127, 0, 0, 1], 9));
+    let t0 = Instant::now();
+    let at = |ms| t0 + std::time::Duration::from_millis(ms);
     let s = Session::new(
         SessionId::random(),
         (1, peer),
         "t.ts".into(),
         title(dir.path()),
+        t0,
     );
-    let set_up = s.lock().last_activity;
-    std::thread::sleep(std::time::Duration::from_millis(5));
-    s.touch();
-    s.on_rtcp(|_| true, &[]);
-    assert_eq!(s.lock().last_activity, set_up, "keep-alives before PLAY");
-    s.lock().played();
-    let played = s.lock().last_activity;
-    assert!(played > set_up);
-    std::thread::sleep(std::time::Duration::from_millis(5));
-    s.touch();
-    assert!(s.lock().last_activity > played, "keep-alives after PLAY");
+    s.touch(at(5));
+    s.on_rtcp(|_| true, &[], at(6));
+    assert_eq!(s.lock().last_activity, t0, "keep-alives before PLAY");
+    s.lock().played(at(7));
+    assert_eq!(s.lock().last_activity, at(7));
+    s.touch(at(9));
+    assert_eq!(s.lock().last_activity, at(9), "keep-alives after PLAY");
 }
-
-use std::{net::UdpSocket, time::Duration};
-
-use socket2::Socket;
-
-use crate::{
-    ports::PortPool,
-    shared::{RouteError, SharedPorts},
-};
 
 /// An RTCP RR with one report block about `ssrc`.
 fn rr(ssrc: u32, lost: u32) -> Vec<u8> {
@@ -192,6 +191,7 @@ fn routed_session(dir: &std::path::Path) -> Arc<Session> {
         (1, ([127, 0, 0, 1], 9).into()),
         "t.ts".into(),
         title,
+        Instant::now(),
     ))
 }
 
@@ -257,19 +257,19 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(reports(&a, 1), (1, 5), "A got its own report only");
     assert_eq!(reports(&b, 2), (2, 11), "B got its own reports only");
-    assert!(!pair.deliver(stranger.local_addr().unwrap(), &rr(1, 1)));
+    assert!(!pair.deliver(stranger.local_addr().unwrap(), &rr(1, 1), Instant::now()));
     // A stream's route goes with it, and only its own.
     pair.unroute(addr_a, &b);
     assert_eq!(pair.route_count(), 2, "another session removes nothing");
     pair.unroute(addr_a, &a);
     assert_eq!(pair.route_count(), 1);
-    assert!(!pair.deliver(addr_a, &rr(1, 1)));
+    assert!(!pair.deliver(addr_a, &rr(1, 1), Instant::now()));
     pair.route(stranger.local_addr().unwrap(), &b).unwrap();
     pair.unroute(stranger.local_addr().unwrap(), &b);
     // A session that is gone gets nothing, and nothing breaks.
     drop(b);
-    assert!(!pair.deliver(addr_b, &rr(2, 1)));
+    assert!(!pair.deliver(addr_b, &rr(2, 1), Instant::now()));
     // ... and its address is free again.
     pair.route(addr_b, &a).unwrap();
-    assert!(pair.deliver(addr_b, &rr(1, 1)));
+    assert!(pair.deliver(addr_b, &rr(1, 1), Instant::now()));
 }
