@@ -86,9 +86,9 @@ fn sdp(title: &Title, name: &str, origin_addr: IpAddr, offer_fec: bool) -> Strin
         .map(|i| (format!("S{i}"), format!("R{i}")))
         .collect();
     let repair_fmtps: Vec<Option<String>> = (0..n)
-        .map(|i| repair_fmtp(&title, i).filter(|_| offer_fec))
+        .map(|i| repair_fmtp(title, i).filter(|_| offer_fec))
         .collect();
-    let repair_pt = title_streams::repair_payload_type(&title);
+    let repair_pt = title_streams::repair_payload_type(title);
     let mut tracks: Vec<sdp::SdpTrack> = Vec::with_capacity(2 * n);
     let mut groups: Vec<(&str, &str)> = Vec::new();
     for (i, t) in index.tracks().enumerate() {

@@ -34,7 +34,8 @@ pub(super) fn is_member(session: &Session) -> bool {
     session.lock().streams.iter().any(|s| s.group.is_some())
 }
 
-/// SETUP of `track` over multicast: the session (new, or `existing`) joins
+/// SETUP of `track` (its repair stream with `repair`) over multicast,
+/// with the client's `wish`: the session (new, or `existing`) joins
 /// its title's gathering group, or the group its other tracks are in.
 pub(super) fn setup(
     server: &Server,
@@ -42,8 +43,7 @@ pub(super) fn setup(
     req: &Request,
     existing: Option<Arc<Session>>,
     (title_name, title): (Arc<str>, Arc<Title>),
-    (track, repair): (usize, bool),
-    wish: Wish,
+    (track, repair, wish): (usize, bool, Wish),
     now: Instant,
 ) -> Reply {
     let (peer, local) = match (conn.peer(), conn.local()) {
