@@ -100,8 +100,7 @@ pub(super) async fn answer(
             req,
             existing,
             opened,
-            (track, repair),
-            wish,
+            (track, repair, wish),
             now,
         );
     }
