@@ -208,96 +208,31 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     // A title's file truncated while it plays ends its sessions, not the
     // server (idempotent; `fjord serve` installed it already).
     fjord_media::guard::install();
-    let catalog = Catalog::new(
-        &config.roots(),
-        fjord_media::ts::TsOptions {
-            ts_per_rtp: config.ts_per_rtp,
-            ..Default::default()
-        },
-        config.fec(),
-        config.prefab,
-        config.prefab_share_percent,
-        storage.clone(),
-    )?
-    .bounded(config.max_loaded_titles);
-    let listener = TcpListener::bind(SocketAddr::new(config.bind, config.port))
-        .await
-        .map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot listen on {}:{}: {e} (is another server using the port? try --port)",
-                    config.bind, config.port
-                ),
-            )
-        })?;
+    let catalog = catalog(&config, storage.clone())?;
+    let rtsp = SocketAddr::new(config.bind, config.port);
+    let listener = bind(rtsp, "", "is another server using the port? try --port").await?;
     let local = listener.local_addr()?;
     let http = match config.http_port {
         0 => None,
-        port => Some(TcpListener::bind(SocketAddr::new(config.bind, port)).await.map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot listen for HTTP on {}:{port}: {e} (set http_port, or 0 for no HTTP downloads)",
-                    config.bind
-                ),
-            )
-        })?),
+        port => {
+            let at = SocketAddr::new(config.bind, port);
+            Some(bind(at, " for HTTP", "set http_port, or 0 for no HTTP downloads").await?)
+        }
     };
     let admin = match config.admin_bind()? {
         None => None,
-        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot listen for the admin API on {addr}: {e} (set admin_bind, or \"\" for none)"),
-            )
-        })?),
+        Some(at) => Some(bind(at, " for the admin API", "set admin_bind, or \"\" for none").await?),
     };
-    let engine = Engine::start(EngineConfig {
-        threads: config.threads(),
-        burst: Duration::from_millis(config.burst_ms),
-        rtcp_interval: Duration::from_secs(config.rtcp_interval_s),
-        cname: format!("fjord@{local}"),
-        datapath: config.datapath.clone(),
-        cpus: vec![],
-        realtime: config.realtime,
-        stall_timeout: Duration::from_secs(config.stall_timeout_s),
-        storage: storage.clone(),
-    })?;
-    if let Some(s) = &storage {
-        let c = s.config();
-        tracing::info!(
-            readahead_ms = c.readahead.as_millis() as u64,
-            budget_mb = c.budget >> 20,
-            head_s = c.head.as_secs(),
-            "storage layer: reading ahead of every session"
-        );
-    }
+    let engine = start_engine(&config, local, storage.clone())?;
     let tls = tls::Tls::new(&config).await?;
     let server = Arc::new(Server::new(config, catalog, engine, storage, tls)?);
-    let slots = server.slots.clone();
     // Before the RTSP line, which scripts and tests wait for.
     if let Some(listener) = admin {
-        let at = listener.local_addr()?;
-        if !at.ip().is_loopback() && server.config().users.is_empty() {
-            tracing::warn!(
-                "the admin listener on {at} is reachable beyond this machine and, without \
-                 [[user]] tables, lets anyone who reaches it list and end sessions: \
-                 add a user with admin = true, or set admin_bind to a loopback address"
-            );
-        }
-        println!("fjord: status page on http://{at}/");
-        tokio::spawn(admin::listen(server.clone(), listener));
-        admin::sample_every_second(Arc::downgrade(&server));
+        start_admin(&server, listener)?;
     }
     if server.tls.is_some() {
         let at = SocketAddr::new(server.config().bind, server.config().rtsps_port);
-        let listener = TcpListener::bind(at).await.map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot listen for RTSPS on {at}: {e} (set rtsps_port)"),
-            )
-        })?;
+        let listener = bind(at, " for RTSPS", "set rtsps_port").await?;
         println!("fjord: listening on rtsps://{}/", listener.local_addr()?);
         tokio::spawn(listen_rtsps(server.clone(), listener));
     }
@@ -305,7 +240,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     println!("fjord: listening on rtsp://{local}/");
     if let Some(listener) = http {
         println!("fjord: downloads on http://{}/", listener.local_addr()?);
-        tokio::spawn(http::listen(server.clone(), listener, slots.clone()));
+        tokio::spawn(http::listen(server.clone(), listener, server.slots.clone()));
     }
     tracing::info!(
         roots = ?server.catalog.roots(),
@@ -315,39 +250,111 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         capacity_pps_per_core = ?server.admission.capacity(),
         "serving"
     );
-
     tokio::spawn(reap_idle_sessions(server.clone()));
     heap_trim::every_minute();
     if !server.config().stats_file.as_os_str().is_empty() {
         let path = server.config().stats_file.clone();
         tokio::spawn(stats_file::write_every_second(server.clone(), path));
     }
+    listen_rtsp(&server, listener, source).await?;
+    lifecycle::drain(&server).await;
+    Ok(())
+}
+
+/// The catalog of the config's roots, holding at most `max_loaded_titles`
+/// loaded titles nothing plays.
+fn catalog(config: &Config, storage: Option<fjord_storage::Storage>) -> std::io::Result<Catalog> {
+    let ts = fjord_media::ts::TsOptions {
+        ts_per_rtp: config.ts_per_rtp,
+        ..Default::default()
+    };
+    let (fec, prefab, share) = (config.fec(), config.prefab, config.prefab_share_percent);
+    let catalog = Catalog::new(&config.roots(), ts, fec, prefab, share, storage)?;
+    Ok(catalog.bounded(config.max_loaded_titles))
+}
+
+/// A listener on `at`, or an error that says which (`what`) and what to do.
+async fn bind(at: SocketAddr, what: &str, hint: &str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(at).await.map_err(|e| {
+        let message = format!("cannot listen{what} on {at}: {e} ({hint})");
+        std::io::Error::new(e.kind(), message)
+    })
+}
+
+fn start_engine(
+    config: &Config,
+    local: SocketAddr,
+    storage: Option<fjord_storage::Storage>,
+) -> std::io::Result<Engine> {
+    if let Some(s) = &storage {
+        let c = s.config();
+        tracing::info!(
+            readahead_ms = c.readahead.as_millis() as u64,
+            budget_mb = c.budget >> 20,
+            head_s = c.head.as_secs(),
+            "storage layer: reading ahead of every session"
+        );
+    }
+    Engine::start(EngineConfig {
+        threads: config.threads(),
+        burst: Duration::from_millis(config.burst_ms),
+        rtcp_interval: Duration::from_secs(config.rtcp_interval_s),
+        cname: format!("fjord@{local}"),
+        datapath: config.datapath.clone(),
+        cpus: vec![],
+        realtime: config.realtime,
+        stall_timeout: Duration::from_secs(config.stall_timeout_s),
+        storage,
+    })
+}
+
+/// Serves the status page and API on `listener`, warning when anyone who
+/// reaches it could end sessions.
+fn start_admin(server: &Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
+    let at = listener.local_addr()?;
+    if !at.ip().is_loopback() && server.config().users.is_empty() {
+        tracing::warn!(
+            "the admin listener on {at} is reachable beyond this machine and, without \
+             [[user]] tables, lets anyone who reaches it list and end sessions: \
+             add a user with admin = true, or set admin_bind to a loopback address"
+        );
+    }
+    println!("fjord: status page on http://{at}/");
+    tokio::spawn(admin::listen(server.clone(), listener));
+    admin::sample_every_second(Arc::downgrade(server));
+    Ok(())
+}
+
+/// Accepts RTSP connections until SIGINT or SIGTERM, re-reading the
+/// config from `source` on SIGHUP.
+async fn listen_rtsp(
+    server: &Arc<Server>,
+    listener: TcpListener,
+    source: ConfigSource,
+) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let (mut term, mut hup) = (
         signal(SignalKind::terminate())?,
         signal(SignalKind::hangup())?,
     );
     let source = Arc::new(source);
-    lifecycle::ready(&server);
+    lifecycle::ready(server);
     let mut acceptor = accept::Acceptor::new(&listener, "RTSP");
     loop {
         tokio::select! {
             (stream, peer) = acceptor.next() => {
                 // Over the limit the connection is closed at once: no reply
                 // can be sent before a request arrives.
-                let Some(slot) = slots::take_or_log(&slots, peer, "RTSP") else {
+                let Some(slot) = slots::take_or_log(&server.slots, peer, "RTSP") else {
                     continue;
                 };
                 tokio::spawn(conn::serve_connection(server.clone(), stream, peer, slot, None));
             }
-            _ = hup.recv() => lifecycle::reload(&server, &source).await,
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+            _ = hup.recv() => lifecycle::reload(server, &source).await,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = term.recv() => return Ok(()),
         }
     }
-    drop(listener);
-    lifecycle::drain(&server).await;
-    Ok(())
 }
 
 /// Accepts RTSPS connections: each is served as an RTSP connection once
