@@ -22,7 +22,8 @@ use crate::{Catalog, Config, Server, session::Session};
 /// A connection as the methods see it, keeping what they hand it.
 struct FakeClient {
     id: u64,
-    peer: SocketAddr,
+    /// `None`: the socket cannot say (it was reset).
+    peer: Option<SocketAddr>,
     sessions: Vec<Arc<Session>>,
     channels: Vec<u8>,
     attached: bool,
@@ -32,7 +33,7 @@ impl FakeClient {
     fn new(id: u64) -> Self {
         Self {
             id,
-            peer: ([198, 18, 0, 2], 40000).into(),
+            peer: Some(([198, 18, 0, 2], 40000).into()),
             sessions: vec![],
             channels: vec![],
             attached: false,
@@ -45,10 +46,13 @@ impl Client for FakeClient {
         self.id
     }
     fn peer(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.peer)
+        self.peer
+            .ok_or_else(|| std::io::ErrorKind::NotConnected.into())
     }
     fn local(&self) -> std::io::Result<SocketAddr> {
-        Ok(([198, 18, 0, 1], 8554).into())
+        self.peer
+            .map(|_| ([198, 18, 0, 1], 8554).into())
+            .ok_or_else(|| std::io::ErrorKind::NotConnected.into())
     }
     fn is_tls(&self) -> bool {
         false
@@ -78,6 +82,12 @@ fn server(dir: &Path, config: Config) -> Server {
     let no_parity = &fjord_media::no_parity;
     fjord_media::synthetic::write_constant_rate(&media, 1316, 10_000_000, 1000, no_parity).unwrap();
     std::fs::write(dir.join("notes.txt"), "not media").unwrap();
+    // `f.ts`: the same with 10:6 parity, so it has repair streams.
+    let media = dir.join("f.ts");
+    let params = fjord_fec::FecParams::new(10, 6).unwrap();
+    let layouts = fjord_fec::layouts(fjord_fec::FecChoice::Fixed(params));
+    fjord_media::synthetic::write_constant_rate(&media, 1316, 10_000_000, 1000, &layouts).unwrap();
+    fjord_fec::protect(&media, &mut |_, _| {}).unwrap();
     let config = Config {
         root: dir.to_owned(),
         prefab: crate::config::PrefabMode::Off,
@@ -522,4 +532,57 @@ async fn sessions_time_out_unless_kept_alive_after_play() {
     assert_eq!(r.response.status, 454, "a timed-out session is gone");
     super::expire_idle(&s, at(111));
     assert!(s.sessions.all().is_empty());
+}
+
+#[tokio::test]
+async fn repair_streams_are_offered_on_request_and_follow_their_track() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    let url = "rtsp://198.18.0.1:8554/f.ts";
+    let describe = format!("DESCRIBE {url} RTSP/1.0\nCSeq: 2\n");
+    let r = ask(&s, &mut c, &describe).await;
+    assert_eq!(header(&r, "Supported"), "fjord.fec", "the title has parity");
+    let sdp = String::from_utf8(r.response.body.clone()).unwrap();
+    assert!(!sdp.contains("FEC-FR"), "not offered unless asked: {sdp}");
+    let r = ask(&s, &mut c, &format!("{describe}Supported: fjord.fec\n")).await;
+    let sdp = String::from_utf8(r.response.body.clone()).unwrap();
+    assert!(sdp.contains("a=group:FEC-FR S1 R1") && sdp.contains("a=control:track1-fec"));
+    let setup = |track: &str, transport: &str, session: &str| {
+        let session = match session {
+            "" => String::new(),
+            id => format!("Session: {id}\n"),
+        };
+        format!("SETUP {url}/{track} RTSP/1.0\nCSeq: 3\n{session}Transport: {transport}\n")
+    };
+    let tcp = |ch: u8| format!("RTP/AVP/TCP;interleaved={ch}-{}", ch + 1);
+    let r = ask(&s, &mut c, &setup("track1-fec", &tcp(0), "")).await;
+    assert_eq!(r.response.status, 455, "the source track first");
+    let id = session_of(&ask(&s, &mut c, &setup("track1", &tcp(0), "")).await);
+    let udp = "RTP/AVP;unicast;client_port=5000-5001";
+    let r = ask(&s, &mut c, &setup("track1-fec", udp, &id)).await;
+    assert_eq!(r.response.status, 461, "the source track's transport");
+    let r = ask(&s, &mut c, &setup("track1-fec", &tcp(2), &id)).await;
+    assert_eq!(r.response.status, 200);
+    let r = ask(&s, &mut c, &setup("track1-fec", &tcp(4), &id)).await;
+    assert_eq!(r.response.status, 455, "set up once");
+}
+
+#[tokio::test]
+async fn a_connection_that_cannot_name_its_addresses_gets_500() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    c.peer = None;
+    let r = ask(&s, &mut c, &format!("DESCRIBE {URL} RTSP/1.0\nCSeq: 2\n")).await;
+    assert_eq!(r.response.status, 500);
+    let udp = "RTP/AVP;unicast;client_port=5000-5001";
+    let r = ask(
+        &s,
+        &mut c,
+        &format!("SETUP {URL}/track1 RTSP/1.0\nCSeq: 3\nTransport: {udp}\n"),
+    )
+    .await;
+    assert_eq!(r.response.status, 500);
+    assert!(s.sessions.all().is_empty(), "and keeps no session");
 }
