@@ -108,19 +108,27 @@ fn schedule_round_trips_as_json_with_the_published_field_names() {
     assert_eq!(rebuilt.description(), plan.description());
 }
 
-#[test]
-fn refuses_bad_schedules() {
+/// The schedule of a staggered plan: a good one.
+fn staggered_schedule() -> Schedule {
     let plan = Plan::new(
         title(1000, 188, 10_000_000, 25),
         Config::new(Scheme::Staggered, 3 * S),
     )
     .unwrap();
-    let good = schedule(&plan);
-    let refused = |f: &dyn Fn(&mut Schedule)| {
-        let mut s = good.clone();
-        f(&mut s);
-        Schedule::from_json(&serde_json::to_vec(&s).unwrap()).unwrap_err()
-    };
+    schedule(&plan)
+}
+
+/// What `Schedule::from_json` says of `good` changed by `f`.
+fn refused(good: &Schedule, f: &dyn Fn(&mut Schedule)) -> ScheduleError {
+    let mut s = good.clone();
+    f(&mut s);
+    Schedule::from_json(&serde_json::to_vec(&s).unwrap()).unwrap_err()
+}
+
+#[test]
+fn refuses_bad_schedules() {
+    let good = staggered_schedule();
+    let refused = |f: &dyn Fn(&mut Schedule)| refused(&good, f);
     assert!(matches!(
         refused(&|s| s.version = 2),
         ScheduleError::Version(2)
@@ -151,35 +159,6 @@ fn refuses_bad_schedules() {
         refused(&|s| s.plan.packets[3][1] += 1),
         ScheduleError::Plan(_)
     ));
-    let flow = RepairFlow {
-        ssrc: 1,
-        payload_type: 96,
-        k: 100,
-        m: 10,
-        symbol_len: 1324,
-    };
-    for bad in [
-        RepairFlow { k: 0, ..flow },
-        RepairFlow { m: 0, ..flow },
-        RepairFlow { k: 250, ..flow },
-        RepairFlow {
-            symbol_len: 8,
-            ..flow
-        },
-        RepairFlow {
-            ssrc: good.ssrc,
-            ..flow
-        },
-    ] {
-        let e = refused(&|s| s.repair = Some(bad));
-        assert!(matches!(e, ScheduleError::Invalid(_)), "{bad:?}: {e}");
-    }
-    let with_repair = Schedule {
-        repair: Some(flow),
-        ..good.clone()
-    };
-    let json = serde_json::to_vec(&with_repair).unwrap();
-    assert_eq!(Schedule::from_json(&json).unwrap().0, with_repair);
     let too_many = |s: &mut Schedule| {
         let c = s.plan.channels[0].clone();
         s.plan.channels = vec![c; CHANNEL_LIMIT + 1];
@@ -200,6 +179,40 @@ fn refuses_bad_schedules() {
         Schedule::from_json(&huge),
         Err(ScheduleError::TooLarge(_))
     ));
+}
+
+#[test]
+fn refuses_bad_repair_flows() {
+    let flow = RepairFlow {
+        ssrc: 1,
+        payload_type: 96,
+        k: 100,
+        m: 10,
+        symbol_len: 1324,
+    };
+    let good = staggered_schedule();
+    for bad in [
+        RepairFlow { k: 0, ..flow },
+        RepairFlow { m: 0, ..flow },
+        RepairFlow { k: 250, ..flow },
+        RepairFlow {
+            symbol_len: 8,
+            ..flow
+        },
+        RepairFlow {
+            ssrc: good.ssrc,
+            ..flow
+        },
+    ] {
+        let e = refused(&good, &|s| s.repair = Some(bad));
+        assert!(matches!(e, ScheduleError::Invalid(_)), "{bad:?}: {e}");
+    }
+    let with_repair = Schedule {
+        repair: Some(flow),
+        ..good.clone()
+    };
+    let json = serde_json::to_vec(&with_repair).unwrap();
+    assert_eq!(Schedule::from_json(&json).unwrap().0, with_repair);
 }
 
 #[test]
