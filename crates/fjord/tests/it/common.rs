@@ -1,15 +1,18 @@
 //! Shared pieces of the integration tests: test media (made by ffmpeg once
 //! per target dir), a running `fjord serve` per test, bounded child
-//! processes, and checks on received bytes against the source file.
+//! processes, requests by hand and by curl, and checks on received bytes
+//! against the source file.
 
 mod checks;
+mod http;
 mod media;
 mod net;
 mod process;
 mod server;
 
 pub use checks::{TS, assert_contiguous, find_aligned, starts_at_random_access};
-pub use media::{clip_bytes, generate_media, media, vbr_bytes};
+pub use http::{curl, curl_status, get_json};
+pub use media::{TsClip, clip_bytes, generate_media, ingest, media, vbr_bytes};
 pub use net::{free_port, in_private_network, raw_exchange, read_until_close, status_of};
 pub use process::{Output, run_bounded, run_bounded_with};
-pub use server::Server;
+pub use server::{ALICE, Server, certificate};

@@ -9,7 +9,6 @@ use std::{fs, path::Path, process::Command, time::Duration};
 
 use fjord_client::RtspClient;
 
-use crate::admin::get_json;
 use crate::common::{Server, in_private_network, run_bounded_with};
 use crate::formats::{AVC_MP4, COPY, Case, ffmpeg_plays_over, framemd5, gstreamer_plays, media};
 
@@ -61,14 +60,6 @@ fn gstreamer_receives_ts(server: &Server, case: &Case, source: &Path) {
     );
 }
 
-/// Packets every engine thread has sent (the admin API).
-fn packets_sent(server: &Server) -> u64 {
-    let threads = get_json(&format!("{}/api/v1/threads", server.admin()));
-    (threads.as_array().unwrap().iter())
-        .map(|t| t["packets"].as_u64().unwrap())
-        .sum()
-}
-
 #[test]
 fn ffmpeg_and_gstreamer_receive_a_ts_and_an_mp4_title_over_multicast() {
     in_private_network(|| {
@@ -106,10 +97,10 @@ fn viewers_in_one_batching_window_share_one_stream() {
                 s.spawn(|| ffmpeg_plays_over(&server, case, &source, &want, "udp_multicast"));
             }
         });
-        let shared = packets_sent(&server);
+        let shared = server.thread_total("packets");
         // The same title to one unicast viewer: what one stream sends.
         ffmpeg_plays_over(&server, case, &source, &want, "udp");
-        let one = packets_sent(&server) - shared;
+        let one = server.thread_total("packets") - shared;
         assert!(one > 100, "{one} packets in a unicast play");
         assert_eq!(shared, one, "three multicast viewers cost one stream");
         let log = server.log_text();

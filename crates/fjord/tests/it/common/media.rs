@@ -1,13 +1,14 @@
 //! Test media: the two clips every server gets (made by ffmpeg once per
 //! target dir), and other media made the same way.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::run_bounded;
+use super::{Output, run_bounded};
 
 /// The test clips, generated on first use.
 pub struct Media {
@@ -25,36 +26,14 @@ pub fn media() -> &'static Media {
     MEDIA.get_or_init(|| {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-media");
         fs::create_dir_all(&dir).expect("create test-media dir");
-        let clip = generate(
-            &dir,
-            &format!("clip-{MEDIA_VERSION}.ts"),
-            &[
-                "-f",
-                "lavfi",
-                "-i",
-                "testsrc2=size=640x360:rate=25",
-                "-f",
-                "lavfi",
-                "-i",
-                "sine=frequency=440:sample_rate=48000",
-                "-t",
-                "10",
-                "-c:v",
-                "libx264",
-                "-preset",
-                "veryfast",
-                "-g",
-                "25",
-                "-b:v",
-                "1.5M",
-                "-c:a",
-                "aac",
-                "-b:a",
-                "128k",
-                "-f",
-                "mpegts",
-            ],
-        );
+        let clip = TsClip {
+            size: "640x360",
+            tone: 440,
+            seconds: 10,
+            rates: ("1.5M", "128k"),
+            extra: &[],
+        };
+        let clip = generate(&dir, &format!("clip-{MEDIA_VERSION}.ts"), &clip.args());
         let vbr = generate(
             &dir,
             &format!("vbr-{MEDIA_VERSION}.ts"),
@@ -101,8 +80,74 @@ pub fn vbr_bytes() -> &'static [u8] {
     B.get_or_init(|| fs::read(&media().vbr).unwrap())
 }
 
+/// An H.264 + AAC MPEG-TS test clip: testsrc2 at `size` (25 frames a
+/// second) and a `tone` Hz sine, a keyframe a second.
+pub struct TsClip<'a> {
+    pub size: &'a str,
+    pub tone: u32,
+    pub seconds: u32,
+    /// The video and audio bit rates (`-b:v`, `-b:a`).
+    pub rates: (&'a str, &'a str),
+    /// More output options (a mux rate).
+    pub extra: &'a [&'a str],
+}
+
+impl TsClip<'_> {
+    /// The clip, made as `name` once per target dir.
+    pub fn make(&self, name: &str) -> PathBuf {
+        generate_media(name, &self.args())
+    }
+
+    fn args(&self) -> Vec<String> {
+        let (video, audio) = self.rates;
+        let mut args: Vec<String> = [
+            "-f",
+            "lavfi",
+            "-i",
+            &format!("testsrc2=size={}:rate=25", self.size),
+            "-f",
+            "lavfi",
+            "-i",
+            &format!("sine=frequency={}:sample_rate=48000", self.tone),
+            "-t",
+            &self.seconds.to_string(),
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-g",
+            "25",
+            "-b:v",
+            video,
+            "-c:a",
+            "aac",
+            "-b:a",
+            audio,
+        ]
+        .map(str::to_owned)
+        .into();
+        args.extend(self.extra.iter().map(|&a| a.to_owned()));
+        args.extend(["-f", "mpegts"].map(str::to_owned));
+        args
+    }
+}
+
+/// Copies each `(source, name)` into `dir` and ingests them there with
+/// `fjord ingest ARGS`, which must succeed.
+pub fn ingest<P: AsRef<Path>>(dir: &Path, args: &[&str], files: &[(P, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cmd.arg("ingest").args(args);
+    for (source, name) in files {
+        fs::copy(source, dir.join(name)).unwrap();
+        cmd.arg(dir.join(name));
+    }
+    let out = run_bounded(cmd, Duration::from_secs(120));
+    assert!(out.status.success(), "ingest: {}", out.stderr);
+    out
+}
+
 /// Test media `name` made by ffmpeg with `args` (once per target dir).
-pub fn generate_media(name: &str, args: &[&str]) -> PathBuf {
+pub fn generate_media(name: &str, args: &[impl AsRef<OsStr>]) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-media");
     fs::create_dir_all(&dir).expect("create test-media dir");
     generate(&dir, &format!("{MEDIA_VERSION}-{name}"), args)
@@ -111,7 +156,7 @@ pub fn generate_media(name: &str, args: &[&str]) -> PathBuf {
 /// Makes `dir/name` with ffmpeg unless it exists. A lock file keeps
 /// parallel test processes from generating it twice; the output is written
 /// to a temporary name and renamed, so a reader never sees half a file.
-fn generate(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+fn generate(dir: &Path, name: &str, args: &[impl AsRef<OsStr>]) -> PathBuf {
     let out = dir.join(name);
     let lock = dir.join(format!("{name}.lock"));
     let deadline = Instant::now() + Duration::from_secs(180);

@@ -6,9 +6,23 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::{media, run_bounded};
+use super::{free_port, get_json, ingest, media, run_bounded};
+
+/// A `[[user]]` table: alice, password `wonderland`, who may read every
+/// title.
+pub const ALICE: &str = "[[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\n";
+
+/// The config lines `fjord cert` prints for a new key and certificate it
+/// writes into `dir`.
+pub fn certificate(dir: &Path) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cmd.args(["cert", "--out"]).arg(dir);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    assert!(out.status.success(), "fjord cert: {}", out.stderr);
+    String::from_utf8(out.stdout).unwrap()
+}
 
 /// A `fjord serve` child on an ephemeral port with its own root; killed on
 /// drop (its log is printed if the test failed).
@@ -38,20 +52,32 @@ impl Server {
     /// ahead by `fjord ingest`: index, parity and prefabricated packets.
     pub fn start_ingested(config: &str) -> Server {
         Server::start_with(config, |root| {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-            cmd.arg("ingest");
-            for (src, name) in [(&media().clip, "clip.ts"), (&media().vbr, "vbr.ts")] {
-                fs::copy(src, root.join(name)).unwrap();
-                cmd.arg(root.join(name));
-            }
-            let out = run_bounded(cmd, Duration::from_secs(60));
-            assert!(out.status.success(), "ingest: {}", out.stderr);
+            let files = [(&media().clip, "clip.ts"), (&media().vbr, "vbr.ts")];
+            let out = ingest(root, &[], &files);
             assert!(
                 root.join("clip.ts.fjpkt").exists(),
                 "{}",
                 String::from_utf8_lossy(&out.stdout)
             );
         })
+    }
+
+    /// Starts a server as [`Server::start`] does, with HTTP on a free port
+    /// (`http_port = PORT` ahead of `config`); and that port.
+    pub fn start_http(config: &str) -> (Server, u16) {
+        let port = free_port();
+        (
+            Server::start(&format!("http_port = {port}\n{config}")),
+            port,
+        )
+    }
+
+    /// Starts a server as [`Server::start_with`] does, with HTTP on a free
+    /// port (`http_port = PORT` ahead of `config`); and that port.
+    pub fn start_http_with(config: &str, populate: impl FnOnce(&Path)) -> (Server, u16) {
+        let port = free_port();
+        let config = format!("http_port = {port}\n{config}");
+        (Server::start_with(&config, populate), port)
     }
 
     /// Starts a server after `populate` has filled its root.
@@ -252,10 +278,45 @@ impl Server {
     /// Asserts the server is alive and serves a normal DESCRIBE.
     pub fn assert_healthy(&mut self) {
         self.assert_alive();
-        let mut c = fjord_client::RtspClient::connect(&self.url("clip.ts")).unwrap();
-        let d = c.describe().expect("DESCRIBE after the bad input");
-        assert!(d.sdp.contains("MP2T/90000"), "{}", d.sdp);
+        self.assert_describes("clip.ts");
         self.assert_alive();
+    }
+
+    /// Asserts a DESCRIBE of `title` is answered with an MP2T SDP.
+    pub fn assert_describes(&self, title: &str) {
+        let mut c = fjord_client::RtspClient::connect(&self.url(title)).unwrap();
+        let d = c.describe().expect("DESCRIBE");
+        assert!(d.sdp.contains("MP2T/90000"), "{}", d.sdp);
+    }
+
+    /// The status of a SETUP (TCP interleaved) of a new session of
+    /// `clip.ts`.
+    pub fn setup_status(&self) -> u16 {
+        let mut c = fjord_client::RtspClient::connect(&self.url("clip.ts")).unwrap();
+        let track = c.describe().expect("DESCRIBE").track_urls[0].clone();
+        let transport = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
+        c.request("SETUP", &track, &transport, &[]).unwrap().status
+    }
+
+    /// Waits up to `limit` for the server's log to say `needle`.
+    pub fn wait_for_log(&self, needle: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.log_text().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "no {needle:?} in the log within {limit:?}:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `field` of every engine thread (the admin API), summed.
+    pub fn thread_total(&self, field: &str) -> u64 {
+        let threads = get_json(&format!("{}/api/v1/threads", self.admin()));
+        (threads.as_array().unwrap().iter())
+            .map(|t| t[field].as_u64().unwrap())
+            .sum()
     }
 }
 
