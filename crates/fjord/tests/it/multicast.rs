@@ -9,7 +9,7 @@ use std::{fs, path::Path, process::Command, time::Duration};
 
 use fjord_client::RtspClient;
 
-use crate::common::{Server, in_private_network, run_bounded_with};
+use crate::common::{Server, in_private_network, run_bounded_with, transport_param};
 use crate::formats::{AVC_MP4, COPY, Case, ffmpeg_plays_over, framemd5, gstreamer_plays, media};
 
 /// Long enough for every client of a test to SETUP before its group starts.
@@ -181,9 +181,7 @@ fn groups_come_from_the_pool_and_later_viewers_get_the_next_group() {
 
 /// `name=value` of a Transport header.
 fn param<'a>(transport: &'a str, name: &str) -> &'a str {
-    (transport.split(';'))
-        .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("no {name} in {transport}"))
+    transport_param(transport, name).unwrap_or_else(|| panic!("no {name} in {transport}"))
 }
 
 /// A socket that receives group `group` on `port`, as players open one.

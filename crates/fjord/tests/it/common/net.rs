@@ -44,6 +44,13 @@ pub fn read_until_close(s: &mut TcpStream, limit: Duration) -> (String, bool) {
     }
 }
 
+/// The value of `key` in a Transport header, if it has one.
+pub fn transport_param<'a>(transport: &'a str, key: &str) -> Option<&'a str> {
+    transport
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix(key)?.strip_prefix('='))
+}
+
 /// The status code of the first response in `text`.
 pub fn status_of(text: &str) -> Option<u16> {
     let line = text.lines().next()?;
