@@ -184,10 +184,11 @@ fn ingest_source(dir: &Path, names: &[&str]) {
     ingest(dir, &["--fec", "12:8"], &files);
 }
 
-/// `fjord play URL -o FILE`: (output bytes, stdout, whether it succeeded).
-fn play(server: &Server, title: &str, out: &Path) -> (Vec<u8>, String, bool) {
+/// `fjord play URL -o FILE`: (output bytes, stdout and stderr, whether it
+/// succeeded).
+fn play(url: &str, out: &Path) -> (Vec<u8>, String, bool) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-    cmd.arg("play").arg(server.url(title)).arg("-o").arg(out);
+    cmd.arg("play").arg(url).arg("-o").arg(out);
     let r = run_bounded(cmd, Duration::from_secs(60));
     let text = format!("{}\n{}", String::from_utf8_lossy(&r.stdout), r.stderr);
     (fs::read(out).unwrap_or_default(), text, r.status.success())
@@ -262,7 +263,7 @@ fn a_packet_file_read_error_is_rebuilt_and_the_client_gets_the_stored_bytes() {
     let bad = page_at(packets_len * 3 / 4);
     fuse.fail(&[("a.ts.fjpkt", bad.clone())]);
 
-    let (got, text, ok) = play(&server, "a.ts", &dir.path().join("a.out"));
+    let (got, text, ok) = play(&server.url("a.ts"), &dir.path().join("a.out"));
     let want = fs::read(plain.join("a.ts")).unwrap();
     let st = storage_stats(&stats, |s| count(s, "repaired_chunks") > 0);
     assert!(
@@ -326,16 +327,10 @@ fn a_media_read_error_is_repaired_from_parity_and_beyond_it_only_that_session_en
 
     let bad_play = {
         let (server_url, out) = (server.url("bad.ts"), dir.path().join("bad.out"));
-        std::thread::spawn(move || {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-            cmd.arg("play").arg(server_url).arg("-o").arg(&out);
-            let r = run_bounded(cmd, Duration::from_secs(60));
-            let text = format!("{}\n{}", String::from_utf8_lossy(&r.stdout), r.stderr);
-            (fs::read(&out).unwrap_or_default(), text)
-        })
+        std::thread::spawn(move || play(&server_url, &out))
     };
-    let (got, text, ok) = play(&server, "good.ts", &dir.path().join("good.out"));
-    let (bad_got, bad_text) = bad_play.join().unwrap();
+    let (got, text, ok) = play(&server.url("good.ts"), &dir.path().join("good.out"));
+    let (bad_got, bad_text, _) = bad_play.join().unwrap();
     let st = storage_stats(&stats, |s| count(s, "read_errors") >= 2);
 
     assert!(ok, "fjord play good.ts failed: {text}");
@@ -430,7 +425,7 @@ fn parity_kept_on_another_disk_of_the_pool_rebuilds_a_media_read_error() {
     }
     let want = fs::read(plain.join("p.ts")).unwrap();
     fuse.fail(&[("p.ts", page_at(want.len() as u64 * 3 / 4))]);
-    let (got, text, ok) = play(&server, "p.ts", &dir.path().join("p.out"));
+    let (got, text, ok) = play(&server.url("p.ts"), &dir.path().join("p.out"));
     let st = storage_stats(&stats, |s| count(s, "repaired_chunks") > 0);
     assert!(ok, "fjord play failed: {text}");
     assert!(
