@@ -223,7 +223,13 @@ pub(crate) fn nonce_for(interface: &str, url: &str) -> String {
     let (status, head) = curl_head(interface, url, None);
     assert_eq!(status, 401, "{head}");
     let md5 = head.lines().find(|l| l.contains("algorithm=MD5")).unwrap();
-    md5.split("nonce=\"")
+    nonce_in(md5)
+}
+
+/// The `nonce="…"` of a Digest challenge.
+fn nonce_in(challenge: &str) -> String {
+    challenge
+        .split("nonce=\"")
         .nth(1)
         .unwrap()
         .split('"')
@@ -269,13 +275,7 @@ pub(crate) fn rtsp_nonce(c: &mut RtspClient, url: &str) -> String {
         .map(|(_, v)| v.as_str())
         .collect();
     let md5 = all.iter().find(|v| v.contains("algorithm=MD5")).unwrap();
-    md5.split("nonce=\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned()
+    nonce_in(md5)
 }
 
 #[test]
