@@ -10,25 +10,7 @@ use serde_json::Value;
 
 use crate::auth;
 use crate::client::{LIMIT, QUIET, open, recv};
-use crate::common::{Server, run_bounded};
-
-/// curl's body and HTTP status.
-pub(crate) fn curl(args: &[&str]) -> (String, u16) {
-    let mut c = Command::new("curl");
-    c.args(["-sS", "--max-time", "20", "-w", "\n%{http_code}"])
-        .args(args);
-    let out = run_bounded(c, Duration::from_secs(30));
-    assert!(out.status.success(), "curl {args:?}: {}", out.stderr);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap();
-    (body.to_owned(), code.parse().unwrap())
-}
-
-pub(crate) fn get_json(url: &str) -> Value {
-    let (body, code) = curl(&[url]);
-    assert_eq!(code, 200, "{url}: {body}");
-    serde_json::from_str(&body).unwrap()
-}
+use crate::common::{Server, curl, get_json, run_bounded};
 
 /// The value of the sample `series` (name and labels, as written), or 0
 /// when it is absent.

@@ -8,11 +8,11 @@
 //! SIGHUP adds a user.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fjord_client::RtspClient;
 
-use crate::common::{Server, clip_bytes, free_port, run_bounded};
+use crate::common::{ALICE, Server, clip_bytes, curl_status, run_bounded};
 use crate::peers::{ffmpeg_receives_every_frame_at, gstreamer_receives_the_file_at};
 
 /// A `[[user]]` table with the password stored as `fjord passwd` prints it.
@@ -36,12 +36,15 @@ fn hashed_user(name: &str, password: &str, paths: &str) -> String {
     table.replace("paths = [\"**\"]", &format!("paths = {paths}"))
 }
 
-const USERS: &str = "[[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\n\n\
-                     [[user]]\npaths = [\"vbr.ts\"]\n";
+/// alice, and anyone reading `vbr.ts`.
+fn users() -> String {
+    format!("{ALICE}\n[[user]]\npaths = [\"vbr.ts\"]\n")
+}
 
 fn config() -> String {
     format!(
-        "{USERS}\n{}",
+        "{}\n{}",
+        users(),
         hashed_user("bob", "builder", "[\"clip.ts\"]")
     )
 }
@@ -85,27 +88,12 @@ fn ffmpeg_refused(url: &str, status: &str) {
 
 /// curl's HTTP status for `args`, from `interface`.
 fn curl(interface: &str, args: &[&str]) -> u16 {
-    let mut c = Command::new("curl");
-    c.args([
-        "-s",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "--max-time",
-        "20",
-        "--interface",
-        interface,
-    ]);
-    c.args(args);
-    let out = run_bounded(c, Duration::from_secs(30));
-    String::from_utf8_lossy(&out.stdout).parse().unwrap()
+    curl_status(&[&["--interface", interface], args].concat())
 }
 
 #[test]
 fn missing_wrong_or_forbidden_credentials_are_refused_before_any_lookup() {
-    let port = free_port();
-    let server = Server::start(&format!("http_port = {port}\n{}", config()));
+    let (server, port) = Server::start_http(&config());
     // No credentials: 401 with Digest challenges, SHA-256 first, MD5 last
     // (what players take); the same for a title that does not exist.
     let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
@@ -201,33 +189,17 @@ fn missing_wrong_or_forbidden_credentials_are_refused_before_any_lookup() {
 
 #[test]
 fn sighup_adds_a_user() {
-    let server = Server::start(USERS);
+    let server = Server::start(&users());
     let carol = with(&server, "carol:secret", "clip.ts");
     ffmpeg_refused(&carol, "401");
     let added = format!(
-        "{USERS}\n[[user]]\nname = \"carol\"\npassword = \"secret\"\npaths = [\"clip.*\"]\n"
+        "{}\n[[user]]\nname = \"carol\"\npassword = \"secret\"\npaths = [\"clip.*\"]\n",
+        users()
     );
     std::fs::write(server.config_path(), added).unwrap();
     server.signal("HUP");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !server.log_text().contains("config reloaded") {
-        assert!(
-            Instant::now() < deadline,
-            "no reload: {}",
-            server.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    server.wait_for_log("config reloaded", Duration::from_secs(5));
     ffmpeg_receives_every_frame_at(&carol, "tcp", "carol, added by SIGHUP");
-}
-
-/// A server with an HTTP port, and that port.
-fn http_server() -> (Server, u16) {
-    let port = free_port();
-    (
-        Server::start(&format!("http_port = {port}\n{}", config())),
-        port,
-    )
 }
 
 /// curl's status and response head for `url` from `interface`, with this
@@ -251,7 +223,13 @@ pub(crate) fn nonce_for(interface: &str, url: &str) -> String {
     let (status, head) = curl_head(interface, url, None);
     assert_eq!(status, 401, "{head}");
     let md5 = head.lines().find(|l| l.contains("algorithm=MD5")).unwrap();
-    md5.split("nonce=\"")
+    nonce_in(md5)
+}
+
+/// The `nonce="…"` of a Digest challenge.
+fn nonce_in(challenge: &str) -> String {
+    challenge
+        .split("nonce=\"")
         .nth(1)
         .unwrap()
         .split('"')
@@ -297,18 +275,12 @@ pub(crate) fn rtsp_nonce(c: &mut RtspClient, url: &str) -> String {
         .map(|(_, v)| v.as_str())
         .collect();
     let md5 = all.iter().find(|v| v.contains("algorithm=MD5")).unwrap();
-    md5.split("nonce=\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned()
+    nonce_in(md5)
 }
 
 #[test]
 fn a_digest_header_is_good_once_for_its_target_from_its_address() {
-    let (server, port) = http_server();
+    let (server, port) = Server::start_http(&config());
     let url = |path: &str| format!("http://127.0.0.1:{port}/{path}");
     let nonce = nonce_for("127.0.0.1", &url("clip.ts"));
     let first = alice_digest("GET", "/clip.ts", &nonce, 1);
@@ -351,7 +323,7 @@ fn a_digest_header_is_good_once_for_its_target_from_its_address() {
 
 #[test]
 fn a_nonce_of_another_process_is_stale_and_no_failure() {
-    let (_server, port) = http_server();
+    let (_server, port) = Server::start_http(&config());
     let url = format!("http://127.0.0.1:{port}/clip.ts");
     // 8 bytes of time and a MAC under a key this server does not have,
     // as a client keeps it across the server's restart.

@@ -22,40 +22,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Server, generate_media, run_bounded};
+use crate::common::{Server, TsClip, ingest, run_bounded};
 
 /// 8 s of H.264 + AAC, about 900 kB: the failing ranges lie past the
 /// chunks the server keeps resident from load (the first 2 s).
 fn source() -> PathBuf {
-    generate_media(
-        "disk-errors.ts",
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc2=size=320x240:rate=25",
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=330:sample_rate=48000",
-            "-t",
-            "8",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "veryfast",
-            "-g",
-            "25",
-            "-b:v",
-            "800k",
-            "-c:a",
-            "aac",
-            "-b:a",
-            "64k",
-            "-f",
-            "mpegts",
-        ],
-    )
+    let clip = TsClip {
+        size: "320x240",
+        tone: 330,
+        seconds: 8,
+        rates: ("800k", "64k"),
+        extra: &[],
+    };
+    clip.make("disk-errors.ts")
 }
 
 /// A FUSE view of `source` at `mount`, failing what `control` says.
@@ -198,29 +177,18 @@ impl Drop for FaultFs {
 
 /// Copies the test clip into `dir` as each of `names` and ingests them
 /// (index, 12:8 parity, prefabricated packets).
-fn ingest(dir: &Path, names: &[&str]) {
+fn ingest_source(dir: &Path, names: &[&str]) {
     fs::create_dir_all(dir).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-    cmd.args(["ingest", "--fec", "12:8"]);
-    for name in names {
-        fs::copy(source(), dir.join(name)).unwrap();
-        cmd.arg(dir.join(name));
-    }
-    let out = run_bounded(cmd, Duration::from_secs(120));
-    assert!(out.status.success(), "ingest: {}", out.stderr);
+    let source = source();
+    let files: Vec<_> = names.iter().map(|&name| (&source, name)).collect();
+    ingest(dir, &["--fec", "12:8"], &files);
 }
 
-/// Loads `title` in the server (DESCRIBE) without playing it.
-fn load(server: &Server, title: &str) {
-    let mut c = fjord_client::RtspClient::connect(&server.url(title)).unwrap();
-    let d = c.describe().expect("DESCRIBE");
-    assert!(d.sdp.contains("MP2T/90000"), "{}", d.sdp);
-}
-
-/// `fjord play URL -o FILE`: (output bytes, stdout, whether it succeeded).
-fn play(server: &Server, title: &str, out: &Path) -> (Vec<u8>, String, bool) {
+/// `fjord play URL -o FILE`: (output bytes, stdout and stderr, whether it
+/// succeeded).
+fn play(url: &str, out: &Path) -> (Vec<u8>, String, bool) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-    cmd.arg("play").arg(server.url(title)).arg("-o").arg(out);
+    cmd.arg("play").arg(url).arg("-o").arg(out);
     let r = run_bounded(cmd, Duration::from_secs(60));
     let text = format!("{}\n{}", String::from_utf8_lossy(&r.stdout), r.stderr);
     (fs::read(out).unwrap_or_default(), text, r.status.success())
@@ -281,7 +249,7 @@ fn log_lines(server: &Server, needle: &str) -> Vec<String> {
 fn a_packet_file_read_error_is_rebuilt_and_the_client_gets_the_stored_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let plain = dir.path().join("plain");
-    ingest(&plain, &["a.ts"]);
+    ingest_source(&plain, &["a.ts"]);
     let Some(fuse) = FaultFs::mount(&plain, dir.path()) else {
         return;
     };
@@ -290,12 +258,12 @@ fn a_packet_file_read_error_is_rebuilt_and_the_client_gets_the_stored_bytes() {
         &fuse.mount,
         &format!("stats_file = {:?}\n", stats.display().to_string()),
     );
-    load(&server, "a.ts");
+    server.assert_describes("a.ts");
     let packets_len = fs::metadata(plain.join("a.ts.fjpkt")).unwrap().len();
     let bad = page_at(packets_len * 3 / 4);
     fuse.fail(&[("a.ts.fjpkt", bad.clone())]);
 
-    let (got, text, ok) = play(&server, "a.ts", &dir.path().join("a.out"));
+    let (got, text, ok) = play(&server.url("a.ts"), &dir.path().join("a.out"));
     let want = fs::read(plain.join("a.ts")).unwrap();
     let st = storage_stats(&stats, |s| count(s, "repaired_chunks") > 0);
     assert!(
@@ -332,7 +300,7 @@ fn a_packet_file_read_error_is_rebuilt_and_the_client_gets_the_stored_bytes() {
 fn a_media_read_error_is_repaired_from_parity_and_beyond_it_only_that_session_ends() {
     let dir = tempfile::tempdir().unwrap();
     let plain = dir.path().join("plain");
-    ingest(&plain, &["good.ts", "bad.ts"]);
+    ingest_source(&plain, &["good.ts", "bad.ts"]);
     let Some(fuse) = FaultFs::mount(&plain, dir.path()) else {
         return;
     };
@@ -344,8 +312,8 @@ fn a_media_read_error_is_repaired_from_parity_and_beyond_it_only_that_session_en
             stats.display().to_string()
         ),
     );
-    load(&server, "good.ts");
-    load(&server, "bad.ts");
+    server.assert_describes("good.ts");
+    server.assert_describes("bad.ts");
     // Failing reads while the server still verifies the titles (it hashes
     // samples of the media) would test that race, not the play's repair.
     wait_verified(&server, &["good.ts", "bad.ts"]);
@@ -359,16 +327,10 @@ fn a_media_read_error_is_repaired_from_parity_and_beyond_it_only_that_session_en
 
     let bad_play = {
         let (server_url, out) = (server.url("bad.ts"), dir.path().join("bad.out"));
-        std::thread::spawn(move || {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-            cmd.arg("play").arg(server_url).arg("-o").arg(&out);
-            let r = run_bounded(cmd, Duration::from_secs(60));
-            let text = format!("{}\n{}", String::from_utf8_lossy(&r.stdout), r.stderr);
-            (fs::read(&out).unwrap_or_default(), text)
-        })
+        std::thread::spawn(move || play(&server_url, &out))
     };
-    let (got, text, ok) = play(&server, "good.ts", &dir.path().join("good.out"));
-    let (bad_got, bad_text) = bad_play.join().unwrap();
+    let (got, text, ok) = play(&server.url("good.ts"), &dir.path().join("good.out"));
+    let (bad_got, bad_text, _) = bad_play.join().unwrap();
     let st = storage_stats(&stats, |s| count(s, "read_errors") >= 2);
 
     assert!(ok, "fjord play good.ts failed: {text}");
@@ -416,7 +378,7 @@ fn a_media_read_error_is_repaired_from_parity_and_beyond_it_only_that_session_en
 fn parity_kept_on_another_disk_of_the_pool_rebuilds_a_media_read_error() {
     let dir = tempfile::tempdir().unwrap();
     let plain = dir.path().join("plain");
-    ingest(&plain, &["p.ts"]);
+    ingest_source(&plain, &["p.ts"]);
     // The index records the layout; the server makes the parity again.
     fs::remove_file(plain.join("p.ts.fjfec")).unwrap();
     let Some(fuse) = FaultFs::mount(&plain, dir.path()) else {
@@ -463,7 +425,7 @@ fn parity_kept_on_another_disk_of_the_pool_rebuilds_a_media_read_error() {
     }
     let want = fs::read(plain.join("p.ts")).unwrap();
     fuse.fail(&[("p.ts", page_at(want.len() as u64 * 3 / 4))]);
-    let (got, text, ok) = play(&server, "p.ts", &dir.path().join("p.out"));
+    let (got, text, ok) = play(&server.url("p.ts"), &dir.path().join("p.out"));
     let st = storage_stats(&stats, |s| count(s, "repaired_chunks") > 0);
     assert!(ok, "fjord play failed: {text}");
     assert!(

@@ -13,54 +13,31 @@ use std::time::Duration;
 
 use fjord_client::load::LoadReport;
 
-use crate::common::{Server, generate_media, run_bounded};
+use crate::common::{Server, TsClip, ingest, run_bounded};
 
 const K: u64 = 12;
 const M: u64 = 8;
 const TS: usize = 188;
 
 fn source() -> PathBuf {
-    generate_media(
-        "fec.ts",
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc2=size=320x240:rate=25",
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=440:sample_rate=48000",
-            "-t",
-            "4",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "veryfast",
-            "-g",
-            "25",
-            "-b:v",
-            "800k",
-            "-c:a",
-            "aac",
-            "-b:a",
-            "64k",
-            "-f",
-            "mpegts",
-        ],
-    )
+    let clip = TsClip {
+        size: "320x240",
+        tone: 440,
+        seconds: 4,
+        rates: ("800k", "64k"),
+        extra: &[],
+    };
+    clip.make("fec.ts")
 }
 
 /// A server whose root holds `fec.ts`, ingested with `--fec 12:8`.
 fn server() -> Server {
     Server::start_with("", |root| {
-        let media = root.join("fec.ts");
-        fs::copy(source(), &media).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-        cmd.args(["ingest", "--fec", &format!("{K}:{M}")])
-            .arg(&media);
-        let out = run_bounded(cmd, Duration::from_secs(60));
-        assert!(out.status.success(), "ingest: {}", out.stderr);
+        ingest(
+            root,
+            &["--fec", &format!("{K}:{M}")],
+            &[(&source(), "fec.ts")],
+        );
     })
 }
 
@@ -379,12 +356,7 @@ fn serve_makes_parity_for_new_titles_in_the_background() {
     // A title ingested with `--fec off` keeps its index's choice: a server
     // making parity for what it ingests leaves it alone.
     let kept = Server::start_with("fec = \"12:8\"\n", |root| {
-        populate(root);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-        cmd.args(["ingest", "--fec", "off"])
-            .arg(root.join("fec.ts"));
-        let out = run_bounded(cmd, Duration::from_secs(60));
-        assert!(out.status.success(), "ingest: {}", out.stderr);
+        ingest(root, &["--fec", "off"], &[(&source(), "fec.ts")]);
     });
     let sdp = sdp_of(&kept, "fec.ts");
     std::thread::sleep(Duration::from_secs(1));

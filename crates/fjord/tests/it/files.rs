@@ -14,54 +14,32 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::Command,
     thread,
     time::{Duration, Instant},
 };
 
 use fjord_client::{Capture, EndReason, RtspClient, UdpReceiver, capture, fec::fec_streams};
 
-use crate::common::{Server, assert_contiguous, generate_media, run_bounded};
+use crate::common::{Server, TsClip, assert_contiguous, ingest};
 
 /// A short title, and what replaces it.
-fn clip(name: &str, tone: &str, size: &str) -> PathBuf {
-    generate_media(
-        name,
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            &format!("testsrc2=size={size}:rate=25"),
-            "-f",
-            "lavfi",
-            "-i",
-            &format!("sine=frequency={tone}:sample_rate=48000"),
-            "-t",
-            "6",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "veryfast",
-            "-g",
-            "25",
-            "-b:v",
-            "600k",
-            "-c:a",
-            "aac",
-            "-b:a",
-            "64k",
-            "-f",
-            "mpegts",
-        ],
-    )
+fn clip(name: &str, tone: u32, size: &str) -> PathBuf {
+    let clip = TsClip {
+        size,
+        tone,
+        seconds: 6,
+        rates: ("600k", "64k"),
+        extra: &[],
+    };
+    clip.make(name)
 }
 
 fn original() -> PathBuf {
-    clip("files-a.ts", "440", "320x180")
+    clip("files-a.ts", 440, "320x180")
 }
 
 fn replacement() -> PathBuf {
-    clip("files-b.ts", "880", "352x288")
+    clip("files-b.ts", 880, "352x288")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,14 +166,9 @@ fn scenario(kind: Kind, change: Change, prefab: bool) {
     );
     let config = if prefab { "" } else { "prefab = false\n" };
     let mut server = Server::start_with(config, |root| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-        cmd.args(["ingest", "--prefab", if prefab { "on" } else { "off" }]);
-        for name in ["a.ts", "b.ts"] {
-            fs::copy(original(), root.join(name)).unwrap();
-            cmd.arg(root.join(name));
-        }
-        let out = run_bounded(cmd, Duration::from_secs(60));
-        assert!(out.status.success(), "ingest: {}", out.stderr);
+        let original = original();
+        let args = ["--prefab", if prefab { "on" } else { "off" }];
+        ingest(root, &args, &[(&original, "a.ts"), (&original, "b.ts")]);
         for kind in [Kind::Index, Kind::Packets, Kind::Parity] {
             let p = kind.path(&root.join("a.ts"));
             assert_eq!(

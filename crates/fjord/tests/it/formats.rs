@@ -61,6 +61,27 @@ pub(crate) fn media(case: &Case) -> PathBuf {
     generate_media(case.file, &args)
 }
 
+/// A server whose root holds the case's media as its file, and the media.
+pub(crate) fn serve(case: &Case, config: &str) -> (Server, PathBuf) {
+    let source = media(case);
+    let server = Server::start_with(config, |root| {
+        fs::copy(&source, root.join(case.file)).unwrap();
+    });
+    (server, source)
+}
+
+/// `framemd5` of the case's `source` with the case's options for it.
+pub(crate) fn source_packets(case: &Case, source: &Path) -> Packets {
+    let src = source.to_string_lossy().into_owned();
+    let opts: Vec<&str> = case
+        .compare
+        .iter()
+        .chain(case.source_opts)
+        .copied()
+        .collect();
+    framemd5(&["-i", &src], &opts, "source")
+}
+
 /// Packets compared as stored.
 pub(crate) const COPY: &[&str] = &["-c", "copy"];
 /// H.264/H.265 video decoded, audio as stored: ffmpeg's RTP depacketizer
@@ -402,19 +423,8 @@ fn seek_and_sync(server: &Server, case: &Case) {
 }
 
 fn check(case: &Case) {
-    let source = media(case);
-    let file = case.file;
-    let mut server = Server::start_with("", |root| {
-        fs::copy(&source, root.join(file)).unwrap();
-    });
-    let src = source.to_string_lossy().into_owned();
-    let opts: Vec<&str> = case
-        .compare
-        .iter()
-        .chain(case.source_opts)
-        .copied()
-        .collect();
-    let want = framemd5(&["-i", &src], &opts, "source");
+    let (mut server, source) = serve(case, "");
+    let want = source_packets(case, &source);
     std::thread::scope(|s| {
         s.spawn(|| ffmpeg_plays(&server, case, &source, &want));
         s.spawn(|| gstreamer_plays(&server, case, &source, "udp"));

@@ -11,13 +11,11 @@ use std::{
     time::Duration,
 };
 
-use crate::common::{Server, clip_bytes, free_port, media, read_until_close, run_bounded};
+use crate::common::{Server, clip_bytes, media, read_until_close, run_bounded};
 
 /// A server with HTTP downloads on a free port; the port.
 pub(crate) fn server() -> (Server, u16) {
-    let port = free_port();
-    let s = Server::start(&format!("http_port = {port}\nidle_timeout_s = 5\n"));
-    (s, port)
+    Server::start_http("idle_timeout_s = 5\n")
 }
 
 fn curl(args: &[&str]) -> crate::common::Output {
@@ -239,10 +237,7 @@ fn a_file_cut_short_mid_download_ends_only_that_download() {
 /// short of the file.
 #[test]
 fn idle_connections_close_and_stalled_readers_are_dropped() {
-    let port = free_port();
-    let mut s = Server::start(&format!(
-        "http_port = {port}\nidle_timeout_s = 2\nstall_timeout_s = 2\n"
-    ));
+    let (mut s, port) = Server::start_http("idle_timeout_s = 2\nstall_timeout_s = 2\n");
     let size = 32usize << 20;
     let bytes: Vec<u8> = clip_bytes().iter().cycle().take(size).copied().collect();
     fs::write(s.media_root().join("big.ts"), &bytes).unwrap();
@@ -286,10 +281,7 @@ fn idle_connections_close_and_stalled_readers_are_dropped() {
 /// address together; other addresses are still served.
 #[test]
 fn one_address_cannot_take_every_connection() {
-    let port = free_port();
-    let s = Server::start(&format!(
-        "http_port = {port}\nmax_connections_per_address = 3\n"
-    ));
+    let (s, port) = Server::start_http("max_connections_per_address = 3\n");
     let _held = [
         TcpStream::connect(s.addr()).unwrap(),
         TcpStream::connect(s.addr()).unwrap(),

@@ -18,61 +18,44 @@ use std::{
 
 use proptest::{prelude::*, test_runner::TestRunner};
 
-use crate::common::{Server, clip_bytes, free_port, media, read_until_close, run_bounded};
+use crate::common::{ALICE, Server, certificate, clip_bytes, curl_status, media, raw_exchange};
 
-const USERS: &str =
-    "[[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\nadmin = true\n";
+/// alice, an admin too.
+fn users() -> String {
+    format!("{ALICE}admin = true\n")
+}
 
 /// A server on a free HTTP port whose root holds, beside `clip.ts` and
 /// `films/movie.ts`, what an operator might leave there: a private key, a
 /// config with passwords, notes.
 fn server(extra: &str) -> (Server, u16) {
-    let port = free_port();
     let keys = tempfile::tempdir().unwrap();
-    let cert = Command::new(env!("CARGO_BIN_EXE_fjord"))
-        .args(["cert", "--out"])
-        .arg(keys.path())
-        .output()
-        .unwrap();
-    assert!(cert.status.success());
-    let config = format!("http_port = {port}\nidle_timeout_s = 5\n{extra}");
-    let s = Server::start_with(&config, |root| {
+    certificate(keys.path());
+    let config = format!("idle_timeout_s = 5\n{extra}");
+    Server::start_http_with(&config, |root| {
         fs::copy(&media().clip, root.join("clip.ts")).unwrap();
         fs::create_dir(root.join("films")).unwrap();
         fs::copy(&media().clip, root.join("films/movie.ts")).unwrap();
         fs::copy(keys.path().join("key.pem"), root.join("key.pem")).unwrap();
         fs::copy(keys.path().join("cert.pem"), root.join("films/cert.pem")).unwrap();
-        fs::write(root.join("fjord.toml"), USERS).unwrap();
+        fs::write(root.join("fjord.toml"), users()).unwrap();
         fs::write(root.join("notes.txt"), "todo: re-encode films/\n").unwrap();
-    });
-    (s, port)
+    })
 }
 
 /// The status of `GET target` (raw, as sent) by curl, with alice's
 /// credentials when `auth`.
 fn status(port: u16, target: &str, auth: bool) -> u16 {
-    let mut c = Command::new("curl");
-    c.args([
-        "-sS",
-        "--max-time",
-        "20",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-    ])
-    .arg("--path-as-is");
-    if auth {
-        c.args(["--digest", "-u", "alice:wonderland"]);
-    }
-    c.arg(format!("http://127.0.0.1:{port}/{target}"));
-    let out = run_bounded(c, Duration::from_secs(30));
-    String::from_utf8_lossy(&out.stdout).parse().unwrap()
+    let url = format!("http://127.0.0.1:{port}/{target}");
+    let credentials = ["--digest", "-u", "alice:wonderland"];
+    let credentials = if auth { &credentials[..] } else { &[] };
+    curl_status(&[&["--path-as-is"], credentials, &[&url]].concat())
 }
 
 #[test]
 fn files_under_the_root_that_are_not_titles_are_404() {
-    for (users, auth) in [("", false), (USERS, true)] {
+    let alice = users();
+    for (users, auth) in [("", false), (alice.as_str(), true)] {
         let (mut s, port) = server(users);
         assert_eq!(status(port, "clip.ts", auth), 200);
         assert_eq!(status(port, "films/movie.ts", auth), 200);
@@ -111,18 +94,15 @@ fn fjord_cert_refuses_a_directory_inside_a_media_root() {
     }
 }
 
-/// The raw answer to `head` on a connection of its own.
-fn exchange(port: u16, head: &str) -> String {
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.write_all(head.as_bytes()).unwrap();
-    read_until_close(&mut c, Duration::from_secs(10)).0
-}
-
 /// RFC 9112 §3.2.
 #[test]
 fn http_1_1_without_exactly_one_host_is_400() {
     let (mut s, port) = server("");
-    let ask = |head: &str| exchange(port, head).lines().next().unwrap_or("").to_owned();
+    let addr = format!("127.0.0.1:{port}");
+    let ask = |head: &str| {
+        let (answer, _) = raw_exchange(&addr, head.as_bytes(), Duration::from_secs(10));
+        answer.lines().next().unwrap_or("").to_owned()
+    };
     let bad = [
         "HEAD /clip.ts HTTP/1.1\r\nConnection: close\r\n\r\n",
         "HEAD /clip.ts HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n",

@@ -8,28 +8,25 @@
 
 use std::{
     fs,
-    io::Write,
     net::TcpStream,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use crate::common::{Server, free_port, media, read_until_close, run_bounded};
+use crate::common::{ALICE, Server, certificate, media, raw_exchange};
 
 /// The status line of `GET target` (raw) on a connection of its own.
 fn get(port: u16, target: &str, extra: &str) -> String {
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let head =
         format!("GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}Connection: close\r\n\r\n");
-    c.write_all(head.as_bytes()).unwrap();
-    let (text, _) = read_until_close(&mut c, Duration::from_secs(10));
+    let addr = format!("127.0.0.1:{port}");
+    let (text, _) = raw_exchange(&addr, head.as_bytes(), Duration::from_secs(10));
     text.lines().next().unwrap_or("").to_owned()
 }
 
 #[test]
 fn aliases_of_a_title_are_404_and_open_nothing() {
-    let port = free_port();
-    let mut s = Server::start_with(&format!("http_port = {port}\n"), |root| {
+    let (mut s, port) = Server::start_http_with("", |root| {
         fs::create_dir(root.join("films")).unwrap();
         fs::copy(&media().clip, root.join("films/movie.ts")).unwrap();
         fs::copy(&media().clip, root.join("clip.ts")).unwrap();
@@ -56,10 +53,9 @@ fn aliases_of_a_title_are_404_and_open_nothing() {
 
 #[test]
 fn titles_nothing_holds_are_unloaded_past_max_loaded_titles() {
-    let port = free_port();
     let names: Vec<String> = (0..24).map(|i| format!("t{i}.ts")).collect();
-    let mut s = Server::start_with(
-        &format!("http_port = {port}\nmax_loaded_titles = 4\nfec = \"off\"\nprefab = false\n"),
+    let (mut s, port) = Server::start_http_with(
+        "max_loaded_titles = 4\nfec = \"off\"\nprefab = false\n",
         |root| {
             fs::copy(&media().clip, root.join("clip.ts")).unwrap();
             for n in &names {
@@ -105,8 +101,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// serve again once some are free.
 #[test]
 fn a_server_out_of_descriptors_does_not_spin_and_recovers() {
-    let port = free_port();
-    let mut s = Server::start(&format!("http_port = {port}\n"));
+    let (mut s, port) = Server::start_http("");
     s.assert_healthy();
     let limit = s.open_files() + 8;
     let set = Command::new("prlimit")
@@ -151,15 +146,11 @@ fn a_server_out_of_descriptors_does_not_spin_and_recovers() {
 #[test]
 fn a_silent_tls_client_holds_nothing_past_its_timeout() {
     let keys = tempfile::tempdir().unwrap();
-    let mut cert = Command::new(env!("CARGO_BIN_EXE_fjord"));
-    cert.args(["cert", "--out"]).arg(keys.path());
-    let lines = run_bounded(cert, Duration::from_secs(30));
-    let port = free_port();
     let config = format!(
-        "{}rtsps_port = 0\nhttp_port = {port}\nidle_timeout_s = 2\nrequest_timeout_s = 2\n",
-        String::from_utf8(lines.stdout).unwrap()
+        "{}rtsps_port = 0\nidle_timeout_s = 2\nrequest_timeout_s = 2\n",
+        certificate(keys.path())
     );
-    let mut s = Server::start(&config);
+    let (mut s, port) = Server::start_http(&config);
     let before = s.open_files();
     let script = format!(
         "import socket, ssl, sys, time\n\
@@ -202,11 +193,9 @@ fn a_silent_tls_client_holds_nothing_past_its_timeout() {
 /// this `Host`.
 fn admin_with_host(s: &Server, host: &str) -> String {
     let addr = s.admin().trim_start_matches("http://").to_owned();
-    let mut c = TcpStream::connect(&addr).unwrap();
     let head =
         format!("GET /api/v1/sessions HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    c.write_all(head.as_bytes()).unwrap();
-    read_until_close(&mut c, Duration::from_secs(10)).0
+    raw_exchange(&addr, head.as_bytes(), Duration::from_secs(10)).0
 }
 
 #[test]
@@ -233,10 +222,8 @@ fn the_admin_listener_answers_only_hosts_that_name_it() {
 /// checked under its own name, not its directory's.
 #[test]
 fn a_glob_is_checked_against_the_name_of_what_is_served() {
-    let port = free_port();
-    let users = "[[user]]\npaths = [\"shows/*/trailer.ts\", \"films\"]\n\
-                 [[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\n";
-    let mut s = Server::start_with(&format!("http_port = {port}\n{users}"), |root| {
+    let users = format!("[[user]]\npaths = [\"shows/*/trailer.ts\", \"films\"]\n{ALICE}");
+    let (mut s, port) = Server::start_http_with(&users, |root| {
         fs::create_dir_all(root.join("shows/a")).unwrap();
         fs::copy(&media().clip, root.join("shows/a/trailer.ts")).unwrap();
         fs::copy(&media().clip, root.join("shows/a/episode.ts")).unwrap();
@@ -268,15 +255,7 @@ fn a_config_typo_does_not_log_its_password() {
     )
     .unwrap();
     s.signal("HUP");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !s.log_text().contains("line 3") {
-        assert!(
-            Instant::now() < deadline,
-            "no reload error logged: {}",
-            s.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    s.wait_for_log("line 3", Duration::from_secs(10));
     assert!(!s.log_text().contains("hunter2"), "{}", s.log_text());
     s.assert_healthy();
 }

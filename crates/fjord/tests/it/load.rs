@@ -3,46 +3,32 @@
 //! run is played again; sessions the server refuses make the exit code fail.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use fjord_client::load::{self, LoadConfig, LoadReport};
 
-use crate::common::{Server, run_bounded};
+use crate::common::{Server, generate_media, run_bounded};
 
 /// A constant-bitrate TS (2 Mbit/s mux rate, null-packet padded) of
 /// `seconds`, made by ffmpeg once per target dir.
 fn cbr_clip(seconds: u32) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-media");
-    fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(format!("load-cbr-{seconds}s-v1.ts"));
-    if out.exists() {
-        return out;
-    }
-    // Parallel test processes may both make it; the rename is atomic.
-    let tmp = dir.join(format!("load-cbr-{seconds}s.tmp{}.ts", std::process::id()));
-    let mut cmd = Command::new("ffmpeg");
-    cmd.args(["-nostdin", "-loglevel", "error", "-y"])
-        .args(["-f", "lavfi", "-i", "testsrc2=size=640x360:rate=25"])
-        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
-        .args(["-t", &seconds.to_string()])
-        .args(["-c:v", "libx264", "-preset", "ultrafast", "-g", "25"])
-        .args(["-b:v", "1.7M", "-minrate", "1.7M", "-maxrate", "1.7M"])
-        .args(["-bufsize", "500k", "-x264-params", "nal-hrd=cbr"])
-        .args([
+    let seconds_arg = seconds.to_string();
+    let args = [
+        ["-f", "lavfi", "-i", "testsrc2=size=640x360:rate=25"].as_slice(),
+        &["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"],
+        &["-t", &seconds_arg],
+        &["-c:v", "libx264", "-preset", "ultrafast", "-g", "25"],
+        &["-b:v", "1.7M", "-minrate", "1.7M", "-maxrate", "1.7M"],
+        &["-bufsize", "500k", "-x264-params", "nal-hrd=cbr"],
+        &[
             "-c:a", "aac", "-b:a", "96k", "-muxrate", "2M", "-f", "mpegts",
-        ])
-        .arg(&tmp);
-    let r = run_bounded(cmd, Duration::from_secs(120));
-    assert!(
-        r.status.success(),
-        "ffmpeg failed making a CBR clip (is ffmpeg installed?): {}",
-        r.stderr
-    );
-    fs::rename(&tmp, &out).unwrap();
-    out
+        ],
+    ]
+    .concat();
+    generate_media(&format!("load-cbr-{seconds}s.ts"), &args)
 }
 
 fn clips() -> &'static (PathBuf, PathBuf) {

@@ -9,9 +9,10 @@ use std::{fs, path::Path, process::Command, time::Duration};
 
 use fjord_client::RtspClient;
 
-use crate::admin::get_json;
-use crate::common::{Server, in_private_network, run_bounded_with};
-use crate::formats::{AVC_MP4, COPY, Case, ffmpeg_plays_over, framemd5, gstreamer_plays, media};
+use crate::common::{Server, in_private_network, run_bounded_with, transport_param};
+use crate::formats::{
+    AVC_MP4, COPY, Case, ffmpeg_plays_over, gstreamer_plays, serve, source_packets,
+};
 
 /// Long enough for every client of a test to SETUP before its group starts.
 const BATCH: &str = "multicast = true\nmulticast_batch_ms = 2000\n";
@@ -26,14 +27,6 @@ const AVC_TS: Case = Case {
     source_opts: &[],
     gst: &[],
 };
-
-fn serve(case: &Case, config: &str) -> (Server, std::path::PathBuf) {
-    let source = media(case);
-    let server = Server::start_with(config, |root| {
-        fs::copy(&source, root.join(case.file)).unwrap();
-    });
-    (server, source)
-}
 
 /// GStreamer's MP2T depayloader writes the transport stream as received:
 /// it must be the stored file, byte for byte.
@@ -61,27 +54,12 @@ fn gstreamer_receives_ts(server: &Server, case: &Case, source: &Path) {
     );
 }
 
-/// Packets every engine thread has sent (the admin API).
-fn packets_sent(server: &Server) -> u64 {
-    let threads = get_json(&format!("{}/api/v1/threads", server.admin()));
-    (threads.as_array().unwrap().iter())
-        .map(|t| t["packets"].as_u64().unwrap())
-        .sum()
-}
-
 #[test]
 fn ffmpeg_and_gstreamer_receive_a_ts_and_an_mp4_title_over_multicast() {
     in_private_network(|| {
         for case in [&AVC_TS, &AVC_MP4] {
             let (mut server, source) = serve(case, BATCH);
-            let src = source.to_string_lossy().into_owned();
-            let opts: Vec<&str> = case
-                .compare
-                .iter()
-                .chain(case.source_opts)
-                .copied()
-                .collect();
-            let want = framemd5(&["-i", &src], &opts, "source");
+            let want = source_packets(case, &source);
             // One after the other: GStreamer binds the group's ports without
             // SO_REUSEADDR, so no other player on this host could join them.
             ffmpeg_plays_over(&server, case, &source, &want, "udp_multicast");
@@ -99,17 +77,16 @@ fn viewers_in_one_batching_window_share_one_stream() {
     in_private_network(|| {
         let case = &AVC_TS;
         let (mut server, source) = serve(case, BATCH);
-        let src = source.to_string_lossy().into_owned();
-        let want = framemd5(&["-i", &src], COPY, "source");
+        let want = source_packets(case, &source);
         std::thread::scope(|s| {
             for _ in 0..3 {
                 s.spawn(|| ffmpeg_plays_over(&server, case, &source, &want, "udp_multicast"));
             }
         });
-        let shared = packets_sent(&server);
+        let shared = server.thread_total("packets");
         // The same title to one unicast viewer: what one stream sends.
         ffmpeg_plays_over(&server, case, &source, &want, "udp");
-        let one = packets_sent(&server) - shared;
+        let one = server.thread_total("packets") - shared;
         assert!(one > 100, "{one} packets in a unicast play");
         assert_eq!(shared, one, "three multicast viewers cost one stream");
         let log = server.log_text();
@@ -190,9 +167,7 @@ fn groups_come_from_the_pool_and_later_viewers_get_the_next_group() {
 
 /// `name=value` of a Transport header.
 fn param<'a>(transport: &'a str, name: &str) -> &'a str {
-    (transport.split(';'))
-        .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("no {name} in {transport}"))
+    transport_param(transport, name).unwrap_or_else(|| panic!("no {name} in {transport}"))
 }
 
 /// A socket that receives group `group` on `port`, as players open one.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fjord_client::{EndReason, RtspClient};
 
 use crate::client::{LIMIT, QUIET, open, recv};
-use crate::common::{Server, assert_contiguous, clip_bytes, free_port};
+use crate::common::{Server, assert_contiguous, clip_bytes, raw_exchange};
 
 /// Sessions playing over UDP and TCP and one paused: after SIGTERM each
 /// client gets RTCP BYE, and the server exits 0 within 5 s.
@@ -52,14 +52,6 @@ fn sigterm_ends_every_session_with_bye_and_exits_0() {
     }
 }
 
-/// SETUP of a session beyond `max_sessions`.
-fn setup_status(server: &Server) -> u16 {
-    let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
-    let track = c.describe().expect("DESCRIBE").track_urls[0].clone();
-    let transport = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
-    c.request("SETUP", &track, &transport, &[]).unwrap().status
-}
-
 /// SIGHUP raises `max_sessions` from 1 to 2 while the one session plays:
 /// a second SETUP, refused before, succeeds; the first session receives
 /// the whole title. An invalid file changes nothing; a setting fixed at
@@ -69,25 +61,17 @@ fn sighup_reloads_limits_while_a_session_plays_on() {
     let server = Server::start("max_sessions = 1\n");
     let (mut c, mut rx, _) = open(&server, "clip.ts", false);
     c.play(None).expect("PLAY");
-    assert_eq!(setup_status(&server), 453, "one session at most");
+    assert_eq!(server.setup_status(), 453, "one session at most");
     let reload = |text: &str, logged: &str| {
         std::fs::write(server.config_path(), text).unwrap();
         server.signal("HUP");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !server.log_text().contains(logged) {
-            assert!(
-                Instant::now() < deadline,
-                "no {logged:?} in:\n{}",
-                server.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        server.wait_for_log(logged, Duration::from_secs(5));
     };
     reload("max_sessions = 0\n", "config not reloaded");
-    assert_eq!(setup_status(&server), 453, "the running config stays");
+    assert_eq!(server.setup_status(), 453, "the running config stays");
     reload("max_sessions = 2\nthreads = 7\n", "config reloaded");
     assert!(server.log_text().contains("change only at a restart"));
-    assert_eq!(setup_status(&server), 200, "two sessions now");
+    assert_eq!(server.setup_status(), 200, "two sessions now");
     let cap = recv(&mut c, &mut rx, QUIET, LIMIT);
     assert_eq!(cap.end, EndReason::Bye);
     let (start, end) = assert_contiguous(clip_bytes(), &cap.packets, "through the reload");
@@ -135,8 +119,7 @@ fn systemd_hears_ready_reloading_and_stopping() {
 #[test]
 fn every_request_has_an_access_log_line_unless_turned_off() {
     for on in [true, false] {
-        let port = free_port();
-        let server = Server::start(&format!("http_port = {port}\naccess_log = {on}\n"));
+        let (server, port) = Server::start_http(&format!("access_log = {on}\n"));
         let mut c = RtspClient::connect(&server.url("clip.ts")).unwrap();
         c.describe().expect("DESCRIBE");
         let missing = server.url("missing.ts");
@@ -144,10 +127,9 @@ fn every_request_has_an_access_log_line_unless_turned_off() {
             c.request("DESCRIBE", &missing, &[], b"").unwrap().status,
             404
         );
-        let mut http = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let head = b"HEAD /clip.ts HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-        std::io::Write::write_all(&mut http, head).unwrap();
-        let (reply, _) = crate::common::read_until_close(&mut http, Duration::from_secs(5));
+        let http = format!("127.0.0.1:{port}");
+        let (reply, _) = raw_exchange(&http, head, Duration::from_secs(5));
         assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
         std::thread::sleep(Duration::from_millis(200));
         let log = server.log_text();

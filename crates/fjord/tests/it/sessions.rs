@@ -9,7 +9,6 @@ use std::{
 
 use fjord_client::{Response, RtspClient};
 
-use crate::admin::get_json;
 use crate::common::Server;
 
 /// A UDP SETUP of `clip.ts`'s track to client port `port`, with no PLAY
@@ -63,14 +62,6 @@ fn one_connection_and_one_address_get_their_cap_of_sessions_and_others_are_admit
     server.assert_healthy();
 }
 
-/// Packets per second admission has promised, over every engine thread.
-fn promised_pps(server: &Server) -> u64 {
-    let threads = get_json(&format!("{}/api/v1/threads", server.admin()));
-    (threads.as_array().unwrap().iter())
-        .map(|t| t["promised_pps"].as_u64().unwrap())
-        .sum()
-}
-
 /// Keep-alives (OPTIONS, GET_PARAMETER naming the session) on an open
 /// connection do not hold a session that never played: it goes
 /// `session_timeout_s` after its SETUP, and its place and its admission
@@ -84,7 +75,7 @@ fn a_session_never_played_is_torn_down_after_the_timeout_and_its_place_is_free()
     let set_up = Instant::now();
     let session = r.header("Session").unwrap().split(';').next().unwrap();
     let session = session.to_owned();
-    assert!(promised_pps(&server) > 0);
+    assert!(server.thread_total("promised_pps") > 0);
     let (mut b, _) = client(&server, "127.0.0.2");
     assert_eq!(
         setup(&mut b, &track, 50_022).status,
@@ -105,7 +96,11 @@ fn a_session_never_played_is_torn_down_after_the_timeout_and_its_place_is_free()
         std::thread::sleep(Duration::from_millis(300));
     };
     assert!(gone >= Duration::from_millis(1500), "gone after {gone:?}");
-    assert_eq!(promised_pps(&server), 0, "its admission is released");
+    assert_eq!(
+        server.thread_total("promised_pps"),
+        0,
+        "its admission is released"
+    );
     assert_eq!(
         setup(&mut b, &track, 50_022).status,
         200,

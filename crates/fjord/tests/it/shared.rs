@@ -9,7 +9,7 @@ use std::{
 
 use fjord_client::RtspClient;
 
-use crate::common::{Server, clip_bytes};
+use crate::common::{Server, clip_bytes, transport_param};
 
 /// A client's UDP side, set up by hand to see where packets come from.
 struct Client {
@@ -18,12 +18,6 @@ struct Client {
     rtcp: UdpSocket,
     server_port: (u16, u16),
     session: String,
-}
-
-fn transport_param<'a>(transport: &'a str, key: &str) -> Option<&'a str> {
-    transport
-        .split(';')
-        .find_map(|p| p.trim().strip_prefix(key)?.strip_prefix('='))
 }
 
 /// DESCRIBE and SETUP over UDP to a fresh pair of ports; `Err` is the

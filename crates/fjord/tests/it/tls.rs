@@ -6,17 +6,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{Server, clip_bytes, free_port, run_bounded};
+use crate::common::{ALICE, Server, certificate, clip_bytes, run_bounded};
 use crate::peers::{ffmpeg_receives_every_frame_at, gstreamer_receives_the_file_at};
-
-/// The config lines `fjord cert` prints for a new pair in `dir`.
-fn certificate(dir: &std::path::Path) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-    cmd.args(["cert", "--out"]).arg(dir);
-    let out = run_bounded(cmd, Duration::from_secs(30));
-    assert!(out.status.success(), "fjord cert: {}", out.stderr);
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn curl(args: &[&str]) -> (u16, Vec<u8>) {
     let mut c = Command::new("curl");
@@ -33,13 +24,8 @@ fn curl(args: &[&str]) -> (u16, Vec<u8>) {
 #[test]
 fn ffmpeg_gstreamer_and_curl_over_tls_bit_exact() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let users = "[[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\n";
-    let config = format!(
-        "{}rtsps_port = 0\nhttp_port = {port}\n{users}",
-        certificate(dir.path())
-    );
-    let server = Server::start(&config);
+    let config = format!("{}rtsps_port = 0\n{ALICE}", certificate(dir.path()));
+    let (server, port) = Server::start_http(&config);
     let url = server
         .rtsps_url("clip.ts")
         .replacen("rtsps://", "rtsps://alice:wonderland@", 1);

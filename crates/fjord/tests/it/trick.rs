@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{Server, generate_media, run_bounded};
+use crate::common::{Server, generate_media, ingest, run_bounded};
 
 /// Frames per second and per GOP of the clips.
 pub(crate) const GOP: usize = 25;
@@ -59,11 +59,7 @@ pub(crate) fn decoded(input: &Path) -> Vec<String> {
 
 pub(crate) fn server_with(clip: &Path, name: &str) -> Server {
     Server::start_with("", |root| {
-        std::fs::copy(clip, root.join(name)).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-        cmd.arg("ingest").arg(root.join(name));
-        let out = run_bounded(cmd, Duration::from_secs(60));
-        assert!(out.status.success(), "ingest: {}", out.stderr);
+        ingest(root, &[], &[(clip, name)]);
     })
 }
 

@@ -8,7 +8,7 @@ use fjord_client::{EndReason, Received, RtspClient};
 
 use crate::client::{LIMIT, QUIET, open, recv};
 use crate::common::{
-    Server, assert_contiguous, clip_bytes, find_aligned, generate_media, run_bounded,
+    Server, TsClip, assert_contiguous, clip_bytes, find_aligned, ingest, run_bounded,
 };
 use crate::peers::{Frames, parse_framemd5};
 use crate::trick;
@@ -17,37 +17,14 @@ use crate::trick;
 /// Mbit/s: about 570 RTP packets a second, so a seek 9 s in moves more
 /// than 3,000 packets, further than RFC 3550 receivers take for loss.
 fn dense_clip() -> std::path::PathBuf {
-    generate_media(
-        "dense-12s.ts",
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc2=size=640x360:rate=25",
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=440:sample_rate=48000",
-            "-t",
-            "12",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "veryfast",
-            "-g",
-            "25",
-            "-b:v",
-            "1.5M",
-            "-c:a",
-            "aac",
-            "-b:a",
-            "128k",
-            "-muxrate",
-            "6M",
-            "-f",
-            "mpegts",
-        ],
-    )
+    let clip = TsClip {
+        size: "640x360",
+        tone: 440,
+        seconds: 12,
+        rates: ("1.5M", "128k"),
+        extra: &["-muxrate", "6M"],
+    };
+    clip.make("dense-12s.ts")
 }
 
 fn framemd5(input: &[&str]) -> (Frames, String) {
@@ -72,11 +49,7 @@ fn framemd5(input: &[&str]) -> (Frames, String) {
 fn ffmpeg_seeking_mid_stream_receives_every_frame_from_the_keyframe() {
     let clip = dense_clip();
     let server = Server::start_with("", |root| {
-        std::fs::copy(&clip, root.join("dense.ts")).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-        cmd.arg("ingest").arg(root.join("dense.ts"));
-        let out = run_bounded(cmd, Duration::from_secs(60));
-        assert!(out.status.success(), "ingest: {}", out.stderr);
+        ingest(root, &[], &[(&clip, "dense.ts")]);
     });
     let clip = clip.to_str().unwrap();
     let (source, _) = framemd5(&["-i", clip]);
@@ -275,16 +248,10 @@ fn speed_beyond_the_engine_threads_room_gets_453() {
     let r = c.request("PLAY", &url, &[("Speed", "2")], b"").unwrap();
     assert_eq!(r.status, 200, "2 clips' packet rate");
     // The room the faster delivery holds is the third stream's.
-    let setup = |server: &Server| {
-        let mut d = RtspClient::connect(&server.url("clip.ts")).unwrap();
-        let track = d.describe().expect("DESCRIBE").track_urls[0].clone();
-        let transport = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
-        d.request("SETUP", &track, &transport, &[]).unwrap().status
-    };
-    assert_eq!(setup(&server), 453, "held by Speed 2");
+    assert_eq!(server.setup_status(), 453, "held by Speed 2");
     let r = c.request("PLAY", &url, &[("Speed", "1")], b"").unwrap();
     assert_eq!(r.status, 200);
-    assert_eq!(setup(&server), 200, "given back at Speed 1");
+    assert_eq!(server.setup_status(), 200, "given back at Speed 1");
 }
 
 /// RFC 2326 §10.5: a PLAY with a Range sent while one plays to a given

@@ -4,12 +4,11 @@
 //! re-ingested, since the index is what was damaged).
 
 use std::fs;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fjord_media::index::{Index, index_path_for};
 
-use crate::common::{Server, media, run_bounded};
+use crate::common::{Server, ingest, media};
 
 /// Flips the top byte of the first packet record's media offset: the
 /// index's head stays valid, its checksum does not.
@@ -27,19 +26,8 @@ fn damage_first_record(index_path: &std::path::Path) {
 #[test]
 fn damage_found_after_loading_reloads_the_title() {
     let server = Server::start_with("", |root| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-        cmd.arg("ingest");
-        for name in ["clip.ts", "vbr.ts"] {
-            let src = if name == "clip.ts" {
-                &media().clip
-            } else {
-                &media().vbr
-            };
-            fs::copy(src, root.join(name)).unwrap();
-            cmd.arg(root.join(name));
-        }
-        let out = run_bounded(cmd, Duration::from_secs(60));
-        assert!(out.status.success(), "ingest: {}", out.stderr);
+        let files = [(&media().clip, "clip.ts"), (&media().vbr, "vbr.ts")];
+        ingest(root, &[], &files);
         damage_first_record(&index_path_for(&root.join("clip.ts")));
     });
     let index_path = index_path_for(&server.media_root().join("clip.ts"));
@@ -47,8 +35,7 @@ fn damage_found_after_loading_reloads_the_title() {
 
     // Both load unverified: DESCRIBE answers without reading the index whole.
     for name in ["clip.ts", "vbr.ts"] {
-        let mut c = fjord_client::RtspClient::connect(&server.url(name)).unwrap();
-        assert!(c.describe().unwrap().sdp.contains("MP2T/90000"));
+        server.assert_describes(name);
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     let logged = |log: &str, a: &str, b: &str| log.lines().any(|l| l.contains(a) && l.contains(b));
@@ -67,7 +54,6 @@ fn damage_found_after_loading_reloads_the_title() {
     }
 
     // The next client gets clip.ts checked whole, found damaged, re-ingested.
-    let mut c = fjord_client::RtspClient::connect(&server.url("clip.ts")).unwrap();
-    assert!(c.describe().unwrap().sdp.contains("MP2T/90000"));
+    server.assert_describes("clip.ts");
     Index::open(&index_path).expect("re-ingested: the index verifies");
 }
