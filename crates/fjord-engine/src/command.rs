@@ -12,7 +12,7 @@ use crate::{
     datapath::Counters,
     lateness::{self, Cause, Hold, TickStart},
 };
-pub use crate::{clock::REAL_TIME, trick::MAX_SCALE};
+pub use crate::{clock::REAL_TIME, lateness::LATE, trick::MAX_SCALE};
 
 /// Everything the engine needs to stream one track to one client.
 pub struct SessionSpec {
@@ -312,9 +312,6 @@ pub struct ThreadStats {
     pub datapath: Counters,
 }
 
-/// A packet leaving later than this after its schedule counts as late.
-pub const LATE: Duration = Duration::from_millis(2);
-
 impl ThreadStats {
     /// A packet of `bytes` left `lateness` after its schedule, `in_tick`
     /// into a tick that began as `start` says, from a session that waited
@@ -340,5 +337,38 @@ impl ThreadStats {
             }
         }
         self.max_late = self.max_late.max(lateness);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn start(lag: u64, overslept: u64) -> TickStart {
+        TickStart {
+            lag: ms(lag),
+            overslept: ms(overslept),
+        }
+    }
+
+    #[test]
+    fn thread_stats_count_each_late_packet_once_by_its_cause() {
+        let mut s = ThreadStats::default();
+        let woke = start(4, 4);
+        s.count(ms(1), 100, woke, ms(0), None);
+        s.count(ms(5), 100, woke, ms(0), None);
+        s.count(ms(9), 100, woke, ms(0), Some(Hold::Storage));
+        s.count(ms(3), 100, start(3, 0), ms(0), Some(Hold::Socket));
+        s.count(ms(3), 100, TickStart::default(), ms(2), None);
+        s.count(ms(5), 100, TickStart::default(), ms(0), Some(Hold::Socket));
+        s.count(ms(6), 100, TickStart::default(), ms(0), None);
+        assert_eq!((s.packets, s.late), (7, 6));
+        assert_eq!((s.late_woke, s.late_busy), (1, 2));
+        assert_eq!((s.late_storage, s.late_socket), (1, 1));
+        assert_eq!(s.max_late, ms(9));
     }
 }
