@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     Title,
-    datapath::Counters,
+    datapath::{Counters, UdpSocket},
     lateness::{self, Cause, Hold, TickStart},
 };
 pub use crate::{clock::REAL_TIME, lateness::LATE, trick::MAX_SCALE};
@@ -56,38 +56,6 @@ pub enum Output {
         rtp_channel: u8,
         rtcp_channel: u8,
     },
-}
-
-/// A UDP socket a stream sends from.
-pub enum UdpSocket {
-    /// The stream's own socket: for RTP, connected to the peer (the paths
-    /// that cannot address each message need that); for RTCP, bound to the
-    /// session's server port and addressed per message.
-    Own(socket2::Socket),
-    /// An unconnected socket that many streams of one engine thread share
-    /// (bound to the server's one RTP or RTCP port): every message names
-    /// its destination. Only an engine thread's own streams may share an
-    /// RTP socket (zero-copy completions are read per socket).
-    Shared(Arc<socket2::Socket>),
-}
-
-impl UdpSocket {
-    pub fn socket(&self) -> &socket2::Socket {
-        match self {
-            UdpSocket::Own(s) => s,
-            UdpSocket::Shared(s) => s,
-        }
-    }
-
-    pub fn is_shared(&self) -> bool {
-        matches!(self, UdpSocket::Shared(_))
-    }
-}
-
-impl From<socket2::Socket> for UdpSocket {
-    fn from(s: socket2::Socket) -> Self {
-        UdpSocket::Own(s)
-    }
 }
 
 /// Where a PLAY starts.

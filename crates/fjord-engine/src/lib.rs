@@ -28,8 +28,9 @@ mod wheel;
 
 pub use command::{
     Command, LATE, MAX_SCALE, Output, PlayInfo, REAL_TIME, RepairSpec, SessionSpec, Start,
-    ThreadStats, UdpSocket, Until,
+    ThreadStats, Until,
 };
+pub use datapath::UdpSocket;
 pub use thread::{DEFAULT_BURST, Engine, EngineConfig, wake_grid};
 pub use title::{Title, VerifyError};
 pub use totals::Totals;
