@@ -13,6 +13,7 @@
 mod clock;
 pub mod command;
 pub mod datapath;
+mod files;
 mod inbox;
 mod interleaved;
 mod lateness;
