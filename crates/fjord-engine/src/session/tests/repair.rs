@@ -1,7 +1,10 @@
 //! The repair stream: each block's repair packets after it, from the
 //! sidecar or encoded live.
 
+use fjord_fec::{RepairHeader, symbol::REPAIR_HEADER_LEN};
+
 use super::*;
+use crate::command::RepairSpec;
 
 /// A 10-packet title with 4:2 parity (a short last block), its sidecar
 /// attached; `live`: sessions encode the repair symbols themselves.
