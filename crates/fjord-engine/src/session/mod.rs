@@ -32,9 +32,11 @@ mod interleaved;
 mod readiness;
 mod repair;
 mod rtcp;
+mod timeline;
 
 use readiness::NOT_READY_RETRY;
 use repair::Repair;
+use timeline::Pace;
 
 /// After the last packet was due and after it actually left (a stalled
 /// thread may send it late), wait this long before RTCP BYE, so the client
@@ -141,21 +143,6 @@ pub(crate) struct Session {
     storage_wait_logged: bool,
 }
 
-/// When packets are due in a paced session: `offsets[i - first]` after
-/// `base_ns`, the title time the PLAY starts at.
-struct Pace {
-    first: u32,
-    base_ns: u64,
-    offsets: Box<[u64]>,
-}
-
-impl Pace {
-    fn due_ns(&self, i: u32) -> Option<u64> {
-        let k = i.checked_sub(self.first)?;
-        Some(self.base_ns + *self.offsets.get(k as usize)?)
-    }
-}
-
 /// Packets a session put in a batch: a burst of repair packets or one of
 /// source packets (a session never puts both in one batch).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -256,107 +243,6 @@ impl Session {
         match self.output {
             Output::Interleaved { conn, .. } => Some(conn),
             Output::Udp { .. } => None,
-        }
-    }
-
-    fn track(&self) -> Option<Track<'_>> {
-        self.title.index().track(self.track)
-    }
-
-    /// One past the last packet this PLAY sends.
-    fn count(&self) -> u32 {
-        let all = self.track().map_or(0, |t| t.packet_count() as u32);
-        self.end.map_or(all, |(p, _)| p.min(all))
-    }
-
-    /// One past the last packet the next burst may take: the end of the
-    /// PLAY, or of the key frame being sent.
-    fn run_end(&self) -> usize {
-        match &self.trick {
-            Some(t) => t.limit().unwrap_or(self.next) as usize,
-            None => self.count() as usize,
-        }
-    }
-
-    /// Whether the PLAY has packets left to send.
-    fn more(&self) -> bool {
-        match &self.trick {
-            Some(t) => t.first_packet().is_some(),
-            None => self.next < self.count(),
-        }
-    }
-
-    /// Stream time packet `i` (record `rec`) is due.
-    #[inline]
-    fn due_ns(&self, i: u32, rec: &PacketRecord) -> u64 {
-        match (&self.trick, &self.pace) {
-            (Some(t), _) => t.due_ns(i),
-            (None, Some(p)) => p.due_ns(i).unwrap_or(rec.send_time_ns),
-            (None, None) => rec.send_time_ns,
-        }
-    }
-
-    /// Packets `first..` due at `offsets` from the PLAY's start
-    /// ([`crate::Command::Pace`]).
-    pub(crate) fn pace(&mut self, first: u32, offsets: Box<[u64]>) {
-        let base_ns = self.position_ns;
-        self.pace = Some(Box::new(Pace {
-            first,
-            base_ns,
-            offsets,
-        }));
-    }
-
-    /// Whether a burst must end after packet `i`: the last of a key frame
-    /// in trick play.
-    #[inline]
-    fn ends_burst(&self, i: u32, rec: &PacketRecord) -> bool {
-        self.trick.as_ref().is_some_and(|t| t.ends_frame(i, rec))
-    }
-
-    /// Stream time of the PLAY's last packet.
-    fn last_due_ns(&self) -> u64 {
-        match &self.trick {
-            Some(t) => t.last_due_ns(),
-            None => self.media_time(self.count().saturating_sub(1)).0,
-        }
-    }
-
-    /// Where playback stands on the title timeline at `now`.
-    pub(crate) fn position_at(&self, now: Instant) -> u64 {
-        match (self.state, &self.trick) {
-            (State::Playing(_), Some(t)) => t.npt(self.stream_ns(now)),
-            (State::Playing(_), None) => self.stream_ns(now).min(self.end_ns()),
-            (State::Stopped, _) => self.position_ns,
-            (State::Ended, Some(t)) => t.stop_ns(),
-            (State::Ended, None) => self.end_ns(),
-        }
-    }
-
-    /// Where the RTP clock stands at `now` (stream time).
-    fn stream_ns(&self, now: Instant) -> u64 {
-        match self.state {
-            State::Playing(c) => c.at(now),
-            State::Stopped => self.clock_ns,
-            State::Ended => self.last_due_ns(),
-        }
-    }
-    fn end_ns(&self) -> u64 {
-        self.end
-            .map_or(self.title.index().duration_ns(), |(_, ns)| ns)
-    }
-
-    /// Media time and RTP timestamp of packet `i`; one past the end maps to
-    /// the title's duration.
-    fn media_time(&self, i: u32) -> (u64, u32) {
-        let track = self.track();
-        match track.and_then(|t| t.packet(i as usize)) {
-            Some(rec) => (rec.send_time_ns, rec.rtp_ts),
-            None => {
-                let ns = self.title.index().duration_ns();
-                let clock = track.map_or(90_000, |t| t.clock_rate());
-                (ns, rtp_ticks(ns, clock))
-            }
         }
     }
 
