@@ -33,10 +33,12 @@ mod readiness;
 mod repair;
 mod rtcp;
 mod seek;
+mod stops;
 mod timeline;
 
 use readiness::NOT_READY_RETRY;
 use repair::Repair;
+use stops::AtEnd;
 use timeline::Pace;
 
 /// After the last packet was due and after it actually left (a stalled
@@ -49,26 +51,6 @@ pub(crate) const MAX_BURST_PACKETS: usize = 64;
 const RETRY: Duration = Duration::from_millis(1);
 /// A first packet that leaves later than this after its schedule is logged.
 const SLOW_START_MS: f64 = 20.0;
-/// What happens where a PLAY stops.
-#[derive(Clone, Copy, Debug)]
-enum AtEnd {
-    /// The stream ends: RTCP BYE.
-    Bye,
-    /// A pause point (PAUSE with a Range): the session stops there, to
-    /// play on to `then` (the PLAY's own stop) when played again.
-    Pause { then: Option<(u32, u64)> },
-    /// A PLAY that came while this one was playing to a given end
-    /// (RFC 2326 §10.5): it plays on from there, on the same clock.
-    Play { start: Start, until: Until },
-    /// Start over from packet `packet` at title time `ns`, `period` after
-    /// the round before began (see [`Until::Loop`]).
-    Loop {
-        packet: u32,
-        ns: u64,
-        period: Duration,
-    },
-}
-
 #[derive(Clone, Copy)]
 enum State {
     /// Set up, paused, or positioned by PLAY and waiting for `Start`.
@@ -296,94 +278,6 @@ impl Session {
             end_ns: self.end_ns(),
             queued: false,
         }
-    }
-
-    /// A PLAY to `start`..`until` after the one playing, when that one
-    /// plays to a given end (RFC 2326 §10.5 pipelining); `None` (and
-    /// nothing changes) otherwise. The reply names the sequence number and
-    /// RTP time the stream will have there.
-    pub(crate) fn queue(&mut self, start: Start, until: Until) -> Option<PlayInfo> {
-        let (State::Playing(_), Some((end_packet, end_ns)), None, Start::At { ns, packet }) =
-            (self.state, self.end, &self.trick, start)
-        else {
-            return None;
-        };
-        if !matches!(self.at_end, AtEnd::Bye) {
-            return None;
-        }
-        self.at_end = AtEnd::Play { start, until };
-        let clock = self.track().map_or(90_000, |t| t.clock_rate());
-        Some(PlayInfo {
-            packet,
-            seq: self.seq0.wrapping_add(end_packet as u16),
-            rtptime: self.ts0.wrapping_add(rtp_ticks(end_ns, clock)),
-            time_ns: ns,
-            end_ns: match until {
-                Until::At { ns, .. } => ns,
-                _ => self.title.index().duration_ns(),
-            },
-            queued: true,
-        })
-    }
-
-    /// A pause point (PAUSE with a Range, RFC 2326 §10.6): the stream
-    /// stops before packet `packet`, at title time `ns`, without BYE; false
-    /// (and nothing changes) when that is not ahead of where it plays.
-    pub(crate) fn pause_at(&mut self, packet: u32, ns: u64, now: Instant) -> bool {
-        let ahead = matches!(self.state, State::Playing(_))
-            && self.trick.is_none()
-            && matches!(self.at_end, AtEnd::Bye)
-            && ns >= self.stream_ns(now)
-            && ns <= self.end_ns();
-        if ahead {
-            self.at_end = AtEnd::Pause { then: self.end };
-            self.end = Some((packet, ns));
-        }
-        ahead
-    }
-
-    /// The PLAY's stop is reached at stream time `end_ns`, due at `at`:
-    /// stop there (a pause point) or play on (a pipelined PLAY). `None`:
-    /// nothing to do now or ever; `Some(at)`: look again at `at`.
-    fn reach_end(&mut self, at: Instant, end_ns: u64, now: Instant) -> Option<Instant> {
-        if now < at {
-            return Some(at);
-        }
-        if let AtEnd::Loop { packet, ns, period } = self.at_end
-            && let State::Playing(c) = self.state
-        {
-            let again = if period.is_zero() { at } else { c.t0 + period };
-            self.loop_again(packet, ns, again);
-            return Some(now);
-        }
-        self.state = State::Stopped;
-        self.clock_ns = end_ns;
-        match std::mem::replace(&mut self.at_end, AtEnd::Bye) {
-            AtEnd::Bye => None,
-            AtEnd::Pause { then } => {
-                self.position_ns = end_ns;
-                self.end = then;
-                self.tell_storage(Mode::Paused);
-                None
-            }
-            AtEnd::Play { start, until } => {
-                let info = self.play(start, until, 1, at);
-                self.start(at, info.time_ns);
-                Some(now)
-            }
-            AtEnd::Loop { .. } => None,
-        }
-    }
-
-    /// Sets up the next round of a loop, starting at `again` (once the
-    /// round before has ended): the same packets, headers and all, no
-    /// splice.
-    fn loop_again(&mut self, packet: u32, ns: u64, again: Instant) {
-        (self.next, self.position_ns, self.clock_ns, self.floor) = (packet, ns, ns, packet);
-        if let Some(r) = &mut self.repair {
-            r.pending = None;
-        }
-        self.start(again, ns);
     }
 
     /// Positions the session for trick play at `scale` from `start` (where
@@ -726,14 +620,6 @@ impl Session {
             self.next_report = p.now + p.rtcp_interval;
         }
         Some(wake.min(self.next_report.max(p.now)))
-    }
-
-    /// Ends the stream where it stands, playing or paused: RTCP BYE; the
-    /// engine never wakes it again.
-    pub(crate) fn end(&mut self, p: &mut Pacing) -> Option<Instant> {
-        self.report(p, true);
-        self.state = State::Ended;
-        None
     }
 }
 
