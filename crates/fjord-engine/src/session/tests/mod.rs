@@ -12,6 +12,7 @@ use fjord_media::{
 use fjord_proto::rtcp::{RtcpInfo, parse_compound};
 
 use super::*;
+use crate::{Start, Until};
 
 mod pacing;
 mod play;
