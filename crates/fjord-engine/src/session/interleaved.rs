@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::{Pacing, RETRY, Session, State};
+use super::{Pacing, Session, State, pacing::RETRY};
 use crate::{
     Title,
     command::Output,

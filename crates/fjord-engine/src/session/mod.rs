@@ -1,30 +1,37 @@
 //! A session as an engine thread owns it: a position in a track, a clock that
-//! maps index send times to wall time, and the RTP/RTCP counters. A session
-//! may also send the track's repair stream: when a block's last source
-//! packet has left, the next tick sends that block's repair packets (and
-//! no source packets), so they always follow their block on one clock.
+//! maps index send times to wall time, and the RTP/RTCP counters. This file
+//! holds the type and its state; what it does is split by concern, one
+//! `impl Session` per file:
+//!
+//! - `timeline`: where the session stands, and when each packet is due;
+//! - `play`: PLAY and PAUSE: positioning, starting and stopping the clock,
+//!   trick play;
+//! - `seek`: a seek continues the stream's sequence numbers and RTP clock;
+//! - `stops`: where a PLAY stops: BYE, a pause point, a pipelined PLAY, a
+//!   loop's next round;
+//! - `pacing`: a tick's due packets into the batch, and the account of
+//!   those that left (the hot path);
+//! - `interleaved`: the same over the client's RTSP connection;
+//! - `repair`: the FEC repair stream, each block's repair packets after it;
+//! - `readiness`: the storage layer: which of the next packets are resident;
+//! - `rtcp`: sender reports and BYE.
 
-use std::{
-    collections::HashMap,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Instant};
 
-use fjord_media::{index::Track, plan::PacketRecord, prefab::Ids};
-use fjord_proto::{rtcp::SenderReportTemplate, rtp};
-use fjord_storage::{Mode, ReadAhead};
+use fjord_media::prefab::Ids;
+use fjord_proto::rtcp::SenderReportTemplate;
+use fjord_storage::ReadAhead;
 
 use crate::{
-    ThreadStats, Title,
+    Title,
     clock::{Clock, REAL_TIME},
     command::{Output, SessionSpec},
-    datapath::{Batch, Packet},
-    interleaved::Connection,
-    lateness::{Hold, TickStart},
+    lateness::Hold,
     trick::Trick,
 };
 
 mod interleaved;
+mod pacing;
 mod play;
 mod readiness;
 mod repair;
@@ -33,21 +40,11 @@ mod seek;
 mod stops;
 mod timeline;
 
-use readiness::NOT_READY_RETRY;
+pub(crate) use pacing::{MAX_BURST_PACKETS, Pacing, Planned};
 use repair::Repair;
 use stops::AtEnd;
 use timeline::Pace;
 
-/// After the last packet was due and after it actually left (a stalled
-/// thread may send it late), wait this long before RTCP BYE, so the client
-/// has read the final packets before it learns the stream ended.
-const BYE_DELAY: Duration = Duration::from_secs(1);
-/// The most packets one session puts in one tick's batch (one GSO send).
-pub(crate) const MAX_BURST_PACKETS: usize = 64;
-/// How soon to retry a session whose socket was full.
-const RETRY: Duration = Duration::from_millis(1);
-/// A first packet that leaves later than this after its schedule is logged.
-const SLOW_START_MS: f64 = 20.0;
 #[derive(Clone, Copy)]
 enum State {
     /// Set up, paused, or positioned by PLAY and waiting for `Start`.
@@ -121,33 +118,6 @@ pub(crate) struct Session {
     /// A wait for the storage layer after the stream started was logged
     /// (once per session, at debug level: the read-ahead fell behind).
     storage_wait_logged: bool,
-}
-
-/// Packets a session put in a batch: a burst of repair packets or one of
-/// source packets (a session never puts both in one batch).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Planned {
-    pub source: usize,
-    pub repair: usize,
-}
-
-impl Planned {
-    pub(crate) fn bursts(&self) -> usize {
-        usize::from(self.source > 0) + usize::from(self.repair > 0)
-    }
-}
-
-pub(crate) struct Pacing<'a> {
-    /// When the tick began: what is due is due by then.
-    pub now: Instant,
-    /// How the tick began, and when the packets being accounted left (for
-    /// their lateness and its cause).
-    pub start: TickStart,
-    pub sent_at: Instant,
-    pub stats: &'a mut ThreadStats,
-    pub burst: Duration,
-    pub rtcp_interval: Duration,
-    pub connections: &'a mut HashMap<u64, Connection>,
 }
 
 impl Session {
@@ -235,274 +205,6 @@ impl Session {
 
     pub(crate) fn is_interleaved(&self) -> bool {
         matches!(self.output, Output::Interleaved { .. })
-    }
-
-    /// Adds to `batch` the due repair packets of a finished block, or else
-    /// a burst of every source packet due by `now + burst` (at most
-    /// [`MAX_BURST_PACKETS`], ending at a block's end when the session
-    /// sends repair packets; prefabricated ones when the title has them and
-    /// `prefab`); returns how many of each it added.
-    pub(crate) fn collect<'a>(
-        &'a self,
-        now: Instant,
-        burst: Duration,
-        prefab: bool,
-        batch: &mut Batch<'a>,
-    ) -> Planned {
-        let mut planned = Planned::default();
-        let (Some(clock), Output::Udp { rtp, rtp_peer, .. }) = (self.playing(), &self.output)
-        else {
-            return planned;
-        };
-        if let Some(repair) = self.collect_repair(batch) {
-            planned.repair = repair;
-            return planned;
-        }
-        let Some(track) = self.title.index().track(self.track) else {
-            return planned;
-        };
-        let Some(limit_ns) = clock.due_by(now + burst) else {
-            return planned;
-        };
-        let pt = track.payload_type();
-        let first = batch.packets.len();
-        let ready = self.next as usize + self.ready() as usize;
-        let end = self
-            .block_end()
-            .unwrap_or(usize::MAX)
-            .min(ready)
-            .min(self.run_end());
-        for i in self.next as usize..end {
-            let Some(rec) = track.packet(i) else { break };
-            if self.due_ns(i as u32, &rec) > limit_ns
-                || batch.packets.len() - first >= MAX_BURST_PACKETS
-            {
-                break;
-            }
-            let Some(packet) = self.packet(&self.title, pt, &rec, i, prefab) else {
-                break;
-            };
-            batch.packets.push(packet);
-            if self.ends_burst(i as u32, &rec) {
-                break;
-            }
-        }
-        planned.source = batch.close_burst(first, rtp, *rtp_peer);
-        planned
-    }
-
-    /// Packet `i` (record `rec`) as it leaves: prefabricated when the title
-    /// has it and `prefab`, else the RTP header (the session's sequence
-    /// base, timestamp offset and SSRC), the record's payload-header bytes
-    /// and its file runs in `title`. `None` when a run lies outside the
-    /// mapping.
-    fn packet<'t>(
-        &self,
-        title: &'t Title,
-        pt: u8,
-        rec: &PacketRecord,
-        i: usize,
-        prefab: bool,
-    ) -> Option<Packet<'t>> {
-        if prefab && self.prefab {
-            let (offset, bytes) = title.prefab(self.track)?.packet(i)?;
-            return Some(Packet::prefabricated(bytes, title.prefab_fd()?, offset));
-        }
-        let (run1, run2) = title.runs(rec)?;
-        let mut header = [0u8; rtp::RTP_HEADER_LEN];
-        let (seq, ts) = match &self.trick {
-            Some(t) => {
-                let seq = t
-                    .seq
-                    .wrapping_add((i as u32).wrapping_sub(self.next) as u16);
-                (seq, self.ts0.wrapping_add(t.rtp_ts()))
-            }
-            None => (
-                self.seq0.wrapping_add(i as u16),
-                self.ts0.wrapping_add(rec.rtp_ts),
-            ),
-        };
-        rtp::write_header(&mut header, pt, rec.marker(), seq, ts, self.ssrc);
-        Some(
-            Packet::new(&header, rec.prefix(), run1, title.fd(), rec.offset)
-                .with_second_run(run2, rec.offset2()),
-        )
-    }
-
-    /// Accounts for the `sent` of `planned` packets the data path sent, sends
-    /// RTCP when due, and says when the session wants the engine next.
-    pub(crate) fn advance(
-        &mut self,
-        planned: Planned,
-        sent: Planned,
-        p: &mut Pacing,
-    ) -> Option<Instant> {
-        let clock = self.playing()?;
-        if self.storage_failed() {
-            return self.end_unreadable(p);
-        }
-        if planned == Planned::default() && self.more() && self.ready() == 0 {
-            return self.not_ready(p);
-        }
-        if planned == Planned::default()
-            && let Some(r) = &mut self.repair
-            && r.pending.take().is_some()
-        {
-            tracing::warn!(
-                ssrc = r.ssrc,
-                "repair packets of a block unreadable; skipped"
-            );
-        }
-        if planned.repair > 0 {
-            self.account_repair(sent.repair, p);
-            if sent.repair < planned.repair {
-                self.hold = Some(Hold::Socket);
-                return Some(p.now + RETRY);
-            }
-            return self.after_sending(clock, p);
-        }
-        let (planned, sent) = (planned.source, sent.source);
-        let title = self.title.clone();
-        let Some(track) = title.index().track(self.track) else {
-            self.state = State::Ended;
-            return None;
-        };
-        if planned == 0 && self.more() && title.runs(&track.packet(self.next as usize)?).is_none() {
-            tracing::warn!(
-                ssrc = self.ssrc,
-                "media file shrank under a playing session; stopping it"
-            );
-            self.state = State::Ended;
-            return None;
-        }
-        self.account(track, sent, clock, p);
-        if sent < planned {
-            // The socket is full: try again shortly.
-            self.hold = Some(Hold::Socket);
-            return Some(p.now + RETRY);
-        }
-        self.after_sending(clock, p)
-    }
-
-    /// Logs the first packet of a PLAY answered at `answered` when it left
-    /// (at `sent_at`) long after its schedule on the clock the PLAY started:
-    /// a seek's first packets may be due well after the reply (its tracks
-    /// start at their own packets), and only the delay beyond that is the
-    /// server's. The clock may have slipped since (waiting for storage):
-    /// that slip counts.
-    fn log_slow_start(&self, track: Track<'_>, answered: Instant, clock: Clock, sent_at: Instant) {
-        let Some(rec) = track.packet(self.next as usize) else {
-            return;
-        };
-        let planned = Clock {
-            t0: answered,
-            ..clock
-        };
-        let due = planned.due(self.due_ns(self.next, &rec)).max(answered);
-        let ms = sent_at.saturating_duration_since(due).as_secs_f64() * 1e3;
-        if ms > SLOW_START_MS {
-            // Says whose the wait was: the storage layer's (not resident:
-            // looked at again every 2 ms) or the engine's.
-            tracing::warn!(
-                ssrc = self.ssrc,
-                not_ready_waits = self.start_waits,
-                interleaved = self.is_interleaved(),
-                trick = self.trick.is_some(),
-                "a session's first packet left {ms:.1} ms after it was due"
-            );
-        }
-    }
-
-    /// Moves past `sent` packets that left: counters for RTCP, lateness for
-    /// the engine's statistics; when that finishes a block, its repair
-    /// packets are due.
-    fn account(&mut self, track: Track<'_>, sent: usize, clock: Clock, p: &mut Pacing) {
-        let sent_ns = clock.at(p.sent_at);
-        let in_tick = p.sent_at.saturating_duration_since(p.now);
-        let mut jumped = false;
-        for k in 0..sent as u32 {
-            let i = self.next + k;
-            let Some(rec) = track.packet(i as usize) else {
-                continue;
-            };
-            let len = rec.payload_len() as u32;
-            self.octets = self.octets.wrapping_add(len);
-            p.stats.count(
-                clock.lateness(self.due_ns(i, &rec), sent_ns),
-                len,
-                p.start,
-                in_tick,
-                self.hold,
-            );
-            match &mut self.trick {
-                Some(t) => jumped |= t.sent(track, i, t.ends_frame(i, &rec)),
-                None => self.encode_live(track, u64::from(i), &rec),
-            }
-        }
-        if sent > 0 {
-            self.last_sent = Some(p.now);
-            self.starting = false;
-            self.hold = None;
-            if let Some(at) = self.started.take() {
-                self.log_slow_start(track, at, clock, p.sent_at);
-            }
-        }
-        self.packets = self.packets.wrapping_add(sent as u32);
-        self.next += sent as u32;
-        if let Some(t) = &self.trick {
-            // Trick play sends no repair packets (its blocks are partial).
-            if jumped {
-                // On to the next key frame: a seek for the storage layer.
-                self.next = t.first_packet().unwrap_or(self.next);
-                self.tell_storage(Mode::Starting);
-            }
-            return;
-        }
-        self.finish_block(sent);
-    }
-
-    /// RTCP and the next wake-up once the due packets are out.
-    fn after_sending(&mut self, clock: Clock, p: &mut Pacing) -> Option<Instant> {
-        if self.repair_pending().is_some() {
-            return Some(p.now);
-        }
-        let wake = if self.more() && self.ready() == 0 {
-            // Not resident yet: its due time is in the index page that is not.
-            self.hold = Some(Hold::Storage);
-            p.now + NOT_READY_RETRY
-        } else if self.more() {
-            // Wake a quarter burst before the next packet is due: it may
-            // leave that early anyway, and a late wake-up (a busy CPU)
-            // then costs slack instead of a late packet.
-            let ns = match (
-                &self.trick,
-                self.pace.as_ref().and_then(|p| p.due_ns(self.next)),
-            ) {
-                (Some(t), _) => t.due_ns(self.next),
-                (None, Some(ns)) => ns,
-                (None, None) => self.media_time(self.next).0,
-            };
-            let at = clock.due(ns);
-            at.checked_sub(p.burst / 4).unwrap_or(at)
-        } else if !matches!(self.at_end, AtEnd::Bye) {
-            let end_ns = self.end_ns();
-            return self.reach_end(clock.due(end_ns), end_ns, p.now);
-        } else {
-            let last_ns = self.last_due_ns();
-            let last_left = self.last_sent.unwrap_or(p.now);
-            let bye_at = clock.due(last_ns).max(last_left) + BYE_DELAY;
-            if p.now >= bye_at {
-                self.report(p, true);
-                self.state = State::Ended;
-                return None;
-            }
-            bye_at
-        };
-        if p.now >= self.next_report && self.packets > 0 {
-            self.report(p, false);
-            self.next_report = p.now + p.rtcp_interval;
-        }
-        Some(wake.min(self.next_report.max(p.now)))
     }
 }
 

@@ -2,17 +2,28 @@
 //! thread: the helpers here build titles, sessions and ticks; the tests are
 //! by concern in the files below.
 
-use std::{net::UdpSocket, os::fd::OwnedFd};
+use std::{collections::HashMap, net::UdpSocket, os::fd::OwnedFd, time::Duration};
 
 use fjord_media::{
     index::{self, Index},
     no_parity,
+    plan::PacketRecord,
     synthetic::{write_constant_rate, write_video_track},
 };
-use fjord_proto::rtcp::{RtcpInfo, parse_compound};
+use fjord_proto::{
+    rtcp::{RtcpInfo, parse_compound},
+    rtp,
+};
 
-use super::*;
-use crate::{Start, Until};
+use super::{
+    pacing::{BYE_DELAY, RETRY},
+    *,
+};
+use crate::{
+    Start, ThreadStats, Until,
+    datapath::{Batch, Packet},
+    lateness::TickStart,
+};
 
 mod pacing;
 mod play;

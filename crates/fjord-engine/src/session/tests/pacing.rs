@@ -6,7 +6,7 @@ use std::{
 };
 
 use super::*;
-use crate::datapath;
+use crate::{datapath, interleaved::Connection};
 
 #[test]
 fn packets_leave_on_schedule_within_the_burst_limit() {
