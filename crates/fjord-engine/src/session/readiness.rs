@@ -119,7 +119,7 @@ impl Session {
     }
 
     /// Whether a file of the session's title shrank under its mapping and
-    /// was read since ([`Title::damaged`]).
+    /// was read since ([`crate::Title::damaged`]).
     pub(crate) fn title_damaged(&self) -> bool {
         self.title.damaged()
     }
