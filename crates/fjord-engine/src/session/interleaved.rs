@@ -5,7 +5,10 @@
 
 use std::time::Instant;
 
-use super::{Pacing, Session, State, pacing::RETRY};
+use super::{
+    Session, State,
+    pacing::{Pacing, RETRY},
+};
 use crate::{
     Title,
     command::Output,

@@ -16,14 +16,17 @@
 //! - `readiness`: the storage layer: which of the next packets are resident;
 //! - `rtcp`: sender reports and BYE.
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use fjord_media::prefab::Ids;
 use fjord_proto::rtcp::SenderReportTemplate;
 use fjord_storage::ReadAhead;
 
 use crate::{
-    Title,
+    Start, Title, Until,
     clock::{Clock, REAL_TIME},
     command::{Output, SessionSpec},
     lateness::Hold,
@@ -42,8 +45,27 @@ mod timeline;
 
 pub(crate) use pacing::{MAX_BURST_PACKETS, Pacing, Planned};
 use repair::Repair;
-use stops::AtEnd;
 use timeline::Pace;
+
+/// What happens where a PLAY stops.
+#[derive(Clone, Copy, Debug)]
+enum AtEnd {
+    /// The stream ends: RTCP BYE.
+    Bye,
+    /// A pause point (PAUSE with a Range): the session stops there, to
+    /// play on to `then` (the PLAY's own stop) when played again.
+    Pause { then: Option<(u32, u64)> },
+    /// A PLAY that came while this one was playing to a given end
+    /// (RFC 2326 §10.5): it plays on from there, on the same clock.
+    Play { start: Start, until: Until },
+    /// Start over from packet `packet` at title time `ns`, `period` after
+    /// the round before began (see [`Until::Loop`]).
+    Loop {
+        packet: u32,
+        ns: u64,
+        period: Duration,
+    },
+}
 
 #[derive(Clone, Copy)]
 enum State {

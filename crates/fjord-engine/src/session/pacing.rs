@@ -12,7 +12,7 @@ use fjord_media::{index::Track, plan::PacketRecord};
 use fjord_proto::rtp;
 use fjord_storage::Mode;
 
-use super::{AtEnd, Session, State, readiness::NOT_READY_RETRY};
+use super::{AtEnd, Session, State};
 use crate::{
     ThreadStats, Title,
     clock::Clock,
@@ -32,6 +32,10 @@ pub(crate) const MAX_BURST_PACKETS: usize = 64;
 
 /// How soon to retry a session whose socket was full.
 pub(super) const RETRY: Duration = Duration::from_millis(1);
+
+/// How soon to look again at a session whose next packet is not resident
+/// yet (the storage layer is reading it).
+pub(super) const NOT_READY_RETRY: Duration = Duration::from_millis(2);
 
 /// A first packet that leaves later than this after its schedule is logged.
 const SLOW_START_MS: f64 = 20.0;

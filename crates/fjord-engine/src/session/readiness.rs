@@ -4,16 +4,15 @@
 //! thread never waits for a disk: a packet not resident yet is looked at
 //! again shortly.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use fjord_storage::{Mode, Storage, Uses};
 
-use super::{Pacing, Session, State};
+use super::{
+    Session, State,
+    pacing::{NOT_READY_RETRY, Pacing},
+};
 use crate::{clock::Clock, lateness::Hold};
-
-/// How soon to look again at a session whose next packet is not resident
-/// yet (the storage layer is reading it).
-pub(super) const NOT_READY_RETRY: Duration = Duration::from_millis(2);
 
 impl Session {
     /// Has the storage layer read ahead of this session; `prefab_path`:

@@ -13,7 +13,10 @@ use fjord_media::{index::Track, plan::PacketRecord};
 use fjord_proto::{rtcp::SenderReportTemplate, rtp};
 use fjord_storage::Uses;
 
-use super::{AtEnd, MAX_BURST_PACKETS, Pacing, Session};
+use super::{
+    AtEnd, Session,
+    pacing::{MAX_BURST_PACKETS, Pacing},
+};
 use crate::{
     Title,
     command::{Output, RepairSpec},

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use fjord_media::plan::rtp_ticks;
 use fjord_proto::rtcp::NtpTime;
 
-use super::{Pacing, Session, State};
+use super::{Session, State, pacing::Pacing};
 use crate::command::Output;
 
 impl Session {

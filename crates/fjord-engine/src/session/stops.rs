@@ -1,34 +1,15 @@
 //! Where a PLAY stops, and what follows there: the stream ends (RTCP BYE),
 //! pauses (a pause point: PAUSE with a Range), plays on (a pipelined PLAY,
-//! RFC 2326 §10.5) or starts a loop's next round (a broadcast channel).
+//! RFC 2326 §10.5) or starts a loop's next round (a broadcast channel), as
+//! the session's `AtEnd` says.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use fjord_media::plan::rtp_ticks;
 use fjord_storage::Mode;
 
-use super::{Pacing, Session, State};
+use super::{AtEnd, Session, State, pacing::Pacing};
 use crate::{PlayInfo, Start, Until};
-
-/// What happens where a PLAY stops.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum AtEnd {
-    /// The stream ends: RTCP BYE.
-    Bye,
-    /// A pause point (PAUSE with a Range): the session stops there, to
-    /// play on to `then` (the PLAY's own stop) when played again.
-    Pause { then: Option<(u32, u64)> },
-    /// A PLAY that came while this one was playing to a given end
-    /// (RFC 2326 §10.5): it plays on from there, on the same clock.
-    Play { start: Start, until: Until },
-    /// Start over from packet `packet` at title time `ns`, `period` after
-    /// the round before began (see [`Until::Loop`]).
-    Loop {
-        packet: u32,
-        ns: u64,
-        period: Duration,
-    },
-}
 
 impl Session {
     /// A PLAY to `start`..`until` after the one playing, when that one
