@@ -9,10 +9,10 @@ use std::{
 
 use crate::{
     Title,
-    datapath::Counters,
+    datapath::{Counters, UdpSocket},
     lateness::{self, Cause, Hold, TickStart},
 };
-pub use crate::{clock::REAL_TIME, trick::MAX_SCALE};
+pub use crate::{clock::REAL_TIME, lateness::LATE, trick::MAX_SCALE};
 
 /// Everything the engine needs to stream one track to one client.
 pub struct SessionSpec {
@@ -56,38 +56,6 @@ pub enum Output {
         rtp_channel: u8,
         rtcp_channel: u8,
     },
-}
-
-/// A UDP socket a stream sends from.
-pub enum UdpSocket {
-    /// The stream's own socket: for RTP, connected to the peer (the paths
-    /// that cannot address each message need that); for RTCP, bound to the
-    /// session's server port and addressed per message.
-    Own(socket2::Socket),
-    /// An unconnected socket that many streams of one engine thread share
-    /// (bound to the server's one RTP or RTCP port): every message names
-    /// its destination. Only an engine thread's own streams may share an
-    /// RTP socket (zero-copy completions are read per socket).
-    Shared(Arc<socket2::Socket>),
-}
-
-impl UdpSocket {
-    pub fn socket(&self) -> &socket2::Socket {
-        match self {
-            UdpSocket::Own(s) => s,
-            UdpSocket::Shared(s) => s,
-        }
-    }
-
-    pub fn is_shared(&self) -> bool {
-        matches!(self, UdpSocket::Shared(_))
-    }
-}
-
-impl From<socket2::Socket> for UdpSocket {
-    fn from(s: socket2::Socket) -> Self {
-        UdpSocket::Own(s)
-    }
 }
 
 /// Where a PLAY starts.
@@ -312,9 +280,6 @@ pub struct ThreadStats {
     pub datapath: Counters,
 }
 
-/// A packet leaving later than this after its schedule counts as late.
-pub const LATE: Duration = Duration::from_millis(2);
-
 impl ThreadStats {
     /// A packet of `bytes` left `lateness` after its schedule, `in_tick`
     /// into a tick that began as `start` says, from a session that waited
@@ -340,5 +305,38 @@ impl ThreadStats {
             }
         }
         self.max_late = self.max_late.max(lateness);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn start(lag: u64, overslept: u64) -> TickStart {
+        TickStart {
+            lag: ms(lag),
+            overslept: ms(overslept),
+        }
+    }
+
+    #[test]
+    fn thread_stats_count_each_late_packet_once_by_its_cause() {
+        let mut s = ThreadStats::default();
+        let woke = start(4, 4);
+        s.count(ms(1), 100, woke, ms(0), None);
+        s.count(ms(5), 100, woke, ms(0), None);
+        s.count(ms(9), 100, woke, ms(0), Some(Hold::Storage));
+        s.count(ms(3), 100, start(3, 0), ms(0), Some(Hold::Socket));
+        s.count(ms(3), 100, TickStart::default(), ms(2), None);
+        s.count(ms(5), 100, TickStart::default(), ms(0), Some(Hold::Socket));
+        s.count(ms(6), 100, TickStart::default(), ms(0), None);
+        assert_eq!((s.packets, s.late), (7, 6));
+        assert_eq!((s.late_woke, s.late_busy), (1, 2));
+        assert_eq!((s.late_storage, s.late_socket), (1, 1));
+        assert_eq!(s.max_late, ms(9));
     }
 }

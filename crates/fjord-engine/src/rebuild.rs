@@ -29,7 +29,7 @@ use std::{collections::BTreeMap, io, ops::Range};
 use fjord_fec::rs::Codec;
 use fjord_media::{plan::PacketRecord, prefab};
 
-use crate::{Title, storage::Slot};
+use crate::{Title, files::Slot};
 
 /// Reads `buf.len()` bytes of a title's file at an offset, by `pread`.
 pub(crate) type ReadAt<'a> = &'a dyn Fn(Slot, &mut [u8], u64) -> io::Result<()>;

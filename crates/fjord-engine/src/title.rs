@@ -23,7 +23,7 @@ use fjord_media::{
     prefab::{Ids, Prefab, PrefabError, PrefabTrack},
 };
 
-use crate::storage::{Files, Slot};
+use crate::files::{Files, Slot};
 
 pub struct Title {
     index: Index,

@@ -16,14 +16,14 @@ mod sendfile_cork;
 mod sendmmsg;
 mod uring;
 
-use std::{io, net::SocketAddr, ops::Range, os::fd::BorrowedFd};
+use std::{io, net::SocketAddr, ops::Range, os::fd::BorrowedFd, sync::Arc};
 
 use fjord_fec::symbol::REPAIR_HEADER_LEN;
 use fjord_media::plan::MAX_PREFIX;
 use fjord_proto::rtp::RTP_HEADER_LEN;
 use socket2::{SockAddr, Socket};
 
-use crate::{UdpSocket, prefault::prefault};
+use crate::prefault::prefault;
 
 pub use gso::Gso;
 pub use gso_zerocopy::GsoZerocopy;
@@ -241,6 +241,38 @@ impl<'a> Batch<'a> {
 
     pub fn burst(&self, i: usize) -> &[Packet<'a>] {
         &self.packets[self.bursts[i].packets.clone()]
+    }
+}
+
+/// A UDP socket a stream sends from.
+pub enum UdpSocket {
+    /// The stream's own socket: for RTP, connected to the peer (the paths
+    /// that cannot address each message need that); for RTCP, bound to the
+    /// session's server port and addressed per message.
+    Own(socket2::Socket),
+    /// An unconnected socket that many streams of one engine thread share
+    /// (bound to the server's one RTP or RTCP port): every message names
+    /// its destination. Only an engine thread's own streams may share an
+    /// RTP socket (zero-copy completions are read per socket).
+    Shared(Arc<socket2::Socket>),
+}
+
+impl UdpSocket {
+    pub fn socket(&self) -> &socket2::Socket {
+        match self {
+            UdpSocket::Own(s) => s,
+            UdpSocket::Shared(s) => s,
+        }
+    }
+
+    pub fn is_shared(&self) -> bool {
+        matches!(self, UdpSocket::Shared(_))
+    }
+}
+
+impl From<socket2::Socket> for UdpSocket {
+    fn from(s: socket2::Socket) -> Self {
+        UdpSocket::Own(s)
     }
 }
 
