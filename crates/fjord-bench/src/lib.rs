@@ -32,7 +32,6 @@ pub mod sink;
 pub mod soak;
 pub mod stats;
 pub mod storage;
-pub mod txtime;
 pub mod workload;
 
 use std::{collections::BTreeSet, path::PathBuf, time::Duration};

@@ -27,13 +27,6 @@ pub enum BenchCmd {
     /// on time (< 0.01 % of packets > 2 ms late, none unsent), into the
     /// sink; saves the packet rate for admission control.
     Capacity(CapacityArgs),
-    /// SO_TXTIME + fq against burst sending: N constant-rate sessions sent
-    /// in the engine's shape (GSO at the default and a small burst, GSO with
-    /// one txtime per send, sendmmsg with and without a txtime per packet)
-    /// through a veth whose root qdisc is fq to a receiver in a namespace
-    /// (made and removed here; needs root). Prints the table and writes
-    /// txtime.md to --out.
-    Txtime(TxtimeArgs),
     /// The same load against fjord, live555MediaServer and GStreamer's
     /// rtsp-server: server CPU per packet side by side.
     ///
@@ -725,51 +718,6 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
 }
 
 #[derive(Args, Clone)]
-pub struct TxtimeArgs {
-    /// Sending time per variant
-    #[arg(long, default_value_t = 5.0)]
-    pub seconds: f64,
-    /// Concurrent 4.5 Mbit/s sessions
-    #[arg(long, default_value_t = 200)]
-    pub sessions: usize,
-    /// The burst limit of the default variants
-    #[arg(long, default_value_t = 40)]
-    pub burst_ms: u64,
-    /// The small burst GSO is also run with
-    #[arg(long, default_value_t = 2)]
-    pub small_burst_ms: u64,
-    /// Directory for txtime.md
-    #[arg(long, default_value = "bench-out")]
-    pub out: PathBuf,
-}
-
-fn txtime(a: TxtimeArgs) -> anyhow::Result<()> {
-    let cfg = fjord_bench::txtime::TxtimeConfig {
-        seconds: a.seconds,
-        sessions: a.sessions,
-        burst: std::time::Duration::from_millis(a.burst_ms),
-        small_burst: std::time::Duration::from_millis(a.small_burst_ms),
-        ..Default::default()
-    };
-    let report = fjord_bench::txtime::run(&cfg)?;
-    let command = format!(
-        "fjord bench txtime --seconds {} --sessions {} --burst-ms {} --small-burst-ms {} --out {}",
-        a.seconds,
-        a.sessions,
-        a.burst_ms,
-        a.small_burst_ms,
-        a.out.display()
-    );
-    let md = fjord_bench::txtime::markdown(&report, &command);
-    println!("{md}");
-    std::fs::create_dir_all(&a.out)?;
-    let path = a.out.join("txtime.md");
-    std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
-    println!("written: {}", path.display());
-    Ok(())
-}
-
-#[derive(Args, Clone)]
 pub struct DatapathArgs {
     /// RTP payload sizes in bytes (at most 1456: MTU 1500)
     #[arg(long, value_delimiter = ',', default_value = "256,512,1024,1316,1456")]
@@ -1072,7 +1020,6 @@ fn capacity(a: CapacityArgs) -> anyhow::Result<()> {
 pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     let cfg = match cmd {
         BenchCmd::Capacity(a) => return capacity(a),
-        BenchCmd::Txtime(a) => return txtime(a),
         BenchCmd::Peers(a) => return peers(a),
         BenchCmd::Idle(a) => return idle(a),
         BenchCmd::Disk(a) => return disk(a),
