@@ -21,7 +21,11 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use fjord_engine::{DEFAULT_BURST, wake_grid};
+use fjord_engine::{
+    DEFAULT_BURST,
+    datapath::cmsg::{MAX_SEGMENTED_BYTES, MAX_SEGMENTS, send_segmented},
+    wake_grid,
+};
 use fjord_proto::rtp::{RTP_HEADER_LEN, write_header};
 
 use super::{BITRATE, PeersConfig, REALTIME_PRIORITY, Run, parse_schedstat};
@@ -40,8 +44,6 @@ pub const DEFAULT_BURSTS: [usize; 4] = [1, 4, 12, 16];
 /// share its wake-ups. A finer grid would charge the floor wake-ups fjord
 /// does not pay, and put it above fjord at light loads.
 pub const GRID_NS: u64 = wake_grid(DEFAULT_BURST).as_nanos() as u64;
-const MAX_SEGMENTS: usize = 64;
-const MAX_GSO_BYTES: usize = 65_000;
 // `fjord load`'s receive shape (fjord-client's load/sys.rs).
 const BATCH: usize = 32;
 const SLOT: usize = 65_536;
@@ -109,7 +111,7 @@ pub fn tick(due_ns: u64) -> (u64, u64) {
 
 /// Packets per `sendmsg` of a burst, cut at the kernel's GSO limits.
 pub fn gso_sends(burst: usize) -> impl Iterator<Item = usize> {
-    let max = (MAX_GSO_BYTES / PACKET).clamp(1, MAX_SEGMENTS);
+    let max = (MAX_SEGMENTED_BYTES / PACKET).clamp(1, MAX_SEGMENTS);
     (0..burst.div_ceil(max)).map(move |i| max.min(burst - i * max))
 }
 
@@ -427,12 +429,19 @@ fn send_burst(fd: RawFd, bytes: &[u8], burst: usize) -> anyhow::Result<()> {
         at += n;
         let r = if n == 1 {
             // SAFETY: a valid buffer of buf.len() bytes.
-            unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) }
+            match unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) } {
+                r if r < 0 => Err(io::Error::last_os_error()),
+                _ => Ok(()),
+            }
         } else {
-            send_gso(fd, buf)
+            let iov = libc::iovec {
+                iov_base: buf.as_ptr().cast_mut().cast(),
+                iov_len: buf.len(),
+            };
+            send_segmented(fd, &[iov], PACKET as u16, 0)
         };
-        if r < 0 {
-            transient(io::Error::last_os_error())?;
+        if let Err(e) = r {
+            transient(e)?;
         }
     }
     Ok(())
@@ -445,33 +454,6 @@ fn transient(e: io::Error) -> anyhow::Result<()> {
         Some(libc::ENOBUFS | libc::ECONNREFUSED | libc::EAGAIN) => Ok(()),
         _ => bail!("floor send: {e}"),
     }
-}
-
-/// One `sendmsg` of `buf` (whole packets) with `UDP_SEGMENT` of a packet.
-fn send_gso(fd: RawFd, buf: &[u8]) -> isize {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    let mut control = [0u64; 4];
-    // SAFETY: all-zero is a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE(2) = 24 bytes fits `control`; the cmsg pointer
-    // comes from the msghdr pointing at it.
-    unsafe {
-        msg.msg_controllen = libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_UDP;
-        (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), PACKET as u16);
-    }
-    // SAFETY: the msghdr points at a live buffer and control block; the
-    // kernel only reads through it.
-    unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) }
 }
 
 /// The receivers until `stop`: packets counted from `warm` on, and in all.

@@ -374,41 +374,14 @@ mod tests {
         assert_eq!(got, [0, 1, 2, 3, 4]);
     }
 
-    /// Sends `data` as one GSO send of `seg`-byte segments (UDP_SEGMENT).
+    /// Sends `data` as one GSO send of `seg`-byte segments: `UDP_SEGMENT`
+    /// set on the socket cuts a plain send, no control message needed.
     fn send_gso(sock: &UdpSocket, to: SocketAddr, data: &[u8], seg: u16) -> io::Result<()> {
-        let SocketAddr::V4(v4) = to else {
-            unreachable!()
-        };
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: v4.port().to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(*v4.ip()).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        let mut iov = libc::iovec {
-            iov_base: data.as_ptr() as *mut _,
-            iov_len: data.len(),
-        };
-        let mut ctrl = [0u64; 4];
-        // SAFETY: a msghdr with one UDP_SEGMENT cmsg in an aligned buffer.
-        unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_name = (&addr as *const libc::sockaddr_in).cast_mut().cast();
-            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = ctrl.as_mut_ptr().cast();
-            msg.msg_controllen = libc::CMSG_SPACE(2) as usize;
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = libc::UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
-            cvt(libc::sendmsg(sock.as_raw_fd(), &msg, 0) as libc::c_int)?;
+        let fd = sock.as_raw_fd();
+        if !setsockopt_int(fd, libc::SOL_UDP, libc::UDP_SEGMENT, seg.into()) {
+            return Err(io::Error::last_os_error());
         }
-        Ok(())
+        sock.send_to(data, to).map(drop)
     }
 
     #[test]
