@@ -27,6 +27,7 @@ pub mod download;
 pub mod floor;
 pub mod http;
 pub mod peers;
+pub mod procfs;
 pub mod report;
 pub mod sink;
 pub mod soak;

@@ -52,6 +52,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::{
     capacity::{available_cpus, pin_current_thread, raise_fd_limit},
+    procfs::Schedstat,
     stats::{Summary, median},
 };
 
@@ -212,71 +213,6 @@ pub struct PeersReport {
     pub title: String,
     pub results: Vec<PeerResult>,
     pub notes: Vec<String>,
-}
-
-/// `utime` and `stime` (clock ticks) from a `/proc/PID/stat` line. The
-/// command name (field 2) is in parentheses and may hold spaces and
-/// parentheses itself, so the fields are counted after its last `)`.
-pub fn parse_proc_stat(stat: &str) -> Option<(u64, u64)> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    // `rest` starts at field 3 (state); utime and stime are fields 14, 15.
-    let mut f = rest.split_whitespace().skip(11);
-    let utime = f.next()?.parse().ok()?;
-    let stime = f.next()?.parse().ok()?;
-    Some((utime, stime))
-}
-
-/// CPU (user + system) a process has used, all its threads, live and
-/// exited.
-pub fn process_cpu(pid: u32) -> anyhow::Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let (u, s) = parse_proc_stat(&stat).context("unreadable /proc/PID/stat")?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Ok(Duration::from_nanos((u + s) * 1_000_000_000 / hz))
-}
-
-/// Run and run-queue wait time (ns) from a `/proc/PID/task/TID/schedstat`
-/// line.
-pub fn parse_schedstat(s: &str) -> Option<(u64, u64)> {
-    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
-    Some((f.next()??, f.next()??))
-}
-
-/// Time on a CPU and run-queue wait of every live thread of a process,
-/// summed, in nanoseconds (a thread that exits takes its share along: the
-/// servers' threads live through a run).
-pub fn process_sched(pid: u32) -> (Duration, Duration) {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return (Duration::ZERO, Duration::ZERO);
-    };
-    let (run, wait) = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| parse_schedstat(&s))
-        .fold((0, 0), |(r, w), (run, wait)| (r + run, w + wait));
-    (Duration::from_nanos(run), Duration::from_nanos(wait))
-}
-
-/// The machine's total and stolen CPU time (clock ticks) from the `cpu `
-/// line of `/proc/stat`: steal is time the hypervisor gave the virtual
-/// CPUs to someone else.
-pub fn parse_cpu_steal(proc_stat: &str) -> Option<(u64, u64)> {
-    let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal [guest guest_nice]:
-    // guest time is already in user time.
-    let total = f.iter().take(8).sum();
-    Some((total, *f.get(7)?))
-}
-
-/// Machine-wide `(total, steal)` ticks now.
-pub fn cpu_steal() -> Option<(u64, u64)> {
-    parse_cpu_steal(&std::fs::read_to_string("/proc/stat").ok()?)
 }
 
 /// The CPU at `t_ns`, linear between the samples `(time ns, CPU s)` around
@@ -550,9 +486,9 @@ impl CpuSampler {
             let mut samples = Vec::new();
             loop {
                 let done = flag.load(Ordering::Relaxed);
-                let (cpu, wait) = process_sched(pid);
-                if !cpu.is_zero() {
-                    samples.push((unix_ns(), cpu.as_secs_f64(), wait.as_secs_f64()));
+                let s = Schedstat::of_process(pid);
+                if s.run_ns > 0 {
+                    samples.push((unix_ns(), s.run_ns as f64 / 1e9, s.wait_ns as f64 / 1e9));
                 }
                 if done {
                     return samples;
@@ -1302,52 +1238,6 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proc_stat_fields_after_the_command_name() {
-        let line = "4242 (fjord) S 1 4242 4242 0 -1 4194560 1290 0 0 0 731 129 0 0 20 0 5 0 \
-                    123456 1000000 2000 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
-        assert_eq!(parse_proc_stat(line), Some((731, 129)));
-        // A command name with spaces and parentheses.
-        let line = "77 (gst (rtsp) srv) R 1 77 77 0 -1 0 0 0 0 0 15 6 0 0 20 0 9 0 5 6 7";
-        assert_eq!(parse_proc_stat(line), Some((15, 6)));
-        assert_eq!(parse_proc_stat("77 (x) R 1 2"), None);
-        assert_eq!(parse_proc_stat("garbage"), None);
-    }
-
-    #[test]
-    fn steal_from_proc_stat() {
-        let s =
-            "cpu  2764909 41125 303153 1222251 5357 0 10611 108424 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
-        assert_eq!(
-            parse_cpu_steal(s),
-            Some((
-                2764909 + 41125 + 303153 + 1222251 + 5357 + 10611 + 108424,
-                108424
-            ))
-        );
-        assert_eq!(parse_cpu_steal("cpu0 1 2 3"), None);
-        assert_eq!(parse_cpu_steal("cpu  1 2 3"), None);
-        assert!(cpu_steal().is_some());
-    }
-
-    #[test]
-    fn schedstat_run_and_wait() {
-        assert_eq!(
-            parse_schedstat("2617388 41257 37\n"),
-            Some((2617388, 41257))
-        );
-        assert_eq!(parse_schedstat("12"), None);
-        assert_eq!(parse_schedstat("x y z"), None);
-        // Our own threads are readable, and this one has run.
-        assert!(!process_sched(std::process::id()).0.is_zero());
-    }
-
-    #[test]
-    fn own_process_cpu_is_readable() {
-        let cpu = process_cpu(std::process::id()).unwrap();
-        assert!(cpu < Duration::from_secs(100_000));
-    }
 
     #[test]
     fn cpu_interpolates_between_samples() {

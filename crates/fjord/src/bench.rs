@@ -616,6 +616,7 @@ fn idle(a: IdleArgs) -> anyhow::Result<()> {
 
 fn peers(a: PeersArgs) -> anyhow::Result<()> {
     use fjord_bench::peers::{self, PeersConfig, PeersReport, curve};
+    use fjord_bench::procfs::CpuTimes;
     let media = peers_media(a.media.clone());
     let servers = (a.servers.iter())
         .map(|n| {
@@ -669,10 +670,21 @@ fn peers(a: PeersArgs) -> anyhow::Result<()> {
     };
     // The machine note of one comparison: load and steal over its runs.
     let measure = |cfg: &PeersConfig| -> anyhow::Result<(PeersReport, String)> {
-        let (load_before, steal_before) = (load_avg(), peers::cpu_steal());
+        let (load_before, steal_before) = (load_avg(), CpuTimes::now());
         let report = peers::run(cfg)?;
-        let steal = match (steal_before, peers::cpu_steal()) {
-            (Some((t0, s0)), Some((t1, s1))) if t1 > t0 => format!(
+        let steal = match (steal_before, CpuTimes::now()) {
+            (
+                Some(CpuTimes {
+                    total: t0,
+                    steal: s0,
+                    ..
+                }),
+                Some(CpuTimes {
+                    total: t1,
+                    steal: s1,
+                    ..
+                }),
+            ) if t1 > t0 => format!(
                 "; the hypervisor took {:.0} % of the virtual CPUs' time during the runs (steal)",
                 100.0 * (s1 - s0) as f64 / (t1 - t0) as f64
             ),

@@ -29,8 +29,8 @@ use fjord_engine::{
 };
 use fjord_proto::rtp::{RTP_HEADER_LEN, write_header};
 
-use super::{BITRATE, PeersConfig, REALTIME_PRIORITY, Run, parse_schedstat};
-use crate::{capacity::pin_current_thread, cpu::ThreadCpu, workload::PT};
+use super::{BITRATE, PeersConfig, REALTIME_PRIORITY, Run};
+use crate::{capacity::pin_current_thread, cpu::ThreadCpu, procfs::Schedstat, workload::PT};
 
 /// RTP payload per packet: 7 TS packets, as the servers send.
 pub const PAYLOAD: usize = 1316;
@@ -392,10 +392,7 @@ fn make_realtime() -> anyhow::Result<()> {
 
 /// Run-queue wait of the calling thread.
 fn thread_wait() -> Duration {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| parse_schedstat(&s))
-        .map_or(Duration::ZERO, |(_, w)| Duration::from_nanos(w))
+    Schedstat::this_thread().map_or(Duration::ZERO, |s| Duration::from_nanos(s.wait_ns))
 }
 
 /// One burst: a `send` for one packet, else a `sendmsg` with `UDP_SEGMENT`
