@@ -10,7 +10,7 @@
 # __isoc23_sscanf, C23's strtol/sscanf that also take 0b prefixes); the
 # wrapper preloads isoc23.c, which maps them to the C99 functions, and
 # weakver.py marks that version need weak so bookworm's glibc 2.36 loads
-# the libraries. Used for the measurements in bench/results/peers.md.
+# the libraries. Used for the measurements in bench/results/peers/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=${PREFIX:-/opt/live555}

@@ -7,7 +7,7 @@
 
 use std::{
     net::UdpSocket,
-    path::Path,
+    path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -56,6 +56,8 @@ pub struct CapacityConfig {
     /// address per message (when the data path can); `per-session`: each
     /// from its own connected socket. As the server's `udp_sockets`.
     pub udp_sockets: String,
+    /// The `fjord` executable that serves [`run_loopback`]'s sessions.
+    pub fjord_exe: PathBuf,
 }
 
 impl Default for CapacityConfig {
@@ -76,6 +78,7 @@ impl Default for CapacityConfig {
             fec_live: false,
             prefab: true,
             udp_sockets: "shared".into(),
+            fjord_exe: "fjord".into(),
         }
     }
 }
@@ -225,7 +228,7 @@ pub fn run_loopback(cfg: &CapacityConfig) -> anyhow::Result<Capacity> {
             cfg.realtime
         ),
     )?;
-    let server = ServerChild::start(&config, cfg.cpu)?;
+    let server = ServerChild::start(&cfg.fjord_exe, &config, cfg.cpu)?;
     pin_current_thread((cfg.cpu + 1) % available_cpus());
     let url = format!("rtsp://{}/capacity.ts", server.addr);
     let datapath = fjord_engine::datapath::resolve(&cfg.datapath)?.to_string();
@@ -309,9 +312,9 @@ struct ServerChild {
 }
 
 impl ServerChild {
-    fn start(config: &Path, cpu: usize) -> anyhow::Result<Self> {
+    fn start(fjord_exe: &Path, config: &Path, cpu: usize) -> anyhow::Result<Self> {
         use std::{io::BufRead, os::unix::process::CommandExt};
-        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        let mut cmd = std::process::Command::new(fjord_exe);
         cmd.arg("serve")
             .args(["--http-port", "0", "--admin-bind", ""])
             .arg("--config")

@@ -27,6 +27,9 @@ use std::{
 };
 
 use anyhow::{Context, bail};
+use fjord_engine::datapath::cmsg::{
+    MAX_SEGMENTED_BYTES, MAX_SEGMENTS, read_completion, send_segmented,
+};
 use fjord_proto::rtp::{RTP_HEADER_LEN, write_header};
 use socket2::{SockAddr, Socket};
 
@@ -37,10 +40,6 @@ use crate::{
 
 /// Largest ring of prebuilt packets.
 pub const RING_BYTES: usize = 64 << 20;
-const MAX_SEGMENTS: usize = 64;
-const MAX_GSO_BYTES: usize = 65_000;
-const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
-const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FloorKind {
@@ -179,7 +178,7 @@ pub fn run(
                 }
             }
             FloorKind::GsoIov => {
-                let group = MAX_SEGMENTS.min(MAX_GSO_BYTES / pkt).max(1);
+                let group = MAX_SEGMENTS.min(MAX_SEGMENTED_BYTES / pkt).max(1);
                 let mut iov = [libc::iovec {
                     iov_base: std::ptr::null_mut(),
                     iov_len: 0,
@@ -200,9 +199,12 @@ pub fn run(
                         pair[1] = iovec(payload);
                     }
                     syscalls += 1;
-                    if let Err(e) =
-                        send_gso_iov(sessions.sockets[s].as_raw_fd(), &iov[..2 * n], pkt, 0)
-                    {
+                    if let Err(e) = send_segmented(
+                        sessions.sockets[s].as_raw_fd(),
+                        &iov[..2 * n],
+                        pkt as u16,
+                        0,
+                    ) {
                         check(e)?;
                     }
                     i += n;
@@ -214,7 +216,7 @@ pub fn run(
                 } else {
                     0
                 };
-                let group = MAX_SEGMENTS.min(MAX_GSO_BYTES / pkt).max(1);
+                let group = MAX_SEGMENTS.min(MAX_SEGMENTED_BYTES / pkt).max(1);
                 let mut i = 0;
                 while i < this {
                     let s = i / burst;
@@ -225,7 +227,7 @@ pub fn run(
                     let mut tries = 0;
                     loop {
                         syscalls += 1;
-                        match send_gso(fd, buf, pkt, flags) {
+                        match send_segmented(fd, &[iovec(buf)], pkt as u16, flags) {
                             Ok(()) => break,
                             Err(e)
                                 if flags != 0
@@ -324,82 +326,14 @@ fn iovec(bytes: &[u8]) -> libc::iovec {
     }
 }
 
-/// One `sendmsg` of `buf` (whole packets of `seg` bytes) with `UDP_SEGMENT`.
-fn send_gso(fd: libc::c_int, buf: &[u8], seg: usize, flags: libc::c_int) -> io::Result<()> {
-    send_gso_iov(fd, &[iovec(buf)], seg, flags)
-}
-
-/// One `sendmsg` gathering `iov` (packets of `seg` bytes, the last possibly
-/// shorter) with `UDP_SEGMENT`.
-fn send_gso_iov(
-    fd: libc::c_int,
-    iov: &[libc::iovec],
-    seg: usize,
-    flags: libc::c_int,
-) -> io::Result<()> {
-    let len: usize = iov.iter().map(|v| v.iov_len).sum();
-    let mut control = [0u64; 4];
-    // SAFETY: all-zero is a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
-    msg.msg_iovlen = iov.len();
-    if len > seg {
-        msg.msg_control = control.as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE(2) = 24 bytes fits `control`; the cmsg pointer
-        // comes from the msghdr pointing at it.
-        unsafe {
-            msg.msg_controllen = libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize;
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_UDP;
-            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), seg as u16);
-        }
-    }
-    // SAFETY: the msghdr points at live iovecs, buffers and control block;
-    // the kernel only reads through the iovecs.
-    let r = unsafe { libc::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Reads every zero-copy completion queued on `fd`: (sends completed, of
 /// which the kernel copied).
 pub fn drain_zerocopy(fd: libc::c_int) -> (u64, u64) {
     let (mut done, mut copied) = (0u64, 0u64);
-    loop {
-        let mut control = [0u64; 16];
-        // SAFETY: all-zero is a valid msghdr.
-        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = mem::size_of_val(&control);
-        // SAFETY: a valid msghdr with a control buffer and no data.
-        let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-        if r < 0 {
-            break;
-        }
-        // SAFETY: walking the control messages the kernel wrote.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-            while !cmsg.is_null() {
-                if ((*cmsg).cmsg_level == libc::SOL_IP && (*cmsg).cmsg_type == libc::IP_RECVERR)
-                    || ((*cmsg).cmsg_level == libc::SOL_IPV6
-                        && (*cmsg).cmsg_type == libc::IPV6_RECVERR)
-                {
-                    let ee: libc::sock_extended_err =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
-                    if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY {
-                        let n = u64::from(ee.ee_data.wrapping_sub(ee.ee_info)) + 1;
-                        done += n;
-                        if ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0 {
-                            copied += n;
-                        }
-                    }
-                }
-                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-            }
+    while let Ok(Some(c)) = read_completion(fd) {
+        done += c.sends();
+        if c.copied {
+            copied += c.sends();
         }
     }
     (done, copied)

@@ -34,7 +34,7 @@ use std::{
 
 use anyhow::{Context, bail};
 
-use crate::{cpu::ThreadCpu, peers::process_cpu};
+use crate::{cpu::ThreadCpu, procfs::process_cpu};
 
 pub struct HttpConfig {
     pub fjord_exe: PathBuf,

@@ -1,18 +1,42 @@
-//! `fjord bench`: the seeds' data-path experiments on today's kernel.
+//! fjord's experiments, and `fjord-bench`, the program that runs them
+//! (`fjord bench ARGS` runs it). The server, `fjord`, does not link this
+//! crate: nothing here is on its path.
 //!
-//! [`datapath`] reproduces the streaming experiment of Halvorsen, Dalseng
-//! and Griwodz (2007; seed 004, Figs. 4-5, Table 4) for every data path of
-//! the engine ([`fjord_engine::datapath::NAMES`]): a cached file is sliced
-//! into RTP packets of each payload size and sent through the path, in the
-//! engine's shape (a burst per session per tick), into a sink that models a
-//! NIC with free segmentation offload ([`sink`]). Per path and size: CPU of
-//! the sending thread per packet (user, sys), system calls and payload
-//! copies per packet, CPU relative to `read-writev` (the seeds' reference
-//! line) and to the path's [`floor`]. The download experiment (Fig. 3,
-//! Table 3) is [`download`]; the storage benchmark (sessions on time from
-//! a library larger than memory on a slow disk) is [`storage`]; HTTP
-//! downloads beside nginx are [`http`]. Statistics over repetitions are in
-//! [`stats`], output in [`report`].
+//! Each benchmark is a module with a config, a `run` and a report
+//! (markdown; CSV, JSON or SVG where it has them). The program
+//! (`src/bin/fjord-bench`) only parses flags, runs one, writes its files,
+//! and for [`disk`] and [`capacity`] saves the figures `fjord serve`'s
+//! admission control reads (`fjord_server::config`). A benchmark that needs
+//! a server starts the `fjord` beside the program as a child process and
+//! measures it from outside: `/proc` ([`procfs`]), its `/metrics`, and
+//! `fjord load` receivers in this process.
+//!
+//! The data paths: the datapath experiment ([`run_datapath`]) reproduces
+//! the streaming experiment of Halvorsen, Dalseng and Griwodz (2007; seed
+//! 004, Figs. 4-5, Table 4) for every data path of the engine
+//! ([`fjord_engine::datapath::NAMES`]): a cached file is sliced into RTP
+//! packets of each payload size and sent through the path, in the engine's
+//! shape (a burst per session per tick, [`workload`]), into a sink that
+//! models a NIC with free segmentation offload ([`sink`]). Per path and
+//! size: CPU of the sending thread per packet (user, sys), system calls and
+//! payload copies per packet ([`copies`]), CPU relative to `read-writev`
+//! (the seeds' reference line) and to the path's [`floor`]. The download
+//! experiment (Fig. 3, Table 3) is [`download`]. Statistics over
+//! repetitions are in [`stats`], output in [`report`].
+//!
+//! The others: sessions one engine thread keeps on time ([`capacity`]); a
+//! media disk's bandwidth, IOPS and latency ([`disk`]); sessions on time
+//! from a library larger than memory on a slow disk ([`storage`]); HTTP
+//! downloads beside nginx ([`http`]); server CPU per packet beside
+//! live555, GStreamer and the kernel floor, and an idle server thread by
+//! thread ([`peers`]); session churn for hours ([`soak`]); periodic
+//! broadcasting schemes, simulated ([`broadcast`]). The test title is
+//! [`clip`]'s, the plots share [`chart`].
+//!
+//! The system calls these share with the server and with `fjord load` are
+//! theirs, not copies: `UDP_SEGMENT` sends and zero-copy completions are
+//! [`fjord_engine::datapath::cmsg`], the receivers' epoll and `recvmmsg`
+//! [`fjord_client::recv`].
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -27,12 +51,12 @@ pub mod download;
 pub mod floor;
 pub mod http;
 pub mod peers;
+pub mod procfs;
 pub mod report;
 pub mod sink;
 pub mod soak;
 pub mod stats;
 pub mod storage;
-pub mod txtime;
 pub mod workload;
 
 use std::{collections::BTreeSet, path::PathBuf, time::Duration};

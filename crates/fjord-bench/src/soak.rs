@@ -388,7 +388,7 @@ impl Sampler<'_> {
         let came = ids.difference(&self.ids).count() as u64;
         let went = self.ids.difference(&ids).count() as u64;
         self.ids = ids;
-        let own = crate::peers::process_cpu(std::process::id())?;
+        let own = crate::procfs::process_cpu(std::process::id())?;
         let (engine, machine) = self.watch.take(&m);
         Ok(Sample {
             t_s: self.t0.elapsed().as_secs_f64(),

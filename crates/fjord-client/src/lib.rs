@@ -14,7 +14,8 @@
 //!
 //! Everything is `std` only: no async runtime, one thread per UDP socket.
 //! The exception is [`load`], the load generator behind `fjord load`: one
-//! thread for all sessions, epoll and `recvmmsg` with `UDP_GRO` through libc.
+//! thread for all sessions, epoll and `recvmmsg` with `UDP_GRO` through libc
+//! ([`recv`], which the benchmarks' receivers share).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -23,6 +24,7 @@ mod capture;
 mod error;
 pub mod fec;
 pub mod load;
+pub mod recv;
 mod rtcp;
 mod rtp;
 mod rtsp;

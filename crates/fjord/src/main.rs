@@ -8,7 +8,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-mod bench;
 mod load;
 mod play;
 mod play_broadcast;
@@ -116,10 +115,21 @@ enum Cmd {
         root: Option<PathBuf>,
     },
     /// The experiments: CPU, system calls and copies per packet of every
-    /// data path (the seeds' streaming and download tests), side by side.
+    /// data path (the seeds' streaming and download tests), side by side;
+    /// capacity, disks, the peers, soaks. `fjord bench --help` lists them.
+    ///
+    /// They are a program of their own, `fjord-bench`, beside this one
+    /// (`cargo build --release` builds both): `fjord bench ARGS` runs
+    /// `fjord-bench ARGS`.
+    #[command(disable_help_flag = true)]
     Bench {
-        #[command(subcommand)]
-        cmd: bench::BenchCmd,
+        /// The benchmark and its flags
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<std::ffi::OsString>,
     },
 }
 
@@ -201,7 +211,7 @@ fn main() -> ExitCode {
         } => ingest_all(&paths, ts_per_rtp, fec, prefab),
         Cmd::Verify { path, parity } => return storage(&path, parity, false),
         Cmd::Repair { path, parity } => return storage(&path, parity, true),
-        Cmd::Bench { cmd } => bench::run(cmd),
+        Cmd::Bench { args } => bench(args),
         Cmd::Load(args) => load::run(args),
         Cmd::Play(args) => play::run(args),
         Cmd::Passwd { name, realm } => passwd(&name, &realm),
@@ -219,6 +229,28 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs `fjord-bench ARGS` in place of this process: the `fjord-bench`
+/// beside this executable.
+fn bench(args: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe().context("locating the fjord executable")?;
+    let bench = me.with_file_name("fjord-bench");
+    anyhow::ensure!(
+        bench.is_file(),
+        "the benchmarks are a program of their own and there is no {} beside {}: build it with \
+         `cargo build --release -p fjord-bench` (`make build` builds both)",
+        bench.display(),
+        me.display()
+    );
+    // Usage lines and errors then read `fjord bench …`.
+    let err = std::process::Command::new(&bench)
+        .arg0("fjord bench")
+        .args(args)
+        .exec();
+    Err(err).with_context(|| format!("running {}", bench.display()))
 }
 
 /// Refuses a key directory inside a media root: keys beside the titles

@@ -4,8 +4,9 @@
 //! UDP receivers at the title's rate, each session's bursts due on their own
 //! schedule: one `sendmsg` with `UDP_SEGMENT` per burst, a `send` per packet
 //! for bursts of 1, sleeping to the next due time in between. The receivers
-//! drain the way `fjord load`'s do (one thread on the receivers' CPU, epoll
-//! at most every millisecond, `recvmmsg` of 32 with kernel timestamps), so
+//! drain the way `fjord load`'s do, with its code ([`fjord_client::recv`]:
+//! one thread on the receivers' CPU, epoll at most every millisecond,
+//! `recvmmsg` of 32 with kernel timestamps), so
 //! the wake-ups the sender pays for are the same. CPU per packet is the
 //! sender thread's CPU over the window over the packets the receivers
 //! counted in it.
@@ -13,19 +14,23 @@
 use std::{
     fs::File,
     io::{self, Read},
-    mem,
     net::UdpSocket,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::fd::{AsRawFd, RawFd},
     path::Path,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, bail};
-use fjord_engine::{DEFAULT_BURST, wake_grid};
+use fjord_client::recv::{BATCH, Epoll, RecvBatch, receive_options};
+use fjord_engine::{
+    DEFAULT_BURST,
+    datapath::cmsg::{MAX_SEGMENTED_BYTES, MAX_SEGMENTS, send_segmented},
+    wake_grid,
+};
 use fjord_proto::rtp::{RTP_HEADER_LEN, write_header};
 
-use super::{BITRATE, PeersConfig, REALTIME_PRIORITY, Run, parse_schedstat};
-use crate::{capacity::pin_current_thread, cpu::ThreadCpu, workload::PT};
+use super::{BITRATE, PeersConfig, REALTIME_PRIORITY, Run};
+use crate::{capacity::pin_current_thread, cpu::ThreadCpu, procfs::Schedstat, workload::PT};
 
 /// RTP payload per packet: 7 TS packets, as the servers send.
 pub const PAYLOAD: usize = 1316;
@@ -40,12 +45,7 @@ pub const DEFAULT_BURSTS: [usize; 4] = [1, 4, 12, 16];
 /// share its wake-ups. A finer grid would charge the floor wake-ups fjord
 /// does not pay, and put it above fjord at light loads.
 pub const GRID_NS: u64 = wake_grid(DEFAULT_BURST).as_nanos() as u64;
-const MAX_SEGMENTS: usize = 64;
-const MAX_GSO_BYTES: usize = 65_000;
 // `fjord load`'s receive shape (fjord-client's load/sys.rs).
-const BATCH: usize = 32;
-const SLOT: usize = 65_536;
-const CTRL_WORDS: usize = 16;
 const RCVBUF: usize = 4 << 20;
 const MIN_POLL: Duration = Duration::from_millis(1);
 /// Sending before the window: sockets, caches and the schedule settle.
@@ -109,7 +109,7 @@ pub fn tick(due_ns: u64) -> (u64, u64) {
 
 /// Packets per `sendmsg` of a burst, cut at the kernel's GSO limits.
 pub fn gso_sends(burst: usize) -> impl Iterator<Item = usize> {
-    let max = (MAX_GSO_BYTES / PACKET).clamp(1, MAX_SEGMENTS);
+    let max = (MAX_SEGMENTED_BYTES / PACKET).clamp(1, MAX_SEGMENTS);
     (0..burst.div_ceil(max)).map(move |i| max.min(burst - i * max))
 }
 
@@ -313,15 +313,8 @@ fn sockets(n: usize, gro: bool) -> anyhow::Result<(Vec<UdpSocket>, Vec<UdpSocket
     for _ in 0..n {
         let r = UdpSocket::bind("127.0.0.1:0").context("binding a floor receiver")?;
         r.set_nonblocking(true)?;
-        let fd = r.as_raw_fd();
-        // As `fjord load`: forced past rmem_max when allowed, else capped.
-        if !setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, RCVBUF as i32) {
-            setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, RCVBUF as i32);
-        }
-        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
-        if gro {
-            setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1);
-        }
+        // As `fjord load`'s.
+        receive_options(r.as_raw_fd(), RCVBUF, gro);
         let t = UdpSocket::bind("127.0.0.1:0").context("binding a floor sender")?;
         t.connect(r.local_addr()?)?;
         t.set_nonblocking(true)?;
@@ -329,19 +322,6 @@ fn sockets(n: usize, gro: bool) -> anyhow::Result<(Vec<UdpSocket>, Vec<UdpSocket
         tx.push(t);
     }
     Ok((rx, tx))
-}
-
-fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> bool {
-    // SAFETY: a c_int option value of the right size.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&v as *const libc::c_int).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
 }
 
 /// The sender: pinned (and under SCHED_FIFO) as the servers are, it sleeps
@@ -412,10 +392,7 @@ fn make_realtime() -> anyhow::Result<()> {
 
 /// Run-queue wait of the calling thread.
 fn thread_wait() -> Duration {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| parse_schedstat(&s))
-        .map_or(Duration::ZERO, |(_, w)| Duration::from_nanos(w))
+    Schedstat::this_thread().map_or(Duration::ZERO, |s| Duration::from_nanos(s.wait_ns))
 }
 
 /// One burst: a `send` for one packet, else a `sendmsg` with `UDP_SEGMENT`
@@ -427,12 +404,19 @@ fn send_burst(fd: RawFd, bytes: &[u8], burst: usize) -> anyhow::Result<()> {
         at += n;
         let r = if n == 1 {
             // SAFETY: a valid buffer of buf.len() bytes.
-            unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) }
+            match unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) } {
+                r if r < 0 => Err(io::Error::last_os_error()),
+                _ => Ok(()),
+            }
         } else {
-            send_gso(fd, buf)
+            let iov = libc::iovec {
+                iov_base: buf.as_ptr().cast_mut().cast(),
+                iov_len: buf.len(),
+            };
+            send_segmented(fd, &[iov], PACKET as u16, 0)
         };
-        if r < 0 {
-            transient(io::Error::last_os_error())?;
+        if let Err(e) = r {
+            transient(e)?;
         }
     }
     Ok(())
@@ -447,33 +431,6 @@ fn transient(e: io::Error) -> anyhow::Result<()> {
     }
 }
 
-/// One `sendmsg` of `buf` (whole packets) with `UDP_SEGMENT` of a packet.
-fn send_gso(fd: RawFd, buf: &[u8]) -> isize {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    let mut control = [0u64; 4];
-    // SAFETY: all-zero is a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE(2) = 24 bytes fits `control`; the cmsg pointer
-    // comes from the msghdr pointing at it.
-    unsafe {
-        msg.msg_controllen = libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_UDP;
-        (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), PACKET as u16);
-    }
-    // SAFETY: the msghdr points at a live buffer and control block; the
-    // kernel only reads through it.
-    unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) }
-}
-
 /// The receivers until `stop`: packets counted from `warm` on, and in all.
 fn receive(
     socks: &[UdpSocket],
@@ -481,9 +438,12 @@ fn receive(
     warm: Instant,
     stop: Instant,
 ) -> anyhow::Result<(u64, u64)> {
-    let ep = Epoll::new(socks)?;
+    let mut ep = Epoll::new(socks.len().clamp(1, 1024)).context("epoll_create1")?;
+    for (i, s) in socks.iter().enumerate() {
+        ep.add(s.as_raw_fd(), i as u64, false)
+            .context("epoll_ctl")?;
+    }
     let mut batch = RecvBatch::new();
-    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; socks.len().clamp(1, 1024)];
     let drain_all = |batch: &mut RecvBatch| -> u64 {
         socks.iter().map(|s| drain(s.as_raw_fd(), batch, gro)).sum()
     };
@@ -509,9 +469,9 @@ fn receive(
             .saturating_duration_since(last_wait)
             .as_micros()
             .div_ceil(1000);
-        let n = ep.wait(&mut events, ms.min(20) as i32)?;
-        for ev in &events[..n] {
-            let fd = socks[{ ev.u64 } as usize].as_raw_fd();
+        let n = ep.wait(ms.min(20) as i32).context("epoll_wait")?;
+        for i in 0..n {
+            let fd = socks[ep.event(i).0 as usize].as_raw_fd();
             total += drain(fd, &mut batch, gro);
         }
     }
@@ -523,10 +483,11 @@ fn receive(
 fn drain(fd: RawFd, batch: &mut RecvBatch, gro: bool) -> u64 {
     let mut packets = 0;
     for _ in 0..64 {
-        let n = batch.recv(fd);
+        // An error (the loss count shows it) reads as nothing.
+        let n = batch.recv(fd).unwrap_or(0);
         packets += (0..n)
             .map(|i| match gro {
-                true => (batch.hdrs[i].msg_len as usize).div_ceil(PACKET) as u64,
+                true => batch.msg_len(i).div_ceil(PACKET) as u64,
                 false => 1,
             })
             .sum::<u64>();
@@ -535,115 +496,6 @@ fn drain(fd: RawFd, batch: &mut RecvBatch, gro: bool) -> u64 {
         }
     }
     packets
-}
-
-/// A level-triggered epoll set over the receivers, token = index.
-struct Epoll(OwnedFd);
-
-impl Epoll {
-    fn new(socks: &[UdpSocket]) -> anyhow::Result<Self> {
-        // SAFETY: a plain system call.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            bail!("epoll_create1: {}", io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor this owns.
-        let ep = Self(unsafe { OwnedFd::from_raw_fd(fd) });
-        for (i, s) in socks.iter().enumerate() {
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: i as u64,
-            };
-            // SAFETY: a valid event pointer.
-            if unsafe { libc::epoll_ctl(fd, libc::EPOLL_CTL_ADD, s.as_raw_fd(), &mut ev) } < 0 {
-                bail!("epoll_ctl: {}", io::Error::last_os_error());
-            }
-        }
-        Ok(ep)
-    }
-
-    fn wait(&self, events: &mut [libc::epoll_event], ms: i32) -> anyhow::Result<usize> {
-        // SAFETY: the event array outlives the call.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.0.as_raw_fd(),
-                events.as_mut_ptr(),
-                events.len() as i32,
-                ms,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(0);
-            }
-            bail!("epoll_wait: {e}");
-        }
-        Ok(n as usize)
-    }
-}
-
-/// `fjord load`'s reusable `recvmmsg` buffers: 32 slots of 64 KiB with
-/// room for the timestamp control messages.
-struct RecvBatch {
-    _bufs: Box<[u8]>,
-    _ctrl: Box<[u64]>,
-    _iov: Box<[libc::iovec]>,
-    hdrs: Box<[libc::mmsghdr]>,
-}
-
-impl RecvBatch {
-    fn new() -> Self {
-        let mut bufs = vec![0u8; BATCH * SLOT].into_boxed_slice();
-        let mut ctrl = vec![0u64; BATCH * CTRL_WORDS].into_boxed_slice();
-        let mut iov: Box<[libc::iovec]> = bufs
-            .chunks_exact_mut(SLOT)
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: SLOT,
-            })
-            .collect();
-        let hdrs = iov
-            .iter_mut()
-            .zip(ctrl.chunks_exact_mut(CTRL_WORDS))
-            .map(|(v, c)| {
-                // SAFETY: an all-zero mmsghdr is valid; pointers set below.
-                let mut h: libc::mmsghdr = unsafe { mem::zeroed() };
-                h.msg_hdr.msg_iov = v;
-                h.msg_hdr.msg_iovlen = 1;
-                h.msg_hdr.msg_control = c.as_mut_ptr().cast();
-                h
-            })
-            .collect();
-        Self {
-            _bufs: bufs,
-            _ctrl: ctrl,
-            _iov: iov,
-            hdrs,
-        }
-    }
-
-    /// One `recvmmsg(MSG_DONTWAIT)`: messages read, 0 when none (or on an
-    /// error, which the loss count shows).
-    fn recv(&mut self, fd: RawFd) -> usize {
-        for h in self.hdrs.iter_mut() {
-            h.msg_hdr.msg_controllen = CTRL_WORDS * 8;
-            h.msg_hdr.msg_flags = 0;
-            h.msg_len = 0;
-        }
-        // SAFETY: every header points into buffers owned by self (boxed,
-        // so they do not move).
-        let n = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdrs.as_mut_ptr(),
-                BATCH as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        n.max(0) as usize
-    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use std::{collections::BTreeMap, time::Duration};
 use anyhow::Context;
 
 use super::{Peer, PeersConfig, ServerChild, burst, floor, make_title, prepare, title_seconds};
+use crate::procfs::{self, Schedstat};
 use crate::{
     capacity::{available_cpus, pin_current_thread},
     stats::median,
@@ -66,28 +67,14 @@ impl IdleRun {
 
 /// `(tid, name, ns on a CPU, times on a CPU)` of every thread of `pid`.
 fn threads(pid: u32) -> Vec<(String, String, u64, u64)> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| {
-            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-            let stat = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
-            let (run, slices) = parse_run_and_slices(&stat)?;
-            let tid = t.file_name().to_string_lossy().into_owned();
-            Some((tid, comm.trim().to_string(), run, slices))
+    procfs::tasks(pid)
+        .into_iter()
+        .filter_map(|(tid, dir)| {
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            let s = Schedstat::of_task(&dir)?;
+            Some((tid.to_string(), comm.trim().to_string(), s.run_ns, s.slices))
         })
         .collect()
-}
-
-/// Time on a CPU (ns) and times run from a `schedstat` line
-/// (`run_ns wait_ns slices`).
-pub fn parse_run_and_slices(s: &str) -> Option<(u64, u64)> {
-    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
-    let run = f.next()??;
-    let _wait = f.next()??;
-    Some((run, f.next()??))
 }
 
 /// What each thread name used between two snapshots; a thread born in
@@ -312,12 +299,6 @@ mod tests {
         assert_eq!(u["tokio"].threads, 2);
         assert!((u["tokio"].cpu_s - 0.00075).abs() < 1e-12);
         assert_eq!(u["tokio"].runs, 3);
-    }
-
-    #[test]
-    fn schedstat_fields() {
-        assert_eq!(parse_run_and_slices("123 456 7\n"), Some((123, 7)));
-        assert_eq!(parse_run_and_slices("123 456"), None);
     }
 
     #[test]

@@ -11,9 +11,10 @@ use plotters::prelude::*;
 
 use super::client::Tally;
 use super::plan::End;
-use super::sched::{EngineThread, Evidence, Machine, Split, ThreadCounters, tick_ms};
+use super::sched::{EngineThread, Evidence, Machine, Split, ThreadCounters};
 use super::server::{ProcFigures, Warnings};
 use crate::chart;
+use crate::procfs::tick_ms;
 
 /// Growth slower than this, in % of the level per hour, is flat.
 pub const FLAT_PCT_PER_HOUR: f64 = 2.0;

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::server::{Metrics, proc_field};
+use crate::procfs::{self, CpuTimes, Schedstat, Stat, tick_ms};
 
 /// The engine names its threads `fjord-engine-N` (fjord-engine's
 /// `thread.rs`); N is the `thread` label of its metrics.
@@ -61,79 +62,37 @@ impl ThreadCounters {
     }
 }
 
-/// On CPU, waiting on a run queue (ns) and timeslices from a `schedstat`.
-pub fn parse_schedstat(s: &str) -> Option<(u64, u64, u64)> {
-    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
-    Some((f.next()??, f.next()??, f.next()??))
-}
-
-/// Major faults (field 12) and block I/O delay ticks (field 42) from a
-/// `stat` line. The name (field 2) may hold spaces and parentheses, so
-/// the fields are counted after its last `)`.
-pub fn parse_stat(s: &str) -> Option<(u64, u64)> {
-    let (_, rest) = s.rsplit_once(')')?;
-    // `rest` starts at field 3.
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some((f.get(12 - 3)?.parse().ok()?, f.get(42 - 3)?.parse().ok()?))
-}
-
 /// A thread's counters from its `/proc/PID/task/TID` directory.
 pub fn read_thread(dir: &Path) -> Option<ThreadCounters> {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
-    let (cpu_ns, wait_ns, slices) = parse_schedstat(&read("schedstat")?)?;
+    let sched = Schedstat::of_task(dir)?;
     let status = read("status")?;
-    let (majflt, blkio_ticks) = parse_stat(&read("stat")?)?;
+    let stat = read("stat")?;
+    let stat = Stat::parse(&stat)?;
     Some(ThreadCounters {
-        cpu_ns,
-        wait_ns,
-        slices,
+        cpu_ns: sched.run_ns,
+        wait_ns: sched.wait_ns,
+        slices: sched.slices,
         voluntary: proc_field(&status, "voluntary_ctxt_switches")?,
         nonvoluntary: proc_field(&status, "nonvoluntary_ctxt_switches")?,
-        majflt,
-        blkio_ticks,
+        majflt: stat.major_faults()?,
+        blkio_ticks: stat.blkio_ticks()?,
     })
 }
 
 /// The threads of `pid` whose name starts with `prefix`: (name, TID,
 /// counters). Threads that end while being read are left out.
 pub fn threads_named(pid: u32, prefix: &str) -> Vec<(String, u32, ThreadCounters)> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
     let mut out = Vec::new();
-    for t in tasks.flatten() {
-        let dir = t.path();
+    for (tid, dir) in procfs::tasks(pid) {
         let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
             continue;
         };
-        let tid = t.file_name().to_str().and_then(|s| s.parse().ok());
-        if let (true, Some(tid), Some(c)) = (comm.starts_with(prefix), tid, read_thread(&dir)) {
+        if let (true, Some(c)) = (comm.starts_with(prefix), read_thread(&dir)) {
             out.push((comm.trim_end().to_string(), tid, c));
         }
     }
     out
-}
-
-/// Machine-wide CPU time from the first (`cpu `) line of `/proc/stat`,
-/// clock ticks: stolen by the hypervisor, and spent in irq + softirq.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CpuTicks {
-    pub steal: u64,
-    pub irq: u64,
-}
-
-pub fn parse_cpu_line(proc_stat: &str) -> Option<CpuTicks> {
-    let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
-    // user nice system idle iowait irq softirq steal ...
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    Some(CpuTicks {
-        steal: *f.get(7)?,
-        irq: f.get(5)? + f.get(6)?,
-    })
 }
 
 /// The machine in one sample, ms: stolen by the hypervisor, what a
@@ -144,12 +103,6 @@ pub struct Machine {
     pub steal_ms: f64,
     pub usual_steal_ms: f64,
     pub irq_ms: f64,
-}
-
-/// Milliseconds per clock tick (of `stat` and `/proc/stat`).
-pub fn tick_ms() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    1e3 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
 }
 
 /// One engine thread in one sample.
@@ -323,8 +276,8 @@ pub struct Watch {
     pid: u32,
     before: BTreeMap<usize, Before>,
     /// The machine's first reading and the latest.
-    first: Option<(Instant, CpuTicks)>,
-    last: Option<(Instant, CpuTicks)>,
+    first: Option<(Instant, CpuTimes)>,
+    last: Option<(Instant, CpuTimes)>,
 }
 
 impl Watch {
@@ -385,9 +338,7 @@ impl Watch {
     }
 
     fn machine(&mut self) -> Machine {
-        let cpu = std::fs::read_to_string("/proc/stat")
-            .ok()
-            .and_then(|s| parse_cpu_line(&s));
+        let cpu = CpuTimes::now();
         let (Some(cpu), Some((t0, first)), Some((t1, last))) = (cpu, self.first, self.last) else {
             let now = cpu.map(|c| (Instant::now(), c));
             (self.first, self.last) = (now, now);
@@ -487,54 +438,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schedstat_line() {
-        assert_eq!(
-            parse_schedstat("242487906 24247010 1309\n"),
-            Some((242487906, 24247010, 1309))
-        );
-        assert_eq!(parse_schedstat("12 34"), None);
-        assert_eq!(parse_schedstat(""), None);
-    }
-
-    #[test]
-    fn stat_line_with_a_name_of_spaces_and_parentheses() {
-        // Fields 3-52 of a real line (SCHED_FIFO 50); majflt (12) = 7,
-        // blkio ticks (42) = 42.
-        let tail = "S 19038 19038 18542 0 -1 4194304 100 0 7 0 0 0 0 0 -51 0 1 0 5824230 \
-                    3133440 362 18446744073709551615 93963136765952 93963136785833 \
-                    140737479423200 0 0 0 0 0 0 0 0 0 17 1 50 1 42 0 0 93963136801840 \
-                    93963136803456 93963433156608 140737479428794 140737479428814 \
-                    140737479428814 140737479430123 0";
-        let stat = format!("4242 (fjord (x) y) z) {tail}\n");
-        assert_eq!(parse_stat(&stat), Some((7, 42)));
-        assert_eq!(
-            parse_stat(&format!("4242 (fjord-engine-0) {tail}")),
-            Some((7, 42))
-        );
-        assert_eq!(parse_stat("4242 (short) S 1 1"), None);
-        assert_eq!(parse_stat("no parenthesis"), None);
-    }
-
-    #[test]
     fn status_context_switches() {
         let status = "Name:\tfjord-engine-0\nState:\tS (sleeping)\n\
                       voluntary_ctxt_switches:\t1520\nnonvoluntary_ctxt_switches:\t33\n";
         assert_eq!(proc_field(status, "voluntary_ctxt_switches"), Some(1520));
         assert_eq!(proc_field(status, "nonvoluntary_ctxt_switches"), Some(33));
-    }
-
-    #[test]
-    fn cpu_line_steal_and_irq() {
-        let s = "cpu  3201271 201087 1001649 6954601 132901 5 264564 3174 0 0\n\
-                 cpu0 1 2 3 4 5 6 7 8 0 0\n";
-        assert_eq!(
-            parse_cpu_line(s),
-            Some(CpuTicks {
-                steal: 3174,
-                irq: 264569
-            })
-        );
-        assert_eq!(parse_cpu_line("cpu0 1 2 3\n"), None);
     }
 
     fn thread(index: usize, late: u64, d: ThreadCounters) -> EngineThread {
@@ -675,7 +583,6 @@ mod tests {
         assert_eq!(name, "soak-probe-7");
         assert!(*tid > 0);
         assert!(c.cpu_ns > 0 && c.slices >= 1, "{c:?}");
-        let cpu = parse_cpu_line(&std::fs::read_to_string("/proc/stat").unwrap());
-        assert!(cpu.is_some_and(|c| c.irq > 0));
+        assert!(CpuTimes::now().is_some_and(|c| c.irq > 0));
     }
 }

@@ -288,7 +288,7 @@ pub fn proc_figures(pid: u32) -> ProcFigures {
         rss_shmem_kib: proc_field(&status, "RssShmem").unwrap_or(0),
         threads: proc_field(&status, "Threads").unwrap_or(0),
         fds,
-        cpu_s: crate::peers::process_cpu(pid).map_or(0.0, |d| d.as_secs_f64()),
+        cpu_s: crate::procfs::process_cpu(pid).map_or(0.0, |d| d.as_secs_f64()),
         slab_kib: proc_field(&meminfo, "Slab").unwrap_or(0),
         sunreclaim_kib: proc_field(&meminfo, "SUnreclaim").unwrap_or(0),
     }

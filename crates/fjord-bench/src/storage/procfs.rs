@@ -7,6 +7,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::procfs::{self, Stat, clock_ticks};
+
 /// One thread at one moment.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TaskStat {
@@ -17,54 +19,30 @@ pub struct TaskStat {
     pub blkio_ticks: u64,
 }
 
-/// Fields of a `/proc/…/stat` line: `(name, majflt, delayacct_blkio_ticks)`.
-pub fn parse_stat(stat: &str) -> Option<(String, u64, u64)> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let name = stat.get(open + 1..close)?.to_string();
-    let rest: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
-    // rest[0] is field 3 (state): field N is rest[N - 3].
-    let majflt = rest.get(12 - 3)?.parse().ok()?;
-    let blkio = rest.get(42 - 3)?.parse().ok()?;
-    Some((name, majflt, blkio))
+/// One thread (or the whole process) from its `stat` line.
+fn task_stat(line: &str) -> Option<TaskStat> {
+    let s = Stat::parse(line)?;
+    Some(TaskStat {
+        name: s.name.to_string(),
+        major_faults: s.major_faults()?,
+        blkio_ticks: s.blkio_ticks()?,
+    })
 }
 
 /// Every thread of `pid`, by TID.
 pub fn tasks(pid: u32) -> BTreeMap<u32, TaskStat> {
-    let mut out = BTreeMap::new();
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        if let Some((name, major_faults, blkio_ticks)) = parse_stat(&stat) {
-            out.insert(
-                tid,
-                TaskStat {
-                    name,
-                    major_faults,
-                    blkio_ticks,
-                },
-            );
-        }
-    }
-    out
+    procfs::tasks(pid)
+        .into_iter()
+        .filter_map(|(tid, dir)| {
+            let line = fs::read_to_string(dir.join("stat")).ok()?;
+            Some((tid, task_stat(&line)?))
+        })
+        .collect()
 }
 
 /// The whole process (all threads, living and gone).
 pub fn process(pid: u32) -> Option<TaskStat> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (name, major_faults, blkio_ticks) = parse_stat(&stat)?;
-    Some(TaskStat {
-        name,
-        major_faults,
-        blkio_ticks,
-    })
+    task_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// Time blocked on I/O per thread, summed over samples, leaving out
@@ -155,12 +133,6 @@ impl DStateCounts {
     }
 }
 
-/// The state letter of a `/proc/…/stat` line.
-pub fn parse_state(stat: &str) -> Option<char> {
-    let close = stat.rfind(')')?;
-    stat.get(close + 1..)?.trim_start().chars().next()
-}
-
 impl DStateSampler {
     pub fn start(pid: u32, tids: Vec<u32>, period: std::time::Duration) -> DStateSampler {
         use std::io::{Read, Seek};
@@ -183,7 +155,7 @@ impl DStateSampler {
                     buf.clear();
                     if f.rewind().is_ok()
                         && f.read_to_string(&mut buf).is_ok()
-                        && parse_state(&buf) == Some('D')
+                        && Stat::parse(&buf).and_then(|s| s.state()) == Some('D')
                     {
                         *c.d.entry(*tid).or_default() += 1;
                     }
@@ -213,13 +185,6 @@ impl Drop for DStateSampler {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-}
-
-/// Clock ticks per second (`USER_HZ`).
-pub fn clock_ticks() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as u64 } else { 100 }
 }
 
 /// The file `fjord serve --stats-file` rewrites every second.
@@ -267,17 +232,6 @@ pub fn read_server_stats(path: &Path) -> Option<ServerStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_fields_after_a_name_with_spaces_and_parens() {
-        let mut fields: Vec<String> = (3..=52).map(|i| i.to_string()).collect();
-        fields[0] = "S".into();
-        let line = format!("1234 (fjord (x) y) {}", fields.join(" "));
-        assert_eq!(parse_stat(&line), Some(("fjord (x) y".into(), 12, 42)));
-        assert_eq!(parse_stat("1 (short) S 1 2"), None);
-        assert_eq!(parse_state(&line), Some('S'));
-        assert_eq!(parse_state("9 (a) b) D 1"), Some('D'));
-    }
 
     #[test]
     fn blkio_tracker_leaves_out_impossible_jumps() {

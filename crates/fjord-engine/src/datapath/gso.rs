@@ -13,16 +13,13 @@ use std::{
 use socket2::SockAddr;
 
 use super::{
-    Batch, Burst, Counters, DataPath, FAULTED, MAX_HEAD, Packet, iovec, is_fault, is_transient,
-    set_name,
+    Batch, Burst, Counters, DataPath, FAULTED, MAX_HEAD, Packet,
+    cmsg::{MAX_SEGMENTED_BYTES, MAX_SEGMENTS, SegmentControl, set_udp_segment},
+    iovec, is_fault, is_transient, set_name,
 };
 
-/// Segments per send: the kernel's UDP_MAX_SEGMENTS is 64 on older kernels.
-pub(crate) const MAX_SEGMENTS: usize = 64;
 /// Iovecs of one GSO send: head, payload and a second run per segment.
 pub(crate) const MAX_GROUP_IOVECS: usize = 3 * MAX_SEGMENTS;
-/// A GSO send is one UDP datagram as far as its length field goes.
-const MAX_BYTES: usize = 65_000;
 
 #[derive(Default)]
 pub struct Gso {
@@ -94,7 +91,7 @@ pub(crate) fn group_len(pkts: &[Packet<'_>]) -> usize {
     let mut total = seg;
     while n < pkts.len() && n < MAX_SEGMENTS {
         let len = pkts[n].wire_len();
-        if len > seg || total + len > MAX_BYTES {
+        if len > seg || total + len > MAX_SEGMENTED_BYTES {
             break;
         }
         total += len;
@@ -117,7 +114,7 @@ pub(crate) fn send_group(
 ) -> io::Result<()> {
     let mut iov = [MaybeUninit::<libc::iovec>::uninit(); MAX_GROUP_IOVECS];
     // Room for one cmsg carrying a u16, u64-aligned as cmsghdr needs.
-    let mut control = [0u64; 4];
+    let mut control = SegmentControl::default();
     // SAFETY: all-zero is a valid msghdr.
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     fill_gso_msg(&mut msg, &mut iov, &mut control, pkts, None);
@@ -139,7 +136,7 @@ pub(crate) fn send_group(
 pub(crate) fn fill_gso_msg(
     msg: &mut libc::msghdr,
     iov: &mut [MaybeUninit<libc::iovec>; MAX_GROUP_IOVECS],
-    control: &mut [u64; 4],
+    control: &mut SegmentControl,
     pkts: &[Packet<'_>],
     heads: Option<&[[u8; MAX_HEAD]]>,
 ) {
@@ -178,18 +175,7 @@ pub(crate) fn fill_gso_msg(
     msg.msg_iov = iov.as_mut_ptr().cast();
     msg.msg_iovlen = len;
     if n > 1 {
-        let seg = pkts[0].wire_len() as u16;
-        msg.msg_control = control.as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE of a u16 is 24 bytes, inside `control`; the
-        // cmsg pointers come from the msghdr that points at it.
-        unsafe {
-            msg.msg_controllen = libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize;
-            let cmsg = libc::CMSG_FIRSTHDR(msg);
-            (*cmsg).cmsg_level = libc::SOL_UDP;
-            (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), seg);
-        }
+        set_udp_segment(msg, control, pkts[0].wire_len() as u16);
     } else {
         msg.msg_control = std::ptr::null_mut();
         msg.msg_controllen = 0;

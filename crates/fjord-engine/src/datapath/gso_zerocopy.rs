@@ -41,7 +41,8 @@ use std::{
 
 use super::{
     Batch, Counters, DataPath, MAX_HEAD, Packet,
-    gso::{MAX_GROUP_IOVECS, MAX_SEGMENTS, fill_gso_msg, per_group, send_group},
+    cmsg::{MAX_SEGMENTS, read_completion},
+    gso::{MAX_GROUP_IOVECS, fill_gso_msg, per_group, send_group},
     set_name,
 };
 use socket2::SockAddr;
@@ -59,10 +60,6 @@ const BLOCKS: usize = 2048;
 const SUSPECT: Duration = Duration::from_millis(200);
 /// A send this old is given up on under slab pressure.
 const STALE: Duration = Duration::from_secs(2);
-/// `SO_EE_ORIGIN_ZEROCOPY`: a zero-copy completion (linux/errqueue.h).
-const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
-/// `SO_EE_CODE_ZEROCOPY_COPIED`: the kernel copied the data after all.
-const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
 
 type HeadBlock = [[u8; MAX_HEAD]; MAX_SEGMENTS];
 
@@ -154,58 +151,6 @@ fn zerocopy_is_on(fd: libc::c_int) -> bool {
         )
     };
     r == 0 && v != 0
-}
-
-/// A completion read from a socket's error queue: ids `lo..=hi`.
-struct Completion {
-    lo: u32,
-    hi: u32,
-    copied: bool,
-}
-
-/// Reads one zero-copy completion from `fd`'s error queue. `Ok(None)` when
-/// the queue is empty or held something else.
-fn read_completion(fd: libc::c_int) -> io::Result<Option<Completion>> {
-    let mut control = [0u64; 16];
-    // SAFETY: all-zero is a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = mem::size_of_val(&control);
-    // SAFETY: the msghdr points at a control buffer that outlives the call;
-    // no data buffer is needed for error-queue notifications.
-    let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::WouldBlock {
-            Ok(None)
-        } else {
-            Err(e)
-        };
-    }
-    // SAFETY: the kernel filled `msg_controllen` bytes of `control`; the
-    // CMSG macros stay inside it.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            let c = &*cmsg;
-            if (c.cmsg_level == libc::SOL_IP && c.cmsg_type == libc::IP_RECVERR)
-                || (c.cmsg_level == libc::SOL_IPV6 && c.cmsg_type == libc::IPV6_RECVERR)
-            {
-                let ee = std::ptr::read_unaligned(
-                    libc::CMSG_DATA(cmsg).cast::<libc::sock_extended_err>(),
-                );
-                if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY && ee.ee_errno == 0 {
-                    return Ok(Some(Completion {
-                        lo: ee.ee_info,
-                        hi: ee.ee_data,
-                        copied: ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
-                    }));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    Ok(None)
 }
 
 /// Pages `len` bytes at address `addr` touch.
@@ -301,7 +246,7 @@ impl GsoZerocopy {
                     break;
                 }
             };
-            let n = c.hi.wrapping_sub(c.lo) as u64 + 1;
+            let n = c.sends();
             self.counters.zerocopy_done += n;
             if c.copied {
                 self.counters.zerocopy_copied += n;

@@ -7,6 +7,7 @@
 //! payloads by reference (into the mapped file, and as file + offset for the
 //! paths that read or sendfile). A path sends what it can of each burst.
 
+pub mod cmsg;
 mod gso;
 mod gso_zerocopy;
 mod mmap_writev;

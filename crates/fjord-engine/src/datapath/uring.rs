@@ -26,6 +26,7 @@ use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
 
 use super::{
     Batch, Counters, DataPath, FAULTED, MAX_BATCH_PACKETS, Packet,
+    cmsg::SegmentControl,
     gso::{MAX_GROUP_IOVECS, fill_gso_msg, group_len},
     gso_zerocopy::{MIN_ZEROCOPY_BYTES, zc_group_len},
     is_transient, set_name,
@@ -57,7 +58,7 @@ pub struct Uring {
     /// holds pointers into them (reserved to `ENTRIES` up front).
     msgs: Vec<libc::msghdr>,
     iovs: Vec<Iovecs>,
-    controls: Vec<[u64; 4]>,
+    controls: Vec<SegmentControl>,
     /// Destination of each message on a shared socket (unused slots `None`).
     addrs: Vec<Option<SockAddr>>,
     /// Bursts that stopped (socket full or failed) this tick.
@@ -148,7 +149,7 @@ impl Uring {
             // SAFETY: all-zero is a valid msghdr.
             self.msgs.push(unsafe { mem::zeroed() });
             self.iovs.push([MaybeUninit::uninit(); MAX_GROUP_IOVECS]);
-            self.controls.push([0; 4]);
+            self.controls.push(SegmentControl::default());
             self.addrs.push(b.address());
             let k = self.msgs.len() - 1;
             // Heads by reference into the batch: it is not touched until

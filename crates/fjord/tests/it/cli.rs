@@ -1,4 +1,4 @@
-//! `fjord ingest` from the command line.
+//! `fjord ingest` and `fjord bench` from the command line.
 
 use std::fs;
 use std::path::Path;
@@ -6,6 +6,50 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::{TS, clip_bytes, run_bounded};
+
+/// `fjord bench ARGS` runs the `fjord-bench` beside `fjord` (a workspace
+/// build, `cargo build --release` or `cargo test --workspace`, makes both),
+/// and without one says how to build it.
+#[test]
+fn bench_runs_the_program_beside_fjord_or_says_how_to_build_it() {
+    let fjord = Path::new(env!("CARGO_BIN_EXE_fjord"));
+    let help = |exe: &Path| {
+        let mut cmd = Command::new(exe);
+        cmd.args(["bench", "--help"]);
+        let out = run_bounded(cmd, Duration::from_secs(30));
+        assert!(!out.timed_out, "fjord bench --help hung");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            out.stderr,
+        )
+    };
+    if fjord.with_file_name("fjord-bench").is_file() {
+        let (ok, stdout, stderr) = help(fjord);
+        assert!(ok, "{stderr}");
+        assert!(stdout.contains("Usage: fjord bench <COMMAND>"), "{stdout}");
+        for b in ["datapath", "capacity", "disk", "peers", "storage", "soak"] {
+            assert!(stdout.contains(b), "no {b} in {stdout}");
+        }
+    } else {
+        eprintln!(
+            "no fjord-bench beside {}: only its absence checked",
+            fjord.display()
+        );
+    }
+    // A fjord alone in a directory (linked, so current_exe names it there).
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let alone = dir.path().join("fjord");
+    fs::hard_link(fjord, &alone)
+        .or_else(|_| fs::copy(fjord, &alone).map(drop))
+        .unwrap();
+    let (ok, _, stderr) = help(&alone);
+    assert!(!ok);
+    assert!(
+        stderr.contains("build it with `cargo build --release -p fjord-bench`"),
+        "{stderr}"
+    );
+}
 
 fn ingest(path: &Path) -> (bool, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
