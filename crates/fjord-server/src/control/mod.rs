@@ -14,7 +14,7 @@ use fjord_proto::rtsp::{
 use crate::{
     Server,
     guard::Verdict,
-    session::{Session, SessionId},
+    session::{Session, SessionId, Stream},
 };
 
 mod describe;
@@ -180,19 +180,52 @@ fn session_for(
     Ok(session)
 }
 
+/// TEARDOWN of the session's URL ends the session; of one stream's URL
+/// (RFC 2326 §10.7), that stream and its repair stream, and the session
+/// goes on with the others (ended with its last).
 fn teardown(server: &Server, conn: &mut dyn Client, req: &Request, now: Instant) -> Reply {
     let session = match session_for(server, conn, req, now) {
         Ok(s) => s,
         Err(r) => return r,
     };
-    for st in session.lock().streams.iter() {
-        if let Some((a, b)) = st.interleaved {
+    let tracks = session.title.index().track_count();
+    let named = (title_path(&req.uri).ok())
+        .filter(|t| *t.title == *session.title_name)
+        .and_then(|t| t.track);
+    let stream = named.map(|c| setup::stream_number(Some(&c), tracks));
+    let ends = |st: &Stream| match stream {
+        None => true,
+        Some(None) => false,
+        // A source stream takes its repair stream with it.
+        Some(Some((track, repair))) => st.track as usize == track && (st.repair || !repair),
+    };
+    let (ending, all) = {
+        let inner = session.lock();
+        for (a, b) in inner
+            .streams
+            .iter()
+            .filter(|st| ends(st))
+            .filter_map(|st| st.interleaved)
+        {
             conn.free_channels([a, b]);
         }
+        (
+            inner.streams.iter().filter(|st| ends(st)).count(),
+            inner.streams.len(),
+        )
+    };
+    // The engine sends a repair stream with its source; it cannot stop alone.
+    if matches!(stream, Some(Some((_, true)))) && ending < all {
+        return refuse(455, "a repair stream is torn down with its source track");
     }
-    server
-        .sessions
-        .remove(session.id, &server.engine, &server.admission);
+    let (engine, admission) = (&server.engine, &server.admission);
+    match ending {
+        0 => return refuse(404, "no stream of this session has that URL"),
+        n if n == all => drop(server.sessions.remove(session.id, engine, admission)),
+        _ => server
+            .sessions
+            .remove_streams(&session, ends, engine, admission),
+    }
     status(200)
 }
 

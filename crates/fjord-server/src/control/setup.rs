@@ -30,7 +30,7 @@ use crate::{
 };
 
 /// The track a control URL names and whether it is the track's repair stream.
-fn stream_number(control: Option<&str>, count: usize) -> Option<(usize, bool)> {
+pub(super) fn stream_number(control: Option<&str>, count: usize) -> Option<(usize, bool)> {
     match control.and_then(|c| c.strip_suffix(REPAIR_SUFFIX)) {
         Some(c) => Some((track_number(Some(c), count)?, true)),
         None => Some((track_number(control, count)?, false)),

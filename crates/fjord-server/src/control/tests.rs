@@ -566,6 +566,23 @@ async fn repair_streams_are_offered_on_request_and_follow_their_track() {
     assert_eq!(r.response.status, 200);
     let r = ask(&s, &mut c, &setup("track1-fec", &tcp(4), &id)).await;
     assert_eq!(r.response.status, 455, "set up once");
+    let teardown = |path: &str| format!("TEARDOWN {url}{path} RTSP/1.0\nCSeq: 9\nSession: {id}\n");
+    let r = ask(&s, &mut c, &teardown("/track1-fec")).await;
+    assert_eq!(
+        r.response.status, 455,
+        "a repair stream ends with its track"
+    );
+    assert_eq!(
+        ask(&s, &mut c, &teardown("/track2")).await.response.status,
+        404
+    );
+    let r = ask(&s, &mut c, &teardown("/track1")).await;
+    assert_eq!(r.response.status, 200, "the track and its repair stream");
+    assert!(
+        s.sessions.get(&id).is_none(),
+        "its last streams end the session"
+    );
+    assert!(!c.channel_in_use(0) && !c.channel_in_use(2));
 }
 
 #[tokio::test]

@@ -435,30 +435,60 @@ impl Sessions {
             (std::mem::take(&mut inner.streams), inner.on_end.take())
         };
         for st in streams.into_vec() {
-            let r = st.reports;
-            tracing::info!(
-                session = %s.id,
-                track = st.track,
-                receiver_reports = r.reports,
-                lost = r.lost(),
-                jitter = r.jitter,
-                "session ended"
-            );
-            admission.release(&st.reservation);
-            match &st.group {
-                Some(g) => g.leave(engine, admission),
-                None => engine.send(st.shard, Command::Remove { id: st.engine_id }),
-            }
-            match st.rtcp {
-                StreamRtcp::Reader(t) => t.abort(),
-                StreamRtcp::Route(pair, client) => pair.unroute(client, &s),
-                StreamRtcp::None => {}
-            }
+            end_stream(&s, st, engine, admission, "session ended");
         }
         if let Some(w) = on_end {
             w.wake();
         }
         true
+    }
+
+    /// Ends the streams of `s` that `which` picks (RFC 2326 §10.7: a
+    /// TEARDOWN of one stream's URL); the session stays with the others.
+    pub fn remove_streams(
+        &self,
+        s: &Arc<Session>,
+        which: impl Fn(&Stream) -> bool,
+        engine: &Engine,
+        admission: &Admission,
+    ) {
+        let ended: Vec<Stream> = {
+            let mut inner = s.lock();
+            let (ended, kept): (Vec<Stream>, Vec<Stream>) = std::mem::take(&mut inner.streams)
+                .into_vec()
+                .into_iter()
+                .partition(|st| which(st));
+            inner.streams = kept.into_boxed_slice();
+            ended
+        };
+        for st in ended {
+            end_stream(s, st, engine, admission, "stream torn down");
+        }
+    }
+}
+
+/// Gives back what a stream held: its engine stream (or its place in a
+/// multicast group), its admission reservation, its RTCP intake.
+/// `why` ends the log line ("session ended": scripts and tests read it).
+fn end_stream(s: &Arc<Session>, st: Stream, engine: &Engine, admission: &Admission, why: &str) {
+    let r = st.reports;
+    tracing::info!(
+        session = %s.id,
+        track = st.track,
+        receiver_reports = r.reports,
+        lost = r.lost(),
+        jitter = r.jitter,
+        "{why}"
+    );
+    admission.release(&st.reservation);
+    match &st.group {
+        Some(g) => g.leave(engine, admission),
+        None => engine.send(st.shard, Command::Remove { id: st.engine_id }),
+    }
+    match st.rtcp {
+        StreamRtcp::Reader(t) => t.abort(),
+        StreamRtcp::Route(pair, client) => pair.unroute(client, s),
+        StreamRtcp::None => {}
     }
 }
 

@@ -273,3 +273,33 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
     pair.route(addr_b, &a).unwrap();
     assert!(pair.deliver(addr_b, &rr(1, 1), Instant::now()));
 }
+
+/// A TEARDOWN of one stream's URL ends that stream only; the session and
+/// its other streams stay in the table.
+#[test]
+fn removing_some_streams_keeps_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = Sessions::default();
+    let (engine, admission) = (engine(), Admission::new(1, None));
+    let peer = SocketAddr::from(([127, 0, 0, 1], 9));
+    let s = Arc::new(Session::new(
+        SessionId::random(),
+        (1, peer),
+        "t.ts".into(),
+        title(dir.path()),
+        Instant::now(),
+    ));
+    for id in [1, 2] {
+        s.lock().add_stream(Stream::test_stream(id));
+    }
+    let caps = Caps {
+        total: 10,
+        per_connection: 10,
+        per_address: 10,
+    };
+    sessions.insert_within(s.clone(), caps).unwrap();
+    sessions.remove_streams(&s, |st| st.engine_id == 1, &engine, &admission);
+    let left: Vec<u64> = s.lock().streams.iter().map(|st| st.engine_id).collect();
+    assert_eq!(left, [2]);
+    assert!(sessions.contains(s.id));
+}
