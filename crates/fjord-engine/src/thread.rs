@@ -13,7 +13,7 @@ use std::{
 use crossbeam_channel::RecvTimeoutError;
 
 use crate::{
-    Command, ThreadStats,
+    Command, PlayInfo, SessionSpec, Start, ThreadStats, Until,
     datapath::{self, Batch, DataPath, MAX_BATCH_PACKETS},
     inbox::{self, Inbox, Outbox},
     interleaved::Connection,
@@ -440,33 +440,10 @@ impl Worker {
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Add(spec) => {
-                let id = spec.id;
-                let mut session = Session::new(*spec, &self.config.cname);
-                if let Some(storage) = &self.config.storage {
-                    session.attach_storage(storage, self.path.prefabricated());
-                }
-                let key = match self.free.pop() {
-                    Some(k) => {
-                        self.slots[k as usize] = Some(session);
-                        k
-                    }
-                    None => {
-                        self.slots.push(Some(session));
-                        (self.slots.len() - 1) as u32
-                    }
-                };
-                self.ids.insert(id, key);
-                // Room for every session at once, so ticks never allocate.
-                let n = self.slots.len();
-                self.wheel.reserve_keys(n);
-                self.due.reserve(n.saturating_sub(self.due.len()));
-                self.planned.reserve(n.saturating_sub(self.planned.len()));
-            }
+            Command::Add(spec) => self.add(*spec),
             Command::AttachRepair { id, repair } => {
-                let attached = self
-                    .ids
-                    .get(&id)
+                // Fields apart, not `session_mut`: the name is borrowed beside.
+                let attached = (self.ids.get(&id))
                     .and_then(|&k| self.slots[k as usize].as_mut())
                     .is_some_and(|s| s.attach_repair(*repair, &self.config.cname));
                 if !attached {
@@ -484,19 +461,7 @@ impl Worker {
                 speed,
                 queue,
                 reply,
-            } => {
-                let now = Instant::now();
-                let key = self.ids.get(&id).copied();
-                let info = key.and_then(|k| self.slots[k as usize].as_mut()).map(|s| {
-                    s.set_speed(speed);
-                    let queued = queue.then(|| s.queue(start, until)).flatten();
-                    queued.unwrap_or_else(|| s.play(start, until, scale, now))
-                });
-                if let Some(k) = key.filter(|_| info.is_none_or(|i| !i.queued)) {
-                    self.wheel.remove(k);
-                }
-                reply(info);
-            }
+            } => reply(self.play(id, (start, until), (scale, speed), queue)),
             Command::PauseAt {
                 id,
                 packet,
@@ -504,59 +469,38 @@ impl Worker {
                 reply,
             } => {
                 let now = Instant::now();
-                let ok = self.ids.get(&id).is_some_and(|&k| {
-                    (self.slots[k as usize].as_mut()).is_some_and(|s| s.pause_at(packet, ns, now))
-                });
-                reply(ok);
+                reply((self.session_mut(id)).is_some_and(|s| s.pause_at(packet, ns, now)));
             }
             Command::Position { id, reply } => {
                 let now = Instant::now();
-                let at = self.ids.get(&id).and_then(|&k| {
-                    let s = self.slots[k as usize].as_ref()?;
-                    Some(s.position_at(now))
-                });
-                reply(at);
+                reply(self.session_mut(id).map(|s| s.position_at(now)));
             }
             Command::Start { id, at, origin_ns } => {
-                if let Some(&k) = self.ids.get(&id)
-                    && let Some(s) = self.slots[k as usize].as_mut()
-                {
+                if let Some(s) = self.session_mut(id) {
                     s.start(at, origin_ns);
+                    let k = self.ids[&id];
                     self.wheel.insert(k, Instant::now());
                 }
             }
             Command::Pause { id } => {
+                if let Some(s) = self.session_mut(id) {
+                    s.pause(Instant::now());
+                }
                 if let Some(&k) = self.ids.get(&id) {
-                    if let Some(s) = self.slots[k as usize].as_mut() {
-                        s.pause(Instant::now());
-                    }
                     self.wheel.remove(k);
                 }
             }
             Command::Remove { id } => self.remove(id),
             Command::Pace { id, first, offsets } => {
-                if let Some(&k) = self.ids.get(&id)
-                    && let Some(s) = self.slots[k as usize].as_mut()
-                {
+                if let Some(s) = self.session_mut(id) {
                     s.pace(first, offsets);
                 }
             }
             Command::Bye { id } => self.bye(id),
-            Command::Stats { reply } => {
-                let (user, system) = thread_cpu();
-                reply(ThreadStats {
-                    sessions: self.ids.len(),
-                    user,
-                    system,
-                    datapath: self.path.counters(),
-                    ..self.stats
-                });
-            }
+            Command::Stats { reply } => reply(self.thread_stats()),
             Command::AttachConnection { conn, fd } => {
                 match Connection::new(fd, self.config.stall_timeout) {
-                    Ok(c) => {
-                        self.connections.insert(conn, c);
-                    }
+                    Ok(c) => drop(self.connections.insert(conn, c)),
                     Err(e) => tracing::warn!(conn, "cannot attach connection: {e}"),
                 }
             }
@@ -565,24 +509,86 @@ impl Worker {
                     c.write_control(&bytes, Instant::now());
                 }
             }
-            Command::DetachConnection { conn } => {
-                let gone: Vec<u64> = self
-                    .ids
-                    .iter()
-                    .filter(|&(_, &k)| {
-                        self.slots[k as usize]
-                            .as_ref()
-                            .is_some_and(|s| s.connection() == Some(conn))
-                    })
-                    .map(|(&id, _)| id)
-                    .collect();
-                for id in gone {
-                    self.remove(id);
-                }
-                if let Some(mut c) = self.connections.remove(&conn) {
-                    c.flush(Instant::now());
-                }
+            Command::DetachConnection { conn } => self.detach(conn),
+        }
+    }
+
+    /// The session with engine id `id`, if this thread has it.
+    fn session_mut(&mut self, id: u64) -> Option<&mut Session> {
+        let &k = self.ids.get(&id)?;
+        self.slots[k as usize].as_mut()
+    }
+
+    /// Takes a new session into a free slot, with room for every session
+    /// at once in the tick's tables, so ticks never allocate.
+    fn add(&mut self, spec: SessionSpec) {
+        let id = spec.id;
+        let mut session = Session::new(spec, &self.config.cname);
+        if let Some(storage) = &self.config.storage {
+            session.attach_storage(storage, self.path.prefabricated());
+        }
+        let key = match self.free.pop() {
+            Some(k) => {
+                self.slots[k as usize] = Some(session);
+                k
             }
+            None => {
+                self.slots.push(Some(session));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.ids.insert(id, key);
+        let n = self.slots.len();
+        self.wheel.reserve_keys(n);
+        self.due.reserve(n.saturating_sub(self.due.len()));
+        self.planned.reserve(n.saturating_sub(self.planned.len()));
+    }
+
+    /// Positions a session for a PLAY (or queues it behind the range
+    /// playing); it leaves the wheel until its Start, unless queued.
+    fn play(
+        &mut self,
+        id: u64,
+        (start, until): (Start, Until),
+        (scale, speed): (i32, u32),
+        queue: bool,
+    ) -> Option<PlayInfo> {
+        let now = Instant::now();
+        let info = self.session_mut(id).map(|s| {
+            s.set_speed(speed);
+            let queued = queue.then(|| s.queue(start, until)).flatten();
+            queued.unwrap_or_else(|| s.play(start, until, scale, now))
+        });
+        if let Some(&k) = self.ids.get(&id).filter(|_| info.is_none_or(|i| !i.queued)) {
+            self.wheel.remove(k);
+        }
+        info
+    }
+
+    fn thread_stats(&self) -> ThreadStats {
+        let (user, system) = thread_cpu();
+        ThreadStats {
+            sessions: self.ids.len(),
+            user,
+            system,
+            datapath: self.path.counters(),
+            ..self.stats
+        }
+    }
+
+    /// A connection closed: its interleaved sessions go, and what it had
+    /// queued is flushed once more.
+    fn detach(&mut self, conn: u64) {
+        let on_it = |s: &Option<Session>| s.as_ref().is_some_and(|s| s.connection() == Some(conn));
+        let gone: Vec<u64> = (self.ids.iter())
+            .filter(|&(_, &k)| on_it(&self.slots[k as usize]))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            self.remove(id);
+        }
+        if let Some(mut c) = self.connections.remove(&conn) {
+            c.flush(Instant::now());
         }
     }
 
