@@ -434,15 +434,7 @@ fn path_refs(src: &str, all_uses: bool) -> Vec<PathRef> {
             }
             "use" if all_uses && !in_test => {
                 i += 1;
-                let names: Vec<String> = inline.iter().map(|m| m.0.clone()).collect();
-                for (segments, rename, line) in use_tree(&toks, &mut i) {
-                    out.push(PathRef {
-                        segments,
-                        rename,
-                        inline: names.clone(),
-                        line,
-                    });
-                }
+                push_refs(&toks, &mut i, &inline, &mut out);
                 continue;
             }
             "crate" | "super"
@@ -450,15 +442,7 @@ fn path_refs(src: &str, all_uses: bool) -> Vec<PathRef> {
                     && toks.get(i + 1).is_some_and(|t| t.text == "::")
                     && (i == 0 || !matches!(toks[i - 1].text.as_str(), "::" | "in")) =>
             {
-                let names: Vec<String> = inline.iter().map(|m| m.0.clone()).collect();
-                for (segments, rename, line) in use_tree(&toks, &mut i) {
-                    out.push(PathRef {
-                        segments,
-                        rename,
-                        inline: names.clone(),
-                        line,
-                    });
-                }
+                push_refs(&toks, &mut i, &inline, &mut out);
                 continue;
             }
             _ => {}
@@ -466,6 +450,25 @@ fn path_refs(src: &str, all_uses: bool) -> Vec<PathRef> {
         i += 1;
     }
     out
+}
+
+/// The paths of the use tree or path at `toks[*i]`, each with the inline
+/// modules it is written in (`inline`'s names), after `*i`.
+fn push_refs(
+    toks: &[Token],
+    i: &mut usize,
+    inline: &[(String, usize, bool)],
+    out: &mut Vec<PathRef>,
+) {
+    let names: Vec<String> = inline.iter().map(|m| m.0.clone()).collect();
+    for (segments, rename, line) in use_tree(toks, i) {
+        out.push(PathRef {
+            segments,
+            rename,
+            inline: names.clone(),
+            line,
+        });
+    }
 }
 
 /// What the crate root imports from a top-level module, by the name it
