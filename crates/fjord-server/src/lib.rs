@@ -237,6 +237,13 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         tokio::spawn(listen_rtsps(server.clone(), listener));
     }
     tokio::spawn(broadcast::start_all(server.clone()));
+    // Before the RTSP line, which scripts wait for to send a signal: an
+    // uncaught SIGHUP would end the server.
+    use tokio::signal::unix::{SignalKind, signal};
+    let signals = (
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::hangup())?,
+    );
     println!("fjord: listening on rtsp://{local}/");
     if let Some(listener) = http {
         println!("fjord: downloads on http://{}/", listener.local_addr()?);
@@ -256,7 +263,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         let path = server.config().stats_file.clone();
         tokio::spawn(stats_file::write_every_second(server.clone(), path));
     }
-    listen_rtsp(&server, listener, source).await?;
+    listen_rtsp(&server, listener, source, signals).await;
     lifecycle::drain(&server).await;
     Ok(())
 }
@@ -331,12 +338,8 @@ async fn listen_rtsp(
     server: &Arc<Server>,
     listener: TcpListener,
     source: ConfigSource,
-) -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (mut term, mut hup) = (
-        signal(SignalKind::terminate())?,
-        signal(SignalKind::hangup())?,
-    );
+    (mut term, mut hup): (tokio::signal::unix::Signal, tokio::signal::unix::Signal),
+) {
     let source = Arc::new(source);
     lifecycle::ready(server);
     let mut acceptor = accept::Acceptor::new(&listener, "RTSP");
@@ -351,8 +354,8 @@ async fn listen_rtsp(
                 tokio::spawn(conn::serve_connection(server.clone(), stream, peer, slot, None));
             }
             _ = hup.recv() => lifecycle::reload(server, &source).await,
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            _ = term.recv() => return Ok(()),
+            _ = tokio::signal::ctrl_c() => return,
+            _ = term.recv() => return,
         }
     }
 }
