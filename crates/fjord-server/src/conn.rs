@@ -20,7 +20,7 @@ use tokio::{io::AsyncWriteExt, net::TcpStream, time::Sleep};
 use crate::{
     Server,
     control::{self, Client},
-    session::Session,
+    session::{SessionId, Sessions},
 };
 
 /// Its addresses are asked of the socket when needed rather than kept,
@@ -36,7 +36,7 @@ pub(crate) struct Conn {
     attached: bool,
     /// The first session made on this connection (it may have timed out
     /// since): players make one.
-    session: Option<Arc<Session>>,
+    session: Option<SessionId>,
     /// Made on first use.
     more: Option<Box<More>>,
     /// A TLS connection's ends (its stream is the loopback bridge).
@@ -46,7 +46,7 @@ pub(crate) struct Conn {
 #[derive(Default)]
 struct More {
     /// Sessions made after the first, in order.
-    sessions: Vec<Arc<Session>>,
+    sessions: Vec<SessionId>,
     /// Interleaved channels in use on this connection.
     channels: Vec<u8>,
 }
@@ -74,7 +74,7 @@ impl Client for Conn {
         self.tls.is_some()
     }
 
-    fn add_session(&mut self, s: Arc<Session>) {
+    fn add_session(&mut self, s: SessionId) {
         match self.session {
             None => self.session = Some(s),
             Some(_) => self.more().sessions.push(s),
@@ -113,9 +113,15 @@ impl Conn {
         self.more.get_or_insert_default()
     }
 
-    /// The sessions of this connection that are still alive, in order.
-    fn live_sessions(&mut self, server: &Server) -> impl Iterator<Item = &Arc<Session>> {
-        let live = |s: &Arc<Session>| server.sessions.contains(s.id);
+    /// Whether sessions of this connection are still in `table`.
+    fn has_sessions(&mut self, table: &Sessions) -> bool {
+        self.forget_ended(table);
+        self.session.is_some()
+    }
+
+    /// Forgets the sessions that are no longer in `table`.
+    fn forget_ended(&mut self, table: &Sessions) {
+        let live = |s: &SessionId| table.contains(*s);
         self.session = self.session.take().filter(live);
         if let Some(more) = &mut self.more {
             more.sessions.retain(live);
@@ -123,17 +129,20 @@ impl Conn {
                 self.session = Some(more.sessions.remove(0));
             }
         }
+    }
+
+    fn sessions(&self) -> impl Iterator<Item = SessionId> + use<'_> {
         let more = self.more.as_deref().map_or(&[][..], |m| &m.sessions);
-        self.session.iter().chain(more)
+        self.session.iter().chain(more).copied()
     }
 
     /// A `$` frame from the client: RTCP of an interleaved stream.
     fn on_interleaved(&mut self, server: &Server, channel: u8, payload: &[u8], now: Instant) {
-        for s in self.live_sessions(server) {
-            let stream = s
-                .lock()
-                .streams
-                .iter()
+        let mut table = server.sessions.lock();
+        self.forget_ended(&table);
+        for id in self.sessions() {
+            let Some(s) = table.get_mut(id) else { continue };
+            let stream = (s.streams.iter())
                 .find(|st| st.interleaved.is_some_and(|(_, rtcp)| rtcp == channel))
                 .map(|st| st.engine_id);
             if let Some(id) = stream {
@@ -146,12 +155,14 @@ impl Conn {
     /// Whether sessions keep the connection open; ending one of them then
     /// wakes `waker`.
     fn wake_when_a_session_ends(&mut self, server: &Server, waker: &Waker) -> bool {
-        for s in self.live_sessions(server) {
-            s.wake_on_end(waker);
+        let mut table = server.sessions.lock();
+        self.forget_ended(&table);
+        for id in self.sessions() {
+            if let Some(s) = table.get_mut(id) {
+                s.wake_on_end(waker);
+            }
         }
-        // Checked again: a session that ended before it had the waker
-        // would wake nobody.
-        self.live_sessions(server).next().is_some()
+        self.session.is_some()
     }
 
     async fn write(&mut self, server: &Server, bytes: Vec<u8>) -> bool {
@@ -333,7 +344,7 @@ pub(crate) fn serve_connection(
             }
             let deadline = match partial.as_ref().and_then(|p| p.since) {
                 Some(since) => Some(since + server.config().request_timeout()),
-                None if conn.live_sessions(&server).next().is_none() => Some(idle_deadline),
+                None if !conn.has_sessions(&server.sessions.lock()) => Some(idle_deadline),
                 // Sessions keep the connection; the session timeout ends them,
                 // and ending one wakes this task.
                 None => None,
@@ -383,11 +394,12 @@ pub(crate) fn serve_connection(
                 Woken::SessionEnded => {}
             }
         }
-        for s in conn.live_sessions(&server) {
-            server
-                .sessions
-                .remove(s.id, &server.engine, &server.admission);
+        let mut table = server.sessions.lock();
+        conn.forget_ended(&table);
+        for id in conn.sessions() {
+            table.remove(id, &server.engine, &server.admission);
         }
+        drop(table);
         if conn.attached {
             server
                 .engine

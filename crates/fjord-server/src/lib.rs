@@ -74,7 +74,7 @@ pub use catalog::{Catalog, CatalogError};
 pub use config::{Config, ConfigError};
 pub use lifecycle::ConfigSource;
 use ports::PortPool;
-use session::Sessions;
+use session::SessionTable;
 use shared::SharedPorts;
 
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +90,8 @@ pub(crate) struct Server {
     config: RwLock<Arc<Config>>,
     catalog: Catalog,
     engine: Engine,
-    sessions: Sessions,
+    /// Shared with the RTCP readers, which record receiver reports.
+    sessions: Arc<SessionTable>,
     ports: PortPool,
     /// The one port pair of all UDP sessions (`udp_sockets = "shared"`),
     /// or none: a pair per session.
@@ -121,6 +122,7 @@ impl Server {
         storage: Option<fjord_storage::Storage>,
         tls: Option<tls::Tls>,
     ) -> Result<Self, ConfigError> {
+        let sessions = Arc::new(SessionTable::default());
         Ok(Server {
             ports: PortPool::new(config.rtp_port_min, config.rtp_port_max),
             shared: (config.udp_sockets == "shared"
@@ -132,6 +134,7 @@ impl Server {
                         .max_sessions
                         .saturating_mul(shared::ROUTES_PER_SESSION),
                     config.udp_connected_streams,
+                    sessions.clone(),
                 )
             }),
             admission: Admission::new(config.threads(), config.capacity_pps_per_core()),
@@ -140,7 +143,7 @@ impl Server {
             storage,
             catalog,
             engine,
-            sessions: Sessions::default(),
+            sessions,
             ids: AtomicU64::new(1),
             metrics: metrics::Metrics::default(),
             slots: slots::Slots::new(config.max_connections, config.max_connections_per_address),
@@ -176,14 +179,15 @@ impl Server {
     /// (engine commands run in order, so the BYE leaves before the stream
     /// is removed), then it goes from the table and its connection closes.
     fn end_session(&self, id: session::SessionId) {
-        let Some(s) = self.sessions.get_by_id(id) else {
+        let mut sessions = self.sessions.lock();
+        let Some(s) = sessions.get_mut(id) else {
             return;
         };
         // A multicast group's BYE is its own: it leaves with its last session.
-        for st in (s.lock().streams.iter()).filter(|st| !st.repair && st.group.is_none()) {
+        for st in (s.streams.iter()).filter(|st| !st.repair && st.group.is_none()) {
             (self.engine).send(st.shard, fjord_engine::Command::Bye { id: st.engine_id });
         }
-        self.sessions.remove(id, &self.engine, &self.admission);
+        sessions.remove(id, &self.engine, &self.admission);
     }
 }
 

@@ -70,13 +70,13 @@ pub(crate) async fn reload(server: &Arc<Server>, source: &Arc<ConfigSource>) {
 /// every engine thread has sent them.
 pub(crate) async fn drain(server: &Arc<Server>) {
     notify(&[NotifyState::Stopping]);
-    let sessions = server.sessions.all();
+    let ids: Vec<_> = server.sessions.lock().all().map(|s| s.id).collect();
     tracing::info!(
-        sessions = sessions.len(),
+        sessions = ids.len(),
         "shutting down: ending every session with RTCP BYE"
     );
-    for s in &sessions {
-        server.end_session(s.id);
+    for id in ids {
+        server.end_session(id);
     }
     // Engine commands run in order: once each thread answers a Stats
     // request sent after the BYEs, it has sent them.

@@ -29,11 +29,12 @@ use socket2::Socket;
 
 use crate::ports::{PortPool, bind_rtp_again};
 
-/// Who a route hands a client's RTCP to: the session whose stream the
-/// client set up with that address.
+/// Who takes the RTCP a route's client sends: the sessions, each route
+/// naming its owner (the session whose stream the client set up with that
+/// address) by a number of the sink's.
 pub trait RtcpSink: Send + Sync {
-    /// RTCP `infos` arrived from `client`, a route of this sink's.
-    fn rtcp_from(&self, client: SocketAddr, infos: &[RtcpInfo], now: Instant);
+    /// RTCP `infos` arrived from `client`, a route of `owner`'s.
+    fn rtcp_from(&self, owner: u64, client: SocketAddr, infos: &[RtcpInfo], now: Instant);
 }
 
 /// RTCP routes a pair holds per `max_sessions`: a session's streams each
@@ -48,18 +49,21 @@ pub struct SharedPorts {
     /// The most streams of one pair with a connected RTP socket.
     connected: usize,
     pairs: Mutex<HashMap<IpAddr, Arc<SharedPair>>>,
+    sink: Arc<dyn RtcpSink>,
 }
 
 impl SharedPorts {
     /// Pairs with a socket for each of `threads` engine threads, each
     /// routing RTCP for at most `limit` streams, and giving `connected`
-    /// streams a connected RTP socket ([`connected`]).
-    pub fn new(threads: usize, limit: usize, connected: usize) -> Self {
+    /// streams a connected RTP socket ([`connected`]), and handing the
+    /// RTCP they route to `sink`.
+    pub fn new(threads: usize, limit: usize, connected: usize, sink: Arc<dyn RtcpSink>) -> Self {
         Self {
             threads: threads.max(1),
             limit,
             connected,
             pairs: Mutex::default(),
+            sink,
         }
     }
 
@@ -115,10 +119,11 @@ pub struct SharedPair {
     connected: Arc<AtomicUsize>,
     connected_limit: usize,
     rtcp: Arc<Socket>,
-    /// The session of each client's RTCP address (as the kernel reports a
-    /// source); its stream is the one set up with that address.
-    routes: Mutex<HashMap<RouteKey, Weak<dyn RtcpSink>>>,
+    /// The owner (a session) of each client's RTCP address (as the kernel
+    /// reports a source); its stream is the one set up with that address.
+    routes: Mutex<HashMap<RouteKey, u64>>,
     limit: usize,
+    sink: Arc<dyn RtcpSink>,
 }
 
 impl SharedPair {
@@ -153,6 +158,7 @@ impl SharedPair {
                 rtcp: Arc::new(pair.rtcp),
                 routes: Mutex::default(),
                 limit: ports.limit,
+                sink: ports.sink.clone(),
             }),
             reader,
         ))
@@ -195,44 +201,31 @@ impl SharedPair {
         }
     }
 
-    fn routes(&self) -> MutexGuard<'_, HashMap<RouteKey, Weak<dyn RtcpSink>>> {
+    fn routes(&self) -> MutexGuard<'_, HashMap<RouteKey, u64>> {
         self.routes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sends RTCP from `client` to the stream of `session` set up with
-    /// that address.
-    pub fn route<S: RtcpSink + 'static>(
-        &self,
-        client: SocketAddr,
-        session: &Arc<S>,
-    ) -> Result<(), RouteError> {
+    /// Sends RTCP from `client` to `owner`'s stream set up with that
+    /// address (the owner unroutes it when the stream ends).
+    pub fn route(&self, client: SocketAddr, owner: u64) -> Result<(), RouteError> {
         let key = route_key(client);
         let mut routes = self.routes();
-        // A route whose session is gone (ended without its streams) frees
-        // its address.
-        if let Some(r) = routes.get(&key) {
-            if r.strong_count() > 0 {
-                return Err(RouteError::Taken);
-            }
-            routes.remove(&key);
+        if routes.contains_key(&key) {
+            return Err(RouteError::Taken);
         }
         if routes.len() >= self.limit {
             return Err(RouteError::Full);
         }
-        let sink: Weak<S> = Arc::downgrade(session);
-        routes.insert(key, sink);
+        routes.insert(key, owner);
         Ok(())
     }
 
-    /// Forgets the route from `client` if it is `session`'s (one address
+    /// Forgets the route from `client` if it is `owner`'s (one address
     /// routes to one stream, so that is the stream's).
-    pub fn unroute<S: RtcpSink>(&self, client: SocketAddr, session: &Arc<S>) {
+    pub fn unroute(&self, client: SocketAddr, owner: u64) {
         let key = route_key(client);
         let mut routes = self.routes();
-        if routes
-            .get(&key)
-            .is_some_and(|r| std::ptr::addr_eq(r.as_ptr(), Arc::as_ptr(session)))
-        {
+        if routes.get(&key) == Some(&owner) {
             routes.remove(&key);
         }
     }
@@ -245,13 +238,13 @@ impl SharedPair {
     /// One RTCP datagram from `from`: to its stream's session, or dropped
     /// (false) when no stream's client announced that address.
     pub fn deliver(&self, from: SocketAddr, bytes: &[u8], now: Instant) -> bool {
-        let key = route_key(from);
-        let sink = self.routes().get(&key).and_then(Weak::upgrade);
-        let Some(sink) = sink else {
+        // The routes' lock is let go before the sink takes its own.
+        let owner = self.routes().get(&route_key(from)).copied();
+        let Some(owner) = owner else {
             return false;
         };
         if let Ok(infos) = fjord_proto::rtcp::parse_compound(bytes) {
-            sink.rtcp_from(from, &infos, now);
+            self.sink.rtcp_from(owner, from, &infos, now);
         }
         true
     }

@@ -33,18 +33,19 @@ pub(crate) struct TitleView {
 /// sessions play (a title whose parity or packets were made since is
 /// loaded afresh by the next client, while its sessions keep theirs).
 pub(crate) async fn titles(State(server): Shared) -> Json<Vec<TitleView>> {
-    let sessions = server.sessions.all();
     let mut titles: BTreeMap<Arc<str>, Arc<Title>> = server.catalog.loaded().into_iter().collect();
-    for s in &sessions {
+    let mut sessions: BTreeMap<Arc<str>, usize> = BTreeMap::new();
+    for s in server.sessions.lock().all() {
         titles
             .entry(s.title_name.clone())
             .or_insert_with(|| s.title.clone());
+        *sessions.entry(s.title_name.clone()).or_default() += 1;
     }
     let views = (titles.into_iter())
         .map(|(name, t)| {
             let index = t.index();
             TitleView {
-                sessions: sessions.iter().filter(|s| s.title_name == name).count(),
+                sessions: sessions.get(&name).copied().unwrap_or(0),
                 name: name.to_string(),
                 format: index.format(),
                 duration_s: index.duration_ns() as f64 / 1e9,
@@ -63,11 +64,11 @@ pub(crate) async fn sessions(State(server): Shared) -> Json<Vec<SessionView>> {
 /// Ends the session as the server would at its end: RTCP BYE on each of
 /// its streams, then the streams go and the client's connection closes.
 pub(crate) async fn end_session(State(server): Shared, Path(id): Path<String>) -> StatusCode {
-    let Some(s) = server.sessions.get(&id) else {
+    let Some(s) = server.sessions.lock().get(&id).map(|s| s.id) else {
         return StatusCode::NOT_FOUND;
     };
     tracing::info!(session = %id, "ended through the admin API");
-    server.end_session(s.id);
+    server.end_session(s);
     StatusCode::NO_CONTENT
 }
 

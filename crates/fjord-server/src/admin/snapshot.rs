@@ -78,16 +78,17 @@ fn state_name(s: State) -> &'static str {
 /// Every session, sorted by id, with where each stands: the position
 /// queries go to all engine threads before the first answer is awaited.
 pub(crate) async fn sessions(server: &Server) -> Vec<SessionView> {
-    let mut all = server.sessions.all();
-    all.sort_by_key(|s| s.id.to_string());
-    let asked: Vec<_> = all.iter().map(|s| ask_position(server, s)).collect();
-    let mut views = Vec::with_capacity(all.len());
-    for (s, rx) in all.iter().zip(asked) {
-        let at = match rx {
-            Some(rx) => rx.await.ok().flatten(),
-            None => None,
-        };
-        views.push(view(s, at));
+    let mut asked: Vec<_> = (server.sessions.lock().all())
+        .map(|s| (view(s), ask_position(server, s)))
+        .collect();
+    asked.sort_by(|(a, _), (b, _)| a.id.cmp(&b.id));
+    let mut views = Vec::with_capacity(asked.len());
+    for (mut view, rx) in asked {
+        if let Some(rx) = rx {
+            let at = rx.await.ok().flatten();
+            view.position_s = at.map(|ns| ns as f64 / 1e9);
+        }
+        views.push(view);
     }
     views
 }
@@ -96,8 +97,7 @@ fn ask_position(
     server: &Server,
     s: &Session,
 ) -> Option<tokio::sync::oneshot::Receiver<Option<u64>>> {
-    let inner = s.lock();
-    let st = inner.streams.iter().find(|st| !st.repair)?;
+    let st = s.streams.iter().find(|st| !st.repair)?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let reply = Box::new(move |at| {
         let _ = tx.send(at);
@@ -112,10 +112,10 @@ fn ask_position(
     Some(rx)
 }
 
-fn view(s: &Session, position_ns: Option<u64>) -> SessionView {
-    let inner = s.lock();
+/// The session's view, its position not yet known.
+fn view(s: &Session) -> SessionView {
     let index = s.title.index();
-    let streams = (inner.streams.iter())
+    let streams = (s.streams.iter())
         .map(|st| {
             let clock = index
                 .track(st.track as usize)
@@ -137,18 +137,18 @@ fn view(s: &Session, position_ns: Option<u64>) -> SessionView {
         client: s.peer.to_string(),
         title: s.title_name.to_string(),
         format: index.format(),
-        state: state_name(inner.state),
-        transport: match inner.streams.first() {
+        state: state_name(s.state),
+        transport: match s.streams.first() {
             None => "none",
             Some(st) if st.interleaved.is_some() => "tcp",
             Some(st) if st.group.is_some() => "multicast",
             Some(_) => "udp",
         },
-        scale: inner.scale,
-        speed: f64::from(inner.speed) / f64::from(fjord_engine::REAL_TIME),
-        position_s: position_ns.map(|ns| ns as f64 / 1e9),
+        scale: s.scale,
+        speed: f64::from(s.speed) / f64::from(fjord_engine::REAL_TIME),
+        position_s: None,
         idle_s: Instant::now()
-            .saturating_duration_since(inner.last_activity)
+            .saturating_duration_since(s.last_activity)
             .as_secs_f64(),
         streams,
     }

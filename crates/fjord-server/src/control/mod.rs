@@ -1,7 +1,7 @@
 //! RTSP methods (RFC 2326 §10): what each request does to sessions and the
 //! engine, and the reply it gets.
 
-use std::{net::SocketAddr, sync::Arc, time::Instant};
+use std::{net::SocketAddr, time::Instant};
 
 use fjord_engine::Command;
 use fjord_proto::rtsp::{
@@ -14,7 +14,7 @@ use fjord_proto::rtsp::{
 use crate::{
     Server,
     guard::Verdict,
-    session::{Session, SessionId, Stream},
+    session::{Session, SessionId, Sessions, Stream},
 };
 
 mod describe;
@@ -33,7 +33,7 @@ pub(crate) trait Client: Send + Sync {
     fn local(&self) -> std::io::Result<SocketAddr>;
     fn is_tls(&self) -> bool;
     /// The connection holds `s`: closing it ends the session.
-    fn add_session(&mut self, s: Arc<Session>);
+    fn add_session(&mut self, s: SessionId);
     fn channel_in_use(&self, channel: u8) -> bool;
     fn use_channels(&mut self, channels: [u8; 2]);
     fn free_channels(&mut self, channels: [u8; 2]);
@@ -159,18 +159,19 @@ fn session_header(server: &Server, id: SessionId) -> String {
     format!("{id};timeout={}", server.config().session_timeout_s)
 }
 
-/// The session a request names, with its state advanced by `method`.
-fn session_for(
-    server: &Server,
+/// The session a request names, of the connection it came on, kept
+/// alive at `now`.
+fn session_for<'a>(
+    sessions: &'a mut Sessions,
     conn: &dyn Client,
     req: &Request,
     now: Instant,
-) -> Result<Arc<Session>, Reply> {
+) -> Result<&'a mut Session, Reply> {
     let Some(id) = req.session_id() else {
         // No session yet: SETUP has not happened (RFC 2326 §A.1).
         return Err(refuse(455, "SETUP first"));
     };
-    let Some(session) = server.sessions.get(id) else {
+    let Some(session) = sessions.get(id) else {
         return Err(status(454));
     };
     if session.conn != conn.id() {
@@ -184,7 +185,8 @@ fn session_for(
 /// (RFC 2326 §10.7), that stream and its repair stream, and the session
 /// goes on with the others (ended with its last).
 fn teardown(server: &Server, conn: &mut dyn Client, req: &Request, now: Instant) -> Reply {
-    let session = match session_for(server, conn, req, now) {
+    let mut sessions = server.sessions.lock();
+    let session = match session_for(&mut sessions, conn, req, now) {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -199,21 +201,14 @@ fn teardown(server: &Server, conn: &mut dyn Client, req: &Request, now: Instant)
         // A source stream takes its repair stream with it.
         Some(Some((track, repair))) => st.track as usize == track && (st.repair || !repair),
     };
-    let (ending, all) = {
-        let inner = session.lock();
-        for (a, b) in inner
-            .streams
-            .iter()
-            .filter(|st| ends(st))
-            .filter_map(|st| st.interleaved)
-        {
-            conn.free_channels([a, b]);
-        }
-        (
-            inner.streams.iter().filter(|st| ends(st)).count(),
-            inner.streams.len(),
-        )
-    };
+    for (a, b) in (session.streams.iter())
+        .filter(|st| ends(st))
+        .filter_map(|st| st.interleaved)
+    {
+        conn.free_channels([a, b]);
+    }
+    let ending = session.streams.iter().filter(|st| ends(st)).count();
+    let (all, id) = (session.streams.len(), session.id);
     // The engine sends a repair stream with its source; it cannot stop alone.
     if matches!(stream, Some(Some((_, true)))) && ending < all {
         return refuse(455, "a repair stream is torn down with its source track");
@@ -221,10 +216,8 @@ fn teardown(server: &Server, conn: &mut dyn Client, req: &Request, now: Instant)
     let (engine, admission) = (&server.engine, &server.admission);
     match ending {
         0 => return refuse(404, "no stream of this session has that URL"),
-        n if n == all => drop(server.sessions.remove(session.id, engine, admission)),
-        _ => server
-            .sessions
-            .remove_streams(&session, ends, engine, admission),
+        n if n == all => drop(sessions.remove(id, engine, admission)),
+        _ => sessions.remove_streams(id, ends, engine, admission),
     }
     status(200)
 }
@@ -235,13 +228,14 @@ fn teardown(server: &Server, conn: &mut dyn Client, req: &Request, now: Instant)
 /// timeout away).
 pub(crate) fn expire_idle(server: &Server, now: Instant) -> Instant {
     let timeout = server.config().session_timeout();
+    let mut sessions = server.sessions.lock();
     let (idle, oldest) = match now.checked_sub(timeout) {
-        Some(deadline) => server.sessions.idle_since(deadline),
+        Some(deadline) => sessions.idle_since(deadline),
         None => (Vec::new(), None),
     };
-    for s in idle {
-        tracing::info!(session = %s.id, "session timed out");
-        (server.sessions).remove(s.id, &server.engine, &server.admission);
+    for id in idle {
+        tracing::info!(session = %id, "session timed out");
+        sessions.remove(id, &server.engine, &server.admission);
     }
     oldest.map_or(now + timeout, |at| at + timeout)
 }
@@ -249,7 +243,7 @@ pub(crate) fn expire_idle(server: &Server, now: Instant) -> Instant {
 /// GET_PARAMETER and SET_PARAMETER: keepalive; no parameters are settable.
 fn keepalive(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Reply {
     if req.session_id().is_some()
-        && let Err(r) = session_for(server, conn, req, now)
+        && let Err(r) = session_for(&mut server.sessions.lock(), conn, req, now)
     {
         return r;
     }

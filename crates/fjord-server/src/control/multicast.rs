@@ -23,7 +23,7 @@ use crate::{
     Server,
     metrics::Refusal,
     multicast::{Group, GroupError, Wish},
-    session::{ReceiverStats, Session, SessionId, Stream, StreamRtcp},
+    session::{ReceiverStats, Session, SessionId, Sessions, Stream, StreamRtcp},
 };
 
 /// How long before its group's first packet a PLAY is answered.
@@ -31,7 +31,7 @@ const REPLY_LEAD: Duration = Duration::from_millis(20);
 
 /// Whether `session`'s streams are a multicast group's.
 pub(super) fn is_member(session: &Session) -> bool {
-    session.lock().streams.iter().any(|s| s.group.is_some())
+    session.streams.iter().any(|s| s.group.is_some())
 }
 
 /// SETUP of `track` (its repair stream with `repair`) over multicast,
@@ -39,9 +39,9 @@ pub(super) fn is_member(session: &Session) -> bool {
 /// its title's gathering group, or the group its other tracks are in.
 pub(super) fn setup(
     server: &Server,
-    conn: &mut dyn Client,
+    (sessions, conn): (&mut Sessions, &mut dyn Client),
     req: &Request,
-    existing: Option<Arc<Session>>,
+    existing: Option<SessionId>,
     (title_name, title): (Arc<str>, Arc<Title>),
     (track, repair, wish): (usize, bool, Wish),
     now: Instant,
@@ -50,11 +50,15 @@ pub(super) fn setup(
         (Ok(p), Ok(l)) => (p, l.ip()),
         (Err(e), _) | (_, Err(e)) => return refuse(500, &e.to_string()),
     };
-    let group = match existing
-        .as_deref()
-        .map(|s| group_of(s, track, repair))
-        .transpose()
-    {
+    let named = match existing {
+        // It may have ended since it was named.
+        Some(id) => match sessions.get_mut(id) {
+            Some(s) => Some(s),
+            None => return status(454),
+        },
+        None => None,
+    };
+    let group = match named.map(|s| group_of(s, track, repair)).transpose() {
         Ok(Some(g)) => g,
         Ok(None) => match server
             .multicast
@@ -65,24 +69,26 @@ pub(super) fn setup(
         },
         Err(r) => return r,
     };
-    let session = existing.clone().unwrap_or_else(|| {
-        let id = SessionId::random();
-        Arc::new(Session::new(
-            id,
-            (conn.id(), peer),
-            title_name,
-            title.clone(),
-            now,
-        ))
-    });
     // Joined first: leaving ends a group made for this SETUP alone.
     group.join();
-    if existing.is_none()
-        && let Err(r) = super::setup::admit_session(server, &session)
-    {
-        group.leave(&server.engine, &server.admission);
-        return r;
-    }
+    let id = match existing {
+        Some(id) => id,
+        None => {
+            let s = Session::new(
+                SessionId::random(),
+                (conn.id(), peer),
+                title_name,
+                title.clone(),
+                now,
+            );
+            let id = s.id;
+            if let Err(r) = super::setup::admit_session(server, sessions, s) {
+                group.leave(&server.engine, &server.admission);
+                return r;
+            }
+            id
+        }
+    };
     let tracks = title.index().track_count();
     let stream = match repair {
         false => group.track(server, &title, track as u32, local),
@@ -97,7 +103,7 @@ pub(super) fn setup(
         Err(e) => {
             group.leave(&server.engine, &server.admission);
             if existing.is_none() {
-                (server.sessions).remove(session.id, &server.engine, &server.admission);
+                sessions.remove(id, &server.engine, &server.admission);
             }
             count_refusal(server, &e);
             return refuse(e.status(), &e.to_string());
@@ -105,42 +111,44 @@ pub(super) fn setup(
     };
     let (rtp, rtcp) = group.ports(if repair { tracks + track } else { track });
     let reply = transport::reply_multicast(group.addr, rtp, rtcp, group.ttl, ssrc);
-    {
-        let mut inner = session.lock();
-        inner.add_stream(Stream {
-            track: track as u32,
-            repair,
-            engine_id,
-            shard,
-            url: req.uri.as_str().into(),
-            interleaved: None,
-            rtcp: StreamRtcp::None,
-            reports: ReceiverStats::default(),
-            reservation,
-            _storage: None,
-            _connected: None,
-            group: Some(group),
-        });
-    }
-    super::setup::keep_stream(conn, &session, existing.is_none(), now);
+    // Still there: the table has been locked since it was found or added.
+    let Some(session) = sessions.get_mut(id) else {
+        server.admission.release(&reservation);
+        group.leave(&server.engine, &server.admission);
+        return status(454);
+    };
+    session.add_stream(Stream {
+        track: track as u32,
+        repair,
+        engine_id,
+        shard,
+        url: req.uri.as_str().into(),
+        interleaved: None,
+        rtcp: StreamRtcp::None,
+        reports: ReceiverStats::default(),
+        reservation,
+        _storage: None,
+        _connected: None,
+        group: Some(group),
+    });
+    super::setup::keep_stream(conn, session, existing.is_none(), now);
     Response::new(200)
         .header("Transport", &reply)
-        .header("Session", session_header(server, session.id))
+        .header("Session", session_header(server, id))
         .into()
 }
 
 /// The group `session`'s tracks are in; a session of unicast tracks, or
 /// one playing, takes no multicast track.
 fn group_of(session: &Session, track: usize, repair: bool) -> Result<Arc<Group>, Reply> {
-    let inner = session.lock();
-    if inner.state == State::Playing {
+    if session.state == State::Playing {
         return Err(refuse(455, "cannot add a track while playing"));
     }
     let same = |s: &Stream| s.track as usize == track && s.repair == repair;
-    if inner.streams.iter().any(same) {
+    if session.streams.iter().any(same) {
         return Err(refuse(455, "track already set up in this session"));
     }
-    match inner.streams.iter().find_map(|s| s.group.clone()) {
+    match session.streams.iter().find_map(|s| s.group.clone()) {
         Some(g) => Ok(g),
         None => Err(refuse(
             461,
@@ -171,7 +179,7 @@ fn count_refusal(server: &Server, e: &GroupError) {
 /// `Speed` other than 1 cannot be had.
 pub(super) async fn play(
     server: &Server,
-    session: &Arc<Session>,
+    (id, title): (SessionId, Arc<Title>),
     req: &Request,
     now: Instant,
 ) -> Reply {
@@ -183,7 +191,7 @@ pub(super) async fn play(
         );
     }
     // Players ask for `npt=0-` or for the whole title by its duration.
-    let whole_s = session.title.index().duration_ns() as f64 / 1e9 - 0.001;
+    let whole_s = title.index().duration_ns() as f64 / 1e9 - 0.001;
     match req.header("Range").map(range::parse_npt) {
         Some(Err(e)) => return refuse(457, &e.to_string()),
         Some(Ok(r)) if r.start.is_some_and(|s| s > 0.0) || r.end.is_some_and(|e| e < whole_s) => {
@@ -195,18 +203,21 @@ pub(super) async fn play(
         _ => {}
     }
     let group = {
-        let mut inner = session.lock();
-        if let Err(code) = next_state(inner.state, &Method::Play) {
+        let mut sessions = server.sessions.lock();
+        let Some(s) = sessions.get_mut(id) else {
+            return status(454);
+        };
+        if let Err(code) = next_state(s.state, &Method::Play) {
             return status(code);
         }
-        let Some(g) = inner.streams.iter().find_map(|s| s.group.clone()) else {
+        let Some(g) = s.streams.iter().find_map(|st| st.group.clone()) else {
             return status(455);
         };
         // Now: the batching window may delay the reply past the timeout.
-        inner.played(now);
+        s.played(now);
         g
     };
-    let Some(started) = group.start(server, &session.title).await else {
+    let Some(started) = group.start(server, &title).await else {
         return status(500);
     };
     // The reply waits for the group's start: players (GStreamer) time what
@@ -214,11 +225,14 @@ pub(super) async fn play(
     let reply_at = started.at.checked_sub(REPLY_LEAD).unwrap_or(started.at);
     tokio::time::sleep_until(reply_at.into()).await;
     let rtp_info: Vec<(String, u16, u32)> = {
-        let mut inner = session.lock();
-        if let Ok(s) = next_state(inner.state, &Method::Play) {
-            inner.state = s;
+        let mut sessions = server.sessions.lock();
+        let Some(s) = sessions.get_mut(id) else {
+            return status(454);
+        };
+        if let Ok(state) = next_state(s.state, &Method::Play) {
+            s.state = state;
         }
-        (inner.streams.iter())
+        (s.streams.iter())
             .filter_map(|st| {
                 let &(_, seq, ts) = started.tracks.iter().find(|t| t.0 == st.track)?;
                 Some((st.url.to_string(), seq, ts))
@@ -230,6 +244,6 @@ pub(super) async fn play(
     Response::new(200)
         .header("Range", range::format_npt(0.0, None))
         .header("RTP-Info", rtp_info::format(&rtp_info))
-        .header("Session", session_header(server, session.id))
+        .header("Session", session_header(server, id))
         .into()
 }

@@ -19,36 +19,40 @@ pub(super) async fn answer(
     req: &Request,
     now: Instant,
 ) -> Reply {
-    let session = match session_for(server, conn, req, now) {
-        Ok(s) => s,
-        Err(r) => return r,
+    let (id, title, streams) = {
+        let mut sessions = server.sessions.lock();
+        let session = match session_for(&mut sessions, conn, req, now) {
+            Ok(s) => s,
+            Err(r) => return r,
+        };
+        if let Err(code) = next_state(session.state, &Method::Pause) {
+            return status(code);
+        }
+        if multicast::is_member(session) {
+            // The group plays on for the others (and this client keeps
+            // receiving what it joined): the session only stops counting
+            // as playing.
+            return paused(server, session);
+        }
+        let streams: Vec<(u64, u64, u32)> = (session.streams.iter())
+            .filter(|s| !s.repair)
+            .map(|s| (s.shard, s.engine_id, s.track))
+            .collect();
+        (session.id, session.title.clone(), streams)
     };
-    if let Err(code) = next_state(session.lock().state, &Method::Pause) {
-        return status(code);
-    }
-    if multicast::is_member(&session) {
-        // The group plays on for the others (and this client keeps
-        // receiving what it joined): the session only stops counting as
-        // playing.
-        return paused(server, &session);
-    }
     let point = match pause_point(req) {
         Ok(p) => p,
         Err(r) => return r,
     };
-    let streams: Vec<(u64, u64, u32)> = (session.lock().streams.iter())
-        .filter(|s| !s.repair)
-        .map(|s| (s.shard, s.engine_id, s.track))
-        .collect();
     if let Some(ns) = point {
-        for &(shard, id, track) in &streams {
-            let title = session.title.clone();
+        for &(shard, engine_id, track) in &streams {
+            let title = title.clone();
             let Ok(packet) =
                 tokio::task::spawn_blocking(move || title.end_packet(track as usize, ns)).await
             else {
                 return status(500);
             };
-            if !engine_pause_at(server, shard, id, packet, ns).await {
+            if !engine_pause_at(server, shard, engine_id, packet, ns).await {
                 return refuse(457, "the pause point is not ahead in the range playing");
             }
         }
@@ -57,16 +61,17 @@ pub(super) async fn answer(
             server.engine.send(shard, Command::Pause { id });
         }
     }
-    paused(server, &session)
+    match server.sessions.lock().get_mut(id) {
+        Some(session) => paused(server, session),
+        None => status(454),
+    }
 }
 
 /// The reply to a PAUSE that took effect: the session is paused.
-fn paused(server: &Server, session: &Session) -> Reply {
-    let mut inner = session.lock();
-    if let Ok(s) = next_state(inner.state, &Method::Pause) {
-        inner.state = s;
+fn paused(server: &Server, session: &mut Session) -> Reply {
+    if let Ok(s) = next_state(session.state, &Method::Pause) {
+        session.state = s;
     }
-    drop(inner);
     Response::new(200)
         .header("Session", session_header(server, session.id))
         .into()

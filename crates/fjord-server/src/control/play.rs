@@ -18,7 +18,7 @@ use crate::{
     admission::Admission,
     metrics::Refusal,
     scale,
-    session::{Session, Stream},
+    session::{Session, SessionId, Stream},
     title_streams,
 };
 
@@ -28,15 +28,9 @@ pub(super) async fn answer(
     req: &Request,
     now: Instant,
 ) -> Reply {
-    let session = match session_for(server, conn, req, now) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    if multicast::is_member(&session) {
-        return multicast::play(server, &session, req, now).await;
-    }
-    let mut plan = match plan(server, &session, req, now) {
-        Ok(p) => p,
+    let mut plan = match begin(server, conn, req, now) {
+        Ok(Begun::Unicast(p)) => p,
+        Ok(Begun::Multicast(member)) => return multicast::play(server, member, req, now).await,
         Err(r) => return r,
     };
     // Into, out of or between trick plays without a Range: on from where
@@ -50,13 +44,13 @@ pub(super) async fn answer(
     // first track that has them (the video) at or before the requested time;
     // before the first one (other tracks may start earlier), at that time.
     plan.seek_ns = plan.seek_ns.map(|ns| {
-        let index = session.title.index();
+        let index = plan.title.index();
         let key = index.tracks().find(|t| t.sync_count() > 0);
         key.map_or(ns, |t| t.sync_before(ns).time_ns.min(ns))
     });
     let mut infos = Vec::with_capacity(plan.streams.len());
     for (shard, id, url, track) in std::mem::take(&mut plan.streams) {
-        let title = session.title.clone();
+        let title = plan.title.clone();
         let Some((start, until)) =
             start_and_end(title, track as usize, plan.seek_ns, plan.end_ns).await
         else {
@@ -70,12 +64,30 @@ pub(super) async fn answer(
         };
         infos.push((url, (shard, id), info));
     }
-    played(server, &session, req, &plan, infos)
+    played(server, req, &plan, infos)
+}
+
+/// What a PLAY's first look at its session finds.
+enum Begun {
+    Unicast(Plan),
+    /// The session's streams are a multicast group's (its id and title).
+    Multicast((SessionId, Arc<Title>)),
+}
+
+fn begin(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Result<Begun, Reply> {
+    let mut sessions = server.sessions.lock();
+    let session = session_for(&mut sessions, conn, req, now)?;
+    if multicast::is_member(session) {
+        return Ok(Begun::Multicast((session.id, session.title.clone())));
+    }
+    plan(server, session, req, now).map(Begun::Unicast)
 }
 
 /// What a PLAY does to a session's streams, decided before the engine
 /// is asked anything.
 struct Plan {
+    session: SessionId,
+    title: Arc<Title>,
     /// (engine shard, engine id, RTP-Info URL, track) of each source stream.
     streams: Vec<(u64, u64, String, u32)>,
     rate: scale::Rate,
@@ -91,25 +103,34 @@ struct Plan {
 
 /// Checks a PLAY against the session's state and the engine threads'
 /// room, and moves the session to playing at its new rate.
-fn plan(server: &Server, session: &Session, req: &Request, now: Instant) -> Result<Plan, Reply> {
+fn plan(
+    server: &Server,
+    session: &mut Session,
+    req: &Request,
+    now: Instant,
+) -> Result<Plan, Reply> {
     let (scale_h, speed_h) = (req.header("Scale"), req.header("Speed"));
     let rate = scale::requested(scale_h, speed_h, server.config().max_speed, &session.title)
         .map_err(|(code, why)| refuse(code, &why))?;
     let duration_ns = session.title.index().duration_ns();
     let (seek_ns, mut end_ns) = requested_range(req, duration_ns, rate.scale < 0)?;
-    let mut inner = session.lock();
-    let was_playing = inner.state == State::Playing;
-    let playing = next_state(inner.state, &Method::Play).map_err(status)?;
-    let speed_was = inner.speed;
-    if !resize_for_speed(&server.admission, &mut inner.streams, speed_was, rate.speed) {
+    let was_playing = session.state == State::Playing;
+    let playing = next_state(session.state, &Method::Play).map_err(status)?;
+    let speed_was = session.speed;
+    if !resize_for_speed(
+        &server.admission,
+        &mut session.streams,
+        speed_was,
+        rate.speed,
+    ) {
         server.metrics.refused(Refusal::Speed);
         return Err(refuse(453, "no room on the engine thread for that Speed"));
     }
-    inner.speed = rate.speed;
-    inner.state = playing;
-    inner.played(now);
-    let scale_was = std::mem::replace(&mut inner.scale, rate.scale);
-    let streams = (inner.streams.iter())
+    session.speed = rate.speed;
+    session.state = playing;
+    session.played(now);
+    let scale_was = std::mem::replace(&mut session.scale, rate.scale);
+    let streams = (session.streams.iter())
         .filter(|s| !s.repair)
         .map(|s| (s.shard, s.engine_id, s.url.to_string(), s.track))
         .collect();
@@ -119,6 +140,8 @@ fn plan(server: &Server, session: &Session, req: &Request, now: Instant) -> Resu
     }
     let trick = rate.scale != scale_was || rate.scale != 1;
     Ok(Plan {
+        session: session.id,
+        title: session.title.clone(),
         streams,
         rate,
         seek_ns,
@@ -133,7 +156,6 @@ fn plan(server: &Server, session: &Session, req: &Request, now: Instant) -> Resu
 /// queued behind the range playing).
 fn played(
     server: &Server,
-    session: &Session,
     req: &Request,
     plan: &Plan,
     infos: Vec<(String, (u64, u64), PlayInfo)>,
@@ -141,7 +163,7 @@ fn played(
     // Streams paused together stand at (nearly) the same time; the first
     // one's is the session's.
     let origin_ns = infos.first().map_or(0, |(.., i)| i.time_ns);
-    let duration_ns = session.title.index().duration_ns();
+    let duration_ns = plan.title.index().duration_ns();
     let end_s = infos.first().map_or(duration_ns, |(.., i)| i.end_ns) as f64 / 1e9;
     let started = (infos.iter())
         .filter(|(.., i)| !i.queued)
@@ -163,7 +185,7 @@ fn played(
         response: response
             .header("Range", range)
             .header("RTP-Info", rtp_info::format(&rtp_info))
-            .header("Session", session_header(server, session.id)),
+            .header("Session", session_header(server, plan.session)),
         start: Some(PlayStart {
             streams: started,
             origin_ns,

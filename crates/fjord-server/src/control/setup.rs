@@ -24,7 +24,9 @@ use crate::{
     admission::Reservation,
     metrics::Refusal,
     scale,
-    session::{Caps, Full, ReceiverStats, Session, SessionId, Stream, StreamRtcp, rtcp_reader},
+    session::{
+        Caps, Full, ReceiverStats, Session, SessionId, Sessions, Stream, StreamRtcp, rtcp_reader,
+    },
     shared::{ConnectedPlace, RouteError, SharedPair},
     title_streams,
 };
@@ -62,17 +64,18 @@ pub(super) async fn answer(
     let Ok(target) = title_path(&req.uri) else {
         return status(404);
     };
-    let existing = match named_session(server, conn, req, &target.title) {
+    let existing = match named_session(&mut server.sessions.lock(), conn, req, &target.title) {
         Ok(s) => s,
         Err(r) => return r,
     };
     let (title_name, title) = match &existing {
-        Some(s) => (s.title_name.clone(), s.title.clone()),
+        Some((_, name, title)) => (name.clone(), title.clone()),
         None => match server.catalog.open(&target.title).await {
             Ok(opened) => opened,
             Err(e) => return refuse(e.status(), &e.to_string()),
         },
     };
+    let existing = existing.map(|(id, ..)| id);
     let Some((track, repair)) = stream_number(target.track.as_deref(), title.index().track_count())
     else {
         return status(404);
@@ -89,6 +92,7 @@ pub(super) async fn answer(
         Ok(t) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
+    let mut sessions = server.sessions.lock();
     // The group and ports are the server's to pick: `destination=` and
     // `port=` are ignored.
     if let TransportRequest::Multicast { ttl, .. } = request {
@@ -96,7 +100,7 @@ pub(super) async fn answer(
         let opened = (title_name, title);
         return multicast::setup(
             server,
-            conn,
+            (&mut sessions, conn),
             req,
             existing,
             opened,
@@ -104,64 +108,106 @@ pub(super) async fn answer(
             now,
         );
     }
-    let source = match repair_source(existing.as_deref(), track, repair, &request) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    let peer = (conn.peer()).unwrap_or_else(|_| (std::net::Ipv4Addr::UNSPECIFIED, 0).into());
-    let session = existing.clone().unwrap_or_else(|| {
-        Arc::new(Session::new(
-            SessionId::random(),
-            (conn.id(), peer),
-            title_name,
-            title.clone(),
-            now,
-        ))
-    });
-    // A new session takes its place in the table now, under the limits, so
-    // concurrent SETUPs cannot overshoot them; a failure below takes it out.
-    if existing.is_none()
-        && let Err(r) = admit_session(server, &session)
-    {
-        return r;
-    }
     let wanted = Wanted {
         track,
         repair,
-        source,
+        source: None,
         request,
     };
-    match add_stream(server, conn, req, &session, wanted) {
+    unicast(
+        server,
+        (&mut sessions, conn),
+        req,
+        existing,
+        (title_name, title),
+        wanted,
+        now,
+    )
+}
+
+/// SETUP of a unicast stream into session `existing`, or a new session
+/// of the title.
+fn unicast(
+    server: &Server,
+    (sessions, conn): (&mut Sessions, &mut dyn Client),
+    req: &Request,
+    existing: Option<SessionId>,
+    (title_name, title): (Arc<str>, Arc<Title>),
+    mut wanted: Wanted,
+    now: Instant,
+) -> Reply {
+    let id = match existing {
+        // It may have ended since it was named.
+        Some(id) => match sessions.get_mut(id) {
+            None => return status(454),
+            Some(s) => match repair_source(s, wanted.track, wanted.repair, &wanted.request) {
+                Ok(source) => {
+                    wanted.source = source;
+                    id
+                }
+                Err(r) => return r,
+            },
+        },
+        None if wanted.repair => {
+            return refuse(455, "SETUP the source track before its repair stream");
+        }
+        None => {
+            let peer =
+                (conn.peer()).unwrap_or_else(|_| (std::net::Ipv4Addr::UNSPECIFIED, 0).into());
+            let session = Session::new(
+                SessionId::random(),
+                (conn.id(), peer),
+                title_name,
+                title,
+                now,
+            );
+            let id = session.id;
+            // A new session takes its place in the table now, under the
+            // limits; a failure below takes it out.
+            if let Err(r) = admit_session(server, sessions, session) {
+                return r;
+            }
+            id
+        }
+    };
+    let Some(session) = sessions.get_mut(id) else {
+        return status(454);
+    };
+    match add_stream(server, conn, req, session, wanted) {
         Ok(transport_reply) => {
-            keep_stream(conn, &session, existing.is_none(), now);
+            keep_stream(conn, session, existing.is_none(), now);
             Response::new(200)
                 .header("Transport", &transport_reply)
-                .header("Session", session_header(server, session.id))
+                .header("Session", session_header(server, id))
                 .header("Media-Properties", scale::media_properties(&session.title))
                 .into()
         }
         Err(r) => {
             if existing.is_none() {
-                (server.sessions).remove(session.id, &server.engine, &server.admission);
+                sessions.remove(id, &server.engine, &server.admission);
             }
             r
         }
     }
 }
 
-/// The session a SETUP's `Session` header names, if any: it must be this
-/// connection's, and of the same title.
+/// The session a SETUP's `Session` header names, if any (its id and
+/// title): it must be this connection's, and of the same title.
+type Named = Option<(SessionId, Arc<str>, Arc<Title>)>;
+
 fn named_session(
-    server: &Server,
+    sessions: &mut Sessions,
     conn: &dyn Client,
     req: &Request,
     title: &str,
-) -> Result<Option<Arc<Session>>, Reply> {
+) -> Result<Named, Reply> {
     let Some(id) = req.session_id() else {
         return Ok(None);
     };
-    match server.sessions.get(id) {
-        Some(s) if s.conn == conn.id() && *s.title_name == *title => Ok(Some(s)),
+    match sessions.get(id) {
+        Some(s) if s.conn == conn.id() && *s.title_name == *title => {
+            Ok(Some((s.id, s.title_name.clone(), s.title.clone())))
+        }
         Some(_) => Err(refuse(459, "a session serves one title")),
         None => Err(status(454)),
     }
@@ -171,26 +217,16 @@ fn named_session(
 /// track's, on the same thread and transport kind. `None` for a source
 /// track; a refusal when the session cannot take the stream.
 fn repair_source(
-    existing: Option<&Session>,
+    s: &Session,
     track: usize,
     repair: bool,
     request: &TransportRequest,
 ) -> Result<Option<(u64, u64)>, Reply> {
-    let Some(s) = existing else {
-        return match repair {
-            true => Err(refuse(
-                455,
-                "SETUP the source track before its repair stream",
-            )),
-            false => Ok(None),
-        };
-    };
-    let inner = s.lock();
-    if inner.state == State::Playing {
+    if s.state == State::Playing {
         return Err(refuse(455, "cannot add a track while playing"));
     }
     let set_up =
-        |r: bool| (inner.streams.iter()).find(|st| st.track as usize == track && st.repair == r);
+        |r: bool| (s.streams.iter()).find(|st| st.track as usize == track && st.repair == r);
     if set_up(repair).is_some() {
         return Err(refuse(455, "track already set up in this session"));
     }
@@ -239,7 +275,7 @@ fn add_stream(
     server: &Server,
     conn: &mut dyn Client,
     req: &Request,
-    session: &Arc<Session>,
+    session: &mut Session,
     wanted: Wanted,
 ) -> Result<String, Reply> {
     let title = &session.title;
@@ -253,7 +289,7 @@ fn add_stream(
         } => udp_transport(
             server,
             conn,
-            session,
+            session.id,
             (client_rtp, client_rtcp),
             destination,
             reservation.thread as u64,
@@ -288,8 +324,8 @@ fn add_stream(
         })),
     };
     server.engine.send(made.shard, command);
-    let (rtcp, connected) = rtcp_in(made.rtcp, session, engine_id);
-    session.lock().add_stream(Stream {
+    let (rtcp, connected) = rtcp_in(server, made.rtcp, session.id, engine_id);
+    session.add_stream(Stream {
         track: wanted.track as u32,
         repair: wanted.repair,
         engine_id,
@@ -369,7 +405,7 @@ fn stream_ids(title: &Title, wanted: &Wanted) -> fjord_media::prefab::Ids {
 fn udp_transport(
     server: &Server,
     conn: &dyn Client,
-    session: &Arc<Session>,
+    session: SessionId,
     (client_rtp, client_rtcp): (u16, u16),
     destination: Option<IpAddr>,
     shard: u64,
@@ -422,7 +458,7 @@ fn udp_transport(
         .map_err(|e| refuse(453, &e.to_string()))?;
     let rtp_peer = pair.peer(SocketAddr::new(dest, client_rtp));
     let rtcp_peer = pair.peer(SocketAddr::new(dest, client_rtcp));
-    match pair.route(rtcp_peer, session) {
+    match pair.route(rtcp_peer, session.number()) {
         Ok(()) => {}
         Err(RouteError::Taken) => {
             return Err(refuse(461, "client_port already in use by another stream"));
@@ -477,8 +513,9 @@ fn tcp_transport(
 /// Sets up the stream's RTCP intake: a reader task on its own socket, or
 /// its route on the shared pair (with the pair's connected-socket place).
 fn rtcp_in(
+    server: &Server,
     rtcp: RtcpIn,
-    session: &Arc<Session>,
+    session: SessionId,
     engine_id: u64,
 ) -> (StreamRtcp, Option<ConnectedPlace>) {
     match rtcp {
@@ -486,7 +523,8 @@ fn rtcp_in(
             let task = (|| {
                 socket.set_nonblocking(true).ok()?;
                 let socket = tokio::net::UdpSocket::from_std(socket.into()).ok()?;
-                let reader = rtcp_reader(socket, peer, session.clone(), engine_id);
+                let sessions = server.sessions.clone();
+                let reader = rtcp_reader(socket, peer, sessions, (session, engine_id));
                 Some(tokio::spawn(reader).abort_handle())
             })();
             (task.map_or(StreamRtcp::None, StreamRtcp::Reader), None)
@@ -499,14 +537,18 @@ fn rtcp_in(
 /// Puts a new session in the table, or the 453 saying which cap it meets:
 /// `max_sessions`, or of them what one connection or one client address
 /// may hold (so that one client cannot take every session).
-pub(super) fn admit_session(server: &Server, session: &Arc<Session>) -> Result<(), Reply> {
+pub(super) fn admit_session(
+    server: &Server,
+    sessions: &mut Sessions,
+    session: Session,
+) -> Result<(), Reply> {
     let config = server.config();
     let caps = Caps {
         total: config.max_sessions,
         per_connection: config.max_sessions_per_connection,
         per_address: config.max_sessions_per_address,
     };
-    let (refusal, reason) = match server.sessions.insert_within(session.clone(), caps) {
+    let (refusal, reason) = match sessions.insert_within(session, caps) {
         Ok(()) => return Ok(()),
         Err(Full::Server) => (Refusal::Sessions, "session limit reached".to_owned()),
         Err(Full::Connection) => (
@@ -530,15 +572,12 @@ pub(super) fn admit_session(server: &Server, session: &Arc<Session>) -> Result<(
 
 /// After a SETUP added its stream to `session`: the session is ready, and
 /// the connection holds it when `new`.
-pub(super) fn keep_stream(conn: &mut dyn Client, session: &Arc<Session>, new: bool, now: Instant) {
-    {
-        let mut inner = session.lock();
-        if inner.state == State::Init {
-            inner.state = State::Ready;
-        }
+pub(super) fn keep_stream(conn: &mut dyn Client, session: &mut Session, new: bool, now: Instant) {
+    if session.state == State::Init {
+        session.state = State::Ready;
     }
     if new {
-        conn.add_session(session.clone());
+        conn.add_session(session.id);
     }
     session.touch(now);
 }

@@ -6,7 +6,6 @@
 use std::{
     net::SocketAddr,
     path::Path,
-    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -17,14 +16,14 @@ use fjord_proto::rtsp::{
 };
 
 use super::{Client, Reply, handle};
-use crate::{Catalog, Config, Server, session::Session};
+use crate::{Catalog, Config, Server, session::SessionId};
 
 /// A connection as the methods see it, keeping what they hand it.
 struct FakeClient {
     id: u64,
     /// `None`: the socket cannot say (it was reset).
     peer: Option<SocketAddr>,
-    sessions: Vec<Arc<Session>>,
+    sessions: Vec<SessionId>,
     channels: Vec<u8>,
     attached: bool,
 }
@@ -57,7 +56,7 @@ impl Client for FakeClient {
     fn is_tls(&self) -> bool {
         false
     }
-    fn add_session(&mut self, s: Arc<Session>) {
+    fn add_session(&mut self, s: SessionId) {
         self.sessions.push(s);
     }
     fn channel_in_use(&self, channel: u8) -> bool {
@@ -226,7 +225,7 @@ async fn setup_makes_a_session_on_the_connection_and_refuses_what_it_cannot() {
     let id = session_of(&r);
     assert!(header(&r, "Session").ends_with(";timeout=60"));
     assert!(c.attached && c.sessions.len() == 1 && c.channel_in_use(1));
-    assert!(s.sessions.get(&id).is_some());
+    assert!(s.sessions.lock().get(&id).is_some());
     let cases = [
         (
             "/track1",
@@ -314,7 +313,7 @@ async fn setup_makes_a_session_on_the_connection_and_refuses_what_it_cannot() {
     let r = setup_tcp(&s, &mut stranger, 2, &id).await;
     assert_eq!(r.response.status, 459, "another connection's session");
     assert_eq!(
-        s.sessions.all().len(),
+        s.sessions.lock().all().count(),
         1,
         "refusals leave no session behind"
     );
@@ -470,11 +469,11 @@ async fn admission_refuses_streams_and_speeds_past_the_engine_capacity() {
     let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
     let r = setup_tcp(&s, &mut c, 2, "").await;
     assert_eq!(r.response.status, 453, "a second stream does not fit");
-    assert_eq!(s.sessions.all().len(), 1, "and leaves no session");
+    assert_eq!(s.sessions.lock().all().count(), 1, "and leaves no session");
     let play = |extra: &str| format!("PLAY {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\n{extra}");
     let r = ask(&s, &mut c, &play("Speed: 2\n")).await;
     assert_eq!(r.response.status, 453, "twice the rate does not fit");
-    let state = s.sessions.get(&id).unwrap().lock().state;
+    let state = s.sessions.lock().get(&id).unwrap().state;
     assert_eq!(
         state,
         State::Ready,
@@ -516,11 +515,11 @@ async fn sessions_time_out_unless_kept_alive_after_play() {
     );
     let next = super::expire_idle(&s, at(61));
     assert!(
-        s.sessions.get(&never_played).is_none(),
+        s.sessions.lock().get(&never_played).is_none(),
         "keep-alives before PLAY do not keep"
     );
     assert!(
-        s.sessions.get(&played).is_some(),
+        s.sessions.lock().get(&played).is_some(),
         "kept alive after its PLAY"
     );
     assert_eq!(
@@ -531,7 +530,7 @@ async fn sessions_time_out_unless_kept_alive_after_play() {
     let r = ask_at(&s, &mut c, &keepalive(&never_played), at(62)).await;
     assert_eq!(r.response.status, 454, "a timed-out session is gone");
     super::expire_idle(&s, at(111));
-    assert!(s.sessions.all().is_empty());
+    assert!(s.sessions.lock().all().next().is_none());
 }
 
 #[tokio::test]
@@ -579,7 +578,7 @@ async fn repair_streams_are_offered_on_request_and_follow_their_track() {
     let r = ask(&s, &mut c, &teardown("/track1")).await;
     assert_eq!(r.response.status, 200, "the track and its repair stream");
     assert!(
-        s.sessions.get(&id).is_none(),
+        s.sessions.lock().get(&id).is_none(),
         "its last streams end the session"
     );
     assert!(!c.channel_in_use(0) && !c.channel_in_use(2));
@@ -601,5 +600,8 @@ async fn a_connection_that_cannot_name_its_addresses_gets_500() {
     )
     .await;
     assert_eq!(r.response.status, 500);
-    assert!(s.sessions.all().is_empty(), "and keeps no session");
+    assert!(
+        s.sessions.lock().all().next().is_none(),
+        "and keeps no session"
+    );
 }

@@ -2,10 +2,8 @@
 //! receiver reports, and the engine streams (one per set-up track).
 
 use std::{
-    borrow::Borrow,
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     fmt,
-    hash::{Hash, Hasher},
     net::{IpAddr, SocketAddr},
     sync::{Arc, Mutex, MutexGuard},
     task::Waker,
@@ -34,6 +32,11 @@ impl SessionId {
         Self(rand::random())
     }
 
+    /// The id as a number (a shared pair's route owner).
+    pub fn number(self) -> u64 {
+        self.0
+    }
+
     /// The id a `Session` header names; none unless it has the form this
     /// server gives ids, so no other spelling finds a session.
     pub fn parse(s: &str) -> Option<Self> {
@@ -49,6 +52,8 @@ impl fmt::Display for SessionId {
     }
 }
 
+/// A session's state. It has no lock of its own: every session lives in
+/// [`Sessions`], which the server keeps under one lock.
 pub struct Session {
     pub id: SessionId,
     /// The RTSP connection that created the session; when it closes, the
@@ -59,10 +64,6 @@ pub struct Session {
     /// Shared with the catalog: a copy would cost an allocation.
     pub title_name: Arc<str>,
     pub title: Arc<Title>,
-    inner: Mutex<Inner>,
-}
-
-pub struct Inner {
     pub state: State,
     /// Moved by requests and RTCP only once the session has played: one
     /// never played times out `session_timeout_s` after its SETUP, however
@@ -81,30 +82,6 @@ pub struct Inner {
     pub speed: u32,
     /// The connection's task, waiting for the session to end.
     on_end: Option<Waker>,
-}
-
-impl Inner {
-    pub fn add_stream(&mut self, st: Stream) {
-        let mut streams = std::mem::take(&mut self.streams).into_vec();
-        // Exactly one more: `push` alone would make room for four.
-        streams.reserve_exact(1);
-        streams.push(st);
-        self.streams = streams.into_boxed_slice();
-    }
-
-    /// A PLAY is accepted: from now on activity keeps the session.
-    pub fn played(&mut self, now: Instant) {
-        self.played = true;
-        self.last_activity = now;
-    }
-
-    /// Activity (a request naming the session, RTCP from its client)
-    /// keeps a session that has played.
-    fn active(&mut self, now: Instant) {
-        if self.played {
-            self.last_activity = now;
-        }
-    }
 }
 
 /// Kept small: one per set-up track of every session, in its own
@@ -208,84 +185,61 @@ impl Session {
             peer,
             title_name,
             title,
-            inner: Mutex::new(Inner {
-                state: State::Init,
-                last_activity: now,
-                played: false,
-                streams: Box::default(),
-                scale: 1,
-                speed: fjord_engine::REAL_TIME,
-                on_end: None,
-            }),
+            state: State::Init,
+            last_activity: now,
+            played: false,
+            streams: Box::default(),
+            scale: 1,
+            speed: fjord_engine::REAL_TIME,
+            on_end: None,
         }
     }
 
-    pub fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn add_stream(&mut self, st: Stream) {
+        let mut streams = std::mem::take(&mut self.streams).into_vec();
+        // Exactly one more: `push` alone would make room for four.
+        streams.reserve_exact(1);
+        streams.push(st);
+        self.streams = streams.into_boxed_slice();
+    }
+
+    /// A PLAY is accepted: from now on activity keeps the session.
+    pub fn played(&mut self, now: Instant) {
+        self.played = true;
+        self.last_activity = now;
+    }
+
+    /// Activity (a request naming the session, RTCP from its client)
+    /// keeps a session that has played.
+    pub fn touch(&mut self, now: Instant) {
+        if self.played {
+            self.last_activity = now;
+        }
     }
 
     /// Has `waker` woken when the session ends.
-    pub fn wake_on_end(&self, waker: &Waker) {
-        let mut inner = self.lock();
-        if !inner.on_end.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            inner.on_end = Some(waker.clone());
+    pub fn wake_on_end(&mut self, waker: &Waker) {
+        if !self.on_end.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            self.on_end = Some(waker.clone());
         }
-    }
-
-    pub fn touch(&self, now: Instant) {
-        self.lock().active(now);
     }
 
     /// Records RTCP from the client about the streams `about` picks: the
     /// client is alive, and how it receives.
-    pub fn on_rtcp(&self, about: impl Fn(&Stream) -> bool, infos: &[RtcpInfo], now: Instant) {
-        let mut inner = self.lock();
-        inner.active(now);
+    pub fn on_rtcp(&mut self, about: impl Fn(&Stream) -> bool, infos: &[RtcpInfo], now: Instant) {
+        self.touch(now);
         for info in infos {
             let RtcpInfo::ReceiverReport { blocks, .. } = info else {
                 continue;
             };
             for b in blocks {
-                for s in inner.streams.iter_mut() {
+                for s in self.streams.iter_mut() {
                     if about(s) {
                         s.reports.record(b);
                     }
                 }
             }
         }
-    }
-}
-
-/// RTCP that a shared pair routed here by the client's address: about
-/// the streams set up with that address.
-impl RtcpSink for Session {
-    fn rtcp_from(&self, client: SocketAddr, infos: &[RtcpInfo], now: Instant) {
-        let routed_here = |st: &Stream| matches!(&st.rtcp, StreamRtcp::Route(_, a) if crate::shared::same_client(*a, client));
-        self.on_rtcp(routed_here, infos, now);
-    }
-}
-
-/// A session in the table, found by its id: the id is in the session, so
-/// the table need not hold it again.
-struct ById(Arc<Session>);
-
-impl PartialEq for ById {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.id == other.0.id
-    }
-}
-
-impl Eq for ById {}
-
-impl Hash for ById {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.id.hash(state);
-    }
-}
-
-impl Borrow<SessionId> for ById {
-    fn borrow(&self) -> &SessionId {
-        &self.0.id
     }
 }
 
@@ -325,15 +279,12 @@ impl Caps {
 }
 
 /// Every live session, by id, with how many each connection and each
-/// client address holds.
+/// client address holds. No lock inside: the server keeps the table in a
+/// [`SessionTable`].
 #[derive(Default)]
 pub struct Sessions {
-    table: Mutex<Table>,
-}
-
-#[derive(Default)]
-struct Table {
-    set: HashSet<ById>,
+    /// Boxed: a session is large, and the table holds capacity to spare.
+    set: HashMap<SessionId, Box<Session>>,
     per_connection: HashMap<u64, usize>,
     per_address: HashMap<IpAddr, usize>,
 }
@@ -344,15 +295,15 @@ fn address(s: &Session) -> IpAddr {
     s.peer.ip().to_canonical()
 }
 
-impl Table {
+impl Sessions {
     fn counts(&self, s: &Session) -> (usize, usize, usize) {
         let conn = self.per_connection.get(&s.conn).copied().unwrap_or(0);
         let addr = self.per_address.get(&address(s)).copied().unwrap_or(0);
         (self.set.len(), conn, addr)
     }
 
-    fn take(&mut self, id: &SessionId) -> Option<Arc<Session>> {
-        let ById(s) = self.set.take(id)?;
+    fn take(&mut self, id: SessionId) -> Option<Box<Session>> {
+        let s = self.set.remove(&id)?;
         let down = |n: &mut usize| {
             *n = n.saturating_sub(1);
             *n > 0
@@ -370,53 +321,44 @@ impl Table {
         }
         Some(s)
     }
-}
-
-impl Sessions {
-    fn table(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
-    }
 
     /// The session a `Session` header names.
-    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        let id = SessionId::parse(id)?;
-        self.table().set.get(&id).map(|s| s.0.clone())
+    pub fn get(&mut self, id: &str) -> Option<&mut Session> {
+        self.get_mut(SessionId::parse(id)?)
     }
 
-    pub fn get_by_id(&self, id: SessionId) -> Option<Arc<Session>> {
-        self.table().set.get(&id).map(|s| s.0.clone())
+    pub fn get_mut(&mut self, id: SessionId) -> Option<&mut Session> {
+        self.set.get_mut(&id).map(|s| &mut **s)
     }
 
     pub fn contains(&self, id: SessionId) -> bool {
-        self.table().set.contains(&id)
+        self.set.contains_key(&id)
     }
 
-    /// Adds `s` unless that would exceed one of `caps`; checked and
-    /// counted under one lock, so concurrent SETUPs cannot overshoot.
-    pub fn insert_within(&self, s: Arc<Session>, caps: Caps) -> Result<(), Full> {
-        let mut table = self.table();
-        if table.set.contains(&s.id) {
+    /// Adds `s` unless that would exceed one of `caps`.
+    pub fn insert_within(&mut self, s: Session, caps: Caps) -> Result<(), Full> {
+        if self.set.contains_key(&s.id) {
             return Ok(());
         }
-        caps.room(table.counts(&s))?;
-        *table.per_connection.entry(s.conn).or_insert(0) += 1;
-        *table.per_address.entry(address(&s)).or_insert(0) += 1;
-        table.set.insert(ById(s));
+        caps.room(self.counts(&s))?;
+        *self.per_connection.entry(s.conn).or_insert(0) += 1;
+        *self.per_address.entry(address(&s)).or_insert(0) += 1;
+        self.set.insert(s.id, Box::new(s));
         Ok(())
     }
 
-    pub fn all(&self) -> Vec<Arc<Session>> {
-        self.table().set.iter().map(|s| s.0.clone()).collect()
+    pub fn all(&self) -> impl Iterator<Item = &Session> {
+        self.set.values().map(|s| &**s)
     }
 
     /// The sessions last active before `deadline`, and the earliest last
     /// activity of the others (none when there are none).
-    pub fn idle_since(&self, deadline: Instant) -> (Vec<Arc<Session>>, Option<Instant>) {
+    pub fn idle_since(&self, deadline: Instant) -> (Vec<SessionId>, Option<Instant>) {
         let (mut idle, mut oldest) = (Vec::new(), None::<Instant>);
-        for s in self.table().set.iter() {
-            let at = s.0.lock().last_activity;
+        for s in self.all() {
+            let at = s.last_activity;
             if at < deadline {
-                idle.push(s.0.clone());
+                idle.push(s.id);
             } else {
                 oldest = Some(oldest.map_or(at, |o| o.min(at)));
             }
@@ -426,41 +368,37 @@ impl Sessions {
 
     /// Ends a session: its engine streams stop, its sockets close, its ports
     /// return to the pool.
-    pub fn remove(&self, id: SessionId, engine: &Engine, admission: &Admission) -> bool {
-        let Some(s) = self.table().take(&id) else {
+    pub fn remove(&mut self, id: SessionId, engine: &Engine, admission: &Admission) -> bool {
+        let Some(mut s) = self.take(id) else {
             return false;
         };
-        let (streams, on_end) = {
-            let mut inner = s.lock();
-            (std::mem::take(&mut inner.streams), inner.on_end.take())
-        };
-        for st in streams.into_vec() {
+        for st in std::mem::take(&mut s.streams).into_vec() {
             end_stream(&s, st, engine, admission, "session ended");
         }
-        if let Some(w) = on_end {
+        if let Some(w) = s.on_end.take() {
             w.wake();
         }
         true
     }
 
-    /// Ends the streams of `s` that `which` picks (RFC 2326 §10.7: a
-    /// TEARDOWN of one stream's URL); the session stays with the others.
+    /// Ends the streams of session `id` that `which` picks (RFC 2326
+    /// §10.7: a TEARDOWN of one stream's URL); the session stays with the
+    /// others.
     pub fn remove_streams(
-        &self,
-        s: &Arc<Session>,
+        &mut self,
+        id: SessionId,
         which: impl Fn(&Stream) -> bool,
         engine: &Engine,
         admission: &Admission,
     ) {
-        let ended: Vec<Stream> = {
-            let mut inner = s.lock();
-            let (ended, kept): (Vec<Stream>, Vec<Stream>) = std::mem::take(&mut inner.streams)
-                .into_vec()
-                .into_iter()
-                .partition(|st| which(st));
-            inner.streams = kept.into_boxed_slice();
-            ended
+        let Some(s) = self.get_mut(id) else {
+            return;
         };
+        let (ended, kept): (Vec<Stream>, Vec<Stream>) = std::mem::take(&mut s.streams)
+            .into_vec()
+            .into_iter()
+            .partition(|st| which(st));
+        s.streams = kept.into_boxed_slice();
         for st in ended {
             end_stream(s, st, engine, admission, "stream torn down");
         }
@@ -470,7 +408,7 @@ impl Sessions {
 /// Gives back what a stream held: its engine stream (or its place in a
 /// multicast group), its admission reservation, its RTCP intake.
 /// `why` ends the log line ("session ended": scripts and tests read it).
-fn end_stream(s: &Arc<Session>, st: Stream, engine: &Engine, admission: &Admission, why: &str) {
+fn end_stream(s: &Session, st: Stream, engine: &Engine, admission: &Admission, why: &str) {
     let r = st.reports;
     tracing::info!(
         session = %s.id,
@@ -487,8 +425,33 @@ fn end_stream(s: &Arc<Session>, st: Stream, engine: &Engine, admission: &Admissi
     }
     match st.rtcp {
         StreamRtcp::Reader(t) => t.abort(),
-        StreamRtcp::Route(pair, client) => pair.unroute(client, s),
+        StreamRtcp::Route(pair, client) => pair.unroute(client, s.id.number()),
         StreamRtcp::None => {}
+    }
+}
+
+/// The server's sessions under the one lock the control plane takes for
+/// each decision, and never across an `await` (its guard cannot be held
+/// there: the connection tasks must be `Send`).
+#[derive(Default)]
+pub struct SessionTable(Mutex<Sessions>);
+
+impl SessionTable {
+    pub fn lock(&self) -> MutexGuard<'_, Sessions> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// RTCP that a shared pair routed by the client's address: about the
+/// streams of the route's session set up with that address.
+impl RtcpSink for SessionTable {
+    fn rtcp_from(&self, owner: u64, client: SocketAddr, infos: &[RtcpInfo], now: Instant) {
+        let mut sessions = self.lock();
+        let Some(s) = sessions.get_mut(SessionId(owner)) else {
+            return;
+        };
+        let routed_here = |st: &Stream| matches!(&st.rtcp, StreamRtcp::Route(_, a) if crate::shared::same_client(*a, client));
+        s.on_rtcp(routed_here, infos, now);
     }
 }
 
@@ -497,8 +460,8 @@ fn end_stream(s: &Arc<Session>, st: Stream, engine: &Engine, admission: &Admissi
 pub async fn rtcp_reader(
     socket: tokio::net::UdpSocket,
     client: SocketAddr,
-    session: Arc<Session>,
-    engine_id: u64,
+    sessions: Arc<SessionTable>,
+    (session, engine_id): (SessionId, u64),
 ) {
     let mut buf = [0u8; 1500];
     loop {
@@ -509,7 +472,10 @@ pub async fn rtcp_reader(
             continue;
         }
         if let Ok(infos) = fjord_proto::rtcp::parse_compound(&buf[..n]) {
-            session.on_rtcp(|st| st.engine_id == engine_id, &infos, Instant::now());
+            let mut table = sessions.lock();
+            if let Some(s) = table.get_mut(session) {
+                s.on_rtcp(|st| st.engine_id == engine_id, &infos, Instant::now());
+            }
         }
     }
 }

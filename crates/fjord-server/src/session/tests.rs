@@ -104,7 +104,7 @@ fn the_table_counts_sessions_per_connection_and_per_address() {
     let dir = tempfile::tempdir().unwrap();
     let title = title(dir.path());
     let (engine, admission) = (engine(), Admission::new(1, None));
-    let sessions = Sessions::default();
+    let mut sessions = Sessions::default();
     let caps = Caps {
         total: 100,
         per_connection: 2,
@@ -112,29 +112,31 @@ fn the_table_counts_sessions_per_connection_and_per_address() {
     };
     let new = |conn, ip: &str| {
         let peer = SocketAddr::new(ip.parse().unwrap(), 9);
-        Arc::new(Session::new(
+        Session::new(
             SessionId::random(),
             (conn, peer),
             "t.ts".into(),
             title.clone(),
             Instant::now(),
-        ))
+        )
     };
-    let add = |s: &Arc<Session>| sessions.insert_within(s.clone(), caps);
     let first = new(1, "127.0.0.1");
-    assert_eq!(add(&first), Ok(()));
-    assert_eq!(add(&new(1, "127.0.0.1")), Ok(()));
-    assert_eq!(add(&new(1, "127.0.0.1")), Err(Full::Connection));
-    assert_eq!(add(&new(2, "127.0.0.2")), Ok(()), "another client");
+    let first_id = first.id;
+    assert_eq!(sessions.insert_within(first, caps), Ok(()));
+    let mut add = |s| sessions.insert_within(s, caps);
+    assert_eq!(add(new(1, "127.0.0.1")), Ok(()));
+    assert_eq!(add(new(1, "127.0.0.1")), Err(Full::Connection));
+    assert_eq!(add(new(2, "127.0.0.2")), Ok(()), "another client");
     assert_eq!(
-        add(&new(3, "::ffff:127.0.0.1")),
+        add(new(3, "::ffff:127.0.0.1")),
         Ok(()),
         "another connection"
     );
-    assert_eq!(add(&new(4, "127.0.0.1")), Err(Full::Address));
-    assert!(sessions.remove(first.id, &engine, &admission));
-    assert_eq!(add(&new(4, "127.0.0.1")), Ok(()), "its place is free again");
-    assert_eq!(add(&new(1, "127.0.0.1")), Err(Full::Address));
+    assert_eq!(add(new(4, "127.0.0.1")), Err(Full::Address));
+    assert!(sessions.remove(first_id, &engine, &admission));
+    let mut add = |s| sessions.insert_within(s, caps);
+    assert_eq!(add(new(4, "127.0.0.1")), Ok(()), "its place is free again");
+    assert_eq!(add(new(1, "127.0.0.1")), Err(Full::Address));
     let tight = Caps { total: 4, ..caps };
     let s = new(5, "127.0.0.3");
     assert_eq!(sessions.insert_within(s, tight), Err(Full::Server));
@@ -147,7 +149,7 @@ fn activity_keeps_only_a_session_that_played() {
     let peer = SocketAddr::from(([127, 0, 0, 1], 9));
     let t0 = Instant::now();
     let at = |ms| t0 + std::time::Duration::from_millis(ms);
-    let s = Session::new(
+    let mut s = Session::new(
         SessionId::random(),
         (1, peer),
         "t.ts".into(),
@@ -156,11 +158,11 @@ fn activity_keeps_only_a_session_that_played() {
     );
     s.touch(at(5));
     s.on_rtcp(|_| true, &[], at(6));
-    assert_eq!(s.lock().last_activity, t0, "keep-alives before PLAY");
-    s.lock().played(at(7));
-    assert_eq!(s.lock().last_activity, at(7));
+    assert_eq!(s.last_activity, t0, "keep-alives before PLAY");
+    s.played(at(7));
+    assert_eq!(s.last_activity, at(7));
     s.touch(at(9));
-    assert_eq!(s.lock().last_activity, at(9), "keep-alives after PLAY");
+    assert_eq!(s.last_activity, at(9), "keep-alives after PLAY");
 }
 
 /// An RTCP RR with one report block about `ssrc`.
@@ -175,33 +177,32 @@ fn rr(ssrc: u32, lost: u32) -> Vec<u8> {
     p
 }
 
-fn routed_session(dir: &std::path::Path) -> Arc<Session> {
-    let media = dir.join("t.ts");
-    let index = fjord_media::synthetic::write_constant_rate(
-        &media,
-        188,
-        10_000_000,
-        10,
-        &fjord_media::no_parity,
-    )
-    .unwrap();
-    let title = Arc::new(fjord_engine::Title::new(index, &media).unwrap());
-    Arc::new(Session::new(
+fn routed_session(title: &Arc<Title>) -> Session {
+    Session::new(
         SessionId::random(),
         (1, ([127, 0, 0, 1], 9).into()),
         "t.ts".into(),
-        title,
+        title.clone(),
         Instant::now(),
-    ))
+    )
 }
 
-fn reports(s: &Session, engine_id: u64) -> (u64, u32) {
-    let inner = s.lock();
-    let st = inner.streams.iter().find(|st| st.engine_id == engine_id);
+fn reports(table: &SessionTable, id: SessionId, engine_id: u64) -> (u64, u32) {
+    let mut sessions = table.lock();
+    let Some(s) = sessions.get_mut(id) else {
+        return (0, 0);
+    };
+    let st = s.streams.iter().find(|st| st.engine_id == engine_id);
     st.map_or((0, 0), |st| {
         (st.reports.reports, st.reports.cumulative_lost)
     })
 }
+
+const ROOM: Caps = Caps {
+    total: 10,
+    per_connection: 10,
+    per_address: 10,
+};
 
 /// Receiver reports reach the stream whose client announced their
 /// source address; a stranger's (another port, another host) are
@@ -209,8 +210,9 @@ fn reports(s: &Session, engine_id: u64) -> (u64, u32) {
 #[tokio::test]
 async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
     let dir = tempfile::tempdir().unwrap();
+    let table = Arc::new(SessionTable::default());
     let pool = PortPool::new(46000, 46099);
-    let ports = SharedPorts::new(2, 2, 64);
+    let ports = SharedPorts::new(2, 2, 64, table.clone());
     let ip: IpAddr = "127.0.0.1".parse().unwrap();
     let pair = ports.pair(ip, &pool).unwrap();
     assert!(
@@ -229,19 +231,22 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
         client_a.local_addr().unwrap(),
         client_b.local_addr().unwrap(),
     );
-    let a = routed_session(dir.path());
-    let b = routed_session(dir.path());
-    for (s, id, client) in [(&a, 1, addr_a), (&b, 2, addr_b)] {
-        s.lock().add_stream(Stream {
+    let title = title(dir.path());
+    let (mut a, mut b) = (routed_session(&title), routed_session(&title));
+    let (ida, idb) = (a.id, b.id);
+    for (s, id, client) in [(&mut a, 1, addr_a), (&mut b, 2, addr_b)] {
+        s.add_stream(Stream {
             rtcp: StreamRtcp::Route(pair.clone(), client),
             ..Stream::test_stream(id)
         });
     }
-    pair.route(addr_a, &a).unwrap();
-    pair.route(addr_b, &b).unwrap();
-    assert_eq!(pair.route(addr_a, &b), Err(RouteError::Taken));
+    table.lock().insert_within(a, ROOM).unwrap();
+    table.lock().insert_within(b, ROOM).unwrap();
+    pair.route(addr_a, ida.number()).unwrap();
+    pair.route(addr_b, idb.number()).unwrap();
+    assert_eq!(pair.route(addr_a, idb.number()), Err(RouteError::Taken));
     assert_eq!(
-        pair.route(stranger.local_addr().unwrap(), &b),
+        pair.route(stranger.local_addr().unwrap(), idb.number()),
         Err(RouteError::Full),
         "bounded"
     );
@@ -250,27 +255,32 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
     client_b.send_to(&rr(2, 11), server_rtcp).unwrap();
     stranger.send_to(&rr(1, 99), server_rtcp).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while (reports(&a, 1).0 < 1 || reports(&b, 2).0 < 2) && std::time::Instant::now() < deadline {
+    while (reports(&table, ida, 1).0 < 1 || reports(&table, idb, 2).0 < 2)
+        && std::time::Instant::now() < deadline
+    {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // The stranger's report was sent before the last ones were read.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(reports(&a, 1), (1, 5), "A got its own report only");
-    assert_eq!(reports(&b, 2), (2, 11), "B got its own reports only");
+    assert_eq!(reports(&table, ida, 1), (1, 5), "A got its own report only");
+    assert_eq!(
+        reports(&table, idb, 2),
+        (2, 11),
+        "B got its own reports only"
+    );
     assert!(!pair.deliver(stranger.local_addr().unwrap(), &rr(1, 1), Instant::now()));
     // A stream's route goes with it, and only its own.
-    pair.unroute(addr_a, &b);
+    pair.unroute(addr_a, idb.number());
     assert_eq!(pair.route_count(), 2, "another session removes nothing");
-    pair.unroute(addr_a, &a);
+    pair.unroute(addr_a, ida.number());
     assert_eq!(pair.route_count(), 1);
     assert!(!pair.deliver(addr_a, &rr(1, 1), Instant::now()));
-    pair.route(stranger.local_addr().unwrap(), &b).unwrap();
-    pair.unroute(stranger.local_addr().unwrap(), &b);
-    // A session that is gone gets nothing, and nothing breaks.
-    drop(b);
+    // A session that ends takes its routes with it; its address is free.
+    let (engine, admission) = (engine(), Admission::new(1, None));
+    assert!(table.lock().remove(idb, &engine, &admission));
+    assert_eq!(pair.route_count(), 0);
     assert!(!pair.deliver(addr_b, &rr(2, 1), Instant::now()));
-    // ... and its address is free again.
-    pair.route(addr_b, &a).unwrap();
+    pair.route(addr_b, ida.number()).unwrap();
     assert!(pair.deliver(addr_b, &rr(1, 1), Instant::now()));
 }
 
@@ -279,27 +289,23 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
 #[test]
 fn removing_some_streams_keeps_the_session() {
     let dir = tempfile::tempdir().unwrap();
-    let sessions = Sessions::default();
+    let mut sessions = Sessions::default();
     let (engine, admission) = (engine(), Admission::new(1, None));
     let peer = SocketAddr::from(([127, 0, 0, 1], 9));
-    let s = Arc::new(Session::new(
+    let mut s = Session::new(
         SessionId::random(),
         (1, peer),
         "t.ts".into(),
         title(dir.path()),
         Instant::now(),
-    ));
+    );
     for id in [1, 2] {
-        s.lock().add_stream(Stream::test_stream(id));
+        s.add_stream(Stream::test_stream(id));
     }
-    let caps = Caps {
-        total: 10,
-        per_connection: 10,
-        per_address: 10,
-    };
-    sessions.insert_within(s.clone(), caps).unwrap();
-    sessions.remove_streams(&s, |st| st.engine_id == 1, &engine, &admission);
-    let left: Vec<u64> = s.lock().streams.iter().map(|st| st.engine_id).collect();
+    let id = s.id;
+    sessions.insert_within(s, ROOM).unwrap();
+    sessions.remove_streams(id, |st| st.engine_id == 1, &engine, &admission);
+    let s = sessions.get_mut(id).expect("the session stays");
+    let left: Vec<u64> = s.streams.iter().map(|st| st.engine_id).collect();
     assert_eq!(left, [2]);
-    assert!(sessions.contains(s.id));
 }
