@@ -10,7 +10,7 @@ use std::{
     time::Instant,
 };
 
-use fjord_engine::{Command, Engine};
+use fjord_engine::Command;
 use fjord_proto::rtsp::{
     framing::{Frame, Request, next_frame},
     response::Response,
@@ -20,6 +20,7 @@ use tokio::{io::AsyncWriteExt, net::TcpStream, time::Sleep};
 use crate::{
     Server,
     control::{self, Client},
+    outbox::Outbox,
     session::{SessionId, Sessions},
 };
 
@@ -97,12 +98,12 @@ impl Client for Conn {
         }
     }
 
-    fn attach(&mut self, engine: &Engine) -> std::io::Result<()> {
+    fn attach(&mut self, out: &mut Outbox) -> std::io::Result<()> {
         if self.attached {
             return Ok(());
         }
         let fd = self.stream.as_fd().try_clone_to_owned()?;
-        engine.send(self.id, Command::AttachConnection { conn: self.id, fd });
+        out.push(self.id, Command::AttachConnection { conn: self.id, fd });
         self.attached = true;
         Ok(())
     }
@@ -224,7 +225,8 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
 
 /// Answers one request; false when the connection is to close.
 async fn respond(server: &Server, conn: &mut Conn, req: &Request, now: Instant) -> bool {
-    let reply = control::handle(server, conn, req, now).await;
+    let mut reply = control::handle(server, conn, req, now).await;
+    std::mem::take(&mut reply.commands).send_to(&server.engine);
     (server.metrics).request(&req.method, reply.response.status);
     crate::access::rtsp(
         server,
@@ -396,10 +398,12 @@ pub(crate) fn serve_connection(
         }
         let mut table = server.sessions.lock();
         conn.forget_ended(&table);
+        let mut out = Outbox::default();
         for id in conn.sessions() {
-            table.remove(id, &server.engine, &server.admission);
+            table.remove(id, &mut out, &server.admission);
         }
         drop(table);
+        out.send_to(&server.engine);
         if conn.attached {
             server
                 .engine

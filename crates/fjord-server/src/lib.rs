@@ -44,6 +44,7 @@ mod http;
 mod lifecycle;
 mod metrics;
 mod multicast;
+mod outbox;
 mod pool;
 mod ports;
 mod prefab_budget;
@@ -183,11 +184,14 @@ impl Server {
         let Some(s) = sessions.get_mut(id) else {
             return;
         };
+        let mut out = outbox::Outbox::default();
         // A multicast group's BYE is its own: it leaves with its last session.
         for st in (s.streams.iter()).filter(|st| !st.repair && st.group.is_none()) {
-            (self.engine).send(st.shard, fjord_engine::Command::Bye { id: st.engine_id });
+            out.push(st.shard, fjord_engine::Command::Bye { id: st.engine_id });
         }
-        sessions.remove(id, &self.engine, &self.admission);
+        sessions.remove(id, &mut out, &self.admission);
+        drop(sessions);
+        out.send_to(&self.engine);
     }
 }
 

@@ -22,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fjord_engine::{Command, Engine, Output, RepairSpec, SessionSpec, Start, Title, Until};
+use fjord_engine::{Command, Output, RepairSpec, SessionSpec, Start, Title, Until};
 use ipnet::IpNet;
 use tokio::sync::OnceCell;
 
@@ -30,6 +30,7 @@ use crate::{
     Server,
     admission::{Admission, Reservation},
     config::Config,
+    outbox::Outbox,
     scale::Rate,
 };
 
@@ -440,7 +441,7 @@ impl Group {
 
     /// A session leaves; the last one ends the group: RTCP BYE to the
     /// group, its streams removed, its address back in the pool.
-    pub(crate) fn leave(&self, engine: &Engine, admission: &Admission) {
+    pub(crate) fn leave(&self, out: &mut Outbox, admission: &Admission) {
         let tracks = {
             let mut state = lock(&self.state);
             state.members = state.members.saturating_sub(1);
@@ -451,8 +452,8 @@ impl Group {
             std::mem::take(&mut state.tracks)
         };
         for t in tracks {
-            engine.send(t.shard, Command::Bye { id: t.engine_id });
-            engine.send(t.shard, Command::Remove { id: t.engine_id });
+            out.push(t.shard, Command::Bye { id: t.engine_id });
+            out.push(t.shard, Command::Remove { id: t.engine_id });
             admission.release(&t.reservation);
         }
         if let Some(registry) = self.registry.upgrade() {

@@ -14,6 +14,7 @@ use fjord_proto::rtsp::{
 use crate::{
     Server,
     guard::Verdict,
+    outbox::Outbox,
     session::{Session, SessionId, Sessions, Stream},
 };
 
@@ -38,12 +39,14 @@ pub(crate) trait Client: Send + Sync {
     fn use_channels(&mut self, channels: [u8; 2]);
     fn free_channels(&mut self, channels: [u8; 2]);
     /// Hands the connection's write side to the engine thread of the
-    /// connection (interleaved streams), once.
-    fn attach(&mut self, engine: &fjord_engine::Engine) -> std::io::Result<()>;
+    /// connection (interleaved streams), once: the command is put in `out`.
+    fn attach(&mut self, out: &mut Outbox) -> std::io::Result<()>;
 }
 
 pub(crate) struct Reply {
     pub response: Response,
+    /// Engine commands to send before the reply is written.
+    pub commands: Outbox,
     /// Streams to start once the reply is written (PLAY).
     pub start: Option<PlayStart>,
     pub close: bool,
@@ -78,6 +81,7 @@ impl From<Response> for Reply {
     fn from(response: Response) -> Self {
         Reply {
             response,
+            commands: Outbox::default(),
             start: None,
             close: false,
         }
@@ -95,10 +99,23 @@ fn refuse(code: u16, reason: &str) -> Reply {
         .into()
 }
 
-/// Answers `req`, which arrived on `conn` at `now`.
+/// Answers `req`, which arrived on `conn` at `now`: the reply, with the
+/// engine commands to send before it is written.
 pub(crate) async fn handle(
     server: &Server,
     conn: &mut dyn Client,
+    req: &Request,
+    now: Instant,
+) -> Reply {
+    let mut out = Outbox::default();
+    let mut reply = answer(server, (conn, &mut out), req, now).await;
+    reply.commands = out;
+    reply
+}
+
+async fn answer(
+    server: &Server,
+    (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
     now: Instant,
 ) -> Reply {
@@ -118,10 +135,10 @@ pub(crate) async fn handle(
             .header("Public", allowed_methods())
             .into(),
         Method::Describe => describe::answer(server, conn, req).await,
-        Method::Setup => setup::answer(server, conn, req, now).await,
+        Method::Setup => setup::answer(server, (conn, out), req, now).await,
         Method::Play => play::answer(server, conn, req, now).await,
-        Method::Pause => pause::answer(server, conn, req, now).await,
-        Method::Teardown => teardown(server, conn, req, now),
+        Method::Pause => pause::answer(server, (conn, out), req, now).await,
+        Method::Teardown => teardown(server, (conn, out), req, now),
         Method::GetParameter | Method::SetParameter => keepalive(server, conn, req, now),
         Method::Announce | Method::Record | Method::Redirect => {
             Response::new(405).header("Allow", allowed_methods()).into()
@@ -184,7 +201,12 @@ fn session_for<'a>(
 /// TEARDOWN of the session's URL ends the session; of one stream's URL
 /// (RFC 2326 §10.7), that stream and its repair stream, and the session
 /// goes on with the others (ended with its last).
-fn teardown(server: &Server, conn: &mut dyn Client, req: &Request, now: Instant) -> Reply {
+fn teardown(
+    server: &Server,
+    (conn, out): (&mut dyn Client, &mut Outbox),
+    req: &Request,
+    now: Instant,
+) -> Reply {
     let mut sessions = server.sessions.lock();
     let session = match session_for(&mut sessions, conn, req, now) {
         Ok(s) => s,
@@ -213,11 +235,11 @@ fn teardown(server: &Server, conn: &mut dyn Client, req: &Request, now: Instant)
     if matches!(stream, Some(Some((_, true)))) && ending < all {
         return refuse(455, "a repair stream is torn down with its source track");
     }
-    let (engine, admission) = (&server.engine, &server.admission);
+    let admission = &server.admission;
     match ending {
         0 => return refuse(404, "no stream of this session has that URL"),
-        n if n == all => drop(sessions.remove(id, engine, admission)),
-        _ => sessions.remove_streams(id, ends, engine, admission),
+        n if n == all => drop(sessions.remove(id, out, admission)),
+        _ => sessions.remove_streams(id, ends, out, admission),
     }
     status(200)
 }
@@ -233,10 +255,13 @@ pub(crate) fn expire_idle(server: &Server, now: Instant) -> Instant {
         Some(deadline) => sessions.idle_since(deadline),
         None => (Vec::new(), None),
     };
+    let mut out = Outbox::default();
     for id in idle {
         tracing::info!(session = %id, "session timed out");
-        sessions.remove(id, &server.engine, &server.admission);
+        sessions.remove(id, &mut out, &server.admission);
     }
+    drop(sessions);
+    out.send_to(&server.engine);
     oldest.map_or(now + timeout, |at| at + timeout)
 }
 

@@ -23,6 +23,7 @@ use crate::{
     Server,
     metrics::Refusal,
     multicast::{Group, GroupError, Wish},
+    outbox::Outbox,
     session::{ReceiverStats, Session, SessionId, Sessions, Stream, StreamRtcp},
 };
 
@@ -39,7 +40,7 @@ pub(super) fn is_member(session: &Session) -> bool {
 /// its title's gathering group, or the group its other tracks are in.
 pub(super) fn setup(
     server: &Server,
-    (sessions, conn): (&mut Sessions, &mut dyn Client),
+    (sessions, conn, out): (&mut Sessions, &mut dyn Client, &mut Outbox),
     req: &Request,
     existing: Option<SessionId>,
     (title_name, title): (Arc<str>, Arc<Title>),
@@ -83,7 +84,7 @@ pub(super) fn setup(
             );
             let id = s.id;
             if let Err(r) = super::setup::admit_session(server, sessions, s) {
-                group.leave(&server.engine, &server.admission);
+                group.leave(out, &server.admission);
                 return r;
             }
             id
@@ -101,9 +102,9 @@ pub(super) fn setup(
     let ((engine_id, shard, ssrc), reservation) = match joined {
         Ok(j) => j,
         Err(e) => {
-            group.leave(&server.engine, &server.admission);
+            group.leave(out, &server.admission);
             if existing.is_none() {
-                sessions.remove(id, &server.engine, &server.admission);
+                sessions.remove(id, out, &server.admission);
             }
             count_refusal(server, &e);
             return refuse(e.status(), &e.to_string());
@@ -114,7 +115,7 @@ pub(super) fn setup(
     // Still there: the table has been locked since it was found or added.
     let Some(session) = sessions.get_mut(id) else {
         server.admission.release(&reservation);
-        group.leave(&server.engine, &server.admission);
+        group.leave(out, &server.admission);
         return status(454);
     };
     session.add_stream(Stream {

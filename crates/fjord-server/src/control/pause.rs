@@ -11,11 +11,11 @@ use fjord_proto::rtsp::{
 };
 
 use super::{Client, Reply, multicast, refuse, session_for, session_header, status};
-use crate::{Server, session::Session};
+use crate::{Server, outbox::Outbox, session::Session};
 
 pub(super) async fn answer(
     server: &Server,
-    conn: &dyn Client,
+    (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
     now: Instant,
 ) -> Reply {
@@ -58,7 +58,7 @@ pub(super) async fn answer(
         }
     } else {
         for &(shard, id, _) in &streams {
-            server.engine.send(shard, Command::Pause { id });
+            out.push(shard, Command::Pause { id });
         }
     }
     match server.sessions.lock().get_mut(id) {

@@ -182,6 +182,7 @@ fn played(
     }
     let range = range::format_npt(origin_ns as f64 / 1e9, Some(end_s));
     Reply {
+        commands: Default::default(),
         response: response
             .header("Range", range)
             .header("RTP-Info", rtp_info::format(&rtp_info))

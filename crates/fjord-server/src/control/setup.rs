@@ -23,6 +23,7 @@ use crate::{
     Server,
     admission::Reservation,
     metrics::Refusal,
+    outbox::Outbox,
     scale,
     session::{
         Caps, Full, ReceiverStats, Session, SessionId, Sessions, Stream, StreamRtcp, rtcp_reader,
@@ -57,7 +58,7 @@ fn track_number(control: Option<&str>, count: usize) -> Option<usize> {
 
 pub(super) async fn answer(
     server: &Server,
-    conn: &mut dyn Client,
+    (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
     now: Instant,
 ) -> Reply {
@@ -100,7 +101,7 @@ pub(super) async fn answer(
         let opened = (title_name, title);
         return multicast::setup(
             server,
-            (&mut sessions, conn),
+            (&mut sessions, conn, out),
             req,
             existing,
             opened,
@@ -116,7 +117,7 @@ pub(super) async fn answer(
     };
     unicast(
         server,
-        (&mut sessions, conn),
+        (&mut sessions, conn, out),
         req,
         existing,
         (title_name, title),
@@ -129,7 +130,7 @@ pub(super) async fn answer(
 /// of the title.
 fn unicast(
     server: &Server,
-    (sessions, conn): (&mut Sessions, &mut dyn Client),
+    (sessions, conn, out): (&mut Sessions, &mut dyn Client, &mut Outbox),
     req: &Request,
     existing: Option<SessionId>,
     (title_name, title): (Arc<str>, Arc<Title>),
@@ -173,7 +174,7 @@ fn unicast(
     let Some(session) = sessions.get_mut(id) else {
         return status(454);
     };
-    match add_stream(server, conn, req, session, wanted) {
+    match add_stream(server, (conn, out), req, session, wanted) {
         Ok(transport_reply) => {
             keep_stream(conn, session, existing.is_none(), now);
             Response::new(200)
@@ -184,7 +185,7 @@ fn unicast(
         }
         Err(r) => {
             if existing.is_none() {
-                sessions.remove(id, &server.engine, &server.admission);
+                sessions.remove(id, out, &server.admission);
             }
             r
         }
@@ -273,7 +274,7 @@ struct Made {
 /// `Transport` value, or the refusal (with everything given back).
 fn add_stream(
     server: &Server,
-    conn: &mut dyn Client,
+    (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
     session: &mut Session,
     wanted: Wanted,
@@ -298,7 +299,7 @@ fn add_stream(
         TransportRequest::Tcp {
             rtp_channel,
             rtcp_channel,
-        } => tcp_transport(server, conn, [rtp_channel, rtcp_channel], ids.ssrc),
+        } => tcp_transport((conn, out), [rtp_channel, rtcp_channel], ids.ssrc),
         TransportRequest::Multicast { .. } => unreachable!("multicast SETUPs are answered before"),
     };
     let made = made.inspect_err(|_| server.admission.release(&reservation))?;
@@ -323,7 +324,7 @@ fn add_stream(
             output: made.output,
         })),
     };
-    server.engine.send(made.shard, command);
+    out.push(made.shard, command);
     let (rtcp, connected) = rtcp_in(server, made.rtcp, session.id, engine_id);
     session.add_stream(Stream {
         track: wanted.track as u32,
@@ -483,8 +484,7 @@ fn udp_transport(
 /// RTP and RTCP in `$` frames on the RTSP connection, whose write side
 /// the engine thread of the connection then owns.
 fn tcp_transport(
-    server: &Server,
-    conn: &mut dyn Client,
+    (conn, out): (&mut dyn Client, &mut Outbox),
     [rtp_channel, rtcp_channel]: [u8; 2],
     ssrc: u32,
 ) -> Result<Made, Reply> {
@@ -494,8 +494,7 @@ fn tcp_transport(
             "interleaved channels already in use on this connection",
         ));
     }
-    conn.attach(&server.engine)
-        .map_err(|e| refuse(500, &e.to_string()))?;
+    conn.attach(out).map_err(|e| refuse(500, &e.to_string()))?;
     conn.use_channels([rtp_channel, rtcp_channel]);
     Ok(Made {
         output: Output::Interleaved {

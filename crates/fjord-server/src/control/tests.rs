@@ -16,7 +16,7 @@ use fjord_proto::rtsp::{
 };
 
 use super::{Client, Reply, handle};
-use crate::{Catalog, Config, Server, session::SessionId};
+use crate::{Catalog, Config, Server, outbox::Outbox, session::SessionId};
 
 /// A connection as the methods see it, keeping what they hand it.
 struct FakeClient {
@@ -68,7 +68,7 @@ impl Client for FakeClient {
     fn free_channels(&mut self, channels: [u8; 2]) {
         self.channels.retain(|c| !channels.contains(c));
     }
-    fn attach(&mut self, _: &Engine) -> std::io::Result<()> {
+    fn attach(&mut self, _: &mut Outbox) -> std::io::Result<()> {
         self.attached = true;
         Ok(())
     }
@@ -125,8 +125,17 @@ fn request(text: &str) -> Request {
     }
 }
 
+/// The reply to `text`, its engine commands sent as the connection's
+/// task sends them.
 async fn ask(server: &Server, conn: &mut FakeClient, text: &str) -> Reply {
-    handle(server, conn, &request(text), Instant::now()).await
+    ask_at(server, conn, text, Instant::now()).await
+}
+
+/// `text` answered as if it arrived at `now`.
+async fn ask_at(server: &Server, conn: &mut FakeClient, text: &str, now: Instant) -> Reply {
+    let mut reply = handle(server, conn, &request(text), now).await;
+    std::mem::take(&mut reply.commands).send_to(&server.engine);
+    reply
 }
 
 fn header<'a>(reply: &'a Reply, name: &str) -> &'a str {
@@ -485,11 +494,6 @@ async fn admission_refuses_streams_and_speeds_past_the_engine_capacity() {
     assert_eq!((r.response.status, header(&r, "Speed")), (200, "1.4"));
 }
 
-/// `text` answered as if it arrived at `now`.
-async fn ask_at(server: &Server, conn: &mut FakeClient, text: &str, now: Instant) -> Reply {
-    handle(server, conn, &request(text), now).await
-}
-
 #[tokio::test]
 async fn sessions_time_out_unless_kept_alive_after_play() {
     let dir = tempfile::tempdir().unwrap();
@@ -604,4 +608,72 @@ async fn a_connection_that_cannot_name_its_addresses_gets_500() {
         s.sessions.lock().all().next().is_none(),
         "and keeps no session"
     );
+}
+
+/// The reply to `text` with its engine commands not yet sent.
+async fn ask_unsent(server: &Server, conn: &mut FakeClient, text: &str) -> Reply {
+    handle(server, conn, &request(text), Instant::now()).await
+}
+
+/// A reply's engine commands as (shard, what, engine id), then sent.
+fn commands(server: &Server, reply: &mut Reply) -> Vec<(u64, &'static str, u64)> {
+    use fjord_engine::Command as C;
+    let named = (reply.commands.commands().iter())
+        .map(|(shard, c)| match c {
+            C::AttachConnection { conn, .. } => (*shard, "attach", *conn),
+            C::Add(spec) => (*shard, "add", spec.track as u64),
+            C::AttachRepair { id, .. } => (*shard, "repair", *id),
+            C::Pause { id } => (*shard, "pause", *id),
+            C::Remove { id } => (*shard, "remove", *id),
+            _ => (*shard, "other", 0),
+        })
+        .collect();
+    std::mem::take(&mut reply.commands).send_to(&server.engine);
+    named
+}
+
+#[tokio::test]
+async fn each_method_hands_the_engine_its_commands_and_a_refusal_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(7);
+    let url = "rtsp://198.18.0.1:8554/f.ts";
+    let setup = |track: &str, ch: u8, session: &str| {
+        let session = match session {
+            "" => String::new(),
+            id => format!("Session: {id}\n"),
+        };
+        let t = format!("RTP/AVP/TCP;interleaved={ch}-{}", ch + 1);
+        format!("SETUP {url}/{track} RTSP/1.0\nCSeq: 3\n{session}Transport: {t}\n")
+    };
+    let mut r = ask_unsent(&s, &mut c, &setup("track1", 0, "")).await;
+    let id = session_of(&r);
+    assert_eq!(
+        commands(&s, &mut r),
+        [(7, "add", 0)],
+        "the stream, on the connection's thread"
+    );
+    assert!(c.attached, "which has the connection's write side");
+    let mut r = ask_unsent(&s, &mut c, &setup("track1", 2, &id)).await;
+    assert_eq!(r.response.status, 455);
+    assert_eq!(commands(&s, &mut r), [], "a refused SETUP sends nothing");
+    let mut r = ask_unsent(&s, &mut c, &setup("track1-fec", 2, &id)).await;
+    let stream = match commands(&s, &mut r)[..] {
+        [(7, "repair", source)] => source,
+        ref other => panic!("the repair stream joins its source: {other:?}"),
+    };
+    let play = format!("PLAY {url} RTSP/1.0\nCSeq: 4\nSession: {id}\n");
+    assert_eq!(ask(&s, &mut c, &play).await.response.status, 200);
+    let pause = format!("PAUSE {url} RTSP/1.0\nCSeq: 5\nSession: {id}\n");
+    let mut r = ask_unsent(&s, &mut c, &pause).await;
+    assert_eq!(
+        commands(&s, &mut r),
+        [(7, "pause", stream)],
+        "the source stream pauses; its repair stream with it"
+    );
+    let teardown = format!("TEARDOWN {url} RTSP/1.0\nCSeq: 6\nSession: {id}\n");
+    let mut r = ask_unsent(&s, &mut c, &teardown).await;
+    let removed = commands(&s, &mut r);
+    assert!(removed.contains(&(7, "remove", stream)), "{removed:?}");
+    assert!(removed.iter().all(|(.., what, _)| *what == "remove"));
 }

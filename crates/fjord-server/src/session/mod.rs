@@ -10,10 +10,11 @@ use std::{
     time::Instant,
 };
 
-use fjord_engine::{Command, Engine, Title};
+use fjord_engine::{Command, Title};
 
 use crate::{
     admission::{Admission, Reservation},
+    outbox::Outbox,
     shared::{RtcpSink, SharedPair},
 };
 use fjord_proto::{
@@ -366,14 +367,14 @@ impl Sessions {
         (idle, oldest)
     }
 
-    /// Ends a session: its engine streams stop, its sockets close, its ports
-    /// return to the pool.
-    pub fn remove(&mut self, id: SessionId, engine: &Engine, admission: &Admission) -> bool {
+    /// Ends a session: its engine streams stop (the commands in `out`), its
+    /// sockets close, its ports return to the pool.
+    pub fn remove(&mut self, id: SessionId, out: &mut Outbox, admission: &Admission) -> bool {
         let Some(mut s) = self.take(id) else {
             return false;
         };
         for st in std::mem::take(&mut s.streams).into_vec() {
-            end_stream(&s, st, engine, admission, "session ended");
+            end_stream(&s, st, out, admission, "session ended");
         }
         if let Some(w) = s.on_end.take() {
             w.wake();
@@ -388,7 +389,7 @@ impl Sessions {
         &mut self,
         id: SessionId,
         which: impl Fn(&Stream) -> bool,
-        engine: &Engine,
+        out: &mut Outbox,
         admission: &Admission,
     ) {
         let Some(s) = self.get_mut(id) else {
@@ -400,7 +401,7 @@ impl Sessions {
             .partition(|st| which(st));
         s.streams = kept.into_boxed_slice();
         for st in ended {
-            end_stream(s, st, engine, admission, "stream torn down");
+            end_stream(s, st, out, admission, "stream torn down");
         }
     }
 }
@@ -408,7 +409,7 @@ impl Sessions {
 /// Gives back what a stream held: its engine stream (or its place in a
 /// multicast group), its admission reservation, its RTCP intake.
 /// `why` ends the log line ("session ended": scripts and tests read it).
-fn end_stream(s: &Session, st: Stream, engine: &Engine, admission: &Admission, why: &str) {
+fn end_stream(s: &Session, st: Stream, out: &mut Outbox, admission: &Admission, why: &str) {
     let r = st.reports;
     tracing::info!(
         session = %s.id,
@@ -420,8 +421,8 @@ fn end_stream(s: &Session, st: Stream, engine: &Engine, admission: &Admission, w
     );
     admission.release(&st.reservation);
     match &st.group {
-        Some(g) => g.leave(engine, admission),
-        None => engine.send(st.shard, Command::Remove { id: st.engine_id }),
+        Some(g) => g.leave(out, admission),
+        None => out.push(st.shard, Command::Remove { id: st.engine_id }),
     }
     match st.rtcp {
         StreamRtcp::Reader(t) => t.abort(),

@@ -7,6 +7,7 @@ use socket2::Socket;
 
 use super::*;
 use crate::{
+    outbox::Outbox,
     ports::PortPool,
     shared::{RouteError, SharedPorts},
 };
@@ -61,20 +62,14 @@ fn title(dir: &std::path::Path) -> Arc<Title> {
     Arc::new(Title::new(index, &media).unwrap())
 }
 
-/// An engine thread with nothing to send: `Sessions::remove` talks to it.
-fn engine() -> Engine {
-    Engine::start(fjord_engine::EngineConfig {
-        threads: 1,
-        burst: std::time::Duration::from_millis(10),
-        rtcp_interval: std::time::Duration::from_secs(5),
-        cname: "test".into(),
-        datapath: "auto".into(),
-        cpus: vec![],
-        realtime: false,
-        stall_timeout: std::time::Duration::from_secs(10),
-        storage: None,
-    })
-    .unwrap()
+/// The engine commands in `out`: (shard, Remove's id), or none for others.
+fn removed(out: &Outbox) -> Vec<(u64, Option<u64>)> {
+    (out.commands().iter())
+        .map(|(shard, c)| match c {
+            Command::Remove { id } => (*shard, Some(*id)),
+            _ => (*shard, None),
+        })
+        .collect()
 }
 
 #[test]
@@ -103,7 +98,7 @@ fn caps_are_checked_server_first_and_zero_is_no_cap() {
 fn the_table_counts_sessions_per_connection_and_per_address() {
     let dir = tempfile::tempdir().unwrap();
     let title = title(dir.path());
-    let (engine, admission) = (engine(), Admission::new(1, None));
+    let (mut out, admission) = (Outbox::default(), Admission::new(1, None));
     let mut sessions = Sessions::default();
     let caps = Caps {
         total: 100,
@@ -133,7 +128,8 @@ fn the_table_counts_sessions_per_connection_and_per_address() {
         "another connection"
     );
     assert_eq!(add(new(4, "127.0.0.1")), Err(Full::Address));
-    assert!(sessions.remove(first_id, &engine, &admission));
+    assert!(sessions.remove(first_id, &mut out, &admission));
+    assert!(out.commands().is_empty(), "it had no stream");
     let mut add = |s| sessions.insert_within(s, caps);
     assert_eq!(add(new(4, "127.0.0.1")), Ok(()), "its place is free again");
     assert_eq!(add(new(1, "127.0.0.1")), Err(Full::Address));
@@ -276,8 +272,9 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
     assert_eq!(pair.route_count(), 1);
     assert!(!pair.deliver(addr_a, &rr(1, 1), Instant::now()));
     // A session that ends takes its routes with it; its address is free.
-    let (engine, admission) = (engine(), Admission::new(1, None));
-    assert!(table.lock().remove(idb, &engine, &admission));
+    let (mut out, admission) = (Outbox::default(), Admission::new(1, None));
+    assert!(table.lock().remove(idb, &mut out, &admission));
+    assert_eq!(removed(&out), [(0, Some(2))], "its engine stream goes");
     assert_eq!(pair.route_count(), 0);
     assert!(!pair.deliver(addr_b, &rr(2, 1), Instant::now()));
     pair.route(addr_b, ida.number()).unwrap();
@@ -290,7 +287,7 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
 fn removing_some_streams_keeps_the_session() {
     let dir = tempfile::tempdir().unwrap();
     let mut sessions = Sessions::default();
-    let (engine, admission) = (engine(), Admission::new(1, None));
+    let (mut out, admission) = (Outbox::default(), Admission::new(1, None));
     let peer = SocketAddr::from(([127, 0, 0, 1], 9));
     let mut s = Session::new(
         SessionId::random(),
@@ -304,7 +301,12 @@ fn removing_some_streams_keeps_the_session() {
     }
     let id = s.id;
     sessions.insert_within(s, ROOM).unwrap();
-    sessions.remove_streams(id, |st| st.engine_id == 1, &engine, &admission);
+    sessions.remove_streams(id, |st| st.engine_id == 1, &mut out, &admission);
+    assert_eq!(
+        removed(&out),
+        [(0, Some(1))],
+        "that stream's engine stream only"
+    );
     let s = sessions.get_mut(id).expect("the session stays");
     let left: Vec<u64> = s.streams.iter().map(|st| st.engine_id).collect();
     assert_eq!(left, [2]);
