@@ -60,6 +60,36 @@ pub(crate) fn rebuild(
     if out.len() != range.len() {
         return Err("the buffer does not fit the range".into());
     }
+    let failed = read_pages(slot, range.clone(), out, read)?;
+    if failed.is_empty() {
+        return Ok(Rebuilt::default());
+    }
+    // The packets with bytes in a failed page, and where those bytes are.
+    let mut wanted: Vec<Wanted> = Vec::new();
+    for t in 0..title.index().track_count() {
+        match slot {
+            Slot::Media => media_packets(title, t, &failed, &mut wanted),
+            _ => packet_file_packets(title, t, &failed, read, &mut wanted)?,
+        }
+    }
+    let runs = runs_of(title, slot, &wanted, read)?;
+    let covered = put_back(title, (slot, range), out, &wanted, &runs)?;
+    all_covered(&failed, covered)?;
+    Ok(Rebuilt {
+        failed,
+        packets: wanted.len(),
+        from_parity: runs.from_parity,
+    })
+}
+
+/// Reads bytes `range` of `slot` into `out` page by page; the pages that
+/// fail, merged.
+fn read_pages(
+    slot: Slot,
+    range: Range<usize>,
+    out: &mut [u8],
+    read: ReadAt<'_>,
+) -> Result<Vec<Range<u64>>, String> {
     let page = fjord_storage::overlay::page_size();
     let mut failed: Vec<Range<u64>> = Vec::new();
     let mut at = range.start;
@@ -81,18 +111,18 @@ pub(crate) fn rebuild(
         }
         at = end;
     }
-    if failed.is_empty() {
-        return Ok(Rebuilt::default());
-    }
-    // The packets with bytes in a failed page, and where those bytes are.
-    let mut wanted: Vec<Wanted> = Vec::new();
-    for t in 0..title.index().track_count() {
-        match slot {
-            Slot::Media => media_packets(title, t, &failed, &mut wanted),
-            _ => packet_file_packets(title, t, &failed, read, &mut wanted)?,
-        }
-    }
-    let runs = runs_of(title, slot, &wanted, read)?;
+    Ok(failed)
+}
+
+/// Writes the `wanted` packets' bytes (from `runs`) where `slot` holds
+/// them, within bytes `range` that `out` holds; the file ranges written.
+fn put_back(
+    title: &Title,
+    (slot, range): (Slot, Range<usize>),
+    out: &mut [u8],
+    wanted: &[Wanted],
+    runs: &Runs,
+) -> Result<Vec<Range<u64>>, String> {
     let mut covered: Vec<Range<u64>> = Vec::new();
     let mut put = |at: u64, bytes: &[u8]| {
         let (from, to) = (
@@ -105,7 +135,7 @@ pub(crate) fn rebuild(
             covered.push(from..to);
         }
     };
-    for w in &wanted {
+    for w in wanted {
         let bytes = runs
             .payloads
             .get(&(w.track, w.packet))
@@ -116,27 +146,35 @@ pub(crate) fn rebuild(
                 put(w.rec.offset, run1);
                 put(w.rec.offset2(), run2);
             }
-            _ => {
-                let p = title.prefab(w.track).ok_or("no packet file")?;
-                let pt = title
-                    .index()
-                    .track(w.track)
-                    .map(|t| t.payload_type())
-                    .unwrap_or_default();
-                let header = prefab::rtp_header(p.ids, pt, w.packet as usize, &w.rec);
-                let mut packet = Vec::with_capacity(header.len() + w.rec.payload_len());
-                packet.extend_from_slice(&header);
-                packet.extend_from_slice(w.rec.prefix());
-                packet.extend_from_slice(bytes);
-                if packet.len() as u64 != w.at.end - w.at.start {
-                    return Err("a packet's length differs from the packet file's table".into());
-                }
-                put(w.at.start, &packet);
-            }
+            _ => put(w.at.start, &packet_file_bytes(title, w, bytes)?),
         }
     }
+    Ok(covered)
+}
+
+/// A packet as the packet file holds it: its RTP header, payload-header
+/// bytes and `payload`.
+fn packet_file_bytes(title: &Title, w: &Wanted, payload: &[u8]) -> Result<Vec<u8>, String> {
+    let p = title.prefab(w.track).ok_or("no packet file")?;
+    let pt = (title.index().track(w.track))
+        .map(|t| t.payload_type())
+        .unwrap_or_default();
+    let header = prefab::rtp_header(p.ids, pt, w.packet as usize, &w.rec);
+    let mut packet = Vec::with_capacity(header.len() + w.rec.payload_len());
+    packet.extend_from_slice(&header);
+    packet.extend_from_slice(w.rec.prefix());
+    packet.extend_from_slice(payload);
+    if packet.len() as u64 != w.at.end - w.at.start {
+        return Err("a packet's length differs from the packet file's table".into());
+    }
+    Ok(packet)
+}
+
+/// Checks that the packets written cover every failed byte: others are
+/// container or table bytes, which the parity does not hold.
+fn all_covered(failed: &[Range<u64>], mut covered: Vec<Range<u64>>) -> Result<(), String> {
     covered.sort_by_key(|r| r.start);
-    for f in &failed {
+    for f in failed {
         let mut at = f.start;
         for c in &covered {
             if c.start <= at && c.end > at {
@@ -150,11 +188,7 @@ pub(crate) fn rebuild(
             ));
         }
     }
-    Ok(Rebuilt {
-        failed,
-        packets: wanted.len(),
-        from_parity: runs.from_parity,
-    })
+    Ok(())
 }
 
 /// A packet to make again: its record, and for the packet file its bytes

@@ -170,6 +170,77 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// Puts the due packets of the sessions `due` names (with their `burst`
+/// and whether the data path sends prefabricated packets) in `batch`
+/// while they fit, each session's count in `planned`; returns how many of
+/// `due` it took.
+fn collect<'a>(
+    slots: &'a [Option<Session>],
+    (due, burst, prefab): (&[u32], Duration, bool),
+    now: Instant,
+    planned: &mut Vec<(u32, Planned)>,
+    batch: &mut Batch<'a>,
+) -> usize {
+    planned.clear();
+    let mut taken = 0;
+    while taken < due.len() && batch.packets.len() + MAX_BURST_PACKETS <= MAX_BATCH_PACKETS {
+        let key = due[taken];
+        taken += 1;
+        let Some(session) = slots[key as usize].as_ref() else {
+            continue;
+        };
+        let (packets, bursts) = (batch.packets.len(), batch.bursts.len());
+        let n = if session.is_interleaved() || session.title_damaged() {
+            Planned::default()
+        } else {
+            session.collect(now, burst, prefab, batch)
+        };
+        // A file of the title shrank and collecting read zeros from it
+        // (`Title::damaged`): none of that leaves; the session ends in
+        // `Worker::account`.
+        let n = if n != Planned::default() && session.title_damaged() {
+            batch.packets.truncate(packets);
+            batch.bursts.truncate(bursts);
+            Planned::default()
+        } else {
+            n
+        };
+        planned.push((key, n));
+    }
+    taken
+}
+
+/// Sends `batch` through `path`, each burst's count of sent packets in
+/// `sent`; a data path the kernel refuses gives way to mmap-writev (and
+/// the sessions of `slots` stop sending prefabricated packets).
+fn transmit(
+    path: &mut Box<dyn DataPath>,
+    slots: &[Option<Session>],
+    batch: &Batch,
+    sent: &mut Vec<usize>,
+) {
+    sent.clear();
+    sent.resize(batch.bursts.len(), 0);
+    if batch.is_empty() {
+        return;
+    }
+    let Err(e) = path.send(batch, sent) else {
+        return;
+    };
+    if datapath::is_unsupported(&e) {
+        tracing::warn!(
+            "data path {} failed ({e}); falling back to mmap-writev",
+            path.name()
+        );
+        *path = Box::new(datapath::MmapWritev::default());
+        for s in slots.iter().flatten() {
+            s.set_prefab_path(false);
+        }
+    } else {
+        tracing::warn!("data path {}: {e}", path.name());
+    }
+}
+
 struct Worker {
     config: EngineConfig,
     rx: Inbox<Command>,
@@ -270,6 +341,24 @@ impl Worker {
     /// Sends one batch for the due sessions from `self.due[first..]` (as
     /// many as fit); returns where the next batch starts.
     fn send_batch(&mut self, now: Instant, start: TickStart, first: usize) -> usize {
+        let mut batch = self.batch.take().unwrap_or_default().recycle();
+        let due = (
+            &self.due[first..],
+            self.config.burst,
+            self.path.prefabricated(),
+        );
+        let taken = collect(&self.slots, due, now, &mut self.planned, &mut batch);
+        transmit(&mut self.path, &self.slots, &batch, &mut self.sent);
+        self.batch = Some(batch.recycle());
+        self.account(now, start);
+        first + taken
+    }
+
+    /// After a batch went: each session of `self.planned` accounts for what
+    /// of its burst left (or writes, if interleaved, or ends, if its title
+    /// is unreadable) and goes back on the wheel for its next packets.
+    fn account(&mut self, now: Instant, start: TickStart) {
+        let batch_sent = Instant::now();
         let mut pacing = Pacing {
             now,
             start,
@@ -279,53 +368,6 @@ impl Worker {
             rtcp_interval: self.config.rtcp_interval,
             connections: &mut self.connections,
         };
-        let mut batch = self.batch.take().unwrap_or_default().recycle();
-        self.planned.clear();
-        let prefab = self.path.prefabricated();
-        let mut end = first;
-        while end < self.due.len() && batch.packets.len() + MAX_BURST_PACKETS <= MAX_BATCH_PACKETS {
-            let key = self.due[end];
-            end += 1;
-            let Some(session) = self.slots[key as usize].as_ref() else {
-                continue;
-            };
-            let (packets, bursts) = (batch.packets.len(), batch.bursts.len());
-            let n = if session.is_interleaved() || session.title_damaged() {
-                Planned::default()
-            } else {
-                session.collect(now, pacing.burst, prefab, &mut batch)
-            };
-            // A file of the title shrank and collecting read zeros from it
-            // (`Title::damaged`): none of that leaves; the session ends below.
-            let n = if n != Planned::default() && session.title_damaged() {
-                batch.packets.truncate(packets);
-                batch.bursts.truncate(bursts);
-                Planned::default()
-            } else {
-                n
-            };
-            self.planned.push((key, n));
-        }
-        self.sent.clear();
-        self.sent.resize(batch.bursts.len(), 0);
-        if !batch.is_empty()
-            && let Err(e) = self.path.send(&batch, &mut self.sent)
-        {
-            if datapath::is_unsupported(&e) {
-                tracing::warn!(
-                    "data path {} failed ({e}); falling back to mmap-writev",
-                    self.path.name()
-                );
-                self.path = Box::new(datapath::MmapWritev::default());
-                for s in self.slots.iter().flatten() {
-                    s.set_prefab_path(false);
-                }
-            } else {
-                tracing::warn!("data path {}: {e}", self.path.name());
-            }
-        }
-        self.batch = Some(batch.recycle());
-        let batch_sent = Instant::now();
         let mut burst = 0;
         // Described only when logged: a slow tick (a loaded machine) must
         // not allocate.
@@ -372,8 +414,14 @@ impl Worker {
                     .insert(key, if aligned > now { aligned } else { w });
             }
         }
-        if let Some((took, key)) = slowest
-            && self.may_log_slow(Instant::now())
+        if let Some((took, key)) = slowest {
+            self.log_slow(took, key);
+        }
+    }
+
+    /// Warns (rate-limited) that session `key` took `took` of a tick.
+    fn log_slow(&mut self, took: Duration, key: u32) {
+        if self.may_log_slow(Instant::now())
             && let Some(session) = self.slots[key as usize].as_ref()
         {
             let what = session.describe();
@@ -382,7 +430,6 @@ impl Worker {
                 ms(took)
             );
         }
-        end
     }
 
     fn flush_connections(&mut self, now: Instant) {
