@@ -12,12 +12,15 @@
 //! (`conn` for RTSP, `http`, `admin`); each RTSP request goes to its
 //! method's module in `control`, which reaches the connection only through
 //! the `control::Client` trait, so every method is unit-tested without a
-//! socket. Sessions (`session`), admission by packet rate (`admission`),
-//! port pairs (`ports`, `shared`), multicast groups and periodic
-//! broadcasts live in the `Server` beside its I/O handles: the engine, the
-//! catalog of titles (`catalog`: a path opens as a title or not at all),
-//! the storage layer, TLS. Connections of all listeners share one set of
-//! limits (`slots`); one client can exhaust none of them.
+//! socket. Sessions (`session`) live in one table under one lock, taken
+//! per decision and never across an `await`; a decision's engine commands
+//! are its output (`outbox`), sent once the lock is let go. Admission by
+//! packet rate (`admission`), port pairs (`ports`, `shared`), multicast
+//! groups and periodic broadcasts live in the `Server` beside its I/O
+//! handles: the engine, the catalog of titles (`catalog`: a path opens as a
+//! title or not at all), the storage layer, TLS. Connections of all
+//! listeners share one set of limits (`slots`); one client can exhaust none
+//! of them.
 //!
 //! It never touches a payload byte after ingest, never blocks a runtime
 //! thread on the disk (index lookups go to blocking tasks, reads to the
