@@ -74,6 +74,16 @@ impl Client for FakeClient {
     }
 }
 
+/// Writes `f.ts` in `dir`: a title like `t.ts` with 10:6 parity, so it has
+/// repair streams (a few tests need it, and its parity takes time).
+fn with_parity(dir: &Path) {
+    let media = dir.join("f.ts");
+    let params = fjord_fec::FecParams::new(10, 6).unwrap();
+    let layouts = fjord_fec::layouts(fjord_fec::FecChoice::Fixed(params));
+    fjord_media::synthetic::write_constant_rate(&media, 1316, 10_000_000, 1000, &layouts).unwrap();
+    fjord_fec::protect(&media, &mut |_, _| {}).unwrap();
+}
+
 /// A server over `dir` holding `t.ts` (10 s, one track) and a note that
 /// is not a title, with `config` on top of the defaults.
 fn server(dir: &Path, config: Config) -> Server {
@@ -81,12 +91,6 @@ fn server(dir: &Path, config: Config) -> Server {
     let no_parity = &fjord_media::no_parity;
     fjord_media::synthetic::write_constant_rate(&media, 1316, 10_000_000, 1000, no_parity).unwrap();
     std::fs::write(dir.join("notes.txt"), "not media").unwrap();
-    // `f.ts`: the same with 10:6 parity, so it has repair streams.
-    let media = dir.join("f.ts");
-    let params = fjord_fec::FecParams::new(10, 6).unwrap();
-    let layouts = fjord_fec::layouts(fjord_fec::FecChoice::Fixed(params));
-    fjord_media::synthetic::write_constant_rate(&media, 1316, 10_000_000, 1000, &layouts).unwrap();
-    fjord_fec::protect(&media, &mut |_, _| {}).unwrap();
     let config = Config {
         root: dir.to_owned(),
         prefab: crate::config::PrefabMode::Off,
@@ -540,6 +544,7 @@ async fn sessions_time_out_unless_kept_alive_after_play() {
 #[tokio::test]
 async fn repair_streams_are_offered_on_request_and_follow_their_track() {
     let dir = tempfile::tempdir().unwrap();
+    with_parity(dir.path());
     let s = server(dir.path(), Config::default());
     let mut c = FakeClient::new(1);
     let url = "rtsp://198.18.0.1:8554/f.ts";
@@ -635,6 +640,7 @@ fn commands(server: &Server, reply: &mut Reply) -> Vec<(u64, &'static str, u64)>
 #[tokio::test]
 async fn each_method_hands_the_engine_its_commands_and_a_refusal_none() {
     let dir = tempfile::tempdir().unwrap();
+    with_parity(dir.path());
     let s = server(dir.path(), Config::default());
     let mut c = FakeClient::new(7);
     let url = "rtsp://198.18.0.1:8554/f.ts";
@@ -676,4 +682,40 @@ async fn each_method_hands_the_engine_its_commands_and_a_refusal_none() {
     let removed = commands(&s, &mut r);
     assert!(removed.contains(&(7, "remove", stream)), "{removed:?}");
     assert!(removed.iter().all(|(.., what, _)| *what == "remove"));
+}
+
+#[tokio::test]
+async fn play_takes_speed_within_max_speed_and_refuses_what_the_title_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let play = |extra: &str| format!("PLAY {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\n{extra}");
+    for (extra, code, why) in [
+        ("Speed: 8\n", 456, "past max_speed (4)"),
+        ("Speed: fast\n", 400, "not a number"),
+        ("Scale: 2\nSpeed: 2\n", 456, "Scale and Speed together"),
+        (
+            "Scale: 2\n",
+            456,
+            "a title without key frames plays at Scale 1 only",
+        ),
+        ("Scale: 1.5\n", 456, "whole Scales only"),
+    ] {
+        let r = ask(&s, &mut c, &play(extra)).await;
+        assert_eq!(r.response.status, code, "{why}");
+        assert!(!r.response.body.is_empty(), "the reason is given: {why}");
+    }
+    let r = ask(&s, &mut c, &play("Speed: 2\nRange: npt=3-\n")).await;
+    assert_eq!(r.response.status, 200);
+    assert_eq!(header(&r, "Speed"), "2");
+    assert_eq!(header(&r, "Range"), "npt=3.000-10.000");
+    // Playing: no more tracks, and a pause point must lie ahead.
+    let r = setup_tcp(&s, &mut c, 2, &id).await;
+    assert_eq!(r.response.status, 455, "no track added while playing");
+    let pause = format!("PAUSE {URL} RTSP/1.0\nCSeq: 5\nSession: {id}\nRange: npt=1\n");
+    let r = ask(&s, &mut c, &pause).await;
+    assert_eq!(r.response.status, 457, "a point behind where it plays");
+    let r = ask(&s, &mut c, &play("")).await;
+    assert_eq!(r.response.status, 200, "PLAY while playing, no Range: on");
 }
