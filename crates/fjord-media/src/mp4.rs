@@ -12,7 +12,7 @@ use crate::format::FormatError;
 use crate::h264::{self, AvcConfig};
 use crate::h265::{self, HevcConfig};
 use crate::index::{TrackDesc, TrackKind};
-use crate::nal::{self, Nal, NalCodec};
+use crate::nal::{self, NalCodec};
 use crate::plan::{
     FLAG_RANDOM_ACCESS, IngestReport, MediaPlan, PacketRecord, SyncPoint, TrackPlan,
 };
@@ -804,22 +804,7 @@ fn track_plan(
             rate,
             channels,
         } => (aac::track_desc(pt, *rate, *channels, asc), *rate),
-        Codec::Opus { channels } => (
-            TrackDesc {
-                kind: TrackKind::Audio,
-                payload_type: pt,
-                clock_rate: 48_000,
-                encoding: "opus".to_owned(),
-                channels: 2,
-                fmtp: if *channels == 2 {
-                    "sprop-stereo=1"
-                } else {
-                    "sprop-stereo=0"
-                }
-                .to_owned(),
-            },
-            48_000,
-        ),
+        Codec::Opus { channels } => (crate::opus::track_desc(pt, *channels), 48_000),
         Codec::Other(_) => unreachable!("unserved tracks are filtered out"),
     };
     // Sized once from the sample table (a few NAL units per sample, plus
@@ -850,13 +835,27 @@ fn track_plan(
         let first = packets.len();
         match &t.codec {
             Codec::H264(cfg) => {
-                split_nals(data, s, cfg.length_size, &mut nals, &mut dropped);
-                insert_avc_params(data, cfg, &mut nals);
+                nal::split_length_prefixed(
+                    data,
+                    s.offset,
+                    s.size,
+                    cfg.length_size,
+                    &mut nals,
+                    &mut dropped,
+                );
+                h264::insert_params(data, cfg, &mut nals);
                 nal::packetize_au(NalCodec::H264, data, &nals, send, rtp, &mut packets);
             }
             Codec::H265(cfg) => {
-                split_nals(data, s, cfg.length_size, &mut nals, &mut dropped);
-                insert_hevc_params(data, cfg, &mut nals);
+                nal::split_length_prefixed(
+                    data,
+                    s.offset,
+                    s.size,
+                    cfg.length_size,
+                    &mut nals,
+                    &mut dropped,
+                );
+                h265::insert_params(data, cfg, &mut nals);
                 nal::packetize_au(NalCodec::H265, data, &nals, send, rtp, &mut packets);
             }
             Codec::Aac { .. } if s.size > aac::MAX_AU => dropped += 1,
@@ -910,69 +909,4 @@ fn video_desc(pt: u8, encoding: &str, fmtp: String) -> TrackDesc {
         channels: 0,
         fmtp,
     }
-}
-
-/// The NAL units of a length-prefixed sample into `nals`; a sample whose
-/// lengths do not add up keeps the NALs before the fault.
-fn split_nals(data: &[u8], s: &Sample, length_size: usize, nals: &mut Vec<Nal>, dropped: &mut u64) {
-    nals.clear();
-    let end = s.offset + u64::from(s.size);
-    let mut pos = s.offset;
-    while pos < end {
-        let at = pos as usize;
-        let Some(len) = pos
-            .checked_add(length_size as u64)
-            .filter(|&e| e <= end)
-            .map(|_| {
-                data[at..at + length_size]
-                    .iter()
-                    .fold(0u64, |a, &b| (a << 8) | u64::from(b))
-            })
-        else {
-            *dropped += 1;
-            return;
-        };
-        let start = pos + length_size as u64;
-        if start + len > end {
-            *dropped += 1;
-            return;
-        }
-        // Shorter than a NAL header: nothing a decoder can use.
-        if len >= 2 {
-            nals.push(Nal {
-                offset: start,
-                len: len as u32,
-            });
-        }
-        pos = start + len;
-    }
-}
-
-/// SPS and PPS from `avcC` before the first IDR slice of an access unit
-/// that does not carry its own, as ffmpeg's h264_mp4toannexb does: a player
-/// joining at any IDR can decode it, and the stream equals the Annex B one.
-fn insert_avc_params(data: &[u8], cfg: &AvcConfig, nals: &mut Vec<Nal>) {
-    let ty = |n: &Nal| NalCodec::H264.nal_type(data[n.offset as usize]);
-    let Some(idr) = nals.iter().position(|n| ty(n) == h264::NAL_IDR) else {
-        return;
-    };
-    if nals[..idr]
-        .iter()
-        .any(|n| matches!(ty(n), h264::NAL_SPS | h264::NAL_PPS))
-    {
-        return;
-    }
-    nals.splice(idr..idr, cfg.sps.iter().chain(&cfg.pps).copied());
-}
-
-/// Every NAL of `hvcC` before the first IRAP picture of an access unit, as
-/// ffmpeg's hevc_mp4toannexb does.
-fn insert_hevc_params(data: &[u8], cfg: &HevcConfig, nals: &mut Vec<Nal>) {
-    let Some(irap) = nals
-        .iter()
-        .position(|n| h265::is_irap(NalCodec::H265.nal_type(data[n.offset as usize])))
-    else {
-        return;
-    };
-    nals.splice(irap..irap, cfg.nals.iter().map(|&(_, n)| n));
 }
