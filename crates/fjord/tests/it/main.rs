@@ -21,6 +21,7 @@ mod http;
 mod http_titles;
 mod limits;
 mod load;
+mod matroska;
 mod multicast;
 mod operate;
 mod peers;

@@ -1,0 +1,204 @@
+//! Matroska and WebM titles (issue 37): files made by ffmpeg (libvpx VP8
+//! and VP9, libopus, x264, AAC) played over RTSP by ffmpeg and GStreamer,
+//! every frame compared with the file's (framemd5 per stream, packets for
+//! GStreamer); seeks land on key frames; AV1, truncated and corrupt files
+//! are refused with the reason and the server serves on.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use fjord_client::RtspClient;
+
+use crate::common::{Server, run_bounded};
+use crate::formats::{AAC_GST, COPY, Case, DECODE_VIDEO, H264_GST, Reference, check, media};
+
+const OPUS_GST: (&str, &str, Reference) = (
+    "application/x-rtp,media=audio ! rtpopusdepay",
+    "audio",
+    Reference::Packets(&[]),
+);
+
+/// Packets compared as stored, the receiver's from its first: ffmpeg's VP9
+/// depacketizer flags no packet as a key frame, and its stream copy waits
+/// for one unless told not to.
+const COPY_FROM_FIRST: &[&str] = &["-c", "copy", "-copyinkf"];
+
+/// VP9 and Opus in WebM; libvpx in real-time mode makes superframes (a
+/// hidden frame and a shown one in a block).
+const VP9_WEBM: Case = Case {
+    file: "vp9.webm",
+    make: &[
+        "-map",
+        "0:v",
+        "-map",
+        "1:a",
+        "-c:v",
+        "libvpx-vp9",
+        "-deadline",
+        "realtime",
+        "-cpu-used",
+        "8",
+        "-g",
+        "25",
+        "-b:v",
+        "500k",
+        "-c:a",
+        "libopus",
+        "-b:a",
+        "64k",
+        "-f",
+        "webm",
+    ],
+    compare: COPY_FROM_FIRST,
+    source_opts: &[],
+    gst: &[
+        (
+            "application/x-rtp,media=video ! rtpvp9depay",
+            "video",
+            Reference::Packets(&[]),
+        ),
+        OPUS_GST,
+    ],
+};
+
+#[test]
+fn webm_vp9_opus() {
+    check(&VP9_WEBM);
+}
+
+#[test]
+fn webm_vp8_opus() {
+    check(&Case {
+        file: "vp8.webm",
+        make: &[
+            "-map",
+            "0:v",
+            "-map",
+            "1:a",
+            "-c:v",
+            "libvpx",
+            "-deadline",
+            "realtime",
+            "-cpu-used",
+            "8",
+            "-g",
+            "25",
+            "-b:v",
+            "500k",
+            "-c:a",
+            "libopus",
+            "-b:a",
+            "64k",
+            "-f",
+            "webm",
+        ],
+        compare: COPY,
+        source_opts: &[],
+        gst: &[
+            (
+                "application/x-rtp,media=video ! rtpvp8depay",
+                "video",
+                Reference::Packets(&[]),
+            ),
+            OPUS_GST,
+        ],
+    });
+}
+
+/// H.264 with B-frames (Matroska stores no decode times) and AAC.
+#[test]
+fn matroska_h264_aac() {
+    check(&Case {
+        file: "avc.mkv",
+        make: &[
+            "-map", "0:v", "-map", "1:a", "-c:v", "libx264", "-preset", "veryfast", "-g", "25",
+            "-bf", "2", "-c:a", "aac", "-b:a", "128k", "-f", "matroska",
+        ],
+        compare: DECODE_VIDEO,
+        source_opts: &[],
+        gst: &[H264_GST, AAC_GST],
+    });
+}
+
+/// The status and body of a DESCRIBE of `title`.
+fn describe(server: &Server, title: &str) -> (u16, String) {
+    let url = server.url(title);
+    let mut c = RtspClient::connect(&url).expect("connect");
+    let r = c.request("DESCRIBE", &url, &[], &[]).expect("DESCRIBE");
+    (r.status, String::from_utf8_lossy(&r.body).into_owned())
+}
+
+/// What `fjord ingest` says of `path`, and whether it succeeded.
+fn ingest(path: &Path) -> (bool, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cmd.arg("ingest").arg(path);
+    let out = run_bounded(cmd, Duration::from_secs(60));
+    assert!(!out.timed_out, "fjord ingest hung");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), out.stderr);
+    (out.status.success(), text)
+}
+
+/// AV1 (no player here depacketizes it over RTP), a file cut inside its
+/// header and one whose tracks are garbage: 415 with the reason, from the
+/// server and from `fjord ingest`; a file cut mid-way serves what it
+/// holds. The server stays healthy throughout.
+#[test]
+fn av1_truncated_and_corrupt_files_are_refused_with_the_reason() {
+    let av1 = crate::common::generate_media(
+        "av1.webm",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc2=size=128x96:rate=10",
+            "-t",
+            "1",
+            "-c:v",
+            "libsvtav1",
+            "-preset",
+            "12",
+            "-f",
+            "webm",
+        ],
+    );
+    let whole = fs::read(media(&VP9_WEBM)).unwrap();
+    // The Tracks ID's second occurrence: the first is the SeekHead's entry.
+    let tracks_at = whole
+        .windows(4)
+        .enumerate()
+        .filter(|(_, w)| *w == [0x16, 0x54, 0xae, 0x6b])
+        .nth(1)
+        .expect("Tracks")
+        .0;
+    let mut corrupt = whole.clone();
+    corrupt[tracks_at + 12..tracks_at + 40].fill(0);
+    let mut server = Server::start_with("", |root| {
+        fs::copy(&av1, root.join("av1.webm")).unwrap();
+        fs::write(root.join("cut.webm"), &whole[..tracks_at + 20]).unwrap();
+        fs::write(root.join("corrupt.webm"), &corrupt).unwrap();
+        fs::write(root.join("half.webm"), &whole[..whole.len() / 2]).unwrap();
+    });
+    let root = server.media_root();
+    for (title, reason) in [
+        ("av1.webm", "AV1 video is not served over RTP"),
+        ("cut.webm", "the file ends inside its Tracks"),
+        ("corrupt.webm", "Matroska:"),
+    ] {
+        let (status, text) = describe(&server, title);
+        assert_eq!(status, 415, "{title}: {text}");
+        assert!(text.contains(reason), "{title}: {text}");
+        let (ok, said) = ingest(&root.join(title));
+        assert!(!ok && said.contains(reason), "fjord ingest {title}: {said}");
+    }
+    let (ok, said) = ingest(&root.join("half.webm"));
+    assert!(
+        ok && said.contains("truncated"),
+        "fjord ingest half.webm: {said}"
+    );
+    let (status, text) = describe(&server, "half.webm");
+    assert_eq!(status, 200, "half.webm: {text}");
+    assert!(text.contains("VP9/90000"), "{text}");
+    server.assert_alive();
+}
