@@ -4,8 +4,9 @@
 //! The box parser is hand-written: packetizing needs the file offsets of the
 //! samples and of the parameter sets inside `avcC`/`hvcC`, which box-decoding
 //! crates do not expose, and they read `mdat` into memory. Only the box
-//! headers of the top level and the `moov` tree are read; `mdat` is touched
-//! only at the NAL length fields of video samples.
+//! headers of the top level, the `moov` tree and the `moof` trees of a
+//! fragmented file (`fragmented`) are read; `mdat` is touched only at the
+//! NAL length fields of video samples.
 
 use crate::aac;
 use crate::format::FormatError;
@@ -17,6 +18,7 @@ use crate::plan::{
     FLAG_RANDOM_ACCESS, IngestReport, MediaPlan, PacketRecord, SyncPoint, TrackPlan,
 };
 
+mod fragmented;
 pub mod fragments;
 
 const NS: i128 = 1_000_000_000;
@@ -308,23 +310,19 @@ struct Track {
 /// The plan of an MP4/MOV file.
 pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan, FormatError> {
     let mut moov = None;
-    let mut fragmented = false;
+    let mut moofs = Vec::new();
+    let mut at = 0;
     for b in Boxes::new(data, 0, data.len()).truncating() {
         let b = b?;
         match &b.kind {
             b"moov" if moov.is_none() => moov = Some(b),
-            b"moof" => fragmented = true,
+            b"moof" => moofs.push((at as u64, b)),
             _ => {}
         }
+        at = b.end;
     }
     let moov = moov.ok_or_else(|| invalid("no 'moov' box (the file may be incomplete)"))?;
-    if fragmented || child(data, moov, b"mvex")?.is_some() {
-        return Err(FormatError::Unsupported(
-            "fragmented MP4 is not supported; remux it with \
-             ffmpeg -i in.mp4 -c copy -movflags +faststart out.mp4"
-                .to_owned(),
-        ));
-    }
+    let trex = fragmented::defaults(data, moov)?;
     let movie_timescale = movie_timescale(data, moov)?;
 
     let mut warnings = Vec::new();
@@ -336,10 +334,15 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
         if &trak.kind != b"trak" {
             continue;
         }
-        let Some(t) = read_track(data, trak, movie_timescale, &mut warnings, &mut truncated)?
+        let Some(mut t) = read_track(data, trak, movie_timescale, &mut warnings, &mut truncated)?
         else {
             continue;
         };
+        if !moofs.is_empty() && !matches!(t.codec, Codec::Other(_)) {
+            let id = fragments::track_id(data, trak)?;
+            fragmented::append(data, &moofs, id, &trex, &mut t.samples, &mut warnings)?;
+            drop_past_end(data, &mut t.samples, &mut truncated, &mut warnings);
+        }
         found.push(t.codec.name().to_owned());
         if let Codec::Other(name) = &t.codec {
             warnings.push(format!(
@@ -770,6 +773,18 @@ fn read_samples(
     if next < n {
         return Err(invalid(format!("chunk tables place {next} of {n} samples")));
     }
+    drop_past_end(data, &mut samples, truncated, warnings);
+    Ok(samples)
+}
+
+/// Drops the samples from the first that lies past the end of the file
+/// (a truncated file), counting their bytes.
+fn drop_past_end(
+    data: &[u8],
+    samples: &mut Vec<Sample>,
+    truncated: &mut u64,
+    warnings: &mut Vec<String>,
+) {
     let len = data.len() as u64;
     if let Some(cut) = samples
         .iter()
@@ -783,7 +798,6 @@ fn read_samples(
         ));
         samples.truncate(cut);
     }
-    Ok(samples)
 }
 
 /// Packets of one track and the end of its last presented sample.

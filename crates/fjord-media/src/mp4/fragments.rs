@@ -181,7 +181,7 @@ fn is_video(t: &Track) -> bool {
     matches!(t.codec, Codec::H264(_) | Codec::H265(_))
 }
 
-fn track_id(data: &[u8], trak: BoxRef) -> Result<u32, FormatError> {
+pub(super) fn track_id(data: &[u8], trak: BoxRef) -> Result<u32, FormatError> {
     let tkhd = child(data, trak, b"tkhd")?.ok_or_else(|| invalid("track without 'tkhd'"))?;
     u32_after_times(data, tkhd, "tkhd")
 }

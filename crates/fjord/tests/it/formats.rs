@@ -619,6 +619,41 @@ fn mp4_h264_aac() {
     check(&AVC_MP4);
 }
 
+/// Fragmented MP4 (CMAF, fragments of both tracks every half second).
+#[test]
+fn fragmented_mp4_h264_aac() {
+    check(&Case {
+        file: "cmaf.mp4",
+        make: &[
+            "-map",
+            "0:v",
+            "-map",
+            "1:a",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-g",
+            "25",
+            "-bf",
+            "2",
+            "-c:a",
+            "aac",
+            "-b:a",
+            "128k",
+            "-movflags",
+            "cmaf",
+            "-frag_duration",
+            "500000",
+            "-f",
+            "mp4",
+        ],
+        compare: DECODE_VIDEO,
+        source_opts: &[],
+        gst: &[H264_GST, AAC_GST],
+    });
+}
+
 #[test]
 fn mp4_with_b_frames_and_an_edit_list() {
     check(&Case {
