@@ -309,18 +309,7 @@ struct Track {
 
 /// The plan of an MP4/MOV file.
 pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan, FormatError> {
-    let mut moov = None;
-    let mut moofs = Vec::new();
-    let mut at = 0;
-    for b in Boxes::new(data, 0, data.len()).truncating() {
-        let b = b?;
-        match &b.kind {
-            b"moov" if moov.is_none() => moov = Some(b),
-            b"moof" => moofs.push((at as u64, b)),
-            _ => {}
-        }
-        at = b.end;
-    }
+    let (moov, moofs) = top_level(data)?;
     let moov = moov.ok_or_else(|| invalid("no 'moov' box (the file may be incomplete)"))?;
     let trex = fragmented::defaults(data, moov)?;
     let movie_timescale = movie_timescale(data, moov)?;
@@ -338,11 +327,14 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
         else {
             continue;
         };
-        if !moofs.is_empty() && !matches!(t.codec, Codec::Other(_)) {
-            let id = fragments::track_id(data, trak)?;
-            fragmented::append(data, &moofs, id, &trex, &mut t.samples, &mut warnings)?;
-            drop_past_end(data, &mut t.samples, &mut truncated, &mut warnings);
-        }
+        add_fragments(
+            data,
+            trak,
+            (&moofs, &trex),
+            &mut t,
+            &mut truncated,
+            &mut warnings,
+        )?;
         found.push(t.codec.name().to_owned());
         if let Codec::Other(name) = &t.codec {
             warnings.push(format!(
@@ -397,6 +389,48 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
         ts_per_rtp: 0,
         report,
     })
+}
+
+/// A `moof` box and the file offset of its header.
+type Moof = (u64, BoxRef);
+
+/// The first `moov` and every `moof` at the top level.
+fn top_level(data: &[u8]) -> Result<(Option<BoxRef>, Vec<Moof>), FormatError> {
+    let mut moov = None;
+    let mut moofs = Vec::new();
+    let mut at = 0;
+    for b in Boxes::new(data, 0, data.len()).truncating() {
+        let b = b?;
+        match &b.kind {
+            b"moov" if moov.is_none() => moov = Some(b),
+            b"moof" => moofs.push((at as u64, b)),
+            _ => {}
+        }
+        at = b.end;
+    }
+    Ok((moov, moofs))
+}
+
+/// The fragments of a fragmented file and the `trex` defaults.
+type Fragments<'a> = (&'a [Moof], &'a [(u32, fragmented::Defaults)]);
+
+/// Appends a served track's samples in the fragments of a fragmented file
+/// (none in other files).
+fn add_fragments(
+    data: &[u8],
+    trak: BoxRef,
+    (moofs, trex): Fragments<'_>,
+    t: &mut Track,
+    truncated: &mut u64,
+    warnings: &mut Vec<String>,
+) -> Result<(), FormatError> {
+    if moofs.is_empty() || matches!(t.codec, Codec::Other(_)) {
+        return Ok(());
+    }
+    let id = fragments::track_id(data, trak)?;
+    fragmented::append(data, moofs, id, trex, &mut t.samples, warnings)?;
+    drop_past_end(data, &mut t.samples, truncated, warnings);
+    Ok(())
 }
 
 /// The timescale of the movie's own timeline (`mvhd`), in which edit

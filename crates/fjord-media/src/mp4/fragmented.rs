@@ -64,7 +64,7 @@ pub(super) fn defaults(data: &[u8], moov: BoxRef) -> Result<Vec<(u32, Defaults)>
 /// there with a warning, unless it is the first (then the file is refused).
 pub(super) fn append(
     data: &[u8],
-    moofs: &[(u64, BoxRef)],
+    moofs: &[super::Moof],
     id: u32,
     trex: &[(u32, Defaults)],
     samples: &mut Vec<Sample>,

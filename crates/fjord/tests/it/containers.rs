@@ -1,8 +1,10 @@
-//! Matroska and WebM titles (issue 37): files made by ffmpeg (libvpx VP8
-//! and VP9, libopus, x264, AAC) played over RTSP by ffmpeg and GStreamer,
-//! every frame compared with the file's (framemd5 per stream, packets for
-//! GStreamer); seeks land on key frames; AV1, truncated and corrupt files
-//! are refused with the reason and the server serves on.
+//! Matroska, WebM and fragmented MP4 titles (issue 37): files made by
+//! ffmpeg (libvpx VP8 and VP9, libopus, x264, AAC) played over RTSP by
+//! ffmpeg and GStreamer, every frame compared with the file's (framemd5 per
+//! stream, packets for GStreamer); seeks land on key frames; a CMAF title
+//! over HLS and DASH; AV1, truncated and corrupt files are refused with the
+//! reason and the server serves on. (The fragmented MP4 title over RTSP is
+//! `formats::fragmented_mp4_h264_aac`.)
 
 use std::fs;
 use std::path::Path;
@@ -12,7 +14,10 @@ use std::time::Duration;
 use fjord_client::RtspClient;
 
 use crate::common::{Server, run_bounded};
-use crate::formats::{AAC_GST, COPY, Case, DECODE_VIDEO, H264_GST, Reference, check, media};
+use crate::formats::{
+    AAC_GST, COPY, Case, DECODE_VIDEO, H264_GST, Reference, assert_packets_match, check, framemd5,
+    media,
+};
 
 const OPUS_GST: (&str, &str, Reference) = (
     "application/x-rtp,media=audio ! rtpopusdepay",
@@ -200,5 +205,50 @@ fn av1_truncated_and_corrupt_files_are_refused_with_the_reason() {
     let (status, text) = describe(&server, "half.webm");
     assert_eq!(status, 200, "half.webm: {text}");
     assert!(text.contains("VP9/90000"), "{text}");
+    server.assert_alive();
+}
+
+/// A CMAF title over HLS and DASH: ffmpeg reads every packet of the file
+/// through the playlists (its fragments re-cut, samples by reference).
+#[test]
+fn hls_and_dash_of_a_fragmented_mp4_title() {
+    let cmaf = Case {
+        file: "cmaf-http.mp4",
+        make: &[
+            "-map",
+            "0:v",
+            "-map",
+            "1:a",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-g",
+            "25",
+            "-bf",
+            "2",
+            "-c:a",
+            "aac",
+            "-movflags",
+            "cmaf",
+            "-frag_duration",
+            "500000",
+            "-f",
+            "mp4",
+        ],
+        compare: COPY,
+        source_opts: &[],
+        gst: &[],
+    };
+    let source = media(&cmaf);
+    let (mut server, port) = Server::start_http_with("", |root| {
+        fs::copy(&source, root.join(cmaf.file)).unwrap();
+    });
+    let want = framemd5(&["-i", source.to_str().unwrap()], COPY, "source");
+    for manifest in ["index.m3u8", "manifest.mpd"] {
+        let url = format!("http://127.0.0.1:{port}/{}/{manifest}", cmaf.file);
+        let got = framemd5(&["-i", &url], COPY, manifest);
+        assert_packets_match(&got, &want, manifest);
+    }
     server.assert_alive();
 }
