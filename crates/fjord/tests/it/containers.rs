@@ -252,3 +252,89 @@ fn hls_and_dash_of_a_fragmented_mp4_title() {
     }
     server.assert_alive();
 }
+
+fn adler32(b: &[u8]) -> u32 {
+    let (mut a, mut s) = (1u32, 0u32);
+    for &x in b {
+        a = (a + u32::from(x)) % 65521;
+        s = (s + a) % 65521;
+    }
+    (s << 16) | a
+}
+
+/// ffprobe's video packets of `file`: (adler32 of the bytes, key frame).
+fn video_packets(file: &Path) -> Vec<(u32, bool)> {
+    let mut cmd = Command::new("ffprobe");
+    cmd.args([
+        "-v",
+        "error",
+        "-select_streams",
+        "v",
+        "-show_data_hash",
+        "adler32",
+    ])
+    .args(["-show_entries", "packet=flags,data_hash", "-of", "csv=p=0"])
+    .arg(file);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (flags, hash) = l.split_once(',')?;
+            let hash = u32::from_str_radix(hash.trim_start_matches("adler32:"), 16).ok()?;
+            Some((hash, flags.starts_with('K')))
+        })
+        .collect()
+}
+
+/// A seek and Scale 4 on a VP9 title: the trick stream is the title's key
+/// frames, whole and in order, each marked a key frame (P bit clear).
+#[test]
+fn scale_4_on_a_vp9_title_sends_its_key_frames() {
+    let source = media(&VP9_WEBM);
+    let server = Server::start_with("", |root| {
+        fs::copy(&source, root.join(VP9_WEBM.file)).unwrap();
+    });
+    let packets = video_packets(&source);
+    let mut c = RtspClient::connect(&server.url(VP9_WEBM.file)).expect("connect");
+    let d = c.describe().expect("DESCRIBE");
+    let (_, mut rx) = c.setup_udp(&d.track_urls[0]).expect("SETUP");
+    let url = c.control_url().to_string();
+    let r = c
+        .request("PLAY", &url, &[("Scale", "4"), ("Range", "npt=1.5-")], b"")
+        .unwrap();
+    assert_eq!((r.status, r.header("Scale")), (200, Some("4")));
+    let mut frames: Vec<(bool, Vec<u8>)> = Vec::new();
+    let mut open = false;
+    let until = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < until {
+        let Some(fjord_client::Event::Rtp(p)) = rx.recv(Duration::from_millis(20)) else {
+            continue;
+        };
+        if !open {
+            frames.push((p.payload[0] & 0x40 == 0, Vec::new()));
+        }
+        frames
+            .last_mut()
+            .unwrap()
+            .1
+            .extend_from_slice(&p.payload[1..]);
+        open = !p.marker;
+    }
+    let at: Vec<usize> = frames
+        .iter()
+        .map(|(key, f)| {
+            assert!(key, "a frame not marked key");
+            let h = adler32(f);
+            packets
+                .iter()
+                .position(|p| p.0 == h)
+                .expect("a frame not in the title")
+        })
+        .collect();
+    assert!(
+        at.iter().all(|&i| packets[i].1),
+        "not only key frames: {at:?}"
+    );
+    // From the key frame before 1.5 s (1 s) to the end: 1, 2, 3 s.
+    assert_eq!(at, [25, 50, 75], "key frames");
+}
