@@ -215,3 +215,69 @@ fn gstreamer_webm_with_clusters_of_unknown_size() {
     assert_eq!(plan.report.format, "WebM (VP8, Opus)");
     assert_eq!(plan.tracks[0].sync.len(), d.cues.len());
 }
+
+/// A small ffmpeg WebM (VP9, Opus) and Matroska (H.264, AAC), made once.
+fn small_files() -> &'static [Vec<u8>] {
+    static FILES: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+    FILES.get_or_init(|| {
+        let dir = scratch();
+        [
+            (
+                "s.webm",
+                [
+                    "-c:v",
+                    "libvpx-vp9",
+                    "-deadline",
+                    "realtime",
+                    "-c:a",
+                    "libopus",
+                ],
+            ),
+            ("s.mkv", ["-c:v", "libx264", "-bf", "2", "-c:a", "aac"]),
+        ]
+        .iter()
+        .map(|(name, codecs)| {
+            let f = path_in(&dir, name);
+            let mut args = vec![
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc2=size=64x64:rate=10",
+                "-f",
+                "lavfi",
+            ];
+            args.extend(["-i", "sine", "-t", "1"]);
+            args.extend(codecs);
+            args.push(f.to_str().unwrap());
+            ffmpeg(&args);
+            std::fs::read(f).unwrap()
+        })
+        .collect()
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+    /// Bytes changed and the file cut anywhere: a plan whose packets lie
+    /// in the file and fit, or an error; never a panic.
+    #[test]
+    fn mutated_matroska_never_panics(
+        which: bool,
+        edits in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()), 1..8),
+        cut in proptest::prelude::any::<proptest::sample::Index>(),
+    ) {
+        let mut data = small_files()[usize::from(which)].clone();
+        for (i, b) in edits {
+            let at = i.index(data.len());
+            data[at] = b;
+        }
+        data.truncate(cut.index(data.len()) + 1);
+        if let Ok(p) = fjord_media::format::plan(&data, &Default::default(), &mut |_, _| {}) {
+            for t in &p.tracks {
+                check_records(&data, t);
+                proptest::prop_assert!(t.sync.iter().all(|s| (s.packet as usize) < t.packets.len()));
+            }
+        }
+    }
+}
