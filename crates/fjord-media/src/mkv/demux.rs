@@ -162,6 +162,7 @@ pub fn demux(data: &[u8], progress: &mut dyn FnMut(u64)) -> Result<Demuxed, Form
             ..Demuxed::default()
         },
         raw_cues: Vec::new(),
+        broken_laces: 0,
     };
     d.walk(progress)?;
     d.finish()
@@ -175,6 +176,8 @@ struct Demuxer<'a> {
     out: Demuxed,
     /// CueTime ticks, track, position relative to the segment body.
     raw_cues: Vec<(u64, u64, u64)>,
+    /// Blocks whose lacing does not fit them (skipped).
+    broken_laces: u64,
 }
 
 impl Demuxer<'_> {
@@ -387,9 +390,7 @@ impl Demuxer<'_> {
         let time_ns = ticks.saturating_mul(i64::try_from(self.scale).unwrap_or(i64::MAX));
         let key = key.unwrap_or(flags & 0x80 != 0);
         let Some(sizes) = lace(data, start + n + 3, end, (flags >> 1) & 3) else {
-            self.out.warnings.push(format!(
-                "a block at byte {start} has broken lacing; skipped"
-            ));
+            self.broken_laces += 1;
             return Ok(None);
         };
         let step = self.out.tracks[track].default_duration_ns.unwrap_or(0);
@@ -412,7 +413,13 @@ impl Demuxer<'_> {
     /// The result, with times in ns and the cues rebuilt if the file had none.
     fn finish(mut self) -> Result<Demuxed, FormatError> {
         if self.out.tracks.is_empty() {
-            return Err(invalid("no Tracks before the end of the file"));
+            return Err(invalid("no Tracks before the end of the file (truncated?)"));
+        }
+        if self.broken_laces > 0 {
+            self.out.warnings.push(format!(
+                "{} blocks with broken lacing; skipped",
+                self.broken_laces
+            ));
         }
         if !self.raw_cues.is_empty() {
             let base = self.segment.body as u64;
