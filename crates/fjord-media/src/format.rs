@@ -32,6 +32,8 @@ pub enum Container {
     MpegTs,
     /// MP4/MOV (`.mp4`, `.m4v`, `.mov`).
     Mp4,
+    /// Matroska or WebM (`.mkv`, `.webm`).
+    Matroska,
     /// MPEG-1/2 program stream (`.mpg`, `.vob`).
     MpegPs,
     /// MPEG-1/2 video elementary stream (`.m1v`, `.m2v`).
@@ -50,6 +52,9 @@ impl Container {
         }
         if crate::mp4::looks_like_mp4(head) {
             return Some(Container::Mp4);
+        }
+        if crate::mkv::demux::looks_like_matroska(head) {
+            return Some(Container::Matroska);
         }
         if ps::looks_like_ps(head) {
             return Some(Container::MpegPs);
@@ -76,7 +81,7 @@ impl Container {
         Container::detect(data).ok_or_else(|| {
             FormatError::Unsupported(
                 "not a media file fjord can serve: nothing in its first bytes looks like \
-                 MPEG-TS, MP4/MOV, an MPEG-1/2 program or video elementary stream, ADTS AAC \
+                 MPEG-TS, MP4/MOV, Matroska/WebM, an MPEG-1/2 program or video elementary stream, ADTS AAC \
                  or MP3"
                     .to_owned(),
             )
@@ -100,6 +105,7 @@ pub fn plan(
                 TsError::NotTs => FormatError::Unsupported(e.to_string()),
             }),
         Container::Mp4 => crate::mp4::plan(data, progress),
+        Container::Matroska => crate::mkv::plan(data, progress),
         Container::MpegPs => ps::plan(data),
         Container::MpegVideo => mpeg_video::plan(data),
         Container::Adts => crate::aac::plan_adts(data),

@@ -4,7 +4,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::nal::Nal;
+use crate::nal::{Nal, NalCodec};
 
 pub const NAL_IDR: u8 = 5;
 pub const NAL_SPS: u8 = 7;
@@ -72,4 +72,21 @@ pub fn fmtp(cfg: &AvcConfig, data: &[u8]) -> String {
         s.push_str(&sets.join(","));
     }
     s
+}
+
+/// SPS and PPS from `avcC` before the first IDR slice of an access unit
+/// that does not carry its own, as ffmpeg's h264_mp4toannexb does: a player
+/// joining at any IDR can decode it, and the stream equals the Annex B one.
+pub fn insert_params(data: &[u8], cfg: &AvcConfig, nals: &mut Vec<Nal>) {
+    let ty = |n: &Nal| NalCodec::H264.nal_type(data[n.offset as usize]);
+    let Some(idr) = nals.iter().position(|n| ty(n) == NAL_IDR) else {
+        return;
+    };
+    if nals[..idr]
+        .iter()
+        .any(|n| matches!(ty(n), NAL_SPS | NAL_PPS))
+    {
+        return;
+    }
+    nals.splice(idr..idr, cfg.sps.iter().chain(&cfg.pps).copied());
 }

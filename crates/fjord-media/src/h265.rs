@@ -4,7 +4,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::nal::Nal;
+use crate::nal::{Nal, NalCodec};
 
 pub const NAL_VPS: u8 = 32;
 pub const NAL_SPS: u8 = 33;
@@ -77,4 +77,16 @@ pub fn fmtp(cfg: &HevcConfig, data: &[u8]) -> String {
         })
         .collect::<Vec<_>>()
         .join(";")
+}
+
+/// Every NAL of `hvcC` before the first IRAP picture of an access unit, as
+/// ffmpeg's hevc_mp4toannexb does.
+pub fn insert_params(data: &[u8], cfg: &HevcConfig, nals: &mut Vec<Nal>) {
+    let Some(irap) = nals
+        .iter()
+        .position(|n| is_irap(NalCodec::H265.nal_type(data[n.offset as usize])))
+    else {
+        return;
+    };
+    nals.splice(irap..irap, cfg.nals.iter().map(|&(_, n)| n));
 }

@@ -4,6 +4,9 @@
 //! no I/O), [`index`] stores that plan in a checksummed, mmap-able file, and
 //! [`ingest`] glues the two to the filesystem. Serving never parses media: it
 //! reads records from the index and sends byte ranges of the media file.
+//! [`mkv`] reads Matroska and WebM (the EBML reader and demuxer are ours:
+//! frames must stay byte ranges of the file), [`vpx`] and [`opus`] packetize
+//! VP8, VP9 and Opus.
 //! [`mp4::fragments`] reads an MP4's `moov` (never its samples) into the
 //! fragmented MP4 that HLS and DASH serve: generated heads and byte ranges;
 //! [`ts::params`] reads the codec facts an HLS playlist names from a TS's
@@ -21,16 +24,19 @@ pub mod h264;
 pub mod h265;
 pub mod index;
 pub mod ingest;
+pub mod mkv;
 pub mod mp4;
 pub mod mpeg_audio;
 pub mod mpeg_video;
 pub mod nal;
+pub mod opus;
 pub mod plan;
 pub mod prefab;
 pub mod ps;
 pub mod synthetic;
 pub mod time_search;
 pub mod ts;
+pub mod vpx;
 
 pub use format::{Container, FormatError};
 pub use index::{Index, IndexError, SourceId, Track, TrackDesc, TrackKind};

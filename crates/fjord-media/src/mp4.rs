@@ -4,19 +4,21 @@
 //! The box parser is hand-written: packetizing needs the file offsets of the
 //! samples and of the parameter sets inside `avcC`/`hvcC`, which box-decoding
 //! crates do not expose, and they read `mdat` into memory. Only the box
-//! headers of the top level and the `moov` tree are read; `mdat` is touched
-//! only at the NAL length fields of video samples.
+//! headers of the top level, the `moov` tree and the `moof` trees of a
+//! fragmented file (`fragmented`) are read; `mdat` is touched only at the
+//! NAL length fields of video samples.
 
 use crate::aac;
 use crate::format::FormatError;
 use crate::h264::{self, AvcConfig};
 use crate::h265::{self, HevcConfig};
 use crate::index::{TrackDesc, TrackKind};
-use crate::nal::{self, Nal, NalCodec};
+use crate::nal::{self, NalCodec};
 use crate::plan::{
     FLAG_RANDOM_ACCESS, IngestReport, MediaPlan, PacketRecord, SyncPoint, TrackPlan,
 };
 
+mod fragmented;
 pub mod fragments;
 
 const NS: i128 = 1_000_000_000;
@@ -307,24 +309,9 @@ struct Track {
 
 /// The plan of an MP4/MOV file.
 pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan, FormatError> {
-    let mut moov = None;
-    let mut fragmented = false;
-    for b in Boxes::new(data, 0, data.len()).truncating() {
-        let b = b?;
-        match &b.kind {
-            b"moov" if moov.is_none() => moov = Some(b),
-            b"moof" => fragmented = true,
-            _ => {}
-        }
-    }
+    let (moov, moofs) = top_level(data)?;
     let moov = moov.ok_or_else(|| invalid("no 'moov' box (the file may be incomplete)"))?;
-    if fragmented || child(data, moov, b"mvex")?.is_some() {
-        return Err(FormatError::Unsupported(
-            "fragmented MP4 is not supported; remux it with \
-             ffmpeg -i in.mp4 -c copy -movflags +faststart out.mp4"
-                .to_owned(),
-        ));
-    }
+    let trex = fragmented::defaults(data, moov)?;
     let movie_timescale = movie_timescale(data, moov)?;
 
     let mut warnings = Vec::new();
@@ -336,10 +323,18 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
         if &trak.kind != b"trak" {
             continue;
         }
-        let Some(t) = read_track(data, trak, movie_timescale, &mut warnings, &mut truncated)?
+        let Some(mut t) = read_track(data, trak, movie_timescale, &mut warnings, &mut truncated)?
         else {
             continue;
         };
+        add_fragments(
+            data,
+            trak,
+            (&moofs, &trex),
+            &mut t,
+            &mut truncated,
+            &mut warnings,
+        )?;
         found.push(t.codec.name().to_owned());
         if let Codec::Other(name) = &t.codec {
             warnings.push(format!(
@@ -394,6 +389,48 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
         ts_per_rtp: 0,
         report,
     })
+}
+
+/// A `moof` box and the file offset of its header.
+type Moof = (u64, BoxRef);
+
+/// The first `moov` and every `moof` at the top level.
+fn top_level(data: &[u8]) -> Result<(Option<BoxRef>, Vec<Moof>), FormatError> {
+    let mut moov = None;
+    let mut moofs = Vec::new();
+    let mut at = 0;
+    for b in Boxes::new(data, 0, data.len()).truncating() {
+        let b = b?;
+        match &b.kind {
+            b"moov" if moov.is_none() => moov = Some(b),
+            b"moof" => moofs.push((at as u64, b)),
+            _ => {}
+        }
+        at = b.end;
+    }
+    Ok((moov, moofs))
+}
+
+/// The fragments of a fragmented file and the `trex` defaults.
+type Fragments<'a> = (&'a [Moof], &'a [(u32, fragmented::Defaults)]);
+
+/// Appends a served track's samples in the fragments of a fragmented file
+/// (none in other files).
+fn add_fragments(
+    data: &[u8],
+    trak: BoxRef,
+    (moofs, trex): Fragments<'_>,
+    t: &mut Track,
+    truncated: &mut u64,
+    warnings: &mut Vec<String>,
+) -> Result<(), FormatError> {
+    if moofs.is_empty() || matches!(t.codec, Codec::Other(_)) {
+        return Ok(());
+    }
+    let id = fragments::track_id(data, trak)?;
+    fragmented::append(data, moofs, id, trex, &mut t.samples, warnings)?;
+    drop_past_end(data, &mut t.samples, truncated, warnings);
+    Ok(())
 }
 
 /// The timescale of the movie's own timeline (`mvhd`), in which edit
@@ -770,6 +807,18 @@ fn read_samples(
     if next < n {
         return Err(invalid(format!("chunk tables place {next} of {n} samples")));
     }
+    drop_past_end(data, &mut samples, truncated, warnings);
+    Ok(samples)
+}
+
+/// Drops the samples from the first that lies past the end of the file
+/// (a truncated file), counting their bytes.
+fn drop_past_end(
+    data: &[u8],
+    samples: &mut Vec<Sample>,
+    truncated: &mut u64,
+    warnings: &mut Vec<String>,
+) {
     let len = data.len() as u64;
     if let Some(cut) = samples
         .iter()
@@ -783,7 +832,6 @@ fn read_samples(
         ));
         samples.truncate(cut);
     }
-    Ok(samples)
 }
 
 /// Packets of one track and the end of its last presented sample.
@@ -804,22 +852,7 @@ fn track_plan(
             rate,
             channels,
         } => (aac::track_desc(pt, *rate, *channels, asc), *rate),
-        Codec::Opus { channels } => (
-            TrackDesc {
-                kind: TrackKind::Audio,
-                payload_type: pt,
-                clock_rate: 48_000,
-                encoding: "opus".to_owned(),
-                channels: 2,
-                fmtp: if *channels == 2 {
-                    "sprop-stereo=1"
-                } else {
-                    "sprop-stereo=0"
-                }
-                .to_owned(),
-            },
-            48_000,
-        ),
+        Codec::Opus { channels } => (crate::opus::track_desc(pt, *channels), 48_000),
         Codec::Other(_) => unreachable!("unserved tracks are filtered out"),
     };
     // Sized once from the sample table (a few NAL units per sample, plus
@@ -850,13 +883,27 @@ fn track_plan(
         let first = packets.len();
         match &t.codec {
             Codec::H264(cfg) => {
-                split_nals(data, s, cfg.length_size, &mut nals, &mut dropped);
-                insert_avc_params(data, cfg, &mut nals);
+                nal::split_length_prefixed(
+                    data,
+                    s.offset,
+                    s.size,
+                    cfg.length_size,
+                    &mut nals,
+                    &mut dropped,
+                );
+                h264::insert_params(data, cfg, &mut nals);
                 nal::packetize_au(NalCodec::H264, data, &nals, send, rtp, &mut packets);
             }
             Codec::H265(cfg) => {
-                split_nals(data, s, cfg.length_size, &mut nals, &mut dropped);
-                insert_hevc_params(data, cfg, &mut nals);
+                nal::split_length_prefixed(
+                    data,
+                    s.offset,
+                    s.size,
+                    cfg.length_size,
+                    &mut nals,
+                    &mut dropped,
+                );
+                h265::insert_params(data, cfg, &mut nals);
                 nal::packetize_au(NalCodec::H265, data, &nals, send, rtp, &mut packets);
             }
             Codec::Aac { .. } if s.size > aac::MAX_AU => dropped += 1,
@@ -910,69 +957,4 @@ fn video_desc(pt: u8, encoding: &str, fmtp: String) -> TrackDesc {
         channels: 0,
         fmtp,
     }
-}
-
-/// The NAL units of a length-prefixed sample into `nals`; a sample whose
-/// lengths do not add up keeps the NALs before the fault.
-fn split_nals(data: &[u8], s: &Sample, length_size: usize, nals: &mut Vec<Nal>, dropped: &mut u64) {
-    nals.clear();
-    let end = s.offset + u64::from(s.size);
-    let mut pos = s.offset;
-    while pos < end {
-        let at = pos as usize;
-        let Some(len) = pos
-            .checked_add(length_size as u64)
-            .filter(|&e| e <= end)
-            .map(|_| {
-                data[at..at + length_size]
-                    .iter()
-                    .fold(0u64, |a, &b| (a << 8) | u64::from(b))
-            })
-        else {
-            *dropped += 1;
-            return;
-        };
-        let start = pos + length_size as u64;
-        if start + len > end {
-            *dropped += 1;
-            return;
-        }
-        // Shorter than a NAL header: nothing a decoder can use.
-        if len >= 2 {
-            nals.push(Nal {
-                offset: start,
-                len: len as u32,
-            });
-        }
-        pos = start + len;
-    }
-}
-
-/// SPS and PPS from `avcC` before the first IDR slice of an access unit
-/// that does not carry its own, as ffmpeg's h264_mp4toannexb does: a player
-/// joining at any IDR can decode it, and the stream equals the Annex B one.
-fn insert_avc_params(data: &[u8], cfg: &AvcConfig, nals: &mut Vec<Nal>) {
-    let ty = |n: &Nal| NalCodec::H264.nal_type(data[n.offset as usize]);
-    let Some(idr) = nals.iter().position(|n| ty(n) == h264::NAL_IDR) else {
-        return;
-    };
-    if nals[..idr]
-        .iter()
-        .any(|n| matches!(ty(n), h264::NAL_SPS | h264::NAL_PPS))
-    {
-        return;
-    }
-    nals.splice(idr..idr, cfg.sps.iter().chain(&cfg.pps).copied());
-}
-
-/// Every NAL of `hvcC` before the first IRAP picture of an access unit, as
-/// ffmpeg's hevc_mp4toannexb does.
-fn insert_hevc_params(data: &[u8], cfg: &HevcConfig, nals: &mut Vec<Nal>) {
-    let Some(irap) = nals
-        .iter()
-        .position(|n| h265::is_irap(NalCodec::H265.nal_type(data[n.offset as usize])))
-    else {
-        return;
-    };
-    nals.splice(irap..irap, cfg.nals.iter().map(|&(_, n)| n));
 }

@@ -101,3 +101,47 @@ pub fn packetize_au(
         last.flags |= FLAG_MARKER;
     }
 }
+
+/// The NAL units of a length-prefixed sample (MP4, Matroska) of `size`
+/// bytes at `offset` into `nals`; a sample whose
+/// lengths do not add up keeps the NALs before the fault.
+pub fn split_length_prefixed(
+    data: &[u8],
+    offset: u64,
+    size: u32,
+    length_size: usize,
+    nals: &mut Vec<Nal>,
+    dropped: &mut u64,
+) {
+    nals.clear();
+    let end = offset + u64::from(size);
+    let mut pos = offset;
+    while pos < end {
+        let at = pos as usize;
+        let Some(len) = pos
+            .checked_add(length_size as u64)
+            .filter(|&e| e <= end)
+            .map(|_| {
+                data[at..at + length_size]
+                    .iter()
+                    .fold(0u64, |a, &b| (a << 8) | u64::from(b))
+            })
+        else {
+            *dropped += 1;
+            return;
+        };
+        let start = pos + length_size as u64;
+        if start + len > end {
+            *dropped += 1;
+            return;
+        }
+        // Shorter than a NAL header: nothing a decoder can use.
+        if len >= 2 {
+            nals.push(Nal {
+                offset: start,
+                len: len as u32,
+            });
+        }
+        pos = start + len;
+    }
+}

@@ -253,3 +253,14 @@ fn a_file_that_is_not_mp4_is_an_error_not_a_panic() {
         assert!(fragment(bytes, 1, None).is_err());
     }
 }
+
+/// A fragmented source (CMAF, what packagers write): its fragments are
+/// re-cut at the target, samples still by reference.
+#[test]
+fn a_fragmented_source_fragments_to_the_same_packets() {
+    let mut a = LAVFI_AV.to_vec();
+    a.extend(LAVFI_A);
+    a.extend(["-c:v", "libx264", "-bf", "2", "-g", "25", "-c:a", "aac"]);
+    a.extend(["-movflags", "frag_keyframe+empty_moov+default_base_moof"]);
+    check(&a, 2, "avc1.");
+}

@@ -315,6 +315,15 @@ fn starts_with_keyframe(encoding: &str, unit: &[Vec<u8>]) -> bool {
             }
             false
         }
+        // One-byte payload descriptors (what fjord sends): VP8's S bit then
+        // the frame tag's inverse key frame bit (RFC 7741 §4.2, RFC 6386
+        // §9.1); VP9's B bit and P (inter-predicted) bit (RFC 9628 §4.2).
+        "VP8" => unit
+            .first()
+            .is_some_and(|p| p.len() > 1 && p[0] & 0x90 == 0x10 && p[1] & 1 == 0),
+        "VP9" => unit
+            .first()
+            .is_some_and(|p| p.len() > 1 && p[0] & 0x48 == 0x08),
         // RFC 2250 §3.4: picture type in the low 3 bits of byte 2; 1 = I.
         "MPV" => unit
             .first()
@@ -384,7 +393,7 @@ fn seek_and_sync(server: &Server, case: &Case) {
             .first()
             .unwrap_or_else(|| panic!("{}: no {enc} packet within 1.5 s of PLAY", case.file));
         let lead = first_ts.wrapping_sub(rtptime) as i32;
-        if matches!(enc.as_str(), "H264" | "H265" | "MPV") {
+        if matches!(enc.as_str(), "H264" | "H265" | "MPV" | "VP8" | "VP9") {
             let unit: Vec<Vec<u8>> = a
                 .packets
                 .iter()
@@ -422,7 +431,10 @@ fn seek_and_sync(server: &Server, case: &Case) {
     );
 }
 
-fn check(case: &Case) {
+/// ffmpeg (UDP and TCP) and GStreamer (UDP and TCP) receive every frame
+/// of the case's title bit-exact; a seek lands on a key frame with the
+/// tracks in sync.
+pub(crate) fn check(case: &Case) {
     let (mut server, source) = serve(case, "");
     let want = source_packets(case, &source);
     std::thread::scope(|s| {
@@ -605,6 +617,41 @@ pub(crate) const AVC_MP4: Case = Case {
 #[test]
 fn mp4_h264_aac() {
     check(&AVC_MP4);
+}
+
+/// Fragmented MP4 (CMAF, fragments of both tracks every half second).
+#[test]
+fn fragmented_mp4_h264_aac() {
+    check(&Case {
+        file: "cmaf.mp4",
+        make: &[
+            "-map",
+            "0:v",
+            "-map",
+            "1:a",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-g",
+            "25",
+            "-bf",
+            "2",
+            "-c:a",
+            "aac",
+            "-b:a",
+            "128k",
+            "-movflags",
+            "cmaf",
+            "-frag_duration",
+            "500000",
+            "-f",
+            "mp4",
+        ],
+        compare: DECODE_VIDEO,
+        source_opts: &[],
+        gst: &[H264_GST, AAC_GST],
+    });
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod browser;
 mod cli;
 mod client;
 mod common;
+mod containers;
 mod disk_errors;
 mod errors;
 mod fec;
