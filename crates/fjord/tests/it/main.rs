@@ -13,6 +13,7 @@ mod cli;
 mod client;
 mod common;
 mod disk_errors;
+mod edge;
 mod errors;
 mod fec;
 mod files;
