@@ -5,9 +5,11 @@
 
 use std::sync::Arc;
 
-use object_store::ObjectStore;
+use std::time::Duration;
+
 use object_store::aws::{AmazonS3Builder, Checksum};
 use object_store::path::Path as ObjectPath;
+use object_store::{ClientOptions, ObjectStore, RetryConfig};
 
 /// Why an origin could not be named or reached.
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +105,15 @@ impl Origin {
             .with_bucket_name(&url.bucket)
             // Every PUT and part carries its SHA-256, which the store checks
             // before it keeps the bytes.
-            .with_checksum_algorithm(Checksum::SHA256);
+            .with_checksum_algorithm(Checksum::SHA256)
+            // A store that is down is said so in seconds (five tries, about
+            // 1.5 s of backoff), not after the client's default 3 minutes.
+            .with_retry(RetryConfig {
+                max_retries: 4,
+                retry_timeout: Duration::from_secs(30),
+                ..Default::default()
+            })
+            .with_client_options(ClientOptions::new().with_connect_timeout(Duration::from_secs(2)));
         if let Some(e) = &config.endpoint {
             // S3-compatible stores are addressed by path, and a store on
             // loopback or in a private network often speaks plain HTTP.
@@ -112,7 +122,10 @@ impl Origin {
                 .with_virtual_hosted_style_request(false)
                 .with_allow_http(e.starts_with("http://"));
         }
-        b = b.with_region(config.region.as_deref().unwrap_or("us-east-1"));
+        // Else AWS_REGION, else us-east-1 (the client's own default).
+        if let Some(r) = &config.region {
+            b = b.with_region(r);
+        }
         if let Some(k) = &config.access_key_id {
             b = b.with_access_key_id(k);
         }

@@ -38,10 +38,11 @@ pub enum PublishError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{key}: origin: {source}")]
+    // Not a `source`: object_store's message already holds its causes.
+    #[error("{key}: origin: {error}")]
     Origin {
         key: String,
-        source: object_store::Error,
+        error: object_store::Error,
     },
     #[error(
         "{key}: the origin holds {size} bytes with hash {hash:?} after the upload, not {want_size} with {want_hash}"
@@ -209,10 +210,10 @@ async fn at_origin(
     }
 }
 
-fn origin_err(key: &ObjectPath, source: object_store::Error) -> PublishError {
+fn origin_err(key: &ObjectPath, error: object_store::Error) -> PublishError {
     PublishError::Origin {
         key: key.to_string(),
-        source,
+        error,
     }
 }
 

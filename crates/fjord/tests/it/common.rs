@@ -8,7 +8,7 @@ mod http;
 mod media;
 mod net;
 mod process;
-mod s3;
+pub mod s3;
 mod server;
 
 pub use checks::{TS, assert_contiguous, find_aligned, starts_at_random_access};

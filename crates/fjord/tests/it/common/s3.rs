@@ -63,7 +63,11 @@ impl S3Server {
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!("versitygw exited ({status}): {}", log());
             }
-            assert!(Instant::now() < deadline, "versitygw not listening after 20 s: {}", log());
+            assert!(
+                Instant::now() < deadline,
+                "versitygw not listening after 20 s: {}",
+                log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
