@@ -1,12 +1,16 @@
 //! The origin and the edge against a real S3 server (versitygw): objects
-//! written and read by fjord's origin client, compared by hash.
+//! published and read through the slice cache, compared by hash, origin
+//! requests counted in the server's own access log.
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use fjord_edge::publish::{Outcome, PART_BYTES, publish_file};
-use fjord_edge::{Origin, OriginUrl};
+use fjord_edge::slice::SLICE_BYTES;
+use fjord_edge::{CacheError, Origin, OriginUrl, SliceCache};
 use object_store::{ObjectStoreExt, PutPayload};
 
 use crate::common::s3::{S3_KEY_ID, S3_SECRET};
@@ -135,4 +139,126 @@ async fn large_files_go_in_parts_checked_by_the_store() {
         .unwrap();
     assert_eq!(again.outcome, Outcome::Skipped);
     assert_eq!(s3.requests("UploadPart").len(), 3);
+}
+
+/// An origin on `s3` holding `name` = `bytes`, and a slice cache of it in
+/// `dir`.
+async fn cached_origin(
+    s3: &S3Server,
+    name: &str,
+    bytes: &[u8],
+    dir: &Path,
+) -> (Origin, Arc<SliceCache>) {
+    let url = OriginUrl::parse("s3://films/lib").unwrap();
+    let origin = Origin::connect(url, &s3.origin_config()).unwrap();
+    let key = origin.url.key(name);
+    origin
+        .store
+        .put(&key, PutPayload::from(bytes.to_vec()))
+        .await
+        .unwrap();
+    let cache = SliceCache::open(origin.store.clone(), dir, 64 * SLICE_BYTES).unwrap();
+    (origin, Arc::new(cache))
+}
+
+fn pattern(len: u64, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29) ^ seed)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_readers_of_an_uncached_slice_make_one_origin_get() {
+    let s3 = S3Server::start("films");
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = pattern(3 * SLICE_BYTES + 99, 1);
+    let (origin, cache) = cached_origin(&s3, "a.ts", &bytes, dir.path()).await;
+    let object = cache.open_object(&origin.url.key("a.ts")).await.unwrap();
+    let start = tokio::sync::Barrier::new(50);
+    let start = Arc::new(start);
+    let readers: Vec<_> = (0..50)
+        .map(|_| {
+            let (cache, object, start) = (cache.clone(), object.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                cache.slice(&object, 1).await
+            })
+        })
+        .collect();
+    let want = blake3::hash(&bytes[SLICE_BYTES as usize..2 * SLICE_BYTES as usize]);
+    for r in readers {
+        assert_eq!(blake3::hash(&r.await.unwrap().unwrap()), want);
+    }
+    // Counted by the origin itself, and by the cache.
+    assert_eq!(
+        s3.requests("GetObject").len(),
+        1,
+        "{:?}",
+        s3.requests("GetObject")
+    );
+    assert_eq!(cache.stats.origin_requests.load(Ordering::Relaxed), 1);
+    // Each of the other 49 waited on that GET or, once it had landed,
+    // read the slice from disk.
+    let joined = cache.stats.joined.load(Ordering::Relaxed);
+    let hits = cache.stats.hit_bytes.load(Ordering::Relaxed) / SLICE_BYTES;
+    assert_eq!(joined + hits, 49, "joined {joined}, from disk {hits}");
+    let whole = cache.read(&object, 0..object.size).await.unwrap();
+    assert_eq!(blake3::hash(&whole), blake3::hash(&bytes));
+    assert_eq!(s3.requests("GetObject").len(), 4, "one per slice");
+}
+
+#[tokio::test]
+async fn a_changed_object_is_seen_by_its_new_etag_never_mixed() {
+    let s3 = S3Server::start("films");
+    let dir = tempfile::tempdir().unwrap();
+    let old_bytes = pattern(2 * SLICE_BYTES, 2);
+    let (origin, cache) = cached_origin(&s3, "a.ts", &old_bytes, dir.path()).await;
+    let key = origin.url.key("a.ts");
+    let old = cache.open_object(&key).await.unwrap();
+    cache.slice(&old, 0).await.unwrap();
+    let new_bytes = pattern(2 * SLICE_BYTES + 5, 3);
+    origin
+        .store
+        .put(&key, PutPayload::from(new_bytes.clone()))
+        .await
+        .unwrap();
+    // The old version's next slice: the origin refuses it (If-Match).
+    let e = cache.slice(&old, 1).await.unwrap_err();
+    assert!(matches!(e, CacheError::Changed { .. }), "{e}");
+    let new = cache.open_object(&key).await.unwrap();
+    assert_ne!(new.etag, old.etag);
+    let got = cache.read(&new, 0..new.size).await.unwrap();
+    assert_eq!(blake3::hash(&got), blake3::hash(&new_bytes));
+}
+
+#[tokio::test]
+async fn a_flipped_byte_in_a_cached_slice_is_fetched_again_and_a_restart_fetches_nothing() {
+    let s3 = S3Server::start("films");
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = pattern(2 * SLICE_BYTES + 1000, 4);
+    let (origin, cache) = cached_origin(&s3, "a.ts", &bytes, dir.path()).await;
+    let object = cache.open_object(&origin.url.key("a.ts")).await.unwrap();
+    cache.read(&object, 0..object.size).await.unwrap();
+    assert_eq!(s3.requests("GetObject").len(), 3);
+    let path = cache.slice_path(&object, 1);
+    let mut stored = std::fs::read(&path).unwrap();
+    stored[777] ^= 0x20;
+    std::fs::write(&path, stored).unwrap();
+    let got = cache.read(&object, 0..object.size).await.unwrap();
+    assert_eq!(blake3::hash(&got), blake3::hash(&bytes));
+    assert_eq!(
+        s3.requests("GetObject").len(),
+        4,
+        "only the flipped slice again"
+    );
+    assert_eq!(cache.stats.corrupt.load(Ordering::Relaxed), 1);
+    drop(cache);
+    let cache = SliceCache::open(origin.store.clone(), dir.path(), 64 * SLICE_BYTES).unwrap();
+    let got = cache.read(&object, 0..object.size).await.unwrap();
+    assert_eq!(blake3::hash(&got), blake3::hash(&bytes));
+    assert_eq!(
+        s3.requests("GetObject").len(),
+        4,
+        "nothing fetched after a restart"
+    );
 }
