@@ -7,13 +7,13 @@
 //! per slice however many readers want it: the first starts the fetch,
 //! the others await the same cell and are woken when it lands (tokio's
 //! `OnceCell`; no polling); if the first reader goes away, a waiter takes
-//! the fetch over. A slice is written to a temporary file, renamed into
-//! place and noted in the persisted map ([`crate::map`]) with its BLAKE3;
-//! every read from disk checks it, and a slice that fails is dropped and
-//! fetched again. `capacity` bounds the bytes kept; what to evict is the
+//! the fetch over. A slice is written at its offset in the object's
+//! sparse file ([`crate::files`]) and then noted in the persisted map
+//! ([`crate::map`]) with its BLAKE3; every read from disk checks it, and a
+//! slice that fails is dropped and fetched again. `capacity` bounds the bytes kept; what to evict is the
 //! policy's choice ([`crate::policy`], S4LRU).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -25,6 +25,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use tokio::sync::OnceCell;
 
+use crate::files;
 use crate::map::{Journal, SliceId, Stored};
 use crate::policy::SegmentedLru;
 use crate::slice;
@@ -87,13 +88,15 @@ struct State {
     policy: SegmentedLru<SliceId>,
     stored: HashMap<SliceId, Stored>,
     inflight: HashMap<SliceId, Flight>,
+    /// Slices stored per object file: a file with none is removed.
+    per_file: HashMap<String, usize>,
     journal: Journal,
 }
 
 /// Objects of one origin, cached in slices under one directory.
 pub struct SliceCache {
     store: Arc<dyn ObjectStore>,
-    slices: PathBuf,
+    objects: PathBuf,
     state: Mutex<State>,
     pub stats: Stats,
 }
@@ -107,7 +110,7 @@ impl SliceCache {
     /// Opens the cache in `dir` (made if missing) holding at most
     /// `capacity` bytes of slices, with what an earlier run left there:
     /// slices the map names and the disk holds are kept, anything else in
-    /// the directory's `slices/` is removed.
+    /// the directory's `objects/` is removed.
     pub fn open(
         store: Arc<dyn ObjectStore>,
         dir: &Path,
@@ -117,15 +120,16 @@ impl SliceCache {
             path: dir.to_owned(),
             message: e.to_string(),
         };
-        let slices = dir.join("slices");
-        std::fs::create_dir_all(&slices).map_err(disk)?;
+        let objects = dir.join("objects");
+        std::fs::create_dir_all(&objects).map_err(disk)?;
         let (mut journal, live) = Journal::open(dir).map_err(disk)?;
         let mut policy = SegmentedLru::s4lru(capacity);
         let mut stored = HashMap::new();
         let mut dropped = Vec::new();
         for (id, s) in live {
-            let on_disk = std::fs::metadata(slices.join(id.file_name()));
-            if !on_disk.is_ok_and(|m| m.len() == s.len) {
+            let on_disk = std::fs::metadata(objects.join(id.file()));
+            let end = id.index * slice::SLICE_BYTES + s.len;
+            if !on_disk.is_ok_and(|m| m.len() >= end) {
                 dropped.push(id);
                 continue;
             }
@@ -135,17 +139,23 @@ impl SliceCache {
                 dropped.push(gone);
             }
         }
-        remove_unmapped(&slices, &stored).map_err(disk)?;
+        let mut live: HashMap<String, HashSet<u64>> = HashMap::new();
+        for id in stored.keys() {
+            live.entry(id.file()).or_default().insert(id.index);
+        }
+        files::tidy(&objects, &live).map_err(disk)?;
+        let per_file = live.into_iter().map(|(f, s)| (f, s.len())).collect();
         for id in &dropped {
             journal.drop_slice(id).map_err(disk)?;
         }
         Ok(SliceCache {
             store,
-            slices,
+            objects,
             state: Mutex::new(State {
                 policy,
                 stored,
                 inflight: HashMap::new(),
+                per_file,
                 journal,
             }),
             stats: Stats::default(),
@@ -251,8 +261,10 @@ impl SliceCache {
 
     /// The slice's bytes from its file if they match their checksum.
     async fn read_stored(&self, id: &SliceId, stored: Stored) -> Option<Bytes> {
-        let path = self.slices.join(id.file_name());
-        let read = tokio::task::spawn_blocking(move || std::fs::read(path)).await;
+        let path = self.objects.join(id.file());
+        let at = id.index * slice::SLICE_BYTES;
+        let read = tokio::task::spawn_blocking(move || files::read_slice(&path, at, stored.len));
+        let read = read.await;
         let bytes = read.ok()?.ok()?;
         if bytes.len() as u64 == stored.len && *blake3::hash(&bytes).as_bytes() == stored.hash {
             return Some(Bytes::from(bytes));
@@ -271,7 +283,7 @@ impl SliceCache {
     ) -> Result<Bytes, CacheError> {
         let got = self.get(object, bounds.clone()).await;
         let got = match got {
-            Ok(b) => self.store_slice(id, b).await,
+            Ok(b) => self.store_slice(id, object.size, b).await,
             Err(e) => Err(e),
         };
         if got.is_err() {
@@ -312,44 +324,69 @@ impl SliceCache {
         Ok(bytes)
     }
 
-    /// Writes the slice's file, notes it in the map and the policy, and
-    /// removes what the policy evicts for it.
-    async fn store_slice(&self, id: &SliceId, bytes: Bytes) -> Result<Bytes, CacheError> {
+    /// Writes the slice into its object's file, notes it in the map and the
+    /// policy, and gives back the room of what the policy evicts for it.
+    async fn store_slice(
+        &self,
+        id: &SliceId,
+        size: u64,
+        bytes: Bytes,
+    ) -> Result<Bytes, CacheError> {
         let stored = Stored {
             len: bytes.len() as u64,
             hash: *blake3::hash(&bytes).as_bytes(),
         };
-        let path = self.slices.join(id.file_name());
+        let path = self.objects.join(id.file());
+        let at = id.index * slice::SLICE_BYTES;
         let (b, p) = (bytes.clone(), path.clone());
-        let written = tokio::task::spawn_blocking(move || write_renamed(&p, &b)).await;
+        let written = tokio::task::spawn_blocking(move || files::write_slice(&p, size, at, &b));
         let disk = |message: String| CacheError::Disk {
             path: path.clone(),
             message,
         };
         written
+            .await
             .map_err(|e| disk(e.to_string()))?
             .map_err(|e| disk(e.to_string()))?;
-        let evicted = {
+        let (evicted, journaled) = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             let st = &mut *st;
-            st.stored.insert(id.clone(), stored);
+            if st.stored.insert(id.clone(), stored).is_none() {
+                *st.per_file.entry(id.file()).or_default() += 1;
+            }
             let journaled = st.journal.put(id, stored);
-            let evicted = st.policy.insert(id.clone(), stored.len);
-            for gone in &evicted {
-                st.stored.remove(gone);
-                let _ = st.journal.drop_slice(gone);
+            let mut evicted = Vec::new();
+            for gone in st.policy.insert(id.clone(), stored.len) {
+                let Some(s) = st.stored.remove(&gone) else {
+                    continue;
+                };
+                let _ = st.journal.drop_slice(&gone);
+                let last = st.per_file.get_mut(&gone.file()).is_some_and(|n| {
+                    *n -= 1;
+                    *n == 0
+                });
+                if last {
+                    st.per_file.remove(&gone.file());
+                }
+                evicted.push((gone, s.len, last));
             }
             let _ = st.journal.compact_if_large(st.stored.iter());
-            journaled.map_err(|e| disk(e.to_string()))?;
-            evicted
+            (evicted, journaled)
         };
         self.stats
             .evictions
             .fetch_add(evicted.len() as u64, Ordering::Relaxed);
-        for gone in evicted {
-            // Readers with the file open keep their bytes; later ones miss.
-            let _ = std::fs::remove_file(self.slices.join(gone.file_name()));
+        for (gone, len, last) in evicted {
+            // A reader of the slice meanwhile reads a hole, which fails its
+            // checksum: it fetches the slice again.
+            let file = self.objects.join(gone.file());
+            let at = gone.index * slice::SLICE_BYTES;
+            let _ = match last {
+                true => std::fs::remove_file(file),
+                false => files::punch(&file, at..at + len),
+            };
         }
+        journaled.map_err(|e| disk(e.to_string()))?;
         Ok(bytes)
     }
 
@@ -358,6 +395,10 @@ impl SliceCache {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.stored.remove(id).is_some() {
             st.policy.remove(id);
+            if let Some(n) = st.per_file.get_mut(&id.file()) {
+                // The refetch rewrites the slice in place: the file stays.
+                *n = n.saturating_sub(1);
+            }
             let _ = st.journal.drop_slice(id);
         }
         self.flight(&mut st, id)
@@ -369,14 +410,15 @@ impl SliceCache {
         st.policy.used()
     }
 
-    /// Where slice `i` of `object` is kept (whether or not it is there).
-    pub fn slice_path(&self, object: &Object, i: u64) -> PathBuf {
+    /// The file `object`'s slices are kept in, each at its offset (whether
+    /// or not any is there yet).
+    pub fn object_path(&self, object: &Object) -> PathBuf {
         let id = SliceId {
             object: object.key.to_string(),
             etag: object.etag.clone(),
-            index: i,
+            index: 0,
         };
-        self.slices.join(id.file_name())
+        self.objects.join(id.file())
     }
 }
 
@@ -395,33 +437,12 @@ fn origin_error(key: &ObjectPath, etag: &str, e: object_store::Error) -> CacheEr
     }
 }
 
-/// Writes `bytes` to a temporary file beside `path` and renames it there:
-/// a reader never sees half a slice.
-fn write_renamed(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
-}
-
-/// Removes files of `dir` that the map does not name (slices of a run that
-/// stopped before noting them, temporary files).
-fn remove_unmapped(dir: &Path, stored: &HashMap<SliceId, Stored>) -> io::Result<()> {
-    let names: std::collections::HashSet<String> = stored.keys().map(SliceId::file_name).collect();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if !names.contains(name.to_string_lossy().as_ref()) {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use object_store::memory::InMemory;
     use object_store::{ObjectStoreExt, PutPayload};
+    use std::os::unix::fs::MetadataExt;
 
     const S: u64 = slice::SLICE_BYTES;
 
@@ -514,14 +535,18 @@ mod tests {
         let c = SliceCache::open(store, dir.path(), 10 * S).unwrap();
         let o = c.open_object(&ObjectPath::from("a")).await.unwrap();
         c.read(&o, 0..o.size).await.unwrap();
-        let path = c.slice_path(&o, 0);
+        let path = c.object_path(&o);
         let mut on_disk = std::fs::read(&path).unwrap();
         on_disk[1234] ^= 0x01;
         std::fs::write(&path, on_disk).unwrap();
         assert_eq!(&c.read(&o, 0..o.size).await.unwrap()[..], &bytes[..]);
         assert_eq!(gets(&c), 3);
         assert_eq!(c.stats.corrupt.load(Ordering::Relaxed), 1);
-        assert_eq!(std::fs::read(&path).unwrap(), &bytes[..S as usize]);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bytes,
+            "the file is the object"
+        );
     }
 
     #[tokio::test]
@@ -536,12 +561,12 @@ mod tests {
             o
         };
         // A stray file of a run that stopped mid-write goes at start.
-        std::fs::write(dir.path().join("slices/stray.tmp"), b"x").unwrap();
+        std::fs::write(dir.path().join("objects/stray"), b"x").unwrap();
         let c = SliceCache::open(store, dir.path(), 10 * S).unwrap();
         assert_eq!(&c.read(&o, 0..o.size).await.unwrap()[..], &bytes[..]);
         assert_eq!(gets(&c), 0);
         assert_eq!(c.used(), 3 * S);
-        assert!(!dir.path().join("slices/stray.tmp").exists());
+        assert!(!dir.path().join("objects/stray").exists());
     }
 
     #[tokio::test]
@@ -554,18 +579,18 @@ mod tests {
         assert_eq!(&c.read(&o, 0..o.size).await.unwrap()[..], &bytes[..]);
         assert_eq!(c.used(), 3 * S);
         assert_eq!(c.stats.evictions.load(Ordering::Relaxed), 2);
-        let files = std::fs::read_dir(dir.path().join("slices"))
-            .unwrap()
-            .count();
-        assert_eq!(files, 3);
+        // The evicted slices' blocks are given back.
+        let path = c.object_path(&o);
+        let held = || std::fs::metadata(&path).unwrap().blocks() * 512;
+        assert!(held() <= 3 * S + 64 * 1024, "{}", held());
+        assert_eq!(
+            files::read_slice(&path, 0, 4).unwrap(),
+            [0; 4],
+            "slice 0 went first"
+        );
         // A smaller capacity at a restart evicts down to it.
         let c = SliceCache::open(store, dir.path(), S).unwrap();
         assert_eq!(c.used(), S);
-        assert_eq!(
-            std::fs::read_dir(dir.path().join("slices"))
-                .unwrap()
-                .count(),
-            1
-        );
+        assert!(held() <= S + 64 * 1024, "{}", held());
     }
 }

@@ -15,10 +15,13 @@
 //! and readers waiting for it are woken when it lands; a slice is checked
 //! against its BLAKE3 on every read from disk and fetched again if it fails;
 //! the slices kept never exceed the capacity (evicted by S4LRU,
-//! [`policy`]); what is cached survives a restart ([`map`]). The origin is
+//! [`policy`]); what is cached survives a restart ([`map`]). An object's
+//! slices are kept in one sparse file as long as the object, each at its
+//! offset ([`files`]), so what is cached can be mapped like a local file. The origin is
 //! only ever read by the cache; no media is parsed here.
 
 pub mod cache;
+pub mod files;
 pub mod map;
 pub mod origin;
 pub mod policy;

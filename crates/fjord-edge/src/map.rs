@@ -27,15 +27,15 @@ pub struct SliceId {
 }
 
 impl SliceId {
-    /// The slice's file name under the cache directory: object and ETag
-    /// hashed (keys may hold any character), then the slice number.
-    pub fn file_name(&self) -> String {
+    /// The name of the file the object's version is kept in (one sparse
+    /// file, each slice at its offset): object and ETag hashed, since keys
+    /// may hold any character.
+    pub fn file(&self) -> String {
         let mut h = blake3::Hasher::new();
         h.update(self.object.as_bytes());
         h.update(&[0]);
         h.update(self.etag.as_bytes());
-        let hex = h.finalize().to_hex();
-        format!("{}-{}", &hex[..32], self.index)
+        h.finalize().to_hex()[..32].to_owned()
     }
 }
 
@@ -233,11 +233,11 @@ mod tests {
     }
 
     #[test]
-    fn file_names_differ_by_etag_and_slice() {
+    fn files_differ_by_etag_not_by_slice() {
         let mut other = id(0);
         other.etag = "\"abd\"".into();
-        assert_ne!(id(0).file_name(), other.file_name());
-        assert_ne!(id(0).file_name(), id(1).file_name());
-        assert!(id(7).file_name().ends_with("-7"));
+        assert_ne!(id(0).file(), other.file());
+        assert_eq!(id(0).file(), id(1).file());
+        assert_eq!(id(7).file().len(), 32);
     }
 }

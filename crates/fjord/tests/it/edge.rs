@@ -240,9 +240,9 @@ async fn a_flipped_byte_in_a_cached_slice_is_fetched_again_and_a_restart_fetches
     let object = cache.open_object(&origin.url.key("a.ts")).await.unwrap();
     cache.read(&object, 0..object.size).await.unwrap();
     assert_eq!(s3.requests("GetObject").len(), 3);
-    let path = cache.slice_path(&object, 1);
+    let path = cache.object_path(&object);
     let mut stored = std::fs::read(&path).unwrap();
-    stored[777] ^= 0x20;
+    stored[SLICE_BYTES as usize + 777] ^= 0x20;
     std::fs::write(&path, stored).unwrap();
     let got = cache.read(&object, 0..object.size).await.unwrap();
     assert_eq!(blake3::hash(&got), blake3::hash(&bytes));
@@ -252,6 +252,12 @@ async fn a_flipped_byte_in_a_cached_slice_is_fetched_again_and_a_restart_fetches
         "only the flipped slice again"
     );
     assert_eq!(cache.stats.corrupt.load(Ordering::Relaxed), 1);
+    let file = std::fs::read(&path).unwrap();
+    assert_eq!(
+        blake3::hash(&file),
+        blake3::hash(&bytes),
+        "the cached file is the object"
+    );
     drop(cache);
     let cache = SliceCache::open(origin.store.clone(), dir.path(), 64 * SLICE_BYTES).unwrap();
     let got = cache.read(&object, 0..object.size).await.unwrap();
