@@ -46,11 +46,16 @@ pub enum CacheError {
         range: Range<u64>,
         size: u64,
     },
+    #[error("{key}: {len} bytes asked at once; at most {MAX_READ} are read into memory")]
+    TooLarge { key: String, len: u64 },
     #[error("{key}: origin: {message}")]
     Origin { key: String, message: String },
     #[error("cache directory {path}: {message}")]
     Disk { path: PathBuf, message: String },
 }
+
+/// The most [`SliceCache::read`] gathers into memory in one call.
+pub const MAX_READ: u64 = 64 << 20;
 
 /// One version of an object at the origin, as opened: the slices read
 /// through it are of this version only.
@@ -179,13 +184,19 @@ impl SliceCache {
         })
     }
 
-    /// Bytes `range` of `object`, from its slices.
+    /// Bytes `range` of `object` (at most [`MAX_READ`]), from its slices.
     pub async fn read(&self, object: &Object, range: Range<u64>) -> Result<Bytes, CacheError> {
         if range.start > range.end || range.end > object.size {
             return Err(CacheError::OutOfRange {
                 key: object.key.to_string(),
                 range,
                 size: object.size,
+            });
+        }
+        if range.end - range.start > MAX_READ {
+            return Err(CacheError::TooLarge {
+                key: object.key.to_string(),
+                len: range.end - range.start,
             });
         }
         let mut out = BytesMut::with_capacity((range.end - range.start) as usize);
@@ -483,6 +494,12 @@ mod tests {
         assert_eq!(c.stats.hit_bytes.load(Ordering::Relaxed), o.size);
         let past = c.read(&o, 0..o.size + 1).await.unwrap_err();
         assert!(matches!(past, CacheError::OutOfRange { .. }), "{past}");
+        let huge = Object {
+            size: 2 * MAX_READ,
+            ..o.clone()
+        };
+        let e = c.read(&huge, 0..MAX_READ + 1).await.unwrap_err();
+        assert!(matches!(e, CacheError::TooLarge { .. }), "{e}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -138,10 +138,13 @@ async fn upload(origin: &Origin, objects: &[(PathBuf, String)], total: u64) -> a
                 path.display()
             ),
             Outcome::Uploaded { parts } => format!(
-                "{}: {:.1} MB to {whither} in {parts} request{}, verified",
+                "{}: {:.1} MB to {whither} in {}, verified",
                 path.display(),
                 p.size as f64 / 1e6,
-                if parts == 1 { "" } else { "s" },
+                match parts {
+                    1 => "one PUT".to_owned(),
+                    n => format!("{n} parts"),
+                },
             ),
         };
         // Above the bar while it is drawn; stdout either way.

@@ -68,7 +68,7 @@ fn publish_uploads_a_title_and_its_sidecars_and_resumes() {
         let remote = std::fs::read(stored.join(name)).unwrap();
         assert_eq!(blake3::hash(&remote), blake3::hash(&local), "{name}");
         assert!(
-            stdout.contains(&format!("to s3://films/lib/{name} in 1 request")),
+            stdout.contains(&format!("to s3://films/lib/{name} in one PUT")),
             "{stdout}"
         );
     }
