@@ -26,7 +26,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use tokio::sync::OnceCell;
 
 use crate::files;
-use crate::map::{Journal, SliceId, Stored};
+use crate::map::{Journal, SliceId, Stored, Version, Versions};
 use crate::policy::SegmentedLru;
 use crate::slice;
 
@@ -85,6 +85,9 @@ pub struct Stats {
     pub evictions: AtomicU64,
     /// Slices whose bytes on disk failed their checksum.
     pub corrupt: AtomicU64,
+    /// Objects opened at their last known version because the origin did
+    /// not answer.
+    pub stale_opens: AtomicU64,
 }
 
 type Flight = Arc<OnceCell<Result<Bytes, CacheError>>>;
@@ -96,6 +99,7 @@ struct State {
     /// Slices stored per object file: a file with none is removed.
     per_file: HashMap<String, usize>,
     journal: Journal,
+    versions: Versions,
 }
 
 /// Objects of one origin, cached in slices under one directory.
@@ -162,25 +166,56 @@ impl SliceCache {
                 inflight: HashMap::new(),
                 per_file,
                 journal,
+                versions: Versions::open(dir),
             }),
             stats: Stats::default(),
         })
     }
 
-    /// The object's current version at the origin (a HEAD request).
+    /// The object's current version at the origin (a HEAD request). If
+    /// the origin does not answer (down, failing; not a 404), the version
+    /// it was last opened at, whose cached slices then still read.
     pub async fn open_object(&self, key: &ObjectPath) -> Result<Object, CacheError> {
         self.stats.origin_heads.fetch_add(1, Ordering::Relaxed);
-        let meta = self.store.head(key).await.map_err(|e| {
+        let head = self.store.head(key).await.map_err(|e| {
             self.stats.origin_errors.fetch_add(1, Ordering::Relaxed);
             origin_error(key, "", e)
-        })?;
+        });
+        let meta = match head {
+            Ok(meta) => meta,
+            Err(e @ CacheError::Origin { .. }) => return self.last_known(key).ok_or(e),
+            Err(e) => return Err(e),
+        };
         let etag = meta.e_tag.ok_or_else(|| CacheError::NoEtag {
             key: key.to_string(),
         })?;
+        let version = Version {
+            etag: etag.clone(),
+            size: meta.size,
+        };
+        let noted = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.versions.note(key.as_ref(), version)
+        };
+        if let Err(e) = noted {
+            tracing::warn!(object = %key, "cache versions not saved: {e}");
+        }
         Ok(Object {
             key: key.clone(),
             etag,
             size: meta.size,
+        })
+    }
+
+    fn last_known(&self, key: &ObjectPath) -> Option<Object> {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let v = st.versions.get(key.as_ref())?;
+        self.stats.stale_opens.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(object = %key, etag = %v.etag, "origin not answering: opened at the last version seen");
+        Some(Object {
+            key: key.clone(),
+            etag: v.etag.clone(),
+            size: v.size,
         })
     }
 

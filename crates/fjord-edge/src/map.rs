@@ -9,6 +9,10 @@
 //! is rewritten from the live map at start and when it grows to several
 //! times the map. Nothing is fsynced: a slice lost or garbled by a crash
 //! fails its checksum on read and is fetched again.
+//!
+//! Beside it, `versions.json`: the version (ETag and size) each object was
+//! last opened at, so an edge whose origin is down opens what it has
+//! cached at the version it has it at ([`Versions`]).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -36,6 +40,49 @@ impl SliceId {
         h.update(&[0]);
         h.update(self.etag.as_bytes());
         h.finalize().to_hex()[..32].to_owned()
+    }
+}
+
+/// A version of an object: its ETag and size at the origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    pub etag: String,
+    pub size: u64,
+}
+
+/// The version each object was last opened at, kept in `versions.json`
+/// (rewritten whole, to a temporary file renamed over it, when a version
+/// changes: once per object and version, not per read).
+pub struct Versions {
+    path: PathBuf,
+    known: HashMap<String, Version>,
+}
+
+impl Versions {
+    /// What `dir/versions.json` holds; nothing if it is missing or unreadable
+    /// (it only serves an origin that is down).
+    pub fn open(dir: &Path) -> Versions {
+        let path = dir.join("versions.json");
+        let known = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        Versions { path, known }
+    }
+
+    pub fn get(&self, object: &str) -> Option<&Version> {
+        self.known.get(object)
+    }
+
+    /// Notes `object` at `version`; writes the file if that is new.
+    pub fn note(&mut self, object: &str, version: Version) -> io::Result<()> {
+        if self.known.get(object) == Some(&version) {
+            return Ok(());
+        }
+        self.known.insert(object.to_owned(), version);
+        let tmp = self.path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&self.known)?)?;
+        std::fs::rename(&tmp, &self.path)
     }
 }
 
@@ -230,6 +277,23 @@ mod tests {
         assert_eq!(j.records, 3);
         let (_, back) = Journal::open(dir.path()).unwrap();
         assert_eq!(back.len(), 3);
+    }
+
+    #[test]
+    fn versions_persist() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = |e: &str| Version {
+            etag: e.into(),
+            size: 5,
+        };
+        let mut vs = Versions::open(dir.path());
+        assert!(vs.get("a").is_none());
+        vs.note("a", v("1")).unwrap();
+        vs.note("a", v("2")).unwrap();
+        vs.note("b", v("1")).unwrap();
+        let back = Versions::open(dir.path());
+        assert_eq!(back.get("a"), Some(&v("2")));
+        assert_eq!(back.get("b"), Some(&v("1")));
     }
 
     #[test]

@@ -268,3 +268,35 @@ async fn a_flipped_byte_in_a_cached_slice_is_fetched_again_and_a_restart_fetches
         "nothing fetched after a restart"
     );
 }
+
+#[tokio::test]
+async fn with_the_origin_down_what_is_cached_still_reads_and_the_rest_fails_in_time() {
+    let s3 = S3Server::start("films");
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = pattern(SLICE_BYTES + 10, 5);
+    let (origin, cache) = cached_origin(&s3, "a.ts", &bytes, dir.path()).await;
+    let other = origin.url.key("b.ts");
+    (origin.store)
+        .put(&other, PutPayload::from(bytes.clone()))
+        .await
+        .unwrap();
+    let object = cache.open_object(&origin.url.key("a.ts")).await.unwrap();
+    cache.read(&object, 0..object.size).await.unwrap();
+    drop(cache);
+    drop(s3);
+    // A restarted edge, its origin gone.
+    let cache = SliceCache::open(origin.store.clone(), dir.path(), 64 * SLICE_BYTES).unwrap();
+    let started = std::time::Instant::now();
+    let again = cache.open_object(&origin.url.key("a.ts")).await.unwrap();
+    assert_eq!(again, object);
+    let got = cache.read(&again, 0..again.size).await.unwrap();
+    assert_eq!(blake3::hash(&got), blake3::hash(&bytes));
+    assert_eq!(cache.stats.stale_opens.load(Ordering::Relaxed), 1);
+    let e = cache.open_object(&other).await.unwrap_err();
+    assert!(matches!(e, CacheError::Origin { .. }), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
