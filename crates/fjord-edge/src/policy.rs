@@ -222,6 +222,43 @@ mod tests {
         assert_eq!(c.insert(99, 17), vec![99], "larger than the cache");
     }
 
+    proptest::proptest! {
+        /// Whatever is asked in whatever order: the bytes held never pass
+        /// the capacity, each upper queue stays within its share, and what
+        /// the policy says it holds is exactly what was inserted and not
+        /// evicted or removed.
+        #[test]
+        fn invariants_hold(
+            queues in 1usize..5,
+            capacity in 0u64..64,
+            ops in proptest::collection::vec((0u8..3, 0u16..40, 1u64..12), 0..300),
+        ) {
+            let mut c = SegmentedLru::with_queues(capacity, queues);
+            let mut held = std::collections::HashSet::new();
+            for (op, key, size) in ops {
+                match op {
+                    0 => {
+                        proptest::prop_assert_eq!(c.hit(&key), held.contains(&key));
+                    }
+                    1 => {
+                        held.insert(key);
+                        for gone in c.insert(key, size) {
+                            proptest::prop_assert!(held.remove(&gone));
+                        }
+                    }
+                    _ => {
+                        proptest::prop_assert_eq!(c.remove(&key), held.remove(&key));
+                    }
+                }
+                proptest::prop_assert!(c.used() <= capacity);
+                proptest::prop_assert_eq!(c.len(), held.len());
+                for q in 1..queues {
+                    proptest::prop_assert!(c.used[q] <= c.share(q));
+                }
+            }
+        }
+    }
+
     /// Requests for `n` items of one size, Zipf(`s`) popularity.
     fn zipf_trace(n: usize, s: f64, len: usize, seed: u64) -> Vec<usize> {
         let weights: Vec<f64> = (1..=n).map(|r| 1.0 / (r as f64).powf(s)).collect();
