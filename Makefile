@@ -14,14 +14,15 @@ APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav \
 	fuse3 python3-fusepy chromium python3-gi gir1.2-gstreamer-1.0 prometheus python3-pip
 
-.PHONY: test deps run build peers live555
+.PHONY: test deps run build peers live555 versitygw
 
 # Installs ffmpeg, GStreamer (rtspsrc, rtpmp2tdepay, Python bindings),
 # FUSE with python3-fusepy (the disk-error tests' faulty filesystem) and
 # chromium and Prometheus' promtool (the metrics test) only when missing; live555's openRTSP (trick play) from
 # Debian sid's packages when missing; then the browser test's npm packages (hls.js,
 # dash.js, playwright-core; tests/browser/package-lock.json) and httplint
-# (PyPI, tests/httplint/requirements.txt) into tests/httplint/site.
+# (PyPI, tests/httplint/requirements.txt) into tests/httplint/site; and
+# versitygw, the S3 server the edge tests use as the origin.
 deps:
 	@if ! command -v ffmpeg >/dev/null || ! command -v gst-launch-1.0 >/dev/null \
 	    || ! command -v fusermount3 >/dev/null || ! command -v chromium >/dev/null \
@@ -35,6 +36,7 @@ deps:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PACKAGES); \
 	fi
 	@$(MAKE) --no-print-directory live555
+	@$(MAKE) --no-print-directory versitygw
 	@cmp -s tests/httplint/requirements.txt tests/httplint/site/.installed 2>/dev/null \
 	  || { rm -rf tests/httplint/site && \
 	       python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target tests/httplint/site \
@@ -118,6 +120,22 @@ peers:
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(PEER_PACKAGES)
 	@$(MAKE) --no-print-directory live555
+
+# versitygw, a real S3 server (POSIX-backed) for the edge tests' origin,
+# when missing: `go install` from the Go module proxy into $(go env
+# GOPATH)/bin, where the tests look (tests/it/common/s3.rs). It builds in
+# one to four minutes on two cores; Go from Debian when there is none.
+VERSITYGW := github.com/versity/versitygw/cmd/versitygw@v1.8.0
+versitygw: export PATH := $(PATH):/usr/local/go/bin
+versitygw:
+	@if ! command -v versitygw >/dev/null && ! [ -x "$${GOPATH:-$$HOME/go}/bin/versitygw" ]; then \
+	  if ! command -v go >/dev/null; then \
+	    $(SUDO) apt-get update && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends golang-go; \
+	  fi; \
+	  echo "installing versitygw (the edge tests' S3 server): go install $(VERSITYGW)"; \
+	  go install $(VERSITYGW); \
+	fi
 
 # live555MediaServer and openRTSP (livemedia-utils), when missing.
 live555:

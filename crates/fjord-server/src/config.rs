@@ -172,6 +172,11 @@ pub struct Config {
     /// A file the server rewrites every second with its counters (JSON:
     /// per engine thread and of the storage layer); empty: none.
     pub stats_file: PathBuf,
+    /// The S3-compatible store that holds the library (`fjord publish`
+    /// writes to it): its address; empty: AWS S3 itself.
+    pub origin_endpoint: String,
+    /// The origin's region; empty: `AWS_REGION`, else `us-east-1`.
+    pub origin_region: String,
 }
 
 impl Default for Config {
@@ -233,6 +238,8 @@ impl Default for Config {
             disk_mbps: 0,
             roots: Vec::new(),
             stats_file: PathBuf::new(),
+            origin_endpoint: String::new(),
+            origin_region: String::new(),
         }
     }
 }
@@ -486,6 +493,8 @@ impl Config {
             storage_threads,
             disk_mbps,
             stats_file,
+            origin_endpoint,
+            origin_region,
             max_loaded_titles,
             broadcasts
         );

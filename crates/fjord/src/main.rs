@@ -11,6 +11,7 @@ use std::{
 mod load;
 mod play;
 mod play_broadcast;
+mod publish;
 
 use clap::{Parser, Subcommand};
 use fjord_media::{ingest, ts::TsOptions};
@@ -63,6 +64,7 @@ enum Cmd {
         #[arg(long, default_value = "on", value_name = "on|off", value_parser = on_off, action = clap::ArgAction::Set)]
         prefab: bool,
     },
+    Publish(publish::PublishArgs),
     /// Check a media file against the parity written at ingest; names damaged
     /// blocks and byte ranges. Exit 0 intact, 1 damaged, 2 cannot check.
     Verify {
@@ -187,7 +189,11 @@ fn main() -> ExitCode {
     // file truncated underneath: see fjord_media::guard.
     if matches!(
         cli.command,
-        Cmd::Serve { .. } | Cmd::Ingest { .. } | Cmd::Verify { .. } | Cmd::Repair { .. }
+        Cmd::Serve { .. }
+            | Cmd::Ingest { .. }
+            | Cmd::Publish(_)
+            | Cmd::Verify { .. }
+            | Cmd::Repair { .. }
     ) {
         fjord_media::guard::install();
     }
@@ -197,7 +203,7 @@ fn main() -> ExitCode {
     // a server ingesting titles itself paces them by its own scheduler.)
     if matches!(
         cli.command,
-        Cmd::Ingest { .. } | Cmd::Verify { .. } | Cmd::Repair { .. }
+        Cmd::Ingest { .. } | Cmd::Publish(_) | Cmd::Verify { .. } | Cmd::Repair { .. }
     ) {
         fjord_storage::ioprio::bulk();
     }
@@ -209,6 +215,7 @@ fn main() -> ExitCode {
             fec,
             prefab,
         } => ingest_all(&paths, ts_per_rtp, fec, prefab),
+        Cmd::Publish(args) => publish::run(args),
         Cmd::Verify { path, parity } => return storage(&path, parity, false),
         Cmd::Repair { path, parity } => return storage(&path, parity, true),
         Cmd::Bench { args } => bench(args),

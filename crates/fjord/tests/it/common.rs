@@ -1,13 +1,14 @@
 //! Shared pieces of the integration tests: test media (made by ffmpeg once
 //! per target dir), a running `fjord serve` per test, bounded child
-//! processes, requests by hand and by curl, and checks on received bytes
-//! against the source file.
+//! processes, requests by hand and by curl, checks on received bytes
+//! against the source file, and a real S3 server for the edge.
 
 mod checks;
 mod http;
 mod media;
 mod net;
 mod process;
+pub mod s3;
 mod server;
 
 pub use checks::{TS, assert_contiguous, find_aligned, starts_at_random_access};
@@ -17,4 +18,5 @@ pub use net::{
     free_port, in_private_network, raw_exchange, read_until_close, status_of, transport_param,
 };
 pub use process::{Output, run_bounded, run_bounded_with};
+pub use s3::S3Server;
 pub use server::{ALICE, Server, certificate};

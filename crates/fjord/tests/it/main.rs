@@ -14,6 +14,7 @@ mod client;
 mod common;
 mod containers;
 mod disk_errors;
+mod edge;
 mod errors;
 mod fec;
 mod files;
