@@ -20,6 +20,8 @@
 //! offset ([`files`]), so what is cached can be mapped like a local file. The origin is
 //! only ever read by the cache; no media is parsed here.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod cache;
 pub mod files;
 pub mod map;

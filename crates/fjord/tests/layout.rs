@@ -13,6 +13,9 @@
 //!    `bar`. Comments, strings and `#[cfg(test)] mod` blocks are not code
 //!    here.
 //!
+//! 3. Every crate's root (`lib.rs`, else `main.rs`) forbids `unsafe`, or
+//!    denies an `unsafe` block without a `SAFETY:` comment.
+//!
 //! Pure Rust over the source tree: no dependency, no build of the crates
 //! it reads. By hand because `cargo modules dependencies --acyclic` does
 //! the second rule but builds rust-analyzer (many minutes on CI's two
@@ -84,6 +87,29 @@ fn top_level_modules_import_without_circles() {
         report.is_empty(),
         "top-level modules import each other in a circle (make one side not \
          need the other: move the shared part down, or pass it in):\n{report}"
+    );
+}
+
+#[test]
+fn every_crate_forbids_unsafe_or_documents_each_unsafe_block() {
+    let rules = [
+        "#![forbid(unsafe_code)]",
+        "#![deny(clippy::undocumented_unsafe_blocks)]",
+    ];
+    let missing: Vec<String> = crate_dirs(&workspace())
+        .into_iter()
+        .filter(|dir| {
+            let root = ["src/lib.rs", "src/main.rs"]
+                .iter()
+                .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+                .unwrap_or_default();
+            !rules.iter().any(|r| root.contains(r))
+        })
+        .map(|dir| dir.display().to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "crates whose root says neither {rules:?}: {missing:?}"
     );
 }
 
