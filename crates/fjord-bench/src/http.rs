@@ -703,7 +703,7 @@ pub fn markdown(cfg: &HttpConfig, command: &str, report: &HttpReport) -> String 
     if let Some(c) = cfg.tls {
         let _ = write!(
             md,
-            "\nOver HTTPS: the clients (rustls) offer TLS 1.3 with {} alone, resuming \
+            "\nOver HTTPS: the clients (rustls) offer {} alone, resuming \
              sessions; fjord (rustls) and nginx (OpenSSL, `ssl_session_cache`) serve one \
              certificate (`fjord cert`, ECDSA P-256); no kTLS. The blocking server has no TLS.\n",
             c.name()
@@ -783,8 +783,12 @@ pub fn markdown(cfg: &HttpConfig, command: &str, report: &HttpReport) -> String 
     let _ = writeln!(
         md,
         "\nfjord's `hls-fmp4` segments: {made} bytes generated (init segment, `moof` + `mdat` \
-         heads) of {all} ({:.3} %); the samples, the rest, by `sendfile` from the MP4.",
-        made as f64 * 100.0 / all.max(1) as f64
+         heads) of {all} ({:.3} %); the samples, the rest, {} from the MP4.",
+        made as f64 * 100.0 / all.max(1) as f64,
+        match cfg.tls {
+            Some(_) => "read and sealed",
+            None => "by `sendfile`",
+        }
     );
     md
 }

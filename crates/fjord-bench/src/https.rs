@@ -1,8 +1,8 @@
 //! HTTPS for `fjord bench http --tls`: one certificate (`fjord cert`) for
-//! every server, and clients (rustls) that offer one cipher suite, so each
-//! server encrypts with the same cipher. The clients resume sessions and
-//! do not check the certificate: what is measured is the servers'
-//! encryption, not trust.
+//! every server, and clients (rustls) that offer one cipher suite (and its
+//! TLS version), so each server encrypts with the same cipher. The clients
+//! resume sessions and do not check the certificate: what is measured is
+//! the servers' encryption, not trust.
 
 use std::{
     io::{Read, Write},
@@ -28,6 +28,8 @@ pub enum Cipher {
     Aes128Gcm,
     /// TLS 1.3 TLS_CHACHA20_POLY1305_SHA256
     Chacha20,
+    /// TLS 1.2 ECDHE-ECDSA-AES256-GCM-SHA384
+    Tls12Aes256Gcm,
 }
 
 impl Cipher {
@@ -36,6 +38,14 @@ impl Cipher {
             Cipher::Aes256Gcm => ring::cipher_suite::TLS13_AES_256_GCM_SHA384,
             Cipher::Aes128Gcm => ring::cipher_suite::TLS13_AES_128_GCM_SHA256,
             Cipher::Chacha20 => ring::cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+            Cipher::Tls12Aes256Gcm => ring::cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        }
+    }
+
+    fn version(self) -> &'static rustls::SupportedProtocolVersion {
+        match self {
+            Cipher::Tls12Aes256Gcm => &rustls::version::TLS12,
+            _ => &rustls::version::TLS13,
         }
     }
 
@@ -69,14 +79,14 @@ pub fn certificate(fjord: &Path, dir: &Path, root: &Path) -> anyhow::Result<Cert
     })
 }
 
-/// The clients' TLS settings: `cipher` alone, TLS 1.3, sessions resumed.
+/// The clients' TLS settings: `cipher` alone, sessions resumed.
 pub fn client_config(cipher: Cipher) -> anyhow::Result<Arc<rustls::ClientConfig>> {
     let provider = Arc::new(CryptoProvider {
         cipher_suites: vec![cipher.suite()],
         ..ring::default_provider()
     });
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_protocol_versions(&[cipher.version()])?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
         .with_no_client_auth();

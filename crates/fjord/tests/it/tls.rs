@@ -236,3 +236,77 @@ fn clients_stalling_mid_record_or_forging_a_record_are_dropped_others_unharmed()
     );
     server.assert_healthy();
 }
+
+/// HLS and DASH over HTTPS: every fragmented-MP4 segment of an MP4 title,
+/// and every byte-range segment of a TS title, is over TLS what it is
+/// over plain HTTP on the same port (whose segments `http.rs` checks
+/// against the file); ffprobe reads both playlists over HTTPS.
+#[test]
+fn hls_and_dash_segments_over_https_are_those_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, port) = Server::start_http(&https_only(dir.path()));
+    crate::http::remux(&server, &["-c", "copy", "-f", "mp4"], "clip.mp4");
+    let get = |scheme: &str, path: &str, range: Option<&str>| {
+        let url = format!("{scheme}://127.0.0.1:{port}/{path}");
+        let mut args = Vec::new();
+        if let Some(r) = range {
+            args.extend(["-r", r]);
+        }
+        args.push(&url);
+        let (code, body) = curl(&args);
+        assert!(code == 200 || code == 206, "{url}: {code}");
+        body
+    };
+    let playlist = String::from_utf8(get("http", "clip.mp4/media.m3u8", None)).unwrap();
+    let segments: Vec<&str> = std::iter::once("init.mp4")
+        .chain(playlist.lines().filter(|l| l.ends_with(".m4s")))
+        .collect();
+    assert!(segments.len() >= 3, "{playlist}");
+    for seg in segments {
+        let path = format!("clip.mp4/{seg}");
+        let plain = get("http", &path, None);
+        assert_eq!(
+            md5_hex(&get("https", &path, None)),
+            md5_hex(&plain),
+            "{seg}"
+        );
+    }
+    let playlist = String::from_utf8(get("http", "clip.ts/media.m3u8", None)).unwrap();
+    let ranges: Vec<String> = playlist
+        .lines()
+        .filter_map(|l| l.strip_prefix("#EXT-X-BYTERANGE:"))
+        .filter_map(|r| {
+            let (len, at) = r.split_once('@')?;
+            let (len, at): (u64, u64) = (len.parse().ok()?, at.parse().ok()?);
+            Some(format!("{at}-{}", at + len - 1))
+        })
+        .collect();
+    assert!(ranges.len() >= 2, "{playlist}");
+    for r in &ranges {
+        let (from, to) = r.split_once('-').unwrap();
+        let want = &clip_bytes()[from.parse::<usize>().unwrap()..=to.parse::<usize>().unwrap()];
+        assert_eq!(
+            md5_hex(&get("https", "clip.ts", Some(r))),
+            md5_hex(want),
+            "{r}"
+        );
+    }
+    for manifest in [
+        "clip.mp4/index.m3u8",
+        "clip.mp4/manifest.mpd",
+        "clip.ts/index.m3u8",
+    ] {
+        let mut probe = Command::new("ffprobe");
+        probe
+            .args(["-v", "error", "-show_entries", "stream=codec_name"])
+            .args(["-of", "default=nw=1"])
+            .arg(format!("https://127.0.0.1:{port}/{manifest}"));
+        let out = run_bounded(probe, Duration::from_secs(30));
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            said.contains("codec_name=h264") && said.contains("codec_name=aac"),
+            "{manifest} over HTTPS: {said} {}",
+            out.stderr
+        );
+    }
+}
