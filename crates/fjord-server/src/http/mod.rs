@@ -5,8 +5,9 @@
 //! MP4 titles (`NAME/manifest.mpd`, [`dash`]); [`routes`] names what a
 //! path asks for. Each request is planned without I/O
 //! ([`fjord_proto::http`]); file bytes go by `sendfile` from the file,
-//! never through user space, and only playlists and segment heads are
-//! made here. Every response allows the configured origin (CORS) and says
+//! never through user space, or over HTTPS are sealed from the page cache
+//! in the connection's task ([`wire`]: the same requests and answers over
+//! either stream); only playlists and segment heads are made here. Every response allows the configured origin (CORS) and says
 //! how long caches may keep it (`[http_cache_control]`). Only titles are
 //! served, by their canonical path: a file the catalog does not open as
 //! media gets the same 404 as a missing one.
@@ -22,6 +23,7 @@ mod hls;
 mod packed;
 mod routes;
 mod send;
+mod wire;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -37,6 +39,7 @@ use crate::{
 };
 use fjord_proto::http::{self as plan, Parsed, Response};
 use routes::Route;
+use wire::Wire;
 
 /// Accepts download connections until the server stops; `slots` bounds
 /// them together with the RTSP connections, in all and per address.
@@ -85,51 +88,62 @@ enum End {
 async fn connection(
     server: Arc<Server>,
     fragments: Arc<fmp4::Cache>,
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     _slot: Slot,
 ) {
-    let tls = match tls_hello(&server, &stream).await {
+    let _ = stream.set_nodelay(true);
+    match tls_hello(&server, &stream).await {
         Some(true) => {
             let Some(t) = &server.tls else { return };
-            match t.accept(stream, peer, &server.config()).await {
-                Ok((bridge, _)) => stream = bridge,
-                Err(e) => return tracing::debug!(%peer, "TLS handshake failed: {e}"),
+            match t.handshake(stream, &server.config()).await {
+                Ok(tls) => serve(&server, &fragments, wire::TlsWire::new(tls), (peer, true)).await,
+                Err(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
             }
-            true
         }
-        Some(false) => false,
-        None => return,
-    };
-    let _ = stream.set_nodelay(true);
+        Some(false) => serve(&server, &fragments, stream, (peer, false)).await,
+        None => {}
+    }
+}
+
+/// Answers the requests of a connection, plain or TLS (`tls`), until it
+/// ends; a TLS connection is closed with its close_notify.
+async fn serve<S: Wire>(
+    server: &Arc<Server>,
+    fragments: &Arc<fmp4::Cache>,
+    mut stream: S,
+    (peer, tls): (SocketAddr, bool),
+) {
     let mut buf = Vec::with_capacity(1024);
     loop {
-        let req = match next_request(&server, &mut stream, &mut buf).await {
+        let req = match next_request(server, &mut stream, &mut buf).await {
             Ok(req) => req,
-            Err(End::Quiet) => return,
+            Err(End::Quiet) => break,
             Err(End::Refused(r)) => {
                 let _ = stream
                     .write_all(&r.head(std::time::SystemTime::now()))
                     .await;
-                return;
+                break;
             }
         };
-        match answer(&server, &fragments, &mut stream, (peer, tls), req).await {
+        match answer(server, fragments, &mut stream, (peer, tls), req).await {
             Ok(true) => {}
-            Ok(false) => return,
+            Ok(false) => break,
             Err(e) => {
                 tracing::debug!(%peer, "HTTP download ended: {e}");
                 return;
             }
         }
     }
+    let stall = Duration::from_secs(server.config().stall_timeout_s);
+    let _ = tokio::time::timeout(stall, stream.shutdown()).await;
 }
 
 /// Reads the next request head into `buf` (bytes after it stay there:
 /// pipelined requests), within the connection's timeouts and size limit.
-async fn next_request(
+async fn next_request<S: Wire>(
     server: &Server,
-    stream: &mut TcpStream,
+    stream: &mut S,
     buf: &mut Vec<u8>,
 ) -> Result<plan::Request, End> {
     let cfg = server.config();
@@ -175,10 +189,10 @@ async fn next_request(
 }
 
 /// Answers one request; whether the connection stays open.
-async fn answer(
+async fn answer<S: Wire>(
     server: &Arc<Server>,
     fragments: &Arc<fmp4::Cache>,
-    stream: &mut TcpStream,
+    stream: &mut S,
     (peer, tls): (SocketAddr, bool),
     req: plan::Request,
 ) -> std::io::Result<bool> {
@@ -217,9 +231,9 @@ async fn answer(
 
 /// Sends `response` (and `body`, the file bytes it names) as the answer to
 /// `req`, logged; whether the connection stays open.
-async fn reply(
+async fn reply<S: Wire>(
     server: &Server,
-    stream: &mut TcpStream,
+    stream: &mut S,
     peer: SocketAddr,
     req: &plan::Request,
     response: Response,
@@ -234,13 +248,20 @@ async fn reply(
     stream
         .write_all(&response.head(std::time::SystemTime::now()))
         .await?;
+    let stall = Duration::from_secs(server.config().stall_timeout_s);
     if let (Some(body), Some(range)) = (body, response.body.clone()) {
         let pace = send::Pace {
             storage: server.storage.clone(),
-            stall: Duration::from_secs(server.config().stall_timeout_s),
+            stall,
         };
         body.send(stream, range, &pace).await?;
     }
+    // TLS holds what the socket has not taken yet (plain TCP: nothing).
+    tokio::time::timeout(stall, stream.flush())
+        .await
+        .map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::TimedOut, "the client took no data")
+        })??;
     Ok(!response.close)
 }
 
