@@ -369,3 +369,48 @@ fn scale_4_on_a_vp9_title_sends_its_key_frames() {
     // From the key frame before 1.5 s (1 s) to the end: 1, 2, 3 s.
     assert_eq!(at, [25, 50, 75], "key frames");
 }
+
+/// Parity works on the new titles as on the others: a VP9+Opus WebM title
+/// ingested with `--fec 12:8` offers repair streams for both tracks, and
+/// `fjord load --fec` that drops a tenth of the packets gets every one
+/// back from them, over UDP and TCP.
+#[test]
+fn a_protected_webm_title_repairs_every_dropped_packet() {
+    let source = media(&VP9_WEBM);
+    let mut server = Server::start_with("", |root| {
+        crate::common::ingest(root, &["--fec", "12:8"], &[(&source, VP9_WEBM.file)]);
+    });
+    let mut c = RtspClient::connect(&server.url(VP9_WEBM.file)).unwrap();
+    let sdp = c.describe_fec().unwrap().sdp;
+    assert!(
+        sdp.contains("a=control:track1-fec") && sdp.contains("a=control:track2-fec"),
+        "{sdp}"
+    );
+    std::thread::scope(|s| {
+        for transport in [&[][..], &["--tcp"][..]] {
+            let server = &server;
+            s.spawn(move || {
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+                cmd.arg("load")
+                    .arg(server.url(VP9_WEBM.file))
+                    .args(["--fec", "--json", "--drop", "0.1", "-n", "2", "-t", "3"])
+                    .args(transport);
+                let out = run_bounded(cmd, Duration::from_secs(40));
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                assert!(
+                    out.status.success(),
+                    "{transport:?}: {stdout}\n{}",
+                    out.stderr
+                );
+                let r = fjord_client::load::LoadReport::from_json(&stdout).unwrap();
+                let fec = r.totals.fec.as_ref().expect("FEC counts");
+                let json = r.to_json();
+                assert_eq!(r.sessions_playing, 2, "{json}");
+                assert!(fec.dropped > 0 && fec.repair_packets > 0, "{json}");
+                assert_eq!(fec.recovered, fec.dropped, "{json}");
+                assert_eq!((fec.unrecoverable, r.totals.lost), (0, 0), "{json}");
+            });
+        }
+    });
+    server.assert_alive();
+}
