@@ -270,30 +270,24 @@ fn video(
         let first = packets.len();
         let mut key = f.key;
         match codec {
-            Codec::H264(cfg) => {
-                nal::split_length_prefixed(
-                    data,
-                    f.offset,
-                    f.size,
-                    cfg.length_size,
-                    &mut nals,
-                    &mut dropped,
-                );
-                h264::insert_params(data, cfg, &mut nals);
-                nal::packetize_au(NalCodec::H264, data, &nals, s, rtp, packets);
-            }
-            Codec::H265(cfg) => {
-                nal::split_length_prefixed(
-                    data,
-                    f.offset,
-                    f.size,
-                    cfg.length_size,
-                    &mut nals,
-                    &mut dropped,
-                );
-                h265::insert_params(data, cfg, &mut nals);
-                nal::packetize_au(NalCodec::H265, data, &nals, s, rtp, packets);
-            }
+            Codec::H264(cfg) => nal::packetize_length_prefixed(
+                NalCodec::H264,
+                data,
+                (f.offset, f.size, cfg.length_size),
+                |n| h264::insert_params(data, cfg, n),
+                (&mut nals, &mut dropped),
+                (s, rtp),
+                packets,
+            ),
+            Codec::H265(cfg) => nal::packetize_length_prefixed(
+                NalCodec::H265,
+                data,
+                (f.offset, f.size, cfg.length_size),
+                |n| h265::insert_params(data, cfg, n),
+                (&mut nals, &mut dropped),
+                (s, rtp),
+                packets,
+            ),
             Codec::Vpx(v) => {
                 // The bitstream decides: a block flagged key that is not
                 // (or a superframe starting with a hidden inter frame)

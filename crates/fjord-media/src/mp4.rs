@@ -882,30 +882,24 @@ fn track_plan(
         let rtp = timing.rtp(s.cts, clock);
         let first = packets.len();
         match &t.codec {
-            Codec::H264(cfg) => {
-                nal::split_length_prefixed(
-                    data,
-                    s.offset,
-                    s.size,
-                    cfg.length_size,
-                    &mut nals,
-                    &mut dropped,
-                );
-                h264::insert_params(data, cfg, &mut nals);
-                nal::packetize_au(NalCodec::H264, data, &nals, send, rtp, &mut packets);
-            }
-            Codec::H265(cfg) => {
-                nal::split_length_prefixed(
-                    data,
-                    s.offset,
-                    s.size,
-                    cfg.length_size,
-                    &mut nals,
-                    &mut dropped,
-                );
-                h265::insert_params(data, cfg, &mut nals);
-                nal::packetize_au(NalCodec::H265, data, &nals, send, rtp, &mut packets);
-            }
+            Codec::H264(cfg) => nal::packetize_length_prefixed(
+                NalCodec::H264,
+                data,
+                (s.offset, s.size, cfg.length_size),
+                |n| h264::insert_params(data, cfg, n),
+                (&mut nals, &mut dropped),
+                (send, rtp),
+                &mut packets,
+            ),
+            Codec::H265(cfg) => nal::packetize_length_prefixed(
+                NalCodec::H265,
+                data,
+                (s.offset, s.size, cfg.length_size),
+                |n| h265::insert_params(data, cfg, n),
+                (&mut nals, &mut dropped),
+                (send, rtp),
+                &mut packets,
+            ),
             Codec::Aac { .. } if s.size > aac::MAX_AU => dropped += 1,
             Codec::Aac { .. } => aac::packetize_au(s.offset, s.size, send, rtp, &mut packets),
             Codec::Opus { .. }

@@ -102,10 +102,28 @@ pub fn packetize_au(
     }
 }
 
+/// An access unit of length-prefixed NAL units (an MP4 or Matroska
+/// sample at `offset`, `size` bytes) into packets, `params` putting the
+/// codec's parameter sets in where it needs them; `nals` is reused
+/// scratch, `dropped` counts what [`split_length_prefixed`] leaves out.
+pub fn packetize_length_prefixed(
+    codec: NalCodec,
+    data: &[u8],
+    (offset, size, length_size): (u64, u32, usize),
+    params: impl FnOnce(&mut Vec<Nal>),
+    (nals, dropped): (&mut Vec<Nal>, &mut u64),
+    (send_time_ns, rtp_ts): (u64, u32),
+    out: &mut Vec<PacketRecord>,
+) {
+    split_length_prefixed(data, offset, size, length_size, nals, dropped);
+    params(nals);
+    packetize_au(codec, data, nals, send_time_ns, rtp_ts, out);
+}
+
 /// The NAL units of a length-prefixed sample (MP4, Matroska) of `size`
 /// bytes at `offset` into `nals`; a sample whose
 /// lengths do not add up keeps the NALs before the fault.
-pub fn split_length_prefixed(
+fn split_length_prefixed(
     data: &[u8],
     offset: u64,
     size: u32,
