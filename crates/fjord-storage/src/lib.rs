@@ -35,7 +35,9 @@
 pub mod admission;
 mod budget;
 mod cursor;
+pub mod disk_model;
 pub mod ioprio;
+pub mod lead;
 pub mod overlay;
 pub mod pin;
 pub mod sched;
