@@ -144,13 +144,23 @@ pub struct Config {
     /// Multicast sessions of one title that start within this window share
     /// one stream: the first PLAY starts its group this long after it.
     pub multicast_batch_ms: u64,
-    /// How far ahead of every playing session the storage layer keeps its
-    /// packets resident (read and locked in memory), so an engine thread
-    /// never waits for a disk. `0`: no storage layer (serve straight from
-    /// the mapped files: only for libraries that stay in the page cache).
+    /// The most the storage layer keeps a playing session's packets
+    /// resident ahead of it (read and locked in memory), so an engine
+    /// thread never waits for a disk: a session is refilled when its lead
+    /// falls to twice its disk's worst latency of the last 10 s (at least
+    /// `readahead_min_ms`, at most half this), with `read_kb` more. `0`: no
+    /// storage layer (serve straight from the mapped files: only for
+    /// libraries that stay in the page cache).
     pub readahead_ms: u64,
-    /// Memory the read-ahead may lock, in MiB; `0`: a quarter of RAM, or
-    /// of the memory cgroup's limit when it is lower.
+    /// The least lead a session is refilled at, however fast its disk (at
+    /// most half of `readahead_ms`).
+    pub readahead_min_ms: u64,
+    /// What a refill reads past that lead, in KiB: about where the disk's
+    /// transfer time meets its seek cost (bandwidth over IOPS).
+    pub read_kb: u64,
+    /// Memory the read-ahead may lock at most, in MiB; `0`: half of RAM, or
+    /// of the memory cgroup's limit when it is lower. It is locked only as
+    /// the sessions need it.
     pub readahead_budget_mb: u64,
     /// The first seconds of every loaded title kept resident, so PLAY from
     /// the start never waits for the disk.
@@ -231,7 +241,9 @@ impl Default for Config {
             multicast_port: 5004,
             multicast_ttl: 1,
             multicast_batch_ms: 1000,
-            readahead_ms: 4000,
+            readahead_ms: 8000,
+            readahead_min_ms: 500,
+            read_kb: 512,
             readahead_budget_mb: 0,
             head_s: 2,
             storage_threads: 4,
@@ -415,6 +427,12 @@ impl Config {
         if self.readahead_ms != 0 && self.readahead_ms < 200 {
             return bad("readahead_ms must be 0 (off) or at least 200");
         }
+        if self.readahead_min_ms < 100 {
+            return bad("readahead_min_ms must be at least 100");
+        }
+        if !(64..=65536).contains(&self.read_kb) {
+            return bad("read_kb must be between 64 and 65536");
+        }
         if self.prefab_share_percent > 100 {
             return bad("prefab_share_percent must be at most 100");
         }
@@ -488,6 +506,8 @@ impl Config {
             prefab,
             prefab_share_percent,
             readahead_ms,
+            readahead_min_ms,
+            read_kb,
             readahead_budget_mb,
             head_s,
             storage_threads,
@@ -528,8 +548,13 @@ impl Config {
     pub fn storage(&self) -> Option<fjord_storage::StorageConfig> {
         let readahead = Duration::from_millis(self.readahead_ms);
         (self.readahead_ms > 0).then(|| fjord_storage::StorageConfig {
-            readahead,
-            first_read: (readahead / 4).max(Duration::from_millis(100)),
+            lead: fjord_storage::LeadConfig {
+                floor: Duration::from_millis(self.readahead_min_ms).min(readahead / 2),
+                ceiling: readahead,
+                read_bytes: self.read_kb << 10,
+                ..Default::default()
+            },
+            first_read: (readahead / 8).max(Duration::from_millis(100)),
             budget: match self.readahead_budget_mb {
                 0 => fjord_storage::default_budget(),
                 mb => mb << 20,

@@ -307,7 +307,8 @@ fn start_engine(
     if let Some(s) = &storage {
         let c = s.config();
         tracing::info!(
-            readahead_ms = c.readahead.as_millis() as u64,
+            readahead_min_ms = c.lead.floor.as_millis() as u64,
+            readahead_ms = c.lead.ceiling.as_millis() as u64,
             budget_mb = c.budget >> 20,
             head_s = c.head.as_secs(),
             "storage layer: reading ahead of every session"

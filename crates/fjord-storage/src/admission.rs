@@ -45,6 +45,7 @@ pub struct Ledger {
     /// Per title: memory its streams asked for, and what its files hold.
     titles: HashMap<usize, (u64, u64)>,
     memory: u64,
+    streams: u64,
 }
 
 impl Ledger {
@@ -87,10 +88,12 @@ impl Ledger {
         self.titles.insert(c.title, (asked + c.memory, title_bytes));
         self.memory = self.memory - before + after;
         *self.disk.entry(c.device).or_default() += c.bytes_per_s;
+        self.streams += 1;
         Ok(())
     }
 
     pub fn release(&mut self, c: Charge) {
+        self.streams = self.streams.saturating_sub(1);
         if let Some(d) = self.disk.get_mut(&c.device) {
             *d = d.saturating_sub(c.bytes_per_s);
         }
@@ -121,6 +124,24 @@ impl Ledger {
 
     pub fn memory(&self) -> u64 {
         self.memory
+    }
+
+    /// Streams promised now, on every disk.
+    pub fn streams(&self) -> u64 {
+        self.streams
+    }
+
+    /// Bytes per second promised to streams, on every disk.
+    pub fn promised(&self) -> u64 {
+        self.disk.values().sum()
+    }
+
+    pub fn promised_on(&self, device: u64) -> u64 {
+        self.disk.get(&device).copied().unwrap_or(0)
+    }
+
+    pub fn capacity(&self, device: u64) -> Option<u64> {
+        self.capacity.get(&device).copied()
     }
 }
 

@@ -1,15 +1,21 @@
 //! The read-ahead memory budget's default: what this machine, or the
 //! memory cgroup the server runs in, can lock without starving the page
-//! cache everyone else uses.
+//! cache everyone else uses. It is a limit, not an allotment: sessions
+//! lock what their lead needs (see [`crate::lead`]).
 
 use std::path::Path;
 
-/// A quarter of the memory available to this process: the smaller of RAM
-/// and the cgroup's limit (v2 `memory.max`, v1 `memory.limit_in_bytes`).
+/// Half the memory available to this process: the smaller of RAM and the
+/// cgroup's limit (v2 `memory.max`, v1 `memory.limit_in_bytes`). Half, not
+/// a quarter, because a storage node's memory is there for its streams;
+/// the other half holds the server's heap, the titles' heads and tables,
+/// and the page cache that bulk work (ingest, verification) and downloads
+/// read through, and locked pages are page cache the streams would
+/// otherwise fault in.
 pub fn default_budget() -> u64 {
     let ram = ram_bytes().unwrap_or(1 << 30);
     let limit = cgroup_limit().unwrap_or(u64::MAX);
-    ram.min(limit) / 4
+    ram.min(limit) / 2
 }
 
 fn ram_bytes() -> Option<u64> {
@@ -51,6 +57,6 @@ mod tests {
     fn the_default_is_a_share_of_real_memory() {
         let b = super::default_budget();
         let ram = super::ram_bytes().unwrap();
-        assert!(b > 0 && b <= ram / 4, "{b} of {ram}");
+        assert!(b > 0 && b <= ram / 2, "{b} of {ram}");
     }
 }

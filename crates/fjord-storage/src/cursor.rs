@@ -81,7 +81,7 @@ impl Cursor {
     /// soon.
     pub fn position(&self, i: u32, mode: Mode, rate: u32) {
         self.next.store(i, SeqCst);
-        self.mode.store(mode as u8, Relaxed);
+        self.mode.store(mode as u8, SeqCst);
         self.rate.store(rate.max(1), Relaxed);
         self.poke.store(true, Release);
     }
@@ -113,7 +113,7 @@ impl Cursor {
     }
 
     pub(crate) fn mode(&self) -> Mode {
-        match self.mode.load(Relaxed) {
+        match self.mode.load(SeqCst) {
             0 => Mode::Starting,
             1 => Mode::Playing,
             2 => Mode::Paused,

@@ -121,7 +121,9 @@ impl DiskModel {
         let Some(first) = first else {
             return Estimate::default();
         };
-        let span = now_ns.saturating_sub(first).clamp(width, self.window_ns + width);
+        let span = now_ns
+            .saturating_sub(first)
+            .clamp(width, self.window_ns + width);
         let n = total.reads.max(1);
         Estimate {
             worst_latency: Some(Duration::from_nanos(total.worst_ns)),

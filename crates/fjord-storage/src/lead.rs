@@ -39,6 +39,24 @@ impl LeadConfig {
     }
 }
 
+impl Default for LeadConfig {
+    /// Refills at twice the disk's worst latency of the last 10 s, at least
+    /// 500 ms ahead (a hypervisor's pause of 100-200 ms and the engine's
+    /// 40 ms burst, with room), at most 4 s (8 s with the read): a disk
+    /// slower than that is over its load. 512 KiB reads: above the knee of
+    /// a 120 MB/s, 300 IOPS disk (400 KB, where a read's transfer time
+    /// meets a seek's share) and two chunks; an HDD's knee is nearer
+    /// 1.5 MB (`read_kb`).
+    fn default() -> Self {
+        Self {
+            floor: Duration::from_millis(500),
+            ceiling: Duration::from_secs(8),
+            margin_pct: 200,
+            read_bytes: 512 << 10,
+        }
+    }
+}
+
 /// A session's lead: refill when the resident lead falls to `low`, up to
 /// `high`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,7 +80,9 @@ pub fn low(cfg: &LeadConfig, worst: Option<Duration>, memory_cap: Duration) -> D
 /// its disk's `low` given.
 pub fn lead(cfg: &LeadConfig, low: Duration, bytes_per_s: u64) -> Lead {
     let read = secs(cfg.read_bytes as f64 / bytes_per_s.max(1) as f64);
-    let high = low.saturating_add(read).min(cfg.ceiling.max(low + MIN_READ));
+    let high = low
+        .saturating_add(read)
+        .min(cfg.ceiling.max(low + MIN_READ));
     Lead {
         low,
         high: high.max(low + MIN_READ),

@@ -35,6 +35,7 @@
 pub mod admission;
 mod budget;
 mod cursor;
+mod disk_lead;
 pub mod disk_model;
 pub mod ioprio;
 pub mod lead;
@@ -44,12 +45,14 @@ pub mod sched;
 mod service;
 mod signal;
 mod source;
+mod timeline;
 
 pub use admission::Refusal;
 pub use budget::default_budget;
 pub use cursor::{Cursor, Mode, REAL_TIME};
+pub use lead::LeadConfig;
 pub use service::{
-    BulkGrant, BulkPacer, HeadPin, ReadAhead, Storage, StorageConfig, StorageReservation,
-    StorageStats, device_of,
+    BulkGrant, BulkPacer, DiskStats, HeadPin, ReadAhead, Storage, StorageConfig,
+    StorageReservation, StorageStats, device_of,
 };
 pub use source::{Extent, MappedFile, Source, Uses};

@@ -26,16 +26,23 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::{
     admission::{Charge, Ledger, Refusal},
     cursor::{Cursor, Mode, REAL_TIME},
+    disk_lead::DiskLead,
+    disk_model::Estimate,
+    lead::LeadConfig,
     pin::{CHUNK, ChunkKey, PinError, Pins},
     sched::{self, Class, Scheduler, Ticket},
     signal::Signal,
     source::{Extent, Source, Uses},
+    timeline::{
+        Rate, bytes_per_packet, learned_rate, packet_at_or_after, packets_in, title_bytes_per_s,
+    },
 };
 
 #[derive(Clone, Debug)]
 pub struct StorageConfig {
-    /// How far ahead of a playing session its packets are kept resident.
-    pub readahead: Duration,
+    /// How far ahead of a playing session its packets are kept resident:
+    /// from its disk's recent latency, within bounds ([`crate::lead`]).
+    pub lead: LeadConfig,
     /// The first read of a session at a new position: small, so its first
     /// packet leaves soon; the rest follows at once.
     pub first_read: Duration,
@@ -53,7 +60,7 @@ pub struct StorageConfig {
 impl Default for StorageConfig {
     fn default() -> Self {
         Self {
-            readahead: Duration::from_secs(4),
+            lead: LeadConfig::default(),
             first_read: Duration::from_secs(1),
             budget: crate::budget::default_budget(),
             head: Duration::from_secs(2),
@@ -101,6 +108,19 @@ pub struct StorageStats {
     pub chunk_reads: u64,
 }
 
+/// One disk's figures (see [`Storage::disk_stats`]).
+#[derive(Clone, Copy, Debug)]
+pub struct DiskStats {
+    pub device: u64,
+    /// What it reads, for admission; `None`: not known, not limited.
+    pub capacity_bytes_per_s: Option<u64>,
+    pub promised_bytes_per_s: u64,
+    /// Its refills over the last [`crate::disk_lead::WINDOW`].
+    pub measured: Estimate,
+    /// The lead its sessions are refilled at now.
+    pub low: Duration,
+}
+
 #[derive(Default)]
 struct Counters {
     reads: AtomicU64,
@@ -124,6 +144,9 @@ struct Inner {
     /// Bytes that queued and running refills are about to pin (estimated),
     /// so that the budget holds before they finish.
     committed: AtomicU64,
+    /// The most `low` the budget gives every promised stream, ns (see
+    /// [`crate::lead::memory_cap`]).
+    memory_cap_ns: AtomicU64,
     config: StorageConfig,
     pins: Pins,
     counters: Counters,
@@ -148,6 +171,7 @@ struct Disk {
     next_id: AtomicUsize,
     /// The origin of the scheduler's clock.
     epoch: Instant,
+    lead: DiskLead,
 }
 
 struct DiskState {
@@ -190,6 +214,11 @@ struct Entry {
     /// When the session moved to a position not yet resident (counted
     /// when its first read lands).
     moved: Option<Instant>,
+    /// When its refill was queued.
+    asked: Instant,
+    /// Bytes of its files per second of title time (learned from its
+    /// refills), which sizes its reads.
+    bytes_per_s: u64,
     /// Bumped whenever the entry is rescheduled: stale heap entries skip.
     generation: u64,
 }
@@ -242,7 +271,9 @@ pub struct StorageReservation {
 
 impl Drop for StorageReservation {
     fn drop(&mut self) {
-        lock(&self.storage.inner.ledger).release(self.charge);
+        let mut ledger = lock(&self.storage.inner.ledger);
+        ledger.release(self.charge);
+        self.storage.set_memory_cap(&ledger);
     }
 }
 
@@ -355,6 +386,7 @@ impl Storage {
             inner: Arc::new(Inner {
                 ledger: Mutex::new(Ledger::new(config.budget, config.disk_capacity.clone())),
                 committed: AtomicU64::new(0),
+                memory_cap_ns: AtomicU64::new(u64::MAX),
                 config,
                 pins,
                 counters: Counters::default(),
@@ -382,22 +414,67 @@ impl Storage {
         source: &dyn Source,
         bytes_per_s: u64,
     ) -> Result<StorageReservation, Refusal> {
-        let readahead = self.inner.config.readahead.as_secs_f64();
+        let device = source.device();
+        let low = lock(&self.inner.disks)
+            .get(&device)
+            .map_or(self.inner.config.lead.floor, |d| d.lead.low());
+        let lead = crate::lead::lead(&self.inner.config.lead, low, bytes_per_s);
         let charge = Charge {
-            device: source.device(),
+            device,
             title: source.files().first().map_or(0, |f| f.base as usize),
             bytes_per_s,
-            // What a session holds at most: its read-ahead and the refill
-            // on its way (half as much again), and a partial chunk at both
-            // ends of each file it reads.
-            memory: (bytes_per_s as f64 * readahead * 1.5) as u64 + 6 * CHUNK as u64,
+            // What a session holds at most at its disk's lead now: `low`
+            // and two reads (the one it plays through, the next), and a
+            // partial chunk at both ends of each file it reads.
+            memory: (bytes_per_s as f64 * (2 * lead.high - lead.low).as_secs_f64()) as u64
+                + 6 * CHUNK as u64,
         };
         let title_bytes = source.files().iter().map(|f| f.len as u64).sum();
-        lock(&self.inner.ledger).reserve(charge, title_bytes)?;
+        let mut ledger = lock(&self.inner.ledger);
+        ledger.reserve(charge, title_bytes)?;
+        self.set_memory_cap(&ledger);
+        drop(ledger);
         Ok(StorageReservation {
             storage: self.clone(),
             charge,
         })
+    }
+
+    /// What the budget leaves each promised stream for its `low`, after
+    /// its reads and partial chunks (see [`crate::lead::memory_cap`]).
+    fn set_memory_cap(&self, ledger: &Ledger) {
+        let cfg = &self.inner.config;
+        let per_stream = cfg.lead.read_bytes.saturating_mul(2) + 6 * CHUNK as u64;
+        let cap =
+            crate::lead::memory_cap(cfg.budget, ledger.streams(), ledger.promised(), per_stream);
+        self.inner
+            .memory_cap_ns
+            .store(u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    fn memory_cap_of(inner: &Inner) -> Duration {
+        Duration::from_nanos(inner.memory_cap_ns.load(Relaxed))
+    }
+
+    /// Per disk: what the streams were promised, what its refills read
+    /// lately, their queue delay and service time, and the lead.
+    pub fn disk_stats(&self) -> Vec<DiskStats> {
+        let disks: Vec<(u64, Arc<Disk>)> = lock(&self.inner.disks)
+            .iter()
+            .map(|(&dev, d)| (dev, d.clone()))
+            .collect();
+        let ledger = lock(&self.inner.ledger);
+        let now = Instant::now();
+        disks
+            .into_iter()
+            .map(|(device, d)| DiskStats {
+                device,
+                capacity_bytes_per_s: ledger.capacity(device),
+                promised_bytes_per_s: ledger.promised_on(device),
+                measured: d.lead.estimate(now),
+                low: d.lead.low(),
+            })
+            .collect()
     }
 
     pub fn config(&self) -> &StorageConfig {
@@ -449,6 +526,7 @@ impl Storage {
     ) -> io::Result<ReadAhead> {
         let disk = self.disk(source.device())?;
         let cursor = Arc::new(Cursor::new(uses));
+        let bytes_per_s = title_bytes_per_s(&*source);
         let id = (disk.free.1.try_recv()).unwrap_or_else(|_| disk.next_id.fetch_add(1, Relaxed));
         let entry = Entry {
             cursor: cursor.clone(),
@@ -458,6 +536,8 @@ impl Storage {
             grants: VecDeque::new(),
             refill: None,
             moved: None,
+            asked: Instant::now(),
+            bytes_per_s,
             generation: 0,
         };
         // A worker puts it in place and plans it (see `Disk::added`).
@@ -544,6 +624,7 @@ impl Storage {
             return Ok(d.clone());
         }
         let depth = self.inner.config.workers_per_disk.max(1);
+        let epoch = Instant::now();
         let disk = Arc::new(Disk {
             state: Mutex::new(DiskState {
                 timer: None,
@@ -561,7 +642,8 @@ impl Storage {
             added: crossbeam_channel::unbounded(),
             free: crossbeam_channel::unbounded(),
             next_id: AtomicUsize::new(0),
-            epoch: Instant::now(),
+            epoch,
+            lead: DiskLead::new(self.inner.config.lead, epoch),
         });
         for index in 0..self.inner.config.workers_per_disk.max(1) {
             let (inner, disk) = (self.inner.clone(), disk.clone());
@@ -596,76 +678,6 @@ fn pin_all(
     Ok(())
 }
 
-/// About how many packets of track `t` are due in `d`, at the title's
-/// average rate (known from its head: no table read).
-fn packets_in(source: &dyn Source, t: usize, d: Duration) -> u32 {
-    let n =
-        u128::from(source.packet_count(t)) * d.as_nanos() / u128::from(source.duration_ns().max(1));
-    n.min(u128::from(u32::MAX)) as u32
-}
-
-/// The first packet of track `t` (from `from`) due at or after `ns`, or
-/// `count`.
-fn packet_at_or_after(source: &dyn Source, t: usize, from: u32, ns: u64, count: u32) -> u32 {
-    first_not_before(from, count, |i| {
-        source.send_time_ns(t, i).is_some_and(|s| s < ns)
-    })
-}
-
-/// The first `i` in `from..count` for which `before(i)` is false (`count`
-/// if none), `before` being true up to some point and false after. Gallops
-/// from `from` before it bisects, so it reads records near the window (the
-/// pages a refill pins anyway) rather than all over the index: a record
-/// not resident is read from the disk, under the disk's lock.
-fn first_not_before(from: u32, count: u32, before: impl Fn(u32) -> bool) -> u32 {
-    let (mut lo, mut step) = (from, 1u32);
-    let mut hi = loop {
-        let probe = lo.saturating_add(step);
-        if probe >= count || !before(probe) {
-            break probe.min(count);
-        }
-        lo = probe + 1;
-        step = step.saturating_mul(2);
-    };
-    hi = hi.max(lo);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if before(mid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
-}
-
-/// About how many bytes of its files one packet of `source` pins.
-fn bytes_per_packet(source: &dyn Source) -> u64 {
-    let bytes: u64 = source.files().iter().map(|f| f.len as u64).sum();
-    let packets: u64 = (0..source.track_count())
-        .map(|t| u64::from(source.packet_count(t)))
-        .sum();
-    bytes / packets.max(1)
-}
-
-/// How fast a session moves through its title (see [`crate::REAL_TIME`]).
-#[derive(Clone, Copy)]
-struct Rate(u32);
-
-impl Rate {
-    /// Wall time the session takes over `ns` of title time.
-    fn wall(self, ns: u64) -> Duration {
-        let wall = u128::from(ns) * u128::from(REAL_TIME) / u128::from(self.0.max(1));
-        Duration::from_nanos(u64::try_from(wall).unwrap_or(u64::MAX))
-    }
-
-    /// Title time the session covers in `wall`, ns.
-    fn title(self, wall: Duration) -> u64 {
-        let ns = wall.as_nanos() * u128::from(self.0) / u128::from(REAL_TIME);
-        u64::try_from(ns).unwrap_or(u64::MAX)
-    }
-}
-
 /// A refill a worker took from the queue.
 struct Refill {
     ticket: Ticket,
@@ -678,8 +690,11 @@ struct Refill {
     packets: std::ops::Range<u32>,
     rate: Rate,
     deadline: Instant,
-    /// When a worker took it.
+    /// When it was queued, and when a worker took it.
+    asked: Instant,
     taken: Instant,
+    /// The session's lead when it was taken (how far ahead to pin tables).
+    high: Duration,
 }
 
 struct Worker {
@@ -815,7 +830,9 @@ impl Worker {
                 packets: from..end,
                 rate: Rate(e.cursor.rate()),
                 deadline: self.disk.epoch + Duration::from_nanos(deadline),
+                asked: e.asked,
                 taken: now,
+                high: self.lead(e).high,
             });
         }
         None
@@ -847,6 +864,12 @@ impl Worker {
         if e.refill.is_some() {
             return; // looked at again when it finishes
         }
+        self.disk
+            .lead
+            .refresh(now, Storage::memory_cap_of(&self.inner));
+        if e.cursor.mode() == Mode::Paused {
+            self.give_back(e);
+        }
         let next = e.cursor.next();
         let (start, end) = e.cursor.window();
         if next < start || next > end || e.cursor.uses() != e.uses {
@@ -872,6 +895,7 @@ impl Worker {
                     + 2 * CHUNK as u64;
                 self.inner.committed.fetch_add(bytes, Relaxed);
                 e.refill = Some((to, bytes));
+                e.asked = now;
                 let deadline_ns = self.disk.now_ns(deadline);
                 let tag = Tag::Refill { id, generation };
                 st.sched.push_rt(tag, bytes, deadline_ns);
@@ -906,7 +930,8 @@ impl Worker {
         } else {
             rate.wall(time(end).saturating_sub(time(next)))
         };
-        let low = cfg.readahead / 2;
+        let want = self.lead(e);
+        let low = want.low;
         if mode == Mode::Paused && end > next || lead >= low + EARLY {
             let until_low = if mode == Mode::Playing {
                 lead - low
@@ -929,7 +954,7 @@ impl Worker {
             let ahead = if end == next {
                 cfg.first_read
             } else {
-                cfg.readahead
+                want.high
             };
             let t = time(next).saturating_add(rate.title(ahead));
             packet_at_or_after(&*e.source, e.track, end + 1, t, count)
@@ -940,6 +965,47 @@ impl Worker {
             Mode::Paused | Mode::Idle => now + MAX_LOOK,
         };
         (now, Some((to.clamp(end + 1, count), deadline)))
+    }
+
+    /// The lead of `e` on this disk now.
+    fn lead(&self, e: &Entry) -> crate::lead::Lead {
+        let wall = u128::from(e.bytes_per_s) * u128::from(e.cursor.rate()) / u128::from(REAL_TIME);
+        self.disk.lead.lead(u64::try_from(wall).unwrap_or(u64::MAX))
+    }
+
+    /// A paused session keeps the grants that cover half a first read past
+    /// its place (its PLAY starts on them as a new one starts on its first
+    /// read, and refills at once) and gives back the rest.
+    fn give_back(&self, e: &mut Entry) {
+        let next = e.cursor.next();
+        let (start, end) = e.cursor.window();
+        if next < start || next >= end {
+            return;
+        }
+        // When the last packet before `i` is due.
+        let due = |i: u32| {
+            let t = e.source.send_time_ns(e.track, i.saturating_sub(1));
+            t.unwrap_or(u64::MAX)
+        };
+        let keep = Rate(e.cursor.rate()).title(self.inner.config.first_read / 2);
+        let want = due(next + 1).saturating_add(keep);
+        let keep = e
+            .grants
+            .iter()
+            .position(|g| g.end > next && due(g.end) >= want);
+        let Some(keep) = keep.filter(|&k| k + 1 < e.grants.len()) else {
+            return;
+        };
+        // The window shrinks first; a PLAY since (the engine stores its
+        // mode before it reads the window) keeps everything.
+        e.cursor.set_window(start, e.grants[keep].end);
+        if e.cursor.mode() != Mode::Paused {
+            e.cursor.set_window(start, end);
+            return;
+        }
+        for g in e.grants.drain(keep + 1..) {
+            self.inner.pins.unpin(&g.chunks);
+        }
     }
 
     /// Releases the grants of `e` wholly before packet `upto`.
@@ -958,11 +1024,12 @@ impl Worker {
     fn pin(&self, r: &Refill) -> (Result<Vec<ChunkKey>, PinError>, u64) {
         let mut chunks = Vec::new();
         let mut tables = Vec::new();
-        // The next refill reads to about `readahead` (at the session's
-        // rate) past this one's end and its search probes up to twice as far; three times covers a
-        // title's average rate with room for its peaks.
+        // The next refill reads to about the lead (at the session's rate)
+        // past this one's end and its search probes up to twice as far;
+        // three times covers a title's average rate with room for its
+        // peaks.
         let count = r.source.packet_count(r.track);
-        let readahead = r.rate.title(3 * self.inner.config.readahead);
+        let readahead = r.rate.title(3 * r.high);
         let ahead = packets_in(&*r.source, r.track, Duration::from_nanos(readahead));
         let next = r.packets.end.saturating_add(ahead).min(count);
         r.source
@@ -999,6 +1066,10 @@ impl Worker {
             Ok(chunks) => {
                 c.reads.fetch_add(1, Relaxed);
                 c.read_bytes.fetch_add(bytes, Relaxed);
+                let cap = Storage::memory_cap_of(&self.inner);
+                self.disk.lead.observe(r.asked, r.taken, now, bytes, cap);
+                e.bytes_per_s =
+                    learned_rate(&*r.source, r.track, r.packets.clone(), bytes, e.bytes_per_s);
                 if now > r.deadline + Duration::from_millis(1) {
                     c.late_reads.fetch_add(1, Relaxed);
                 }
@@ -1046,40 +1117,6 @@ pub fn device_of(fd: RawFd) -> u64 {
             st.st_dev
         } else {
             0
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::first_not_before;
-
-    /// The galloping search finds what a linear scan finds, and reads no
-    /// record further than twice the distance to the answer.
-    #[test]
-    fn galloping_search_agrees_with_a_scan_and_stays_near() {
-        for count in [0u32, 1, 2, 7, 100, 1000] {
-            for cut in 0..=count {
-                for from in [0, 1, count / 3, count] {
-                    let far = std::cell::Cell::new(0);
-                    let before = |i: u32| {
-                        far.set(far.get().max(i));
-                        i < cut
-                    };
-                    let want = (from..count).find(|&i| i >= cut).unwrap_or(count.max(from));
-                    assert_eq!(
-                        first_not_before(from, count, before),
-                        want,
-                        "{count} {cut} {from}"
-                    );
-                    let distance = want.saturating_sub(from);
-                    assert!(
-                        far.get() <= from + 2 * distance + 1,
-                        "{count} {cut} {from}: read {}",
-                        far.get()
-                    );
-                }
-            }
         }
     }
 }

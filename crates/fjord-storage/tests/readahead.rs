@@ -324,3 +324,39 @@ fn sessions_registered_and_dropped_in_a_burst_are_all_accounted_for() {
         st.sessions == 0 && st.pinned_bytes == 0
     });
 }
+
+/// A paused session gives back what it holds beyond half a first read
+/// past its place, and PLAY reads it again.
+#[test]
+fn a_paused_session_gives_back_its_read_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    // 16x: 1,600 packets (1.6 MB) a second, so the 2 s lead spans chunks.
+    let fast = 16 * REAL_TIME;
+    r.position(5000, Mode::Starting, fast);
+    eventually("packet 5000 is resident", || {
+        r.cursor().ready_from(5000) > 0
+    });
+    r.position(5000, Mode::Playing, fast);
+    eventually("the window reaches the read-ahead", || {
+        r.cursor().ready_from(5000) >= 2000
+    });
+    let playing = s.stats().pinned_bytes;
+    r.position(5000, Mode::Paused, fast);
+    // Half the first read (200 ms) at 16x: 160 packets; the first read's
+    // grant (320 packets) is what stays.
+    eventually("the window shrinks to the first grant", || {
+        (1..=400).contains(&r.cursor().ready_from(5000))
+    });
+    let paused = s.stats().pinned_bytes;
+    assert!(
+        paused + (1 << 20) <= playing,
+        "{paused} pinned paused, {playing} playing"
+    );
+    r.position(5000, Mode::Playing, fast);
+    eventually("PLAY reads it again", || {
+        r.cursor().ready_from(5000) >= 2000
+    });
+}

@@ -132,7 +132,7 @@ impl Source for Fake {
 
 pub fn storage(budget: u64) -> Storage {
     Storage::new(StorageConfig {
-        readahead: Duration::from_secs(2),
+        lead: fjord_storage::LeadConfig::fixed(Duration::from_secs(2)),
         first_read: Duration::from_millis(200),
         budget,
         head: Duration::from_secs(1),
