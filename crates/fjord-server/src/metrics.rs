@@ -30,9 +30,9 @@ pub(crate) enum Refusal {
     AddressSessions,
     /// No engine thread has room for the stream's packet rate.
     Engine,
-    /// The title's disk has no room for the stream's bit rate, or the
-    /// read-ahead memory none for its window.
-    Storage,
+    /// The title's disk has no room for the stream's bit rate (`disk`),
+    /// or the read-ahead memory none for its lead (`memory`).
+    Storage(&'static str),
     /// No room on the engine thread for a faster delivery (`Speed`).
     Speed,
 }
@@ -55,7 +55,8 @@ impl Metrics {
             Refusal::ConnectionSessions => "sessions_per_connection",
             Refusal::AddressSessions => "sessions_per_address",
             Refusal::Engine => "engine",
-            Refusal::Storage => "storage",
+            Refusal::Storage("disk") => "storage_disk",
+            Refusal::Storage(_) => "storage_memory",
             Refusal::Speed => "speed",
         };
         self.refusals.get_or_create(&[("reason", reason)]).inc();

@@ -108,7 +108,7 @@ pub(crate) enum GroupError {
     #[error("the server is at its capacity; try again later")]
     Capacity,
     #[error("{0}")]
-    Storage(String),
+    Storage(fjord_storage::Refusal),
     #[error("cannot open the group's sockets: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -332,7 +332,7 @@ impl Group {
                     &**title,
                     pps * crate::title_streams::average_packet_bytes(title),
                 )
-                .map_err(|e| release(GroupError::Storage(e.to_string())))?,
+                .map_err(|e| release(GroupError::Storage(e)))?,
             )),
         };
         let output = self

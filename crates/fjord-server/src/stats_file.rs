@@ -59,6 +59,17 @@ fn snapshot(server: &Server) -> serde_json::Value {
             "first_read_max_us": st.first_read_max_us,
             "sessions": st.sessions,
             "locked": st.locked,
+            "memory_per_session": st.pinned_bytes / st.sessions.max(1),
+            "disks": s.disk_stats().iter().map(|d| json!({
+                "device": d.device,
+                "capacity_bytes_per_s": d.capacity_bytes_per_s,
+                "promised_bytes_per_s": d.promised_bytes_per_s,
+                "read_bytes_per_s": d.measured.bytes_per_s,
+                "queue_delay_us": d.measured.mean_queue.as_micros() as u64,
+                "service_us": d.measured.mean_service.as_micros() as u64,
+                "worst_latency_us": d.measured.worst_latency.map(|w| w.as_micros() as u64),
+                "lead_us": d.low.as_micros() as u64,
+            })).collect::<Vec<_>>(),
         })
     });
     let unix_ms = std::time::SystemTime::now()

@@ -26,6 +26,16 @@ pub enum Refusal {
     Memory { reserved_mb: u64, budget_mb: u64 },
 }
 
+impl Refusal {
+    /// Which limit refused: `disk` or `memory`.
+    pub fn limit(&self) -> &'static str {
+        match self {
+            Refusal::Disk { .. } => "disk",
+            Refusal::Memory { .. } => "memory",
+        }
+    }
+}
+
 /// What one stream was promised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Charge {

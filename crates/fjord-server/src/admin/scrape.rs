@@ -399,6 +399,68 @@ fn storage(reg: &mut Registry, server: &Server) {
         "Read-ahead chunks that had to be read",
         one(st.chunk_reads),
     );
+    gauge(
+        reg,
+        "fjord_storage_memory_per_session_bytes",
+        "Read-ahead memory held now per session the storage layer reads ahead of",
+        [(vec![], (st.pinned_bytes / st.sessions.max(1)) as i64)],
+    );
+    if let Some(s) = &server.storage {
+        disks(reg, &s.disk_stats());
+    }
+}
+
+/// Per disk (`device`: major:minor): promised and measured bandwidth, the
+/// refills' queue delay, service time and worst latency, and the lead.
+fn disks(reg: &mut Registry, disks: &[fjord_storage::DiskStats]) {
+    type Of = fn(&fjord_storage::DiskStats) -> Option<f64>;
+    let rows: [(&str, &str, Of); 7] = [
+        (
+            "fjord_storage_disk_capacity_bytes_per_second",
+            "What the disk reads, for admission (streams are promised 80 % of it)",
+            |d| d.capacity_bytes_per_s.map(|b| b as f64),
+        ),
+        (
+            "fjord_storage_disk_promised_bytes_per_second",
+            "Bandwidth promised to admitted streams",
+            |d| Some(d.promised_bytes_per_s as f64),
+        ),
+        (
+            "fjord_storage_disk_read_bytes_per_second",
+            "What the refills read over the last 10 s",
+            |d| Some(d.measured.bytes_per_s as f64),
+        ),
+        (
+            "fjord_storage_disk_queue_delay_seconds",
+            "Mean time a refill waited for a worker over the last 10 s",
+            |d| Some(d.measured.mean_queue.as_secs_f64()),
+        ),
+        (
+            "fjord_storage_disk_service_seconds",
+            "Mean time a refill took at the disk over the last 10 s",
+            |d| Some(d.measured.mean_service.as_secs_f64()),
+        ),
+        (
+            "fjord_storage_disk_worst_latency_seconds",
+            "Longest refill (queue and read) over the last 10 s",
+            |d| d.measured.worst_latency.map(|w| w.as_secs_f64()),
+        ),
+        (
+            "fjord_storage_disk_lead_seconds",
+            "The lead the disk's sessions are refilled at now",
+            |d| Some(d.low.as_secs_f64()),
+        ),
+    ];
+    for (name, help, of) in rows {
+        let f = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        for d in disks {
+            if let Some(v) = of(d) {
+                let dev = format!("{}:{}", libc::major(d.device), libc::minor(d.device));
+                f.get_or_create(&vec![("device", dev)]).set(v);
+            }
+        }
+        reg.register(name, help, f);
+    }
 }
 
 #[cfg(test)]

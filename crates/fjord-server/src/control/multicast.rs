@@ -169,7 +169,7 @@ fn member_share(server: &Server, shard: u64) -> Result<crate::admission::Reserva
 fn count_refusal(server: &Server, e: &GroupError) {
     match e {
         GroupError::Capacity => server.metrics.refused(Refusal::Engine),
-        GroupError::Storage(_) => server.metrics.refused(Refusal::Storage),
+        GroupError::Storage(e) => server.metrics.refused(Refusal::Storage(e.limit())),
         _ => {}
     }
 }

@@ -379,7 +379,7 @@ fn reserve(
         Ok(r) => Ok((reservation, Some(Box::new(r)))),
         Err(e) => {
             server.admission.release(&reservation);
-            server.metrics.refused(Refusal::Storage);
+            server.metrics.refused(Refusal::Storage(e.limit()));
             Err(refuse(453, &e.to_string()))
         }
     }

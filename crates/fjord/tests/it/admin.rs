@@ -99,6 +99,16 @@ fn metrics_and_the_api_follow_a_session_and_end_it() {
         during.contains("fjord_storage_queue{class=\"refill\"}"),
         "{during}"
     );
+    // Per disk: the lead its sessions are refilled at, what it was
+    // promised and read; memory per session.
+    for m in [
+        "fjord_storage_disk_lead_seconds{device=",
+        "fjord_storage_disk_promised_bytes_per_second{device=",
+        "fjord_storage_disk_read_bytes_per_second{device=",
+        "fjord_storage_memory_per_session_bytes ",
+    ] {
+        assert!(during.contains(m), "no {m} in {during}");
+    }
     // The heap the server holds, as the allocator counts it: some MiB, not
     // none, not the whole machine.
     let heap = sample(&during, "fjord_heap_allocated_bytes");

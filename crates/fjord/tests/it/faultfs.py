@@ -11,7 +11,9 @@ rename it over):
     {"a.ts": [[300000, 300001]], "a.ts.fjpkt": [[0, 4096], [8192, 9000]]}
 
 A read of a file (named relative to SOURCE) whose requested bytes overlap
-one of its ranges fails with EIO; every failure is logged on stderr. Reads
+one of its ranges fails with EIO; every failure is logged on stderr. The key
+"delay_ms" (a number, not a file) makes every read take that much longer, as
+a slow or busy disk does: {"delay_ms": 50}. Reads
 go through the kernel's page cache (no direct_io), in page-sized pieces or
 more, so a failing byte fails its whole page, as a bad sector does. Times
 are passed in nanoseconds and inode numbers as SOURCE has them, so files
@@ -26,6 +28,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 try:
     from fusepy import FUSE, FuseOSError, Operations
@@ -42,6 +45,7 @@ class FaultFS(Operations):
         self.mutex = threading.Lock()
         self.stamp = None
         self.ranges = {}
+        self.delay = 0
 
     def _full(self, path):
         return os.path.join(self.source, path.lstrip("/"))
@@ -58,13 +62,16 @@ class FaultFS(Operations):
                 self.stamp = stamp
                 try:
                     with open(self.control) as f:
-                        self.ranges = {
-                            name: [(int(a), int(b)) for a, b in spans]
-                            for name, spans in json.load(f).items()
-                        }
-                except (OSError, ValueError) as e:
+                        doc = json.load(f)
+                    self.delay = float(doc.pop("delay_ms", 0)) / 1000
+                    self.ranges = {
+                        name: [(int(a), int(b)) for a, b in spans]
+                        for name, spans in doc.items()
+                    }
+                except (OSError, ValueError, TypeError) as e:
                     print(f"faultfs: cannot read {self.control}: {e}", file=sys.stderr)
                     self.ranges = {}
+                    self.delay = 0
             return self.ranges.get(path.lstrip("/"), [])
 
     def getattr(self, path, fh=None):
@@ -100,7 +107,10 @@ class FaultFS(Operations):
 
     def read(self, path, size, offset, fh):
         end = offset + size
-        for a, b in self._bad(path):
+        bad = self._bad(path)
+        if self.delay > 0:
+            time.sleep(self.delay)
+        for a, b in bad:
             if a < end and offset < b:
                 print(
                     f"faultfs: EIO {path} bytes {offset}..{end} (failing {a}..{b})",
