@@ -6,13 +6,19 @@
 //! through the title at (fast forward and RTSP `Speed` move faster), a
 //! memory budget. Out: per session a window of packets whose bytes are
 //! resident and locked ([`Cursor::ready_from`], a few atomic loads, never a
-//! lock or a wait), kept `readahead` of wall time ahead of the session by
-//! worker threads per disk, earliest deadline first, from its first
+//! lock or a wait), kept ahead of the session by worker threads per disk,
+//! earliest deadline first: refilled when its lead falls to what covers its
+//! disk's worst recent latency ([`lead`], [`disk_model`]: a slow or busy
+//! disk gets more lead, an idle fast one less, within a floor, a ceiling and
+//! the memory budget), by a read of `read_bytes`, from its first
 //! position on (nothing is read for a session never played); a failed mark
-//! when a title's files changed or could not be read. The first seconds and the
+//! when a title's files changed or could not be read. A paused session keeps
+//! only half a first read of it. The first seconds and the
 //! tables of every loaded title stay resident ([`HeadPin`]). Admission
-//! ([`Storage::reserve`]) promises a stream its disk's bandwidth and its
-//! read-ahead memory, or refuses it.
+//! ([`Storage::reserve`]) promises a stream its disk's bandwidth (80 %) and
+//! the memory of its lead at its disk's latency now, or refuses it, naming
+//! the limit. Per disk, promised and measured bandwidth, queue delay and the
+//! lead are reported ([`Storage::disk_stats`]).
 //!
 //! A title's tables (index records, offset tables) are read as whole
 //! requests ahead of the refills planned from them, so a title may be mapped

@@ -2,17 +2,20 @@
 //! session's next seconds resident, earliest deadline first.
 //!
 //! Each registered session (a [`ReadAhead`]) is looked at when its
-//! resident lead is about to fall below half the read-ahead, when the
-//! engine moves it (PLAY, PAUSE), or when a refill of it finished. A
-//! refill pins the bytes of the next packets up to the read-ahead
-//! ([`crate::pin`]) and then widens the session's window; packets the
-//! session has passed are released. A session whose title changed on disk
+//! resident lead is about to fall to its disk's `low` ([`crate::lead`]),
+//! when the engine moves it (PLAY, PAUSE), or when a refill of it finished.
+//! A refill pins the bytes of the next packets a read past `low`
+//! ([`crate::pin`]), a grant per chunk's worth, and then widens the
+//! session's window; what the session has passed is released, and what a
+//! paused one does not need soon. Every finished refill tells its disk's
+//! model ([`crate::disk_lead`]) how long it queued and read. A session whose title changed on disk
 //! or could not be read is marked failed, and its engine thread ends it.
 
 use std::{
     cmp::Reverse,
     collections::{BinaryHeap, HashMap, VecDeque},
     io,
+    ops::Range,
     os::fd::RawFd,
     sync::{
         Arc, Condvar, Mutex, MutexGuard,
@@ -34,7 +37,8 @@ use crate::{
     signal::Signal,
     source::{Extent, Source, Uses},
     timeline::{
-        Rate, bytes_per_packet, learned_rate, packet_at_or_after, packets_in, title_bytes_per_s,
+        Rate, bytes_per_packet, learned_rate, packet_at_or_after, packets_in, piece_packets,
+        title_bytes_per_s,
     },
 };
 
@@ -695,6 +699,8 @@ struct Refill {
     taken: Instant,
     /// The session's lead when it was taken (how far ahead to pin tables).
     high: Duration,
+    /// Packets of about a chunk of the session's files: a grant each.
+    piece: u32,
 }
 
 struct Worker {
@@ -725,7 +731,7 @@ impl Worker {
         crate::ioprio::stream_reads();
         loop {
             let refill = self.next_refill();
-            let (result, bytes) = self.pin(&refill);
+            let (result, bytes) = self.pin_pieces(&refill);
             self.finish(refill, result, bytes);
         }
     }
@@ -833,6 +839,7 @@ impl Worker {
                 asked: e.asked,
                 taken: now,
                 high: self.lead(e).high,
+                piece: piece_packets(&*e.source, e.track, e.bytes_per_s),
             });
         }
         None
@@ -1021,7 +1028,7 @@ impl Worker {
     /// first the tables its packets and the next refill's are found from
     /// (so that neither finding them nor the next plan, under the disk's
     /// lock, faults a table page in), then what they say the packets read.
-    fn pin(&self, r: &Refill) -> (Result<Vec<ChunkKey>, PinError>, u64) {
+    fn pin(&self, r: &Refill, packets: Range<u32>) -> (Result<Vec<ChunkKey>, PinError>, u64) {
         let mut chunks = Vec::new();
         let mut tables = Vec::new();
         // The next refill reads to about the lead (at the session's rate)
@@ -1031,13 +1038,12 @@ impl Worker {
         let count = r.source.packet_count(r.track);
         let readahead = r.rate.title(3 * r.high);
         let ahead = packets_in(&*r.source, r.track, Duration::from_nanos(readahead));
-        let next = r.packets.end.saturating_add(ahead).min(count);
+        let next = packets.end.saturating_add(ahead).min(count);
         r.source
-            .tables(r.track, r.packets.start..next, r.uses, &mut tables);
+            .tables(r.track, packets.start..next, r.uses, &mut tables);
         let mut extents = Vec::new();
         let pinned = pin_all(&self.inner.pins, &*r.source, &tables, &mut chunks).and_then(|()| {
-            r.source
-                .extents(r.track, r.packets.clone(), r.uses, &mut extents);
+            r.source.extents(r.track, packets, r.uses, &mut extents);
             pin_all(&self.inner.pins, &*r.source, &extents, &mut chunks)
         });
         let bytes = extents.iter().map(|e| e.range.len() as u64).sum();
@@ -1048,7 +1054,30 @@ impl Worker {
         (Ok(chunks), bytes)
     }
 
-    fn finish(&self, r: Refill, result: Result<Vec<ChunkKey>, PinError>, bytes: u64) {
+    /// Pins a refill a piece (about a chunk of the session's files) at a
+    /// time, each piece a grant of its own: what a session passed, or what
+    /// a paused one does not need, is released a piece at a time, not a
+    /// whole read at once.
+    fn pin_pieces(&self, r: &Refill) -> (Result<Vec<Grant>, PinError>, u64) {
+        let (mut grants, mut bytes) = (Vec::new(), 0);
+        let mut start = r.packets.start;
+        while start < r.packets.end {
+            let end = start.saturating_add(r.piece.max(1)).min(r.packets.end);
+            let (pinned, b) = self.pin(r, start..end);
+            bytes += b;
+            match pinned {
+                Ok(chunks) => grants.push(Grant { end, chunks }),
+                Err(err) => {
+                    grants.iter().for_each(|g| self.inner.pins.unpin(&g.chunks));
+                    return (Err(err), bytes);
+                }
+            }
+            start = end;
+        }
+        (Ok(grants), bytes)
+    }
+
+    fn finish(&self, r: Refill, result: Result<Vec<Grant>, PinError>, bytes: u64) {
         self.inner.committed.fetch_sub(r.committed, Relaxed);
         let now = Instant::now();
         let c = &self.inner.counters;
@@ -1056,14 +1085,14 @@ impl Worker {
         // No wake-up: this worker looks next, at the slot this frees too.
         st.sched.complete(r.ticket, self.disk.now_ns(now));
         let Some(e) = st.entries.get_mut(r.id).and_then(Option::as_mut) else {
-            if let Ok(chunks) = result {
-                self.inner.pins.unpin(&chunks);
+            if let Ok(grants) = result {
+                grants.iter().for_each(|g| self.inner.pins.unpin(&g.chunks));
             }
             return;
         };
         e.refill = None;
         match result {
-            Ok(chunks) => {
+            Ok(grants) => {
                 c.reads.fetch_add(1, Relaxed);
                 c.read_bytes.fetch_add(bytes, Relaxed);
                 let cap = Storage::memory_cap_of(&self.inner);
@@ -1073,10 +1102,7 @@ impl Worker {
                 if now > r.deadline + Duration::from_millis(1) {
                     c.late_reads.fetch_add(1, Relaxed);
                 }
-                e.grants.push_back(Grant {
-                    end: r.packets.end,
-                    chunks,
-                });
+                e.grants.extend(grants);
                 let (start, end) = e.cursor.window();
                 if end == r.packets.start {
                     e.cursor.set_window(start, r.packets.end);

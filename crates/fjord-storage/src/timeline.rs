@@ -83,6 +83,15 @@ pub(crate) fn learned_rate(
     u64::try_from(u128::from(bytes) * 1_000_000_000 / u128::from(span)).unwrap_or(u64::MAX)
 }
 
+/// Packets of track `t` that hold about a chunk of a session's files, the
+/// session reading `bytes_per_s` of them per second of title time.
+pub(crate) fn piece_packets(source: &dyn Source, t: usize, bytes_per_s: u64) -> u32 {
+    let per_s = u128::from(source.packet_count(t)) * 1_000_000_000
+        / u128::from(source.duration_ns().max(1));
+    let n = per_s * crate::pin::CHUNK as u128 / u128::from(bytes_per_s.max(1));
+    n.clamp(1, u128::from(u32::MAX)) as u32
+}
+
 /// About how many bytes of its files one packet of `source` pins.
 pub(crate) fn bytes_per_packet(source: &dyn Source) -> u64 {
     let bytes: u64 = source.files().iter().map(|f| f.len as u64).sum();

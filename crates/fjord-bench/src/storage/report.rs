@@ -167,20 +167,24 @@ pub fn markdown(r: &StorageReport) -> String {
     );
     let _ = writeln!(
         s,
-        "| run | not ready (deferrals) | server packets | server late | pinned read-ahead peak | budget | reads | read | read errors | bulk | slowest first read |"
+        "| run | not ready (deferrals) | server packets | server late | pinned read-ahead peak | per playing session | budget | reads | read | read errors | bulk | slowest first read |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for run in &r.runs {
         match &run.server {
             Some(v) => {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     run.name,
                     v.not_ready,
                     v.packets,
                     v.late,
                     opt_mb(v.pinned_bytes_peak),
+                    opt_mb(
+                        v.pinned_bytes_peak
+                            .map(|p| p / run.sessions_playing.max(1) as u64)
+                    ),
                     opt_mb(v.budget_bytes),
                     v.reads.map_or("n/a".into(), |x| x.to_string()),
                     opt_mb(v.read_bytes),
@@ -193,7 +197,7 @@ pub fn markdown(r: &StorageReport) -> String {
             None => {
                 let _ = writeln!(
                     s,
-                    "| {} | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |",
+                    "| {} | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |",
                     run.name
                 );
             }

@@ -38,7 +38,7 @@ fn source() -> PathBuf {
 }
 
 /// A FUSE view of `source` at `mount`, failing what `control` says.
-struct FaultFs {
+pub(crate) struct FaultFs {
     child: Child,
     mount: PathBuf,
     control: PathBuf,
@@ -48,7 +48,7 @@ struct FaultFs {
 impl FaultFs {
     /// Mounts `source` at `dir/mnt`; `None` (with the reason printed) when
     /// FUSE cannot work here.
-    fn mount(source: &Path, dir: &Path) -> Option<FaultFs> {
+    pub(crate) fn mount(source: &Path, dir: &Path) -> Option<FaultFs> {
         if !Path::new("/dev/fuse").exists() {
             eprintln!("disk_errors: skipped: no /dev/fuse");
             return None;
@@ -141,6 +141,27 @@ impl FaultFs {
         }
     }
 
+    /// From now on every read takes `delay_ms` longer (a slow disk); with
+    /// `drop`, the clean page cache nobody maps is dropped (the whole
+    /// machine's: opening a FUSE file to drop its own would invalidate its
+    /// mapped, locked pages too), so what was read before is read again.
+    pub(crate) fn slow(&self, delay_ms: u64, drop: bool) {
+        let tmp = self.control.with_extension("tmp");
+        fs::write(
+            &tmp,
+            serde_json::json!({ "delay_ms": delay_ms }).to_string(),
+        )
+        .unwrap();
+        fs::rename(&tmp, &self.control).unwrap();
+        if drop {
+            fs::write("/proc/sys/vm/drop_caches", "1").expect("drop_caches (root)");
+        }
+    }
+
+    pub(crate) fn mount_point(&self) -> &Path {
+        &self.mount
+    }
+
     fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -186,7 +207,7 @@ fn ingest_source(dir: &Path, names: &[&str]) {
 
 /// `fjord play URL -o FILE`: (output bytes, stdout and stderr, whether it
 /// succeeded).
-fn play(url: &str, out: &Path) -> (Vec<u8>, String, bool) {
+pub(crate) fn play(url: &str, out: &Path) -> (Vec<u8>, String, bool) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
     cmd.arg("play").arg(url).arg("-o").arg(out);
     let r = run_bounded(cmd, Duration::from_secs(60));
@@ -216,7 +237,7 @@ fn count(storage: &serde_json::Value, name: &str) -> u64 {
 }
 
 /// Waits until the server has verified `titles` after loading them.
-fn wait_verified(server: &Server, titles: &[&str]) {
+pub(crate) fn wait_verified(server: &Server, titles: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let done = |t: &str| {
         log_lines(server, "files verified")

@@ -26,6 +26,7 @@ mod load;
 mod multicast;
 mod operate;
 mod peers;
+mod readahead;
 mod sessions;
 mod shared;
 mod stalled;
