@@ -243,7 +243,7 @@ impl Default for Config {
             multicast_batch_ms: 1000,
             readahead_ms: 8000,
             readahead_min_ms: 500,
-            read_kb: 512,
+            read_kb: 1024,
             readahead_budget_mb: 0,
             head_s: 2,
             storage_threads: 4,

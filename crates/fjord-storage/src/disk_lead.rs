@@ -112,7 +112,7 @@ mod tests {
         assert_eq!(d.low(), cfg.floor, "fast reads: the floor");
         read(ms(2000), 400, 800);
         assert_eq!(d.low(), ms(2400), "twice the slow read");
-        assert_eq!(d.lead(562_500).high.as_millis(), 2400 + 932);
+        assert_eq!(d.lead(562_500).high.as_millis(), 2400 + 1864);
         // The budget caps it.
         d.refresh(t0 + ms(2100), ms(1000));
         assert_eq!(d.low(), ms(1000));

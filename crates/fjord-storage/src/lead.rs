@@ -43,16 +43,17 @@ impl Default for LeadConfig {
     /// Refills at twice the disk's worst latency of the last 10 s, at least
     /// 500 ms ahead (a hypervisor's pause of 100-200 ms and the engine's
     /// 40 ms burst, with room), at most 4 s (8 s with the read): a disk
-    /// slower than that is over its load. 512 KiB reads: above the knee of
-    /// a 120 MB/s, 300 IOPS disk (400 KB, where a read's transfer time
-    /// meets a seek's share) and two chunks; an HDD's knee is nearer
-    /// 1.5 MB (`read_kb`).
+    /// slower than that is over its load. 1 MiB reads: a refill is one or
+    /// two requests (its packets, now and then its table pages), so it
+    /// reads twice a disk's knee or more; a 120 MB/s, 300 IOPS disk's is
+    /// 400 KB (where a read's transfer time meets a seek's share): 512 KiB
+    /// refills had 160 streams at that disk's IOPS limit, late.
     fn default() -> Self {
         Self {
             floor: Duration::from_millis(500),
             ceiling: Duration::from_secs(8),
             margin_pct: 200,
-            read_bytes: 512 << 10,
+            read_bytes: 1 << 20,
         }
     }
 }

@@ -319,6 +319,24 @@ impl Pins {
         Ok(())
     }
 
+    /// Another holder of the chunks of `range` of `file` that are pinned
+    /// already (by the caller's pin of a wider range): no I/O, no hit
+    /// counted; chunks not pinned are left out.
+    pub fn hold(&self, file: &MappedFile, range: Range<usize>, held: &mut Vec<ChunkKey>) {
+        let range = range.start.min(file.len)..range.end.min(file.len);
+        if range.is_empty() {
+            return;
+        }
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        for c in range.start / CHUNK..range.end.div_ceil(CHUNK) {
+            let key = (file.base as usize, c);
+            if let Some(e) = table.get_mut(&key) {
+                e.refs += 1;
+                held.push(key);
+            }
+        }
+    }
+
     /// Releases chunks held by one holder.
     pub fn unpin(&self, keys: &[ChunkKey]) {
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());

@@ -1031,14 +1031,7 @@ impl Worker {
     fn pin(&self, r: &Refill, packets: Range<u32>) -> (Result<Vec<ChunkKey>, PinError>, u64) {
         let mut chunks = Vec::new();
         let mut tables = Vec::new();
-        // The next refill reads to about the lead (at the session's rate)
-        // past this one's end and its search probes up to twice as far;
-        // three times covers a title's average rate with room for its
-        // peaks.
-        let count = r.source.packet_count(r.track);
-        let readahead = r.rate.title(3 * r.high);
-        let ahead = packets_in(&*r.source, r.track, Duration::from_nanos(readahead));
-        let next = packets.end.saturating_add(ahead).min(count);
+        let next = self.tables_reach(r, packets.end);
         r.source
             .tables(r.track, packets.start..next, r.uses, &mut tables);
         let mut extents = Vec::new();
@@ -1054,27 +1047,49 @@ impl Worker {
         (Ok(chunks), bytes)
     }
 
-    /// Pins a refill a piece (about a chunk of the session's files) at a
-    /// time, each piece a grant of its own: what a session passed, or what
-    /// a paused one does not need, is released a piece at a time, not a
-    /// whole read at once.
+    /// Pins a refill as one read (a request per file: the disk's IOPS
+    /// want large reads), then splits it into a grant per piece (about a
+    /// chunk of the session's files), the last also holding the tables
+    /// the next refill is planned from: what a session passed, or what a
+    /// paused one does not need, is released a piece at a time.
     fn pin_pieces(&self, r: &Refill) -> (Result<Vec<Grant>, PinError>, u64) {
-        let (mut grants, mut bytes) = (Vec::new(), 0);
+        let (whole, bytes) = self.pin(r, r.packets.clone());
+        let whole = match whole {
+            Ok(chunks) => chunks,
+            Err(err) => return (Err(err), bytes),
+        };
+        let (mut grants, mut extents) = (Vec::new(), Vec::new());
         let mut start = r.packets.start;
         while start < r.packets.end {
             let end = start.saturating_add(r.piece.max(1)).min(r.packets.end);
-            let (pinned, b) = self.pin(r, start..end);
-            bytes += b;
-            match pinned {
-                Ok(chunks) => grants.push(Grant { end, chunks }),
-                Err(err) => {
-                    grants.iter().for_each(|g| self.inner.pins.unpin(&g.chunks));
-                    return (Err(err), bytes);
+            extents.clear();
+            r.source.extents(r.track, start..end, r.uses, &mut extents);
+            if end == r.packets.end {
+                let reach = self.tables_reach(r, end);
+                r.source.tables(r.track, end..reach, r.uses, &mut extents);
+            }
+            let mut chunks = Vec::new();
+            for e in &extents {
+                if let Some(file) = r.source.files().get(e.file) {
+                    self.inner.pins.hold(file, e.range.clone(), &mut chunks);
                 }
             }
+            grants.push(Grant { end, chunks });
             start = end;
         }
+        self.inner.pins.unpin(&whole);
         (Ok(grants), bytes)
+    }
+
+    /// The packet the tables pinned with a refill ending at `end` reach:
+    /// the next refill reads to about the lead (at the session's rate)
+    /// past it and its search probes up to twice as far; three times
+    /// covers a title's average rate with room for its peaks.
+    fn tables_reach(&self, r: &Refill, end: u32) -> u32 {
+        let count = r.source.packet_count(r.track);
+        let ahead = r.rate.title(3 * r.high);
+        let ahead = packets_in(&*r.source, r.track, Duration::from_nanos(ahead));
+        end.saturating_add(ahead).min(count)
     }
 
     fn finish(&self, r: Refill, result: Result<Vec<Grant>, PinError>, bytes: u64) {

@@ -138,8 +138,8 @@ fn a_paused_session_gives_its_read_ahead_back() {
     });
     let head = idle["pinned_bytes"].as_u64().unwrap();
     c.play(None).unwrap();
-    // 512 KiB reads past a 500 ms lead: 5 s of this title, two chunks and
-    // more.
+    // 1 MiB reads past a 500 ms lead: up to the 8 s ceiling of this
+    // title, three chunks and more.
     let playing = until(&stats, Duration::from_secs(10), |s| {
         s["pinned_bytes"].as_u64().unwrap_or(0) >= head + (512 << 10)
     });
