@@ -94,8 +94,8 @@ pub fn lead(cfg: &LeadConfig, low: Duration, bytes_per_s: u64) -> Lead {
 const MIN_READ: Duration = Duration::from_millis(100);
 
 /// The `low` the memory budget can give each of `streams` streams moving
-/// through `bytes_per_s` in all, each holding besides its `low` up to two
-/// reads and a partial chunk at both ends of them (`per_stream` bytes).
+/// through `bytes_per_s` in all, each holding besides its `low` a read and
+/// partial chunks at its ends (`per_stream` bytes).
 pub fn memory_cap(budget: u64, streams: u64, bytes_per_s: u64, per_stream: u64) -> Duration {
     let left = budget.saturating_sub(streams.saturating_mul(per_stream));
     match bytes_per_s {
