@@ -449,7 +449,10 @@ impl Storage {
     /// its reads and partial chunks (see [`crate::lead::memory_cap`]).
     fn set_memory_cap(&self, ledger: &Ledger) {
         let cfg = &self.inner.config;
-        let per_stream = cfg.lead.read_bytes.saturating_add(4 * CHUNK as u64);
+        // Six partial chunks, not the four a stream is charged: room for
+        // the piece it plays and the tables ahead (four let 160 streams
+        // grow their leads into the whole budget, then wait for it, late).
+        let per_stream = cfg.lead.read_bytes.saturating_add(6 * CHUNK as u64);
         let cap =
             crate::lead::memory_cap(cfg.budget, ledger.streams(), ledger.promised(), per_stream);
         self.inner
