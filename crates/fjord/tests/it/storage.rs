@@ -27,7 +27,7 @@ fn bench_storage_reports_every_section() {
     let out = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
     cmd.args(["bench", "storage", "--titles", "2", "--title-mb", "60"])
-        // 96 MiB: the server's read-ahead budget (a quarter) holds four
+        // 96 MiB: the server's read-ahead budget (half of it) holds four
         // 4.5 Mbit/s sessions; less, and admission refuses some (453).
         .args(["--cache-mb", "96", "--sessions", "4", "--seconds", "8"])
         .arg("--library-cache")
