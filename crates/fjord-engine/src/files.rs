@@ -97,6 +97,7 @@ fn pin_error(e: fjord_storage::pin::PinError) -> io::Error {
     match e {
         fjord_storage::pin::PinError::Read(e) | fjord_storage::pin::PinError::Other(e) => e,
         fjord_storage::pin::PinError::Truncated => io::ErrorKind::UnexpectedEof.into(),
+        fjord_storage::pin::PinError::Fill(why) => io::Error::other(why),
     }
 }
 
