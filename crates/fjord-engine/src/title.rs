@@ -6,14 +6,23 @@
 //! reference, like the media. It may carry the prefabricated packets
 //! written at ingest, which the batching paths send instead of building
 //! headers (`fjord_media::prefab`).
+//! An edge title's media file is a sparse file of slices fetched from the
+//! origin ([`Title::filled`]): its bytes are filled in before the storage
+//! layer reads them ahead, and only its identity and size tell a change.
 
 use std::{
     fs::File,
     io,
+    ops::Range,
     os::fd::{AsFd, BorrowedFd},
     path::Path,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
 };
+
+use fjord_storage::{Filled, Hold};
 
 use fjord_fec::{Sidecar, SidecarError, sidecar::TrackFec};
 use fjord_media::{
@@ -29,6 +38,8 @@ pub struct Title {
     index: Index,
     file: File,
     media: Guarded,
+    /// Fetches media bytes not yet on local disk (an edge title).
+    fill: Option<Arc<dyn Filled>>,
     fec: Option<Parity>,
     prefab: Option<(File, Prefab<Guarded>)>,
     /// The files as loaded, to tell when one changes on disk.
@@ -62,20 +73,56 @@ struct Parity {
 }
 
 impl Title {
+    /// The title of the media file at `media_path`, whose index is beside
+    /// it (`fjord_media::index::index_path_for`).
     pub fn new(index: Index, media_path: &Path) -> io::Result<Self> {
+        let index_path = fjord_media::index::index_path_for(media_path);
+        Self::open(index, media_path, &index_path, None)
+    }
+
+    /// A title whose media file is on local disk only in part (an edge's
+    /// sparse file of slices from the origin): `fill` brings bytes in before
+    /// they are read ahead or sent. Its index is whole at `index_path`.
+    pub fn filled(
+        index: Index,
+        media_path: &Path,
+        index_path: &Path,
+        fill: Arc<dyn Filled>,
+    ) -> io::Result<Self> {
+        Self::open(index, media_path, index_path, Some(fill))
+    }
+
+    fn open(
+        index: Index,
+        media_path: &Path,
+        index_path: &Path,
+        fill: Option<Arc<dyn Filled>>,
+    ) -> io::Result<Self> {
         let file = File::open(media_path)?;
         let media = fjord_media::index::map_media(media_path)?;
-        let files = Files::new(media_path, &file, &media, index.bytes())?;
+        let files = Files::new(
+            (media_path, &file, &media),
+            (index_path, index.bytes()),
+            fill.is_some(),
+        )?;
         Ok(Self {
             index,
             file,
             media,
+            fill,
             fec: None,
             prefab: None,
             files,
             needs_repair: AtomicBool::new(false),
             corrupt: AtomicBool::new(false),
         })
+    }
+
+    /// Brings bytes `range` of the media file onto local disk and keeps
+    /// them there while the hold lives (`None`: the file is all there).
+    /// Waits: call it where blocking is allowed.
+    pub fn fill_media(&self, range: Range<u64>) -> Result<Option<Hold>, String> {
+        self.fill.as_ref().map(|f| f.fill(range)).transpose()
     }
 
     /// Attaches the prefabricated packets at `path` after checking they

@@ -56,4 +56,4 @@ pub use service::{
     BulkGrant, BulkPacer, HeadPin, ReadAhead, Storage, StorageConfig, StorageReservation,
     StorageStats, device_of,
 };
-pub use source::{Extent, Hold, MappedFile, Source, Uses};
+pub use source::{Extent, Filled, Hold, MappedFile, Source, Uses};

@@ -67,6 +67,14 @@ pub struct Extent {
 /// lives.
 pub type Hold = Box<dyn Send + Sync>;
 
+/// A file kept on local disk in part and filled on demand (an edge
+/// title's media, a sparse file of slices fetched from the origin).
+pub trait Filled: Send + Sync {
+    /// Makes bytes `range` present in the file and keeps them there while
+    /// the hold lives; waits for them. Its error says why they cannot be.
+    fn fill(&self, range: Range<u64>) -> Result<Hold, String>;
+}
+
 /// A title as the storage layer sees it. Implementations may read their
 /// own mapped index here: these calls run on storage threads, which may
 /// wait for the disk.
