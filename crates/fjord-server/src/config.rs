@@ -177,6 +177,14 @@ pub struct Config {
     pub origin_endpoint: String,
     /// The origin's region; empty: `AWS_REGION`, else `us-east-1`.
     pub origin_region: String,
+    /// An edge's origin, `s3://BUCKET/PREFIX`: a title not under the roots
+    /// whose index is there (`fjord publish`) is served from it, cached in
+    /// slices under `cache_dir`; empty: none.
+    pub origin: String,
+    /// Where an edge keeps the slices and indexes of origin titles.
+    pub cache_dir: PathBuf,
+    /// The most an edge keeps of origin titles, in GB (10^9 bytes).
+    pub cache_gb: f64,
 }
 
 impl Default for Config {
@@ -240,6 +248,9 @@ impl Default for Config {
             stats_file: PathBuf::new(),
             origin_endpoint: String::new(),
             origin_region: String::new(),
+            origin: String::new(),
+            cache_dir: PathBuf::from("./cache"),
+            cache_gb: 10.0,
         }
     }
 }
@@ -415,6 +426,12 @@ impl Config {
         if self.readahead_ms != 0 && self.readahead_ms < 200 {
             return bad("readahead_ms must be 0 (off) or at least 200");
         }
+        if !self.origin.is_empty() && self.readahead_ms == 0 {
+            return bad("an origin needs the storage layer (it fills slices before they are read): set readahead_ms above 0");
+        }
+        if !self.origin.is_empty() && !(self.cache_gb > 0.0 && self.cache_gb.is_finite()) {
+            return bad("cache_gb must be above 0");
+        }
         if self.prefab_share_percent > 100 {
             return bad("prefab_share_percent must be at most 100");
         }
@@ -495,6 +512,9 @@ impl Config {
             stats_file,
             origin_endpoint,
             origin_region,
+            origin,
+            cache_dir,
+            cache_gb,
             max_loaded_titles,
             broadcasts
         );
