@@ -127,9 +127,9 @@ const NONE: MappedFile = MappedFile {
 };
 
 impl Files {
-    /// The index at `index_path` and the media; `filled`: the media file is
-    /// written while it is served (slices landing), so only its identity
-    /// and size say whether it changed, not its modification time.
+    /// The index at `index_path` and the media; `filled`: both are written
+    /// while they are served (slices landing), so only their identity and
+    /// size say whether they changed, not their modification time.
     pub(crate) fn new(
         (media_path, media, media_bytes): (&Path, &File, &[u8]),
         (index_path, index_bytes): (&Path, &[u8]),
@@ -147,11 +147,13 @@ impl Files {
             changed: AtomicBool::new(false),
         };
         files.set(Slot::Media, media_path, media, media_bytes)?;
-        if filled && let Some((_, id)) = &mut files.paths[Slot::Media as usize] {
-            id.mtime_ns = WRITTEN_WHILE_SERVED;
-        }
         let index = files.index.try_clone()?;
         files.set(Slot::Index, index_path, &index, index_bytes)?;
+        for slot in [Slot::Media, Slot::Index] {
+            if filled && let Some((_, id)) = &mut files.paths[slot as usize] {
+                id.mtime_ns = WRITTEN_WHILE_SERVED;
+            }
+        }
         Ok(files)
     }
 

@@ -122,9 +122,11 @@ impl Source for Title {
     }
 
     fn fill(&self, file: usize, range: Range<usize>) -> Result<Option<Hold>, String> {
-        match file == Slot::Media as usize {
-            true => self.fill_media(range.start as u64..range.end as u64),
-            false => Ok(None),
+        let range = range.start as u64..range.end as u64;
+        match file {
+            f if f == Slot::Media as usize => self.fill_media(range),
+            f if f == Slot::Index as usize => self.fill_index(range),
+            _ => Ok(None),
         }
     }
 

@@ -38,8 +38,8 @@ pub struct Title {
     index: Index,
     file: File,
     media: Guarded,
-    /// Fetches media bytes not yet on local disk (an edge title).
-    fill: Option<Arc<dyn Filled>>,
+    /// Fetch bytes not yet on local disk (an edge title).
+    fills: Fills,
     fec: Option<Parity>,
     prefab: Option<(File, Prefab<Guarded>)>,
     /// The files as loaded, to tell when one changes on disk.
@@ -48,6 +48,14 @@ pub struct Title {
     needs_repair: AtomicBool,
     /// A file failed [`Title::verify`]: its sessions end, it is loaded afresh.
     corrupt: AtomicBool,
+}
+
+/// What brings a filled title's files onto local disk (none for a local
+/// title).
+#[derive(Default)]
+struct Fills {
+    index: Option<Arc<dyn Filled>>,
+    media: Option<Arc<dyn Filled>>,
 }
 
 /// Why [`Title::verify`] failed.
@@ -77,39 +85,39 @@ impl Title {
     /// it (`fjord_media::index::index_path_for`).
     pub fn new(index: Index, media_path: &Path) -> io::Result<Self> {
         let index_path = fjord_media::index::index_path_for(media_path);
-        Self::open(index, media_path, &index_path, None)
+        Self::open(index, media_path, &index_path, Fills::default())
     }
 
-    /// A title whose media file is on local disk only in part (an edge's
-    /// sparse file of slices from the origin): `fill` brings bytes in before
-    /// they are read ahead or sent. Its index is whole at `index_path`.
+    /// A title whose media file and index are on local disk only in part
+    /// (an edge's sparse files of slices from the origin): each file's
+    /// [`Filled`] brings bytes in before they are read ahead or sent. The
+    /// index must have been opened with its head filled in
+    /// (`fjord_media::index::head_ranges`).
     pub fn filled(
         index: Index,
-        media_path: &Path,
-        index_path: &Path,
-        fill: Arc<dyn Filled>,
+        (media_path, media_fill): (&Path, Arc<dyn Filled>),
+        (index_path, index_fill): (&Path, Arc<dyn Filled>),
     ) -> io::Result<Self> {
-        Self::open(index, media_path, index_path, Some(fill))
+        let fills = Fills {
+            index: Some(index_fill),
+            media: Some(media_fill),
+        };
+        Self::open(index, media_path, index_path, fills)
     }
 
-    fn open(
-        index: Index,
-        media_path: &Path,
-        index_path: &Path,
-        fill: Option<Arc<dyn Filled>>,
-    ) -> io::Result<Self> {
+    fn open(index: Index, media_path: &Path, index_path: &Path, fills: Fills) -> io::Result<Self> {
         let file = File::open(media_path)?;
         let media = fjord_media::index::map_media(media_path)?;
         let files = Files::new(
             (media_path, &file, &media),
             (index_path, index.bytes()),
-            fill.is_some(),
+            fills.media.is_some(),
         )?;
         Ok(Self {
             index,
             file,
             media,
-            fill,
+            fills,
             fec: None,
             prefab: None,
             files,
@@ -122,7 +130,12 @@ impl Title {
     /// them there while the hold lives (`None`: the file is all there).
     /// Waits: call it where blocking is allowed.
     pub fn fill_media(&self, range: Range<u64>) -> Result<Option<Hold>, String> {
-        self.fill.as_ref().map(|f| f.fill(range)).transpose()
+        self.fills.media.as_ref().map(|f| f.fill(range)).transpose()
+    }
+
+    /// As [`Title::fill_media`], for the index.
+    pub(crate) fn fill_index(&self, range: Range<u64>) -> Result<Option<Hold>, String> {
+        self.fills.index.as_ref().map(|f| f.fill(range)).transpose()
     }
 
     /// Attaches the prefabricated packets at `path` after checking they
