@@ -228,7 +228,9 @@ impl SliceCache {
         })
     }
 
-    fn last_known(&self, key: &ObjectPath) -> Option<Object> {
+    /// The version `key` was last opened at (kept across restarts), to
+    /// open it at when the origin does not answer.
+    pub fn last_known(&self, key: &ObjectPath) -> Option<Object> {
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let v = st.versions.get(key.as_ref())?;
         self.stats.stale_opens.fetch_add(1, Ordering::Relaxed);

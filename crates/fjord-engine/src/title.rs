@@ -133,6 +133,11 @@ impl Title {
         self.fills.media.as_ref().map(|f| f.fill(range)).transpose()
     }
 
+    /// Whether the title's files are filled in as they are read (an edge's).
+    pub fn is_filled(&self) -> bool {
+        self.fills.media.is_some()
+    }
+
     /// As [`Title::fill_media`], for the index.
     pub(crate) fn fill_index(&self, range: Range<u64>) -> Result<Option<Hold>, String> {
         self.fills.index.as_ref().map(|f| f.fill(range)).transpose()

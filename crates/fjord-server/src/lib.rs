@@ -40,6 +40,7 @@ mod catalog;
 pub mod config;
 mod conn;
 mod control;
+mod edge;
 mod guard;
 pub mod heap_count;
 mod heap_trim;
@@ -288,7 +289,31 @@ fn catalog(config: &Config, storage: Option<fjord_storage::Storage>) -> std::io:
     };
     let (fec, prefab, share) = (config.fec(), config.prefab, config.prefab_share_percent);
     let catalog = Catalog::new(&config.roots(), ts, fec, prefab, share, storage)?;
-    Ok(catalog.bounded(config.max_loaded_titles))
+    let catalog = catalog.bounded(config.max_loaded_titles);
+    match edge(config)? {
+        Some(edge) => Ok(catalog.with_edge(edge)),
+        None => Ok(catalog),
+    }
+}
+
+/// The edge of the config's `origin`, when it names one.
+fn edge(config: &Config) -> std::io::Result<Option<edge::Edge>> {
+    if config.origin.is_empty() {
+        return Ok(None);
+    }
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let origin_config = fjord_edge::OriginConfig {
+        endpoint: non_empty(&config.origin_endpoint),
+        region: non_empty(&config.origin_region),
+        ..Default::default()
+    };
+    let failed = |e: String| std::io::Error::other(format!("origin {}: {e}", config.origin));
+    let url = fjord_edge::OriginUrl::parse(&config.origin).map_err(|e| failed(e.to_string()))?;
+    let origin = fjord_edge::Origin::connect(url, &origin_config).map_err(|e| failed(e.to_string()))?;
+    let capacity = (config.cache_gb * 1e9) as u64;
+    let edge = edge::Edge::open(origin, &config.cache_dir, capacity).map_err(failed)?;
+    tracing::info!(origin = %config.origin, cache_dir = %config.cache_dir.display(), cache_gb = config.cache_gb, "an edge: titles not under the roots come from the origin");
+    Ok(Some(edge))
 }
 
 /// A listener on `at`, or an error that says which (`what`) and what to do.
