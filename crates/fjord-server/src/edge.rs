@@ -204,7 +204,9 @@ impl Filled for Slices {
     fn fill(&self, range: Range<u64>) -> Result<Hold, String> {
         let range = range.start.min(self.object.size)..range.end.min(self.object.size);
         let hold = self.file.cache().hold(&self.object, range);
-        match self.runtime.block_on(tokio::time::timeout(FILL_WITHIN, hold)) {
+        // The timer is made inside, where the runtime is entered.
+        let within = async { tokio::time::timeout(FILL_WITHIN, hold).await };
+        match self.runtime.block_on(within) {
             Ok(Ok(hold)) => Ok(Box::new(hold)),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!(
