@@ -12,6 +12,7 @@ use crate::client::{LIMIT, QUIET, open, recv};
 use crate::common::s3::{S3_KEY_ID, S3_SECRET};
 use crate::common::{S3Server, Server, TsClip, assert_contiguous, free_port, media};
 use crate::edge::publish;
+use crate::formats;
 
 /// A title of several slices: 10 s at about 6 Mbit/s.
 fn big_title() -> PathBuf {
@@ -160,4 +161,26 @@ fn a_changed_object_at_the_origin_is_served_new() {
     plays_whole(&server, "t.ts", false, &std::fs::read(&media().clip).unwrap());
     let _second = published(&s3, &[(&media().vbr, "t.ts")]);
     plays_whole(&server, "t.ts", false, &std::fs::read(&media().vbr).unwrap());
+}
+
+/// An MP4 title of the origin, uncached when they start: ffmpeg (UDP and
+/// TCP) and GStreamer (UDP and TCP) receive every frame as the file holds
+/// it, all at once while it is fetched.
+#[test]
+fn ffmpeg_and_gstreamer_play_an_origin_mp4_title_bit_exact() {
+    let s3 = S3Server::start("films");
+    let case = &formats::AVC_MP4;
+    let source = formats::media(case);
+    let _dir = published(&s3, &[(&source, case.file)]);
+    let cache = tempfile::tempdir().unwrap();
+    let mut server = edge(&s3, cache.path(), free_port());
+    let want = formats::source_packets(case, &source);
+    std::thread::scope(|s| {
+        for transport in ["udp", "tcp"] {
+            let (server, source, want) = (&server, &source, &want);
+            s.spawn(move || formats::ffmpeg_plays_over(server, case, source, want, transport));
+            s.spawn(move || formats::gstreamer_plays(server, case, source, transport));
+        }
+    });
+    server.assert_alive();
 }
