@@ -74,6 +74,9 @@ pub struct Stats {
     /// Ranged GETs: slices fetched.
     pub origin_requests: AtomicU64,
     pub origin_bytes: AtomicU64,
+    /// Time spent in ranged GETs, in microseconds (over `origin_requests`:
+    /// their mean latency).
+    pub origin_micros: AtomicU64,
     pub origin_errors: AtomicU64,
     /// Bytes of slices read from local disk.
     pub hit_bytes: AtomicU64,
@@ -369,6 +372,14 @@ impl SliceCache {
 
     async fn get(&self, object: &Object, bounds: Range<u64>) -> Result<Bytes, CacheError> {
         self.stats.origin_requests.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        let got = self.get_bytes(object, bounds).await;
+        let took = started.elapsed().as_micros() as u64;
+        self.stats.origin_micros.fetch_add(took, Ordering::Relaxed);
+        got
+    }
+
+    async fn get_bytes(&self, object: &Object, bounds: Range<u64>) -> Result<Bytes, CacheError> {
         let opts = GetOptions {
             if_match: Some(object.etag.clone()),
             range: Some(GetRange::Bounded(bounds.clone())),

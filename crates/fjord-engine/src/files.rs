@@ -53,10 +53,12 @@ impl Identity {
     fn matches(&self, meta: &std::fs::Metadata) -> bool {
         let now = Identity::of(meta);
         match self.mtime_ns {
-            WRITTEN_WHILE_SERVED => Identity {
-                mtime_ns: WRITTEN_WHILE_SERVED,
-                ..now
-            } == *self,
+            WRITTEN_WHILE_SERVED => {
+                Identity {
+                    mtime_ns: WRITTEN_WHILE_SERVED,
+                    ..now
+                } == *self
+            }
             _ => now == *self,
         }
     }
@@ -267,10 +269,11 @@ impl Files {
         {
             return self.changed.load(Ordering::Relaxed);
         }
-        let changed =
-            self.paths.iter().flatten().any(|(path, was)| {
-                std::fs::metadata(path).map_or(true, |m| !was.matches(&m))
-            });
+        let changed = self
+            .paths
+            .iter()
+            .flatten()
+            .any(|(path, was)| std::fs::metadata(path).map_or(true, |m| !was.matches(&m)));
         self.changed.fetch_or(changed, Ordering::Relaxed);
         changed
     }

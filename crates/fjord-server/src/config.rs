@@ -427,7 +427,9 @@ impl Config {
             return bad("readahead_ms must be 0 (off) or at least 200");
         }
         if !self.origin.is_empty() && self.readahead_ms == 0 {
-            return bad("an origin needs the storage layer (it fills slices before they are read): set readahead_ms above 0");
+            return bad(
+                "an origin needs the storage layer (it fills slices before they are read): set readahead_ms above 0",
+            );
         }
         if !self.origin.is_empty() && !(self.cache_gb > 0.0 && self.cache_gb.is_finite()) {
             return bad("cache_gb must be above 0");

@@ -67,7 +67,8 @@ impl Edge {
     /// The edge of `origin`, caching at most `capacity` bytes in `dir`.
     /// Call it on the runtime that fills are to run on.
     pub fn open(origin: Origin, dir: &std::path::Path, capacity: u64) -> Result<Edge, String> {
-        let cache = SliceCache::open(origin.store.clone(), dir, capacity).map_err(|e| e.to_string())?;
+        let cache =
+            SliceCache::open(origin.store.clone(), dir, capacity).map_err(|e| e.to_string())?;
         Ok(Edge {
             url: origin.url,
             cache: Arc::new(cache),
@@ -84,7 +85,10 @@ impl Edge {
     pub async fn version(&self, name: &str) -> Result<Version, CatalogError> {
         let keys = (self.url.key(&format!("{name}.fjidx")), self.url.key(name));
         let heads = async {
-            tokio::try_join!(self.cache.open_object(&keys.0), self.cache.open_object(&keys.1))
+            tokio::try_join!(
+                self.cache.open_object(&keys.0),
+                self.cache.open_object(&keys.1)
+            )
         };
         match tokio::time::timeout(ASK_WITHIN, heads).await {
             Ok(Ok((index, media))) => Ok(Version { index, media }),
@@ -94,7 +98,10 @@ impl Edge {
         }
     }
 
-    fn last_seen(&self, (index, media): &(ObjectPath, ObjectPath)) -> Result<Version, CatalogError> {
+    fn last_seen(
+        &self,
+        (index, media): &(ObjectPath, ObjectPath),
+    ) -> Result<Version, CatalogError> {
         match (self.cache.last_known(index), self.cache.last_known(media)) {
             (Some(index), Some(media)) => Ok(Version { index, media }),
             _ => Err(CatalogError::Unavailable(format!(
@@ -129,15 +136,19 @@ impl Edge {
                     "the origin's index and media differ in size (a publish under way?); try again later".into(),
                 ));
             }
-            let (index_path, media_path) = (index.file.path().to_owned(), media.file.path().to_owned());
+            let (index_path, media_path) =
+                (index.file.path().to_owned(), media.file.path().to_owned());
             let title = Title::filled(opened, (&media_path, media), (&index_path, index));
             let title = Arc::new(title.map_err(|e| CatalogError::Failed(e.to_string()))?);
             // Its head is what a PLAY reads first: fetched now or refused.
             let head = storage.hold_head(title.clone());
-            let head = head.map_err(|e| CatalogError::Unavailable(format!("{e}; try again later")))?;
+            let head =
+                head.map_err(|e| CatalogError::Unavailable(format!("{e}; try again later")))?;
             Ok((title, head))
         });
-        let loaded = loaded.await.map_err(|e| CatalogError::Failed(e.to_string()))??;
+        let loaded = loaded
+            .await
+            .map_err(|e| CatalogError::Failed(e.to_string()))??;
         let ms = started.elapsed().as_millis() as u64;
         tracing::info!(title = %name, ms, etag = %v.media.etag, "origin title ready");
         Ok(loaded)
@@ -145,14 +156,19 @@ impl Edge {
 
     /// Holds on the index bytes an unverified open reads: its first slice,
     /// then what the header says the strings and sync tables are.
-    async fn index_head(&self, index: &Object, file: &MappedObject) -> Result<Vec<SliceHold>, CatalogError> {
+    async fn index_head(
+        &self,
+        index: &Object,
+        file: &MappedObject,
+    ) -> Result<Vec<SliceHold>, CatalogError> {
         let first = 0..index.size.min(fjord_edge::slice::SLICE_BYTES);
         let mut holds = vec![self.hold(index, first.clone()).await?];
         let path = file.path().to_owned();
-        let bytes = tokio::task::spawn_blocking(move || {
-            fjord_edge::files::read_slice(&path, 0, first.end)
-        });
-        let bytes = bytes.await.map_err(|e| CatalogError::Failed(e.to_string()))?;
+        let bytes =
+            tokio::task::spawn_blocking(move || fjord_edge::files::read_slice(&path, 0, first.end));
+        let bytes = bytes
+            .await
+            .map_err(|e| CatalogError::Failed(e.to_string()))?;
         let bytes = bytes.map_err(|e| CatalogError::Failed(e.to_string()))?;
         let ranges = fjord_media::index::head_ranges(&bytes)
             .map_err(|e| CatalogError::Failed(format!("its index: {e}")))?;
@@ -166,7 +182,10 @@ impl Edge {
     }
 
     async fn hold(&self, object: &Object, range: Range<u64>) -> Result<SliceHold, CatalogError> {
-        self.cache.hold(object, range).await.map_err(|e| unavailable(&e))
+        self.cache
+            .hold(object, range)
+            .await
+            .map_err(|e| unavailable(&e))
     }
 
     fn slices(&self, object: &Object, file: MappedObject, head: Vec<SliceHold>) -> Arc<Slices> {

@@ -309,7 +309,8 @@ fn edge(config: &Config) -> std::io::Result<Option<edge::Edge>> {
     };
     let failed = |e: String| std::io::Error::other(format!("origin {}: {e}", config.origin));
     let url = fjord_edge::OriginUrl::parse(&config.origin).map_err(|e| failed(e.to_string()))?;
-    let origin = fjord_edge::Origin::connect(url, &origin_config).map_err(|e| failed(e.to_string()))?;
+    let origin =
+        fjord_edge::Origin::connect(url, &origin_config).map_err(|e| failed(e.to_string()))?;
     let capacity = (config.cache_gb * 1e9) as u64;
     let edge = edge::Edge::open(origin, &config.cache_dir, capacity).map_err(failed)?;
     tracing::info!(origin = %config.origin, cache_dir = %config.cache_dir.display(), cache_gb = config.cache_gb, "an edge: titles not under the roots come from the origin");

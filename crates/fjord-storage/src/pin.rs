@@ -654,7 +654,8 @@ mod tests {
         let (_f, _m, file) = mapped(3 * CHUNK + 100);
         let pins = Pins::default();
         let (mut a, mut b) = (vec![], vec![]);
-        pins.pin(&file, 10..CHUNK + 1, &mut a, Backing::default()).unwrap();
+        pins.pin(&file, 10..CHUNK + 1, &mut a, Backing::default())
+            .unwrap();
         assert_eq!(a.len(), 2);
         assert_eq!(pins.pinned_bytes(), 2 * CHUNK as u64);
         pins.pin(&file, CHUNK..3 * CHUNK + 100, &mut b, Backing::default())
@@ -703,7 +704,8 @@ mod tests {
         let (_f, _m, file) = mapped(2 * CHUNK);
         let pins = Pins::default();
         let mut held = vec![];
-        pins.pin(&file, 0..2 * CHUNK, &mut held, Backing::default()).unwrap();
+        pins.pin(&file, 0..2 * CHUNK, &mut held, Backing::default())
+            .unwrap();
         let pages = 2 * CHUNK / 4096;
         let mut vec = vec![0u8; pages];
         // SAFETY: mincore on our mapping into a vector of one byte per page.
@@ -742,7 +744,13 @@ mod tests {
         assert!(seen[2 * CHUNK..].iter().all(|&b| b == 9), "rebuilt bytes");
         // Pinning it again needs no rebuild: the overlay is resident.
         let mut held = vec![];
-        (pins.pin(&file, 2 * CHUNK..2 * CHUNK + 300, &mut held, Backing::default())).unwrap();
+        (pins.pin(
+            &file,
+            2 * CHUNK..2 * CHUNK + 300,
+            &mut held,
+            Backing::default(),
+        ))
+        .unwrap();
         pins.unpin(&held);
         let refuse = |_: Range<usize>, _: &mut [u8]| Err("no parity".to_owned());
         assert!(pins.repair(&file, 0, &refuse).is_err());
@@ -781,7 +789,11 @@ mod tests {
         assert_eq!(*asked.lock().unwrap(), [0..2 * CHUNK, 2 * CHUNK..3 * CHUNK]);
         assert_eq!(alive.load(Ordering::SeqCst), 2);
         pins.unpin(&a);
-        assert_eq!(alive.load(Ordering::SeqCst), 2, "chunk 1 is still held by b");
+        assert_eq!(
+            alive.load(Ordering::SeqCst),
+            2,
+            "chunk 1 is still held by b"
+        );
         pins.unpin(&b);
         assert_eq!(alive.load(Ordering::SeqCst), 0);
 
@@ -792,7 +804,10 @@ mod tests {
         };
         let mut c = vec![];
         let r = pins.pin(&file, 0..CHUNK, &mut c, backing);
-        assert!(matches!(r, Err(PinError::Fill(ref why)) if why == "origin down"), "{r:?}");
+        assert!(
+            matches!(r, Err(PinError::Fill(ref why)) if why == "origin down"),
+            "{r:?}"
+        );
         assert!(c.is_empty());
         assert_eq!(pins.pinned_bytes(), 0);
     }

@@ -85,7 +85,9 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     let big = big_title();
     let dir = published(&s3, &[(&big, "big.ts")]);
     let source = std::fs::read(&big).unwrap();
-    let index_len = std::fs::metadata(dir.path().join("big.ts.fjidx")).unwrap().len();
+    let index_len = std::fs::metadata(dir.path().join("big.ts.fjidx"))
+        .unwrap()
+        .len();
     assert!(slices(source.len() as u64) >= 3, "{} bytes", source.len());
     let cache = tempfile::tempdir().unwrap();
     let http = free_port();
@@ -103,6 +105,13 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     let media_gets = gets.iter().filter(|l| !l.contains(".fjidx")).count();
     assert_eq!(media_gets, slices(source.len() as u64), "{gets:#?}");
     assert!(gets.len() - media_gets <= slices(index_len), "{gets:#?}");
+    let (metrics, _) = crate::common::curl(&[&format!("{}/metrics", server.admin())]);
+    let requests = format!("fjord_origin_requests_total {}\n", gets.len());
+    assert!(metrics.contains(&requests), "{requests}in\n{metrics}");
+    // The index is one slice: every byte of both came once.
+    assert_eq!(slices(index_len), 1);
+    let bytes = format!("fjord_origin_bytes_total {}\n", source.len() as u64 + index_len);
+    assert!(metrics.contains(&bytes), "{bytes}in\n{metrics}");
 }
 
 /// With the origin stopped, a cached title plays on bit-exact and an
@@ -139,7 +148,9 @@ fn cached_titles_play_on_without_the_origin_and_uncached_ones_get_503() {
     s3.stop();
     let t = Instant::now();
     let mut c = RtspClient::connect(&server.url("b.ts")).unwrap();
-    let r = c.request("DESCRIBE", &server.url("b.ts"), &[], b"").unwrap();
+    let r = c
+        .request("DESCRIBE", &server.url("b.ts"), &[], b"")
+        .unwrap();
     assert_eq!(r.status, 503, "an uncached title without its origin");
     assert!(r.header("Retry-After").is_some(), "{r:?}");
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
@@ -158,9 +169,19 @@ fn a_changed_object_at_the_origin_is_served_new() {
     let _first = published(&s3, &[(&media().clip, "t.ts")]);
     let cache = tempfile::tempdir().unwrap();
     let server = edge(&s3, cache.path(), free_port());
-    plays_whole(&server, "t.ts", false, &std::fs::read(&media().clip).unwrap());
+    plays_whole(
+        &server,
+        "t.ts",
+        false,
+        &std::fs::read(&media().clip).unwrap(),
+    );
     let _second = published(&s3, &[(&media().vbr, "t.ts")]);
-    plays_whole(&server, "t.ts", false, &std::fs::read(&media().vbr).unwrap());
+    plays_whole(
+        &server,
+        "t.ts",
+        false,
+        &std::fs::read(&media().vbr).unwrap(),
+    );
 }
 
 /// An MP4 title of the origin, uncached when they start: ffmpeg (UDP and
