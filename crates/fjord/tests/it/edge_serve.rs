@@ -114,15 +114,17 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     assert!(metrics.contains(&bytes), "{bytes}in\n{metrics}");
 }
 
-/// With the origin stopped, a cached title plays on bit-exact and an
-/// uncached one is refused with 503 and Retry-After within a second, over
-/// RTSP and HTTP; after a restart nothing cached is fetched again, and a
-/// byte flipped in a cached slice is fetched again (only that slice).
+/// After a restart nothing cached is fetched again, and a byte flipped
+/// in a cached slice is fetched again (only that slice). The origin
+/// stopped mid-play: a cached title plays on bit-exact, a session whose
+/// next slices cannot come ends with BYE, and an uncached title is refused
+/// with 503 and Retry-After within a second, over RTSP and HTTP.
 #[test]
 fn cached_titles_play_on_without_the_origin_and_uncached_ones_get_503() {
     let mut s3 = S3Server::start("films");
-    let clip = &media().clip;
-    let _dir = published(&s3, &[(clip, "a.ts"), (&media().vbr, "b.ts")]);
+    let (clip, big) = (&media().clip, big_title());
+    let titles = [(clip.as_path(), "a.ts"), (&media().vbr, "b.ts"), (&big, "c.ts")];
+    let _dir = published(&s3, &titles);
     let source = std::fs::read(clip).unwrap();
     let cache = tempfile::tempdir().unwrap();
     let http = free_port();
@@ -145,7 +147,21 @@ fn cached_titles_play_on_without_the_origin_and_uncached_ones_get_503() {
     plays_whole(&server, "a.ts", true, &source);
     let refetched = s3.requests("GetObject").len() - before;
     assert_eq!(refetched, 1, "the corrupt slice alone");
-    s3.stop();
+    let big_bytes = std::fs::read(&big).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| plays_whole(&server, "a.ts", false, &source));
+        let cut = s.spawn(|| {
+            let (mut c, mut rx, _) = open(&server, "c.ts", false);
+            c.play(None).expect("PLAY");
+            recv(&mut c, &mut rx, QUIET, LIMIT)
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        s3.stop();
+        let cap = cut.join().unwrap();
+        let (_, end) = assert_contiguous(&big_bytes, &cap.packets, "c.ts, cut");
+        assert!(end < big_bytes.len(), "its last slices never came");
+        assert_eq!(cap.end, fjord_client::EndReason::Bye);
+    });
     let t = Instant::now();
     let mut c = RtspClient::connect(&server.url("b.ts")).unwrap();
     let r = c
