@@ -101,6 +101,9 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     let url = format!("http://127.0.0.1:{http}/big.ts");
     let got = crate::common::curl_bytes(&url);
     assert_eq!(blake3::hash(&got), blake3::hash(&source), "HTTP download");
+    let over_hls = formats::framemd5(&["-i", &format!("{url}/index.m3u8")], formats::COPY, "HLS");
+    let file = formats::framemd5(&["-i", big.to_str().unwrap()], formats::COPY, "file");
+    assert!(over_hls == file, "HLS of an origin title differs from the file");
     let gets = s3.requests("GetObject");
     let media_gets = gets.iter().filter(|l| !l.contains(".fjidx")).count();
     assert_eq!(media_gets, slices(source.len() as u64), "{gets:#?}");
