@@ -18,7 +18,9 @@
 //! packet rate (`admission`), port pairs (`ports`, `shared`), multicast
 //! groups and periodic broadcasts live in the `Server` beside its I/O
 //! handles: the engine, the catalog of titles (`catalog`: a path opens as a
-//! title or not at all), the storage layer, TLS. Connections of all
+//! title or not at all; on an edge, a title not under the roots opens from
+//! the origin, its files filled in slices as they are read: `edge`), the
+//! storage layer, TLS. Connections of all
 //! listeners share one set of limits (`slots`); one client can exhaust none
 //! of them.
 //!

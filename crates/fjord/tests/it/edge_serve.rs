@@ -103,7 +103,10 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     assert_eq!(blake3::hash(&got), blake3::hash(&source), "HTTP download");
     let over_hls = formats::framemd5(&["-i", &format!("{url}/index.m3u8")], formats::COPY, "HLS");
     let file = formats::framemd5(&["-i", big.to_str().unwrap()], formats::COPY, "file");
-    assert!(over_hls == file, "HLS of an origin title differs from the file");
+    assert!(
+        over_hls == file,
+        "HLS of an origin title differs from the file"
+    );
     let gets = s3.requests("GetObject");
     let media_gets = gets.iter().filter(|l| !l.contains(".fjidx")).count();
     assert_eq!(media_gets, slices(source.len() as u64), "{gets:#?}");
@@ -113,7 +116,10 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     assert!(metrics.contains(&requests), "{requests}in\n{metrics}");
     // The index is one slice: every byte of both came once.
     assert_eq!(slices(index_len), 1);
-    let bytes = format!("fjord_origin_bytes_total {}\n", source.len() as u64 + index_len);
+    let bytes = format!(
+        "fjord_origin_bytes_total {}\n",
+        source.len() as u64 + index_len
+    );
     assert!(metrics.contains(&bytes), "{bytes}in\n{metrics}");
 }
 
@@ -126,7 +132,11 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
 fn cached_titles_play_on_without_the_origin_and_uncached_ones_get_503() {
     let mut s3 = S3Server::start("films");
     let (clip, big) = (&media().clip, big_title());
-    let titles = [(clip.as_path(), "a.ts"), (&media().vbr, "b.ts"), (&big, "c.ts")];
+    let titles = [
+        (clip.as_path(), "a.ts"),
+        (&media().vbr, "b.ts"),
+        (&big, "c.ts"),
+    ];
     let _dir = published(&s3, &titles);
     let source = std::fs::read(clip).unwrap();
     let cache = tempfile::tempdir().unwrap();
