@@ -431,7 +431,8 @@ impl Config {
                 "an origin needs the storage layer (it fills slices before they are read): set readahead_ms above 0",
             );
         }
-        if !self.origin.is_empty() && !(self.cache_gb > 0.0 && self.cache_gb.is_finite()) {
+        let cache_size = self.cache_gb > 0.0 && self.cache_gb.is_finite();
+        if !self.origin.is_empty() && !cache_size {
             return bad("cache_gb must be above 0");
         }
         if self.prefab_share_percent > 100 {
@@ -695,6 +696,11 @@ mod tests {
         c.validate().unwrap();
         let c: Config = toml::from_str("destination_allow = [\"10.0.0.0/8\"]").unwrap();
         assert!(c.destination_allow[0].contains(&"10.1.2.3".parse::<IpAddr>().unwrap()));
+        let edge = |more: &str| toml::from_str::<Config>(&format!("origin = \"s3://b\"\n{more}"));
+        edge("").unwrap().validate().unwrap();
+        for bad in ["readahead_ms = 0", "cache_gb = 0", "cache_gb = nan"] {
+            assert!(edge(bad).unwrap().validate().is_err(), "{bad}");
+        }
     }
 
     #[test]
