@@ -44,6 +44,17 @@ pub enum CatalogError {
     Unavailable(String),
 }
 
+impl From<crate::edge::EdgeError> for CatalogError {
+    fn from(e: crate::edge::EdgeError) -> Self {
+        use crate::edge::EdgeError as E;
+        match e {
+            E::NotFound => CatalogError::NotFound,
+            E::Unavailable(why) => CatalogError::Unavailable(why),
+            E::Failed(why) => failed(&why),
+        }
+    }
+}
+
 impl CatalogError {
     pub fn status(&self) -> u16 {
         match self {

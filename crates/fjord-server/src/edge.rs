@@ -32,7 +32,15 @@ use fjord_engine::Title;
 use fjord_storage::{Filled, HeadPin, Hold, Storage};
 use object_store::path::Path as ObjectPath;
 
-use crate::CatalogError;
+/// Why an origin title cannot be opened.
+#[derive(Debug)]
+pub enum EdgeError {
+    /// Not at the origin.
+    NotFound,
+    /// Not now (the origin down, slow, or mid-publish): ask again.
+    Unavailable(String),
+    Failed(String),
+}
 
 /// How long an open waits for the origin's HEADs before it takes the
 /// version last seen, or refuses: a client is answered within a second.
@@ -82,7 +90,7 @@ impl Edge {
 
     /// The title `name`'s version at the origin now, or the one last seen
     /// when the origin does not answer in time; 404 when it is not there.
-    pub async fn version(&self, name: &str) -> Result<Version, CatalogError> {
+    pub async fn version(&self, name: &str) -> Result<Version, EdgeError> {
         let keys = (self.url.key(&format!("{name}.fjidx")), self.url.key(name));
         let heads = async {
             tokio::try_join!(
@@ -92,19 +100,16 @@ impl Edge {
         };
         match tokio::time::timeout(ASK_WITHIN, heads).await {
             Ok(Ok((index, media))) => Ok(Version { index, media }),
-            Ok(Err(CacheError::NotFound { .. })) => Err(CatalogError::NotFound),
+            Ok(Err(CacheError::NotFound { .. })) => Err(EdgeError::NotFound),
             Ok(Err(e)) => Err(unavailable(&e)),
             Err(_) => self.last_seen(&keys),
         }
     }
 
-    fn last_seen(
-        &self,
-        (index, media): &(ObjectPath, ObjectPath),
-    ) -> Result<Version, CatalogError> {
+    fn last_seen(&self, (index, media): &(ObjectPath, ObjectPath)) -> Result<Version, EdgeError> {
         match (self.cache.last_known(index), self.cache.last_known(media)) {
             (Some(index), Some(media)) => Ok(Version { index, media }),
-            _ => Err(CatalogError::Unavailable(format!(
+            _ => Err(EdgeError::Unavailable(format!(
                 "the origin did not answer within {} ms and this title is not cached; try again later",
                 ASK_WITHIN.as_millis()
             ))),
@@ -119,9 +124,9 @@ impl Edge {
         name: &str,
         v: &Version,
         storage: &Storage,
-    ) -> Result<(Arc<Title>, HeadPin), CatalogError> {
+    ) -> Result<(Arc<Title>, HeadPin), EdgeError> {
         let started = Instant::now();
-        let disk = |e: CacheError| CatalogError::Failed(e.to_string());
+        let disk = |e: CacheError| EdgeError::Failed(e.to_string());
         let index_file = self.cache.map(&v.index).map_err(disk)?;
         let media_file = self.cache.map(&v.media).map_err(disk)?;
         let head = self.index_head(&v.index, &index_file).await?;
@@ -130,25 +135,24 @@ impl Edge {
         let (storage, size) = (storage.clone(), v.media.size);
         let loaded = tokio::task::spawn_blocking(move || {
             let opened = fjord_media::index::Index::open_unverified(index.file.path());
-            let opened = opened.map_err(|e| CatalogError::Failed(format!("its index: {e}")))?;
+            let opened = opened.map_err(|e| EdgeError::Failed(format!("its index: {e}")))?;
             if opened.source().size != size {
-                return Err(CatalogError::Unavailable(
+                return Err(EdgeError::Unavailable(
                     "the origin's index and media differ in size (a publish under way?); try again later".into(),
                 ));
             }
             let (index_path, media_path) =
                 (index.file.path().to_owned(), media.file.path().to_owned());
             let title = Title::filled(opened, (&media_path, media), (&index_path, index));
-            let title = Arc::new(title.map_err(|e| CatalogError::Failed(e.to_string()))?);
+            let title = Arc::new(title.map_err(|e| EdgeError::Failed(e.to_string()))?);
             // Its head is what a PLAY reads first: fetched now or refused.
             let head = storage.hold_head(title.clone());
-            let head =
-                head.map_err(|e| CatalogError::Unavailable(format!("{e}; try again later")))?;
+            let head = head.map_err(|e| EdgeError::Unavailable(format!("{e}; try again later")))?;
             Ok((title, head))
         });
         let loaded = loaded
             .await
-            .map_err(|e| CatalogError::Failed(e.to_string()))??;
+            .map_err(|e| EdgeError::Failed(e.to_string()))??;
         let ms = started.elapsed().as_millis() as u64;
         tracing::info!(title = %name, ms, etag = %v.media.etag, "origin title ready");
         Ok(loaded)
@@ -160,18 +164,16 @@ impl Edge {
         &self,
         index: &Object,
         file: &MappedObject,
-    ) -> Result<Vec<SliceHold>, CatalogError> {
+    ) -> Result<Vec<SliceHold>, EdgeError> {
         let first = 0..index.size.min(fjord_edge::slice::SLICE_BYTES);
         let mut holds = vec![self.hold(index, first.clone()).await?];
         let path = file.path().to_owned();
         let bytes =
             tokio::task::spawn_blocking(move || fjord_edge::files::read_slice(&path, 0, first.end));
-        let bytes = bytes
-            .await
-            .map_err(|e| CatalogError::Failed(e.to_string()))?;
-        let bytes = bytes.map_err(|e| CatalogError::Failed(e.to_string()))?;
+        let bytes = bytes.await.map_err(|e| EdgeError::Failed(e.to_string()))?;
+        let bytes = bytes.map_err(|e| EdgeError::Failed(e.to_string()))?;
         let ranges = fjord_media::index::head_ranges(&bytes)
-            .map_err(|e| CatalogError::Failed(format!("its index: {e}")))?;
+            .map_err(|e| EdgeError::Failed(format!("its index: {e}")))?;
         let within = |r: Range<u64>| r.start.min(index.size)..r.end.min(index.size);
         // And its checksum at the end, which names the version to HTTP.
         let trailer = index.size.saturating_sub(32)..index.size;
@@ -181,7 +183,7 @@ impl Edge {
         Ok(holds)
     }
 
-    async fn hold(&self, object: &Object, range: Range<u64>) -> Result<SliceHold, CatalogError> {
+    async fn hold(&self, object: &Object, range: Range<u64>) -> Result<SliceHold, EdgeError> {
         self.cache
             .hold(object, range)
             .await
@@ -199,11 +201,11 @@ impl Edge {
 }
 
 /// An origin failure as a refusal to retry.
-fn unavailable(e: &CacheError) -> CatalogError {
+fn unavailable(e: &CacheError) -> EdgeError {
     match e {
-        CacheError::NotFound { .. } => CatalogError::NotFound,
-        CacheError::Disk { .. } => CatalogError::Failed(e.to_string()),
-        _ => CatalogError::Unavailable(format!("{e}; try again later")),
+        CacheError::NotFound { .. } => EdgeError::NotFound,
+        CacheError::Disk { .. } => EdgeError::Failed(e.to_string()),
+        _ => EdgeError::Unavailable(format!("{e}; try again later")),
     }
 }
 
