@@ -12,6 +12,7 @@ mod broadcast;
 mod capacity;
 mod datapath;
 mod disk;
+mod edge;
 mod http;
 mod peers;
 mod soak;
@@ -26,6 +27,7 @@ use broadcast::BroadcastArgs;
 use capacity::CapacityArgs;
 use datapath::{DatapathArgs, DownloadArgs};
 use disk::DiskArgs;
+use edge::EdgeArgs;
 use http::HttpArgs;
 use peers::{IdleArgs, PeersArgs};
 use soak::SoakArgs;
@@ -114,6 +116,21 @@ pub enum BenchCmd {
     /// storage figures from --stats-file when it writes them. Writes
     /// storage.md, storage.json and storage.svg to --out.
     Storage(StorageArgs),
+    /// An edge serving a library it holds a fifth of, from an origin a
+    /// round trip away.
+    ///
+    /// Makes (once) --titles titles of --title-mb MB as `bench storage`
+    /// does, publishes them with `fjord publish` to versitygw (`make deps`)
+    /// behind a forwarder that holds every segment --hold-ms each way, and
+    /// starts `fjord serve` as its edge with cache_gb = --cache-share of
+    /// the library. --sessions viewers arrive --stagger-ms apart at titles
+    /// of Zipf(--zipf) popularity, each playing from the start to plain UDP
+    /// receivers. Reports time to first packet (all, and on titles
+    /// uncached at the session's start), late packets, origin bytes beside
+    /// the distinct slices read, and the byte hit ratio served beside
+    /// S4LRU, LRU and Belady replayed on the same plan. Writes edge.md and
+    /// edge.json to --out.
+    Edge(EdgeArgs),
     /// HTTP downloads: fjord beside nginx.
     ///
     /// One file of --mb MiB (in the page cache) downloaded whole, over
@@ -175,6 +192,7 @@ fn main() -> ExitCode {
         BenchCmd::Idle(a) => peers::idle(a),
         BenchCmd::Disk(a) => disk::run(a),
         BenchCmd::Storage(a) => storage::run(a),
+        BenchCmd::Edge(a) => edge::run(a),
         BenchCmd::Http(a) => http::run(a),
         BenchCmd::Soak(a) => soak::run(a),
         BenchCmd::Broadcast(a) => broadcast::run(a),
