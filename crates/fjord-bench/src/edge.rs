@@ -65,6 +65,10 @@ pub struct EdgeReport {
     pub distinct_titles: usize,
     pub ttfp_ms: Percentiles,
     pub ttfp_uncached_ms: Percentiles,
+    /// The server's opens of an origin title it did not hold (at a
+    /// DESCRIBE: the HEADs, the index's head and the media's first slice),
+    /// from its log.
+    pub origin_open_ms: Percentiles,
     pub packets: u64,
     pub late_over_50ms: u64,
     pub late_over_200ms: u64,
@@ -179,6 +183,7 @@ pub fn run(cfg: &EdgeConfig, command: &str) -> anyhow::Result<EdgeReport> {
         distinct_titles: seen.len(),
         ttfp_ms: Percentiles::of(all),
         ttfp_uncached_ms: Percentiles::of(uncached),
+        origin_open_ms: Percentiles::of(server.opens()),
         packets: loaded.totals.packets,
         late_over_50ms: late(1),
         late_over_200ms: late(2),
@@ -293,6 +298,8 @@ struct Edge {
     child: Child,
     url: String,
     admin: SocketAddr,
+    /// The `ms` of each "origin title ready" line of its log.
+    opens: mpsc::Receiver<f64>,
 }
 
 impl Edge {
@@ -318,11 +325,24 @@ impl Edge {
             .arg("--config")
             .arg(&config)
             .envs(S3::credentials())
+            .env("FJORD_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .context("starting fjord serve")?;
+        let log = child.stderr.take().context("its stderr")?;
+        let (opened, opens) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(log).lines().map_while(Result::ok) {
+                let ms = line
+                    .contains("origin title ready")
+                    .then(|| field(&line, "ms="));
+                if let Some(ms) = ms.flatten() {
+                    let _ = opened.send(ms);
+                }
+            }
+        });
         let out = child.stdout.take().context("its stdout")?;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -335,7 +355,17 @@ impl Edge {
         let url = rx
             .recv_timeout(Duration::from_secs(20))
             .context("fjord serve did not start")?;
-        Ok(Edge { child, url, admin })
+        Ok(Edge {
+            child,
+            url,
+            admin,
+            opens,
+        })
+    }
+
+    /// How long each open of an origin title took so far, ms.
+    fn opens(&self) -> Vec<f64> {
+        self.opens.try_iter().collect()
     }
 
     /// The server's `/metrics`.
@@ -357,6 +387,15 @@ impl Drop for Edge {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The number after `key` in a log line (`ms=12`).
+fn field(line: &str, key: &str) -> Option<f64> {
+    let at = line.find(key)? + key.len();
+    let digits: String = (line[at..].chars())
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    digits.parse().ok()
 }
 
 struct Metrics(String);
@@ -408,6 +447,10 @@ pub fn markdown(r: &EdgeReport) -> String {
     md += &format!(
         "| … of sessions on a title uncached at their start | {} |\n",
         p(&r.ttfp_uncached_ms)
+    );
+    md += &format!(
+        "| open of an uncached title at DESCRIBE (HEADs, index head, first slice), ms | {} |\n",
+        p(&r.origin_open_ms)
     );
     md += &format!(
         "| packets | {} |\n| late > 50 ms | {} |\n| late > 200 ms | {} |\n",

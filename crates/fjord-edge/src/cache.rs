@@ -498,12 +498,21 @@ impl SliceCache {
                 ids,
             }
         };
-        futures::future::try_join_all(slices.map(|i| self.present(object, i))).await?;
+        let wanted = |i| {
+            let b = slice::bounds(i, object.size);
+            range
+                .end
+                .min(b.end)
+                .saturating_sub(range.start.max(b.start))
+        };
+        let present = slices.map(|i| self.present(object, i, wanted(i)));
+        futures::future::try_join_all(present).await?;
         Ok(hold)
     }
 
-    /// Slice `i` on disk and checked: nothing read when it is known so.
-    async fn present(&self, object: &Object, i: u64) -> Result<(), CacheError> {
+    /// Slice `i` on disk and checked: nothing read when it is known so
+    /// (then the `wanted` bytes of it count as hit).
+    async fn present(&self, object: &Object, i: u64, wanted: u64) -> Result<(), CacheError> {
         let id = id_of(object, i);
         let known = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -511,14 +520,14 @@ impl SliceCache {
             if known {
                 st.policy.hit(&id);
             }
-            known.then(|| st.stored[&id].len)
+            known
         };
         match known {
-            Some(len) => {
-                self.stats.hit_bytes.fetch_add(len, Ordering::Relaxed);
+            true => {
+                self.stats.hit_bytes.fetch_add(wanted, Ordering::Relaxed);
                 Ok(())
             }
-            None => self.slice(object, i).await.map(|_| ()),
+            false => self.slice(object, i).await.map(|_| ()),
         }
     }
 
