@@ -17,8 +17,10 @@
 //! receiving. Packets are the RTP packets the receivers counted in that
 //! window, so CPU per packet is exactly the server's cost of what arrived.
 //!
-//! A peer that is not installed is skipped with the package that provides
-//! it; MediaMTX is skipped always ([`MEDIAMTX_SKIP`] says why). Children
+//! MediaMTX ([`mediamtx`]) has no video on demand: its row is a live
+//! fan-out of the title pushed once by ffmpeg to the same receivers,
+//! labelled so. A peer that is not installed is skipped with the package
+//! that provides it (MediaMTX with [`MEDIAMTX_SKIP`]). Children
 //! die with this process on every exit path: dropped (killed with their
 //! process group), or, if this process dies first, by `PR_SET_PDEATHSIG`.
 //!
@@ -52,10 +54,12 @@ pub mod burst;
 pub mod curve;
 pub mod floor;
 pub mod idle;
+pub mod mediamtx;
 mod report;
 mod sampler;
 mod server;
 
+pub use mediamtx::MEDIAMTX_SKIP;
 pub use report::{FjordFloor, csv, fjord_burst, fjord_floor, machine, markdown};
 pub use sampler::{CpuSampler, cpu_at};
 use server::START_TIMEOUT;
@@ -68,9 +72,6 @@ pub const GST_SCRIPT: &str = include_str!("../../../bench/peers/gst_rtsp_vod.py"
 
 /// The title's mux rate, bits per second.
 pub const BITRATE: u64 = 4_500_000;
-
-/// Why MediaMTX is not measured.
-pub const MEDIAMTX_SKIP: &str = "MediaMTX: skipped, no package registry here serves it (no Debian package; the Go module proxy refuses github.com/bluenviron/mediamtx), and it has no video on demand of stored files: it would take a live fan-out of one copy pushed by ffmpeg, a runner not built without a binary to test it against";
 
 #[derive(Clone, Debug)]
 pub struct PeersConfig {
@@ -106,11 +107,13 @@ pub enum Peer {
     Fjord,
     Live555,
     Gst,
+    /// A live relay of one pushed copy, not video on demand.
+    MediaMtx,
     Floor(usize),
 }
 
 impl Peer {
-    pub const ALL: [Peer; 3] = [Peer::Fjord, Peer::Live555, Peer::Gst];
+    pub const ALL: [Peer; 4] = [Peer::Fjord, Peer::Live555, Peer::Gst, Peer::MediaMtx];
 
     /// The server named `name` on the command line: fjord, live555, gst.
     pub fn parse(name: &str) -> Option<Peer> {
@@ -118,6 +121,7 @@ impl Peer {
             "fjord" => Some(Peer::Fjord),
             "live555" => Some(Peer::Live555),
             "gst" | "gstreamer" => Some(Peer::Gst),
+            "mediamtx" => Some(Peer::MediaMtx),
             _ => None,
         }
     }
@@ -127,6 +131,7 @@ impl Peer {
             Peer::Fjord => "fjord",
             Peer::Live555 => "live555MediaServer",
             Peer::Gst => "GStreamer rtsp-server",
+            Peer::MediaMtx => "MediaMTX",
             Peer::Floor(_) => "kernel floor",
         }
     }
@@ -367,6 +372,23 @@ fn prepare(
                 gst_version.replace("GStreamer ", "GStreamer rtsp-server "),
             ))
         }
+        Peer::MediaMtx => {
+            let exe = mediamtx::find()?;
+            let (title, dir) = (title.to_path_buf(), scratch.to_path_buf());
+            let publisher_cpu = (cpu + 1) % available_cpus();
+            let start = move || mediamtx::start(&exe, &dir, &title, cpu, publisher_cpu, rt);
+            let version = format!(
+                "{} (live relay: the title's video pushed once by ffmpeg, fanned out; no disk)",
+                mediamtx::version(&mediamtx::find()?)
+            );
+            Ok((
+                Prepared {
+                    peer,
+                    start: Box::new(start),
+                },
+                version,
+            ))
+        }
         Peer::Floor(_) => Err("the kernel floor is no server".into()),
     }
 }
@@ -503,8 +525,6 @@ pub fn run(cfg: &PeersConfig) -> anyhow::Result<PeersReport> {
             }
         }
     }
-    eprintln!("{MEDIAMTX_SKIP}");
-    notes.push(MEDIAMTX_SKIP.to_string());
     let floor = floors(cfg, &title, &mut results, &mut notes)?;
     pin_current_thread(load_cpu);
     let floor_runs = floor.as_ref().map_or(0, |f| f.bursts.len());
