@@ -28,6 +28,7 @@ pub mod recv;
 mod rtcp;
 mod rtp;
 mod rtsp;
+pub mod tls;
 mod udp;
 
 pub use capture::{Capture, EndReason, PacketSource, capture};

@@ -1,16 +1,20 @@
 //! The write side of an RTSP connection carrying `$`-framed RTP/RTCP
 //! (RFC 2326 §10.12). RTSP replies and frames share one byte stream, so one
 //! owner writes both, in order, and never splits a frame with a reply.
+//! Over TLS (RTSPS) the same bytes go through the connection's [`Seal`]
+//! instead of `writev`: taken means sealed and queued, as a plain socket's
+//! send buffer takes them.
 
 use std::{
     io::{self, IoSlice},
-    os::fd::OwnedFd,
+    os::fd::{AsFd, OwnedFd},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use socket2::Socket;
 
-use crate::datapath::MAX_HEAD;
+use crate::{datapath::MAX_HEAD, seal::Seal};
 
 /// More unsent bytes than this means the client stopped reading: drop it.
 const MAX_PENDING: usize = 1 << 20;
@@ -49,10 +53,16 @@ pub(crate) struct Connection {
     next_try: Option<Instant>,
     /// A client stalled this long is dropped.
     stall_timeout: Duration,
+    /// RTSPS: what encrypts the bytes before the socket.
+    seal: Option<Arc<dyn Seal>>,
 }
 
 impl Connection {
-    pub(crate) fn new(fd: OwnedFd, stall_timeout: Duration) -> io::Result<Self> {
+    pub(crate) fn new(
+        fd: OwnedFd,
+        stall_timeout: Duration,
+        seal: Option<Arc<dyn Seal>>,
+    ) -> io::Result<Self> {
         let socket = Socket::from(fd);
         socket.set_nonblocking(true)?;
         socket.set_send_buffer_size(SEND_BUFFER)?;
@@ -63,7 +73,22 @@ impl Connection {
             stalled_since: None,
             next_try: None,
             stall_timeout,
+            seal,
         })
+    }
+
+    /// Writes a prefix of `iov`: to the socket, or sealed (a full seal
+    /// queue is `WouldBlock`, as a full socket).
+    fn send(&self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+        match &self.seal {
+            None => self
+                .socket
+                .send_vectored_with_flags(iov, libc::MSG_NOSIGNAL),
+            Some(seal) => match seal.seal(self.socket.as_fd(), iov)? {
+                0 if iov.iter().any(|b| !b.is_empty()) => Err(io::ErrorKind::WouldBlock.into()),
+                n => Ok(n),
+            },
+        }
     }
 
     /// When to try writing again (`None`: now, the client keeps up).
@@ -115,10 +140,11 @@ impl Connection {
         self.flush(now);
     }
 
-    /// Writes what is pending; true when nothing is left. A stalled
-    /// client's bytes wait for its next try.
+    /// Writes what is pending (and, over TLS, the records the seal still
+    /// holds); true when nothing is left. A stalled client's bytes wait
+    /// for its next try.
     pub(crate) fn flush(&mut self, now: Instant) -> bool {
-        if self.pending.is_empty() || self.broken {
+        if self.broken || (self.pending.is_empty() && self.seal.is_none()) {
             return self.pending.is_empty();
         }
         if !self.may_try(now) {
@@ -126,10 +152,7 @@ impl Connection {
         }
         let mut wrote = false;
         while !self.pending.is_empty() && !self.broken {
-            match self
-                .socket
-                .send_with_flags(&self.pending, libc::MSG_NOSIGNAL)
-            {
+            match self.send(&[IoSlice::new(&self.pending)]) {
                 Ok(n) => {
                     wrote |= n > 0;
                     self.pending.drain(..n);
@@ -139,10 +162,18 @@ impl Connection {
                 Err(_) => self.fail(),
             }
         }
-        if !self.broken {
-            self.attempted(wrote, !self.pending.is_empty(), now);
+        let mut queued = false;
+        if let (Some(seal), false) = (&self.seal, self.broken) {
+            match seal.flush(self.socket.as_fd()) {
+                Ok(f) => (wrote, queued) = (wrote | f.wrote, !f.empty),
+                Err(_) => self.fail(),
+            }
         }
-        self.pending.is_empty()
+        let left = !self.pending.is_empty() || queued;
+        if !self.broken {
+            self.attempted(wrote, left, now);
+        }
+        !left && !self.broken
     }
 
     /// Sends one RTCP frame; dropped when the connection is full (RTCP
@@ -202,10 +233,7 @@ impl Connection {
             }
         }
         loop {
-            match self
-                .socket
-                .send_vectored_with_flags(&iov[..n_iov], libc::MSG_NOSIGNAL)
-            {
+            match self.send(&iov[..n_iov]) {
                 Ok(n) => {
                     // Whole frames written, then the tail of a partial one.
                     let mut left = n;
@@ -272,7 +300,7 @@ mod tests {
     /// are sent at `t0` until one attempt takes nothing.
     fn stalled(frames: &[Frame<'_>], t0: Instant) -> (Connection, UnixStream) {
         let (ours, client) = UnixStream::pair().unwrap();
-        let mut c = Connection::new(OwnedFd::from(ours), Duration::from_secs(10)).unwrap();
+        let mut c = Connection::new(OwnedFd::from(ours), Duration::from_secs(10), None).unwrap();
         let mut filled = 0;
         while c.send_frames(0, frames, t0) == (frames.len(), false) {
             filled += 1;

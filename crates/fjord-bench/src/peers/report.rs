@@ -291,7 +291,9 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
         "How: each server is a child process started afresh for each run and pinned, all its \
          threads, to CPU {} (`sched_setaffinity`){}; fjord as `fjord serve` with one engine thread \
          and its default data path, its admin listener on loopback (read once per run, after \
-         the window, for its send counters); live555MediaServer serving its working directory; \
+         the window, for its send counters), and over RTSPS (`fjord-tls`, with `--tcp`) the same \
+         with a certificate from `fjord cert`, the receivers speaking TLS (rustls with ring) \
+         on its RTSPS port; live555MediaServer serving its working directory; \
          GStreamer's rtsp-server from `bench/peers/gst_rtsp_vod.py` with one pipeline per client \
          (`filesrc ! tsparse set-timestamps=true ! rtpmp2tpay`, not shared); MediaMTX, which \
          has no video on demand, as a live relay: RTSP alone on loopback, the title's H.264 \

@@ -55,7 +55,8 @@ pub struct PeersArgs {
     #[arg(long, value_delimiter = ',')]
     pub loads: Vec<usize>,
     /// The servers to measure beside the floor: fjord, live555, gst,
-    /// mediamtx (a live relay of one copy ffmpeg pushes)
+    /// mediamtx (a live relay of one copy ffmpeg pushes); fjord-tls (fjord
+    /// over RTSPS, with --tcp) is measured only when asked for
     #[arg(long, value_delimiter = ',', default_values_t = ["fjord".to_string(), "live555".into(), "gst".into(), "mediamtx".into()])]
     pub servers: Vec<String>,
 }
@@ -162,7 +163,9 @@ pub fn peers(a: PeersArgs) -> anyhow::Result<()> {
         cpu: a.cpu,
         realtime: a.realtime,
         gro: a.gro,
-        fjord_exe: match servers.contains(&peers::Peer::Fjord) {
+        fjord_exe: match servers.contains(&peers::Peer::Fjord)
+            || servers.contains(&peers::Peer::FjordTls)
+        {
             true => crate::fjord_exe()?,
             false => "fjord".into(),
         },
