@@ -173,7 +173,7 @@ impl Connection {
         if !self.broken {
             self.attempted(wrote, left, now);
         }
-        !left && !self.broken
+        !left
     }
 
     /// Sends one RTCP frame; dropped when the connection is full (RTCP
