@@ -54,6 +54,7 @@ mod outbox;
 mod pool;
 mod ports;
 mod prefab_budget;
+mod rtsps;
 mod scale;
 mod session;
 mod shared;
@@ -238,7 +239,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         Some(at) => Some(bind(at, " for the admin API", "set admin_bind, or \"\" for none").await?),
     };
     let engine = start_engine(&config, local, storage.clone())?;
-    let tls = tls::Tls::new(&config).await?;
+    let tls = tls::Tls::new(&config)?;
     let server = Arc::new(Server::new(config, catalog, engine, storage, tls)?);
     // Before the RTSP line, which scripts and tests wait for.
     if let Some(listener) = admin {
@@ -411,9 +412,10 @@ async fn listen_rtsps(server: Arc<Server>, listener: TcpListener) {
         let server = server.clone();
         tokio::spawn(async move {
             let Some(tls) = &server.tls else { return };
-            match tls.accept(stream, peer, &server.config()).await {
-                Ok((bridge, ends)) => {
-                    conn::serve_connection(server.clone(), bridge, peer, slot, Some(ends)).await
+            match tls.accept_rtsps(stream, &server.config()).await {
+                Ok((stream, state)) => {
+                    let tls = Some(Arc::new(state));
+                    conn::serve_connection(server.clone(), stream, peer, slot, tls).await
                 }
                 Err(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
             }

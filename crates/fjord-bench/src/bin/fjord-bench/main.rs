@@ -63,8 +63,8 @@ pub enum BenchCmd {
     /// on time (< 0.01 % of packets > 2 ms late, none unsent), into the
     /// sink; saves the packet rate for admission control.
     Capacity(CapacityArgs),
-    /// The same load against fjord, live555MediaServer and GStreamer's
-    /// rtsp-server: server CPU per packet side by side.
+    /// The same load against fjord, live555MediaServer, GStreamer's
+    /// rtsp-server and MediaMTX: server CPU per packet side by side.
     ///
     /// Makes (once, with ffmpeg, kept in --media) a 4.5 Mbit/s H.264 + AAC
     /// MPEG-TS title; for each installed server, starts it afresh per run,
@@ -72,7 +72,9 @@ pub enum BenchCmd {
     /// receivers on another CPU over loopback, and reads the server
     /// process's CPU over the receive window. A peer that is not installed
     /// is skipped with the package to install (`make peers` installs them);
-    /// MediaMTX is skipped (not installable here; a live relay). In the same
+    /// MediaMTX (not installable here: from $FJORD_MEDIAMTX, the PATH or
+    /// shared/peers/, else skipped) is a live relay of the title pushed
+    /// once by ffmpeg, read by the same receivers. In the same
     /// runs, the kernel floor (unless --no-floor): prebuilt packets sent
     /// at the same rate to the same kind of receivers with no server, in
     /// bursts of each --floor-bursts. Writes peers.md and peers.csv to
