@@ -16,6 +16,7 @@
 
 pub mod aac;
 pub mod ac3;
+pub mod cmaf;
 pub mod durable;
 mod es;
 pub mod format;
