@@ -11,6 +11,8 @@
 //! previous start) and hold every sample of every track whose decode time
 //! falls before the next one; a title without video is cut by time.
 
+pub(crate) mod entry;
+
 const NS: i128 = 1_000_000_000;
 
 /// A piece of a segment: bytes made here, or bytes of the source file.
