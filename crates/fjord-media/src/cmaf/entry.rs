@@ -84,6 +84,8 @@ pub(crate) struct TrackHead<'a> {
     pub timescale: u32,
     /// Video: width and height in pixels.
     pub size: (u16, u16),
+    /// The media time shown first (an edit list says so when not 0).
+    pub media_start: i64,
     pub config: &'a Config,
 }
 
@@ -103,6 +105,9 @@ pub(crate) fn trak(o: &mut Vec<u8>, t: &TrackHead) {
             o.extend_from_slice(&(u32::from(t.size.0) << 16).to_be_bytes());
             o.extend_from_slice(&(u32::from(t.size.1) << 16).to_be_bytes());
         });
+        if t.media_start > 0 {
+            edit(o, t.media_start);
+        }
         boxed(o, b"mdia", |o| {
             boxed(o, b"mdhd", |o| {
                 full(o, 0, 0);
@@ -130,6 +135,20 @@ pub(crate) fn trak(o: &mut Vec<u8>, t: &TrackHead) {
                     empty_sample_tables(o);
                 });
             });
+        });
+    });
+}
+
+/// An edit list of one edit: the whole track from `media_start` (a
+/// duration of 0 in a fragmented file: to its end).
+fn edit(o: &mut Vec<u8>, media_start: i64) {
+    boxed(o, b"edts", |o| {
+        boxed(o, b"elst", |o| {
+            full(o, 1, 0);
+            o.extend_from_slice(&1u32.to_be_bytes());
+            o.extend_from_slice(&0u64.to_be_bytes());
+            o.extend_from_slice(&media_start.to_be_bytes());
+            o.extend_from_slice(&0x0001_0000u32.to_be_bytes()); // rate 1.0
         });
     });
 }

@@ -70,12 +70,13 @@ fn a_trak_of_each_config_is_well_formed() {
                 id: 1,
                 timescale: 90_000,
                 size: (640, 360),
+                media_start: 3600,
                 config: &config,
             },
         );
         assert_eq!(boxes_fit(&o), 1);
-        // trak's children: tkhd, mdia.
-        assert_eq!(boxes_fit(&o[8..]), 2);
+        // trak's children: tkhd, edts, mdia.
+        assert_eq!(boxes_fit(&o[8..]), 3);
     }
 }
 

@@ -7,9 +7,11 @@
 //! sample's other bytes, no I/O.
 //!
 //! Matroska stores presentation times only: a video track's decode times
-//! are its presentation times in order, and each sample's composition
-//! offset (`trun` version 1, signed) is its presentation time minus that,
-//! so a key frame that starts a closed group is decoded when shown.
+//! are its presentation times in order, moved earlier by the most any
+//! frame is shown after its place in that order (so no frame is shown
+//! before it is decoded: composition offsets stay positive, as players
+//! read most alike), and an edit list starts the track at its first
+//! presentation time, as MP4 writers do.
 
 use super::demux::{self, Frame, Kind, TrackEntry};
 use super::{Codec, audio_ticks, codec_of, mean_gap};
@@ -104,6 +106,7 @@ pub fn fragment(
                 id: tracks[k].id,
                 timescale: tracks[k].timescale,
                 size: served[k].entry.size,
+                media_start: tracks[k].media_start,
                 config: &configs[k],
             },
         );
@@ -118,13 +121,20 @@ pub fn fragment(
     ))
 }
 
-/// A video track: decode times are the presentation times in order.
+/// A video track: decode times are the presentation times in order,
+/// `shift` earlier; media time is title time plus `shift`, so decode
+/// times stay positive.
 fn video_track(data: &[u8], s: &Served, pts: &[u64]) -> cmaf::Track {
     let ticks: Vec<i64> = (pts.iter())
         .map(|&p| (u128::from(p) * u128::from(VIDEO_TIMESCALE) / 1_000_000_000) as i64)
         .collect();
     let mut dts = ticks.clone();
     dts.sort_unstable();
+    let shift = (dts.iter().zip(&ticks))
+        .map(|(d, p)| d - p)
+        .max()
+        .unwrap_or(0)
+        .max(0);
     let last = s.entry.default_duration_ns.unwrap_or_else(|| mean_gap(pts));
     let last = (u128::from(last) * u128::from(VIDEO_TIMESCALE) / 1_000_000_000) as u32;
     let samples = (s.frames.iter().enumerate())
@@ -138,13 +148,16 @@ fn video_track(data: &[u8], s: &Served, pts: &[u64]) -> cmaf::Track {
                 offset: f.offset,
                 size: f.size,
                 dts: dts[i],
-                cts: ticks[i],
+                cts: ticks[i] + shift,
                 dur,
                 sync: key,
             }
         })
         .collect();
-    track(true, VIDEO_TIMESCALE, samples)
+    cmaf::Track {
+        media_start: shift,
+        ..track(true, VIDEO_TIMESCALE, samples)
+    }
 }
 
 /// An audio track counted in samples at `rate` (as RTSP stamps it).

@@ -1,5 +1,5 @@
 //! DASH of a stored title: `NAME/manifest.mpd` (`fjord_proto::dash`). An
-//! MP4 title has one representation per track, whose segments are the
+//! MP4, Matroska or WebM title has one representation per track, whose segments are the
 //! fragmented MP4 of that track alone ([`super::fmp4`]: `init-K.mp4`,
 //! `seg-K-N.m4s`), cut at the same key frames for every track; an MPEG-TS
 //! title one representation whose segments are the byte ranges of the
