@@ -1,7 +1,8 @@
 //! Matroska (`.mkv`) and WebM (`.webm`) files: every H.264, H.265, VP8,
 //! VP9, AAC and Opus track becomes an RTP track; frames stay in the file,
 //! referenced by offset ([`demux`] finds them, the codecs' packetizers cut
-//! them). AV1 is refused with the reason: no RTSP player here depacketizes
+//! them); [`fragments`] makes the same tracks fragmented MP4 for HLS and
+//! DASH. AV1 is refused with the reason: no RTSP player here depacketizes
 //! it, so it could not be tested.
 
 use crate::format::{FormatError, MAX_RTP_PAYLOAD};
