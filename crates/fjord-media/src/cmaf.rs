@@ -129,15 +129,34 @@ impl Track {
 /// The media segments of `tracks` (`only`: of that track alone, cut at
 /// the same places as all of them, so the tracks' segments align).
 pub(crate) fn segments(tracks: &[Track], target_ns: u64, only: Option<usize>) -> Vec<Fragment> {
+    let (chosen, windows) = windows(tracks, target_ns, only);
+    let mut fragments = Vec::with_capacity(windows.len());
+    for (runs, duration_ns) in windows {
+        let mut f = media_segment(chosen, &runs, fragments.len() as u32 + 1);
+        f.duration_ns = duration_ns;
+        fragments.push(f);
+    }
+    fragments
+}
+
+/// The samples of a segment, per track (its place among the chosen
+/// ones, and a range of its samples), and the segment's duration.
+pub(crate) type Window = (Vec<(usize, std::ops::Range<usize>)>, u64);
+
+/// Where [`segments`] cuts: the tracks chosen (all, or `only`) and each
+/// segment's samples of them.
+pub(crate) fn windows(
+    tracks: &[Track],
+    target_ns: u64,
+    only: Option<usize>,
+) -> (&[Track], Vec<Window>) {
     let video = tracks.iter().position(|t| t.video);
     let bounds = boundaries(tracks, video, target_ns);
-    match only {
-        Some(k) => cut(
-            &tracks[k.min(tracks.len())..(k + 1).min(tracks.len())],
-            &bounds,
-        ),
-        None => cut(tracks, &bounds),
-    }
+    let chosen = match only {
+        Some(k) => &tracks[k.min(tracks.len())..(k + 1).min(tracks.len())],
+        None => tracks,
+    };
+    (chosen, cut(chosen, &bounds))
 }
 
 /// Decode time of a sample on the title's timeline, ns.
@@ -183,10 +202,10 @@ fn boundaries(sources: &[Track], video: Option<usize>, target_ns: u64) -> Vec<i1
 
 /// The segments between consecutive `bounds`: every track's samples
 /// decoded from one to the next (the last takes the rest), lasting from
-/// one to the next.
-fn cut(sources: &[Track], bounds: &[i128]) -> Vec<Fragment> {
+/// one to the next; none where no track has a sample.
+fn cut(sources: &[Track], bounds: &[i128]) -> Vec<Window> {
     let mut next_sample = vec![0usize; sources.len()];
-    let mut fragments = Vec::with_capacity(bounds.len());
+    let mut windows = Vec::with_capacity(bounds.len());
     let last = bounds.len().saturating_sub(2);
     for (k, w) in bounds.windows(2).enumerate() {
         let end = if k == last { i128::MAX } else { w[1] };
@@ -204,18 +223,15 @@ fn cut(sources: &[Track], bounds: &[i128]) -> Vec<Fragment> {
             })
             .filter(|(_, r)| !r.is_empty())
             .collect();
-        if runs.is_empty() {
-            continue;
+        if !runs.is_empty() {
+            windows.push((runs, (w[1] - w[0]).max(0) as u64));
         }
-        let mut f = media_segment(sources, &runs, fragments.len() as u32 + 1);
-        f.duration_ns = (w[1] - w[0]).max(0) as u64;
-        fragments.push(f);
     }
-    fragments
+    windows
 }
 
 /// A `moof` + `mdat` head for `runs` (track, samples) and the sample bytes
-/// as file ranges; [`cut`] sets the duration. The `mdat` holds the samples
+/// as file ranges; [`segments`] sets the duration. The `mdat` holds the samples
 /// in the file's order, so samples of all tracks that lie together in the
 /// file (an interleaved MP4's chunks) are one range, sent by one
 /// `sendfile`; each track's `traf` has a `trun` per stretch of its

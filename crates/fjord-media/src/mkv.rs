@@ -22,6 +22,7 @@ pub mod ebml;
 pub mod fragments;
 #[cfg(test)]
 mod testfile;
+pub mod webm;
 
 use demux::{Demuxed, Frame, Kind, TrackEntry};
 

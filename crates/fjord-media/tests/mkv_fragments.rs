@@ -3,13 +3,15 @@
 //! segment followed by every segment is a file ffmpeg reads as the same
 //! codecs, whose packets equal the source's byte for byte, at the same
 //! times (to the millisecond Matroska stores), every segment starting
-//! with a video key frame; each track alone likewise.
+//! with a video key frame; each track alone likewise, and each track of a
+//! WebM title as DASH WebM (generated clusters, frames by reference).
 
 mod media;
 
 use std::{collections::HashMap, path::Path, process::Command};
 
 use fjord_media::mkv::fragments::fragment;
+use fjord_media::mkv::webm;
 use fjord_media::mp4::fragments::{Fragmented, Part};
 use media::*;
 
@@ -159,6 +161,30 @@ fn check(name: &str, codec_args: &[&str], codecs: &str, probed: &[&str]) {
         same(&alone, &of_k, &format!("{name} track {k} alone"));
     }
     assert!(fragment(&data, 1, Some(f.tracks.len())).is_err());
+    if name.ends_with(".webm") {
+        dash_webm(&dir, &data, &f, &want);
+    }
+}
+
+/// Each track of a WebM title as DASH WebM: the same packets at the same
+/// milliseconds, segments aligned with the fragmented MP4 ones.
+fn dash_webm(dir: &tempfile::TempDir, data: &[u8], f: &Fragmented, want: &[Packet]) {
+    for k in 0..f.tracks.len() {
+        let w = webm::track(data, 2_000_000_000, k).expect("DASH WebM");
+        assert_eq!(w.fragments.len(), f.fragments.len(), "track {k} aligned");
+        for (a, b) in w.fragments.iter().zip(&f.fragments) {
+            assert_eq!(a.duration_ns, b.duration_ns);
+        }
+        let path = path_in(dir, &format!("track{k}.webm"));
+        std::fs::write(&path, assemble(data, &w)).unwrap();
+        let got: Vec<Packet> = packets(&path)
+            .into_iter()
+            .map(|p| (k, p.1, p.2, p.3))
+            .collect();
+        let of_k: Vec<Packet> = want.iter().filter(|p| p.0 == k).cloned().collect();
+        assert_eq!(got, of_k, "track {k} as DASH WebM");
+    }
+    assert!(webm::track(data, 1, f.tracks.len()).is_err());
 }
 
 #[test]
@@ -245,5 +271,19 @@ fn matroska_h265_and_aac() {
 fn a_file_that_is_not_matroska_is_an_error_not_a_panic() {
     for bytes in [&b""[..], b"\x1a\x45\xdf\xa3\x80", b"\0\0\0\x08moov"] {
         assert!(fragment(bytes, 1, None).is_err());
+        assert!(webm::track(bytes, 1, 0).is_err());
     }
+}
+
+/// DASH WebM is for WebM files of VP8, VP9 and Opus.
+#[test]
+fn dash_webm_refuses_matroska_and_other_codecs() {
+    let dir = scratch();
+    let src = path_in(&dir, "in.mkv");
+    let mut args = LAVFI_AV.to_vec();
+    args.extend(["-c:v", "libvpx", "-c:a", "libopus", src.to_str().unwrap()]);
+    ffmpeg(&args);
+    let data = std::fs::read(&src).unwrap();
+    let e = webm::track(&data, 1, 0).unwrap_err().to_string();
+    assert!(e.contains("WebM files only"), "{e}");
 }

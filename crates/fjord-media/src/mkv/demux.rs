@@ -88,6 +88,8 @@ pub enum Kind {
 /// One TrackEntry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrackEntry {
+    /// Byte range of the whole TrackEntry element in the file.
+    pub element: (usize, usize),
     pub number: u64,
     pub kind: Kind,
     pub codec_id: String,
@@ -471,6 +473,7 @@ fn block_group(data: &[u8], g: &Element) -> Option<(usize, usize, Option<bool>)>
 
 fn track_entry(data: &[u8], e: &Element) -> Result<TrackEntry, FormatError> {
     let mut t = TrackEntry {
+        element: (e.start, e.end),
         number: 0,
         kind: Kind::Other,
         codec_id: String::new(),

@@ -24,21 +24,28 @@ use crate::vpx::{self, Vpx};
 const VIDEO_TIMESCALE: u32 = 90_000;
 
 /// A served track: its entry, codec and frames.
-struct Served<'a> {
-    entry: &'a TrackEntry,
-    codec: Codec,
-    frames: &'a [Frame],
+pub(super) struct Served<'a> {
+    pub entry: &'a TrackEntry,
+    pub codec: Codec,
+    pub frames: &'a [Frame],
 }
 
-/// The fragmented form of the Matroska or WebM file `data`, segments of
-/// at least `target_ns`, every served track in each (`only`: just that
-/// one, cut at the same places as all of them).
-pub fn fragment(
+/// A title's served tracks, read once for either form (fragmented MP4,
+/// WebM): each with its frames as samples on the title's timeline.
+pub(super) struct Title<'a> {
+    pub served: Vec<Served<'a>>,
+    pub tracks: Vec<cmaf::Track>,
+    /// The title's start on the file's timeline, ns.
+    pub t0: i64,
+}
+
+/// The served tracks of the demuxed file `d` of `data`; `only` must name
+/// one of them.
+pub(super) fn title<'a>(
     data: &[u8],
-    target_ns: u64,
+    d: &'a demux::Demuxed,
     only: Option<usize>,
-) -> Result<Fragmented, FormatError> {
-    let d = demux::demux(data, &mut |_| {})?;
+) -> Result<Title<'a>, FormatError> {
     let mut served = Vec::new();
     for (t, frames) in d.tracks.iter().zip(&d.frames) {
         if t.kind == Kind::Other || frames.is_empty() {
@@ -65,23 +72,38 @@ pub fn fragment(
         .filter_map(|s| s.frames.iter().map(|f| f.time_ns).min())
         .min()
         .unwrap_or(0);
-    let mut tracks = Vec::with_capacity(served.len());
-    let mut configs = Vec::with_capacity(served.len());
-    for (k, s) in served.iter().enumerate() {
-        let pts: Vec<u64> = (s.frames.iter())
-            .map(|f| f.time_ns.saturating_sub(t0).max(0) as u64)
-            .collect();
-        let track = match s.codec {
-            Codec::Aac { rate, .. } => audio_track(data, s, &pts, rate),
-            Codec::Opus { .. } => audio_track(data, s, &pts, 48_000),
-            _ => video_track(data, s, &pts),
-        };
-        configs.push(config(data, s, &track)?);
-        tracks.push(cmaf::Track {
-            id: k as u32 + 1,
-            ..track
-        });
-    }
+    let tracks = (served.iter().enumerate())
+        .map(|(k, s)| {
+            let pts: Vec<u64> = (s.frames.iter())
+                .map(|f| f.time_ns.saturating_sub(t0).max(0) as u64)
+                .collect();
+            let track = match s.codec {
+                Codec::Aac { rate, .. } => audio_track(data, s, &pts, rate),
+                Codec::Opus { .. } => audio_track(data, s, &pts, 48_000),
+                _ => video_track(data, s, &pts),
+            };
+            cmaf::Track {
+                id: k as u32 + 1,
+                ..track
+            }
+        })
+        .collect();
+    Ok(Title { served, tracks, t0 })
+}
+
+/// The fragmented form of the Matroska or WebM file `data`, segments of
+/// at least `target_ns`, every served track in each (`only`: just that
+/// one, cut at the same places as all of them).
+pub fn fragment(
+    data: &[u8],
+    target_ns: u64,
+    only: Option<usize>,
+) -> Result<Fragmented, FormatError> {
+    let d = demux::demux(data, &mut |_| {})?;
+    let Title { served, tracks, .. } = title(data, &d, only)?;
+    let configs = (served.iter().zip(&tracks))
+        .map(|(s, t)| config(data, s, t))
+        .collect::<Result<Vec<_>, _>>()?;
     let fragments = cmaf::segments(&tracks, target_ns, only);
     let keep = only.map_or(0..tracks.len(), |k| k..k + 1);
     let (tracks, configs, served) = (&tracks[keep.clone()], &configs[keep.clone()], &served[keep]);
