@@ -218,7 +218,7 @@ fn track(video: bool, timescale: u32, samples: Vec<Sample>) -> cmaf::Track {
 
 /// What the track's sample entry is made of: its CodecPrivate, or for
 /// VP9 its first key frame's header.
-fn config(data: &[u8], s: &Served, track: &cmaf::Track) -> Result<Config, FormatError> {
+pub(super) fn config(data: &[u8], s: &Served, track: &cmaf::Track) -> Result<Config, FormatError> {
     let private = s.entry.private.map_or(&[][..], |(a, b)| &data[a..b]);
     Ok(match &s.codec {
         Codec::H264(_) => Config::Avc(private.to_vec()),

@@ -8,9 +8,9 @@
 //! no muxed representation), hence the generated clusters. Segments are
 //! cut where the fragmented MP4 ones are ([`crate::cmaf::windows`]).
 
+use super::Codec;
 use super::demux::{self, Frame};
-use super::fragments::{Served, Title, title};
-use super::{Codec, Vpx};
+use super::fragments::{Served, Title, config, title};
 use crate::cmaf::{self, Fragment, Fragmented, Part, TrackInfo};
 use crate::format::FormatError;
 
@@ -33,12 +33,14 @@ pub fn track(data: &[u8], target_ns: u64, k: usize) -> Result<Fragmented, Format
         served, tracks, t0, ..
     } = title(data, &d, Some(k))?;
     let s = &served[k];
-    let codec = match s.codec {
-        Codec::Vpx(Vpx::Vp8) => "vp8",
-        Codec::Vpx(Vpx::Vp9) => "vp9",
-        Codec::Opus { .. } => "opus",
-        _ => return Err(demux::invalid("DASH WebM carries VP8, VP9 and Opus only")),
-    };
+    if !matches!(s.codec, Codec::Vpx(_) | Codec::Opus { .. }) {
+        return Err(demux::invalid("DASH WebM carries VP8, VP9 and Opus only"));
+    }
+    // The names fragmented MP4 gives them (`vp09.PP.LL.DD`: browsers take
+    // no bare `vp9`).
+    let codec = config(data, s, &tracks[k])?
+        .codec_name()
+        .ok_or_else(|| demux::invalid("a codec configuration too short to name"))?;
     let (_, windows) = cmaf::windows(&tracks, target_ns, Some(k));
     let fragments = windows
         .iter()
@@ -57,7 +59,7 @@ pub fn track(data: &[u8], target_ns: u64, k: usize) -> Result<Fragmented, Format
         fragments,
         vec![TrackInfo {
             video,
-            codec: codec.to_owned(),
+            codec,
             sample_rate: (!video).then_some(48_000),
         }],
         video.then_some(s.entry.size),

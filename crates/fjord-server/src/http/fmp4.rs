@@ -31,6 +31,8 @@ pub(crate) struct Fragments {
     pub only: Option<usize>,
     /// Packed audio, or fragmented MP4 (`None`).
     pub packed: Option<Packed>,
+    /// DASH WebM of one track (`fjord_media::mkv::webm`).
+    pub webm: bool,
     pub etag: String,
     pub modified: SystemTime,
     pub title: Fragmented,
@@ -47,12 +49,21 @@ impl Fragments {
             Some(i) => self.title.fragments.get(i)?.len(),
         };
         let track = self.only.map_or(String::new(), |k| format!("t{k}-"));
+        let track = if self.webm {
+            format!("w{track}")
+        } else {
+            track
+        };
         let which = segment.map_or(format!("{track}init"), |i| format!("{track}{i}"));
         Some(Entity {
             size,
             modified: self.modified,
             etag: format!("{}-{which}\"", self.etag.trim_end_matches('"')),
-            content_type: self.packed.map_or("video/mp4", Packed::content_type),
+            content_type: match self.packed {
+                Some(p) => p.content_type(),
+                None if self.webm => "video/webm",
+                None => "video/mp4",
+            },
         })
     }
 
@@ -66,8 +77,9 @@ impl Fragments {
     }
 }
 
-/// A title's file and the one track asked for (none: every track).
-type Key = (PathBuf, Option<usize>);
+/// A title's file, the one track asked for (none: every track) and
+/// whether in WebM.
+type Key = (PathBuf, Option<usize>, bool);
 
 /// Titles' fragments by file and track.
 #[derive(Default)]
@@ -76,13 +88,15 @@ pub(crate) struct Cache {
 }
 
 impl Cache {
-    /// The fragments of the title `name` (`only`: of that track alone),
-    /// made now if the file is new or changed; the status and why not.
+    /// The fragments of the title `name` (`only`: of that track alone;
+    /// `webm`: as DASH WebM, of one track), made now if the file is new or
+    /// changed; the status and why not.
     pub async fn get(
         self: &Arc<Self>,
         server: &Arc<Server>,
         name: &str,
         only: Option<usize>,
+        webm: bool,
     ) -> Result<Arc<Fragments>, (u16, String)> {
         let (_, title) = server
             .catalog
@@ -96,21 +110,22 @@ impl Cache {
             let path = srv.catalog.resolve(&name).map_err(|e| super::refused(&e))?;
             let meta = std::fs::metadata(&path).map_err(|_| (404, "no such title".to_owned()))?;
             let etag = Entity::of(&meta, &name).etag;
-            if let Some(f) = cache.lookup(&path, only, &etag) {
+            if let Some(f) = cache.lookup(&(path.clone(), only, webm), &etag) {
                 return Ok(f);
             }
             let f = match super::packed::kind_of(&title) {
-                Some(kind) if only.is_none() => Fragments {
+                Some(kind) if only.is_none() && !webm => Fragments {
                     path: path.clone(),
                     only,
                     packed: Some(kind),
+                    webm,
                     etag,
                     modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
                     title: super::packed::fragmented(&title, kind, target_ns)
                         .ok_or((500, "the title's index could not be read".to_owned()))?,
                 },
                 Some(_) => return Err((404, "packed audio has one track".to_owned())),
-                None => make(&path, only, etag, target_ns)?,
+                None => make(&path, (only, webm), etag, target_ns)?,
             };
             let f = Arc::new(f);
             cache.keep(f.clone());
@@ -120,17 +135,16 @@ impl Cache {
         .map_err(|e| (500, e.to_string()))?
     }
 
-    fn lookup(&self, path: &Path, only: Option<usize>, etag: &str) -> Option<Arc<Fragments>> {
+    fn lookup(&self, key: &Key, etag: &str) -> Option<Arc<Fragments>> {
         let titles = self.titles.lock().ok()?;
-        let key = (path.to_owned(), only);
-        titles.get(&key).filter(|f| f.etag == etag).cloned()
+        titles.get(key).filter(|f| f.etag == etag).cloned()
     }
 
     fn keep(&self, f: Arc<Fragments>) {
         let Ok(mut titles) = self.titles.lock() else {
             return;
         };
-        let key = (f.path.clone(), f.only);
+        let key = (f.path.clone(), f.only, f.webm);
         if titles.len() >= TITLES_KEPT && !titles.contains_key(&key) {
             // Any one: a title asked for again is made again in
             // milliseconds.
@@ -153,19 +167,21 @@ pub(crate) fn is_fragmentable(format: &str) -> bool {
 /// into fragments.
 fn make(
     path: &Path,
-    only: Option<usize>,
+    (only, webm): (Option<usize>, bool),
     etag: String,
     target_ns: u64,
 ) -> Result<Fragments, (u16, String)> {
     let meta = std::fs::metadata(path).map_err(|_| (404, "no such title".to_owned()))?;
     let data = fjord_media::index::map_media(path).map_err(|e| (500, e.to_string()))?;
-    let fragment = if fjord_media::mkv::demux::looks_like_matroska(&data) {
-        fjord_media::mkv::fragments::fragment
-    } else {
-        fjord_media::mp4::fragments::fragment
+    let made = match (webm, only) {
+        (true, Some(k)) => fjord_media::mkv::webm::track(&data, target_ns, k),
+        (true, None) => return Err((404, "DASH WebM has one track per segment".to_owned())),
+        _ if fjord_media::mkv::demux::looks_like_matroska(&data) => {
+            fjord_media::mkv::fragments::fragment(&data, target_ns, only)
+        }
+        _ => fjord_media::mp4::fragments::fragment(&data, target_ns, only),
     };
-    let title = fragment(&data, target_ns, only)
-        .map_err(|e| (415, format!("this title has no fragmented MP4 form: {e}")))?;
+    let title = made.map_err(|e| (415, format!("this title has no fragmented MP4 form: {e}")))?;
     if data.damaged() {
         return Err((
             503,
@@ -176,6 +192,7 @@ fn make(
         path: path.to_owned(),
         only,
         packed: None,
+        webm,
         etag,
         modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
         title,

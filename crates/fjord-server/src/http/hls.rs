@@ -45,7 +45,9 @@ pub(crate) async fn form(
         .await
         .map_err(|e| super::refused(&e))?;
     if fmp4::is_fragmentable(&t.index().format()) || super::packed::kind_of(&t).is_some() {
-        return Ok(Form::Fragmented(cache.get(server, title, None).await?));
+        return Ok(Form::Fragmented(
+            cache.get(server, title, None, false).await?,
+        ));
     }
     let is_ts =
         t.index().track_count() == 1 && t.index().track(0).is_some_and(|k| k.encoding() == "MP2T");

@@ -240,11 +240,14 @@ fn av1_truncated_and_corrupt_files_are_refused_with_the_reason() {
     let (status, text) = describe(&server, "half.webm");
     assert_eq!(status, 200, "half.webm: {text}");
     assert!(text.contains("VP9/90000"), "{text}");
-    for manifest in ["index.m3u8", "manifest.mpd"] {
+    for (manifest, says) in [
+        ("index.m3u8", "CODECS=\"vp09.00."),
+        ("manifest.mpd", "codecs=\"vp09.00."),
+    ] {
         let url = format!("http://127.0.0.1:{http}/half.webm/{manifest}");
         let (body, code) = crate::common::curl(&[&url]);
         assert_eq!(code, 200, "{manifest}: {body}");
-        assert!(body.contains("vp09.00."), "{manifest}: {body}");
+        assert!(body.contains(says), "{manifest}: {body}");
     }
     server.assert_alive();
 }
@@ -294,9 +297,10 @@ fn hls_and_dash_of_a_fragmented_mp4_title() {
     server.assert_alive();
 }
 
-/// Matroska and WebM titles over HLS and DASH as fragmented MP4 (sample
-/// entries from CodecPrivate, frames by reference): ffmpeg reads every
-/// packet of the file through the playlists, and they name the codecs.
+/// Matroska and WebM titles over HLS and DASH (fragmented MP4, sample
+/// entries from CodecPrivate; DASH of the VP9+Opus WebM in WebM), frames
+/// by reference: ffmpeg reads every packet of the file through the
+/// playlists, and they name the codecs.
 #[test]
 fn hls_and_dash_of_matroska_and_webm_titles() {
     let cases = [
@@ -315,6 +319,10 @@ fn hls_and_dash_of_matroska_and_webm_titles() {
         let (body, code) = crate::common::curl(&[&index]);
         assert_eq!(code, 200, "{body}");
         assert!(body.contains(&format!("CODECS=\"{codecs}\"")), "{body}");
+        let mpd = format!("http://127.0.0.1:{port}/{}/manifest.mpd", case.file);
+        let (body, _) = crate::common::curl(&[&mpd]);
+        let webm = case.file.ends_with(".webm");
+        assert_eq!(body.contains("mimeType=\"video/webm\""), webm, "{body}");
         for manifest in ["index.m3u8", "manifest.mpd"] {
             let url = format!("http://127.0.0.1:{port}/{}/{manifest}", case.file);
             let got = framemd5(&["-i", &url], COPY_FROM_FIRST, manifest);
