@@ -400,8 +400,14 @@ async fn adaptive(
             let r = generated(req, "application/dash+xml", text);
             (None, r.cached(&cache.playlist))
         }
-        Route::Init(only) => segment(server, fragments, req, title, only, None).await,
-        Route::Segment(only, i) => segment(server, fragments, req, title, only, Some(i)).await,
+        Route::Init(only) => segment(server, fragments, req, title, (only, false), None).await,
+        Route::Segment(only, i) => {
+            segment(server, fragments, req, title, (only, false), Some(i)).await
+        }
+        Route::WebmInit(k) => segment(server, fragments, req, title, (Some(k), true), None).await,
+        Route::WebmSegment(k, i) => {
+            segment(server, fragments, req, title, (Some(k), true), Some(i)).await
+        }
     }
 }
 
@@ -421,17 +427,18 @@ fn generated(
 }
 
 /// The answer to a request for a fragmented title's init segment (`None`)
-/// or media segment, every track's or track `only`'s, and its body.
+/// or media segment, every track's or track `only`'s (in WebM: `webm`),
+/// and its body.
 async fn segment(
     server: &Arc<Server>,
     fragments: &Arc<fmp4::Cache>,
     req: &plan::Request,
     title: &str,
-    only: Option<usize>,
+    (only, webm): (Option<usize>, bool),
     which: Option<usize>,
 ) -> (Option<send::Body>, Response) {
     let close = !req.keep_alive;
-    let f = match fragments.get(server, title, only).await {
+    let f = match fragments.get(server, title, only, webm).await {
         Ok(f) => f,
         Err((status, why)) => return (None, Response::error(status, &why, close)),
     };
