@@ -314,9 +314,13 @@ impl Edge {
         let admin = free_addr()?;
         let text = format!(
             "origin = \"s3://bench/lib\"\norigin_endpoint = \"http://{origin}\"\norigin_region = \"us-east-1\"\n\
-             cache_dir = \"{}\"\ncache_gb = {}\nadmin_bind = \"{admin}\"\nhttp_port = 0\naccess_log = false\n",
+             cache_dir = \"{}\"\ncache_gb = {}\nadmin_bind = \"{admin}\"\nhttp_port = 0\naccess_log = false\n\
+             max_connections = {room}\nmax_sessions = {room}\nmax_connections_per_address = {room}\n\
+             max_sessions_per_address = {room}\n",
             scratch.join("cache").display(),
-            cache as f64 / 1e9
+            cache as f64 / 1e9,
+            // Every viewer comes from loopback.
+            room = cfg.sessions + 64,
         );
         std::fs::write(&config, text)?;
         let mut child = Command::new(&cfg.fjord_exe)
