@@ -1,7 +1,8 @@
 // Plays one of fjord's HLS or DASH URLs in headless Debian chromium with
 // hls.js or dash.js, as a web page on another origin would: starts it,
 // seeks to the middle once a second has played, and waits for the end.
-// Prints one JSON line (what happened) and exits 0 only if the video
+// Prints one JSON line (what happened: `played_after_seek` is the furthest
+// position reached once the seek was done) and exits 0 only if the video
 // reached its end with no error event. A screenshot of the page at the
 // end (the last frame) is written to --shot.
 //
@@ -77,7 +78,7 @@ process.exit(result.ended && result.errors.length === 0 ? 0 : 1);
 function play({ player, url, timeoutMs }) {
   return new Promise((resolve) => {
     const v = document.getElementById("v");
-    const r = { events: [], errors: [], ended: false, seeked_to: null };
+    const r = { events: [], errors: [], ended: false, seeked_to: null, played_after_seek: null };
     const t0 = performance.now();
     const log = (e) => r.events.push(`${((performance.now() - t0) / 1000).toFixed(2)} ${e}`);
     const finish = () => {
@@ -109,7 +110,10 @@ function play({ player, url, timeoutMs }) {
     for (const e of ["loadedmetadata", "playing", "seeking", "seeked", "ended"]) {
       v.addEventListener(e, () => log(`${e} at ${v.currentTime.toFixed(2)}`));
     }
+    let seeked = false;
+    v.addEventListener("seeked", () => { seeked = r.seeked_to !== null; });
     v.addEventListener("timeupdate", () => {
+      if (seeked) r.played_after_seek = Math.max(r.played_after_seek ?? 0, v.currentTime);
       if (r.seeked_to === null && v.currentTime > 1 && v.duration > 4) {
         r.seeked_to = v.duration / 2;
         v.currentTime = r.seeked_to;

@@ -48,6 +48,7 @@ pub mod copies;
 pub mod cpu;
 pub mod disk;
 pub mod download;
+pub mod edge;
 pub mod floor;
 pub mod http;
 pub mod https;

@@ -17,8 +17,10 @@
 //! receiving. Packets are the RTP packets the receivers counted in that
 //! window, so CPU per packet is exactly the server's cost of what arrived.
 //!
-//! A peer that is not installed is skipped with the package that provides
-//! it; MediaMTX is skipped always ([`MEDIAMTX_SKIP`] says why). Children
+//! MediaMTX ([`mediamtx`]) has no video on demand: its row is a live
+//! fan-out of the title pushed once by ffmpeg to the same receivers,
+//! labelled so. A peer that is not installed is skipped with the package
+//! that provides it (MediaMTX with [`MEDIAMTX_SKIP`]). Children
 //! die with this process on every exit path: dropped (killed with their
 //! process group), or, if this process dies first, by `PR_SET_PDEATHSIG`.
 //!
@@ -52,10 +54,12 @@ pub mod burst;
 pub mod curve;
 pub mod floor;
 pub mod idle;
+pub mod mediamtx;
 mod report;
 mod sampler;
 mod server;
 
+pub use mediamtx::MEDIAMTX_SKIP;
 pub use report::{FjordFloor, csv, fjord_burst, fjord_floor, machine, markdown};
 pub use sampler::{CpuSampler, cpu_at};
 use server::START_TIMEOUT;
@@ -68,9 +72,6 @@ pub const GST_SCRIPT: &str = include_str!("../../../bench/peers/gst_rtsp_vod.py"
 
 /// The title's mux rate, bits per second.
 pub const BITRATE: u64 = 4_500_000;
-
-/// Why MediaMTX is not measured.
-pub const MEDIAMTX_SKIP: &str = "MediaMTX: skipped, no package registry here serves it (no Debian package; the Go module proxy refuses github.com/bluenviron/mediamtx), and it has no video on demand of stored files: it would take a live fan-out of one copy pushed by ffmpeg, a runner not built without a binary to test it against";
 
 #[derive(Clone, Debug)]
 pub struct PeersConfig {
@@ -104,20 +105,32 @@ pub struct PeersConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Peer {
     Fjord,
+    /// fjord over RTSPS (`--tcp` only: RTP interleaved inside TLS).
+    FjordTls,
     Live555,
     Gst,
+    /// A live relay of one pushed copy, not video on demand.
+    MediaMtx,
     Floor(usize),
 }
 
 impl Peer {
-    pub const ALL: [Peer; 3] = [Peer::Fjord, Peer::Live555, Peer::Gst];
+    pub const ALL: [Peer; 5] = [
+        Peer::Fjord,
+        Peer::FjordTls,
+        Peer::Live555,
+        Peer::Gst,
+        Peer::MediaMtx,
+    ];
 
     /// The server named `name` on the command line: fjord, live555, gst.
     pub fn parse(name: &str) -> Option<Peer> {
         match name {
             "fjord" => Some(Peer::Fjord),
+            "fjord-tls" => Some(Peer::FjordTls),
             "live555" => Some(Peer::Live555),
             "gst" | "gstreamer" => Some(Peer::Gst),
+            "mediamtx" => Some(Peer::MediaMtx),
             _ => None,
         }
     }
@@ -125,8 +138,10 @@ impl Peer {
     pub fn name(self) -> &'static str {
         match self {
             Peer::Fjord => "fjord",
+            Peer::FjordTls => "fjord over RTSPS",
             Peer::Live555 => "live555MediaServer",
             Peer::Gst => "GStreamer rtsp-server",
+            Peer::MediaMtx => "MediaMTX",
             Peer::Floor(_) => "kernel floor",
         }
     }
@@ -255,8 +270,7 @@ fn spinner(msg: &str) -> ProgressBar {
 /// A server ready to be measured, with what it serves.
 struct Prepared {
     peer: Peer,
-    /// Makes a fresh server; returns it and the title's URL.
-    start: Box<dyn Fn() -> anyhow::Result<(ServerChild, String)>>,
+    start: Start,
 }
 
 fn prepare(
@@ -266,56 +280,16 @@ fn prepare(
     scratch: &Path,
 ) -> Result<(Prepared, String), String> {
     let (cpu, rt) = (cfg.cpu, cfg.realtime);
-    let name = title
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("peers.ts")
-        .to_string();
+    let name = title_name(title);
     match peer {
         Peer::Fjord => {
-            let config = scratch.join("fjord-serve.toml");
-            let root = title.parent().unwrap_or(Path::new(".")).to_path_buf();
-            // Admission control must not refuse sessions: no saved budget.
-            let toml = format!(
-                "root = {root:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\n\
-                 capacity_pps_per_core = 1000000000000\nmax_sessions = 100000\n\
-                 max_connections = 100000\nmax_connections_per_address = 0\nmax_sessions_per_address = 0\n\
-                 udp_sockets = {:?}\n",
-                cfg.udp_sockets
-            );
-            std::fs::write(&config, toml).map_err(|e| format!("fjord: {e}"))?;
-            let exe = cfg.fjord_exe.clone();
-            let start = move || {
-                let mut cmd = Command::new(&exe);
-                // The admin listener for its send counters (the burst).
-                cmd.arg("serve")
-                    .args(["--http-port", "0", "--admin-bind", "127.0.0.1:0"])
-                    .arg("--config")
-                    .arg(&config);
-                let mut admin = None;
-                let (mut server, url) = ServerChild::spawn(cmd, cpu, rt, START_TIMEOUT, |l| {
-                    let l = l.trim();
-                    // Printed before the RTSP line.
-                    if let Some(a) = l.strip_prefix("fjord: status page on http://") {
-                        admin = Some(a.trim_end_matches('/').to_string());
-                        return None;
-                    }
-                    let addr = l
-                        .strip_prefix("fjord: listening on rtsp://")?
-                        .trim_end_matches('/');
-                    Some(format!("rtsp://{addr}/{name}"))
-                })?;
-                server.admin = admin;
-                Ok((server, url))
-            };
-            let version = format!("fjord {}", env!("CARGO_PKG_VERSION"));
-            Ok((
-                Prepared {
-                    peer,
-                    start: Box::new(start),
-                },
-                version,
-            ))
+            fjord(cfg, title, scratch, false).map(|(start, v)| (Prepared { peer, start }, v))
+        }
+        Peer::FjordTls if !cfg.tcp => {
+            Err("fjord over RTSPS: skipped, RTSPS carries RTP interleaved (--tcp)".into())
+        }
+        Peer::FjordTls => {
+            fjord(cfg, title, scratch, true).map(|(start, v)| (Prepared { peer, start }, v))
         }
         Peer::Live555 => {
             let exe = find_live555()?;
@@ -367,8 +341,109 @@ fn prepare(
                 gst_version.replace("GStreamer ", "GStreamer rtsp-server "),
             ))
         }
+        Peer::MediaMtx => {
+            let exe = mediamtx::find()?;
+            let (title, dir) = (title.to_path_buf(), scratch.to_path_buf());
+            let publisher_cpu = (cpu + 1) % available_cpus();
+            let start = move || mediamtx::start(&exe, &dir, &title, cpu, publisher_cpu, rt);
+            let version = format!(
+                "{} (live relay: the title's video pushed once by ffmpeg, fanned out; no disk)",
+                mediamtx::version(&mediamtx::find()?)
+            );
+            Ok((
+                Prepared {
+                    peer,
+                    start: Box::new(start),
+                },
+                version,
+            ))
+        }
         Peer::Floor(_) => Err("the kernel floor is no server".into()),
     }
+}
+
+/// Makes a fresh server; returns it and the title's URL.
+type Start = Box<dyn Fn() -> anyhow::Result<(ServerChild, String)>>;
+
+/// `fjord serve` with one engine thread; with `tls`, a certificate made by
+/// `fjord cert` and the title's `rtsps://` URL.
+fn fjord(
+    cfg: &PeersConfig,
+    title: &Path,
+    scratch: &Path,
+    tls: bool,
+) -> Result<(Start, String), String> {
+    let (cpu, rt) = (cfg.cpu, cfg.realtime);
+    let name = title_name(title);
+    let config = scratch.join(format!("fjord-serve{}.toml", if tls { "-tls" } else { "" }));
+    let root = title.parent().unwrap_or(Path::new(".")).to_path_buf();
+    // Admission control must not refuse sessions: no saved budget.
+    let mut toml = format!(
+        "root = {root:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = 1\n\
+         capacity_pps_per_core = 1000000000000\nmax_sessions = 100000\n\
+         max_connections = 100000\nmax_connections_per_address = 0\nmax_sessions_per_address = 0\n\
+         udp_sockets = {:?}\n",
+        cfg.udp_sockets
+    );
+    if tls {
+        let out = Command::new(&cfg.fjord_exe)
+            .args(["cert", "--out"])
+            .arg(scratch)
+            .output()
+            .map_err(|e| format!("fjord cert: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "fjord cert: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        toml.push_str(&String::from_utf8_lossy(&out.stdout));
+        toml.push_str("\nrtsps_port = 0\n");
+    }
+    std::fs::write(&config, toml).map_err(|e| format!("fjord: {e}"))?;
+    let exe = cfg.fjord_exe.clone();
+    let scheme = if tls { "rtsps" } else { "rtsp" };
+    let start = move || {
+        let mut cmd = Command::new(&exe);
+        // The admin listener for its send counters (the burst).
+        cmd.arg("serve")
+            .args(["--http-port", "0", "--admin-bind", "127.0.0.1:0"])
+            .arg("--config")
+            .arg(&config);
+        let mut admin = None;
+        let (mut server, url) = ServerChild::spawn(cmd, cpu, rt, START_TIMEOUT, |l| {
+            let l = l.trim();
+            // Printed before the RTSP lines.
+            if let Some(a) = l.strip_prefix("fjord: status page on http://") {
+                admin = Some(a.trim_end_matches('/').to_string());
+                return None;
+            }
+            let addr = l
+                .strip_prefix(&format!("fjord: listening on {scheme}://"))?
+                .trim_end_matches('/');
+            Some(format!("{scheme}://{addr}/{name}"))
+        })?;
+        server.admin = admin;
+        Ok((server, url))
+    };
+    let version = format!(
+        "fjord {}{}",
+        env!("CARGO_PKG_VERSION"),
+        if tls {
+            " over RTSPS (rustls, ring; the client's first suite)"
+        } else {
+            ""
+        }
+    );
+    Ok((Box::new(start), version))
+}
+
+fn title_name(title: &Path) -> String {
+    title
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("peers.ts")
+        .to_string()
 }
 
 /// One run: a fresh server, the load, the server's CPU over the window.
@@ -503,8 +578,6 @@ pub fn run(cfg: &PeersConfig) -> anyhow::Result<PeersReport> {
             }
         }
     }
-    eprintln!("{MEDIAMTX_SKIP}");
-    notes.push(MEDIAMTX_SKIP.to_string());
     let floor = floors(cfg, &title, &mut results, &mut notes)?;
     pin_current_thread(load_cpu);
     let floor_runs = floor.as_ref().map_or(0, |f| f.bursts.len());

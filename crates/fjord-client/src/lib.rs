@@ -12,6 +12,10 @@
 //! parsers are written here independently of the server's serializers in
 //! `fjord-proto`: a bug shared by both sides could not hide behind a test.
 //!
+//! `rtsps://` URLs speak TLS ([`tls`], rustls; the certificate is not
+//! checked: this client verifies what a server sends, it trusts it with
+//! nothing).
+//!
 //! Everything is `std` only: no async runtime, one thread per UDP socket.
 //! The exception is [`load`], the load generator behind `fjord load`: one
 //! thread for all sessions, epoll and `recvmmsg` with `UDP_GRO` through libc
@@ -28,6 +32,7 @@ pub mod recv;
 mod rtcp;
 mod rtp;
 mod rtsp;
+pub mod tls;
 mod udp;
 
 pub use capture::{Capture, EndReason, PacketSource, capture};

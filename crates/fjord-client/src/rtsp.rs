@@ -136,6 +136,8 @@ pub struct PlayReply {
 #[derive(Debug)]
 pub struct RtspClient {
     stream: TcpStream,
+    /// `rtsps://`: every byte through TLS.
+    tls: Option<Box<crate::tls::Tls>>,
     url: String,
     cseq: u32,
     timeout: Duration,
@@ -164,10 +166,19 @@ impl RtspClient {
         Self::on(socket.into(), url)
     }
 
-    fn on(stream: TcpStream, url: &str) -> Result<RtspClient> {
+    fn on(mut stream: TcpStream, url: &str) -> Result<RtspClient> {
         stream.set_nodelay(true)?;
+        let timeout = Duration::from_secs(10);
+        let tls = match crate::tls::is_rtsps(url) {
+            true => {
+                let c = crate::tls::handshake(&mut stream, crate::tls::host_of(url), timeout)?;
+                Some(Box::new(crate::tls::Tls(c)))
+            }
+            false => None,
+        };
         Ok(RtspClient {
             stream,
+            tls,
             url: url.to_string(),
             cseq: 0,
             timeout: Duration::from_secs(10),
@@ -259,14 +270,21 @@ impl RtspClient {
         msg.push_str("\r\n");
         let mut bytes = msg.into_bytes();
         bytes.extend_from_slice(body);
-        self.stream.write_all(&bytes)?;
+        self.write_all(&bytes)?;
         self.read_response(cseq)
     }
 
     /// Writes raw bytes on the control connection.
     pub fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
-        self.stream.write_all(bytes)?;
+        self.write_all(bytes)?;
         Ok(())
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.tls {
+            Some(t) => t.write_all(&mut self.stream, bytes),
+            None => self.stream.write_all(bytes),
+        }
     }
 
     /// Waits for the next response (any CSeq).
@@ -300,7 +318,11 @@ impl RtspClient {
         self.stream
             .set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))))?;
         let mut buf = [0u8; 65536];
-        match self.stream.read(&mut buf) {
+        let read = match &mut self.tls {
+            Some(t) => t.read(&mut self.stream, &mut buf),
+            None => self.stream.read(&mut buf),
+        };
+        match read {
             Ok(0) => Err(Error::Closed),
             Ok(n) => self.demux.feed(&buf[..n], Instant::now()),
             Err(e)
@@ -621,10 +643,13 @@ impl Demux {
 
 fn url_socket_addr(url: &str) -> Result<SocketAddr> {
     let bad = || Error::Url(url.to_string());
-    let rest = url
-        .strip_prefix("rtsp://")
-        .or_else(|| url.strip_prefix("RTSP://"))
-        .ok_or_else(bad)?;
+    let tls = crate::tls::is_rtsps(url);
+    let rest = match tls {
+        true => &url[8..],
+        false => (url.strip_prefix("rtsp://"))
+            .or_else(|| url.strip_prefix("RTSP://"))
+            .ok_or_else(bad)?,
+    };
     let authority = rest.split('/').next().unwrap_or_default();
     let authority = authority.rsplit('@').next().unwrap_or_default();
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
@@ -638,6 +663,7 @@ fn url_socket_addr(url: &str) -> Result<SocketAddr> {
     };
     let port: u16 = match port {
         Some(p) => p.parse().map_err(|_| bad())?,
+        None if tls => 322,
         None => 554,
     };
     if host.is_empty() {

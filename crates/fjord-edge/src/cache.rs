@@ -74,6 +74,9 @@ pub struct Stats {
     /// Ranged GETs: slices fetched.
     pub origin_requests: AtomicU64,
     pub origin_bytes: AtomicU64,
+    /// Time spent in ranged GETs, in microseconds (over `origin_requests`:
+    /// their mean latency).
+    pub origin_micros: AtomicU64,
     pub origin_errors: AtomicU64,
     /// Bytes of slices read from local disk.
     pub hit_bytes: AtomicU64,
@@ -95,9 +98,25 @@ type Flight = Arc<OnceCell<Result<Bytes, CacheError>>>;
 struct State {
     policy: SegmentedLru<SliceId>,
     stored: HashMap<SliceId, Stored>,
+    /// Stored slices checked against their hash since this process
+    /// started (fetched by it, or read back whole): a hold on one reads
+    /// nothing.
+    checked: HashSet<SliceId>,
     inflight: HashMap<SliceId, Flight>,
-    /// Slices stored per object file: a file with none is removed.
+    /// Slices stored per object file: a file with none is removed, unless
+    /// it is mapped.
     per_file: HashMap<String, usize>,
+    /// Holds on slices ([`SliceCache::hold`]): a held slice is never
+    /// punched out, since a server may have its pages locked and be sending
+    /// them.
+    held: HashMap<SliceId, u32>,
+    /// Held slices the policy evicted: evicted when let go.
+    deferred: HashSet<SliceId>,
+    /// Deferred slices let go since the last store: evicted at the next.
+    released: Vec<SliceId>,
+    /// Object files a server maps ([`SliceCache::map`]): punched, never
+    /// removed, so the mapping keeps seeing the slices that land.
+    mapped: HashMap<String, usize>,
     journal: Journal,
     versions: Versions,
 }
@@ -163,8 +182,13 @@ impl SliceCache {
             state: Mutex::new(State {
                 policy,
                 stored,
+                checked: HashSet::new(),
                 inflight: HashMap::new(),
                 per_file,
+                held: HashMap::new(),
+                deferred: HashSet::new(),
+                released: Vec::new(),
+                mapped: HashMap::new(),
                 journal,
                 versions: Versions::open(dir),
             }),
@@ -207,7 +231,9 @@ impl SliceCache {
         })
     }
 
-    fn last_known(&self, key: &ObjectPath) -> Option<Object> {
+    /// The version `key` was last opened at (kept across restarts), to
+    /// open it at when the origin does not answer.
+    pub fn last_known(&self, key: &ObjectPath) -> Option<Object> {
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let v = st.versions.get(key.as_ref())?;
         self.stats.stale_opens.fetch_add(1, Ordering::Relaxed);
@@ -313,6 +339,8 @@ impl SliceCache {
         let read = read.await;
         let bytes = read.ok()?.ok()?;
         if bytes.len() as u64 == stored.len && *blake3::hash(&bytes).as_bytes() == stored.hash {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.checked.insert(id.clone());
             return Some(Bytes::from(bytes));
         }
         self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
@@ -344,6 +372,14 @@ impl SliceCache {
 
     async fn get(&self, object: &Object, bounds: Range<u64>) -> Result<Bytes, CacheError> {
         self.stats.origin_requests.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        let got = self.get_bytes(object, bounds).await;
+        let took = started.elapsed().as_micros() as u64;
+        self.stats.origin_micros.fetch_add(took, Ordering::Relaxed);
+        got
+    }
+
+    async fn get_bytes(&self, object: &Object, bounds: Range<u64>) -> Result<Bytes, CacheError> {
         let opts = GetOptions {
             if_match: Some(object.etag.clone()),
             range: Some(GetRange::Bounded(bounds.clone())),
@@ -400,22 +436,11 @@ impl SliceCache {
             if st.stored.insert(id.clone(), stored).is_none() {
                 *st.per_file.entry(id.file()).or_default() += 1;
             }
+            st.checked.insert(id.clone());
             let journaled = st.journal.put(id, stored);
-            let mut evicted = Vec::new();
-            for gone in st.policy.insert(id.clone(), stored.len) {
-                let Some(s) = st.stored.remove(&gone) else {
-                    continue;
-                };
-                let _ = st.journal.drop_slice(&gone);
-                let last = st.per_file.get_mut(&gone.file()).is_some_and(|n| {
-                    *n -= 1;
-                    *n == 0
-                });
-                if last {
-                    st.per_file.remove(&gone.file());
-                }
-                evicted.push((gone, s.len, last));
-            }
+            let mut gone = st.policy.insert(id.clone(), stored.len);
+            gone.extend(std::mem::take(&mut st.released));
+            let evicted: Vec<_> = gone.into_iter().filter_map(|g| evict(st, g)).collect();
             let _ = st.journal.compact_if_large(st.stored.iter());
             (evicted, journaled)
         };
@@ -440,6 +465,7 @@ impl SliceCache {
     fn forget(&self, id: &SliceId) -> Flight {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.stored.remove(id).is_some() {
+            st.checked.remove(id);
             st.policy.remove(id);
             if let Some(n) = st.per_file.get_mut(&id.file()) {
                 // The refetch rewrites the slice in place: the file stays.
@@ -448,6 +474,80 @@ impl SliceCache {
             let _ = st.journal.drop_slice(id);
         }
         self.flight(&mut st, id)
+    }
+
+    /// Holds the slices of `object` covering `range` once they are on
+    /// local disk (fetched, or found there and checked once since this
+    /// process started), so their bytes can be read and sent from the
+    /// object's file ([`SliceCache::map`]): while the hold lives, none of
+    /// them is punched out.
+    pub async fn hold(
+        self: &Arc<Self>,
+        object: &Object,
+        range: Range<u64>,
+    ) -> Result<SliceHold, CacheError> {
+        let slices = slice::covering(&range, object.size);
+        let hold = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let ids: Vec<SliceId> = slices.clone().map(|i| id_of(object, i)).collect();
+            for id in &ids {
+                *st.held.entry(id.clone()).or_default() += 1;
+            }
+            SliceHold {
+                cache: self.clone(),
+                ids,
+            }
+        };
+        let wanted = |i| {
+            let b = slice::bounds(i, object.size);
+            range
+                .end
+                .min(b.end)
+                .saturating_sub(range.start.max(b.start))
+        };
+        let present = slices.map(|i| self.present(object, i, wanted(i)));
+        futures::future::try_join_all(present).await?;
+        Ok(hold)
+    }
+
+    /// Slice `i` on disk and checked: nothing read when it is known so
+    /// (then the `wanted` bytes of it count as hit).
+    async fn present(&self, object: &Object, i: u64, wanted: u64) -> Result<(), CacheError> {
+        let id = id_of(object, i);
+        let known = {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let known = st.checked.contains(&id) && st.stored.contains_key(&id);
+            if known {
+                st.policy.hit(&id);
+            }
+            known
+        };
+        match known {
+            true => {
+                self.stats.hit_bytes.fetch_add(wanted, Ordering::Relaxed);
+                Ok(())
+            }
+            false => self.slice(object, i).await.map(|_| ()),
+        }
+    }
+
+    /// The file `object`'s slices are kept in, made (sparse, as long as
+    /// the object) if it is not there, and kept while the returned handle
+    /// lives, so a mapping of it sees every slice that lands.
+    pub fn map(self: &Arc<Self>, object: &Object) -> Result<MappedObject, CacheError> {
+        let path = self.object_path(object);
+        files::make(&path, object.size).map_err(|e| CacheError::Disk {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        let file = id_of(object, 0).file();
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        *st.mapped.entry(file.clone()).or_default() += 1;
+        Ok(MappedObject {
+            cache: self.clone(),
+            file,
+            path,
+        })
     }
 
     /// Bytes of slices held.
@@ -459,12 +559,96 @@ impl SliceCache {
     /// The file `object`'s slices are kept in, each at its offset (whether
     /// or not any is there yet).
     pub fn object_path(&self, object: &Object) -> PathBuf {
-        let id = SliceId {
-            object: object.key.to_string(),
-            etag: object.etag.clone(),
-            index: 0,
-        };
-        self.objects.join(id.file())
+        self.objects.join(id_of(object, 0).file())
+    }
+}
+
+fn id_of(object: &Object, index: u64) -> SliceId {
+    SliceId {
+        object: object.key.to_string(),
+        etag: object.etag.clone(),
+        index,
+    }
+}
+
+/// Takes `gone`, which the policy evicted or whose deferral ended, out of
+/// the map, unless it is held (then its eviction waits for the last
+/// hold). What to do on disk: punch it, or remove its file when it was the
+/// file's last slice and no one maps the file.
+fn evict(st: &mut State, gone: SliceId) -> Option<(SliceId, u64, bool)> {
+    if st.held.contains_key(&gone) {
+        st.deferred.insert(gone);
+        return None;
+    }
+    st.deferred.remove(&gone);
+    st.policy.remove(&gone);
+    let s = st.stored.remove(&gone)?;
+    st.checked.remove(&gone);
+    let _ = st.journal.drop_slice(&gone);
+    let file = gone.file();
+    let last = st.per_file.get_mut(&file).is_some_and(|n| {
+        *n -= 1;
+        *n == 0
+    });
+    if last {
+        st.per_file.remove(&file);
+    }
+    let remove = last && !st.mapped.contains_key(&file);
+    Some((gone, s.len, remove))
+}
+
+/// Slices kept on disk while this lives ([`SliceCache::hold`]).
+pub struct SliceHold {
+    cache: Arc<SliceCache>,
+    ids: Vec<SliceId>,
+}
+
+impl Drop for SliceHold {
+    fn drop(&mut self) {
+        // No disk work here (this may run under a caller's lock): a
+        // deferred eviction is left to the next store.
+        let mut st = self.cache.state.lock().unwrap_or_else(|p| p.into_inner());
+        for id in self.ids.drain(..) {
+            let Some(n) = st.held.get_mut(&id) else {
+                continue;
+            };
+            *n -= 1;
+            if *n == 0 {
+                st.held.remove(&id);
+                if st.deferred.contains(&id) {
+                    st.released.push(id);
+                }
+            }
+        }
+    }
+}
+
+/// An object's file, kept while this lives ([`SliceCache::map`]).
+pub struct MappedObject {
+    cache: Arc<SliceCache>,
+    file: String,
+    path: PathBuf,
+}
+
+impl MappedObject {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn cache(&self) -> &Arc<SliceCache> {
+        &self.cache
+    }
+}
+
+impl Drop for MappedObject {
+    fn drop(&mut self) {
+        let mut st = self.cache.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = st.mapped.get_mut(&self.file) {
+            *n -= 1;
+            if *n == 0 {
+                st.mapped.remove(&self.file);
+            }
+        }
     }
 }
 
@@ -644,5 +828,35 @@ mod tests {
         let c = SliceCache::open(store, dir.path(), S).unwrap();
         assert_eq!(c.used(), S);
         assert!(held() <= S + 64 * 1024, "{}", held());
+    }
+
+    /// A held slice the policy evicts stays on disk until the hold is let
+    /// go, and goes at the next store; a mapped file is never removed,
+    /// only punched; a hold on a slice checked once reads nothing.
+    #[tokio::test]
+    async fn held_slices_stay_until_let_go_and_mapped_files_stay() {
+        let bytes = data(3 * S, 6);
+        let store = store_with("a", &bytes).await;
+        let dir = tempfile::tempdir().unwrap();
+        let c = Arc::new(SliceCache::open(store, dir.path(), S).unwrap());
+        let o = c.open_object(&ObjectPath::from("a")).await.unwrap();
+        let mapped = c.map(&o).unwrap();
+        assert_eq!(std::fs::metadata(mapped.path()).unwrap().len(), o.size);
+        let first = c.hold(&o, 10..20).await.unwrap();
+        let again = c.hold(&o, 0..S).await.unwrap();
+        assert_eq!(gets(&c), 1, "a checked slice is held without a read");
+        let read_at = |at: u64| files::read_slice(mapped.path(), at, 4).unwrap();
+        // Room for one slice: slice 1 evicts slice 0, which is held.
+        let second = c.hold(&o, S..S + 1).await.unwrap();
+        assert_eq!(read_at(0), bytes[..4], "held: not punched");
+        drop((first, again));
+        assert_eq!(read_at(0), bytes[..4], "evicted at the next store only");
+        drop(second);
+        c.slice(&o, 2).await.unwrap();
+        assert_eq!(read_at(0), [0; 4], "punched once let go");
+        assert_eq!(read_at(S), [0; 4], "slice 1, let go, evicted by slice 2");
+        assert_eq!(read_at(2 * S), bytes[2 * S as usize..][..4]);
+        assert!(mapped.path().exists());
+        assert!(c.used() <= S);
     }
 }

@@ -32,6 +32,20 @@ pub fn write_slice(path: &Path, size: u64, offset: u64, bytes: &[u8]) -> io::Res
     f.write_all_at(bytes, offset)
 }
 
+/// Makes `path` a file of `size` bytes if it is not one: sparse, its
+/// slices to be written in.
+pub fn make(path: &Path, size: u64) -> io::Result<()> {
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    if f.metadata()?.len() != size {
+        f.set_len(size)?;
+    }
+    Ok(())
+}
+
 /// `len` bytes at `offset` of `path`.
 pub fn read_slice(path: &Path, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len as usize];

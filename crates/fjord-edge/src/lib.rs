@@ -17,8 +17,14 @@
 //! the slices kept never exceed the capacity (evicted by S4LRU,
 //! [`policy`]); what is cached survives a restart ([`map`]). An object's
 //! slices are kept in one sparse file as long as the object, each at its
-//! offset ([`files`]), so what is cached can be mapped like a local file. The origin is
-//! only ever read by the cache; no media is parsed here.
+//! offset ([`files`]), so what is cached can be mapped like a local file
+//! ([`SliceCache::map`]: a mapped file is never removed, only punched).
+//! A server reads and sends a mapped object's bytes under a
+//! [`SliceHold`] ([`SliceCache::hold`]): held slices are on disk, checked
+//! once since the process started, and never punched out while held (an
+//! eviction of one waits for its last hold, so the bytes on disk may
+//! exceed the capacity by what is held). The origin is only ever read by
+//! the cache; no media is parsed here.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -30,5 +36,5 @@ pub mod policy;
 pub mod publish;
 pub mod slice;
 
-pub use cache::{CacheError, Object, SliceCache};
+pub use cache::{CacheError, MappedObject, Object, SliceCache, SliceHold};
 pub use origin::{Origin, OriginConfig, OriginError, OriginUrl};

@@ -204,9 +204,11 @@ pub enum Command {
     /// Hand the write side of an RTSP connection to this engine thread: from
     /// now on every byte to that client (RTSP replies included) goes through
     /// the engine so replies and `$` frames never interleave mid-frame.
+    /// `seal`: an RTSPS connection's encryption, which its bytes go through.
     AttachConnection {
         conn: u64,
         fd: OwnedFd,
+        seal: Option<Arc<dyn crate::seal::Seal>>,
     },
     /// Bytes of an RTSP reply for an attached connection.
     Write {

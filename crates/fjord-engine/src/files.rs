@@ -35,6 +35,10 @@ struct Identity {
     mtime_ns: i64,
 }
 
+/// The `mtime_ns` of a file written while it is served (an edge title's
+/// media, whose slices land as they are fetched): not compared.
+const WRITTEN_WHILE_SERVED: i64 = i64::MIN;
+
 impl Identity {
     fn of(meta: &std::fs::Metadata) -> Self {
         Self {
@@ -42,6 +46,20 @@ impl Identity {
             ino: meta.ino(),
             size: meta.size(),
             mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        }
+    }
+
+    /// Whether `meta` is still the file this was taken of.
+    fn matches(&self, meta: &std::fs::Metadata) -> bool {
+        let now = Identity::of(meta);
+        match self.mtime_ns {
+            WRITTEN_WHILE_SERVED => {
+                Identity {
+                    mtime_ns: WRITTEN_WHILE_SERVED,
+                    ..now
+                } == *self
+            }
+            _ => now == *self,
         }
     }
 }
@@ -97,6 +115,7 @@ fn pin_error(e: fjord_storage::pin::PinError) -> io::Error {
     match e {
         fjord_storage::pin::PinError::Read(e) | fjord_storage::pin::PinError::Other(e) => e,
         fjord_storage::pin::PinError::Truncated => io::ErrorKind::UnexpectedEof.into(),
+        fjord_storage::pin::PinError::Fill(why) => io::Error::other(why),
     }
 }
 
@@ -110,14 +129,15 @@ const NONE: MappedFile = MappedFile {
 };
 
 impl Files {
+    /// The index at `index_path` and the media; `filled`: both are written
+    /// while they are served (slices landing), so only their identity and
+    /// size say whether they changed, not their modification time.
     pub(crate) fn new(
-        media_path: &Path,
-        media: &File,
-        media_bytes: &[u8],
-        index_bytes: &[u8],
+        (media_path, media, media_bytes): (&Path, &File, &[u8]),
+        (index_path, index_bytes): (&Path, &[u8]),
+        filled: bool,
     ) -> io::Result<Self> {
-        let index_path = fjord_media::index::index_path_for(media_path);
-        let index = File::open(&index_path)?;
+        let index = File::open(index_path)?;
         let meta = media.metadata()?;
         let mut files = Self {
             paths: [None, None, None, None],
@@ -130,7 +150,12 @@ impl Files {
         };
         files.set(Slot::Media, media_path, media, media_bytes)?;
         let index = files.index.try_clone()?;
-        files.set(Slot::Index, &index_path, &index, index_bytes)?;
+        files.set(Slot::Index, index_path, &index, index_bytes)?;
+        for slot in [Slot::Media, Slot::Index] {
+            if filled && let Some((_, id)) = &mut files.paths[slot as usize] {
+                id.mtime_ns = WRITTEN_WHILE_SERVED;
+            }
+        }
         Ok(files)
     }
 
@@ -244,10 +269,11 @@ impl Files {
         {
             return self.changed.load(Ordering::Relaxed);
         }
-        let changed =
-            self.paths.iter().flatten().any(|(path, was)| {
-                std::fs::metadata(path).map_or(true, |m| Identity::of(&m) != *was)
-            });
+        let changed = self
+            .paths
+            .iter()
+            .flatten()
+            .any(|(path, was)| std::fs::metadata(path).map_or(true, |m| !was.matches(&m)));
         self.changed.fetch_or(changed, Ordering::Relaxed);
         changed
     }

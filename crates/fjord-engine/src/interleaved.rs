@@ -1,16 +1,20 @@
 //! The write side of an RTSP connection carrying `$`-framed RTP/RTCP
 //! (RFC 2326 §10.12). RTSP replies and frames share one byte stream, so one
 //! owner writes both, in order, and never splits a frame with a reply.
+//! Over TLS (RTSPS) the same bytes go through the connection's [`Seal`]
+//! instead of `writev`: taken means sealed and queued, as a plain socket's
+//! send buffer takes them.
 
 use std::{
     io::{self, IoSlice},
-    os::fd::OwnedFd,
+    os::fd::{AsFd, OwnedFd},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use socket2::Socket;
 
-use crate::datapath::MAX_HEAD;
+use crate::{datapath::MAX_HEAD, seal::Seal};
 
 /// More unsent bytes than this means the client stopped reading: drop it.
 const MAX_PENDING: usize = 1 << 20;
@@ -49,10 +53,16 @@ pub(crate) struct Connection {
     next_try: Option<Instant>,
     /// A client stalled this long is dropped.
     stall_timeout: Duration,
+    /// RTSPS: what encrypts the bytes before the socket.
+    seal: Option<Arc<dyn Seal>>,
 }
 
 impl Connection {
-    pub(crate) fn new(fd: OwnedFd, stall_timeout: Duration) -> io::Result<Self> {
+    pub(crate) fn new(
+        fd: OwnedFd,
+        stall_timeout: Duration,
+        seal: Option<Arc<dyn Seal>>,
+    ) -> io::Result<Self> {
         let socket = Socket::from(fd);
         socket.set_nonblocking(true)?;
         socket.set_send_buffer_size(SEND_BUFFER)?;
@@ -63,7 +73,22 @@ impl Connection {
             stalled_since: None,
             next_try: None,
             stall_timeout,
+            seal,
         })
+    }
+
+    /// Writes a prefix of `iov`: to the socket, or sealed (a full seal
+    /// queue is `WouldBlock`, as a full socket).
+    fn send(&self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+        match &self.seal {
+            None => self
+                .socket
+                .send_vectored_with_flags(iov, libc::MSG_NOSIGNAL),
+            Some(seal) => match seal.seal(self.socket.as_fd(), iov)? {
+                0 if iov.iter().any(|b| !b.is_empty()) => Err(io::ErrorKind::WouldBlock.into()),
+                n => Ok(n),
+            },
+        }
     }
 
     /// When to try writing again (`None`: now, the client keeps up).
@@ -115,10 +140,11 @@ impl Connection {
         self.flush(now);
     }
 
-    /// Writes what is pending; true when nothing is left. A stalled
-    /// client's bytes wait for its next try.
+    /// Writes what is pending (and, over TLS, the records the seal still
+    /// holds); true when nothing is left. A stalled client's bytes wait
+    /// for its next try.
     pub(crate) fn flush(&mut self, now: Instant) -> bool {
-        if self.pending.is_empty() || self.broken {
+        if self.broken || (self.pending.is_empty() && self.seal.is_none()) {
             return self.pending.is_empty();
         }
         if !self.may_try(now) {
@@ -126,10 +152,7 @@ impl Connection {
         }
         let mut wrote = false;
         while !self.pending.is_empty() && !self.broken {
-            match self
-                .socket
-                .send_with_flags(&self.pending, libc::MSG_NOSIGNAL)
-            {
+            match self.send(&[IoSlice::new(&self.pending)]) {
                 Ok(n) => {
                     wrote |= n > 0;
                     self.pending.drain(..n);
@@ -139,10 +162,18 @@ impl Connection {
                 Err(_) => self.fail(),
             }
         }
-        if !self.broken {
-            self.attempted(wrote, !self.pending.is_empty(), now);
+        let mut queued = false;
+        if let (Some(seal), false) = (&self.seal, self.broken) {
+            match seal.flush(self.socket.as_fd()) {
+                Ok(f) => (wrote, queued) = (wrote | f.wrote, !f.empty),
+                Err(_) => self.fail(),
+            }
         }
-        self.pending.is_empty()
+        let left = !self.pending.is_empty() || queued;
+        if !self.broken {
+            self.attempted(wrote, left, now);
+        }
+        !left
     }
 
     /// Sends one RTCP frame; dropped when the connection is full (RTCP
@@ -202,10 +233,7 @@ impl Connection {
             }
         }
         loop {
-            match self
-                .socket
-                .send_vectored_with_flags(&iov[..n_iov], libc::MSG_NOSIGNAL)
-            {
+            match self.send(&iov[..n_iov]) {
                 Ok(n) => {
                     // Whole frames written, then the tail of a partial one.
                     let mut left = n;
@@ -272,7 +300,7 @@ mod tests {
     /// are sent at `t0` until one attempt takes nothing.
     fn stalled(frames: &[Frame<'_>], t0: Instant) -> (Connection, UnixStream) {
         let (ours, client) = UnixStream::pair().unwrap();
-        let mut c = Connection::new(OwnedFd::from(ours), Duration::from_secs(10)).unwrap();
+        let mut c = Connection::new(OwnedFd::from(ours), Duration::from_secs(10), None).unwrap();
         let mut filled = 0;
         while c.send_frames(0, frames, t0) == (frames.len(), false) {
             filled += 1;
@@ -343,5 +371,157 @@ mod tests {
         let (taken, broken) = c.send_frames(0, &frames, next);
         assert!(taken > 0 && !broken);
         assert_eq!(c.retry_at(), None);
+    }
+
+    /// A seal that "encrypts" by adding 1 to each byte and queues at most
+    /// `limit` bytes, as rustls does with its send queue.
+    struct AddOne {
+        queue: std::sync::Mutex<Vec<u8>>,
+        limit: usize,
+    }
+
+    impl AddOne {
+        fn write_out(&self, q: &mut Vec<u8>, socket: BorrowedFd<'_>) -> io::Result<bool> {
+            let mut wrote = false;
+            while !q.is_empty() {
+                match socket2::SockRef::from(&socket).send(q) {
+                    Ok(n) => {
+                        wrote |= n > 0;
+                        q.drain(..n);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(wrote)
+        }
+    }
+
+    impl Seal for AddOne {
+        fn seal(&self, socket: BorrowedFd<'_>, data: &[IoSlice<'_>]) -> io::Result<usize> {
+            let mut q = self.queue.lock().unwrap();
+            self.write_out(&mut q, socket)?;
+            let mut taken = 0;
+            for b in data.iter().flat_map(|s| s.iter()) {
+                if q.len() >= self.limit {
+                    break;
+                }
+                q.push(b.wrapping_add(1));
+                taken += 1;
+            }
+            self.write_out(&mut q, socket)?;
+            Ok(taken)
+        }
+
+        fn flush(&self, socket: BorrowedFd<'_>) -> io::Result<crate::seal::Flushed> {
+            let mut q = self.queue.lock().unwrap();
+            let wrote = self.write_out(&mut q, socket)?;
+            Ok(crate::seal::Flushed {
+                wrote,
+                empty: q.is_empty(),
+            })
+        }
+    }
+
+    use std::os::fd::BorrowedFd;
+
+    /// Through a seal, the frames arrive whole and in order (as the plain
+    /// path writes them, sealed); a client that stops reading fills the
+    /// seal's queue and is dropped after the stall timeout; what the seal
+    /// still holds is written once the client reads again.
+    #[test]
+    fn sealed_frames_arrive_in_order_and_a_full_seal_is_a_full_socket() {
+        let (ours, mut client) = UnixStream::pair().unwrap();
+        let seal = Arc::new(AddOne {
+            queue: Default::default(),
+            limit: 4096,
+        });
+        let mut c = Connection::new(
+            OwnedFd::from(ours),
+            Duration::from_secs(10),
+            Some(seal.clone()),
+        )
+        .unwrap();
+        let payload: Vec<u8> = (0..1200u32).map(|i| i as u8).collect();
+        let frames: Vec<Frame<'_>> = vec![[&[9, 9], &payload, &[7]]; 4];
+        let t0 = Instant::now();
+        assert_eq!(c.send_frames(3, &frames, t0), (4, false));
+        c.write_control(b"RTSP/1.0 200 OK\r\n\r\n", t0);
+        assert!(c.flush(t0));
+        client.set_nonblocking(true).unwrap();
+        let mut got = vec![0u8; 1 << 16];
+        let n = client.read(&mut got).unwrap();
+        let plain: Vec<u8> = got[..n].iter().map(|b| b.wrapping_sub(1)).collect();
+        let mut want = Vec::new();
+        for _ in 0..4 {
+            want.extend_from_slice(&[b'$', 3, 0x04, 0xb3, 9, 9]);
+            want.extend_from_slice(&payload);
+            want.push(7);
+        }
+        want.extend_from_slice(b"RTSP/1.0 200 OK\r\n\r\n");
+        assert_eq!(plain, want);
+        // The client stops reading: the seal's queue fills, then nothing
+        // is taken, and the stall timeout drops it.
+        let mut now = t0;
+        while c.send_frames(3, &frames, now).0 > 0 {}
+        assert!(!seal.queue.lock().unwrap().is_empty());
+        assert!(!c.flush(now), "the seal holds bytes");
+        while let Some(next) = c.retry_at() {
+            now = next;
+            c.send_frames(3, &frames, now);
+            if c.is_broken() {
+                break;
+            }
+        }
+        assert!(c.is_broken());
+        assert!(now - t0 >= Duration::from_secs(10) && now - t0 < Duration::from_secs(11));
+    }
+
+    #[test]
+    fn what_the_seal_holds_goes_once_the_client_reads() {
+        let (ours, mut client) = UnixStream::pair().unwrap();
+        let seal = Arc::new(AddOne {
+            queue: Default::default(),
+            limit: 1 << 16,
+        });
+        let mut c = Connection::new(
+            OwnedFd::from(ours),
+            Duration::from_secs(10),
+            Some(seal.clone()),
+        )
+        .unwrap();
+        let payload = vec![5u8; 1200];
+        let frames: Vec<Frame<'_>> = vec![[&[], &payload, &[]]; MAX_FRAMES];
+        let t0 = Instant::now();
+        let mut sent = 0;
+        while c.send_frames(1, &frames, t0).0 > 0 {
+            sent += 1;
+            assert!(sent < 10_000);
+        }
+        assert!(!c.flush(t0));
+        client.set_nonblocking(true).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0;
+        let later = t0 + Duration::from_secs(2);
+        loop {
+            while let Ok(n) = client.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                total += n;
+            }
+            if c.flush(later) {
+                break;
+            }
+        }
+        while let Ok(n) = client.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        assert!(seal.queue.lock().unwrap().is_empty());
+        assert_eq!(total % (4 + 1200), 0, "whole frames: {total}");
+        assert!(!c.is_broken());
     }
 }

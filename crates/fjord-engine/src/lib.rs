@@ -11,14 +11,17 @@
 //! write side with the reply bytes for it. Out: each session's RTP packets
 //! by the index's send times (at most the burst limit early), every packet
 //! due in a tick in one batch through a [`DataPath`](datapath::DataPath) or
-//! as `$` frames on the connection; RTCP sender reports and BYE; a track's
+//! as `$` frames on the connection (over RTSPS through its
+//! [`seal::Seal`], which encrypts them); RTCP sender reports and BYE; a track's
 //! FEC repair packets after each block; the [`PlayInfo`] a PLAY reply
 //! reports; per-thread [`ThreadStats`] and [`Totals`].
 //!
 //! It never parses media (a PLAY at a `Scale` other than 1 sends key frames
 //! chosen from the index's sync table), never waits for a disk (the storage
 //! layer reads ahead; a packet not resident yet is looked at again shortly)
-//! and, once sessions play, allocates nothing and takes no lock per packet.
+//! and, once sessions play, allocates nothing and takes no lock per packet
+//! (an RTSPS connection's seal takes its TLS state's lock once per burst,
+//! which its control task holds only to decrypt what the client sent).
 //! Payload leaves by reference into the mapping (only the `read-*` data
 //! paths, the seeds' kept for comparison, read it into a buffer; a TCP
 //! connection that takes part of a frame keeps the rest). The control plane
@@ -35,6 +38,7 @@ mod interleaved;
 mod lateness;
 mod prefault;
 mod rebuild;
+pub mod seal;
 mod session;
 mod storage;
 mod thread;

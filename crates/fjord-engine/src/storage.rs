@@ -1,11 +1,12 @@
 //! A title as the storage layer sees it (`fjord_storage::Source`): its
 //! mapped files, the bytes each run of packets touches, whether a file
-//! changed on disk since it was loaded, and the rebuild of bytes the disk
+//! changed on disk since it was loaded, the fill of media bytes not yet on
+//! local disk (an edge title), and the rebuild of bytes the disk
 //! fails to read.
 
 use std::{ops::Range, path::Path};
 
-use fjord_storage::{Extent, MappedFile, Source, Uses};
+use fjord_storage::{Extent, Hold, MappedFile, Source, Uses};
 
 use crate::{Title, files::Slot};
 
@@ -118,6 +119,15 @@ impl Source for Title {
 
     fn changed(&self) -> bool {
         self.files_changed()
+    }
+
+    fn fill(&self, file: usize, range: Range<usize>) -> Result<Option<Hold>, String> {
+        let range = range.start as u64..range.end as u64;
+        match file {
+            f if f == Slot::Media as usize => self.fill_media(range),
+            f if f == Slot::Index as usize => self.fill_index(range),
+            _ => Ok(None),
+        }
     }
 
     fn rebuild(&self, file: usize, range: Range<usize>, out: &mut [u8]) -> Result<usize, String> {

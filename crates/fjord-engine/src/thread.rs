@@ -545,8 +545,8 @@ impl Worker {
             }
             Command::Bye { id } => self.bye(id),
             Command::Stats { reply } => reply(self.thread_stats()),
-            Command::AttachConnection { conn, fd } => {
-                match Connection::new(fd, self.config.stall_timeout) {
+            Command::AttachConnection { conn, fd, seal } => {
+                match Connection::new(fd, self.config.stall_timeout, seal) {
                     Ok(c) => drop(self.connections.insert(conn, c)),
                     Err(e) => tracing::warn!(conn, "cannot attach connection: {e}"),
                 }

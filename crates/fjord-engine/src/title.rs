@@ -6,14 +6,23 @@
 //! reference, like the media. It may carry the prefabricated packets
 //! written at ingest, which the batching paths send instead of building
 //! headers (`fjord_media::prefab`).
+//! An edge title's media file is a sparse file of slices fetched from the
+//! origin ([`Title::filled`]): its bytes are filled in before the storage
+//! layer reads them ahead, and only its identity and size tell a change.
 
 use std::{
     fs::File,
     io,
+    ops::Range,
     os::fd::{AsFd, BorrowedFd},
     path::Path,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
 };
+
+use fjord_storage::{Filled, Hold};
 
 use fjord_fec::{Sidecar, SidecarError, sidecar::TrackFec};
 use fjord_media::{
@@ -29,6 +38,8 @@ pub struct Title {
     index: Index,
     file: File,
     media: Guarded,
+    /// Fetch bytes not yet on local disk (an edge title).
+    fills: Fills,
     fec: Option<Parity>,
     prefab: Option<(File, Prefab<Guarded>)>,
     /// The files as loaded, to tell when one changes on disk.
@@ -37,6 +48,14 @@ pub struct Title {
     needs_repair: AtomicBool,
     /// A file failed [`Title::verify`]: its sessions end, it is loaded afresh.
     corrupt: AtomicBool,
+}
+
+/// What brings a filled title's files onto local disk (none for a local
+/// title).
+#[derive(Default)]
+struct Fills {
+    index: Option<Arc<dyn Filled>>,
+    media: Option<Arc<dyn Filled>>,
 }
 
 /// Why [`Title::verify`] failed.
@@ -62,20 +81,66 @@ struct Parity {
 }
 
 impl Title {
+    /// The title of the media file at `media_path`, whose index is beside
+    /// it (`fjord_media::index::index_path_for`).
     pub fn new(index: Index, media_path: &Path) -> io::Result<Self> {
+        let index_path = fjord_media::index::index_path_for(media_path);
+        Self::open(index, media_path, &index_path, Fills::default())
+    }
+
+    /// A title whose media file and index are on local disk only in part
+    /// (an edge's sparse files of slices from the origin): each file's
+    /// [`Filled`] brings bytes in before they are read ahead or sent. The
+    /// index must have been opened with its head filled in
+    /// (`fjord_media::index::head_ranges`).
+    pub fn filled(
+        index: Index,
+        (media_path, media_fill): (&Path, Arc<dyn Filled>),
+        (index_path, index_fill): (&Path, Arc<dyn Filled>),
+    ) -> io::Result<Self> {
+        let fills = Fills {
+            index: Some(index_fill),
+            media: Some(media_fill),
+        };
+        Self::open(index, media_path, index_path, fills)
+    }
+
+    fn open(index: Index, media_path: &Path, index_path: &Path, fills: Fills) -> io::Result<Self> {
         let file = File::open(media_path)?;
         let media = fjord_media::index::map_media(media_path)?;
-        let files = Files::new(media_path, &file, &media, index.bytes())?;
+        let files = Files::new(
+            (media_path, &file, &media),
+            (index_path, index.bytes()),
+            fills.media.is_some(),
+        )?;
         Ok(Self {
             index,
             file,
             media,
+            fills,
             fec: None,
             prefab: None,
             files,
             needs_repair: AtomicBool::new(false),
             corrupt: AtomicBool::new(false),
         })
+    }
+
+    /// Brings bytes `range` of the media file onto local disk and keeps
+    /// them there while the hold lives (`None`: the file is all there).
+    /// Waits: call it where blocking is allowed.
+    pub fn fill_media(&self, range: Range<u64>) -> Result<Option<Hold>, String> {
+        self.fills.media.as_ref().map(|f| f.fill(range)).transpose()
+    }
+
+    /// Whether the title's files are filled in as they are read (an edge's).
+    pub fn is_filled(&self) -> bool {
+        self.fills.media.is_some()
+    }
+
+    /// As [`Title::fill_media`], for the index.
+    pub(crate) fn fill_index(&self, range: Range<u64>) -> Result<Option<Hold>, String> {
+        self.fills.index.as_ref().map(|f| f.fill(range)).transpose()
     }
 
     /// Attaches the prefabricated packets at `path` after checking they

@@ -733,6 +733,31 @@ impl Index {
     }
 }
 
+/// The bytes of an index that [`Index::open_unverified`] reads, found from
+/// its first bytes (the header and track entries, which `first` must hold:
+/// else an error): for an index that is fetched in pieces (an edge's,
+/// from its origin) to fetch those before it is opened. Bounds are not
+/// checked here; opening checks them.
+pub fn head_ranges(first: &[u8]) -> Result<Vec<std::ops::Range<u64>>, IndexError> {
+    let r = Reader(first);
+    let track_count = (r.u32(12)? as usize).min(MAX_TRACKS);
+    let entries = HEADER_LEN + track_count * TRACK_ENTRY_LEN;
+    if first.len() < entries {
+        return Err(IndexError::Corrupt("track entries beyond the bytes given"));
+    }
+    let span = |off: u64, len: u64| off..off.saturating_add(len);
+    let mut out = vec![0..entries as u64, span(r.u64(168)?, r.u64(176)?)];
+    out.push(span(r.u64(184)?, r.u64(192)?));
+    for t in 0..track_count {
+        let e = HEADER_LEN + t * TRACK_ENTRY_LEN;
+        out.push(span(r.u32(e + 40)?.into(), r.u32(e + 44)?.into()));
+        out.push(span(r.u32(e + 48)?.into(), r.u32(e + 52)?.into()));
+        let sync_len = r.u64(e + 32)?.saturating_mul(SYNC_RECORD_LEN as u64);
+        out.push(span(r.u64(e + 24)?, sync_len));
+    }
+    Ok(out)
+}
+
 /// Everything but the checksum and the packet records (see
 /// [`Index::verify`]): the header, track entries, strings, table bounds and
 /// the sync tables, which serving reads first and which are small.

@@ -7,8 +7,10 @@
 //! [`mkv`] reads Matroska and WebM (the EBML reader and demuxer are ours:
 //! frames must stay byte ranges of the file), [`vpx`] and [`opus`] packetize
 //! VP8, VP9 and Opus.
-//! [`mp4::fragments`] reads an MP4's `moov` (never its samples) into the
-//! fragmented MP4 that HLS and DASH serve: generated heads and byte ranges;
+//! [`cmaf`] writes the fragmented MP4 that HLS and DASH serve (generated
+//! heads and byte ranges), [`mp4::fragments`] reads an MP4's `moov` and
+//! [`mkv::fragments`] a Matroska file's blocks (never their samples) into
+//! it;
 //! [`ts::params`] reads the codec facts an HLS playlist names from a TS's
 //! first key frame.
 
@@ -16,6 +18,7 @@
 
 pub mod aac;
 pub mod ac3;
+pub mod cmaf;
 pub mod durable;
 mod es;
 pub mod format;

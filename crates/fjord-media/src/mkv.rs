@@ -1,7 +1,8 @@
 //! Matroska (`.mkv`) and WebM (`.webm`) files: every H.264, H.265, VP8,
 //! VP9, AAC and Opus track becomes an RTP track; frames stay in the file,
 //! referenced by offset ([`demux`] finds them, the codecs' packetizers cut
-//! them). AV1 is refused with the reason: no RTSP player here depacketizes
+//! them); [`fragments`] makes the same tracks fragmented MP4 for HLS and
+//! DASH. AV1 is refused with the reason: no RTSP player here depacketizes
 //! it, so it could not be tested.
 
 use crate::format::{FormatError, MAX_RTP_PAYLOAD};
@@ -18,8 +19,10 @@ use crate::{aac, opus};
 
 pub mod demux;
 pub mod ebml;
+pub mod fragments;
 #[cfg(test)]
 mod testfile;
+pub mod webm;
 
 use demux::{Demuxed, Frame, Kind, TrackEntry};
 
@@ -329,10 +332,8 @@ fn mean_gap(pts: &[u64]) -> u64 {
     }
 }
 
-/// Audio frames: RTP timestamps counted in samples from the codec's frame
-/// durations, taking the container's time instead only where it strays from
-/// the count by more than its own rounding (a gap in the audio); sent at
-/// their presentation time. Returns the description, the end of the last
+/// Audio frames: RTP timestamps from [`audio_ticks`]; sent at their
+/// presentation time. Returns the description, the end of the last
 /// frame and how many frames were dropped.
 fn audio(
     data: &[u8],
@@ -351,25 +352,11 @@ fn audio(
         Codec::Opus { channels } => (opus::track_desc(pt, *channels), 48_000),
         _ => unreachable!("video is planned by `video`"),
     };
-    // Container times are whole ticks of TimestampScale (1 ms by default):
-    // a count within a millisecond and a tick of them is the same instant.
-    let tolerance = i64::from(clock / 1000) + 1;
-    let mut next: Option<i64> = None;
     let (mut dropped, mut last_send, mut end) = (0, 0u64, 0u64);
-    for (f, &p) in frames.iter().zip(pts) {
-        let stamped = unwrapped_ticks(p, clock);
-        let ticks = match next {
-            Some(n) if f.laced || (stamped - n).abs() <= tolerance => n,
-            _ => stamped,
-        };
-        let dur = match codec {
-            Codec::Opus { .. } => {
-                let at = f.offset as usize;
-                opus::packet_ticks(data[at], data.get(at + 1).copied().filter(|_| f.size > 1))
-            }
-            _ => Some(1024),
-        };
-        next = dur.map(|d| ticks + i64::from(d));
+    for (f, (ticks, dur)) in frames
+        .iter()
+        .zip(audio_ticks(data, codec, frames, pts, clock))
+    {
         let send = ticks_to_ns(ticks.max(0) as u64, clock).max(last_send);
         last_send = send;
         end = end.max(ticks_to_ns(
@@ -388,6 +375,41 @@ fn audio(
         }
     }
     (desc, end, dropped)
+}
+
+/// Audio frames' times in `clock` ticks (at presentation times `pts`, ns)
+/// and their durations when the codec says: counted from the frame
+/// durations, taking the container's time instead only where it strays
+/// from the count by more than its own rounding (a gap in the audio).
+fn audio_ticks(
+    data: &[u8],
+    codec: &Codec,
+    frames: &[Frame],
+    pts: &[u64],
+    clock: u32,
+) -> Vec<(i64, Option<u32>)> {
+    // Container times are whole ticks of TimestampScale (1 ms by default):
+    // a count within a millisecond and a tick of them is the same instant.
+    let tolerance = i64::from(clock / 1000) + 1;
+    let mut next: Option<i64> = None;
+    let mut out = Vec::with_capacity(frames.len());
+    for (f, &p) in frames.iter().zip(pts) {
+        let stamped = unwrapped_ticks(p, clock);
+        let ticks = match next {
+            Some(n) if f.laced || (stamped - n).abs() <= tolerance => n,
+            _ => stamped,
+        };
+        let dur = match codec {
+            Codec::Opus { .. } => {
+                let at = f.offset as usize;
+                opus::packet_ticks(data[at], data.get(at + 1).copied().filter(|_| f.size > 1))
+            }
+            _ => Some(1024),
+        };
+        next = dur.map(|d| ticks + i64::from(d));
+        out.push((ticks, dur));
+    }
+    out
 }
 
 /// [`rtp_ticks`] before it wraps at 2^32.

@@ -259,16 +259,7 @@ impl Codec {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    offset: u64,
-    size: u32,
-    /// Decode and composition time, media timescale.
-    dts: i64,
-    cts: i64,
-    dur: u32,
-    sync: bool,
-}
+use crate::cmaf::Sample;
 
 /// Maps media time of one track to the title timeline.
 #[derive(Debug, Clone, Copy)]

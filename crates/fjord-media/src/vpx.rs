@@ -1,7 +1,9 @@
 //! VP8 (RFC 7741) and VP9 (RFC 9628) over RTP: a frame is cut into packets
 //! that each carry a one-byte payload descriptor, then file bytes; the
 //! marker is on a frame's last packet. Pure: frame positions in, records
-//! out; the only payload bytes read are a frame's first (its type).
+//! out; the only payload bytes read are a frame's first (its type), and
+//! a VP9 key frame's header for the facts fragmented MP4 names
+//! ([`vp9_format`]).
 
 use crate::format::MAX_RTP_PAYLOAD;
 use crate::index::{TrackDesc, TrackKind};
@@ -69,6 +71,65 @@ impl Vpx {
     }
 }
 
+/// What a VP9 key frame's uncompressed header says of the stream
+/// (§6.2, §6.2.2 color_config): profile, bit depth, chroma subsampling as
+/// `vpcC` numbers it (1 4:2:0, 2 4:2:2, 3 4:4:4) and full range. `None`
+/// when `frame` does not start with a key frame.
+pub fn vp9_format(frame: &[u8]) -> Option<(u8, u8, u8, bool)> {
+    let mut bits = Bits { data: frame, at: 0 };
+    if bits.take(2)? != 2 {
+        return None;
+    }
+    let low = bits.take(1)?;
+    let profile = (bits.take(1)? << 1 | low) as u8;
+    if profile == 3 {
+        bits.take(1)?;
+    }
+    // show_existing_frame, frame_type (0: key), show_frame, error_resilient
+    if bits.take(2)? != 0 {
+        return None;
+    }
+    bits.take(2)?;
+    if bits.take(24)? != 0x49_8342 {
+        return None;
+    }
+    let depth = match profile {
+        0 | 1 => 8,
+        _ if bits.take(1)? == 1 => 12,
+        _ => 10,
+    };
+    let srgb = bits.take(3)? == 7;
+    let full = srgb || bits.take(1)? == 1;
+    let chroma = match (profile & 1 == 1, srgb) {
+        (false, _) => 1,
+        (true, true) => 3,
+        (true, false) => match (bits.take(1)?, bits.take(1)?) {
+            (1, 1) => 1,
+            (1, 0) => 2,
+            _ => 3,
+        },
+    };
+    Some((profile, depth, chroma, full))
+}
+
+/// Big-endian bits of a byte string.
+struct Bits<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Bits<'_> {
+    fn take(&mut self, n: usize) -> Option<u32> {
+        let mut v = 0;
+        for _ in 0..n {
+            let byte = self.data.get(self.at / 8)?;
+            v = v << 1 | u32::from(byte >> (7 - self.at % 8) & 1);
+            self.at += 1;
+        }
+        Some(v)
+    }
+}
+
 /// Appends the packets of one frame of `len` bytes at `offset` (`len` > 0),
 /// all stamped alike, marker on the last. A VP9 superframe (several frames
 /// and their index in one block) goes as one frame, as ffmpeg sends it and
@@ -102,6 +163,31 @@ pub fn packetize_frame(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn vp9_format_from_a_key_frame_header() {
+        // Profile 2 key frame, sync code, 10-bit, BT.709, full range.
+        assert_eq!(
+            vp9_format(&[0x92, 0x49, 0x83, 0x42, 0x28]),
+            Some((2, 10, 1, true))
+        );
+        // Profile 0: 8-bit 4:2:0, studio range.
+        assert_eq!(
+            vp9_format(&[0x82, 0x49, 0x83, 0x42, 0x40]),
+            Some((0, 8, 1, false))
+        );
+        // An inter frame, a broken sync code, a cut header.
+        assert_eq!(vp9_format(&[0x86, 0x49, 0x83, 0x42, 0]), None);
+        assert_eq!(vp9_format(&[0x82, 0x49, 0x83, 0x43, 0]), None);
+        assert_eq!(vp9_format(&[0x92, 0x49, 0x83]), None);
+    }
+
+    proptest! {
+        #[test]
+        fn vp9_format_never_panics(b in proptest::collection::vec(any::<u8>(), 0..12)) {
+            let _ = vp9_format(&b);
+        }
+    }
 
     #[test]
     fn key_frames_by_their_first_byte() {

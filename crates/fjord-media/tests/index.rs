@@ -386,3 +386,32 @@ fn media_content_is_checked_by_verify_media() {
     other[100] ^= 1;
     assert!(idx.verify_media(&other, &mut |_| Ok(())).is_err());
 }
+
+/// An index whose only bytes are those `head_ranges` names (the rest
+/// zeros, as a sparse file not yet filled) opens unverified with every
+/// track's description and sync points, for one and two tracks.
+#[test]
+fn the_head_ranges_are_all_an_unverified_open_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    for plan in [written(dir.path()).1, two_tracks()] {
+        let path = dir.path().join("whole.fjidx");
+        index::write(&path, &plan, &source()).unwrap();
+        let whole = std::fs::read(&path).unwrap();
+        let ranges = index::head_ranges(&whole[..whole.len().min(4096)]).unwrap();
+        let mut sparse = vec![0u8; whole.len()];
+        for r in ranges {
+            let r = r.start as usize..r.end as usize;
+            sparse[r.clone()].copy_from_slice(&whole[r]);
+        }
+        let part = dir.path().join("part.fjidx");
+        std::fs::write(&part, &sparse).unwrap();
+        let idx = Index::open_unverified(&part).unwrap();
+        assert_eq!(idx.track_count(), plan.tracks.len());
+        for (t, p) in idx.tracks().zip(&plan.tracks) {
+            assert_eq!(t.desc(), p.desc);
+            assert_eq!(t.sync_points().collect::<Vec<_>>(), p.sync);
+        }
+        assert!(Index::open(&part).is_err(), "the records are not there");
+    }
+    assert!(index::head_ranges(&[0u8; 100]).is_err(), "too short");
+}

@@ -7,7 +7,8 @@
 //! In: the segments' durations and each track's codec facts and segment
 //! lengths, or the file's byte ranges. Out: the MPD's text, whose URLs are
 //! `init-$RepresentationID$.mp4` and `seg-$RepresentationID$-$Number$.m4s`
-//! (from 0) relative to the manifest, or the file's URI with
+//! (from 0; `.webm` both for WebM representations) relative to the
+//! manifest, or the file's URI with
 //! `mediaRange`s.
 
 use std::fmt::Write;
@@ -23,6 +24,9 @@ pub struct Representation {
     pub resolution: Option<(u16, u16)>,
     pub frame_rate: Option<f64>,
     pub sample_rate: Option<u32>,
+    /// Its segments are WebM (`init-K.webm`, `seg-K-N.webm`), not
+    /// fragmented MP4.
+    pub webm: bool,
 }
 
 /// The timeline's unit: milliseconds.
@@ -43,9 +47,14 @@ pub fn mpd(durations_ns: &[u64], reps: &[Representation]) -> String {
     let timeline = timeline(durations_ns);
     for (id, r) in reps.iter().enumerate() {
         let kind = if r.video { "video" } else { "audio" };
+        let (sub, init, media) = if r.webm {
+            ("webm", "webm", "webm")
+        } else {
+            ("mp4", "mp4", "m4s")
+        };
         let _ = writeln!(
             m,
-            "<AdaptationSet id=\"{id}\" contentType=\"{kind}\" mimeType=\"{kind}/mp4\" \
+            "<AdaptationSet id=\"{id}\" contentType=\"{kind}\" mimeType=\"{kind}/{sub}\" \
              segmentAlignment=\"true\" startWithSAP=\"1\">"
         );
         let _ = write!(
@@ -66,8 +75,8 @@ pub fn mpd(durations_ns: &[u64], reps: &[Representation]) -> String {
         m.push_str(">\n");
         let _ = write!(
             m,
-            "<SegmentTemplate timescale=\"{TIMESCALE}\" initialization=\"init-$RepresentationID$.mp4\" \
-             media=\"seg-$RepresentationID$-$Number$.m4s\" startNumber=\"0\">\n\
+            "<SegmentTemplate timescale=\"{TIMESCALE}\" initialization=\"init-$RepresentationID$.{init}\" \
+             media=\"seg-$RepresentationID$-$Number$.{media}\" startNumber=\"0\">\n\
              <SegmentTimeline>\n{timeline}</SegmentTimeline>\n</SegmentTemplate>\n\
              </Representation>\n</AdaptationSet>\n"
         );
@@ -214,6 +223,23 @@ mod tests {
         );
         assert_eq!(m.matches("<AdaptationSet").count(), 2);
         assert!(m.ends_with("</Period>\n</MPD>\n"));
+    }
+
+    #[test]
+    fn webm_representations_name_webm_segments() {
+        let vp8 = Representation {
+            video: true,
+            codecs: "vp8".into(),
+            segment_bytes: vec![1000],
+            webm: true,
+            ..Default::default()
+        };
+        let m = mpd(&[S], &[vp8]);
+        assert!(m.contains("mimeType=\"video/webm\""), "{m}");
+        assert!(
+            m.contains("initialization=\"init-$RepresentationID$.webm\" media=\"seg-$RepresentationID$-$Number$.webm\""),
+            "{m}"
+        );
     }
 
     #[test]

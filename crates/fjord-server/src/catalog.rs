@@ -38,6 +38,21 @@ pub enum CatalogError {
     Unsupported(String),
     #[error("{0}")]
     Failed(String),
+    /// An origin title that cannot be had now (the origin is down or
+    /// slow, or in the middle of a publish): ask again.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<crate::edge::EdgeError> for CatalogError {
+    fn from(e: crate::edge::EdgeError) -> Self {
+        use crate::edge::EdgeError as E;
+        match e {
+            E::NotFound => CatalogError::NotFound,
+            E::Unavailable(why) => CatalogError::Unavailable(why),
+            E::Failed(why) => failed(&why),
+        }
+    }
 }
 
 impl CatalogError {
@@ -46,6 +61,7 @@ impl CatalogError {
             CatalogError::NotFound => 404,
             CatalogError::Unsupported(_) => 415,
             CatalogError::Failed(_) => 500,
+            CatalogError::Unavailable(_) => 503,
         }
     }
 }
@@ -70,6 +86,8 @@ pub struct Catalog {
     pending: Arc<AtomicUsize>,
     /// Keeps each loaded title's head resident; `None`: no storage layer.
     storage: Option<Storage>,
+    /// Where titles not under the roots are looked for (an edge's origin).
+    edge: Option<crate::edge::Edge>,
 }
 
 type Slot = tokio::sync::Mutex<Option<Loaded>>;
@@ -119,6 +137,8 @@ struct Loaded {
     mtime: SystemTime,
     /// The title's tables and first seconds, resident while it is loaded.
     head: Option<HeadPin>,
+    /// An origin title's version (`None`: a title under the roots).
+    origin: Option<crate::edge::Version>,
 }
 
 impl Catalog {
@@ -149,7 +169,19 @@ impl Catalog {
             derived,
             pending,
             storage,
+            edge: None,
         })
+    }
+
+    /// Serves titles not under the roots from `edge`'s origin (needs the
+    /// storage layer, which fills their slices).
+    pub fn with_edge(mut self, edge: crate::edge::Edge) -> Self {
+        self.edge = Some(edge);
+        self
+    }
+
+    pub fn edge(&self) -> Option<&crate::edge::Edge> {
+        self.edge.as_ref()
     }
 
     /// Keeps at most `max` titles loaded that nothing holds
@@ -187,7 +219,13 @@ impl Catalog {
     /// The title with its name, ingesting it first when it is new or its
     /// file changed. Sessions keep the name the catalog holds.
     pub async fn open(&self, title: &str) -> Result<(Arc<str>, Arc<Title>), CatalogError> {
-        let path = self.resolve(title)?;
+        let path = match (self.resolve(title), &self.edge, &self.storage) {
+            (Ok(path), ..) => path,
+            (Err(CatalogError::NotFound), Some(edge), Some(storage)) if plain(title) => {
+                return self.open_origin(edge, storage, title).await;
+            }
+            (Err(e), ..) => return Err(e),
+        };
         let (key, slot) = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             slots.open(title, unused)
@@ -259,9 +297,51 @@ impl Catalog {
             size: meta.len(),
             mtime,
             head,
+            origin: None,
         });
         Ok((key, title))
     }
+
+    /// A title of the edge's origin, at its version there now: the one
+    /// loaded if it is that version, else loaded afresh (sessions of the
+    /// old version keep theirs).
+    async fn open_origin(
+        &self,
+        edge: &crate::edge::Edge,
+        storage: &Storage,
+        title: &str,
+    ) -> Result<(Arc<str>, Arc<Title>), CatalogError> {
+        let version = edge.version(title).await?;
+        let (key, slot) = {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.open(title, unused)
+        };
+        let mut loaded = slot.lock().await;
+        if let Some(l) = loaded.as_ref()
+            && l.origin.as_ref() == Some(&version)
+            && !l.title.files_changed()
+        {
+            return Ok((key, l.title.clone()));
+        }
+        let (t, head) = edge.load(title, &version, storage).await?;
+        *loaded = Some(Loaded {
+            title: t.clone(),
+            size: version.media_size(),
+            mtime: SystemTime::UNIX_EPOCH,
+            head: Some(head),
+            origin: Some(version),
+        });
+        Ok((key, t))
+    }
+}
+
+/// Whether `title` is a name an origin may hold: the name `fjord publish`
+/// gives a file (no directories, not hidden, not one of fjord's own).
+fn plain(title: &str) -> bool {
+    let ours = Path::new(title)
+        .extension()
+        .is_some_and(|e| OWN_EXTENSIONS.iter().any(|o| e.eq_ignore_ascii_case(o)));
+    !title.is_empty() && !title.contains('/') && !title.starts_with('.') && !ours
 }
 
 impl Catalog {

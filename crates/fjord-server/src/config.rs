@@ -187,6 +187,14 @@ pub struct Config {
     pub origin_endpoint: String,
     /// The origin's region; empty: `AWS_REGION`, else `us-east-1`.
     pub origin_region: String,
+    /// An edge's origin, `s3://BUCKET/PREFIX`: a title not under the roots
+    /// whose index is there (`fjord publish`) is served from it, cached in
+    /// slices under `cache_dir`; empty: none.
+    pub origin: String,
+    /// Where an edge keeps the slices and indexes of origin titles.
+    pub cache_dir: PathBuf,
+    /// The most an edge keeps of origin titles, in GB (10^9 bytes).
+    pub cache_gb: f64,
 }
 
 impl Default for Config {
@@ -252,6 +260,9 @@ impl Default for Config {
             stats_file: PathBuf::new(),
             origin_endpoint: String::new(),
             origin_region: String::new(),
+            origin: String::new(),
+            cache_dir: PathBuf::from("./cache"),
+            cache_gb: 10.0,
         }
     }
 }
@@ -433,6 +444,15 @@ impl Config {
         if !(64..=65536).contains(&self.read_kb) {
             return bad("read_kb must be between 64 and 65536");
         }
+        if !self.origin.is_empty() && self.readahead_ms == 0 {
+            return bad(
+                "an origin needs the storage layer (it fills slices before they are read): set readahead_ms above 0",
+            );
+        }
+        let cache_size = self.cache_gb > 0.0 && self.cache_gb.is_finite();
+        if !self.origin.is_empty() && !cache_size {
+            return bad("cache_gb must be above 0");
+        }
         if self.prefab_share_percent > 100 {
             return bad("prefab_share_percent must be at most 100");
         }
@@ -515,6 +535,9 @@ impl Config {
             stats_file,
             origin_endpoint,
             origin_region,
+            origin,
+            cache_dir,
+            cache_gb,
             max_loaded_titles,
             broadcasts
         );
@@ -698,6 +721,11 @@ mod tests {
         c.validate().unwrap();
         let c: Config = toml::from_str("destination_allow = [\"10.0.0.0/8\"]").unwrap();
         assert!(c.destination_allow[0].contains(&"10.1.2.3".parse::<IpAddr>().unwrap()));
+        let edge = |more: &str| toml::from_str::<Config>(&format!("origin = \"s3://b\"\n{more}"));
+        edge("").unwrap().validate().unwrap();
+        for bad in ["readahead_ms = 0", "cache_gb = 0", "cache_gb = nan"] {
+            assert!(edge(bad).unwrap().validate().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::{
     Server,
     control::{self, Client},
     outbox::Outbox,
+    rtsps::TlsConn,
     session::{SessionId, Sessions},
 };
 
@@ -40,8 +41,9 @@ pub(crate) struct Conn {
     session: Option<SessionId>,
     /// Made on first use.
     more: Option<Box<More>>,
-    /// A TLS connection's ends (its stream is the loopback bridge).
-    tls: Option<Box<crate::tls::Endpoints>>,
+    /// RTSPS: the TLS state every byte passes through (shared with the
+    /// engine once it owns the write side).
+    tls: Option<Arc<TlsConn>>,
 }
 
 #[derive(Default)]
@@ -58,17 +60,11 @@ impl Client for Conn {
     }
 
     fn peer(&self) -> std::io::Result<SocketAddr> {
-        match &self.tls {
-            Some(t) => Ok(t.peer),
-            None => self.stream.peer_addr(),
-        }
+        self.stream.peer_addr()
     }
 
     fn local(&self) -> std::io::Result<SocketAddr> {
-        match &self.tls {
-            Some(t) => Ok(t.local),
-            None => self.stream.local_addr(),
-        }
+        self.stream.local_addr()
     }
 
     fn is_tls(&self) -> bool {
@@ -103,7 +99,15 @@ impl Client for Conn {
             return Ok(());
         }
         let fd = self.stream.as_fd().try_clone_to_owned()?;
-        out.push(self.id, Command::AttachConnection { conn: self.id, fd });
+        let seal = (self.tls.clone()).map(|t| t as Arc<dyn fjord_engine::seal::Seal>);
+        out.push(
+            self.id,
+            Command::AttachConnection {
+                conn: self.id,
+                fd,
+                seal,
+            },
+        );
         self.attached = true;
         Ok(())
     }
@@ -178,10 +182,22 @@ impl Conn {
             return true;
         }
         let timeout = server.config().request_timeout();
+        if let Some(tls) = &self.tls {
+            return tls.write_all(&self.stream, &bytes, timeout).await.is_ok();
+        }
         matches!(
             tokio::time::timeout(timeout, self.stream.write_all(&bytes)).await,
             Ok(Ok(()))
         )
+    }
+
+    /// Appends what the socket holds to `buf` (decrypted over TLS);
+    /// `Ok(0)`: the client closed.
+    fn read_some(&self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+        match &self.tls {
+            Some(tls) => tls.read_some(&self.stream, buf),
+            None => read_some(&self.stream, buf),
+        }
     }
 }
 
@@ -295,14 +311,13 @@ struct Partial {
 /// `Conn`, not the accepted stream and address beside it; and it is one
 /// block, not an `async fn` or a loop awaited inside it: either would keep
 /// room for its arguments twice. Players keep this task while they play.
-/// Serves an RTSP connection; `tls`: its ends when `stream` is the
-/// loopback bridge of a TLS connection.
+/// Serves an RTSP connection; `tls`: its TLS state when it is RTSPS.
 pub(crate) fn serve_connection(
     server: Arc<Server>,
     stream: TcpStream,
     peer: SocketAddr,
     permit: crate::slots::Slot,
-    tls: Option<crate::tls::Endpoints>,
+    tls: Option<Arc<TlsConn>>,
 ) -> impl Future<Output = ()> + Send {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn {
@@ -311,11 +326,18 @@ pub(crate) fn serve_connection(
         attached: false,
         session: None,
         more: None,
-        tls: tls.map(Box::new),
+        tls,
     };
     tracing::debug!(%peer, conn = conn.id, "connected");
     async move {
         let mut partial: Option<Box<Partial>> = None;
+        if let Some(tls) = &conn.tls {
+            let mut buf = Vec::new();
+            if tls.start(&conn.stream, &mut buf).is_err() {
+                return;
+            }
+            partial = (!buf.is_empty()).then(|| Box::new(Partial { buf, since: None }));
+        }
         // Until its first request a connection gets the request timeout, not
         // the idle timeout: a client that connects and says nothing goes soon.
         let mut idle_deadline = Instant::now() + server.config().request_timeout();
@@ -378,7 +400,7 @@ pub(crate) fn serve_connection(
                             since: None,
                         })
                     });
-                    match read_some(&conn.stream, &mut p.buf) {
+                    match conn.read_some(&mut p.buf) {
                         Ok(0) => break,
                         Ok(_) => {}
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}

@@ -18,7 +18,9 @@
 //! packet rate (`admission`), port pairs (`ports`, `shared`), multicast
 //! groups and periodic broadcasts live in the `Server` beside its I/O
 //! handles: the engine, the catalog of titles (`catalog`: a path opens as a
-//! title or not at all), the storage layer, TLS. Connections of all
+//! title or not at all; on an edge, a title not under the roots opens from
+//! the origin, its files filled in slices as they are read: `edge`), the
+//! storage layer, TLS. Connections of all
 //! listeners share one set of limits (`slots`); one client can exhaust none
 //! of them.
 //!
@@ -40,6 +42,7 @@ mod catalog;
 pub mod config;
 mod conn;
 mod control;
+mod edge;
 mod guard;
 pub mod heap_count;
 mod heap_trim;
@@ -51,6 +54,7 @@ mod outbox;
 mod pool;
 mod ports;
 mod prefab_budget;
+mod rtsps;
 mod scale;
 mod session;
 mod shared;
@@ -235,7 +239,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         Some(at) => Some(bind(at, " for the admin API", "set admin_bind, or \"\" for none").await?),
     };
     let engine = start_engine(&config, local, storage.clone())?;
-    let tls = tls::Tls::new(&config).await?;
+    let tls = tls::Tls::new(&config)?;
     let server = Arc::new(Server::new(config, catalog, engine, storage, tls)?);
     // Before the RTSP line, which scripts and tests wait for.
     if let Some(listener) = admin {
@@ -288,7 +292,32 @@ fn catalog(config: &Config, storage: Option<fjord_storage::Storage>) -> std::io:
     };
     let (fec, prefab, share) = (config.fec(), config.prefab, config.prefab_share_percent);
     let catalog = Catalog::new(&config.roots(), ts, fec, prefab, share, storage)?;
-    Ok(catalog.bounded(config.max_loaded_titles))
+    let catalog = catalog.bounded(config.max_loaded_titles);
+    match edge(config)? {
+        Some(edge) => Ok(catalog.with_edge(edge)),
+        None => Ok(catalog),
+    }
+}
+
+/// The edge of the config's `origin`, when it names one.
+fn edge(config: &Config) -> std::io::Result<Option<edge::Edge>> {
+    if config.origin.is_empty() {
+        return Ok(None);
+    }
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let origin_config = fjord_edge::OriginConfig {
+        endpoint: non_empty(&config.origin_endpoint),
+        region: non_empty(&config.origin_region),
+        ..Default::default()
+    };
+    let failed = |e: String| std::io::Error::other(format!("origin {}: {e}", config.origin));
+    let url = fjord_edge::OriginUrl::parse(&config.origin).map_err(|e| failed(e.to_string()))?;
+    let origin =
+        fjord_edge::Origin::connect(url, &origin_config).map_err(|e| failed(e.to_string()))?;
+    let capacity = (config.cache_gb * 1e9) as u64;
+    let edge = edge::Edge::open(origin, &config.cache_dir, capacity).map_err(failed)?;
+    tracing::info!(origin = %config.origin, cache_dir = %config.cache_dir.display(), cache_gb = config.cache_gb, "an edge: titles not under the roots come from the origin");
+    Ok(Some(edge))
 }
 
 /// A listener on `at`, or an error that says which (`what`) and what to do.
@@ -384,9 +413,10 @@ async fn listen_rtsps(server: Arc<Server>, listener: TcpListener) {
         let server = server.clone();
         tokio::spawn(async move {
             let Some(tls) = &server.tls else { return };
-            match tls.accept(stream, peer, &server.config()).await {
-                Ok((bridge, ends)) => {
-                    conn::serve_connection(server.clone(), bridge, peer, slot, Some(ends)).await
+            match tls.accept_rtsps(stream, &server.config()).await {
+                Ok((stream, state)) => {
+                    let tls = Some(Arc::new(state));
+                    conn::serve_connection(server.clone(), stream, peer, slot, tls).await
                 }
                 Err(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
             }

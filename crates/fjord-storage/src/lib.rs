@@ -35,6 +35,12 @@
 //! ([`Source::rebuild`], from parity) into memory laid over the chunk
 //! ([`overlay`]); its sessions play on. Only what cannot be rebuilt ends
 //! the sessions reading it.
+//!
+//! A title whose files are not all on local disk (an edge's, fetched in
+//! slices from an origin) says so through [`Source::fill`]: a worker waits
+//! for the bytes it is about to read ahead, and they stay on disk while
+//! they are pinned. A fill that fails ends the sessions reading them, as a
+//! read that cannot be rebuilt does.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -61,4 +67,4 @@ pub use service::{
     BulkGrant, BulkPacer, DiskStats, HeadPin, ReadAhead, Storage, StorageConfig,
     StorageReservation, StorageStats, device_of,
 };
-pub use source::{Extent, MappedFile, Source, Uses};
+pub use source::{Extent, Filled, Hold, MappedFile, Source, Uses};

@@ -20,20 +20,26 @@
 //! how ([`Rebuild`]: the title's parity) and laid over the mapping
 //! ([`crate::overlay`]): it then counts as resident like the others, and
 //! stays so (anonymous memory, locked again by the next holder).
+//!
+//! A file whose bytes are not all on local disk (an edge title's media: a
+//! sparse file of slices fetched from an origin) is filled first
+//! ([`Fill`]): the chunks a pin loads are fetched before they are read,
+//! and the hold the fill returns lives as long as the chunks are held, so
+//! nothing evicts bytes from under a locked chunk.
 
 use std::{
     collections::HashMap,
     io,
     ops::Range,
     sync::{
-        Condvar, Mutex,
+        Arc, Condvar, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
 use std::os::fd::RawFd;
 
-use crate::source::MappedFile;
+use crate::source::{Hold, MappedFile};
 
 /// Bytes per chunk: large enough that a refill is a few big reads, small
 /// enough that a low-rate session does not hold much.
@@ -43,6 +49,20 @@ pub const CHUNK: usize = 256 * 1024;
 /// (`Source::rebuild` for that file) when the disk fails to read them:
 /// how many packets it rebuilt, or why it cannot.
 pub type Rebuild<'a> = &'a dyn Fn(Range<usize>, &mut [u8]) -> Result<usize, String>;
+
+/// Makes bytes `range` of the file being pinned present on local disk
+/// (`Source::fill` for that file), keeping them there while the hold it
+/// returns lives; or says why it cannot.
+pub type Fill<'a> = &'a dyn Fn(Range<usize>) -> Result<Option<Hold>, String>;
+
+/// Where a chunk's bytes come from when the disk alone does not have them.
+#[derive(Clone, Copy, Default)]
+pub struct Backing<'a> {
+    /// Fetches bytes not yet on local disk before they are read.
+    pub fill: Option<Fill<'a>>,
+    /// Rebuilds bytes the disk failed to read.
+    pub rebuild: Option<Rebuild<'a>>,
+}
 
 /// A chunk: the mapping's base address and the chunk's number in it.
 pub type ChunkKey = (usize, usize);
@@ -57,6 +77,9 @@ struct Entry {
     refs: u32,
     state: State,
     len: usize,
+    /// What keeps a filled chunk's bytes on local disk, shared by the
+    /// chunks one fill loaded; dropped with the last of them.
+    hold: Option<Arc<Hold>>,
 }
 
 /// Why a chunk could not be made resident.
@@ -68,6 +91,9 @@ pub enum PinError {
     /// The file is shorter than the mapping now.
     #[error("the file shrank")]
     Truncated,
+    /// The bytes could not be fetched onto local disk.
+    #[error("{0}")]
+    Fill(String),
     #[error("{0}")]
     Other(io::Error),
 }
@@ -140,15 +166,16 @@ impl Pins {
     }
 
     /// Makes the chunks covering `range` of `file` resident and holds them
-    /// (appending their keys to `held`); blocks for the disk. A chunk the
-    /// disk fails to read is rebuilt with `rebuild` when given. On error the
-    /// chunks of this call already held stay in `held`.
+    /// (appending their keys to `held`); blocks for the disk. The chunks it
+    /// loads are filled first and a chunk the disk fails to read is rebuilt,
+    /// as `backing` says. On error the chunks of this call already held
+    /// stay in `held`.
     pub fn pin(
         &self,
         file: &MappedFile,
         range: Range<usize>,
         held: &mut Vec<ChunkKey>,
-        rebuild: Option<Rebuild<'_>>,
+        backing: Backing<'_>,
     ) -> Result<(), PinError> {
         let range = range.start.min(file.len)..range.end.min(file.len);
         if range.is_empty() {
@@ -166,6 +193,7 @@ impl Pins {
                         refs: 0,
                         state: State::Loading,
                         len: chunk_len(file, c),
+                        hold: None,
                     }
                 });
                 e.refs += 1;
@@ -180,6 +208,9 @@ impl Pins {
         if !fresh.is_empty() {
             let first = fresh[0] * CHUNK;
             let last = (fresh[fresh.len() - 1] * CHUNK + CHUNK).min(file.len);
+            if let Some(fill) = backing.fill {
+                self.fill(file, &fresh, fill(first..last), held)?;
+            }
             cached = in_cache(file, first, last - first);
             if !cached {
                 readahead(file, first..last);
@@ -194,7 +225,7 @@ impl Pins {
                 Err(PinError::Read(e)) => {
                     self.read_errors.fetch_add(1, Ordering::Relaxed);
                     // (The source says why when it cannot rebuild.)
-                    match rebuild.map(|f| self.repair(file, c, f)) {
+                    match backing.rebuild.map(|f| self.repair(file, c, f)) {
                         Some(Ok(())) => Ok(()),
                         Some(Err(_)) | None => Err(PinError::Read(e)),
                     }
@@ -223,6 +254,38 @@ impl Pins {
             return Err(e);
         }
         self.wait_loaded(held, chunks.len())
+    }
+
+    /// Gives the `fresh` chunks of `file` the hold their fill returned, or
+    /// drops them (none is resident) when it failed.
+    fn fill(
+        &self,
+        file: &MappedFile,
+        fresh: &[usize],
+        filled: Result<Option<Hold>, String>,
+        held: &mut Vec<ChunkKey>,
+    ) -> Result<(), PinError> {
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let keys = fresh.iter().map(|&c| (file.base as usize, c));
+        match filled {
+            Ok(hold) => {
+                let hold = hold.map(Arc::new);
+                for key in keys {
+                    if let Some(e) = table.get_mut(&key) {
+                        e.hold = hold.clone();
+                    }
+                }
+                Ok(())
+            }
+            Err(why) => {
+                for key in keys {
+                    table.remove(&key);
+                    held.retain(|k| *k != key);
+                }
+                self.loaded.notify_all();
+                Err(PinError::Fill(why))
+            }
+        }
     }
 
     /// Waits until the last `n` keys of `held` (loaded by other threads
@@ -609,10 +672,11 @@ mod tests {
         let (_f, _m, file) = mapped(3 * CHUNK + 100);
         let pins = Pins::default();
         let (mut a, mut b) = (vec![], vec![]);
-        pins.pin(&file, 10..CHUNK + 1, &mut a, None).unwrap();
+        pins.pin(&file, 10..CHUNK + 1, &mut a, Backing::default())
+            .unwrap();
         assert_eq!(a.len(), 2);
         assert_eq!(pins.pinned_bytes(), 2 * CHUNK as u64);
-        pins.pin(&file, CHUNK..3 * CHUNK + 100, &mut b, None)
+        pins.pin(&file, CHUNK..3 * CHUNK + 100, &mut b, Backing::default())
             .unwrap();
         assert_eq!(b.len(), 3, "the last chunk is short");
         assert_eq!(pins.pinned_bytes(), (3 * CHUNK + 100) as u64);
@@ -658,7 +722,8 @@ mod tests {
         let (_f, _m, file) = mapped(2 * CHUNK);
         let pins = Pins::default();
         let mut held = vec![];
-        pins.pin(&file, 0..2 * CHUNK, &mut held, None).unwrap();
+        pins.pin(&file, 0..2 * CHUNK, &mut held, Backing::default())
+            .unwrap();
         let pages = 2 * CHUNK / 4096;
         let mut vec = vec![0u8; pages];
         // SAFETY: mincore on our mapping into a vector of one byte per page.
@@ -674,7 +739,7 @@ mod tests {
         f.as_file().set_len(CHUNK as u64 / 2).unwrap();
         let pins = Pins::default();
         let mut held = vec![];
-        let r = pins.pin(&file, CHUNK..2 * CHUNK, &mut held, None);
+        let r = pins.pin(&file, CHUNK..2 * CHUNK, &mut held, Backing::default());
         assert!(matches!(r, Err(PinError::Truncated)), "{r:?}");
         assert!(held.is_empty());
         assert_eq!(pins.pinned_bytes(), 0);
@@ -697,11 +762,71 @@ mod tests {
         assert!(seen[2 * CHUNK..].iter().all(|&b| b == 9), "rebuilt bytes");
         // Pinning it again needs no rebuild: the overlay is resident.
         let mut held = vec![];
-        pins.pin(&file, 2 * CHUNK..2 * CHUNK + 300, &mut held, None)
-            .unwrap();
+        (pins.pin(
+            &file,
+            2 * CHUNK..2 * CHUNK + 300,
+            &mut held,
+            Backing::default(),
+        ))
+        .unwrap();
         pins.unpin(&held);
         let refuse = |_: Range<usize>, _: &mut [u8]| Err("no parity".to_owned());
         assert!(pins.repair(&file, 0, &refuse).is_err());
         assert_eq!(pins.repaired_chunks(), 1);
+    }
+
+    /// Counts the holds alive, to see when a fill's hold is dropped.
+    struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A fill is asked for exactly the chunks a pin loads, once however
+    /// many holders share them; its hold lives until the last holder
+    /// lets go, and a fill that fails pins nothing.
+    #[test]
+    fn a_fill_covers_the_chunks_loaded_and_its_hold_lives_while_they_are_held() {
+        let (_f, _m, file) = mapped(4 * CHUNK);
+        let pins = Pins::default();
+        let alive = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let asked = Mutex::new(Vec::new());
+        let fill = |range: Range<usize>| {
+            asked.lock().unwrap().push(range);
+            alive.fetch_add(1, Ordering::SeqCst);
+            Ok(Some(Box::new(Counted(alive.clone())) as Hold))
+        };
+        let backing = Backing {
+            fill: Some(&fill),
+            rebuild: None,
+        };
+        let (mut a, mut b) = (vec![], vec![]);
+        pins.pin(&file, 0..2 * CHUNK, &mut a, backing).unwrap();
+        pins.pin(&file, CHUNK..3 * CHUNK, &mut b, backing).unwrap();
+        assert_eq!(*asked.lock().unwrap(), [0..2 * CHUNK, 2 * CHUNK..3 * CHUNK]);
+        assert_eq!(alive.load(Ordering::SeqCst), 2);
+        pins.unpin(&a);
+        assert_eq!(
+            alive.load(Ordering::SeqCst),
+            2,
+            "chunk 1 is still held by b"
+        );
+        pins.unpin(&b);
+        assert_eq!(alive.load(Ordering::SeqCst), 0);
+
+        let refuse = |_: Range<usize>| Err("origin down".to_owned());
+        let backing = Backing {
+            fill: Some(&refuse),
+            rebuild: None,
+        };
+        let mut c = vec![];
+        let r = pins.pin(&file, 0..CHUNK, &mut c, backing);
+        assert!(
+            matches!(r, Err(PinError::Fill(ref why)) if why == "origin down"),
+            "{r:?}"
+        );
+        assert!(c.is_empty());
+        assert_eq!(pins.pinned_bytes(), 0);
     }
 }

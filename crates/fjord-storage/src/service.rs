@@ -32,7 +32,7 @@ use crate::{
     disk_lead::DiskLead,
     disk_model::Estimate,
     lead::LeadConfig,
-    pin::{CHUNK, ChunkKey, PinError, Pins},
+    pin::{Backing, CHUNK, ChunkKey, PinError, Pins},
     sched::{self, Class, Scheduler, Ticket},
     signal::Signal,
     source::{Extent, Source, Uses},
@@ -680,8 +680,13 @@ fn pin_all(
         let Some(file) = source.files().get(e.file).copied() else {
             continue;
         };
+        let fill = |range| source.fill(e.file, range);
         let rebuild = |range, out: &mut [u8]| source.rebuild(e.file, range, out);
-        pins.pin(&file, e.range.clone(), chunks, Some(&rebuild))?;
+        let backing = Backing {
+            fill: Some(&fill),
+            rebuild: Some(&rebuild),
+        };
+        pins.pin(&file, e.range.clone(), chunks, backing)?;
     }
     Ok(())
 }

@@ -63,6 +63,18 @@ pub struct Extent {
     pub range: Range<usize>,
 }
 
+/// Keeps bytes a [`Source::fill`] brought onto local disk there while it
+/// lives.
+pub type Hold = Box<dyn Send + Sync>;
+
+/// A file kept on local disk in part and filled on demand (an edge
+/// title's media, a sparse file of slices fetched from the origin).
+pub trait Filled: Send + Sync {
+    /// Makes bytes `range` present in the file and keeps them there while
+    /// the hold lives; waits for them. Its error says why they cannot be.
+    fn fill(&self, range: Range<u64>) -> Result<Hold, String>;
+}
+
 /// A title as the storage layer sees it. Implementations may read their
 /// own mapped index here: these calls run on storage threads, which may
 /// wait for the disk.
@@ -103,6 +115,17 @@ pub trait Source: Send + Sync {
     /// deleted) or a mapped page vanished since it was loaded: its sessions
     /// must end.
     fn changed(&self) -> bool;
+    /// Makes bytes `range` of file `file` present in the file on local disk
+    /// before they are read and locked, and keeps them there while the
+    /// returned hold lives (`None`: the file is whole on disk, as a local
+    /// title's is). An edge title's media is a sparse file of slices
+    /// fetched from its origin: this waits for them. Called on storage
+    /// threads, which may wait; an error ends the sessions reading those
+    /// bytes.
+    fn fill(&self, file: usize, range: Range<usize>) -> Result<Option<Hold>, String> {
+        let _ = (file, range);
+        Ok(None)
+    }
     /// Fills `out` with bytes `range` of file `file` when the disk failed
     /// to read some of them (EIO): the readable pages as read (never through
     /// the mapping, whose failed pages would fault), the others rebuilt

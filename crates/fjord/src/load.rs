@@ -20,8 +20,9 @@ use fjord_client::load::{self, FecOptions, LoadConfig};
 /// not counted in throughput, lateness or jitter.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadArgs {
-    /// The title, e.g. rtsp://127.0.0.1:8554/clip.ts; with --random-start,
-    /// one or more titles
+    /// The title, e.g. rtsp://127.0.0.1:8554/clip.ts (rtsps:// speaks TLS,
+    /// the certificate not checked; with --tcp); with --random-start, one
+    /// or more titles
     #[arg(required = true)]
     pub urls: Vec<String>,
     /// Concurrent sessions

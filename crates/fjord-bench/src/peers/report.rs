@@ -291,9 +291,16 @@ pub fn markdown(r: &PeersReport, command: &str, machine_note: &str) -> String {
         "How: each server is a child process started afresh for each run and pinned, all its \
          threads, to CPU {} (`sched_setaffinity`){}; fjord as `fjord serve` with one engine thread \
          and its default data path, its admin listener on loopback (read once per run, after \
-         the window, for its send counters); live555MediaServer serving its working directory; \
+         the window, for its send counters), and over RTSPS (`fjord-tls`, with `--tcp`) the same \
+         with a certificate from `fjord cert`, the receivers speaking TLS (rustls with ring) \
+         on its RTSPS port; live555MediaServer serving its working directory; \
          GStreamer's rtsp-server from `bench/peers/gst_rtsp_vod.py` with one pipeline per client \
-         (`filesrc ! tsparse set-timestamps=true ! rtpmp2tpay`, not shared). The receivers are \
+         (`filesrc ! tsparse set-timestamps=true ! rtpmp2tpay`, not shared); MediaMTX, which \
+         has no video on demand, as a live relay: RTSP alone on loopback, the title's H.264 \
+         video pushed to it once per run by ffmpeg (`-re -stream_loop -1 -map 0:v -c copy -f \
+         rtsp`, over TCP, pinned to the receivers' CPU, its CPU not counted) and read by every \
+         receiver, so its packets are H.264 RTP packets of the video alone (the TS's are 7 TS \
+         packets of video and audio) and it reads no disk. The receivers are \
          `fjord load` (one thread, epoll + recvmmsg) in the bench process, pinned to CPU {}. \
          CPU is the server's threads' time on a CPU (`/proc/PID/task/*/schedstat`, in ns; \
          `/proc/PID/stat` counts 10 ms clock ticks), sampled every 20 ms and interpolated to the receive window: from the first PLAY reply \
@@ -399,6 +406,12 @@ mod tests {
                     skipped: Some("GStreamer rtsp-server: skipped, not installed".into()),
                 },
                 PeerResult {
+                    peer: Peer::MediaMtx,
+                    version: String::new(),
+                    runs: vec![],
+                    skipped: Some(MEDIAMTX_SKIP.into()),
+                },
+                PeerResult {
                     peer: Peer::Floor(1),
                     version: floor::label(1, 20, false),
                     runs: vec![run(0, 4.0)],
@@ -411,7 +424,7 @@ mod tests {
                     skipped: None,
                 },
             ],
-            notes: vec![MEDIAMTX_SKIP.into()],
+            notes: vec![],
         }
     }
 

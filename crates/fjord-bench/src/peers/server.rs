@@ -57,7 +57,7 @@ pub fn find_live555() -> Result<PathBuf, String> {
     })
 }
 
-fn find_on_path(name: &str) -> Option<PathBuf> {
+pub(super) fn find_on_path(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
         .split(':')
@@ -112,6 +112,8 @@ pub struct ServerChild {
     log: Arc<Mutex<Vec<String>>>,
     /// `host:port` of its admin listener (fjord's), if it printed one.
     pub admin: Option<String>,
+    /// Processes that live and die with it (MediaMTX's publisher).
+    pub helpers: Vec<ServerChild>,
 }
 
 impl ServerChild {
@@ -119,12 +121,46 @@ impl ServerChild {
     /// `ready` makes the URL; `ready` sees every line until then, so it
     /// can keep what earlier ones said.
     pub fn spawn(
-        mut cmd: Command,
+        cmd: Command,
         cpu: usize,
         realtime: bool,
         timeout: Duration,
         mut ready: impl FnMut(&str) -> Option<String>,
     ) -> anyhow::Result<(Self, String)> {
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        let (mut server, rx) = Self::launch(cmd, cpu, realtime)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(url) = ready(&line) {
+                        return Ok((server, url));
+                    }
+                }
+                Err(e) => {
+                    let status = server.child.try_wait().ok().flatten();
+                    bail!(
+                        "{program} did not start ({}{}): {}",
+                        match e {
+                            mpsc::RecvTimeoutError::Timeout => "no URL in time",
+                            mpsc::RecvTimeoutError::Disconnected => "output closed",
+                        },
+                        status.map(|s| format!(", {s}")).unwrap_or_default(),
+                        server.log_text()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Spawns `cmd` pinned to `cpu` in a process group of its own; the
+    /// lines it prints arrive on the receiver (and are kept for the log).
+    pub fn launch(
+        mut cmd: Command,
+        cpu: usize,
+        realtime: bool,
+    ) -> anyhow::Result<(Self, mpsc::Receiver<String>)> {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -172,35 +208,13 @@ impl ServerChild {
                 }
             });
         }
-        drop(tx);
-        let mut server = ServerChild {
+        let server = ServerChild {
             child,
             log,
             admin: None,
+            helpers: Vec::new(),
         };
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(url) = ready(&line) {
-                        return Ok((server, url));
-                    }
-                }
-                Err(e) => {
-                    let status = server.child.try_wait().ok().flatten();
-                    bail!(
-                        "{program} did not start ({}{}): {}",
-                        match e {
-                            mpsc::RecvTimeoutError::Timeout => "no URL in time",
-                            mpsc::RecvTimeoutError::Disconnected => "output closed",
-                        },
-                        status.map(|s| format!(", {s}")).unwrap_or_default(),
-                        server.log_text()
-                    );
-                }
-            }
-        }
+        Ok((server, rx))
     }
 
     pub fn pid(&self) -> u32 {

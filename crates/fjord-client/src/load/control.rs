@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 
 use crate::Response;
 
@@ -77,6 +78,9 @@ pub struct Control {
     /// `Session` header value once SETUP succeeded.
     pub session: Option<String>,
     user_agent: &'static str,
+    /// `rtsps://`: the TLS state every byte goes through (after the
+    /// handshake, [`Control::start_tls`]).
+    tls: Option<Box<rustls::ClientConnection>>,
 }
 
 impl Control {
@@ -89,12 +93,32 @@ impl Control {
             pending: VecDeque::with_capacity(4),
             session: None,
             user_agent: concat!("fjord-load/", env!("CARGO_PKG_VERSION")),
+            tls: None,
+        }
+    }
+
+    /// The TLS handshake, blocking (on loopback, a millisecond or so), on
+    /// the connected socket; it is non-blocking again after.
+    pub fn start_tls(&mut self, host: &str) -> io::Result<()> {
+        let timeout = std::time::Duration::from_secs(10);
+        let c = crate::tls::handshake(&mut self.stream, host, timeout)?;
+        self.stream.set_nonblocking(true)?;
+        self.tls = Some(Box::new(c));
+        Ok(())
+    }
+
+    /// Reads what arrived into `buf` (decrypted over TLS): `Ok(None)` when
+    /// nothing did, `Ok(Some(0))` when the server closed.
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        match &mut self.tls {
+            Some(c) => crate::tls::read_nonblocking(c, &mut self.stream, buf),
+            None => super::sys::read_some(self.stream.as_raw_fd(), buf),
         }
     }
 
     /// Whether bytes wait for the socket to become writable.
     pub fn wants_write(&self) -> bool {
-        !self.out.is_empty()
+        !self.out.is_empty() || self.tls.as_ref().is_some_and(|c| c.wants_write())
     }
 
     /// Queues a request and writes what the socket takes.
@@ -123,6 +147,9 @@ impl Control {
 
     /// Writes raw bytes (an interleaved RTCP frame), queueing what does not fit.
     pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if let Some(c) = &mut self.tls {
+            return crate::tls::write_nonblocking(c, &mut self.stream, bytes);
+        }
         if self.out.is_empty() {
             let n = match self.stream.write(bytes) {
                 Ok(n) => n,
@@ -138,6 +165,9 @@ impl Control {
 
     /// Writes queued bytes; true when the queue is empty.
     pub fn flush(&mut self) -> io::Result<bool> {
+        if let Some(c) = &mut self.tls {
+            return crate::tls::flush_nonblocking(c, &mut self.stream);
+        }
         while !self.out.is_empty() {
             match self.stream.write(&self.out) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

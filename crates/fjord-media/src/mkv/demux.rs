@@ -22,6 +22,9 @@ const TRACK_TYPE: u32 = 0x83;
 const CODEC_ID: u32 = 0x86;
 const CODEC_PRIVATE: u32 = 0x63a2;
 const DEFAULT_DURATION: u32 = 0x23_e383;
+const VIDEO: u32 = 0xe0;
+const PIXEL_WIDTH: u32 = 0xb0;
+const PIXEL_HEIGHT: u32 = 0xba;
 const AUDIO: u32 = 0xe1;
 const SAMPLING_FREQUENCY: u32 = 0xb5;
 const CHANNELS: u32 = 0x9f;
@@ -85,6 +88,8 @@ pub enum Kind {
 /// One TrackEntry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrackEntry {
+    /// Byte range of the whole TrackEntry element in the file.
+    pub element: (usize, usize),
     pub number: u64,
     pub kind: Kind,
     pub codec_id: String,
@@ -93,6 +98,8 @@ pub struct TrackEntry {
     pub default_duration_ns: Option<u64>,
     pub sampling_rate: f64,
     pub channels: u8,
+    /// Video: PixelWidth and PixelHeight (0 when the file says none).
+    pub size: (u16, u16),
     /// Has ContentEncodings (compression, encryption): its frames are not
     /// the codec's bytes.
     pub encoded: bool,
@@ -466,6 +473,7 @@ fn block_group(data: &[u8], g: &Element) -> Option<(usize, usize, Option<bool>)>
 
 fn track_entry(data: &[u8], e: &Element) -> Result<TrackEntry, FormatError> {
     let mut t = TrackEntry {
+        element: (e.start, e.end),
         number: 0,
         kind: Kind::Other,
         codec_id: String::new(),
@@ -473,6 +481,7 @@ fn track_entry(data: &[u8], e: &Element) -> Result<TrackEntry, FormatError> {
         default_duration_ns: None,
         sampling_rate: 8000.0,
         channels: 1,
+        size: (0, 0),
         encoded: false,
     };
     for c in Children::of(data, e) {
@@ -490,6 +499,7 @@ fn track_entry(data: &[u8], e: &Element) -> Result<TrackEntry, FormatError> {
             CODEC_PRIVATE => t.private = Some((c.body, c.end)),
             DEFAULT_DURATION => t.default_duration_ns = ebml::uint(data, &c).filter(|&d| d > 0),
             CONTENT_ENCODINGS => t.encoded = true,
+            VIDEO => t.size = pixels(data, &c),
             AUDIO => {
                 for a in Children::of(data, &c).map_while(Result::ok) {
                     match a.id {
@@ -510,6 +520,20 @@ fn track_entry(data: &[u8], e: &Element) -> Result<TrackEntry, FormatError> {
         return Err(invalid("a TrackEntry without a TrackNumber"));
     }
     Ok(t)
+}
+
+/// PixelWidth and PixelHeight of a Video element.
+fn pixels(data: &[u8], video: &Element) -> (u16, u16) {
+    let mut size = (0, 0);
+    for c in Children::of(data, video).map_while(Result::ok) {
+        let v = || ebml::uint(data, &c).map_or(0, |n| n.min(u64::from(u16::MAX)) as u16);
+        match c.id {
+            PIXEL_WIDTH => size.0 = v(),
+            PIXEL_HEIGHT => size.1 = v(),
+            _ => {}
+        }
+    }
+    size
 }
 
 /// The frame sizes of a block's payload at `data[pos..end]`.

@@ -17,83 +17,19 @@
 //! order.
 
 use super::{
-    BoxRef, Boxes, Codec, NS, Sample, Track, add_fragments, child, fragmented, invalid,
-    movie_timescale, read_track, top_level, u32_after_times,
+    BoxRef, Boxes, Codec, Track, add_fragments, child, fragmented, invalid, movie_timescale,
+    read_track, top_level, u32_after_times,
 };
+use crate::cmaf::{self, boxed};
 use crate::format::FormatError;
 
-/// A piece of a segment: bytes made here, or bytes of the source file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Part {
-    Made(Vec<u8>),
-    File { offset: u64, len: u64 },
-}
-
-impl Part {
-    pub fn len(&self) -> u64 {
-        match self {
-            Part::Made(b) => b.len() as u64,
-            Part::File { len, .. } => *len,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// One media segment.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fragment {
-    pub duration_ns: u64,
-    pub parts: Vec<Part>,
-    /// How many of its bytes, from its start, hold its `moof` and its first
-    /// video sample when that is a key frame (an I-frame playlist's byte
-    /// range).
-    pub key_frame_end: Option<u64>,
-}
-
-impl Fragment {
-    /// The segment's length in bytes.
-    pub fn len(&self) -> u64 {
-        self.parts.iter().map(Part::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// A title as an init segment and media segments.
-#[derive(Clone, Debug)]
-pub struct Fragmented {
-    pub init: Vec<u8>,
-    pub fragments: Vec<Fragment>,
-    /// The tracks in the segments, in order.
-    pub tracks: Vec<TrackInfo>,
-    /// RFC 6381 codec names, comma-separated (`avc1.64001f,mp4a.40.2`).
-    pub codecs: String,
-    /// Width and height of the video track, if any.
-    pub resolution: Option<(u16, u16)>,
-    /// Video frames per second, if there is video.
-    pub frame_rate: Option<f64>,
-}
-
-/// What a manifest says of a track.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TrackInfo {
-    pub video: bool,
-    /// RFC 6381 name.
-    pub codec: String,
-    /// Audio: samples per second.
-    pub sample_rate: Option<u32>,
-}
+pub use crate::cmaf::{Fragment, Fragmented, Part, TrackInfo};
 
 /// A served track with the boxes its init segment copies.
 struct Source {
     trak: BoxRef,
-    id: u32,
-    track: Track,
+    codec: Codec,
+    track: cmaf::Track,
 }
 
 /// The fragmented form of the MP4 file `data`, segments of at least
@@ -104,6 +40,45 @@ pub fn fragment(
     target_ns: u64,
     only: Option<usize>,
 ) -> Result<Fragmented, FormatError> {
+    let sources = sources(data)?;
+    if sources.is_empty() {
+        return Err(invalid("no H.264, H.265, AAC or Opus track"));
+    }
+    if only.is_some_and(|k| k >= sources.len()) {
+        return Err(invalid(format!("no track {}", only.unwrap_or(0))));
+    }
+    let tracks: Vec<cmaf::Track> = sources.iter().map(|s| s.track.clone()).collect();
+    let fragments = cmaf::segments(&tracks, target_ns, only);
+    let sources: Vec<Source> = match only {
+        Some(k) => sources.into_iter().skip(k).take(1).collect(),
+        None => sources,
+    };
+    let tracks = sources
+        .iter()
+        .map(|s| {
+            Ok(TrackInfo {
+                video: s.track.video,
+                codec: codec_name(data, s)?,
+                sample_rate: match s.codec {
+                    Codec::Aac { rate, .. } => Some(rate),
+                    Codec::Opus { .. } => Some(48_000),
+                    _ => None,
+                },
+            })
+        })
+        .collect::<Result<Vec<_>, FormatError>>()?;
+    let (resolution, frame_rate) = match sources.iter().find(|s| s.track.video) {
+        Some(v) => (resolution(data, v), v.track.frame_rate()),
+        None => (None, None),
+    };
+    let init = init_segment(data, &sources)?;
+    Ok(Fragmented::new(
+        init, fragments, tracks, resolution, frame_rate,
+    ))
+}
+
+/// The served tracks of the MP4 file `data`, in order.
+fn sources(data: &[u8]) -> Result<Vec<Source>, FormatError> {
     let (moov, moofs) = top_level(data)?;
     let moov = moov.ok_or_else(|| invalid("no 'moov' box"))?;
     let trex = fragmented::defaults(data, moov)?;
@@ -125,62 +100,25 @@ pub fn fragment(
         if matches!(track.codec, Codec::Other(_)) || track.samples.is_empty() {
             continue;
         }
+        let Track {
+            codec,
+            timing,
+            samples,
+        } = track;
         sources.push(Source {
             trak,
-            id: track_id(data, trak)?,
-            track,
+            track: cmaf::Track {
+                id: track_id(data, trak)?,
+                video: matches!(codec, Codec::H264(_) | Codec::H265(_)),
+                timescale: timing.timescale,
+                delay_ns: timing.delay_ns,
+                media_start: timing.media_start,
+                samples,
+            },
+            codec,
         });
     }
-    if sources.is_empty() {
-        return Err(invalid("no H.264, H.265, AAC or Opus track"));
-    }
-    if only.is_some_and(|k| k >= sources.len()) {
-        return Err(invalid(format!("no track {}", only.unwrap_or(0))));
-    }
-    let video = sources.iter().position(|s| is_video(&s.track));
-    let bounds = boundaries(&sources, video, target_ns);
-    let (sources, video) = match only {
-        Some(k) => {
-            let v = video.filter(|&v| v == k).map(|_| 0);
-            (sources.into_iter().skip(k).take(1).collect::<Vec<_>>(), v)
-        }
-        None => (sources, video),
-    };
-    let fragments = cut(&sources, &bounds);
-    let tracks = sources
-        .iter()
-        .map(|s| {
-            Ok(TrackInfo {
-                video: is_video(&s.track),
-                codec: codec_name(data, s)?,
-                sample_rate: match s.track.codec {
-                    Codec::Aac { rate, .. } => Some(rate),
-                    Codec::Opus { .. } => Some(48_000),
-                    _ => None,
-                },
-            })
-        })
-        .collect::<Result<Vec<_>, FormatError>>()?;
-    let (resolution, frame_rate) = match video {
-        Some(v) => (resolution(data, &sources[v]), frame_rate(&sources[v].track)),
-        None => (None, None),
-    };
-    Ok(Fragmented {
-        init: init_segment(data, &sources)?,
-        fragments,
-        codecs: tracks
-            .iter()
-            .map(|t| t.codec.as_str())
-            .collect::<Vec<_>>()
-            .join(","),
-        tracks,
-        resolution,
-        frame_rate,
-    })
-}
-
-fn is_video(t: &Track) -> bool {
-    matches!(t.codec, Codec::H264(_) | Codec::H265(_))
+    Ok(sources)
 }
 
 pub(super) fn track_id(data: &[u8], trak: BoxRef) -> Result<u32, FormatError> {
@@ -188,294 +126,13 @@ pub(super) fn track_id(data: &[u8], trak: BoxRef) -> Result<u32, FormatError> {
     u32_after_times(data, tkhd, "tkhd")
 }
 
-/// Decode time of a sample on the title's timeline, ns.
-fn dts_ns(t: &Track, s: &Sample) -> i128 {
-    t.timing.ns(s.dts)
-}
-
-/// Where segments start and the last ends, in ns of the title's
-/// timeline: the first sample, then video sync samples at least
-/// `target_ns` apart (without video, samples of the first track), then
-/// the end of the latest sample.
-fn boundaries(sources: &[Source], video: Option<usize>, target_ns: u64) -> Vec<i128> {
-    let target = i128::from(target_ns.max(1));
-    let first = sources
-        .iter()
-        .filter_map(|s| s.track.samples.first().map(|x| dts_ns(&s.track, x)))
-        .min()
-        .unwrap_or(0);
-    let end = sources
-        .iter()
-        .filter_map(|s| {
-            let x = s.track.samples.last()?;
-            Some(s.track.timing.ns(x.dts + i64::from(x.dur)))
-        })
-        .max()
-        .unwrap_or(first);
-    let mut starts = vec![first];
-    // Cut at the video's sync samples, or without video at any sample of
-    // the first track (all are sync samples): never more segments than
-    // samples, whatever the target.
-    let t = &sources[video.unwrap_or(0)].track;
-    let mut last = first;
-    for s in t.samples.iter().filter(|s| s.sync) {
-        let at = dts_ns(t, s);
-        if at >= last + target {
-            starts.push(at);
-            last = at;
-        }
-    }
-    starts.push(end.max(*starts.last().unwrap_or(&first)));
-    starts
-}
-
-/// The segments between consecutive `bounds`: every track's samples
-/// decoded from one to the next (the last takes the rest), lasting from
-/// one to the next.
-fn cut(sources: &[Source], bounds: &[i128]) -> Vec<Fragment> {
-    let mut next_sample = vec![0usize; sources.len()];
-    let mut fragments = Vec::with_capacity(bounds.len());
-    let last = bounds.len().saturating_sub(2);
-    for (k, w) in bounds.windows(2).enumerate() {
-        let end = if k == last { i128::MAX } else { w[1] };
-        let runs: Vec<(usize, std::ops::Range<usize>)> = sources
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let from = next_sample[i];
-                let n = s.track.samples[from..]
-                    .iter()
-                    .take_while(|x| dts_ns(&s.track, x) < end)
-                    .count();
-                next_sample[i] = from + n;
-                (i, from..from + n)
-            })
-            .filter(|(_, r)| !r.is_empty())
-            .collect();
-        if runs.is_empty() {
-            continue;
-        }
-        let mut f = media_segment(sources, &runs, fragments.len() as u32 + 1);
-        f.duration_ns = (w[1] - w[0]).max(0) as u64;
-        fragments.push(f);
-    }
-    fragments
-}
-
-/// A `moof` + `mdat` head for `runs` (track, samples) and the sample bytes
-/// as file ranges; [`cut`] sets the duration. The `mdat` holds the samples
-/// in the file's order, so samples of all tracks that lie together in the
-/// file (an interleaved MP4's chunks) are one range, sent by one
-/// `sendfile`; each track's `traf` has a `trun` per stretch of its
-/// samples that lie together in the `mdat`.
-fn media_segment(
-    sources: &[Source],
-    runs: &[(usize, std::ops::Range<usize>)],
-    sequence: u32,
-) -> Fragment {
-    let sample = |(i, k): (usize, usize)| &sources[i].track.samples[k];
-    let mut order: Vec<(usize, usize)> = runs
-        .iter()
-        .flat_map(|(i, r)| r.clone().map(move |k| (*i, k)))
-        .collect();
-    order.sort_by_key(|&ik| sample(ik).offset);
-    // Where each sample lands in the mdat's body.
-    let mut at = std::collections::HashMap::with_capacity(order.len());
-    let mut data_len = 0u64;
-    for &ik in &order {
-        at.insert(ik, data_len);
-        data_len += u64::from(sample(ik).size);
-    }
-    // Per track, stretches of samples adjacent in the mdat.
-    let truns: Vec<(usize, Stretches)> = runs
-        .iter()
-        .map(|(i, r)| {
-            let mut t: Stretches = Vec::new();
-            let mut next = None;
-            for k in r.clone() {
-                let pos = at[&(*i, k)];
-                match t.last_mut() {
-                    Some((_, range)) if next == Some(pos) => range.end = k + 1,
-                    _ => t.push((pos, k..k + 1)),
-                }
-                next = Some(pos + u64::from(sources[*i].track.samples[k].size));
-            }
-            (*i, t)
-        })
-        .collect();
-    let mdat_head = if data_len + 8 > u64::from(u32::MAX) {
-        16
-    } else {
-        8
-    };
-    // The moof's length does not depend on the data offsets: write it
-    // once with zeros to learn it, then for real.
-    let moof_len = moof(sources, &truns, sequence, 0).len() as u64;
-    let mut head = moof(sources, &truns, sequence, moof_len + mdat_head);
-    if mdat_head == 16 {
-        head.extend_from_slice(&1u32.to_be_bytes());
-        head.extend_from_slice(b"mdat");
-        head.extend_from_slice(&(data_len + 16).to_be_bytes());
-    } else {
-        head.extend_from_slice(&((data_len + 8) as u32).to_be_bytes());
-        head.extend_from_slice(b"mdat");
-    }
-    let key_frame_end = runs
-        .iter()
-        .find(|(i, _)| is_video(&sources[*i].track))
-        .filter(|(i, r)| sources[*i].track.samples[r.start].sync)
-        .map(|(i, r)| {
-            head.len() as u64
-                + at[&(*i, r.start)]
-                + u64::from(sources[*i].track.samples[r.start].size)
-        });
-    let mut parts = vec![Part::Made(head)];
-    for ik in order {
-        let s = sample(ik);
-        match parts.last_mut() {
-            Some(Part::File { offset, len }) if *offset + *len == s.offset => {
-                *len += u64::from(s.size);
-            }
-            _ => parts.push(Part::File {
-                offset: s.offset,
-                len: u64::from(s.size),
-            }),
-        }
-    }
-    Fragment {
-        duration_ns: 0,
-        parts,
-        key_frame_end,
-    }
-}
-
-/// A track's samples in a segment as stretches that lie together in the
-/// `mdat`: where each begins in the mdat's body, and its samples.
-type Stretches = Vec<(u64, std::ops::Range<usize>)>;
-
-/// Writes a box: its header, then what `body` writes.
-fn boxed(out: &mut Vec<u8>, kind: &[u8; 4], body: impl FnOnce(&mut Vec<u8>)) {
-    let at = out.len();
-    out.extend_from_slice(&[0, 0, 0, 0]);
-    out.extend_from_slice(kind);
-    body(out);
-    let len = (out.len() - at) as u32;
-    out[at..at + 4].copy_from_slice(&len.to_be_bytes());
-}
-
-fn full(out: &mut Vec<u8>, version: u8, flags: u32) {
-    out.push(version);
-    out.extend_from_slice(&flags.to_be_bytes()[1..]);
-}
-
-/// Sample flags (ISO 14496-12 §8.8.3.1): a sync sample depends on no
-/// other; any other depends on others and is not a sync sample.
-fn sample_flags(sync: bool) -> u32 {
-    if sync { 0x0200_0000 } else { 0x0101_0000 }
-}
-
-/// The `moof` of `truns` (per track, stretches of samples and where each
-/// lies in the mdat's body), the mdat's body at `body_at` from the start
-/// of the `moof`.
-fn moof(sources: &[Source], truns: &[(usize, Stretches)], sequence: u32, body_at: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    boxed(&mut out, b"moof", |o| {
-        boxed(o, b"mfhd", |o| {
-            full(o, 0, 0);
-            o.extend_from_slice(&sequence.to_be_bytes());
-        });
-        for (i, stretches) in truns {
-            let src = &sources[*i];
-            let Some(first) = stretches.first().map(|(_, r)| r.start) else {
-                continue;
-            };
-            boxed(o, b"traf", |o| {
-                boxed(o, b"tfhd", |o| {
-                    // default-base-is-moof
-                    full(o, 0, 0x02_0000);
-                    o.extend_from_slice(&src.id.to_be_bytes());
-                });
-                boxed(o, b"tfdt", |o| {
-                    full(o, 1, 0);
-                    let dts = src.track.samples[first].dts.max(0) as u64;
-                    o.extend_from_slice(&dts.to_be_bytes());
-                });
-                for (pos, r) in stretches {
-                    trun(o, &src.track.samples[r.clone()], body_at + pos);
-                }
-            });
-        }
-    });
-    out
-}
-
-/// A `trun` of `samples`, the first one's data at `data_offset` from the
-/// start of the `moof`.
-fn trun(o: &mut Vec<u8>, samples: &[Sample], data_offset: u64) {
-    boxed(o, b"trun", |o| {
-        // data offset; per sample duration, size, flags and (signed,
-        // version 1) composition offset.
-        full(o, 1, 0x0001 | 0x0100 | 0x0200 | 0x0400 | 0x0800);
-        o.extend_from_slice(&(samples.len() as u32).to_be_bytes());
-        o.extend_from_slice(&(data_offset as u32).to_be_bytes());
-        for s in samples {
-            o.extend_from_slice(&s.dur.to_be_bytes());
-            o.extend_from_slice(&s.size.to_be_bytes());
-            o.extend_from_slice(&sample_flags(s.sync).to_be_bytes());
-            let cto = (s.cts - s.dts).clamp(i64::from(i32::MIN), i64::from(i32::MAX));
-            o.extend_from_slice(&(cto as i32).to_be_bytes());
-        }
-    });
-}
-
 /// `ftyp` + `moov`: each track's `tkhd`, `edts`, `mdhd`, `hdlr`, media
 /// header and sample descriptions copied from the source, empty sample
 /// tables, and `mvex`.
 fn init_segment(data: &[u8], sources: &[Source]) -> Result<Vec<u8>, FormatError> {
     let copy = |o: &mut Vec<u8>, b: BoxRef| o.extend_from_slice(&data[box_start(data, b)..b.end]);
-    let mut out = Vec::new();
-    boxed(&mut out, b"ftyp", |o| {
-        o.extend_from_slice(b"iso6");
-        o.extend_from_slice(&0u32.to_be_bytes());
-        o.extend_from_slice(b"iso6cmfcmp41");
-    });
-    let mut failed = None;
-    boxed(&mut out, b"moov", |o| {
-        boxed(o, b"mvhd", |o| {
-            full(o, 0, 0);
-            o.extend_from_slice(&[0; 8]); // creation, modification
-            o.extend_from_slice(&1000u32.to_be_bytes());
-            o.extend_from_slice(&0u32.to_be_bytes()); // duration: fragments say
-            o.extend_from_slice(&0x0001_0000u32.to_be_bytes()); // rate 1.0
-            o.extend_from_slice(&0x0100u16.to_be_bytes()); // volume 1.0
-            o.extend_from_slice(&[0; 10]);
-            for m in [0x0001_0000u32, 0, 0, 0, 0x0001_0000, 0, 0, 0, 0x4000_0000] {
-                o.extend_from_slice(&m.to_be_bytes());
-            }
-            o.extend_from_slice(&[0; 24]);
-            let next = sources.iter().map(|s| s.id).max().unwrap_or(0) + 1;
-            o.extend_from_slice(&next.to_be_bytes());
-        });
-        for s in sources {
-            if let Err(e) = trak(o, data, s, &copy) {
-                failed = Some(e);
-            }
-        }
-        boxed(o, b"mvex", |o| {
-            for s in sources {
-                boxed(o, b"trex", |o| {
-                    full(o, 0, 0);
-                    o.extend_from_slice(&s.id.to_be_bytes());
-                    o.extend_from_slice(&1u32.to_be_bytes());
-                    o.extend_from_slice(&[0; 12]);
-                });
-            }
-        });
-    });
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
+    let ids: Vec<u32> = sources.iter().map(|s| s.track.id).collect();
+    cmaf::init_segment(&ids, |o, k| trak(o, data, &sources[k], &copy))
 }
 
 /// Where box `b`'s header starts (its body starts at `b.start`).
@@ -528,16 +185,7 @@ fn trak(
                 }
                 boxed(o, b"stbl", |o| {
                     copy(o, stsd);
-                    for kind in [b"stts", b"stsc", b"stco"] {
-                        boxed(o, kind, |o| {
-                            full(o, 0, 0);
-                            o.extend_from_slice(&0u32.to_be_bytes());
-                        });
-                    }
-                    boxed(o, b"stsz", |o| {
-                        full(o, 0, 0);
-                        o.extend_from_slice(&[0; 8]);
-                    });
+                    cmaf::empty_sample_tables(o);
                 });
             });
         });
@@ -567,7 +215,7 @@ fn codec_name(data: &[u8], s: &Source) -> Result<String, FormatError> {
         start: (entry.start + 78).min(entry.end),
         ..entry
     };
-    Ok(match &s.track.codec {
+    Ok(match &s.codec {
         Codec::H264(_) => {
             let c = child(data, visual, b"avcC")?.ok_or_else(|| invalid("no 'avcC'"))?;
             let b = data
@@ -624,11 +272,4 @@ fn resolution(data: &[u8], s: &Source) -> Option<(u16, u16)> {
         u16::from_be_bytes([b[0], b[1]]),
         u16::from_be_bytes([b[2], b[3]]),
     ))
-}
-
-fn frame_rate(t: &Track) -> Option<f64> {
-    let first = t.samples.first()?;
-    let last = t.samples.last()?;
-    let span = (t.timing.ns(last.dts + i64::from(last.dur)) - t.timing.ns(first.dts)) as f64;
-    (span > 0.0).then(|| t.samples.len() as f64 * NS as f64 / span)
 }

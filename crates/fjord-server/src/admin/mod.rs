@@ -9,6 +9,7 @@
 mod api;
 mod history;
 mod host;
+mod origin;
 mod scrape;
 mod snapshot;
 

@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicU64;
 use super::snapshot;
 use crate::Server;
 
-type Labels = Vec<(&'static str, String)>;
+pub(super) type Labels = Vec<(&'static str, String)>;
 
 pub(crate) async fn metrics(State(server): State<Arc<Server>>) -> impl IntoResponse {
     let mut reg = Registry::default();
@@ -24,6 +24,9 @@ pub(crate) async fn metrics(State(server): State<Arc<Server>>) -> impl IntoRespo
     sessions(&mut reg, &server).await;
     connections(&mut reg, &server);
     storage(&mut reg, &server);
+    if let Some(edge) = server.catalog.edge() {
+        super::origin::metrics(&mut reg, edge.cache());
+    }
     heap(&mut reg);
     let mut text = String::new();
     if let Err(e) = encode(&mut text, &reg) {
@@ -70,7 +73,7 @@ fn text_format(open_metrics: &str) -> String {
     out
 }
 
-fn counter(
+pub(super) fn counter(
     reg: &mut Registry,
     name: &str,
     help: &str,
@@ -83,7 +86,7 @@ fn counter(
     reg.register(name, help, f);
 }
 
-fn seconds(
+pub(super) fn seconds(
     reg: &mut Registry,
     name: &str,
     help: &str,
@@ -96,7 +99,7 @@ fn seconds(
     reg.register(name, help, f);
 }
 
-fn gauge(
+pub(super) fn gauge(
     reg: &mut Registry,
     name: &str,
     help: &str,

@@ -93,10 +93,15 @@ fn status(code: u16) -> Reply {
 }
 
 /// An error reply with a one-line reason in a text body.
+/// A refusal with its reason; a 503 (an origin title the origin cannot
+/// give now) says when to ask again.
 fn refuse(code: u16, reason: &str) -> Reply {
-    Response::new(code)
-        .body("text/plain", format!("{reason}\r\n"))
-        .into()
+    let r = Response::new(code);
+    let r = match code {
+        503 => r.header("Retry-After", "2"),
+        _ => r,
+    };
+    r.body("text/plain", format!("{reason}\r\n")).into()
 }
 
 /// Answers `req`, which arrived on `conn` at `now`: the reply, with the

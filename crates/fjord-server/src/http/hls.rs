@@ -2,8 +2,9 @@
 //! `NAME/media.m3u8`. An MPEG-TS title's segments are byte ranges of
 //! `NAME` itself (`fjord_proto::hls`), cut at the random access points
 //! ingest found (each starts with the PAT before its key frame), so they
-//! are served as downloads: nothing generated but the playlists. An MP4
-//! title's are fragmented MP4 ([`super::fmp4`]) with every track in each:
+//! are served as downloads: nothing generated but the playlists. An MP4,
+//! Matroska or WebM title's are fragmented MP4 ([`super::fmp4`]) with every
+//! track in each:
 //! `NAME/init.mp4` and `NAME/seg-N.m4s`; an ADTS or MP3 title's packed
 //! audio ([`super::packed`]): `NAME/seg-N.aac`, `NAME/seg-N.mp3`.
 
@@ -26,7 +27,8 @@ pub(crate) enum Form {
         uri: String,
         title: Arc<Title>,
     },
-    /// MP4: fragmented MP4, every track in each segment; ADTS, MP3:
+    /// MP4, Matroska, WebM: fragmented MP4, every track in each segment;
+    /// ADTS, MP3:
     /// packed audio.
     Fragmented(Arc<fmp4::Fragments>),
 }
@@ -42,15 +44,17 @@ pub(crate) async fn form(
         .open(title)
         .await
         .map_err(|e| super::refused(&e))?;
-    if t.index().format().starts_with("MP4") || super::packed::kind_of(&t).is_some() {
-        return Ok(Form::Fragmented(cache.get(server, title, None).await?));
+    if fmp4::is_fragmentable(&t.index().format()) || super::packed::kind_of(&t).is_some() {
+        return Ok(Form::Fragmented(
+            cache.get(server, title, None, false).await?,
+        ));
     }
     let is_ts =
         t.index().track_count() == 1 && t.index().track(0).is_some_and(|k| k.encoding() == "MP2T");
     if !is_ts {
         let why = format!(
-            "HLS is built for MPEG-TS, MP4, ADTS and MP3 titles, DASH for MPEG-TS and MP4; \
-             this one is {}",
+            "HLS is built for MPEG-TS, MP4, Matroska, WebM, ADTS and MP3 titles, DASH for \
+             MPEG-TS, MP4, Matroska and WebM; this one is {}",
             t.index().format()
         );
         return Err((415, why));

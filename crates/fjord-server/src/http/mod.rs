@@ -217,9 +217,9 @@ async fn answer<S: Wire>(
     let (body, response) = match server.catalog.open(path).await {
         // A title named like a playlist or segment (`d/init.mp4`) is
         // checked against its own name too.
-        Ok(_) => match route.and_then(|_| refusal(server, peer, &req, path, tls)) {
+        Ok((_, opened)) => match route.and_then(|_| refusal(server, peer, &req, path, tls)) {
             Some(r) => (None, r),
-            None => download(server, &req, path).await,
+            None => download(server, &req, path, opened).await,
         },
         Err(e) => match route {
             Some((title, route)) => adaptive(server, fragments, &req, title, route).await,
@@ -305,8 +305,16 @@ fn not_found(close: bool) -> Response {
 /// cannot serve is not a title: 404, as for a missing one.
 fn not_served(e: &CatalogError, close: bool) -> Response {
     let (status, why) = refused(e);
-    Response::error(status, &why, close)
+    let r = Response::error(status, &why, close);
+    match status {
+        503 => r.with_header("Retry-After", RETRY_AFTER_S.to_string()),
+        _ => r,
+    }
 }
+
+/// When a client refused for an origin title it cannot have now should
+/// ask again.
+const RETRY_AFTER_S: u32 = 2;
 
 /// The status and reason an HTTP client is given when a title cannot be
 /// opened: 404 for a file that is not media (or not there), 500 without
@@ -318,32 +326,57 @@ pub(crate) fn refused(e: &CatalogError) -> (u16, String) {
             500,
             "the title could not be read; see the server's log".into(),
         ),
+        CatalogError::Unavailable(why) => (503, why.clone()),
     }
 }
 
-/// A title's file, whole or a range of it.
+/// A title's file, whole or a range of it: the file under the roots, or
+/// an origin title's media (`title`), filled in as it is sent.
 async fn download(
     server: &Arc<Server>,
     req: &plan::Request,
     path: &str,
+    title: Arc<fjord_engine::Title>,
 ) -> (Option<send::Body>, Response) {
     // Finding and opening the file may read directories and inodes from
     // the disk: not on a runtime thread.
     let (srv, name) = (server.clone(), path.to_owned());
-    let opened = tokio::task::spawn_blocking(move || {
-        let file =
-            std::fs::File::open(srv.catalog.resolve(&name)?).map_err(|_| CatalogError::NotFound)?;
-        let meta = file.metadata().map_err(|_| CatalogError::NotFound)?;
-        Ok::<_, CatalogError>((file, meta))
+    let opened = tokio::task::spawn_blocking(move || match srv.catalog.resolve(&name) {
+        Ok(path) => {
+            let file = std::fs::File::open(path).map_err(|_| CatalogError::NotFound)?;
+            let meta = file.metadata().map_err(|_| CatalogError::NotFound)?;
+            let entity = plan::Entity::of(&meta, &name);
+            Ok((send::Body::file(Arc::new(file), entity.size), entity))
+        }
+        Err(CatalogError::NotFound) if title.is_filled() => {
+            let fd = title.fd().try_clone_to_owned();
+            let file = std::fs::File::from(fd.map_err(|e| CatalogError::Failed(e.to_string()))?);
+            let entity = origin_entity(&title, &name);
+            let body = send::Body::file(Arc::new(file), entity.size).filled_from(title);
+            Ok((body, entity))
+        }
+        Err(e) => Err(e),
     });
     match opened.await.unwrap_or(Err(CatalogError::NotFound)) {
-        Ok((file, meta)) => {
-            let entity = plan::Entity::of(&meta, path);
-            let body = send::Body::file(Arc::new(file), entity.size);
+        Ok((body, entity)) => {
             let cache = &server.config().http_cache_control.media;
             (Some(body), plan::respond(req, &entity).cached(cache))
         }
         Err(e) => (None, not_served(&e, !req.keep_alive)),
+    }
+}
+
+/// An origin title's media as HTTP names it: its validator is its index's
+/// checksum (an index is made from one version of the media), its time
+/// unknown.
+fn origin_entity(title: &fjord_engine::Title, name: &str) -> plan::Entity {
+    let sum = title.index().checksum();
+    let hex: String = sum[..12].iter().map(|b| format!("{b:02x}")).collect();
+    plan::Entity {
+        size: title.media_len(),
+        modified: std::time::SystemTime::UNIX_EPOCH,
+        etag: format!("\"fj-{hex}\""),
+        content_type: plan::content_type(name),
     }
 }
 
@@ -367,8 +400,14 @@ async fn adaptive(
             let r = generated(req, "application/dash+xml", text);
             (None, r.cached(&cache.playlist))
         }
-        Route::Init(only) => segment(server, fragments, req, title, only, None).await,
-        Route::Segment(only, i) => segment(server, fragments, req, title, only, Some(i)).await,
+        Route::Init(only) => segment(server, fragments, req, title, (only, false), None).await,
+        Route::Segment(only, i) => {
+            segment(server, fragments, req, title, (only, false), Some(i)).await
+        }
+        Route::WebmInit(k) => segment(server, fragments, req, title, (Some(k), true), None).await,
+        Route::WebmSegment(k, i) => {
+            segment(server, fragments, req, title, (Some(k), true), Some(i)).await
+        }
     }
 }
 
@@ -388,17 +427,18 @@ fn generated(
 }
 
 /// The answer to a request for a fragmented title's init segment (`None`)
-/// or media segment, every track's or track `only`'s, and its body.
+/// or media segment, every track's or track `only`'s (in WebM: `webm`),
+/// and its body.
 async fn segment(
     server: &Arc<Server>,
     fragments: &Arc<fmp4::Cache>,
     req: &plan::Request,
     title: &str,
-    only: Option<usize>,
+    (only, webm): (Option<usize>, bool),
     which: Option<usize>,
 ) -> (Option<send::Body>, Response) {
     let close = !req.keep_alive;
-    let f = match fragments.get(server, title, only).await {
+    let f = match fragments.get(server, title, only, webm).await {
         Ok(f) => f,
         Err((status, why)) => return (None, Response::error(status, &why, close)),
     };

@@ -3,7 +3,8 @@
 //! `NAME/manifest.mpd`
 //! (DASH), and the segments they list: fragmented MP4 `init.mp4` and
 //! `seg-N.m4s` with every track, `init-K.mp4` and `seg-K-N.m4s` with
-//! track K alone; packed audio `seg-N.aac`, `seg-N.mp3`.
+//! track K alone; DASH WebM `init-K.webm` and `seg-K-N.webm` (track K);
+//! packed audio `seg-N.aac`, `seg-N.mp3`.
 
 /// Which playlist of a title.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +24,10 @@ pub(crate) enum Route {
     Init(Option<usize>),
     /// Media segment N: every track, or one.
     Segment(Option<usize>, usize),
+    /// The WebM init segment of track K.
+    WebmInit(usize),
+    /// WebM media segment N of track K.
+    WebmSegment(usize, usize),
 }
 
 /// The title and what of it `path` names.
@@ -40,6 +45,17 @@ pub(crate) fn route_of(path: &str) -> Option<(&str, Route)> {
                 .and_then(|l| l.strip_suffix(".mp4"))
             {
                 Route::Init(Some(number(k)?))
+            } else if let Some(k) = leaf
+                .strip_prefix("init-")
+                .and_then(|l| l.strip_suffix(".webm"))
+            {
+                Route::WebmInit(number(k)?)
+            } else if let Some(kn) = leaf
+                .strip_prefix("seg-")
+                .and_then(|l| l.strip_suffix(".webm"))
+            {
+                let (k, n) = kn.split_once('-')?;
+                Route::WebmSegment(number(k)?, number(n)?)
             } else {
                 let seg = leaf.strip_prefix("seg-")?;
                 if let Some(n) = seg
@@ -98,6 +114,8 @@ mod tests {
             ("t.mp4/seg-0-12.m4s", "t.mp4", Segment(Some(0), 12)),
             ("a.aac/seg-3.aac", "a.aac", Segment(None, 3)),
             ("a.mp3/seg-3.mp3", "a.mp3", Segment(None, 3)),
+            ("v.webm/init-1.webm", "v.webm", WebmInit(1)),
+            ("v.webm/seg-1-7.webm", "v.webm", WebmSegment(1, 7)),
         ];
         for (path, title, route) in cases {
             assert_eq!(route_of(path), Some((title, route)), "{path}");
@@ -114,6 +132,9 @@ mod tests {
             "t.mp4/init-.mp4",
             "t.mp4/init-x.mp4",
             "a.aac/seg-0-1.aac",
+            "v.webm/seg-1.webm",
+            "v.webm/init.webm",
+            "v.webm/seg-1-x.webm",
         ] {
             assert_eq!(route_of(no), None, "{no}");
         }

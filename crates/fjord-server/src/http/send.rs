@@ -30,6 +30,9 @@ pub(crate) struct Pace {
 pub(crate) struct Body {
     file: Arc<File>,
     parts: Vec<Part>,
+    /// The title whose media `file` is, when its bytes must be filled in
+    /// before they are read (an origin title's).
+    filled: Option<Arc<fjord_engine::Title>>,
 }
 
 impl Body {
@@ -38,11 +41,22 @@ impl Body {
         Body {
             file,
             parts: vec![Part::File { offset: 0, len }],
+            filled: None,
         }
     }
 
     pub fn parts(file: Arc<File>, parts: Vec<Part>) -> Body {
-        Body { file, parts }
+        Body {
+            file,
+            parts,
+            filled: None,
+        }
+    }
+
+    /// The media of `title`, which fills each piece before it is read.
+    pub fn filled_from(mut self, title: Arc<fjord_engine::Title>) -> Body {
+        self.filled = Some(title);
+        self
     }
 
     /// Sends bytes `range` of the body on `stream`.
@@ -77,7 +91,8 @@ impl Body {
                 }
                 Part::File { offset, .. } => {
                     let r = offset + within.start..offset + within.end;
-                    file_range(stream, self.file.clone(), r, pace, device).await?;
+                    let file = (self.file.clone(), self.filled.clone());
+                    file_range(stream, file, r, pace, device).await?;
                 }
             }
         }
@@ -85,10 +100,11 @@ impl Body {
     }
 }
 
-/// Sends bytes `range` of `file` on `stream`.
+/// Sends bytes `range` of `file` on `stream` (each piece filled in first
+/// when the file is a filled title's media).
 async fn file_range<S: Wire>(
     stream: &mut S,
-    file: Arc<File>,
+    (file, filled): (Arc<File>, Option<Arc<fjord_engine::Title>>),
     range: Range<u64>,
     pace: &Pace,
     device: u64,
@@ -96,6 +112,13 @@ async fn file_range<S: Wire>(
     let mut at = range.start;
     while at < range.end {
         let n = (range.end - at).min(PIECE);
+        let _hold = match filled.clone() {
+            Some(title) => tokio::task::spawn_blocking(move || title.fill_media(at..at + n))
+                .await
+                .map_err(io::Error::other)?
+                .map_err(io::Error::other)?,
+            None => None,
+        };
         if !fjord_storage::pin::resident(file.as_raw_fd(), at, n) {
             let (f, storage) = (file.clone(), pace.storage.clone());
             tokio::task::spawn_blocking(move || {

@@ -1,8 +1,9 @@
 //! A real browser: headless Debian chromium, driven by playwright-core
-//! (`tests/browser/play.mjs`), plays fjord's HLS of a TS, an MP4 and an
-//! ADTS title with hls.js and its DASH with dash.js, from a page on another
-//! origin (CORS): it starts, seeks to the middle and reaches the end with
-//! no error event. Screenshots stay in `target/tmp/browser/`.
+//! (`tests/browser/play.mjs`), plays fjord's HLS of a TS, an MP4 (H.264),
+//! a WebM (VP9, Opus) and an ADTS title with hls.js and DASH of the MP4
+//! and of a VP9 and a VP8 WebM title (DASH WebM) with dash.js, from a page on another origin (CORS): it
+//! starts, seeks to the middle, plays on from there and reaches the end
+//! with no error event. Screenshots stay in `target/tmp/browser/`.
 
 use std::{path::Path, process::Command, time::Duration};
 
@@ -25,11 +26,24 @@ fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
     let (mut s, port) = server();
     remux(&s, &["-c", "copy", "-f", "mp4"], "clip.mp4");
     remux(&s, &["-vn", "-c:a", "copy", "-f", "adts"], "clip.aac");
+    #[rustfmt::skip]
+    remux(&s, &[
+        "-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "25",
+        "-b:v", "500k", "-c:a", "libopus", "-f", "webm",
+    ], "clip.webm");
+    #[rustfmt::skip]
+    remux(&s, &[
+        "-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "8", "-g", "25",
+        "-b:v", "500k", "-c:a", "libopus", "-f", "webm",
+    ], "vp8.webm");
     // (player, what, screenshot, video width)
     let cases = [
         ("hls", "clip.ts/index.m3u8", "hls-ts.png", 640),
         ("hls", "clip.mp4/index.m3u8", "hls-mp4.png", 640),
         ("dash", "clip.mp4/manifest.mpd", "dash-mp4.png", 640),
+        ("dash", "clip.webm/manifest.mpd", "dash-webm.png", 640),
+        ("hls", "clip.webm/index.m3u8", "hls-webm.png", 640),
+        ("dash", "vp8.webm/manifest.mpd", "dash-vp8.png", 640),
         ("hls", "clip.aac/index.m3u8", "hls-aac.png", 0),
     ];
     for (player, path, shot, width) in cases {
@@ -48,7 +62,13 @@ fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
         );
         let r: serde_json::Value = serde_json::from_str(said.trim()).unwrap();
         assert_eq!(r["ended"], true, "{said}");
-        assert!(r["seeked_to"].as_f64().unwrap() > 4.0, "{said}");
+        let seeked_to = r["seeked_to"].as_f64().unwrap();
+        assert!(seeked_to > 4.0, "{said}");
+        let played = r["played_after_seek"].as_f64().unwrap_or(0.0);
+        assert!(
+            played > seeked_to + 1.0,
+            "{path}: no play after the seek: {said}"
+        );
         assert_eq!(r["width"], width, "{said}");
         assert!(
             (r["duration"].as_f64().unwrap() - 10.0).abs() < 0.5,

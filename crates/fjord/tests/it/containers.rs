@@ -1,8 +1,8 @@
 //! Matroska, WebM and fragmented MP4 titles (issue 37): files made by
 //! ffmpeg (libvpx VP8 and VP9, libopus, x264, AAC) played over RTSP by
 //! ffmpeg and GStreamer, every frame compared with the file's (framemd5 per
-//! stream, packets for GStreamer); seeks land on key frames; a CMAF title
-//! over HLS and DASH; AV1, truncated and corrupt files are refused with the
+//! stream, packets for GStreamer); seeks land on key frames; a CMAF title,
+//! a WebM and a Matroska title over HLS and DASH; AV1, truncated and corrupt files are refused with the
 //! reason and the server serves on. (The fragmented MP4 title over RTSP is
 //! `formats::fragmented_mp4_h264_aac`.)
 
@@ -113,18 +113,20 @@ fn webm_vp8_opus() {
 }
 
 /// H.264 with B-frames (Matroska stores no decode times) and AAC.
+const AVC_MKV: Case = Case {
+    file: "avc.mkv",
+    make: &[
+        "-map", "0:v", "-map", "1:a", "-c:v", "libx264", "-preset", "veryfast", "-g", "25", "-bf",
+        "2", "-c:a", "aac", "-b:a", "128k", "-f", "matroska",
+    ],
+    compare: DECODE_VIDEO,
+    source_opts: &[],
+    gst: &[H264_GST, AAC_GST],
+};
+
 #[test]
 fn matroska_h264_aac() {
-    check(&Case {
-        file: "avc.mkv",
-        make: &[
-            "-map", "0:v", "-map", "1:a", "-c:v", "libx264", "-preset", "veryfast", "-g", "25",
-            "-bf", "2", "-c:a", "aac", "-b:a", "128k", "-f", "matroska",
-        ],
-        compare: DECODE_VIDEO,
-        source_opts: &[],
-        gst: &[H264_GST, AAC_GST],
-    });
+    check(&AVC_MKV);
 }
 
 /// H.265 (its `hvcC` in CodecPrivate) alone in Matroska.
@@ -172,8 +174,9 @@ fn ingest(path: &Path) -> (bool, String) {
 
 /// AV1 (no player here depacketizes it over RTP), a file cut inside its
 /// header and one whose tracks are garbage: 415 with the reason, from the
-/// server and from `fjord ingest`; a file cut mid-way serves what it
-/// holds over RTSP (HLS and DASH: 415). The server stays healthy throughout.
+/// server (RTSP; HTTP says 404) and from `fjord ingest`; a file cut mid-way
+/// serves what it holds over RTSP, HLS and DASH. The server stays healthy
+/// throughout.
 #[test]
 fn av1_truncated_and_corrupt_files_are_refused_with_the_reason() {
     let av1 = crate::common::generate_media(
@@ -221,6 +224,13 @@ fn av1_truncated_and_corrupt_files_are_refused_with_the_reason() {
         assert!(text.contains(reason), "{title}: {text}");
         let (ok, said) = ingest(&root.join(title));
         assert!(!ok && said.contains(reason), "fjord ingest {title}: {said}");
+        // Over HTTP a file fjord does not serve is no title, as a missing
+        // one (http_titles.rs).
+        for manifest in ["index.m3u8", "manifest.mpd"] {
+            let url = format!("http://127.0.0.1:{http}/{title}/{manifest}");
+            let (body, code) = crate::common::curl(&[&url]);
+            assert_eq!(code, 404, "{title}/{manifest}: {body}");
+        }
     }
     let (ok, said) = ingest(&root.join("half.webm"));
     assert!(
@@ -230,11 +240,14 @@ fn av1_truncated_and_corrupt_files_are_refused_with_the_reason() {
     let (status, text) = describe(&server, "half.webm");
     assert_eq!(status, 200, "half.webm: {text}");
     assert!(text.contains("VP9/90000"), "{text}");
-    // Not built yet: HLS and DASH of Matroska titles say so.
-    for manifest in ["index.m3u8", "manifest.mpd"] {
+    for (manifest, says) in [
+        ("index.m3u8", "CODECS=\"vp09.00."),
+        ("manifest.mpd", "codecs=\"vp09.00."),
+    ] {
         let url = format!("http://127.0.0.1:{http}/half.webm/{manifest}");
         let (body, code) = crate::common::curl(&[&url]);
-        assert_eq!(code, 415, "{manifest}: {body}");
+        assert_eq!(code, 200, "{manifest}: {body}");
+        assert!(body.contains(says), "{manifest}: {body}");
     }
     server.assert_alive();
 }
@@ -280,6 +293,41 @@ fn hls_and_dash_of_a_fragmented_mp4_title() {
         let url = format!("http://127.0.0.1:{port}/{}/{manifest}", cmaf.file);
         let got = framemd5(&["-i", &url], COPY, manifest);
         assert_packets_match(&got, &want, manifest);
+    }
+    server.assert_alive();
+}
+
+/// Matroska and WebM titles over HLS and DASH (fragmented MP4, sample
+/// entries from CodecPrivate; DASH of the VP9+Opus WebM in WebM), frames
+/// by reference: ffmpeg reads every packet of the file through the
+/// playlists, and they name the codecs.
+#[test]
+fn hls_and_dash_of_matroska_and_webm_titles() {
+    let cases = [
+        (&VP9_WEBM, "vp09.00.20.08,opus"),
+        (&AVC_MKV, "avc1.64000d,mp4a.40.2"),
+    ];
+    let sources: Vec<_> = cases.iter().map(|(c, _)| media(c)).collect();
+    let (mut server, port) = Server::start_http_with("", |root| {
+        for ((case, _), source) in cases.iter().zip(&sources) {
+            fs::copy(source, root.join(case.file)).unwrap();
+        }
+    });
+    for ((case, codecs), source) in cases.iter().zip(&sources) {
+        let want = framemd5(&["-i", source.to_str().unwrap()], COPY_FROM_FIRST, "source");
+        let index = format!("http://127.0.0.1:{port}/{}/index.m3u8", case.file);
+        let (body, code) = crate::common::curl(&[&index]);
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains(&format!("CODECS=\"{codecs}\"")), "{body}");
+        let mpd = format!("http://127.0.0.1:{port}/{}/manifest.mpd", case.file);
+        let (body, _) = crate::common::curl(&[&mpd]);
+        let webm = case.file.ends_with(".webm");
+        assert_eq!(body.contains("mimeType=\"video/webm\""), webm, "{body}");
+        for manifest in ["index.m3u8", "manifest.mpd"] {
+            let url = format!("http://127.0.0.1:{port}/{}/{manifest}", case.file);
+            let got = framemd5(&["-i", &url], COPY_FROM_FIRST, manifest);
+            assert_packets_match(&got, &want, &format!("{} {manifest}", case.file));
+        }
     }
     server.assert_alive();
 }

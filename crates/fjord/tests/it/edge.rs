@@ -43,7 +43,7 @@ async fn the_origin_client_writes_and_reads_a_real_s3_server() {
 }
 
 /// `fjord publish FILES s3://films/lib` against `s3`, bounded in time.
-fn publish(s3: &S3Server, files: &[&Path]) -> crate::common::Output {
+pub(crate) fn publish(s3: &S3Server, files: &[&Path]) -> crate::common::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
     cmd.args(["publish", "--endpoint", &s3.endpoint])
         .args(files)

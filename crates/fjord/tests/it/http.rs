@@ -452,7 +452,8 @@ fn hls_and_dash_of_a_ts_title_are_byte_ranges_of_the_file() {
     ]);
     let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
     assert!(
-        ps.ends_with("\n415") && ps.contains("HLS is built for MPEG-TS, MP4, ADTS and MP3"),
+        ps.ends_with("\n415")
+            && ps.contains("HLS is built for MPEG-TS, MP4, Matroska, WebM, ADTS and MP3"),
         "{ps}"
     );
     s.assert_healthy();

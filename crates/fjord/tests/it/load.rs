@@ -155,6 +155,26 @@ fn load_udp_and_tcp_measure_the_clip_with_no_loss() {
     srv.assert_alive();
 }
 
+/// `fjord load` of an `rtsps://` URL: TLS with the server's self-signed
+/// certificate, RTP interleaved inside, as clean as plain TCP.
+#[test]
+fn load_over_rtsps_measures_the_clip_with_no_loss() {
+    let keys = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}rtsps_port = 0\n",
+        crate::common::certificate(keys.path())
+    );
+    let mut srv = server(&config);
+    let mbps = rtp_mbps(&srv, "cbr.ts");
+    let (status, stdout, stderr) =
+        fjord_load(&srv.rtsps_url("cbr.ts"), &["-n", "5", "-t", "4", "--tcp"]);
+    assert!(status.success(), "{status}: {stderr}\n{stdout}");
+    let r =
+        LoadReport::from_json(&stdout).unwrap_or_else(|e| panic!("not a report ({e}): {stdout}"));
+    assert_clean(&r, mbps, "rtsps");
+    srv.assert_alive();
+}
+
 #[test]
 fn a_short_title_is_played_again_and_stays_on_schedule() {
     let srv = server("");

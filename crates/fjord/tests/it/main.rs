@@ -15,6 +15,7 @@ mod common;
 mod containers;
 mod disk_errors;
 mod edge;
+mod edge_serve;
 mod errors;
 mod fec;
 mod files;

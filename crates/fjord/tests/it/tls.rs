@@ -310,3 +310,90 @@ fn hls_and_dash_segments_over_https_are_those_over_http() {
         );
     }
 }
+
+/// SETUP (interleaved) and PLAY over RTSPS on a connection with a small
+/// receive buffer, then nothing more is read from it.
+fn stalled_tls_reader(server: &Server, track: &str, control: &str) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let url = server.rtsps_url("");
+    let addr: std::net::SocketAddr = url["rtsps://".len()..]
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let mut s =
+        fjord_client::tls::stream(sock.into(), "127.0.0.1", Duration::from_secs(10)).unwrap();
+    let head = |s: &mut dyn Read| {
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            assert_eq!(s.read(&mut byte).unwrap(), 1, "reply cut short");
+            got.push(byte[0]);
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    let setup = format!(
+        "SETUP {track} RTSP/1.0\r\nCSeq: 1\r\nTransport: RTP/AVP/TCP;unicast;interleaved=0-1\r\n\r\n"
+    );
+    s.write_all(setup.as_bytes()).unwrap();
+    let reply = head(&mut s);
+    assert!(reply.starts_with("RTSP/1.0 200"), "{reply}");
+    let session = (reply.lines())
+        .find_map(|l| l.strip_prefix("Session: "))
+        .and_then(|v| v.split(';').next())
+        .expect("Session header")
+        .to_string();
+    let play = format!("PLAY {control} RTSP/1.0\r\nCSeq: 2\r\nSession: {session}\r\n\r\n");
+    s.write_all(play.as_bytes()).unwrap();
+    let reply = head(&mut s);
+    assert!(reply.starts_with("RTSP/1.0 200"), "{reply}");
+    s.sock
+}
+
+/// RTSPS clients that stop reading after PLAY are dropped after
+/// `stall_timeout_s` (the engine seals their frames and sees their queue
+/// full), while an RTSPS player beside them gets the whole title, in
+/// order and bit-exact, at its pace.
+#[test]
+fn a_stalled_rtsps_client_does_not_delay_others() {
+    use fjord_client::{PacketSource, RtspClient, capture};
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!("{}stall_timeout_s = 2\n", https_only(dir.path()));
+    let (mut server, _) = Server::start_http(&config);
+    let mut player = RtspClient::connect(&server.rtsps_url("clip.ts")).unwrap();
+    let d = player.describe().expect("DESCRIBE over TLS");
+    let track = d.track_urls.first().expect("a media section").clone();
+    let duration = d.duration.expect("a duration");
+    let control = player.control_url().to_string();
+    let stalled: Vec<_> = (0..5)
+        .map(|_| stalled_tls_reader(&server, &track, &control))
+        .collect();
+    player.setup_tcp(&track).expect("SETUP interleaved");
+    player.play(None).expect("PLAY");
+    let t0 = std::time::Instant::now();
+    let source: &mut dyn PacketSource = &mut player;
+    let cap = capture(
+        source,
+        Duration::from_secs(3),
+        Duration::from_secs(40),
+        None,
+    )
+    .unwrap();
+    let src = clip_bytes();
+    let (_, end) = crate::common::assert_contiguous(src, &cap.packets, "the RTSPS player");
+    assert_eq!(end, src.len(), "the player got the whole title");
+    let took = t0.elapsed().as_secs_f64();
+    assert!(
+        took < duration + 5.0,
+        "{took:.1} s for {duration:.1} s of title"
+    );
+    for (i, mut s) in stalled.into_iter().enumerate() {
+        let (_, closed) = crate::common::read_until_close(&mut s, Duration::from_secs(2));
+        assert!(closed, "stalled client {i} still connected");
+    }
+    let log = server.log_text();
+    assert_eq!(log.matches("took no data for").count(), 5, "{log}");
+    server.assert_healthy();
+}

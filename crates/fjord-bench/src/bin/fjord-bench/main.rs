@@ -12,6 +12,7 @@ mod broadcast;
 mod capacity;
 mod datapath;
 mod disk;
+mod edge;
 mod http;
 mod peers;
 mod soak;
@@ -26,6 +27,7 @@ use broadcast::BroadcastArgs;
 use capacity::CapacityArgs;
 use datapath::{DatapathArgs, DownloadArgs};
 use disk::DiskArgs;
+use edge::EdgeArgs;
 use http::HttpArgs;
 use peers::{IdleArgs, PeersArgs};
 use soak::SoakArgs;
@@ -61,8 +63,8 @@ pub enum BenchCmd {
     /// on time (< 0.01 % of packets > 2 ms late, none unsent), into the
     /// sink; saves the packet rate for admission control.
     Capacity(CapacityArgs),
-    /// The same load against fjord, live555MediaServer and GStreamer's
-    /// rtsp-server: server CPU per packet side by side.
+    /// The same load against fjord, live555MediaServer, GStreamer's
+    /// rtsp-server and MediaMTX: server CPU per packet side by side.
     ///
     /// Makes (once, with ffmpeg, kept in --media) a 4.5 Mbit/s H.264 + AAC
     /// MPEG-TS title; for each installed server, starts it afresh per run,
@@ -70,7 +72,9 @@ pub enum BenchCmd {
     /// receivers on another CPU over loopback, and reads the server
     /// process's CPU over the receive window. A peer that is not installed
     /// is skipped with the package to install (`make peers` installs them);
-    /// MediaMTX is skipped (not installable here; a live relay). In the same
+    /// MediaMTX (not installable here: from $FJORD_MEDIAMTX, the PATH or
+    /// shared/peers/, else skipped) is a live relay of the title pushed
+    /// once by ffmpeg, read by the same receivers. In the same
     /// runs, the kernel floor (unless --no-floor): prebuilt packets sent
     /// at the same rate to the same kind of receivers with no server, in
     /// bursts of each --floor-bursts. Writes peers.md and peers.csv to
@@ -114,6 +118,21 @@ pub enum BenchCmd {
     /// storage figures from --stats-file when it writes them. Writes
     /// storage.md, storage.json and storage.svg to --out.
     Storage(StorageArgs),
+    /// An edge serving a library it holds a fifth of, from an origin a
+    /// round trip away.
+    ///
+    /// Makes (once) --titles titles of --title-mb MB as `bench storage`
+    /// does, publishes them with `fjord publish` to versitygw (`make deps`)
+    /// behind a forwarder that holds every segment --hold-ms each way, and
+    /// starts `fjord serve` as its edge with cache_gb = --cache-share of
+    /// the library. --sessions viewers arrive --stagger-ms apart at titles
+    /// of Zipf(--zipf) popularity, each playing from the start to plain UDP
+    /// receivers. Reports time to first packet (all, and on titles
+    /// uncached at the session's start), late packets, origin bytes beside
+    /// the distinct slices read, and the byte hit ratio served beside
+    /// S4LRU, LRU and Belady replayed on the same plan. Writes edge.md and
+    /// edge.json to --out.
+    Edge(EdgeArgs),
     /// HTTP downloads: fjord beside nginx.
     ///
     /// One file of --mb MiB (in the page cache) downloaded whole, over
@@ -175,6 +194,7 @@ fn main() -> ExitCode {
         BenchCmd::Idle(a) => peers::idle(a),
         BenchCmd::Disk(a) => disk::run(a),
         BenchCmd::Storage(a) => storage::run(a),
+        BenchCmd::Edge(a) => edge::run(a),
         BenchCmd::Http(a) => http::run(a),
         BenchCmd::Soak(a) => soak::run(a),
         BenchCmd::Broadcast(a) => broadcast::run(a),

@@ -1,4 +1,4 @@
-//! `fjord bench peers` (fjord beside live555 and GStreamer, and the
+//! `fjord bench peers` (fjord beside live555, GStreamer and MediaMTX, and the
 //! kernel floor) and `fjord bench idle` (fjord's cost beyond its packets,
 //! thread by thread).
 
@@ -54,8 +54,10 @@ pub struct PeersArgs {
     /// peers-curve.csv and peers-curve.svg
     #[arg(long, value_delimiter = ',')]
     pub loads: Vec<usize>,
-    /// The servers to measure beside the floor: fjord, live555, gst
-    #[arg(long, value_delimiter = ',', default_values_t = ["fjord".to_string(), "live555".into(), "gst".into()])]
+    /// The servers to measure beside the floor: fjord, live555, gst,
+    /// mediamtx (a live relay of one copy ffmpeg pushes); fjord-tls (fjord
+    /// over RTSPS, with --tcp) is measured only when asked for
+    #[arg(long, value_delimiter = ',', default_values_t = ["fjord".to_string(), "live555".into(), "gst".into(), "mediamtx".into()])]
     pub servers: Vec<String>,
 }
 
@@ -148,8 +150,9 @@ pub fn peers(a: PeersArgs) -> anyhow::Result<()> {
     let media = peers_media(a.media.clone());
     let servers = (a.servers.iter())
         .map(|n| {
-            peers::Peer::parse(n)
-                .with_context(|| format!("--servers: no server {n:?} (fjord, live555, gst)"))
+            peers::Peer::parse(n).with_context(|| {
+                format!("--servers: no server {n:?} (fjord, live555, gst, mediamtx)")
+            })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let cfg = PeersConfig {
@@ -160,7 +163,9 @@ pub fn peers(a: PeersArgs) -> anyhow::Result<()> {
         cpu: a.cpu,
         realtime: a.realtime,
         gro: a.gro,
-        fjord_exe: match servers.contains(&peers::Peer::Fjord) {
+        fjord_exe: match servers.contains(&peers::Peer::Fjord)
+            || servers.contains(&peers::Peer::FjordTls)
+        {
             true => crate::fjord_exe()?,
             false => "fjord".into(),
         },

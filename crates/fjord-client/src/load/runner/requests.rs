@@ -51,6 +51,13 @@ impl Runner<'_> {
     fn connected(&mut self, i: usize) {
         let s = &mut self.sessions[i];
         let Some(c) = s.ctl.as_mut() else { return };
+        if crate::tls::is_rtsps(&self.cfg.url)
+            && let Err(e) = c.start_tls(crate::tls::host_of(&self.cfg.url))
+        {
+            s.fail(format!("TLS handshake: {e}"));
+            self.close(i);
+            return;
+        }
         let transport = if self.cfg.tcp {
             "RTP/AVP/TCP;unicast;interleaved=0-1".to_string()
         } else {
@@ -170,7 +177,7 @@ impl Runner<'_> {
         rbuf[..carry].copy_from_slice(&c.carry);
         c.carry.clear();
         *syscalls += 1;
-        match sys::read_some(c.stream.as_raw_fd(), &mut rbuf[carry..]) {
+        match c.read(&mut rbuf[carry..]) {
             Ok(None) => {
                 c.carry.extend_from_slice(&rbuf[..carry]);
                 None

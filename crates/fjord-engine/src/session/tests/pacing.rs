@@ -237,7 +237,7 @@ fn payload_headers_and_split_runs_arrive_intact_over_udp_and_tcp() {
     let mut connections = HashMap::new();
     connections.insert(
         7,
-        Connection::new(OwnedFd::from(server), Duration::from_secs(10)).unwrap(),
+        Connection::new(OwnedFd::from(server), Duration::from_secs(10), None).unwrap(),
     );
     let mut s = session_with(
         title,

@@ -19,6 +19,15 @@ pub fn curl(args: &[&str]) -> (String, u16) {
     (body.to_owned(), code.parse().unwrap())
 }
 
+/// The body `url` answers with 200, as bytes.
+pub fn curl_bytes(url: &str) -> Vec<u8> {
+    let mut c = Command::new("curl");
+    c.args(["-sS", "--fail", "--max-time", "30", url]);
+    let out = run_bounded(c, Duration::from_secs(40));
+    assert!(out.status.success(), "curl {url}: {}", out.stderr);
+    out.stdout
+}
+
 /// The JSON `url` answers with 200.
 pub fn get_json(url: &str) -> Value {
     let (body, code) = curl(&[url]);

@@ -97,10 +97,17 @@ impl S3Server {
     }
 }
 
-impl Drop for S3Server {
-    fn drop(&mut self) {
+impl S3Server {
+    /// Stops the server (as if the origin went down); its log stays.
+    pub fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -1,0 +1,240 @@
+//! An edge's titles (`origin = "s3://BUCKET/PREFIX"`): a title not under the
+//! roots whose index is at the origin (`fjord publish` puts `NAME` and
+//! `NAME.fjidx` there) is served from the edge's slice cache
+//! ([`fjord_edge::SliceCache`]) by the same storage layer and engine as a
+//! local title.
+//!
+//! The title's index and media are the cache's sparse files of their
+//! objects, mapped as a local title's files are ([`Title::filled`]). Before
+//! the storage layer reads bytes of either ahead, its fill holds the slices
+//! that cover them: fetched from the origin if they are not on disk, and
+//! kept there while they are pinned. So a session starts once its first
+//! slices are in, never after the whole title, and nothing is sent from a
+//! hole. Only the index's head (header, strings, sync tables:
+//! [`fjord_media::index::head_ranges`]) is fetched before the title opens;
+//! its packet records come as sessions reach them.
+//!
+//! The version served is the pair of ETags the origin gives at each open
+//! (one HEAD each, at once): a changed object is a new title; sessions on
+//! the old one play what is cached of it and end when they need a slice the
+//! origin no longer has (412). With the origin not answering within
+//! [`ASK_WITHIN`], a title opens at the version last seen (its cached
+//! slices play), and one never seen is refused with 503.
+
+use std::{
+    ops::Range,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use fjord_edge::{CacheError, MappedObject, Object, Origin, OriginUrl, SliceCache, SliceHold};
+use fjord_engine::Title;
+use fjord_storage::{Filled, HeadPin, Hold, Storage};
+use object_store::path::Path as ObjectPath;
+
+/// Why an origin title cannot be opened.
+#[derive(Debug)]
+pub enum EdgeError {
+    /// Not at the origin.
+    NotFound,
+    /// Not now (the origin down, slow, or mid-publish): ask again.
+    Unavailable(String),
+    Failed(String),
+}
+
+/// How long an open waits for the origin's HEADs before it takes the
+/// version last seen, or refuses: a client is answered within a second.
+pub const ASK_WITHIN: Duration = Duration::from_millis(800);
+
+/// How long a fill waits for its slices: a session whose next slices do
+/// not come by then ends (its storage read fails), the others play on.
+const FILL_WITHIN: Duration = Duration::from_secs(5);
+
+/// The origin and the cache of its objects.
+pub struct Edge {
+    url: OriginUrl,
+    cache: Arc<SliceCache>,
+    /// For fills, which run on storage threads and wait for the cache.
+    runtime: tokio::runtime::Handle,
+}
+
+/// A title's version at the origin: its index and media objects as opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    index: Object,
+    media: Object,
+}
+
+impl Version {
+    pub fn media_size(&self) -> u64 {
+        self.media.size
+    }
+}
+
+impl Edge {
+    /// The edge of `origin`, caching at most `capacity` bytes in `dir`.
+    /// Call it on the runtime that fills are to run on.
+    pub fn open(origin: Origin, dir: &std::path::Path, capacity: u64) -> Result<Edge, String> {
+        let cache =
+            SliceCache::open(origin.store.clone(), dir, capacity).map_err(|e| e.to_string())?;
+        Ok(Edge {
+            url: origin.url,
+            cache: Arc::new(cache),
+            runtime: tokio::runtime::Handle::current(),
+        })
+    }
+
+    pub fn cache(&self) -> &Arc<SliceCache> {
+        &self.cache
+    }
+
+    /// The title `name`'s version at the origin now, or the one last seen
+    /// when the origin does not answer in time; 404 when it is not there.
+    pub async fn version(&self, name: &str) -> Result<Version, EdgeError> {
+        let keys = (self.url.key(&format!("{name}.fjidx")), self.url.key(name));
+        let heads = async {
+            tokio::try_join!(
+                self.cache.open_object(&keys.0),
+                self.cache.open_object(&keys.1)
+            )
+        };
+        match tokio::time::timeout(ASK_WITHIN, heads).await {
+            Ok(Ok((index, media))) => Ok(Version { index, media }),
+            Ok(Err(CacheError::NotFound { .. })) => Err(EdgeError::NotFound),
+            Ok(Err(e)) => Err(unavailable(&e)),
+            Err(_) => self.last_seen(&keys),
+        }
+    }
+
+    fn last_seen(&self, (index, media): &(ObjectPath, ObjectPath)) -> Result<Version, EdgeError> {
+        match (self.cache.last_known(index), self.cache.last_known(media)) {
+            (Some(index), Some(media)) => Ok(Version { index, media }),
+            _ => Err(EdgeError::Unavailable(format!(
+                "the origin did not answer within {} ms and this title is not cached; try again later",
+                ASK_WITHIN.as_millis()
+            ))),
+        }
+    }
+
+    /// The title at `version`: its index's head fetched (the rest and the
+    /// media come as they are read), then opened over the cache's files,
+    /// and its head pinned, which fetches the media's first slices.
+    pub async fn load(
+        &self,
+        name: &str,
+        v: &Version,
+        storage: &Storage,
+    ) -> Result<(Arc<Title>, HeadPin), EdgeError> {
+        let started = Instant::now();
+        let disk = |e: CacheError| EdgeError::Failed(e.to_string());
+        let index_file = self.cache.map(&v.index).map_err(disk)?;
+        let media_file = self.cache.map(&v.media).map_err(disk)?;
+        let head = self.index_head(&v.index, &index_file).await?;
+        let index = self.slices(&v.index, index_file, head);
+        let media = self.slices(&v.media, media_file, Vec::new());
+        let (storage, size) = (storage.clone(), v.media.size);
+        let loaded = tokio::task::spawn_blocking(move || {
+            let opened = fjord_media::index::Index::open_unverified(index.file.path());
+            let opened = opened.map_err(|e| EdgeError::Failed(format!("its index: {e}")))?;
+            if opened.source().size != size {
+                return Err(EdgeError::Unavailable(
+                    "the origin's index and media differ in size (a publish under way?); try again later".into(),
+                ));
+            }
+            let (index_path, media_path) =
+                (index.file.path().to_owned(), media.file.path().to_owned());
+            let title = Title::filled(opened, (&media_path, media), (&index_path, index));
+            let title = Arc::new(title.map_err(|e| EdgeError::Failed(e.to_string()))?);
+            // Its head is what a PLAY reads first: fetched now or refused.
+            let head = storage.hold_head(title.clone());
+            let head = head.map_err(|e| EdgeError::Unavailable(format!("{e}; try again later")))?;
+            Ok((title, head))
+        });
+        let loaded = loaded
+            .await
+            .map_err(|e| EdgeError::Failed(e.to_string()))??;
+        let ms = started.elapsed().as_millis() as u64;
+        tracing::info!(title = %name, ms, etag = %v.media.etag, "origin title ready");
+        Ok(loaded)
+    }
+
+    /// Holds on the index bytes an unverified open reads: its first slice,
+    /// then what the header says the strings and sync tables are.
+    async fn index_head(
+        &self,
+        index: &Object,
+        file: &MappedObject,
+    ) -> Result<Vec<SliceHold>, EdgeError> {
+        let first = 0..index.size.min(fjord_edge::slice::SLICE_BYTES);
+        let mut holds = vec![self.hold(index, first.clone()).await?];
+        let path = file.path().to_owned();
+        let bytes =
+            tokio::task::spawn_blocking(move || fjord_edge::files::read_slice(&path, 0, first.end));
+        let bytes = bytes.await.map_err(|e| EdgeError::Failed(e.to_string()))?;
+        let bytes = bytes.map_err(|e| EdgeError::Failed(e.to_string()))?;
+        let ranges = fjord_media::index::head_ranges(&bytes)
+            .map_err(|e| EdgeError::Failed(format!("its index: {e}")))?;
+        let within = |r: Range<u64>| r.start.min(index.size)..r.end.min(index.size);
+        // And its checksum at the end, which names the version to HTTP.
+        let trailer = index.size.saturating_sub(32)..index.size;
+        let ranges = ranges.into_iter().chain([trailer]);
+        let more = ranges.map(|r| self.hold(index, within(r)));
+        holds.extend(futures::future::try_join_all(more).await?);
+        Ok(holds)
+    }
+
+    async fn hold(&self, object: &Object, range: Range<u64>) -> Result<SliceHold, EdgeError> {
+        self.cache
+            .hold(object, range)
+            .await
+            .map_err(|e| unavailable(&e))
+    }
+
+    fn slices(&self, object: &Object, file: MappedObject, head: Vec<SliceHold>) -> Arc<Slices> {
+        Arc::new(Slices {
+            object: object.clone(),
+            file,
+            runtime: self.runtime.clone(),
+            _head: head,
+        })
+    }
+}
+
+/// An origin failure as a refusal to retry.
+fn unavailable(e: &CacheError) -> EdgeError {
+    match e {
+        CacheError::NotFound { .. } => EdgeError::NotFound,
+        CacheError::Disk { .. } => EdgeError::Failed(e.to_string()),
+        _ => EdgeError::Unavailable(format!("{e}; try again later")),
+    }
+}
+
+/// An object's file as a title's: bytes filled from its slices.
+struct Slices {
+    object: Object,
+    file: MappedObject,
+    runtime: tokio::runtime::Handle,
+    /// Bytes the title reads outside the storage layer's pins (its index's
+    /// head), held as long as it is open.
+    _head: Vec<SliceHold>,
+}
+
+impl Filled for Slices {
+    /// Waits on the runtime for the slices (never call it on a runtime
+    /// thread: storage workers and blocking tasks do).
+    fn fill(&self, range: Range<u64>) -> Result<Hold, String> {
+        let range = range.start.min(self.object.size)..range.end.min(self.object.size);
+        let hold = self.file.cache().hold(&self.object, range);
+        // The timer is made inside, where the runtime is entered.
+        let within = async { tokio::time::timeout(FILL_WITHIN, hold).await };
+        match self.runtime.block_on(within) {
+            Ok(Ok(hold)) => Ok(Box::new(hold)),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "{}: its slices did not come from the origin within {} s",
+                self.object.key,
+                FILL_WITHIN.as_secs()
+            )),
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! An edge serving its origin's titles (`origin = "s3://…"`) against a
+//! real S3 server (versitygw): RTSP and HTTP bytes compared with the
+//! published file, origin requests counted in the S3 server's own log.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use fjord_client::RtspClient;
+use fjord_edge::slice::SLICE_BYTES;
+
+use crate::client::{LIMIT, QUIET, open, recv};
+use crate::common::s3::{S3_KEY_ID, S3_SECRET};
+use crate::common::{S3Server, Server, TsClip, assert_contiguous, free_port, media};
+use crate::edge::publish;
+use crate::formats;
+
+/// A title of several slices: 10 s at about 6 Mbit/s.
+fn big_title() -> PathBuf {
+    let clip = TsClip {
+        size: "640x360",
+        tone: 550,
+        seconds: 10,
+        rates: ("6M", "128k"),
+        extra: &[],
+    };
+    clip.make("edge-big.ts")
+}
+
+/// `files` published to `s3` under their names, from a directory of
+/// copies (publish writes sidecars beside them).
+fn published(s3: &S3Server, files: &[(&Path, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let copies: Vec<PathBuf> = files
+        .iter()
+        .map(|(from, name)| {
+            let to = dir.path().join(name);
+            std::fs::copy(from, &to).unwrap();
+            to
+        })
+        .collect();
+    let refs: Vec<&Path> = copies.iter().map(PathBuf::as_path).collect();
+    let out = publish(s3, &refs);
+    assert!(out.status.success(), "publish: {}", out.stderr);
+    dir
+}
+
+/// An edge of `s3`'s `films/lib` with an empty root, its cache in `cache`,
+/// HTTP on `http`.
+fn edge(s3: &S3Server, cache: &Path, http: u16) -> Server {
+    let config = format!(
+        "http_port = {http}\norigin = \"s3://films/lib\"\norigin_endpoint = \"{}\"\n\
+         origin_region = \"us-east-1\"\ncache_dir = \"{}\"\ncache_gb = 1\n",
+        s3.endpoint,
+        cache.display()
+    );
+    let env = [
+        ("AWS_ACCESS_KEY_ID", Path::new(S3_KEY_ID)),
+        ("AWS_SECRET_ACCESS_KEY", Path::new(S3_SECRET)),
+    ];
+    Server::start_env(&config, &env, |_| {})
+}
+
+/// Plays `title` whole over UDP or TCP and checks every byte against
+/// `source`.
+fn plays_whole(server: &Server, title: &str, tcp: bool, source: &[u8]) {
+    let (mut c, mut rx, _) = open(server, title, tcp);
+    c.play(None).expect("PLAY");
+    let cap = recv(&mut c, &mut rx, QUIET, LIMIT);
+    let what = format!("{title} over {}", if tcp { "TCP" } else { "UDP" });
+    let (start, end) = assert_contiguous(source, &cap.packets, &what);
+    assert_eq!((start, end), (0, source.len()), "{what}: the whole title");
+}
+
+fn slices(bytes: u64) -> usize {
+    bytes.div_ceil(SLICE_BYTES) as usize
+}
+
+/// Ten UDP sessions and one TCP session start one uncached title at
+/// once and each receives it whole, bit-exact, while it is fetched; an
+/// HTTP download equals the file. Every slice of the media is fetched
+/// once, and of the index no more than it has.
+#[test]
+fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
+    let s3 = S3Server::start("films");
+    let big = big_title();
+    let dir = published(&s3, &[(&big, "big.ts")]);
+    let source = std::fs::read(&big).unwrap();
+    let index_len = std::fs::metadata(dir.path().join("big.ts.fjidx"))
+        .unwrap()
+        .len();
+    assert!(slices(source.len() as u64) >= 3, "{} bytes", source.len());
+    let cache = tempfile::tempdir().unwrap();
+    let http = free_port();
+    let server = edge(&s3, cache.path(), http);
+    std::thread::scope(|s| {
+        for i in 0..11 {
+            let (server, source) = (&server, &source);
+            s.spawn(move || plays_whole(server, "big.ts", i == 0, source));
+        }
+    });
+    let url = format!("http://127.0.0.1:{http}/big.ts");
+    let got = crate::common::curl_bytes(&url);
+    assert_eq!(blake3::hash(&got), blake3::hash(&source), "HTTP download");
+    let over_hls = formats::framemd5(&["-i", &format!("{url}/index.m3u8")], formats::COPY, "HLS");
+    let file = formats::framemd5(&["-i", big.to_str().unwrap()], formats::COPY, "file");
+    assert!(
+        over_hls == file,
+        "HLS of an origin title differs from the file"
+    );
+    let gets = s3.requests("GetObject");
+    let media_gets = gets.iter().filter(|l| !l.contains(".fjidx")).count();
+    assert_eq!(media_gets, slices(source.len() as u64), "{gets:#?}");
+    assert!(gets.len() - media_gets <= slices(index_len), "{gets:#?}");
+    let (metrics, _) = crate::common::curl(&[&format!("{}/metrics", server.admin())]);
+    let requests = format!("fjord_origin_requests_total {}\n", gets.len());
+    assert!(metrics.contains(&requests), "{requests}in\n{metrics}");
+    // The index is one slice: every byte of both came once.
+    assert_eq!(slices(index_len), 1);
+    let bytes = format!(
+        "fjord_origin_bytes_total {}\n",
+        source.len() as u64 + index_len
+    );
+    assert!(metrics.contains(&bytes), "{bytes}in\n{metrics}");
+}
+
+/// After a restart nothing cached is fetched again, and a byte flipped
+/// in a cached slice is fetched again (only that slice). The origin
+/// stopped mid-play: a cached title plays on bit-exact, a session whose
+/// next slices cannot come ends with BYE, and an uncached title is refused
+/// with 503 and Retry-After within a second, over RTSP and HTTP.
+#[test]
+fn cached_titles_play_on_without_the_origin_and_uncached_ones_get_503() {
+    let mut s3 = S3Server::start("films");
+    let (clip, big) = (&media().clip, big_title());
+    let titles = [
+        (clip.as_path(), "a.ts"),
+        (&media().vbr, "b.ts"),
+        (&big, "c.ts"),
+    ];
+    let _dir = published(&s3, &titles);
+    let source = std::fs::read(clip).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let http = free_port();
+    let server = edge(&s3, cache.path(), http);
+    plays_whole(&server, "a.ts", false, &source);
+    let before = s3.requests("GetObject").len();
+    drop(server);
+    // A restart with a byte flipped in the cached media: only its slice
+    // is fetched again.
+    let objects = cache.path().join("objects");
+    let media_file = std::fs::read_dir(&objects)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| std::fs::metadata(p).unwrap().len() == source.len() as u64)
+        .expect("the media's file in the cache");
+    let mut bytes = std::fs::read(&media_file).unwrap();
+    bytes[source.len() / 2] ^= 0x40;
+    std::fs::write(&media_file, bytes).unwrap();
+    let server = edge(&s3, cache.path(), http);
+    plays_whole(&server, "a.ts", true, &source);
+    let refetched = s3.requests("GetObject").len() - before;
+    assert_eq!(refetched, 1, "the corrupt slice alone");
+    let big_bytes = std::fs::read(&big).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| plays_whole(&server, "a.ts", false, &source));
+        let cut = s.spawn(|| {
+            let (mut c, mut rx, _) = open(&server, "c.ts", false);
+            c.play(None).expect("PLAY");
+            recv(&mut c, &mut rx, QUIET, LIMIT)
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        s3.stop();
+        let cap = cut.join().unwrap();
+        let (_, end) = assert_contiguous(&big_bytes, &cap.packets, "c.ts, cut");
+        assert!(end < big_bytes.len(), "its last slices never came");
+        assert_eq!(cap.end, fjord_client::EndReason::Bye);
+    });
+    let t = Instant::now();
+    let mut c = RtspClient::connect(&server.url("b.ts")).unwrap();
+    let r = c
+        .request("DESCRIBE", &server.url("b.ts"), &[], b"")
+        .unwrap();
+    assert_eq!(r.status, 503, "an uncached title without its origin");
+    assert!(r.header("Retry-After").is_some(), "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let t = Instant::now();
+    let (_, code) = crate::common::curl(&["-I", &format!("http://127.0.0.1:{http}/b.ts")]);
+    assert_eq!(code, 503);
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    plays_whole(&server, "a.ts", false, &source);
+}
+
+/// A title republished with other content is served new at the next
+/// DESCRIBE (its new ETag), never a mix of the two.
+#[test]
+fn a_changed_object_at_the_origin_is_served_new() {
+    let s3 = S3Server::start("films");
+    let _first = published(&s3, &[(&media().clip, "t.ts")]);
+    let cache = tempfile::tempdir().unwrap();
+    let server = edge(&s3, cache.path(), free_port());
+    plays_whole(
+        &server,
+        "t.ts",
+        false,
+        &std::fs::read(&media().clip).unwrap(),
+    );
+    let _second = published(&s3, &[(&media().vbr, "t.ts")]);
+    plays_whole(
+        &server,
+        "t.ts",
+        false,
+        &std::fs::read(&media().vbr).unwrap(),
+    );
+}
+
+/// An MP4 title of the origin, uncached when they start: ffmpeg (UDP and
+/// TCP) and GStreamer (UDP and TCP) receive every frame as the file holds
+/// it, all at once while it is fetched.
+#[test]
+fn ffmpeg_and_gstreamer_play_an_origin_mp4_title_bit_exact() {
+    let s3 = S3Server::start("films");
+    let case = &formats::AVC_MP4;
+    let source = formats::media(case);
+    let _dir = published(&s3, &[(&source, case.file)]);
+    let cache = tempfile::tempdir().unwrap();
+    let mut server = edge(&s3, cache.path(), free_port());
+    let want = formats::source_packets(case, &source);
+    std::thread::scope(|s| {
+        for transport in ["udp", "tcp"] {
+            let (server, source, want) = (&server, &source, &want);
+            s.spawn(move || formats::ffmpeg_plays_over(server, case, source, want, transport));
+            s.spawn(move || formats::gstreamer_plays(server, case, source, transport));
+        }
+    });
+    server.assert_alive();
+}
