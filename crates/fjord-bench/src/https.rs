@@ -13,10 +13,8 @@ use std::{
 
 use anyhow::{Context, bail};
 use rustls::{
-    DigitallySignedStruct, SignatureScheme,
-    client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
     crypto::{CryptoProvider, ring},
-    pki_types::{CertificateDer, ServerName, UnixTime},
+    pki_types::ServerName,
 };
 
 /// A cipher suite the clients offer alone.
@@ -88,7 +86,7 @@ pub fn client_config(cipher: Cipher) -> anyhow::Result<Arc<rustls::ClientConfig>
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[cipher.version()])?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_custom_certificate_verifier(Arc::new(fjord_client::tls::AnyCertificate(provider)))
         .with_no_client_auth();
     Ok(Arc::new(config))
 }
@@ -110,45 +108,4 @@ pub fn connect(
     let name = ServerName::try_from("localhost")?;
     let conn = rustls::ClientConnection::new(config.clone(), name)?;
     Ok(Box::new(rustls::StreamOwned::new(conn, tcp)))
-}
-
-/// Takes any certificate; checks the handshake's signatures as usual.
-#[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algs = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, algs)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algs = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, algs)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }

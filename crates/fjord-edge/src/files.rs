@@ -21,20 +21,17 @@ use crate::slice;
 /// Writes a slice of an object of `size` bytes at `offset` in `path`,
 /// making the file (sparse, `size` long) if it is new.
 pub fn write_slice(path: &Path, size: u64, offset: u64, bytes: &[u8]) -> io::Result<()> {
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)?;
-    if f.metadata()?.len() != size {
-        f.set_len(size)?;
-    }
-    f.write_all_at(bytes, offset)
+    sized(path, size)?.write_all_at(bytes, offset)
 }
 
 /// Makes `path` a file of `size` bytes if it is not one: sparse, its
 /// slices to be written in.
 pub fn make(path: &Path, size: u64) -> io::Result<()> {
+    sized(path, size).map(drop)
+}
+
+/// `path` open for writing, made `size` bytes long (sparse) if it is not.
+fn sized(path: &Path, size: u64) -> io::Result<File> {
     let f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -43,7 +40,7 @@ pub fn make(path: &Path, size: u64) -> io::Result<()> {
     if f.metadata()?.len() != size {
         f.set_len(size)?;
     }
-    Ok(())
+    Ok(f)
 }
 
 /// `len` bytes at `offset` of `path`.
