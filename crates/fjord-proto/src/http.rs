@@ -353,6 +353,7 @@ fn reason(status: u16) -> &'static str {
         200 => "OK",
         204 => "No Content",
         206 => "Partial Content",
+        302 => "Found",
         304 => "Not Modified",
         400 => "Bad Request",
         404 => "Not Found",

@@ -195,6 +195,30 @@ pub struct Config {
     pub cache_dir: PathBuf,
     /// The most an edge keeps of origin titles, in GB (10^9 bytes).
     pub cache_gb: f64,
+    /// A cluster of nodes kept in etcd (docs/cluster.md): its client
+    /// endpoints, `http://HOST:2379`; empty: no etcd.
+    pub cluster_etcd: Vec<String>,
+    /// A static cluster without etcd (`[[peer]]` tables): the other nodes
+    /// (this one may be listed too).
+    #[serde(rename = "peer")]
+    pub peers: Vec<PeerConfig>,
+    /// This node's name in the cluster; empty: the host name.
+    pub node_name: String,
+    /// Where other nodes send this node's RTSP clients
+    /// (`rtsp://HOST:PORT`); empty: the RTSP listener's address.
+    pub advertise_rtsp: String,
+    /// Where other nodes send this node's HTTP clients
+    /// (`http://HOST:PORT`); empty: the HTTP listener's address.
+    pub advertise_http: String,
+    /// The lease of this node's key in etcd: a node that stops renewing it
+    /// leaves the cluster within this long.
+    pub cluster_ttl_s: u64,
+    /// Home nodes of every title at least.
+    pub cluster_copies: usize,
+    /// Requests a second across the cluster one home node takes for a
+    /// title; a title asked for more gets more home nodes. 0: always
+    /// `cluster_copies`.
+    pub cluster_hot_rps: f64,
 }
 
 impl Default for Config {
@@ -263,8 +287,28 @@ impl Default for Config {
             origin: String::new(),
             cache_dir: PathBuf::from("./cache"),
             cache_gb: 10.0,
+            cluster_etcd: Vec::new(),
+            peers: Vec::new(),
+            node_name: String::new(),
+            advertise_rtsp: String::new(),
+            advertise_http: String::new(),
+            cluster_ttl_s: 5,
+            cluster_copies: 1,
+            cluster_hot_rps: 20.0,
         }
     }
+}
+
+/// A `[[peer]]` table: a node of a static cluster.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    pub name: String,
+    /// `rtsp://HOST:PORT`.
+    pub rtsp: String,
+    /// `http://HOST:PORT`; empty: none.
+    #[serde(default)]
+    pub http: String,
 }
 
 /// How long a cache in front of fjord (a CDN, a browser) may keep what HTTP
@@ -482,7 +526,51 @@ impl Config {
         if self.max_connections == 0 || self.max_sessions == 0 {
             return bad("max_connections and max_sessions must be at least 1");
         }
+        self.validate_cluster()
+    }
+
+    /// The cluster's settings (docs/cluster.md).
+    fn validate_cluster(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if !self.cluster_etcd.is_empty() && !self.peers.is_empty() {
+            return bad("a cluster is kept in etcd (cluster_etcd) or listed ([[peer]]), not both");
+        }
+        if (self.cluster_etcd.iter())
+            .any(|e| !e.starts_with("http://") && !e.starts_with("https://"))
+        {
+            return bad("cluster_etcd endpoints must be http:// or https:// URLs");
+        }
+        if !(2..=300).contains(&self.cluster_ttl_s) {
+            return bad("cluster_ttl_s must be between 2 and 300");
+        }
+        if self.cluster_copies == 0
+            || !(self.cluster_hot_rps >= 0.0 && self.cluster_hot_rps.is_finite())
+        {
+            return bad("cluster_copies must be at least 1 and cluster_hot_rps 0 or more");
+        }
+        let mut names = std::collections::HashSet::new();
+        for p in &self.peers {
+            if p.name.is_empty() || !names.insert(&p.name) {
+                return bad("each [[peer]] needs a name of its own");
+            }
+            if !p.rtsp.starts_with("rtsp://") || !(p.http.is_empty() || p.http.starts_with("http"))
+            {
+                return bad("a [[peer]]'s rtsp must be an rtsp:// URL and its http an http:// one");
+            }
+        }
+        let advertised =
+            self.advertise_rtsp.is_empty() || self.advertise_rtsp.starts_with("rtsp://");
+        if !advertised
+            || !(self.advertise_http.is_empty() || self.advertise_http.starts_with("http"))
+        {
+            return bad("advertise_rtsp must be an rtsp:// URL and advertise_http an http:// one");
+        }
         Ok(())
+    }
+
+    /// Whether this node is one of a cluster.
+    pub fn clustered(&self) -> bool {
+        !self.cluster_etcd.is_empty() || !self.peers.is_empty()
     }
 
     /// What a reload (SIGHUP) makes of `new` while the server runs with
@@ -539,7 +627,13 @@ impl Config {
             cache_dir,
             cache_gb,
             max_loaded_titles,
-            broadcasts
+            broadcasts,
+            cluster_etcd,
+            peers,
+            node_name,
+            advertise_rtsp,
+            advertise_http,
+            cluster_ttl_s
         );
         // Certificates rotate on reload; turning TLS on or off takes a
         // restart (its listener is bound at start).

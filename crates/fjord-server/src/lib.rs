@@ -39,6 +39,7 @@ mod admin;
 mod admission;
 mod broadcast;
 mod catalog;
+mod cluster;
 pub mod config;
 mod conn;
 mod control;
@@ -118,6 +119,8 @@ pub(crate) struct Server {
     guard: guard::Guard,
     /// `None`: no certificate configured.
     tls: Option<tls::Tls>,
+    /// This node's cluster, once joined (none configured: none).
+    cluster: cluster::Cluster,
 }
 
 impl Server {
@@ -158,6 +161,7 @@ impl Server {
             history: admin::History::default(),
             guard: guard::Guard::new(&config)?,
             tls,
+            cluster: cluster::Cluster::default(),
             config: RwLock::new(Arc::new(config)),
         })
     }
@@ -259,6 +263,8 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         signal(SignalKind::terminate())?,
         signal(SignalKind::hangup())?,
     );
+    let http_at = http.as_ref().and_then(|l| l.local_addr().ok());
+    cluster::Cluster::start(&server, local, http_at);
     println!("fjord: listening on rtsp://{local}/");
     if let Some(listener) = http {
         println!("fjord: downloads on http://{}/", listener.local_addr()?);

@@ -8,6 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+mod cluster;
 mod load;
 mod play;
 mod play_broadcast;
@@ -65,6 +66,8 @@ enum Cmd {
         prefab: bool,
     },
     Publish(publish::PublishArgs),
+    /// A cluster of nodes (docs/cluster.md): `fjord cluster status`.
+    Cluster(cluster::ClusterArgs),
     /// Check a media file against the parity written at ingest; names damaged
     /// blocks and byte ranges. Exit 0 intact, 1 damaged, 2 cannot check.
     Verify {
@@ -216,6 +219,7 @@ fn main() -> ExitCode {
             prefab,
         } => ingest_all(&paths, ts_per_rtp, fec, prefab),
         Cmd::Publish(args) => publish::run(args),
+        Cmd::Cluster(args) => cluster::run(args),
         Cmd::Verify { path, parity } => return storage(&path, parity, false),
         Cmd::Repair { path, parity } => return storage(&path, parity, true),
         Cmd::Bench { args } => bench(args),

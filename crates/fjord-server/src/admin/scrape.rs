@@ -27,6 +27,7 @@ pub(crate) async fn metrics(State(server): State<Arc<Server>>) -> impl IntoRespo
     if let Some(edge) = server.catalog.edge() {
         super::origin::metrics(&mut reg, edge.cache());
     }
+    super::cluster::metrics(&mut reg, &server);
     heap(&mut reg);
     let mut text = String::new();
     if let Err(e) = encode(&mut text, &reg) {

@@ -10,7 +10,7 @@ use fjord_proto::{
 };
 
 use super::{Client, Reply, refuse, status};
-use crate::{Server, title_streams};
+use crate::{Server, cluster, title_streams};
 
 pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
     let Ok(target) = title_path(&req.uri) else {
@@ -21,6 +21,10 @@ pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) ->
     }
     if broadcast_query(&req.uri) {
         return schedule(server, &target.title);
+    }
+    let (scheme, path) = (cluster::Scheme::Rtsp, cluster::path_of(&req.uri));
+    if let Some(to) = server.cluster.redirect(server, &target.title, scheme, path) {
+        return Response::new(302).header("Location", &to).into();
     }
     let title = match server.catalog.open(&target.title).await {
         Ok((_, t)) => t,

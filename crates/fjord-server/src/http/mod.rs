@@ -212,6 +212,9 @@ async fn answer<S: Wire>(
     if let Some(r) = refusal(server, peer, &req, title, tls) {
         return reply(server, stream, peer, &req, r, None).await;
     }
+    if let Some(r) = moved(server, &req, title, route.map(|(_, r)| r)) {
+        return reply(server, stream, peer, &req, r, None).await;
+    }
     // Only titles: a file the catalog does not take as media (a key, a
     // config, notes) is answered as if it were not there.
     let (body, response) = match server.catalog.open(path).await {
@@ -293,6 +296,27 @@ fn refusal(
             .into_iter()
             .fold(r, |r, c| r.with_header("WWW-Authenticate", c)),
     )
+}
+
+/// A 302 to the member that serves `title` when it is not this node
+/// ([`crate::cluster`]), for what starts a viewing: a download, a
+/// playlist or a manifest; segments are served where asked.
+fn moved(
+    server: &Server,
+    req: &plan::Request,
+    title: &str,
+    route: Option<Route>,
+) -> Option<Response> {
+    if matches!(route, Some(r) if !matches!(r, Route::Playlist(_) | Route::Manifest)) {
+        return None;
+    }
+    let (scheme, path) = (
+        crate::cluster::Scheme::Http,
+        crate::cluster::path_of(&req.target),
+    );
+    let to = server.cluster.redirect(server, title, scheme, path)?;
+    let r = Response::error(302, "this title is served by another node", !req.keep_alive);
+    Some(r.with_header("Location", to))
 }
 
 /// The same answer for every name not served: no oracle for what lies

@@ -1,0 +1,227 @@
+//! An etcd v3 client over etcd's JSON gateway (`/v3/kv/…`, `/v3/lease/…`,
+//! `/v3/watch`; served by every etcd ≥ 3.4 on its client port), with the
+//! HTTP client already in the tree (reqwest, object_store's). Why not
+//! `etcd-client`: its build runs `protoc`, which a fresh machine that has
+//! only the Rust toolchain lacks (`make run` must build there); the five
+//! calls a member makes are small JSON documents.
+
+use std::{
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Duration,
+};
+
+use base64::{Engine as _, engine::general_purpose::STANDARD as B64};
+use serde_json::{Value, json};
+
+/// The members' keys: `PREFIX` + node name.
+pub const PREFIX: &str = "/fjord/members/";
+
+/// The most bytes read of one answer (a list of 1,000 members of
+/// [`crate::member::MAX_RECORD`] at most is far less; the watch's
+/// notifications are only counted).
+const MAX_ANSWER: usize = 16 << 20;
+
+/// A client of the etcd cluster at `endpoints`: each call goes to the
+/// endpoint that answered last, then the others in turn.
+pub struct Etcd {
+    http: reqwest::Client,
+    endpoints: Vec<String>,
+    good: AtomicUsize,
+    timeout: Duration,
+}
+
+impl Etcd {
+    /// A client of `endpoints` (`http://HOST:2379`), each call bounded by
+    /// `timeout`.
+    pub fn new(endpoints: &[String], timeout: Duration) -> Result<Etcd, String> {
+        if endpoints.is_empty() {
+            return Err("no etcd endpoint".into());
+        }
+        // reqwest is built without a default crypto provider; ring is the
+        // one of this tree (idempotent).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .connect_timeout(timeout)
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Etcd {
+            http,
+            endpoints: endpoints
+                .iter()
+                .map(|e| e.trim_end_matches('/').to_owned())
+                .collect(),
+            good: AtomicUsize::new(0),
+            timeout,
+        })
+    }
+
+    /// POSTs `body` to `path` at each endpoint in turn until one answers;
+    /// its first JSON document.
+    async fn call(&self, path: &str, body: &Value) -> Result<Value, String> {
+        let first = self.good.load(Ordering::Relaxed);
+        let mut why = String::new();
+        for i in 0..self.endpoints.len() {
+            let at = (first + i) % self.endpoints.len();
+            match self.call_at(at, path, body).await {
+                Ok(v) => {
+                    self.good.store(at, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                Err(e) => why = format!("{}: {e}", self.endpoints[at]),
+            }
+        }
+        Err(why)
+    }
+
+    async fn call_at(&self, at: usize, path: &str, body: &Value) -> Result<Value, String> {
+        let url = format!("{}{path}", self.endpoints[at]);
+        let mut r = (self.http.post(url))
+            .timeout(self.timeout)
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = r.status();
+        let mut bytes = Vec::new();
+        while let Some(c) = r.chunk().await.map_err(|e| e.to_string())? {
+            if bytes.len() + c.len() > MAX_ANSWER {
+                return Err("an answer larger than 16 MiB".into());
+            }
+            bytes.extend_from_slice(&c);
+        }
+        let doc = serde_json::Deserializer::from_slice(&bytes)
+            .into_iter::<Value>()
+            .next()
+            .ok_or("an empty answer")?
+            .map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!(
+                "{status}: {}",
+                doc["message"].as_str().unwrap_or("")
+            ));
+        }
+        Ok(doc)
+    }
+
+    /// A new lease of `ttl_s` seconds: its id.
+    pub async fn grant(&self, ttl_s: u64) -> Result<String, String> {
+        let v = self
+            .call("/v3/lease/grant", &json!({ "TTL": ttl_s }))
+            .await?;
+        id_of(&v["ID"]).ok_or_else(|| format!("no lease granted: {v}"))
+    }
+
+    /// Renews `lease`: whether it was still alive.
+    pub async fn keep_alive(&self, lease: &str) -> Result<bool, String> {
+        let v = self
+            .call("/v3/lease/keepalive", &json!({ "ID": lease }))
+            .await?;
+        // An expired lease comes back with no TTL (zero, left out).
+        Ok(id_of(&v["result"]["TTL"]).is_some_and(|t| t != "0"))
+    }
+
+    /// Puts `value` at `key`, bound to `lease`.
+    pub async fn put(&self, key: &str, value: &[u8], lease: &str) -> Result<(), String> {
+        let body = json!({ "key": B64.encode(key), "value": B64.encode(value), "lease": lease });
+        self.call("/v3/kv/put", &body).await.map(|_| ())
+    }
+
+    /// Every key under `prefix`, with its value.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
+        let body = json!({ "key": B64.encode(prefix), "range_end": B64.encode(range_end(prefix)) });
+        let v = self.call("/v3/kv/range", &body).await?;
+        let kvs = v["kvs"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let decode = |v: &Value| B64.decode(v.as_str().unwrap_or_default()).ok();
+        Ok(kvs
+            .iter()
+            .filter_map(|kv| {
+                let key = String::from_utf8(decode(&kv["key"])?).ok()?;
+                Some((key, decode(&kv["value"]).unwrap_or_default()))
+            })
+            .collect())
+    }
+
+    /// Watches the keys under `prefix`, calling `changed` whenever etcd
+    /// says something of them, until the stream ends or is silent for
+    /// `quiet` (etcd is asked for progress notes, so a live watch is not).
+    pub async fn watch(&self, prefix: &str, quiet: Duration, mut changed: impl FnMut()) -> String {
+        let at = self.good.load(Ordering::Relaxed) % self.endpoints.len();
+        let url = format!("{}/v3/watch", self.endpoints[at]);
+        let body = json!({ "create_request": {
+            "key": B64.encode(prefix), "range_end": B64.encode(range_end(prefix)),
+            "progress_notify": true,
+        }});
+        let sent = self.http.post(url).body(body.to_string()).send();
+        let mut r = match tokio::time::timeout(self.timeout, sent).await {
+            Ok(Ok(r)) if r.status().is_success() => r,
+            Ok(Ok(r)) => return format!("watch: {}", r.status()),
+            Ok(Err(e)) => return format!("watch: {e}"),
+            Err(_) => return "watch: no answer".into(),
+        };
+        loop {
+            match tokio::time::timeout(quiet, r.chunk()).await {
+                Ok(Ok(Some(c))) if is_event(&c) => changed(),
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => return "watch: etcd ended it".into(),
+                Ok(Err(e)) => return format!("watch: {e}"),
+                Err(_) => return "watch: silent".into(),
+            }
+        }
+    }
+}
+
+/// Whether a piece of the watch stream tells of a change (not the
+/// creation or a progress note). A piece cut mid-event counts: a list
+/// too many is harmless.
+fn is_event(chunk: &[u8]) -> bool {
+    chunk.windows(9).any(|w| w == b"\"events\":")
+}
+
+/// An int64 of the gateway (a JSON string, or a number).
+fn id_of(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The end of a prefix's range: the prefix with its last byte one
+/// higher (etcd's `--prefix`).
+fn range_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_range_ends_past_every_key_under_it() {
+        assert_eq!(range_end("/fjord/members/"), b"/fjord/members0");
+        assert_eq!(range_end("a\u{7f}"), [b'a', 0x80]);
+        assert_eq!(range_end(""), vec![0]);
+    }
+
+    #[test]
+    fn ids_are_strings_or_numbers() {
+        assert_eq!(id_of(&json!("123")), Some("123".into()));
+        assert_eq!(id_of(&json!(5)), Some("5".into()));
+        assert_eq!(id_of(&Value::Null), None);
+    }
+
+    #[test]
+    fn only_events_are_changes() {
+        assert!(is_event(
+            br#"{"result":{"header":{},"events":[{"kv":{}}]}}"#
+        ));
+        assert!(!is_event(br#"{"result":{"header":{},"created":true}}"#));
+    }
+}

@@ -1,0 +1,29 @@
+//! fjord's cluster of edges: which node serves a title.
+//!
+//! In: this node's name and URLs, and either etcd's endpoints (members
+//! keep a lease on a key holding their URLs, capacity, load and most
+//! asked-for titles: [`membership`], over etcd's JSON gateway, [`etcd`])
+//! or a static list of peers. Out: a [`View`] of the other members, and
+//! for a title asked for here, whether to serve it or which member to
+//! send it to ([`placement::choose`]: rendezvous hashing over the members,
+//! a home set of `k` nodes growing with the title's request rate across
+//! the cluster, [`popularity`]).
+//!
+//! The contract: every node computes the same home set from the same
+//! members; a member joining or leaving moves only the titles it is (or
+//! becomes) first for, about 1/N; a node that stops renewing its lease
+//! leaves every view within the lease's TTL; etcd not answering leaves the
+//! last members in place (logged, counted), never an empty cluster.
+//! Placement and popularity are pure code (no sockets, clocks or
+//! threads); this crate never parses media or touches a session.
+
+pub mod etcd;
+pub mod member;
+pub mod membership;
+pub mod placement;
+pub mod popularity;
+pub mod view;
+
+pub use etcd::Etcd;
+pub use member::Member;
+pub use view::{Health, View};

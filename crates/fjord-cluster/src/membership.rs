@@ -1,0 +1,116 @@
+//! Keeping this node a member in etcd: a lease of `ttl` renewed every
+//! third of it, the node's record (with its load now) put under the lease
+//! each time, and the others listed then and whenever the watch of their
+//! keys tells of a change. A node that dies stops renewing: etcd deletes
+//! its key within the TTL and the watch tells the others. etcd not
+//! answering: the members last known stay, the failure is logged once and
+//! counted; a lease found expired when etcd answers again is replaced.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::Notify;
+
+use crate::{
+    etcd::{Etcd, PREFIX},
+    member::Member,
+    view::View,
+};
+
+/// This node's record now (its load changes); none: the node is going.
+pub type Record = Arc<dyn Fn() -> Option<Member> + Send + Sync>;
+
+/// Keeps `view` (of node `me()`) a member through `etcd`, for ever.
+pub async fn keep(etcd: Arc<Etcd>, ttl: Duration, me: Record, view: Arc<View>) {
+    let changed = Arc::new(Notify::new());
+    tokio::spawn(watch(etcd.clone(), changed.clone(), view.clone()));
+    let every = (ttl / 3).max(Duration::from_millis(200));
+    let mut lease = None;
+    loop {
+        match renew(&etcd, ttl, &mut lease, &me, &view).await {
+            Ok(()) => view.reached(),
+            Err(e) => view.failed(&e),
+        }
+        // The watch wakes the list early; the renewal keeps its period.
+        let next = tokio::time::Instant::now() + every;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => break,
+                _ = changed.notified() => match list(&etcd, &view).await {
+                    Ok(()) => view.reached(),
+                    Err(e) => view.failed(&e),
+                },
+            }
+        }
+    }
+}
+
+/// One round: the lease renewed (or a new one), the record put, the
+/// members listed.
+async fn renew(
+    etcd: &Etcd,
+    ttl: Duration,
+    lease: &mut Option<String>,
+    me: &Record,
+    view: &View,
+) -> Result<(), String> {
+    let alive = match lease {
+        Some(id) => etcd.keep_alive(id).await?,
+        None => false,
+    };
+    let id = match (alive, lease.as_ref()) {
+        (true, Some(id)) => id.clone(),
+        _ => {
+            if lease.is_some() {
+                tracing::warn!("cluster: this node's lease expired; joining again");
+            }
+            let id = etcd.grant(ttl.as_secs().max(1)).await?;
+            view.leased();
+            tracing::info!(lease = %id, "cluster: joined");
+            lease.insert(id).clone()
+        }
+    };
+    let Some(record) = me() else {
+        return Ok(());
+    };
+    let key = format!("{PREFIX}{}", record.name);
+    etcd.put(&key, &record.to_json(), &id).await?;
+    list(etcd, view).await
+}
+
+/// The members etcd holds now, into `view`.
+async fn list(etcd: &Etcd, view: &View) -> Result<(), String> {
+    let kvs = etcd.list(PREFIX).await?;
+    let members = kvs
+        .into_iter()
+        .filter_map(|(key, value)| match Member::from_json(&value) {
+            Ok(m) if key.strip_prefix(PREFIX) == Some(m.name.as_str()) => Some(m),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(%key, "cluster: not a member record: {e}");
+                None
+            }
+        })
+        .take(MAX_MEMBERS)
+        .collect();
+    view.replace(members);
+    Ok(())
+}
+
+/// The most members taken from etcd.
+pub const MAX_MEMBERS: usize = 1024;
+
+/// Watches the members' keys, waking the list on each change; reopened a
+/// second after it fails.
+async fn watch(etcd: Arc<Etcd>, changed: Arc<Notify>, view: Arc<View>) {
+    loop {
+        let why = etcd
+            .watch(PREFIX, Duration::from_secs(900), || changed.notify_one())
+            .await;
+        tracing::debug!("cluster: {why}; watching again");
+        if view.reachable() {
+            // A watch ends when etcd does: list now, not at the next round.
+            changed.notify_one();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,245 @@
+//! This node in a cluster of edges (docs/cluster.md): where a request for
+//! a title is served. The members come from etcd or `[[peer]]` tables
+//! ([`fjord_cluster`]); a title's home nodes are the first of its
+//! rendezvous order. DESCRIBE and the HTTP requests that start a viewing
+//! (a download, a playlist, a manifest) ask [`Cluster::redirect`]: a
+//! title whose home set does not hold this node (or this node full) is
+//! answered 302 to the least loaded home node with room. Segments are
+//! served where asked: a viewer keeps the node its playlist came from,
+//! so a node that comes back takes titles only for new viewers.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex, OnceLock, Weak},
+    time::{Duration, Instant},
+};
+
+use fjord_cluster::{
+    Etcd, Member, View, membership,
+    placement::{self, Choice, Node},
+    popularity::{PUBLISHED, Rates},
+};
+
+use crate::{Config, Server};
+
+/// How long a title's request rate is averaged over.
+const RATE_WINDOW_S: f64 = 30.0;
+
+/// This node's part in the cluster; not started: no cluster.
+#[derive(Default)]
+pub(crate) struct Cluster {
+    node: OnceLock<Joined>,
+}
+
+/// This node: its view of the others, its own record (load apart) and
+/// the request rates of its titles.
+struct Joined {
+    view: Arc<View>,
+    me: Member,
+    rates: Mutex<Rates>,
+    epoch: Instant,
+    redirects: std::sync::atomic::AtomicU64,
+}
+
+/// Which of a member's URLs a request is sent to.
+pub(crate) enum Scheme {
+    Rtsp,
+    Http,
+}
+
+impl Cluster {
+    /// Joins the cluster of `server`'s config, if it names one: this
+    /// node's URLs default to its listeners (`rtsp`, `http`).
+    pub(crate) fn start(server: &Arc<Server>, rtsp: SocketAddr, http: Option<SocketAddr>) {
+        let config = server.config();
+        if !config.clustered() {
+            return;
+        }
+        let me = record_of(&config, rtsp, http);
+        let peers = (config.peers.iter())
+            .map(|p| Member {
+                name: p.name.clone(),
+                rtsp: p.rtsp.trim_end_matches('/').to_owned(),
+                http: p.http.trim_end_matches('/').to_owned(),
+                capacity: 0,
+                load: 0,
+                hot: Vec::new(),
+            })
+            .collect();
+        let etcd = !config.cluster_etcd.is_empty();
+        let view = Arc::new(View::new(&me.name, peers, etcd));
+        tracing::info!(node = %me.name, rtsp = %me.rtsp, http = %me.http,
+            source = if etcd { "etcd" } else { "[[peer]]" }, "cluster: this node");
+        let node = Joined {
+            view: view.clone(),
+            me,
+            rates: Mutex::new(Rates::new(RATE_WINDOW_S)),
+            epoch: Instant::now(),
+            redirects: Default::default(),
+        };
+        if server.cluster.node.set(node).is_err() || !etcd {
+            return;
+        }
+        let ttl = Duration::from_secs(config.cluster_ttl_s);
+        let timeout = (ttl / 3).clamp(Duration::from_millis(300), Duration::from_secs(2));
+        match Etcd::new(&config.cluster_etcd, timeout) {
+            Ok(client) => {
+                let weak = Arc::downgrade(server);
+                let me: membership::Record = Arc::new(move || record_now(&weak));
+                tokio::spawn(membership::keep(Arc::new(client), ttl, me, view));
+            }
+            Err(e) => tracing::error!("cluster: no etcd client: {e}"),
+        }
+    }
+
+    /// The answer's `Location` for a request of `title` (path and query
+    /// `path`) that is to be served elsewhere, counting the request
+    /// toward the title's rate.
+    pub(crate) fn redirect(
+        &self,
+        server: &Server,
+        title: &str,
+        scheme: Scheme,
+        path: &str,
+    ) -> Option<String> {
+        let node = self.node.get()?;
+        let now = node.epoch.elapsed().as_nanos() as u64;
+        let rate = {
+            let mut rates = node.rates.lock().unwrap_or_else(|e| e.into_inner());
+            rates.hit(title, now);
+            rates.rate(title, now)
+        };
+        let others = node.view.others();
+        let config = server.config();
+        let rate = rate + others.iter().map(|m| m.rate_of(title)).sum::<f64>();
+        let copies = placement::copies(
+            rate,
+            config.cluster_hot_rps,
+            config.cluster_copies,
+            others.len() + 1,
+        );
+        let mut nodes: Vec<Node> = others.iter().map(as_node).collect();
+        let (load, capacity) = load(server);
+        nodes.push(Node {
+            name: &node.me.name,
+            load,
+            capacity,
+        });
+        let Choice::To(to) = placement::choose(title, &node.me.name, &nodes, copies) else {
+            return None;
+        };
+        let member = others.iter().find(|m| m.name == to)?;
+        let base = match scheme {
+            Scheme::Rtsp => &member.rtsp,
+            Scheme::Http if member.http.is_empty() => return None,
+            Scheme::Http => &member.http,
+        };
+        node.redirects
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(format!("{base}{path}"))
+    }
+
+    /// The view, for the admin API and metrics; `None`: no cluster.
+    pub(crate) fn status(&self, server: &Server) -> Option<Status> {
+        let node = self.node.get()?;
+        let mut me = record(server, &node.me);
+        let now = node.epoch.elapsed().as_nanos() as u64;
+        me.hot = node
+            .rates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .top(PUBLISHED, now);
+        Some(Status {
+            me,
+            others: node.view.others().to_vec(),
+            health: node.view.health(),
+            redirects: node.redirects.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+}
+
+/// What the admin API says of the cluster.
+#[derive(serde::Serialize)]
+pub(crate) struct Status {
+    pub me: Member,
+    pub others: Vec<Member>,
+    pub health: fjord_cluster::Health,
+    /// Requests sent on to other members since the start.
+    pub redirects: u64,
+}
+
+fn as_node(m: &Member) -> Node<'_> {
+    Node {
+        name: &m.name,
+        load: m.load,
+        capacity: m.capacity,
+    }
+}
+
+/// This node's sessions now, and the most it takes.
+fn load(server: &Server) -> (u64, u64) {
+    let sessions = server.sessions.lock().all().count() as u64;
+    (sessions, server.config().max_sessions as u64)
+}
+
+/// `me` with its load now.
+fn record(server: &Server, me: &Member) -> Member {
+    let (load, capacity) = load(server);
+    Member {
+        load,
+        capacity,
+        ..me.clone()
+    }
+}
+
+/// The record this node puts in etcd now (none once the server is gone).
+fn record_now(server: &Weak<Server>) -> Option<Member> {
+    let server = server.upgrade()?;
+    Some(server.cluster.status(&server)?.me)
+}
+
+/// The path (and query) of a request's URI, absolute (`rtsp://HOST/P`)
+/// or not (`/P`).
+pub(crate) fn path_of(uri: &str) -> &str {
+    match uri.split_once("://") {
+        Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
+        None if uri.starts_with('/') => uri,
+        None => "/",
+    }
+}
+
+/// This node's record without its load: its name and URLs.
+fn record_of(config: &Config, rtsp: SocketAddr, http: Option<SocketAddr>) -> Member {
+    let name = match config.node_name.as_str() {
+        "" => host_name(),
+        n => n.to_owned(),
+    };
+    let host = |at: SocketAddr| match at.ip().is_unspecified() {
+        true => name.clone(),
+        false => at.to_string(),
+    };
+    let or = |set: &str, default: String| match set {
+        "" => default,
+        s => s.trim_end_matches('/').to_owned(),
+    };
+    Member {
+        rtsp: or(&config.advertise_rtsp, format!("rtsp://{}", host(rtsp))),
+        http: or(
+            &config.advertise_http,
+            http.map(|h| format!("http://{}", host(h)))
+                .unwrap_or_default(),
+        ),
+        name,
+        capacity: config.max_sessions as u64,
+        load: 0,
+        hot: Vec::new(),
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "fjord".to_owned())
+}
