@@ -12,7 +12,8 @@ HTTP_PORT ?= 8080
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
 	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav \
-	fuse3 python3-fusepy chromium python3-gi gir1.2-gstreamer-1.0 prometheus python3-pip
+	fuse3 python3-fusepy chromium python3-gi gir1.2-gstreamer-1.0 prometheus python3-pip \
+	etcd-server
 
 .PHONY: test deps run build peers live555 versitygw
 
@@ -22,11 +23,13 @@ APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
 # Debian sid's packages when missing; then the browser test's npm packages (hls.js,
 # dash.js, playwright-core; tests/browser/package-lock.json) and httplint
 # (PyPI, tests/httplint/requirements.txt) into tests/httplint/site; and
-# versitygw, the S3 server the edge tests use as the origin.
+# versitygw, the S3 server the edge tests use as the origin; etcd (Debian's
+# etcd-server), the cluster tests' membership store.
 deps:
 	@if ! command -v ffmpeg >/dev/null || ! command -v gst-launch-1.0 >/dev/null \
 	    || ! command -v fusermount3 >/dev/null || ! command -v chromium >/dev/null \
 	    || ! command -v promtool >/dev/null || ! python3 -m pip --version >/dev/null 2>&1 \
+	    || ! command -v etcd >/dev/null \
 	    || ! /usr/bin/python3 -c 'import fusepy' >/dev/null 2>&1 \
 	    || ! /usr/bin/python3 -c 'import gi; gi.require_version("Gst", "1.0")' >/dev/null 2>&1 \
 	    || ! gst-inspect-1.0 rtpmp2tdepay >/dev/null 2>&1 \

@@ -93,8 +93,8 @@ impl Cluster {
     }
 
     /// The answer's `Location` for a request of `title` (path and query
-    /// `path`) that is to be served elsewhere, counting the request
-    /// toward the title's rate.
+    /// `path`) that is to be served elsewhere; a request served here
+    /// counts toward the title's rate.
     pub(crate) fn redirect(
         &self,
         server: &Server,
@@ -104,20 +104,13 @@ impl Cluster {
     ) -> Option<String> {
         let node = self.node.get()?;
         let now = node.epoch.elapsed().as_nanos() as u64;
-        let rate = {
-            let mut rates = node.rates.lock().unwrap_or_else(|e| e.into_inner());
-            rates.hit(title, now);
-            rates.rate(title, now)
-        };
+        let rates = || node.rates.lock().unwrap_or_else(|e| e.into_inner());
         let others = node.view.others();
         let config = server.config();
-        let rate = rate + others.iter().map(|m| m.rate_of(title)).sum::<f64>();
-        let copies = placement::copies(
-            rate,
-            config.cluster_hot_rps,
-            config.cluster_copies,
-            others.len() + 1,
-        );
+        let rate = rates().rate(title, now) + others.iter().map(|m| m.rate_of(title)).sum::<f64>();
+        let members = others.len() + 1;
+        let copies =
+            placement::copies(rate, config.cluster_hot_rps, config.cluster_copies, members);
         let mut nodes: Vec<Node> = others.iter().map(as_node).collect();
         let (load, capacity) = load(server);
         nodes.push(Node {
@@ -125,8 +118,12 @@ impl Cluster {
             load,
             capacity,
         });
-        let Choice::To(to) = placement::choose(title, &node.me.name, &nodes, copies) else {
-            return None;
+        let to = match placement::choose(title, &node.me.name, &nodes, copies) {
+            Choice::Here => {
+                rates().hit(title, now);
+                return None;
+            }
+            Choice::To(to) => to,
         };
         let member = others.iter().find(|m| m.name == to)?;
         let base = match scheme {

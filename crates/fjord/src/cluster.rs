@@ -78,8 +78,8 @@ fn render(c: &Value) -> String {
         out += &format!(
             "{:<16} {:>8} {:>8}  {:<28} {:<28} {}\n",
             m["name"].as_str().unwrap_or("?"),
-            m["load"],
-            m["capacity"],
+            m["load"].as_u64().unwrap_or(0),
+            m["capacity"].as_u64().unwrap_or(0),
             m["rtsp"].as_str().unwrap_or(""),
             m["http"].as_str().unwrap_or(""),
             hot.join(", ")

@@ -11,6 +11,7 @@ mod broadcast;
 mod browser;
 mod cli;
 mod client;
+mod cluster;
 mod common;
 mod containers;
 mod disk_errors;

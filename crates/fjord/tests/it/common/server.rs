@@ -125,7 +125,19 @@ impl Server {
             .arg("serve")
             .arg("--root")
             .arg(&media_root)
-            .args(["--port", "0", "--bind", "127.0.0.1", "--config"])
+            // A config that names its address or port keeps them (a
+            // cluster's nodes on 127.0.0.x, static peers on known ports).
+            .args(if setting(config, "port") {
+                &[][..]
+            } else {
+                &["--port", "0"][..]
+            })
+            .args(if setting(config, "bind") {
+                &[][..]
+            } else {
+                &["--bind", "127.0.0.1"][..]
+            })
+            .arg("--config")
             .arg(&cfg)
             .args(if config.contains("admin_bind") {
                 &[][..]
@@ -318,6 +330,11 @@ impl Server {
             .map(|t| t[field].as_u64().unwrap())
             .sum()
     }
+}
+
+/// Whether `config` sets `key` at its top level.
+fn setting(config: &str, key: &str) -> bool {
+    (config.lines()).any(|l| l.split('=').next().map(str::trim) == Some(key))
 }
 
 impl Drop for Server {

@@ -1,0 +1,305 @@
+//! A cluster of three nodes on 127.0.0.1, .2 and .3, members in a real
+//! etcd (Debian's `etcd-server`, started per test on loopback) or in a
+//! static `[[peer]]` list: a title asked for at a node outside its home
+//! set is answered 302 to its home node, and ffmpeg, GStreamer, openRTSP
+//! and chromium (hls.js) follow it and play the title bit-exact (chromium:
+//! to its end); the home node killed, its titles move within the lease's
+//! TTL and ffmpeg plays again from the same entry URL; etcd killed, the
+//! nodes keep their members and say so.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{Server, clip_bytes, free_port, get_json, media, raw_exchange, run_bounded};
+use crate::peers::{ffmpeg_receives_every_frame_at, gstreamer_receives_the_file_at};
+
+/// etcd on loopback with a data directory of its own; killed on drop.
+struct Etcd {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    fn start() -> Etcd {
+        assert!(
+            Command::new("etcd").arg("--version").output().is_ok(),
+            "etcd is missing: `make deps` installs Debian's etcd-server"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("etcd.log")).unwrap())
+            .spawn()
+            .expect("spawn etcd");
+        let etcd = Etcd {
+            child,
+            url,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !etcd.answers() {
+            assert!(Instant::now() < deadline, "etcd did not answer within 15 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        etcd
+    }
+
+    fn answers(&self) -> bool {
+        let mut c = Command::new("curl");
+        c.args(["-sf", "--max-time", "1", "-X", "POST", "-d", "{}"])
+            .arg(format!("{}/v3/maintenance/status", self.url));
+        run_bounded(c, Duration::from_secs(3)).status.success()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A node: a `fjord serve` on 127.0.0.N with HTTP.
+struct Node {
+    server: Server,
+    ip: String,
+    http: u16,
+}
+
+impl Node {
+    /// Node N (`node-N` on 127.0.0.N) serving `clip.ts`, with `lines` of
+    /// config after its own (RTSP on `port`, 0: any).
+    fn start(n: u8, http: u16, port: u16, lines: &str) -> Node {
+        let ip = format!("127.0.0.{n}");
+        let config = format!(
+            "bind = \"{ip}\"\nport = {port}\nhttp_port = {http}\nnode_name = \"node-{n}\"\n\
+             idle_timeout_s = 5\n{lines}"
+        );
+        let server = Server::start_with(&config, |root| {
+            std::fs::copy(&media().clip, root.join("clip.ts")).unwrap();
+        });
+        Node { server, ip, http }
+    }
+
+    fn rtsp(&self, title: &str) -> String {
+        format!("rtsp://{}:{}/{title}", self.ip, self.server.port)
+    }
+
+    fn http(&self, path: &str) -> String {
+        format!("http://{}:{}/{path}", self.ip, self.http)
+    }
+
+    fn cluster(&self) -> serde_json::Value {
+        get_json(&format!("{}/api/v1/cluster", self.server.admin()))
+    }
+
+    /// The members this node knows of, itself included.
+    fn members(&self) -> usize {
+        self.cluster()["others"].as_array().map_or(0, Vec::len) + 1
+    }
+
+    /// A DESCRIBE's status and `Location`.
+    fn describe(&self, title: &str) -> (u16, Option<String>) {
+        let req = format!("DESCRIBE {} RTSP/1.0\r\nCSeq: 1\r\n\r\n", self.rtsp(title));
+        let addr = format!("{}:{}", self.ip, self.server.port);
+        let (text, _) = raw_exchange(&addr, req.as_bytes(), Duration::from_secs(2));
+        status_and_location(&text)
+    }
+
+    /// An HTTP GET's status and `Location`.
+    fn get(&self, path: &str) -> (u16, Option<String>) {
+        let mut c = Command::new("curl");
+        c.args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "10"])
+            .arg(self.http(path));
+        let out = run_bounded(c, Duration::from_secs(15));
+        status_and_location(&String::from_utf8_lossy(&out.stdout))
+    }
+}
+
+fn status_and_location(head: &str) -> (u16, Option<String>) {
+    let status = (head.split_whitespace().nth(1)).and_then(|s| s.parse().ok());
+    let location = (head.lines())
+        .find_map(|l| l.strip_prefix("Location: "))
+        .map(|l| l.trim().to_owned());
+    (status.unwrap_or(0), location)
+}
+
+/// Waits until every node of `nodes` knows `n` members.
+fn wait_members(nodes: &[&Node], n: usize, limit: Duration) -> Duration {
+    let t = Instant::now();
+    while !nodes.iter().all(|node| node.members() == n) {
+        let seen: Vec<usize> = nodes.iter().map(|node| node.members()).collect();
+        assert!(
+            t.elapsed() < limit,
+            "members {seen:?}, not {n}, after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t.elapsed()
+}
+
+/// The node that serves `title` (every other one sends its DESCRIBE and
+/// its playlist there), and one that sends it on.
+fn home_and_entry<'a>(nodes: &[&'a Node], title: &str) -> (&'a Node, &'a Node) {
+    let answers: Vec<(u16, Option<String>)> = nodes.iter().map(|n| n.describe(title)).collect();
+    let homes: Vec<usize> = (0..nodes.len()).filter(|&i| answers[i].0 == 200).collect();
+    assert_eq!(homes.len(), 1, "one home node: {answers:?}");
+    let home = nodes[homes[0]];
+    for (node, (status, location)) in nodes.iter().zip(&answers) {
+        if node.ip != home.ip {
+            assert_eq!(*status, 302, "{answers:?}");
+            assert_eq!(location.as_deref(), Some(home.rtsp(title).as_str()));
+            let playlist = format!("{title}/index.m3u8");
+            let (status, location) = node.get(&playlist);
+            assert_eq!(status, 302);
+            assert_eq!(location, Some(home.http(&playlist)));
+        }
+    }
+    let entry = nodes.iter().find(|n| n.ip != home.ip).unwrap();
+    (home, entry)
+}
+
+/// openRTSP (over TCP) through `url` receives `clip.ts` whole.
+fn openrtsp_receives_the_file(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("openRTSP");
+    cmd.current_dir(dir.path()).args(["-t", url]);
+    let out = run_bounded(cmd, Duration::from_secs(40));
+    assert!(!out.timed_out, "openRTSP did not end: {}", out.stderr);
+    let got = std::fs::read(dir.path().join("video-MP2T-1")).unwrap_or_default();
+    assert!(
+        got == clip_bytes(),
+        "openRTSP: {} bytes, the file {}: {}",
+        got.len(),
+        clip_bytes().len(),
+        out.stderr
+    );
+}
+
+/// Chromium plays `url` (HLS, hls.js) to its end.
+fn chromium_plays_hls(url: &str) {
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
+    assert!(
+        driver.join("node_modules/playwright-core").is_dir(),
+        "the browser test's npm packages are missing: `make test` installs them"
+    );
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster-hls.png");
+    let mut node = Command::new("node");
+    node.arg(driver.join("play.mjs"))
+        .args(["--player", "hls", "--url", url, "--timeout-s", "60"])
+        .arg("--shot")
+        .arg(&shot);
+    let out = run_bounded(node, Duration::from_secs(100));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "hls.js {url}: {said}\n{}", out.stderr);
+    let r: serde_json::Value = serde_json::from_str(said.trim()).unwrap();
+    assert_eq!(r["ended"], true, "{said}");
+}
+
+#[test]
+fn an_etcd_cluster_sends_each_title_home_and_moves_it_when_its_node_dies() {
+    let mut etcd = Etcd::start();
+    let lines = format!("cluster_etcd = [\"{}\"]\ncluster_ttl_s = 2\n", etcd.url);
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|n| Node::start(n, free_port(), 0, &lines))
+        .collect();
+    wait_members(
+        &nodes.iter().collect::<Vec<_>>(),
+        3,
+        Duration::from_secs(10),
+    );
+    let (home, entry) = home_and_entry(&nodes.iter().collect::<Vec<_>>(), "clip.ts");
+    // Every player enters at a node that is not the title's home.
+    let (rtsp, hls) = (entry.rtsp("clip.ts"), entry.http("clip.ts/index.m3u8"));
+    let gst_out = home.server.root.path().join("gst.ts");
+    std::thread::scope(|s| {
+        s.spawn(|| ffmpeg_receives_every_frame_at(&rtsp, "tcp", "through a redirect"));
+        s.spawn(|| gstreamer_receives_the_file_at(&rtsp, &[], &gst_out, "tcp", "redirected"));
+        s.spawn(|| openrtsp_receives_the_file(&rtsp));
+        s.spawn(|| chromium_plays_hls(&hls));
+    });
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cmd.args(["cluster", "status", "--admin", &entry.server.admin()]);
+    let out = run_bounded(cmd, Duration::from_secs(10));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", out.stderr);
+    for n in 1..=3 {
+        assert!(printed.contains(&format!("node-{n} ")), "{printed}");
+    }
+    assert!(printed.contains("(reachable)"), "{printed}");
+
+    // The home node dies: its lease lapses within the TTL (2 s).
+    let gone = nodes.iter().position(|n| n.ip == home.ip).unwrap();
+    let (entry_ip, dead) = (entry.ip.clone(), nodes.remove(gone));
+    dead.server.signal("KILL");
+    let left: Vec<&Node> = nodes.iter().collect();
+    let took = wait_members(&left, 2, Duration::from_secs(5));
+    eprintln!("the killed node left every view after {took:?}");
+    home_and_entry(&left, "clip.ts");
+    let entry = left.iter().find(|n| n.ip == entry_ip).unwrap();
+    ffmpeg_receives_every_frame_at(&entry.rtsp("clip.ts"), "tcp", "after the failover");
+
+    // etcd goes: the nodes keep their members, serve on, and say so.
+    etcd.kill();
+    let t = Instant::now();
+    while entry.cluster()["etcd"]["reachable"] != false {
+        assert!(t.elapsed() < Duration::from_secs(5), "{}", entry.cluster());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(entry.members(), 2);
+    let _ = home_and_entry(&left, "clip.ts");
+    entry
+        .server
+        .wait_for_log("etcd does not answer", Duration::from_secs(1));
+    let metrics = crate::common::curl_bytes(&format!("{}/metrics", entry.server.admin()));
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains("fjord_cluster_etcd_reachable 0"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("fjord_cluster_members 2"), "{metrics}");
+}
+
+#[test]
+fn a_static_peer_list_without_etcd_sends_each_title_home() {
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let peers: String = (1..=3)
+        .zip(&ports)
+        .map(|(n, (rtsp, http))| {
+            format!(
+                "[[peer]]\nname = \"node-{n}\"\nrtsp = \"rtsp://127.0.0.{n}:{rtsp}\"\n\
+                 http = \"http://127.0.0.{n}:{http}\"\n"
+            )
+        })
+        .collect();
+    let nodes: Vec<Node> = (1..=3)
+        .zip(&ports)
+        .map(|(n, &(rtsp, http))| Node::start(n, http, rtsp, &peers))
+        .collect();
+    let all: Vec<&Node> = nodes.iter().collect();
+    assert!(all.iter().all(|n| n.members() == 3));
+    assert_eq!(all[0].cluster()["etcd"]["source"], "static");
+    let (_, entry) = home_and_entry(&all, "clip.ts");
+    ffmpeg_receives_every_frame_at(&entry.rtsp("clip.ts"), "udp", "through a static peer");
+}
