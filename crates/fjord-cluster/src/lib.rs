@@ -17,6 +17,8 @@
 //! Placement and popularity are pure code (no sockets, clocks or
 //! threads); this crate never parses media or touches a session.
 
+#![forbid(unsafe_code)]
+
 pub mod etcd;
 pub mod member;
 pub mod membership;

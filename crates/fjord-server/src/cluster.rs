@@ -240,3 +240,22 @@ fn host_name() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "fjord".to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::path_of;
+
+    #[test]
+    fn a_redirect_keeps_the_path_and_query_of_any_request_uri() {
+        assert_eq!(
+            path_of("rtsp://10.0.0.1:8554/a%20b.ts?x=1"),
+            "/a%20b.ts?x=1"
+        );
+        assert_eq!(path_of("rtsp://host"), "/");
+        assert_eq!(
+            path_of("/films/t.mp4/index.m3u8"),
+            "/films/t.mp4/index.m3u8"
+        );
+        assert_eq!(path_of("*"), "/");
+    }
+}

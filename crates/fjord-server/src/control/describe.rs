@@ -22,8 +22,11 @@ pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) ->
     if broadcast_query(&req.uri) {
         return schedule(server, &target.title);
     }
+    // Over TLS never to a plain rtsp:// URL: the title is served here.
     let (scheme, path) = (cluster::Scheme::Rtsp, cluster::path_of(&req.uri));
-    if let Some(to) = server.cluster.redirect(server, &target.title, scheme, path) {
+    if !conn.is_tls()
+        && let Some(to) = server.cluster.redirect(server, &target.title, scheme, path)
+    {
         return Response::new(302).header("Location", &to).into();
     }
     let title = match server.catalog.open(&target.title).await {

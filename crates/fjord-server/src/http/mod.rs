@@ -212,7 +212,7 @@ async fn answer<S: Wire>(
     if let Some(r) = refusal(server, peer, &req, title, tls) {
         return reply(server, stream, peer, &req, r, None).await;
     }
-    if let Some(r) = moved(server, &req, title, route.map(|(_, r)| r)) {
+    if !tls && let Some(r) = moved(server, &req, title, route.map(|(_, r)| r)) {
         return reply(server, stream, peer, &req, r, None).await;
     }
     // Only titles: a file the catalog does not take as media (a key, a
@@ -300,7 +300,8 @@ fn refusal(
 
 /// A 302 to the member that serves `title` when it is not this node
 /// ([`crate::cluster`]), for what starts a viewing: a download, a
-/// playlist or a manifest; segments are served where asked.
+/// playlist or a manifest; segments are served where asked. (HTTPS is
+/// served here: members are named by `http://` URLs.)
 fn moved(
     server: &Server,
     req: &plan::Request,
