@@ -823,6 +823,33 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_is_etcd_or_peers_with_sound_urls_and_limits() {
+        let c = |text: &str| toml::from_str::<Config>(text).unwrap().validate();
+        let peer =
+            |name: &str, rtsp: &str| format!("[[peer]]\nname = \"{name}\"\nrtsp = \"{rtsp}\"\n");
+        c("cluster_etcd = [\"http://127.0.0.1:2379\"]").unwrap();
+        c(&peer("a", "rtsp://10.0.0.1:8554")).unwrap();
+        for bad in [
+            format!(
+                "cluster_etcd = [\"http://e:2379\"]\n{}",
+                peer("a", "rtsp://a")
+            ),
+            "cluster_etcd = [\"e:2379\"]".to_owned(),
+            "cluster_ttl_s = 1".to_owned(),
+            "cluster_copies = 0".to_owned(),
+            "cluster_hot_rps = -1".to_owned(),
+            "advertise_rtsp = \"http://a\"".to_owned(),
+            format!("{}{}", peer("a", "rtsp://a"), peer("a", "rtsp://b")),
+            peer("a", "http://a"),
+        ] {
+            assert!(c(&bad).is_err(), "{bad}");
+        }
+        let toml = format!("{}{}", peer("a", "rtsp://a"), peer("b", "rtsp://b"));
+        let (kept, fixed) = Config::default().reloaded(toml::from_str(&toml).unwrap());
+        assert!(kept.peers.is_empty() && fixed == ["peers"]);
+    }
+
+    #[test]
     fn a_disk_bench_figure_is_found_by_device() {
         let saved = "[[disk]]\ndevice = \"254:0\"\nroot = \"/srv\"\nrand_1m_qd4_mb_s = 455.2\n\n[[disk]]\ndevice = \"8:16\"\nrand_1m_qd4_mb_s = 120.0\n";
         assert_eq!(measured_mbps(saved, libc::makedev(8, 16)), Some(120.0));
