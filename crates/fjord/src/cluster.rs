@@ -34,13 +34,13 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
             Ok::<_, reqwest::Error>((r.status(), r.text().await?))
         })
         .with_context(|| format!("asking {url}"))?;
-    if status == 404 {
-        bail!("the node at {admin} is in no cluster");
-    }
     if !status.is_success() {
         bail!("{url}: {status}");
     }
     let c: Value = serde_json::from_str(&text).context("the node's answer")?;
+    if c.is_null() {
+        bail!("the node at {admin} is in no cluster");
+    }
     print!("{}", render(&c));
     Ok(())
 }

@@ -4,29 +4,29 @@
 
 use std::sync::Arc;
 
-use axum::{Json, extract::State, http::StatusCode};
+use axum::{Json, extract::State};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
 use super::scrape::{Labels, counter, gauge};
 use crate::Server;
 
-/// 404 when the node is in no cluster.
-pub(crate) async fn status(State(server): State<Arc<Server>>) -> Result<Json<Value>, StatusCode> {
-    let st = server
-        .cluster
-        .status(&server)
-        .ok_or(StatusCode::NOT_FOUND)?;
+/// `null` when the node is in no cluster (not 404: the status page asks
+/// every node, and a browser logs a 404 as an error).
+pub(crate) async fn status(State(server): State<Arc<Server>>) -> Json<Value> {
+    let Some(st) = server.cluster.status(&server) else {
+        return Json(Value::Null);
+    };
     let holds: Vec<String> = (server.catalog.loaded().into_iter())
         .map(|(name, _)| name.to_string())
         .collect();
-    Ok(Json(json!({
+    Json(json!({
         "me": st.me,
         "holds": holds,
         "others": st.others,
         "etcd": st.health,
         "redirects": st.redirects,
-    })))
+    }))
 }
 
 pub(super) fn metrics(reg: &mut Registry, server: &Server) {
