@@ -77,17 +77,17 @@ fn slices(bytes: u64) -> usize {
 
 /// Ten UDP sessions and one TCP session start one uncached title at
 /// once and each receives it whole, bit-exact, while it is fetched; an
-/// HTTP download equals the file. Every slice of the media is fetched
-/// once, and of the index no more than it has.
+/// HTTP download equals the file. The sessions send from the published
+/// packet file and the downloads from the media: every slice of either
+/// is fetched once, and of the index no more than it has.
 #[test]
 fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     let s3 = S3Server::start("films");
     let big = big_title();
     let dir = published(&s3, &[(&big, "big.ts")]);
     let source = std::fs::read(&big).unwrap();
-    let index_len = std::fs::metadata(dir.path().join("big.ts.fjidx"))
-        .unwrap()
-        .len();
+    let len = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().len();
+    let (index_len, packets_len) = (len("big.ts.fjidx"), len("big.ts.fjpkt"));
     assert!(slices(source.len() as u64) >= 3, "{} bytes", source.len());
     let cache = tempfile::tempdir().unwrap();
     let http = free_port();
@@ -108,17 +108,20 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
         "HLS of an origin title differs from the file"
     );
     let gets = s3.requests("GetObject");
-    let media_gets = gets.iter().filter(|l| !l.contains(".fjidx")).count();
+    let of = |suffix: &str| gets.iter().filter(|l| l.contains(suffix)).count();
+    let (index_gets, packet_gets) = (of("big.ts.fjidx"), of("big.ts.fjpkt"));
+    let media_gets = gets.len() - index_gets - packet_gets;
     assert_eq!(media_gets, slices(source.len() as u64), "{gets:#?}");
-    assert!(gets.len() - media_gets <= slices(index_len), "{gets:#?}");
+    assert_eq!(packet_gets, slices(packets_len), "{gets:#?}");
+    assert!(index_gets <= slices(index_len), "{gets:#?}");
     let (metrics, _) = crate::common::curl(&[&format!("{}/metrics", server.admin())]);
     let requests = format!("fjord_origin_requests_total {}\n", gets.len());
     assert!(metrics.contains(&requests), "{requests}in\n{metrics}");
-    // The index is one slice: every byte of both came once.
+    // The index is one slice: every byte of the three came once.
     assert_eq!(slices(index_len), 1);
     let bytes = format!(
         "fjord_origin_bytes_total {}\n",
-        source.len() as u64 + index_len
+        source.len() as u64 + index_len + packets_len
     );
     assert!(metrics.contains(&bytes), "{bytes}in\n{metrics}");
 }
@@ -137,7 +140,7 @@ fn cached_titles_play_on_without_the_origin_and_uncached_ones_get_503() {
         (&media().vbr, "b.ts"),
         (&big, "c.ts"),
     ];
-    let _dir = published(&s3, &titles);
+    let dir = published(&s3, &titles);
     let source = std::fs::read(clip).unwrap();
     let cache = tempfile::tempdir().unwrap();
     let http = free_port();
@@ -145,17 +148,20 @@ fn cached_titles_play_on_without_the_origin_and_uncached_ones_get_503() {
     plays_whole(&server, "a.ts", false, &source);
     let before = s3.requests("GetObject").len();
     drop(server);
-    // A restart with a byte flipped in the cached media: only its slice
-    // is fetched again.
+    // A restart with a byte flipped in the cached packet file (what the
+    // sessions send from): only its slice is fetched again.
     let objects = cache.path().join("objects");
-    let media_file = std::fs::read_dir(&objects)
+    let packets_len = std::fs::metadata(dir.path().join("a.ts.fjpkt"))
+        .unwrap()
+        .len();
+    let packets_file = std::fs::read_dir(&objects)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| std::fs::metadata(p).unwrap().len() == source.len() as u64)
-        .expect("the media's file in the cache");
-    let mut bytes = std::fs::read(&media_file).unwrap();
-    bytes[source.len() / 2] ^= 0x40;
-    std::fs::write(&media_file, bytes).unwrap();
+        .find(|p| std::fs::metadata(p).unwrap().len() == packets_len)
+        .expect("the packet file in the cache");
+    let mut bytes = std::fs::read(&packets_file).unwrap();
+    bytes[packets_len as usize / 2] ^= 0x40;
+    std::fs::write(&packets_file, bytes).unwrap();
     let server = edge(&s3, cache.path(), http);
     plays_whole(&server, "a.ts", true, &source);
     let refetched = s3.requests("GetObject").len() - before;
