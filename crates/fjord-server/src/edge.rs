@@ -23,8 +23,9 @@
 //! slices play), and one never seen is refused with 503.
 
 use std::{
+    collections::HashMap,
     ops::Range,
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -34,7 +35,7 @@ use fjord_storage::{Filled, HeadPin, Hold, Storage};
 use object_store::path::Path as ObjectPath;
 
 /// Why an origin title cannot be opened.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum EdgeError {
     /// Not at the origin.
     NotFound,
@@ -57,7 +58,13 @@ pub struct Edge {
     cache: Arc<SliceCache>,
     /// For fills, which run on storage threads and wait for the cache.
     runtime: tokio::runtime::Handle,
+    /// The titles whose versions are being asked now: an open that comes
+    /// meanwhile takes that answer rather than asking again, so viewers
+    /// arriving together at a title cost one round of HEADs.
+    asking: Mutex<HashMap<String, Arc<Asking>>>,
 }
+
+type Asking = tokio::sync::OnceCell<Result<Version, EdgeError>>;
 
 /// A title's version at the origin: its objects as opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +98,7 @@ impl Edge {
             url: origin.url,
             cache: Arc::new(cache),
             runtime: tokio::runtime::Handle::current(),
+            asking: Mutex::default(),
         })
     }
 
@@ -98,9 +106,24 @@ impl Edge {
         &self.cache
     }
 
-    /// The title `name`'s version at the origin now, or the one last seen
-    /// when the origin does not answer in time; 404 when it is not there.
+    /// The title `name`'s version at the origin now (asked after this
+    /// call began, or while it waited), or the one last seen when the
+    /// origin does not answer in time; 404 when it is not there.
     pub async fn version(&self, name: &str) -> Result<Version, EdgeError> {
+        let asking = {
+            let mut asking = self.asking.lock().unwrap_or_else(|p| p.into_inner());
+            asking.entry(name.to_owned()).or_default().clone()
+        };
+        let answer = asking.get_or_init(|| self.ask(name)).await.clone();
+        // Opens that come after the answer ask again.
+        let mut asking_now = self.asking.lock().unwrap_or_else(|p| p.into_inner());
+        if asking_now.get(name).is_some_and(|a| Arc::ptr_eq(a, &asking)) {
+            asking_now.remove(name);
+        }
+        answer
+    }
+
+    async fn ask(&self, name: &str) -> Result<Version, EdgeError> {
         let keys = Keys {
             index: self.url.key(&format!("{name}.fjidx")),
             media: self.url.key(name),
