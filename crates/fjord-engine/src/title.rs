@@ -389,7 +389,9 @@ impl Title {
         self.media().len() as u64
     }
 
-    pub(crate) fn media(&self) -> &[u8] {
+    /// The media file as mapped (of an edge's title, zeros where its
+    /// slices are not filled in: [`Title::fill_media`] them first).
+    pub fn media(&self) -> &[u8] {
         &self.media
     }
 

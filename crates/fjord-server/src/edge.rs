@@ -117,7 +117,10 @@ impl Edge {
         let answer = asking.get_or_init(|| self.ask(name)).await.clone();
         // Opens that come after the answer ask again.
         let mut asking_now = self.asking.lock().unwrap_or_else(|p| p.into_inner());
-        if asking_now.get(name).is_some_and(|a| Arc::ptr_eq(a, &asking)) {
+        if asking_now
+            .get(name)
+            .is_some_and(|a| Arc::ptr_eq(a, &asking))
+        {
             asking_now.remove(name);
         }
         answer

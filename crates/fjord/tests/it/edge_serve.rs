@@ -240,3 +240,32 @@ fn ffmpeg_and_gstreamer_play_an_origin_mp4_title_bit_exact() {
     });
     server.assert_alive();
 }
+
+/// MP4 and Matroska titles of the origin over HLS and DASH from an edge
+/// that has none of them cached: fragmented MP4 cut from what it fetched
+/// of each (an MP4's `moov`, a Matroska file whole), samples filled in
+/// as the segments are sent. ffmpeg reads every packet of the file.
+#[test]
+fn hls_and_dash_of_origin_mp4_and_matroska_titles_are_the_files_packets() {
+    let s3 = S3Server::start("films");
+    let cases = [&formats::AVC_MP4, &crate::containers::AVC_MKV];
+    let sources: Vec<PathBuf> = cases.iter().map(|c| formats::media(c)).collect();
+    let named: Vec<(&Path, &str)> = (cases.iter().zip(&sources))
+        .map(|(c, s)| (s.as_path(), c.file))
+        .collect();
+    let _dir = published(&s3, &named);
+    let cache = tempfile::tempdir().unwrap();
+    let http = free_port();
+    let mut server = edge(&s3, cache.path(), http);
+    let copy = crate::containers::COPY_FROM_FIRST;
+    for (case, source) in cases.iter().zip(&sources) {
+        let want = formats::framemd5(&["-i", source.to_str().unwrap()], copy, "source");
+        for manifest in ["index.m3u8", "manifest.mpd"] {
+            let url = format!("http://127.0.0.1:{http}/{}/{manifest}", case.file);
+            let got = formats::framemd5(&["-i", &url], copy, manifest);
+            let what = format!("{} {manifest}", case.file);
+            formats::assert_packets_match(&got, &want, &what);
+        }
+    }
+    server.assert_alive();
+}
