@@ -131,6 +131,10 @@ impl Source for Title {
         }
     }
 
+    fn filled(&self) -> bool {
+        self.is_filled()
+    }
+
     fn rebuild(&self, file: usize, range: Range<usize>, out: &mut [u8]) -> Result<usize, String> {
         let slot = match file {
             f if f == Slot::Media as usize => Slot::Media,

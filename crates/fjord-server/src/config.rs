@@ -195,6 +195,9 @@ pub struct Config {
     pub cache_dir: PathBuf,
     /// The most an edge keeps of origin titles, in GB (10^9 bytes).
     pub cache_gb: f64,
+    /// What the edge's link to its origin carries, Mbit/s: streams of
+    /// titles being fetched are admitted to 80 % of it; 0: not limited.
+    pub origin_mbit_s: u64,
 }
 
 impl Default for Config {
@@ -263,6 +266,7 @@ impl Default for Config {
             origin: String::new(),
             cache_dir: PathBuf::from("./cache"),
             cache_gb: 10.0,
+            origin_mbit_s: 1000,
         }
     }
 }
@@ -538,6 +542,7 @@ impl Config {
             origin,
             cache_dir,
             cache_gb,
+            origin_mbit_s,
             max_loaded_titles,
             broadcasts
         );
@@ -585,6 +590,8 @@ impl Config {
             head: Duration::from_secs(self.head_s),
             workers_per_disk: self.storage_threads,
             disk_capacity: self.disk_capacity(),
+            origin_capacity: (!self.origin.is_empty() && self.origin_mbit_s > 0)
+                .then_some(self.origin_mbit_s * 1_000_000 / 8),
         })
     }
 

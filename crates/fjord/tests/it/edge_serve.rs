@@ -47,9 +47,14 @@ fn published(s3: &S3Server, files: &[(&Path, &str)]) -> tempfile::TempDir {
 /// An edge of `s3`'s `films/lib` with an empty root, its cache in `cache`,
 /// HTTP on `http`.
 fn edge(s3: &S3Server, cache: &Path, http: u16) -> Server {
+    edge_with(s3, cache, http, "")
+}
+
+/// [`edge`] with `more` config lines.
+fn edge_with(s3: &S3Server, cache: &Path, http: u16, more: &str) -> Server {
     let config = format!(
         "http_port = {http}\norigin = \"s3://films/lib\"\norigin_endpoint = \"{}\"\n\
-         origin_region = \"us-east-1\"\ncache_dir = \"{}\"\ncache_gb = 1\n",
+         origin_region = \"us-east-1\"\ncache_dir = \"{}\"\ncache_gb = 1\n{more}",
         s3.endpoint,
         cache.display()
     );
@@ -268,4 +273,67 @@ fn hls_and_dash_of_origin_mp4_and_matroska_titles_are_the_files_packets() {
         }
     }
     server.assert_alive();
+}
+
+/// The link to the origin admits streams of titles being fetched up to
+/// 80 % of `origin_mbit_s`, each title once however many streams play it:
+/// a second title past that gets 453 naming the origin, until the first
+/// title's last stream ends.
+#[test]
+fn the_origin_link_admits_each_fetched_title_once() {
+    let s3 = S3Server::start("films");
+    // Muxed at 10 Mbit/s; the link admits 12.8.
+    let fat = TsClip {
+        size: "320x240",
+        tone: 660,
+        seconds: 3,
+        rates: ("700k", "64k"),
+        extra: &["-muxrate", "10000000"],
+    }
+    .make("readahead-10m.ts");
+    let _dir = published(&s3, &[(&fat, "a.ts"), (&fat, "b.ts")]);
+    let cache = tempfile::tempdir().unwrap();
+    let server = edge_with(&s3, cache.path(), free_port(), "origin_mbit_s = 16\n");
+    let port = std::cell::Cell::new(50000);
+    let setup = |title: &str| {
+        let mut c = RtspClient::connect(&server.url(title)).unwrap();
+        let d = c.describe().unwrap();
+        port.set(port.get() + 2);
+        let transport = format!(
+            "RTP/AVP;unicast;client_port={}-{}",
+            port.get(),
+            port.get() + 1
+        );
+        let transport = transport.as_str();
+        let r = c
+            .request("SETUP", &d.track_urls[0], &[("Transport", transport)], &[])
+            .unwrap();
+        (c, r.status, String::from_utf8_lossy(&r.body).into_owned())
+    };
+    let (first, status, why) = setup("a.ts");
+    assert_eq!(status, 200, "{why}");
+    let (second, status, why) = setup("a.ts");
+    assert_eq!(
+        status, 200,
+        "a title fetched for one stream is for all: {why}"
+    );
+    let (_, status, why) = setup("b.ts");
+    assert_eq!(status, 453, "{why}");
+    assert!(why.contains("origin") && why.contains("Mbit/s"), "{why}");
+    drop(first);
+    let (_, status, why) = setup("b.ts");
+    assert_eq!(status, 453, "a.ts still has a stream: {why}");
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, status, why) = setup("b.ts");
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a.ts ended, still {status}: {why}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
