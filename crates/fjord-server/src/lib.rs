@@ -42,6 +42,7 @@ mod catalog;
 pub mod config;
 mod conn;
 mod control;
+mod drive;
 mod edge;
 mod guard;
 pub mod heap_count;

@@ -18,6 +18,7 @@ use crate::{
     session::{Session, SessionId, Sessions, Stream},
 };
 
+mod ask;
 mod describe;
 mod multicast;
 mod pause;
@@ -25,6 +26,8 @@ mod play;
 mod setup;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use ask::{Answer, PlayAsk, Question, Step, on_answer};
 
 /// What the RTSP methods need of the connection a request came on; the
 /// connection's task implements it over its socket.
@@ -104,18 +107,22 @@ fn refuse(code: u16, reason: &str) -> Reply {
     r.body("text/plain", format!("{reason}\r\n")).into()
 }
 
-/// Answers `req`, which arrived on `conn` at `now`: the reply, with the
-/// engine commands to send before it is written.
+/// Answers `req`, which arrived on `conn` at `now`: the reply, or a
+/// question for the driver ([`on_answer`] takes its answer), with the
+/// engine commands to send first.
 pub(crate) async fn handle(
     server: &Server,
     conn: &mut dyn Client,
     req: &Request,
     now: Instant,
-) -> Reply {
+) -> Step {
     let mut out = Outbox::default();
-    let mut reply = answer(server, (conn, &mut out), req, now).await;
-    reply.commands = out;
-    reply
+    let mut step = answer(server, (conn, &mut out), req, now).await;
+    match &mut step {
+        Step::Reply(r) => r.commands = out,
+        Step::Ask(a) => a.commands = out,
+    }
+    step
 }
 
 async fn answer(
@@ -123,33 +130,35 @@ async fn answer(
     (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
     now: Instant,
-) -> Reply {
+) -> Step {
     if req.version != Version::V1_0 {
-        return status(505);
+        return status(505).into();
     }
     if req.cseq().is_none() {
-        return refuse(400, "missing or invalid CSeq");
+        return refuse(400, "missing or invalid CSeq").into();
     }
     if req.method != Method::Options
         && let Some(denied) = denied(server, conn, req)
     {
-        return denied;
+        return denied.into();
     }
     match &req.method {
-        Method::Options => Response::new(200)
-            .header("Public", allowed_methods())
-            .into(),
-        Method::Describe => describe::answer(server, conn, req).await,
-        Method::Setup => setup::answer(server, (conn, out), req, now).await,
-        Method::Play => play::answer(server, conn, req, now).await,
-        Method::Pause => pause::answer(server, (conn, out), req, now).await,
-        Method::Teardown => teardown(server, (conn, out), req, now),
-        Method::GetParameter | Method::SetParameter => keepalive(server, conn, req, now),
+        Method::Options => reply(Response::new(200).header("Public", allowed_methods())),
+        Method::Describe => describe::answer(server, conn, req).await.into(),
+        Method::Setup => setup::answer(server, (conn, out), req, now).await.into(),
+        Method::Play => play::answer(server, conn, req, now),
+        Method::Pause => pause::answer(server, (conn, out), req, now),
+        Method::Teardown => teardown(server, (conn, out), req, now).into(),
+        Method::GetParameter | Method::SetParameter => keepalive(server, conn, req, now).into(),
         Method::Announce | Method::Record | Method::Redirect => {
-            Response::new(405).header("Allow", allowed_methods()).into()
+            reply(Response::new(405).header("Allow", allowed_methods()))
         }
-        Method::Other(_) => status(501),
+        Method::Other(_) => status(501).into(),
     }
+}
+
+fn reply(response: Response) -> Step {
+    Step::Reply(response.into())
 }
 
 /// The answer when the request's credentials may not read its title
