@@ -11,8 +11,8 @@ use fjord_proto::rtsp::framing::Request;
 
 use crate::{
     Server,
-    control::{self, Answer, Client, PlayAsk, Question, Reply, Step},
-    title_streams,
+    control::{self, Answer, Bind, Bound, Client, PlayAsk, Question, Read, Reply, Step},
+    session, title_streams,
 };
 
 /// The reply to `req`, which arrived on `conn` at `now`, with the engine
@@ -28,31 +28,70 @@ pub(crate) async fn request(
     loop {
         match step {
             Step::Reply(reply) => return reply,
-            Step::Ask(mut ask) => {
-                std::mem::take(&mut ask.commands).send_to(&server.engine);
-                let answer = answer(server, &ask.question).await;
-                step = control::on_answer(server, ask, answer);
+            Step::Ask(ask) => {
+                let (commands, question, resume) = ask.into_parts();
+                commands.send_to(&server.engine);
+                let answer = answer(server, question).await;
+                step = control::on_answer(server, resume, answer);
             }
         }
     }
 }
 
 /// Finds out what `question` asks.
-pub(crate) async fn answer(server: &Server, question: &Question) -> Answer {
+pub(crate) async fn answer(server: &Server, question: Question) -> Answer {
     match question {
-        Question::Position { shard, id } => Answer::Position(position(server, *shard, *id).await),
-        Question::Play(ask) => Answer::Played(play(server, ask).await),
+        Question::Position { shard, id } => Answer::Position(position(server, shard, id).await),
+        Question::Play(ask) => Answer::Played(play(server, &ask).await),
         Question::PauseAt { title, streams, ns } => {
-            Answer::PausedAt(pause_at(server, title, streams, *ns).await)
+            Answer::PausedAt(pause_at(server, &title, &streams, ns).await)
         }
         Question::GroupStart { group, title } => {
-            Answer::GroupStarted(group.start(server, title).await)
+            Answer::GroupStarted(group.start(server, &title).await)
         }
         Question::Wait(at) => {
-            tokio::time::sleep_until((*at).into()).await;
+            tokio::time::sleep_until(at.into()).await;
             Answer::Woke
         }
+        Question::Bind(bind) => Answer::Bound(self::bind(server, bind)),
+        Question::ReadRtcp(read) => Answer::Reading(start_reader(server, read)),
     }
+}
+
+/// Binds what a UDP stream needs.
+fn bind(server: &Server, bind: Bind) -> std::io::Result<Bound> {
+    match bind {
+        Bind::Own { local, rtp_peer } => {
+            let pair = server.ports.bind(local)?;
+            pair.rtp.connect(&rtp_peer.into())?;
+            pair.rtp.set_nonblocking(true)?;
+            Ok(Bound::Own(pair))
+        }
+        Bind::Shared { local, rtp, shard } => {
+            let Some(shared) = &server.shared else {
+                return Err(std::io::ErrorKind::Unsupported.into());
+            };
+            let pair = shared.pair(local, &server.ports)?;
+            let rtp_peer = pair.peer(rtp);
+            let (rtp, place) = pair.rtp_for(shard, rtp_peer);
+            Ok(Bound::Shared {
+                pair,
+                rtp,
+                rtp_peer,
+                place,
+            })
+        }
+    }
+}
+
+/// Starts reading a stream's own RTCP socket; `None` if it cannot be read.
+fn start_reader(server: &Server, read: Read) -> Option<tokio::task::AbortHandle> {
+    read.socket.set_nonblocking(true).ok()?;
+    let socket = tokio::net::UdpSocket::from_std(read.socket.into()).ok()?;
+    let sessions = server.sessions.clone();
+    let stream = (read.session, read.engine_id);
+    let reader = session::rtcp_reader(socket, read.client, sessions, stream);
+    Some(tokio::spawn(reader).abort_handle())
 }
 
 /// Positions every stream of a PLAY, in order; 500 when a lookup failed,

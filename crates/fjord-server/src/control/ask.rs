@@ -8,7 +8,12 @@ use std::{sync::Arc, time::Instant};
 
 use fjord_engine::{PlayInfo, Title};
 
-use super::{Reply, multicast, pause, play, status};
+use super::{
+    Reply, multicast, pause, play,
+    setup::{self, Binding, Read},
+    status,
+    transport::{Bind, Bound},
+};
 use crate::{Server, multicast::Group, outbox::Outbox, scale, session::SessionId};
 
 /// A decision's outcome: the reply, or a question whose answer finishes it.
@@ -29,6 +34,23 @@ pub(crate) struct Ask {
     pub commands: Outbox,
     pub question: Question,
     pending: Pending,
+}
+
+/// What a decision goes on with once its question is answered.
+pub(crate) struct Resume(Pending);
+
+impl Ask {
+    /// The commands, the question (the driver's to carry out) and what
+    /// takes its answer.
+    pub(crate) fn into_parts(self) -> (Outbox, Question, Resume) {
+        (self.commands, self.question, Resume(self.pending))
+    }
+}
+
+impl From<Ask> for Resume {
+    fn from(a: Ask) -> Self {
+        Resume(a.pending)
+    }
 }
 
 impl Step {
@@ -66,6 +88,11 @@ pub(crate) enum Question {
     },
     /// Wake at this time: [`Answer::Woke`].
     Wait(Instant),
+    /// Bind a UDP stream's sockets: [`Answer::Bound`].
+    Bind(Bind),
+    /// Start a reader of a UDP stream's own RTCP socket, stopped by its
+    /// abort handle: [`Answer::Reading`].
+    ReadRtcp(Read),
 }
 
 /// A PLAY's positioning of its streams.
@@ -92,6 +119,10 @@ pub(crate) enum Answer {
     /// `None`: the group could not start.
     GroupStarted(Option<crate::multicast::Started>),
     Woke,
+    /// The sockets, or why none could be bound.
+    Bound(std::io::Result<Bound>),
+    /// `None`: the reader could not start.
+    Reading(Option<tokio::task::AbortHandle>),
 }
 
 /// What a decision goes on with.
@@ -103,19 +134,30 @@ pub(super) enum Pending {
     GroupStart(SessionId),
     /// A multicast PLAY's reply, due at the group's start.
     GroupReply(SessionId, crate::multicast::Started),
+    /// A UDP SETUP.
+    Bind(Box<Binding>),
+    /// A SETUP's reply, once the reader of its stream (session, engine
+    /// id) has started.
+    Reading((SessionId, u64), Box<Reply>),
 }
 
 /// Finishes the decision `ask` began with the driver's `answer`: the
 /// reply, or the next question. The session may have ended meanwhile
 /// (its connection closed, it timed out, the admin ended it): 454.
-pub(crate) fn on_answer(server: &Server, ask: Ask, answer: Answer) -> Step {
-    match (ask.pending, answer) {
+pub(crate) fn on_answer(server: &Server, ask: impl Into<Resume>, answer: Answer) -> Step {
+    let Resume(pending) = ask.into();
+    match (pending, answer) {
         (Pending::PlayFrom(plan), Answer::Position(at)) => play::on_position(plan, at),
         (Pending::Play(plan), Answer::Played(infos)) => play::on_played(server, plan, infos),
         (Pending::Pause(id), Answer::PausedAt(r)) => pause::on_paused_at(server, id, r),
         (Pending::GroupStart(id), Answer::GroupStarted(s)) => multicast::on_started(id, s),
         (Pending::GroupReply(id, started), Answer::Woke) => {
             multicast::on_reply_due(server, id, started)
+        }
+        (Pending::Bind(b), Answer::Bound(bound)) => setup::on_bound(server, *b, bound),
+        (Pending::Reading(stream, reply), Answer::Reading(reader)) => {
+            setup::on_reading(server, stream, reader);
+            Step::Reply(*reply)
         }
         // The driver answers what was asked; anything else is a bug here.
         _ => status(500).into(),

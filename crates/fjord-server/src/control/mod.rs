@@ -26,8 +26,11 @@ mod play;
 mod setup;
 #[cfg(test)]
 mod tests;
+mod transport;
 
 pub(crate) use ask::{Answer, PlayAsk, Question, Step, on_answer};
+pub(crate) use setup::Read;
+pub(crate) use transport::{Bind, Bound};
 
 /// What the RTSP methods need of the connection a request came on; the
 /// connection's task implements it over its socket.
@@ -145,7 +148,7 @@ async fn answer(
     match &req.method {
         Method::Options => reply(Response::new(200).header("Public", allowed_methods())),
         Method::Describe => describe::answer(server, conn, req).await.into(),
-        Method::Setup => setup::answer(server, (conn, out), req, now).await.into(),
+        Method::Setup => setup::answer(server, (conn, out), req, now).await,
         Method::Play => play::answer(server, conn, req, now),
         Method::Pause => pause::answer(server, (conn, out), req, now),
         Method::Teardown => teardown(server, (conn, out), req, now).into(),

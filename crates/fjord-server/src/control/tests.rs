@@ -975,3 +975,109 @@ async fn a_multicast_play_replies_at_its_groups_start_or_not_at_all() {
         "the reply waits for the group's start, less its lead"
     );
 }
+
+// Binding as actions: a UDP SETUP asks for its sockets, the test answers.
+
+const UDP_SETUP: &str = "SETUP rtsp://198.18.0.1:8554/t.ts/track1 RTSP/1.0\nCSeq: 3\nTransport: RTP/AVP;unicast;client_port=5000-5001\n";
+
+fn no_load(s: &Server) -> bool {
+    s.admission.loads().iter().all(|&l| l == 0)
+}
+
+#[tokio::test]
+async fn a_udp_setup_asks_for_its_sockets_and_a_failed_bind_refuses_it() {
+    use super::{Answer, Bind, Question, on_answer};
+    let dir = tempfile::tempdir().unwrap();
+    let shared = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    let a = asked(first_step(&shared, &mut c, UDP_SETUP).await);
+    assert!(
+        matches!(a.question, Question::Bind(Bind::Shared { rtp, .. }) if rtp.port() == 5000),
+        "the shared pair, by default"
+    );
+    let per_session = Config {
+        udp_sockets: "per-session".into(),
+        ..Config::default()
+    };
+    let s = server(dir.path(), per_session);
+    let mut c = FakeClient::new(1);
+    let a = asked(first_step(&s, &mut c, UDP_SETUP).await);
+    match &a.question {
+        Question::Bind(Bind::Own { local, rtp_peer }) => {
+            assert_eq!(
+                local.to_string(),
+                "198.18.0.1",
+                "on the address it was asked on"
+            );
+            assert_eq!(
+                rtp_peer.to_string(),
+                "198.18.0.2:5000",
+                "to the client's port"
+            );
+        }
+        _ => panic!("a pair of the session's own"),
+    }
+    assert_eq!(
+        s.sessions.lock().all().count(),
+        1,
+        "the session waits in the table"
+    );
+    assert!(!no_load(&s), "with its stream's reservation");
+    let taken = std::io::Error::new(std::io::ErrorKind::AddrInUse, "every pair is taken");
+    let r = replied(on_answer(&s, a, Answer::Bound(Err(taken))));
+    assert_eq!(r.response.status, 453);
+    assert!(String::from_utf8_lossy(&r.response.body).contains("every pair is taken"));
+    assert_eq!(
+        s.sessions.lock().all().count(),
+        0,
+        "the session made for it ends"
+    );
+    assert!(no_load(&s), "and gives its reservation back");
+    // The session ends while its sockets are bound.
+    let a = asked(first_step(&s, &mut c, UDP_SETUP).await);
+    let id = s.sessions.lock().all().next().unwrap().id;
+    s.end_session(id);
+    let gone = std::io::Error::other("not bound");
+    let r = replied(on_answer(&s, a, Answer::Bound(Err(gone))));
+    assert_eq!(r.response.status, 454);
+    assert!(no_load(&s));
+    // Elsewhere than the client: refused before anything is bound.
+    let elsewhere = UDP_SETUP.replace("unicast;", "unicast;destination=198.18.0.9;");
+    let r = replied(first_step(&s, &mut c, &elsewhere).await);
+    assert_eq!(r.response.status, 403);
+    assert!(no_load(&s) && s.sessions.lock().all().next().is_none());
+}
+
+#[tokio::test]
+async fn an_rtcp_reader_stops_with_its_stream_or_at_once_without_one() {
+    use super::{Answer, Question, Step, ask::Pending, on_answer};
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let engine_id = s.sessions.lock().get(&id).unwrap().streams[0].engine_id;
+    let session = SessionId::parse(&id).unwrap();
+    let reading = |stream: (SessionId, u64), reader: &tokio::task::JoinHandle<()>| {
+        let pending = Pending::Reading(stream, Box::new(super::status(200)));
+        let a = asked(Step::ask(Question::Wait(Instant::now()), pending));
+        let r = replied(on_answer(
+            &s,
+            a,
+            Answer::Reading(Some(reader.abort_handle())),
+        ));
+        assert_eq!(r.response.status, 200, "the SETUP's reply");
+    };
+    let orphan = tokio::spawn(std::future::pending::<()>());
+    reading((session, engine_id + 1), &orphan);
+    assert!(
+        orphan.await.unwrap_err().is_cancelled(),
+        "no such stream: stopped"
+    );
+    let reader = tokio::spawn(std::future::pending::<()>());
+    reading((session, engine_id), &reader);
+    tokio::task::yield_now().await;
+    assert!(!reader.is_finished(), "read while the stream lives");
+    let teardown = format!("TEARDOWN {URL} RTSP/1.0\nCSeq: 9\nSession: {id}\n");
+    assert_eq!(ask(&s, &mut c, &teardown).await.response.status, 200);
+    assert!(reader.await.unwrap_err().is_cancelled(), "stopped with it");
+}
