@@ -422,7 +422,7 @@ pub(crate) fn serve_connection(
         conn.forget_ended(&table);
         let mut out = Outbox::default();
         for id in conn.sessions() {
-            table.remove(id, &mut out, &server.admission);
+            table.remove(id, &mut out);
         }
         drop(table);
         out.send_to(&server.engine);

@@ -252,11 +252,10 @@ fn teardown(
     if matches!(stream, Some(Some((_, true)))) && ending < all {
         return refuse(455, "a repair stream is torn down with its source track");
     }
-    let admission = &server.admission;
     match ending {
         0 => return refuse(404, "no stream of this session has that URL"),
-        n if n == all => drop(sessions.remove(id, out, admission)),
-        _ => sessions.remove_streams(id, ends, out, admission),
+        n if n == all => drop(sessions.remove(id, out)),
+        _ => sessions.remove_streams(id, ends, out),
     }
     status(200)
 }
@@ -275,7 +274,7 @@ pub(crate) fn expire_idle(server: &Server, now: Instant) -> Instant {
     let mut out = Outbox::default();
     for id in idle {
         tracing::info!(session = %id, "session timed out");
-        sessions.remove(id, &mut out, &server.admission);
+        sessions.remove(id, &mut out);
     }
     drop(sessions);
     out.send_to(&server.engine);

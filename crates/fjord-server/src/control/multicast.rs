@@ -88,7 +88,7 @@ pub(super) fn setup(
             );
             let id = s.id;
             if let Err(r) = super::setup::admit_session(server, sessions, s) {
-                group.leave(out, &server.admission);
+                group.leave(out, &mut sessions.admission);
                 return r;
             }
             id
@@ -96,19 +96,24 @@ pub(super) fn setup(
     };
     let tracks = title.index().track_count();
     let stream = match repair {
-        false => group.track(server, &title, track as u32, local),
+        false => group.track(
+            (server, &mut sessions.admission),
+            &title,
+            track as u32,
+            local,
+        ),
         true => {
             let pt = crate::title_streams::repair_payload_type(&title);
             group.repair(server, (track as u32, tracks), local, pt)
         }
     };
-    let joined = stream.and_then(|t| Ok((t, member_share(server, t.1)?)));
+    let joined = stream.and_then(|t| Ok((t, member_share(&mut sessions.admission, t.1)?)));
     let ((engine_id, shard, ssrc), reservation) = match joined {
         Ok(j) => j,
         Err(e) => {
-            group.leave(out, &server.admission);
+            group.leave(out, &mut sessions.admission);
             if existing.is_none() {
-                sessions.remove(id, out, &server.admission);
+                sessions.remove(id, out);
             }
             count_refusal(server, &e);
             return refuse(e.status(), &e.to_string());
@@ -118,8 +123,8 @@ pub(super) fn setup(
     let reply = transport::reply_multicast(group.addr, rtp, rtcp, group.ttl, ssrc);
     // Still there: the table has been locked since it was found or added.
     let Some(session) = sessions.get_mut(id) else {
-        server.admission.release(&reservation);
-        group.leave(out, &server.admission);
+        sessions.admission.release(&reservation);
+        group.leave(out, &mut sessions.admission);
         return status(454);
     };
     session.add_stream(Stream {
@@ -164,8 +169,11 @@ fn group_of(session: &Session, track: usize, repair: bool) -> Result<Arc<Group>,
 
 /// A member's share of its group's engine thread: none (the group holds
 /// the stream's), but every stream carries one.
-fn member_share(server: &Server, shard: u64) -> Result<crate::admission::Reservation, GroupError> {
-    (server.admission)
+fn member_share(
+    admission: &mut crate::admission::Admission,
+    shard: u64,
+) -> Result<crate::admission::Reservation, GroupError> {
+    admission
         .reserve(Some(shard as usize), 0)
         .ok_or(GroupError::Capacity)
 }

@@ -100,7 +100,11 @@ fn begin(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Res
     if multicast::is_member(session) {
         return Ok(Begun::Multicast((session.id, session.title.clone())));
     }
-    plan(server, session, req, now).map(Begun::Unicast)
+    let id = session.id;
+    let Some(found) = sessions.with_admission(id) else {
+        return Err(status(454));
+    };
+    plan(server, found, req, now).map(Begun::Unicast)
 }
 
 /// What a PLAY does to a session's streams, decided before the engine
@@ -128,7 +132,7 @@ pub(super) struct Plan {
 /// room, and moves the session to playing at its new rate.
 fn plan(
     server: &Server,
-    session: &mut Session,
+    (session, admission): (&mut Session, &mut Admission),
     req: &Request,
     now: Instant,
 ) -> Result<Plan, Reply> {
@@ -140,12 +144,7 @@ fn plan(
     let was_playing = session.state == State::Playing;
     let playing = next_state(session.state, &Method::Play).map_err(status)?;
     let speed_was = session.speed;
-    if !resize_for_speed(
-        &server.admission,
-        &mut session.streams,
-        speed_was,
-        rate.speed,
-    ) {
+    if !resize_for_speed(admission, &mut session.streams, speed_was, rate.speed) {
         server.metrics.refused(Refusal::Speed);
         return Err(refuse(453, "no room on the engine thread for that Speed"));
     }
@@ -248,7 +247,12 @@ fn requested_range(req: &Request, duration_ns: u64, backwards: bool) -> Result<R
 /// Sizes every stream's admission reservation for delivery at `speed`
 /// (millionths) instead of `was`; false, and none changed, when a
 /// thread has no room.
-fn resize_for_speed(admission: &Admission, streams: &mut [Stream], was: u32, speed: u32) -> bool {
+fn resize_for_speed(
+    admission: &mut Admission,
+    streams: &mut [Stream],
+    was: u32,
+    speed: u32,
+) -> bool {
     for i in 0..streams.len() {
         if !admission.resize(&mut streams[i].reservation, speed) {
             for st in &mut streams[..i] {

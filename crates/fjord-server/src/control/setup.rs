@@ -23,7 +23,7 @@ use super::{
 };
 use crate::{
     Server,
-    admission::Reservation,
+    admission::{Admission, Reservation},
     metrics::Refusal,
     outbox::Outbox,
     scale,
@@ -171,11 +171,11 @@ fn unicast(
             id
         }
     };
-    let Some(session) = sessions.get_mut(id) else {
+    let Some((session, admission)) = sessions.with_admission(id) else {
         return status(454).into();
     };
     let new = existing.is_none();
-    match add_stream(server, (conn, out), req, session, wanted, now) {
+    match add_stream(server, (conn, out), req, (session, admission), wanted, now) {
         Ok(Added::Made(transport_reply)) => {
             keep_stream(conn, session, new, now);
             setup_reply(server, session, &transport_reply).into()
@@ -191,7 +191,7 @@ fn unicast(
         }
         Err(r) => {
             if new {
-                sessions.remove(id, out, &server.admission);
+                sessions.remove(id, out);
             }
             r.into()
         }
@@ -308,12 +308,12 @@ fn add_stream(
     server: &Server,
     (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
-    session: &mut Session,
+    (session, admission): (&mut Session, &mut Admission),
     wanted: Wanted,
     now: Instant,
 ) -> Result<Added, Reply> {
     let title = &session.title;
-    let (reservation, storage) = reserve(server, conn, title, &wanted)?;
+    let (reservation, storage) = reserve((server, admission), conn, title, &wanted)?;
     let ids = stream_ids(title, &wanted);
     let shard = reservation.thread as u64;
     let stream = NewStream {
@@ -325,8 +325,8 @@ fn add_stream(
         reservation,
         storage,
     };
-    let release = |r| {
-        server.admission.release(&stream.reservation);
+    let mut release = |r| {
+        admission.release(&stream.reservation);
         r
     };
     match wanted.request {
@@ -424,16 +424,16 @@ fn finish(
 pub(super) fn on_bound(server: &Server, b: Binding, bound: std::io::Result<Bound>) -> Step {
     let mut sessions = server.sessions.lock();
     let Some(session) = sessions.get_mut(b.session) else {
-        server.admission.release(&b.stream.reservation);
+        sessions.admission.release(&b.stream.reservation);
         return status(454).into();
     };
     let mut out = Outbox::default();
     let made = match super::transport::udp_made(b.session, &b.udp, bound) {
         Ok(m) => m,
         Err(mut r) => {
-            server.admission.release(&b.stream.reservation);
+            sessions.admission.release(&b.stream.reservation);
             if b.new {
-                sessions.remove(b.session, &mut out, &server.admission);
+                sessions.remove(b.session, &mut out);
             }
             r.commands = out;
             return r.into();
@@ -495,7 +495,7 @@ pub(super) fn on_reading(
 /// bandwidth and the read-ahead memory it needs (held by the stream,
 /// given back with it).
 fn reserve(
-    server: &Server,
+    (server, admission): (&Server, &mut Admission),
     conn: &dyn Client,
     title: &Title,
     wanted: &Wanted,
@@ -505,13 +505,13 @@ fn reserve(
         (true, Some(fec)) => (pps * u64::from(fec.params().m)).div_ceil(u64::from(fec.params().k)),
         _ => pps,
     };
-    let threads = server.admission.threads() as u64;
+    let threads = admission.threads() as u64;
     let pinned = match (wanted.source, &wanted.request) {
         (Some((shard, _)), _) => Some((shard % threads) as usize),
         (None, TransportRequest::Tcp { .. }) => Some((conn.id() % threads) as usize),
         (None, TransportRequest::Udp { .. } | TransportRequest::Multicast { .. }) => None,
     };
-    let Some(reservation) = server.admission.reserve(pinned, pps) else {
+    let Some(reservation) = admission.reserve(pinned, pps) else {
         server.metrics.refused(Refusal::Engine);
         return Err(refuse(
             453,
@@ -524,7 +524,7 @@ fn reserve(
     match storage.reserve(title, pps * title_streams::average_packet_bytes(title)) {
         Ok(r) => Ok((reservation, Some(Box::new(r)))),
         Err(e) => {
-            server.admission.release(&reservation);
+            admission.release(&reservation);
             server.metrics.refused(Refusal::Storage(e.limit()));
             Err(refuse(453, &e.to_string()))
         }

@@ -981,7 +981,7 @@ async fn a_multicast_play_replies_at_its_groups_start_or_not_at_all() {
 const UDP_SETUP: &str = "SETUP rtsp://198.18.0.1:8554/t.ts/track1 RTSP/1.0\nCSeq: 3\nTransport: RTP/AVP;unicast;client_port=5000-5001\n";
 
 fn no_load(s: &Server) -> bool {
-    s.admission.loads().iter().all(|&l| l == 0)
+    s.sessions.lock().admission.loads().iter().all(|&l| l == 0)
 }
 
 #[tokio::test]
