@@ -15,8 +15,10 @@
 //! fetched from the origin beside the distinct slices the sessions needed
 //! (collapsing), the cache's byte hit ratio, and on the same plan of slice
 //! reads replayed offline the hit ratios of S4LRU (fjord's), LRU and
-//! Belady's optimum. Not here: a rate limit on the origin link (`tbf` in a
-//! namespace) and CPU per packet beside the same title on local disk.
+//! Belady's optimum. Then the server's CPU per packet of the most popular
+//! title, `--cpu-sessions` viewers for `--cpu-seconds`, from the edge's
+//! cache beside a local server of the same files. Not here: a rate limit
+//! on the origin link (`tbf` in a namespace).
 
 pub mod proxy;
 pub mod trace;
@@ -50,6 +52,9 @@ pub struct EdgeConfig {
     pub zipf: f64,
     pub hold: Duration,
     pub seed: u64,
+    /// Viewers of the CPU comparison (0: none).
+    pub cpu_sessions: usize,
+    pub cpu_seconds: f64,
     pub fjord_exe: PathBuf,
 }
 
@@ -81,7 +86,27 @@ pub struct EdgeReport {
     pub hit_ratio_s4lru: f64,
     pub hit_ratio_lru: f64,
     pub hit_ratio_belady: f64,
+    pub cpu: Option<CpuBeside>,
     pub errors: Vec<String>,
+}
+
+/// The server process's CPU per packet its viewers receive, ns, for one
+/// title: from the edge's cache and from a local server of the same
+/// media, index, packet and parity files, in turns ([`CPU_TURNS`] each,
+/// so a change in the machine's load falls on both).
+#[derive(Debug, Default, Serialize)]
+pub struct CpuBeside {
+    pub title: String,
+    pub sessions: usize,
+    pub seconds: f64,
+    pub edge_ns: Vec<f64>,
+    pub local_ns: Vec<f64>,
+}
+
+const CPU_TURNS: usize = 3;
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
 /// p50, p99 and max, ms.
@@ -128,7 +153,7 @@ pub fn run(cfg: &EdgeConfig, command: &str) -> anyhow::Result<EdgeReport> {
     publish(cfg, &lib, &s3)?;
     let proxy = proxy::start(s3.addr, cfg.hold)?;
     let cache_bytes = (lib.media_bytes() as f64 * cfg.cache_share) as u64;
-    let server = Edge::start(cfg, scratch.path(), proxy.addr, cache_bytes)?;
+    let server = Edge::start(cfg, scratch.path(), "edge", Some((proxy.addr, cache_bytes)))?;
     let plan = trace::plan(&lib, cfg);
     let starts: Vec<SessionStart> = (plan.sessions.iter())
         .map(|s| SessionStart {
@@ -148,6 +173,10 @@ pub fn run(cfg: &EdgeConfig, command: &str) -> anyhow::Result<EdgeReport> {
     lc.setup_timeout = Duration::from_secs(30);
     let loaded = load::run(&lc).context("playing the sessions")?;
     let metrics = server.metrics()?;
+    let cpu = match cfg.cpu_sessions {
+        0 => None,
+        n => Some(cpu_beside(cfg, &lib, &server, scratch.path(), n)?),
+    };
     let (served, policies) = (&metrics, trace::hit_ratios(&plan, cache_bytes));
     let mut seen = HashSet::new();
     let (mut all, mut uncached) = (Vec::new(), Vec::new());
@@ -195,8 +224,77 @@ pub fn run(cfg: &EdgeConfig, command: &str) -> anyhow::Result<EdgeReport> {
         hit_ratio_s4lru: policies.s4lru,
         hit_ratio_lru: policies.lru,
         hit_ratio_belady: policies.belady,
+        cpu,
         errors: loaded.errors.clone(),
     })
+}
+
+/// The CPU per packet of the most popular title (played by the run, so
+/// cached) from `edge` and from a local server of its files, in turns.
+fn cpu_beside(
+    cfg: &EdgeConfig,
+    lib: &Library,
+    edge: &Edge,
+    scratch: &Path,
+    sessions: usize,
+) -> anyhow::Result<CpuBeside> {
+    let title = &lib.titles[0];
+    let root = scratch.join("local");
+    std::fs::create_dir_all(&root)?;
+    let media = &title.path;
+    let files = [
+        media.clone(),
+        fjord_media::index::index_path_for(media),
+        fjord_media::prefab::prefab_path_for(media),
+        fjord_fec::sidecar_path_for(media),
+    ];
+    for f in files.iter().filter(|f| f.exists()) {
+        std::fs::copy(f, root.join(f.file_name().context("a file name")?))?;
+    }
+    let local = Edge::start(cfg, scratch, "local", None)?;
+    let (mut edge_ns, mut local_ns) = (Vec::new(), Vec::new());
+    for _ in 0..CPU_TURNS {
+        edge_ns.push(cpu_per_packet(
+            edge,
+            &title.name,
+            sessions,
+            cfg.cpu_seconds,
+        )?);
+        local_ns.push(cpu_per_packet(
+            &local,
+            &title.name,
+            sessions,
+            cfg.cpu_seconds,
+        )?);
+    }
+    Ok(CpuBeside {
+        title: title.name.clone(),
+        sessions,
+        seconds: cfg.cpu_seconds,
+        edge_ns,
+        local_ns,
+    })
+}
+
+/// ns of `server`'s CPU per packet its viewers receive: `sessions` of
+/// `title` for `seconds`, after a play of a second that is not counted.
+fn cpu_per_packet(
+    server: &Edge,
+    title: &str,
+    sessions: usize,
+    seconds: f64,
+) -> anyhow::Result<f64> {
+    let url = format!("{}{title}", server.url);
+    let mut warm = LoadConfig::new(&url, 1, Duration::from_secs(1));
+    warm.gro = false;
+    load::run(&warm).context("warming the title")?;
+    let mut lc = LoadConfig::new(&url, sessions, Duration::from_secs_f64(seconds));
+    lc.gro = false;
+    let pid = server.child.id();
+    let before = crate::procfs::process_cpu(pid)?;
+    let r = load::run(&lc).context("measuring CPU per packet")?;
+    let used = crate::procfs::process_cpu(pid)?.saturating_sub(before);
+    Ok(used.as_nanos() as f64 / r.totals.packets.max(1) as f64)
 }
 
 /// `fjord publish` of every title to `s3://bench/lib`.
@@ -293,7 +391,9 @@ fn free_addr() -> std::io::Result<SocketAddr> {
     TcpListener::bind("127.0.0.1:0")?.local_addr()
 }
 
-/// `fjord serve` as an edge of `s3://bench/lib` through `origin`.
+/// `fjord serve` of the root `NAME` under the scratch directory: an edge
+/// of `s3://bench/lib` through `origin` with a cache of `cache` bytes, or
+/// (no origin) a server of its local files.
 struct Edge {
     child: Child,
     url: String,
@@ -306,22 +406,27 @@ impl Edge {
     fn start(
         cfg: &EdgeConfig,
         scratch: &Path,
-        origin: SocketAddr,
-        cache: u64,
+        name: &str,
+        origin: Option<(SocketAddr, u64)>,
     ) -> anyhow::Result<Edge> {
-        let (root, config) = (scratch.join("root"), scratch.join("edge.toml"));
+        let (root, config) = (scratch.join(name), scratch.join(format!("{name}.toml")));
         std::fs::create_dir_all(&root)?;
         let admin = free_addr()?;
-        let text = format!(
-            "origin = \"s3://bench/lib\"\norigin_endpoint = \"http://{origin}\"\norigin_region = \"us-east-1\"\n\
-             cache_dir = \"{}\"\ncache_gb = {}\nadmin_bind = \"{admin}\"\nhttp_port = 0\naccess_log = false\n\
+        let mut text = format!(
+            "admin_bind = \"{admin}\"\nhttp_port = 0\naccess_log = false\n\
              max_connections = {room}\nmax_sessions = {room}\nmax_connections_per_address = {room}\n\
              max_sessions_per_address = {room}\n",
-            scratch.join("cache").display(),
-            cache as f64 / 1e9,
             // Every viewer comes from loopback.
-            room = cfg.sessions + 64,
+            room = cfg.sessions.max(cfg.cpu_sessions) + 64,
         );
+        if let Some((origin, cache)) = origin {
+            text += &format!(
+                "origin = \"s3://bench/lib\"\norigin_endpoint = \"http://{origin}\"\norigin_region = \"us-east-1\"\n\
+                 cache_dir = \"{}\"\ncache_gb = {}\n",
+                scratch.join("cache").display(),
+                cache as f64 / 1e9,
+            );
+        }
         std::fs::write(&config, text)?;
         let mut child = Command::new(&cfg.fjord_exe)
             .args(["serve", "--bind", "127.0.0.1", "--port", "0", "--root"])
@@ -482,6 +587,23 @@ pub fn markdown(r: &EdgeReport) -> String {
         "| byte hit ratio on the sessions' plan, offline: S4LRU / LRU / Belady | {:.3} / {:.3} / {:.3} |\n",
         r.hit_ratio_s4lru, r.hit_ratio_lru, r.hit_ratio_belady
     );
+    if let Some(c) = &r.cpu {
+        let turns = |v: &[f64]| {
+            let each: Vec<String> = v.iter().map(|n| format!("{n:.0}")).collect();
+            format!("{:.0} ({})", mean(v), each.join(", "))
+        };
+        md += &format!(
+            "\nServer CPU per packet received, {} sessions of {} for {:.0} s, the two servers in turns:\n\n\
+             | server | ns per packet, mean (each turn) | × local |\n|---|---:|---:|\n\
+             | local disk | {} | 1.00 |\n| edge, from its cache | {} | {:.3} |\n",
+            c.sessions,
+            c.title,
+            c.seconds,
+            turns(&c.local_ns),
+            turns(&c.edge_ns),
+            mean(&c.edge_ns) / mean(&c.local_ns).max(1.0)
+        );
+    }
     if !r.errors.is_empty() {
         md += &format!("\nErrors: {}\n", r.errors.join("; "));
     }

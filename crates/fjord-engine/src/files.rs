@@ -151,12 +151,19 @@ impl Files {
         files.set(Slot::Media, media_path, media, media_bytes)?;
         let index = files.index.try_clone()?;
         files.set(Slot::Index, index_path, &index, index_bytes)?;
-        for slot in [Slot::Media, Slot::Index] {
-            if filled && let Some((_, id)) = &mut files.paths[slot as usize] {
-                id.mtime_ns = WRITTEN_WHILE_SERVED;
-            }
+        if filled {
+            files.written_while_served(Slot::Media);
+            files.written_while_served(Slot::Index);
         }
         Ok(files)
+    }
+
+    /// File `slot` is written while it is served (slices landing): only
+    /// its identity and size say whether it changed.
+    pub(crate) fn written_while_served(&mut self, slot: Slot) {
+        if let Some((_, id)) = &mut self.paths[slot as usize] {
+            id.mtime_ns = WRITTEN_WHILE_SERVED;
+        }
     }
 
     /// Records file `slot` at `path`, open as `file` and mapped as `bytes`.

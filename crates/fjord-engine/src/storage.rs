@@ -1,8 +1,8 @@
 //! A title as the storage layer sees it (`fjord_storage::Source`): its
 //! mapped files, the bytes each run of packets touches, whether a file
-//! changed on disk since it was loaded, the fill of media bytes not yet on
-//! local disk (an edge title), and the rebuild of bytes the disk
-//! fails to read.
+//! changed on disk since it was loaded, the fill of bytes not yet on local
+//! disk (an edge title's media, index and packet file), and the rebuild of
+//! bytes the disk fails to read.
 
 use std::{ops::Range, path::Path};
 
@@ -124,10 +124,15 @@ impl Source for Title {
     fn fill(&self, file: usize, range: Range<usize>) -> Result<Option<Hold>, String> {
         let range = range.start as u64..range.end as u64;
         match file {
-            f if f == Slot::Media as usize => self.fill_media(range),
-            f if f == Slot::Index as usize => self.fill_index(range),
+            f if f == Slot::Media as usize => self.fill(Slot::Media, range),
+            f if f == Slot::Index as usize => self.fill(Slot::Index, range),
+            f if f == Slot::Prefab as usize => self.fill(Slot::Prefab, range),
             _ => Ok(None),
         }
+    }
+
+    fn filled(&self) -> bool {
+        self.is_filled()
     }
 
     fn rebuild(&self, file: usize, range: Range<usize>, out: &mut [u8]) -> Result<usize, String> {

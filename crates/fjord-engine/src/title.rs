@@ -6,9 +6,10 @@
 //! reference, like the media. It may carry the prefabricated packets
 //! written at ingest, which the batching paths send instead of building
 //! headers (`fjord_media::prefab`).
-//! An edge title's media file is a sparse file of slices fetched from the
-//! origin ([`Title::filled`]): its bytes are filled in before the storage
-//! layer reads them ahead, and only its identity and size tell a change.
+//! An edge title's files are sparse files of slices fetched from the
+//! origin ([`Title::filled`], [`Title::attach_filled_prefab`]): their bytes
+//! are filled in before the storage layer reads them ahead, and only their
+//! identity and size tell a change.
 
 use std::{
     fs::File,
@@ -56,6 +57,7 @@ pub struct Title {
 struct Fills {
     index: Option<Arc<dyn Filled>>,
     media: Option<Arc<dyn Filled>>,
+    prefab: Option<Arc<dyn Filled>>,
 }
 
 /// Why [`Title::verify`] failed.
@@ -101,6 +103,7 @@ impl Title {
         let fills = Fills {
             index: Some(index_fill),
             media: Some(media_fill),
+            prefab: None,
         };
         Self::open(index, media_path, index_path, fills)
     }
@@ -130,7 +133,7 @@ impl Title {
     /// them there while the hold lives (`None`: the file is all there).
     /// Waits: call it where blocking is allowed.
     pub fn fill_media(&self, range: Range<u64>) -> Result<Option<Hold>, String> {
-        self.fills.media.as_ref().map(|f| f.fill(range)).transpose()
+        self.fill(Slot::Media, range)
     }
 
     /// Whether the title's files are filled in as they are read (an edge's).
@@ -138,9 +141,15 @@ impl Title {
         self.fills.media.is_some()
     }
 
-    /// As [`Title::fill_media`], for the index.
-    pub(crate) fn fill_index(&self, range: Range<u64>) -> Result<Option<Hold>, String> {
-        self.fills.index.as_ref().map(|f| f.fill(range)).transpose()
+    /// As [`Title::fill_media`], for file `slot`.
+    pub(crate) fn fill(&self, slot: Slot, range: Range<u64>) -> Result<Option<Hold>, String> {
+        let fill = match slot {
+            Slot::Media => &self.fills.media,
+            Slot::Index => &self.fills.index,
+            Slot::Prefab => &self.fills.prefab,
+            Slot::Parity => return Ok(None),
+        };
+        fill.as_ref().map(|f| f.fill(range)).transpose()
     }
 
     /// Attaches the prefabricated packets at `path` after checking they
@@ -153,6 +162,20 @@ impl Title {
         };
         self.files.set(Slot::Prefab, path, &file, prefab.bytes())?;
         self.prefab = Some((file, prefab));
+        Ok(())
+    }
+
+    /// [`Title::attach_prefab`] of a packet file on local disk only in part
+    /// (an edge's), whose header is there: `fill` brings the rest in as
+    /// for [`Title::filled`].
+    pub fn attach_filled_prefab(
+        &mut self,
+        path: &Path,
+        fill: Arc<dyn Filled>,
+    ) -> Result<(), PrefabError> {
+        self.attach_prefab(path, Check::Later)?;
+        self.files.written_while_served(Slot::Prefab);
+        self.fills.prefab = Some(fill);
         Ok(())
     }
 
@@ -366,7 +389,9 @@ impl Title {
         self.media().len() as u64
     }
 
-    pub(crate) fn media(&self) -> &[u8] {
+    /// The media file as mapped (of an edge's title, zeros where its
+    /// slices are not filled in: [`Title::fill_media`] them first).
+    pub fn media(&self) -> &[u8] {
         &self.media
     }
 

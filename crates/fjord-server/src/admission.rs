@@ -3,13 +3,22 @@
 //! Each thread has a budget in packets per second (what one core sustains,
 //! measured by `fjord bench capacity` or configured); a SETUP that would
 //! exceed it gets 453 Not Enough Bandwidth, so admitted streams stay on time.
-
-use std::sync::atomic::{AtomicU64, Ordering};
+//!
+//! Plain counts, no lock or atomic inside: the server keeps them in the
+//! session table ([`crate::session::Sessions`]), under its one lock, beside
+//! the streams whose reservations they add up.
 
 pub struct Admission {
     /// Packets per second one engine thread may promise; `None`: no limit.
     capacity: Option<u64>,
-    load: Vec<AtomicU64>,
+    load: Vec<u64>,
+}
+
+/// One thread, no limit (tests).
+impl Default for Admission {
+    fn default() -> Self {
+        Self::new(1, None)
+    }
 }
 
 /// Packets per second promised on one engine thread.
@@ -26,7 +35,7 @@ impl Admission {
     pub fn new(threads: usize, capacity: Option<u64>) -> Self {
         Self {
             capacity,
-            load: (0..threads.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            load: vec![0; threads.max(1)],
         }
     }
 
@@ -40,44 +49,33 @@ impl Admission {
 
     /// Packets per second promised on each thread now.
     pub fn loads(&self) -> Vec<u64> {
-        self.load
-            .iter()
-            .map(|l| l.load(Ordering::Relaxed))
-            .collect()
+        self.load.clone()
     }
 
     /// Reserves `pps` on `thread`, or on the least loaded thread when any
     /// will do; `None` when that would exceed the capacity.
-    pub fn reserve(&self, thread: Option<usize>, pps: u64) -> Option<Reservation> {
+    pub fn reserve(&mut self, thread: Option<usize>, pps: u64) -> Option<Reservation> {
         let thread = thread.map(|t| t % self.load.len()).unwrap_or_else(|| {
             (0..self.load.len())
-                .min_by_key(|&t| self.load[t].load(Ordering::Relaxed))
+                .min_by_key(|&t| self.load[t])
                 .unwrap_or(0)
         });
-        let load = &self.load[thread];
-        let mut current = load.load(Ordering::Relaxed);
-        loop {
-            let next = current.checked_add(pps)?;
-            if self.capacity.is_some_and(|cap| next > cap) {
-                return None;
-            }
-            match load.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => {
-                    return Some(Reservation {
-                        thread,
-                        pps,
-                        base: pps,
-                    });
-                }
-                Err(seen) => current = seen,
-            }
+        let next = self.load[thread].checked_add(pps)?;
+        if self.capacity.is_some_and(|cap| next > cap) {
+            return None;
         }
+        self.load[thread] = next;
+        Some(Reservation {
+            thread,
+            pps,
+            base: pps,
+        })
     }
 
     /// Resizes `r` for delivery at `speed` millionths of real time, on
     /// its thread; false (and `r` unchanged) when that would exceed the
     /// capacity.
-    pub fn resize(&self, r: &mut Reservation, speed: u32) -> bool {
+    pub fn resize(&mut self, r: &mut Reservation, speed: u32) -> bool {
         let want = (r.base * u64::from(speed)).div_ceil(u64::from(fjord_engine::REAL_TIME));
         if want > r.pps {
             let Some(more) = self.reserve(Some(r.thread), want - r.pps) else {
@@ -85,14 +83,14 @@ impl Admission {
             };
             r.pps += more.pps;
         } else {
-            self.load[r.thread].fetch_sub(r.pps - want, Ordering::AcqRel);
+            self.load[r.thread] -= r.pps - want;
             r.pps = want;
         }
         true
     }
 
-    pub fn release(&self, r: &Reservation) {
-        self.load[r.thread].fetch_sub(r.pps, Ordering::AcqRel);
+    pub fn release(&mut self, r: &Reservation) {
+        self.load[r.thread] = self.load[r.thread].saturating_sub(r.pps);
     }
 }
 
@@ -102,7 +100,7 @@ mod tests {
 
     #[test]
     fn reservations_stop_at_capacity_and_come_back_on_release() {
-        let a = Admission::new(2, Some(1000));
+        let mut a = Admission::new(2, Some(1000));
         let r1 = a.reserve(None, 600).unwrap();
         let r2 = a.reserve(None, 600).unwrap();
         assert_ne!(r1.thread, r2.thread, "spread over the least loaded thread");
@@ -121,7 +119,7 @@ mod tests {
 
     #[test]
     fn a_faster_delivery_reserves_more_on_its_thread_and_gives_it_back() {
-        let a = Admission::new(1, Some(1000));
+        let mut a = Admission::new(1, Some(1000));
         let mut r = a.reserve(None, 300).unwrap();
         let x = fjord_engine::REAL_TIME;
         assert!(a.resize(&mut r, 3 * x), "900 pps");
@@ -133,7 +131,7 @@ mod tests {
 
     #[test]
     fn without_a_capacity_everything_is_admitted() {
-        let a = Admission::new(1, None);
+        let mut a = Admission::new(1, None);
         for _ in 0..100 {
             assert!(a.reserve(None, u32::MAX as u64).is_some());
         }

@@ -277,7 +277,8 @@ async fn slot_stream(
         bytes_per_s * f64::from(u32::from(r.k) + u32::from(r.m)) / f64::from(r.k)
     });
     let pps = (bytes_per_s as u64).div_ceil(packet_bytes);
-    let reservation = (server.admission.reserve(None, pps)).ok_or("no engine thread has room")?;
+    let reservation =
+        (server.sessions.lock().admission.reserve(None, pps)).ok_or("no engine thread has room")?;
     let shard = reservation.thread as u64;
     let disk = match &server.storage {
         None => None,

@@ -195,6 +195,9 @@ pub struct Config {
     pub cache_dir: PathBuf,
     /// The most an edge keeps of origin titles, in GB (10^9 bytes).
     pub cache_gb: f64,
+    /// What the edge's link to its origin carries, Mbit/s: streams of
+    /// titles being fetched are admitted to 80 % of it; 0: not limited.
+    pub origin_mbit_s: u64,
     /// A cluster of nodes kept in etcd (docs/cluster.md): its client
     /// endpoints, `http://HOST:2379`; empty: no etcd.
     pub cluster_etcd: Vec<String>,
@@ -287,6 +290,7 @@ impl Default for Config {
             origin: String::new(),
             cache_dir: PathBuf::from("./cache"),
             cache_gb: 10.0,
+            origin_mbit_s: 1000,
             cluster_etcd: Vec::new(),
             peers: Vec::new(),
             node_name: String::new(),
@@ -626,6 +630,7 @@ impl Config {
             origin,
             cache_dir,
             cache_gb,
+            origin_mbit_s,
             max_loaded_titles,
             broadcasts,
             cluster_etcd,
@@ -679,6 +684,8 @@ impl Config {
             head: Duration::from_secs(self.head_s),
             workers_per_disk: self.storage_threads,
             disk_capacity: self.disk_capacity(),
+            origin_capacity: (!self.origin.is_empty() && self.origin_mbit_s > 0)
+                .then_some(self.origin_mbit_s * 1_000_000 / 8),
         })
     }
 

@@ -19,7 +19,7 @@ use tokio::{io::AsyncWriteExt, net::TcpStream, time::Sleep};
 
 use crate::{
     Server,
-    control::{self, Client},
+    control::Client,
     outbox::Outbox,
     rtsps::TlsConn,
     session::{SessionId, Sessions},
@@ -241,7 +241,7 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
 
 /// Answers one request; false when the connection is to close.
 async fn respond(server: &Server, conn: &mut Conn, req: &Request, now: Instant) -> bool {
-    let mut reply = control::handle(server, conn, req, now).await;
+    let mut reply = crate::drive::request(server, conn, req, now).await;
     std::mem::take(&mut reply.commands).send_to(&server.engine);
     (server.metrics).request(&req.method, reply.response.status);
     crate::access::rtsp(
@@ -422,7 +422,7 @@ pub(crate) fn serve_connection(
         conn.forget_ended(&table);
         let mut out = Outbox::default();
         for id in conn.sessions() {
-            table.remove(id, &mut out, &server.admission);
+            table.remove(id, &mut out);
         }
         drop(table);
         out.send_to(&server.engine);

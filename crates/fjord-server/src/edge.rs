@@ -4,8 +4,9 @@
 //! ([`fjord_edge::SliceCache`]) by the same storage layer and engine as a
 //! local title.
 //!
-//! The title's index and media are the cache's sparse files of their
-//! objects, mapped as a local title's files are ([`Title::filled`]). Before
+//! The title's index and media, and its packet file when it was published
+//! with one (`NAME.fjpkt`), are the cache's sparse files of their objects,
+//! mapped as a local title's files are ([`Title::filled`]). Before
 //! the storage layer reads bytes of either ahead, its fill holds the slices
 //! that cover them: fetched from the origin if they are not on disk, and
 //! kept there while they are pinned. So a session starts once its first
@@ -14,16 +15,17 @@
 //! [`fjord_media::index::head_ranges`]) is fetched before the title opens;
 //! its packet records come as sessions reach them.
 //!
-//! The version served is the pair of ETags the origin gives at each open
-//! (one HEAD each, at once): a changed object is a new title; sessions on
+//! The version served is the ETags the origin gives at each open (one HEAD
+//! each, at once): a changed object is a new title; sessions on
 //! the old one play what is cached of it and end when they need a slice the
 //! origin no longer has (412). With the origin not answering within
 //! [`ASK_WITHIN`], a title opens at the version last seen (its cached
 //! slices play), and one never seen is refused with 503.
 
 use std::{
+    collections::HashMap,
     ops::Range,
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -33,7 +35,7 @@ use fjord_storage::{Filled, HeadPin, Hold, Storage};
 use object_store::path::Path as ObjectPath;
 
 /// Why an origin title cannot be opened.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum EdgeError {
     /// Not at the origin.
     NotFound,
@@ -56,13 +58,28 @@ pub struct Edge {
     cache: Arc<SliceCache>,
     /// For fills, which run on storage threads and wait for the cache.
     runtime: tokio::runtime::Handle,
+    /// The titles whose versions are being asked now: an open that comes
+    /// meanwhile takes that answer rather than asking again, so viewers
+    /// arriving together at a title cost one round of HEADs.
+    asking: Mutex<HashMap<String, Arc<Asking>>>,
 }
 
-/// A title's version at the origin: its index and media objects as opened.
+type Asking = tokio::sync::OnceCell<Result<Version, EdgeError>>;
+
+/// A title's version at the origin: its objects as opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Version {
     index: Object,
     media: Object,
+    /// The prefabricated packets, when published with them.
+    packets: Option<Object>,
+}
+
+/// The keys of a title's objects.
+struct Keys {
+    index: ObjectPath,
+    media: ObjectPath,
+    packets: ObjectPath,
 }
 
 impl Version {
@@ -81,6 +98,7 @@ impl Edge {
             url: origin.url,
             cache: Arc::new(cache),
             runtime: tokio::runtime::Handle::current(),
+            asking: Mutex::default(),
         })
     }
 
@@ -88,27 +106,68 @@ impl Edge {
         &self.cache
     }
 
-    /// The title `name`'s version at the origin now, or the one last seen
-    /// when the origin does not answer in time; 404 when it is not there.
+    /// The title `name`'s version at the origin now (asked after this
+    /// call began, or while it waited), or the one last seen when the
+    /// origin does not answer in time; 404 when it is not there.
     pub async fn version(&self, name: &str) -> Result<Version, EdgeError> {
-        let keys = (self.url.key(&format!("{name}.fjidx")), self.url.key(name));
+        let asking = {
+            let mut asking = self.asking.lock().unwrap_or_else(|p| p.into_inner());
+            asking.entry(name.to_owned()).or_default().clone()
+        };
+        let answer = asking.get_or_init(|| self.ask(name)).await.clone();
+        // Opens that come after the answer ask again.
+        let mut asking_now = self.asking.lock().unwrap_or_else(|p| p.into_inner());
+        if asking_now
+            .get(name)
+            .is_some_and(|a| Arc::ptr_eq(a, &asking))
+        {
+            asking_now.remove(name);
+        }
+        answer
+    }
+
+    async fn ask(&self, name: &str) -> Result<Version, EdgeError> {
+        let keys = Keys {
+            index: self.url.key(&format!("{name}.fjidx")),
+            media: self.url.key(name),
+            packets: self.url.key(&format!("{name}.fjpkt")),
+        };
         let heads = async {
             tokio::try_join!(
-                self.cache.open_object(&keys.0),
-                self.cache.open_object(&keys.1)
+                self.cache.open_object(&keys.index),
+                self.cache.open_object(&keys.media),
+                self.open_optional(&keys.packets),
             )
         };
         match tokio::time::timeout(ASK_WITHIN, heads).await {
-            Ok(Ok((index, media))) => Ok(Version { index, media }),
+            Ok(Ok((index, media, packets))) => Ok(Version {
+                index,
+                media,
+                packets,
+            }),
             Ok(Err(CacheError::NotFound { .. })) => Err(EdgeError::NotFound),
             Ok(Err(e)) => Err(unavailable(&e)),
             Err(_) => self.last_seen(&keys),
         }
     }
 
-    fn last_seen(&self, (index, media): &(ObjectPath, ObjectPath)) -> Result<Version, EdgeError> {
-        match (self.cache.last_known(index), self.cache.last_known(media)) {
-            (Some(index), Some(media)) => Ok(Version { index, media }),
+    /// An object a title may be published without.
+    async fn open_optional(&self, key: &ObjectPath) -> Result<Option<Object>, CacheError> {
+        match self.cache.open_object(key).await {
+            Ok(object) => Ok(Some(object)),
+            Err(CacheError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn last_seen(&self, keys: &Keys) -> Result<Version, EdgeError> {
+        let known = |key| self.cache.last_known(key);
+        match (known(&keys.index), known(&keys.media)) {
+            (Some(index), Some(media)) => Ok(Version {
+                index,
+                media,
+                packets: known(&keys.packets),
+            }),
             _ => Err(EdgeError::Unavailable(format!(
                 "the origin did not answer within {} ms and this title is not cached; try again later",
                 ASK_WITHIN.as_millis()
@@ -116,9 +175,10 @@ impl Edge {
         }
     }
 
-    /// The title at `version`: its index's head fetched (the rest and the
-    /// media come as they are read), then opened over the cache's files,
-    /// and its head pinned, which fetches the media's first slices.
+    /// The title at `version`: its index's head and its packet file's
+    /// first slice fetched (the rest and the media come as they are read),
+    /// then opened over the cache's files, and its head pinned, which
+    /// fetches the first slices it plays from.
     pub async fn load(
         &self,
         name: &str,
@@ -129,7 +189,10 @@ impl Edge {
         let disk = |e: CacheError| EdgeError::Failed(e.to_string());
         let index_file = self.cache.map(&v.index).map_err(disk)?;
         let media_file = self.cache.map(&v.media).map_err(disk)?;
-        let head = self.index_head(&v.index, &index_file).await?;
+        let (head, packets) = tokio::try_join!(
+            self.index_head(&v.index, &index_file),
+            self.packets(v.packets.as_ref())
+        )?;
         let index = self.slices(&v.index, index_file, head);
         let media = self.slices(&v.media, media_file, Vec::new());
         let (storage, size) = (storage.clone(), v.media.size);
@@ -144,7 +207,15 @@ impl Edge {
             let (index_path, media_path) =
                 (index.file.path().to_owned(), media.file.path().to_owned());
             let title = Title::filled(opened, (&media_path, media), (&index_path, index));
-            let title = Arc::new(title.map_err(|e| EdgeError::Failed(e.to_string()))?);
+            let mut title = title.map_err(|e| EdgeError::Failed(e.to_string()))?;
+            if let Some(packets) = packets {
+                let path = packets.file.path().to_owned();
+                if let Err(e) = title.attach_filled_prefab(&path, packets) {
+                    // Headers are built from the index instead.
+                    tracing::warn!(file = %path.display(), "the origin's packet file is not used: {e}");
+                }
+            }
+            let title = Arc::new(title);
             // Its head is what a PLAY reads first: fetched now or refused.
             let head = storage.hold_head(title.clone());
             let head = head.map_err(|e| EdgeError::Unavailable(format!("{e}; try again later")))?;
@@ -181,6 +252,19 @@ impl Edge {
         let more = ranges.map(|r| self.hold(index, within(r)));
         holds.extend(futures::future::try_join_all(more).await?);
         Ok(holds)
+    }
+
+    /// The packet file's slices, its first (header and track entries,
+    /// which its open reads) fetched.
+    async fn packets(&self, object: Option<&Object>) -> Result<Option<Arc<Slices>>, EdgeError> {
+        let Some(object) = object else {
+            return Ok(None);
+        };
+        let file = (self.cache.map(object)).map_err(|e| EdgeError::Failed(e.to_string()))?;
+        let first = self
+            .hold(object, 0..object.size.min(fjord_edge::slice::SLICE_BYTES))
+            .await?;
+        Ok(Some(self.slices(object, file, vec![first])))
     }
 
     async fn hold(&self, object: &Object, range: Range<u64>) -> Result<SliceHold, EdgeError> {

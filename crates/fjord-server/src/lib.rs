@@ -14,9 +14,14 @@
 //! the `control::Client` trait, so every method is unit-tested without a
 //! socket. Sessions (`session`) live in one table under one lock, taken
 //! per decision and never across an `await`; a decision's engine commands
-//! are its output (`outbox`), sent once the lock is let go. Admission by
-//! packet rate (`admission`), port pairs (`ports`, `shared`), multicast
-//! groups and periodic broadcasts live in the `Server` beside its I/O
+//! are its output (`outbox`), sent once the lock is let go. A decision
+//! awaits nothing of the engine, the blocking pool, a bind or a timer: it
+//! asks (`control::Step::Ask`) and the connection's task (`drive`) finds
+//! the answer and feeds it back as an event (`control::on_answer`), which
+//! gives 454 if the session ended meanwhile. Admission by
+//! packet rate (`admission`, counted in the session table), port pairs
+//! (`ports`, `shared`), multicast groups and periodic broadcasts live in
+//! the `Server` beside its I/O
 //! handles: the engine, the catalog of titles (`catalog`: a path opens as a
 //! title or not at all; on an edge, a title not under the roots opens from
 //! the origin, its files filled in slices as they are read: `edge`), the
@@ -43,6 +48,7 @@ mod cluster;
 pub mod config;
 mod conn;
 mod control;
+mod drive;
 mod edge;
 mod guard;
 pub mod heap_count;
@@ -105,7 +111,6 @@ pub(crate) struct Server {
     /// The one port pair of all UDP sessions (`udp_sockets = "shared"`),
     /// or none: a pair per session.
     shared: Option<SharedPorts>,
-    admission: Admission,
     /// Multicast groups in use and gathering sessions.
     multicast: multicast::Multicast,
     /// Titles sent by periodic broadcasting, and their schedules.
@@ -133,7 +138,8 @@ impl Server {
         storage: Option<fjord_storage::Storage>,
         tls: Option<tls::Tls>,
     ) -> Result<Self, ConfigError> {
-        let sessions = Arc::new(SessionTable::default());
+        let admission = Admission::new(config.threads(), config.capacity_pps_per_core());
+        let sessions = Arc::new(SessionTable::new(admission));
         Ok(Server {
             ports: PortPool::new(config.rtp_port_min, config.rtp_port_max),
             shared: (config.udp_sockets == "shared"
@@ -148,7 +154,6 @@ impl Server {
                     sessions.clone(),
                 )
             }),
-            admission: Admission::new(config.threads(), config.capacity_pps_per_core()),
             multicast: multicast::Multicast::default(),
             broadcasts: broadcast::Broadcasts::default(),
             storage,
@@ -200,7 +205,7 @@ impl Server {
         for st in (s.streams.iter()).filter(|st| !st.repair && st.group.is_none()) {
             out.push(st.shard, fjord_engine::Command::Bye { id: st.engine_id });
         }
-        sessions.remove(id, &mut out, &self.admission);
+        sessions.remove(id, &mut out);
         drop(sessions);
         out.send_to(&self.engine);
     }
@@ -274,8 +279,8 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         roots = ?server.catalog.roots(),
         datapath = server.engine.datapath(),
         udp_sockets = if server.shared.is_some() { "shared" } else { "per-session" },
-        threads = server.admission.threads(),
-        capacity_pps_per_core = ?server.admission.capacity(),
+        threads = server.config().threads(),
+        capacity_pps_per_core = ?server.sessions.lock().admission.capacity(),
         "serving"
     );
     tokio::spawn(reap_idle_sessions(server.clone()));

@@ -257,7 +257,7 @@ impl Group {
     /// sending to the group), with its SSRC.
     pub(crate) fn track(
         &self,
-        server: &Server,
+        (server, admission): (&Server, &mut Admission),
         title: &Arc<Title>,
         track: u32,
         local: IpAddr,
@@ -269,7 +269,7 @@ impl Group {
         if self.started.initialized() {
             return Err(GroupError::Started);
         }
-        let t = self.open_track(server, title, track, local)?;
+        let t = self.open_track((server, admission), title, track, local)?;
         let found = (t.engine_id, t.shard, t.ssrc);
         state.tracks.push(t);
         Ok(found)
@@ -311,18 +311,15 @@ impl Group {
 
     fn open_track(
         &self,
-        server: &Server,
+        (server, admission): (&Server, &mut Admission),
         title: &Arc<Title>,
         track: u32,
         local: IpAddr,
     ) -> Result<GroupTrack, GroupError> {
         let pps = crate::title_streams::track_pps(title, track as usize);
-        let reservation = server
-            .admission
-            .reserve(None, pps)
-            .ok_or(GroupError::Capacity)?;
-        let release = |e| {
-            server.admission.release(&reservation);
+        let reservation = admission.reserve(None, pps).ok_or(GroupError::Capacity)?;
+        let mut release = |e| {
+            admission.release(&reservation);
             e
         };
         let storage = match &server.storage {
@@ -441,7 +438,7 @@ impl Group {
 
     /// A session leaves; the last one ends the group: RTCP BYE to the
     /// group, its streams removed, its address back in the pool.
-    pub(crate) fn leave(&self, out: &mut Outbox, admission: &Admission) {
+    pub(crate) fn leave(&self, out: &mut Outbox, admission: &mut Admission) {
         let tracks = {
             let mut state = lock(&self.state);
             state.members = state.members.saturating_sub(1);

@@ -3,7 +3,10 @@
 //! most [`DISK_SHARE`] of the disk's measured bandwidth, the rest left for
 //! seeks and bulk I/O — and the read-ahead budget can hold its window.
 //! Streams of one title never charge more memory than the title's files
-//! hold: they share its pages.
+//! hold: they share its pages. A title whose bytes come from an origin as
+//! they are read (an edge's) also charges the origin's link, once per
+//! title whatever its streams (each slice is fetched once for all of them),
+//! to the same share.
 
 use std::collections::HashMap;
 
@@ -24,14 +27,22 @@ pub enum Refusal {
         "the read-ahead memory budget is spent ({reserved_mb} of {budget_mb} MiB promised); try again later"
     )]
     Memory { reserved_mb: u64, budget_mb: u64 },
+    #[error(
+        "the link to the origin is at its capacity ({reserved_mbit} of {capacity_mbit} Mbit/s promised to titles being fetched); try again later"
+    )]
+    Origin {
+        reserved_mbit: u64,
+        capacity_mbit: u64,
+    },
 }
 
 impl Refusal {
-    /// Which limit refused: `disk` or `memory`.
+    /// Which limit refused: `disk`, `memory` or `origin`.
     pub fn limit(&self) -> &'static str {
         match self {
             Refusal::Disk { .. } => "disk",
             Refusal::Memory { .. } => "memory",
+            Refusal::Origin { .. } => "origin",
         }
     }
 }
@@ -44,6 +55,8 @@ pub struct Charge {
     pub title: usize,
     pub bytes_per_s: u64,
     pub memory: u64,
+    /// Its title's bytes come from the origin.
+    pub origin: bool,
 }
 
 #[derive(Debug, Default)]
@@ -52,6 +65,11 @@ pub struct Ledger {
     /// Bytes per second each disk can read; disks not listed: no limit.
     capacity: HashMap<u64, u64>,
     disk: HashMap<u64, u64>,
+    /// Bytes per second the origin's link carries; `None`: no limit.
+    origin_capacity: Option<u64>,
+    /// Per origin title: its streams, and the rate its first was charged.
+    origin_titles: HashMap<usize, (u64, u64)>,
+    origin: u64,
     /// Per title: memory its streams asked for, and what its files hold.
     titles: HashMap<usize, (u64, u64)>,
     memory: u64,
@@ -65,6 +83,24 @@ impl Ledger {
             capacity,
             ..Default::default()
         }
+    }
+
+    /// The ledger with the origin's link carrying `bytes_per_s`.
+    pub fn with_origin(mut self, bytes_per_s: Option<u64>) -> Self {
+        self.origin_capacity = bytes_per_s;
+        self
+    }
+
+    /// Whether `c` would take the origin past its share (a title already
+    /// fetched for another stream adds nothing).
+    fn origin_refuses(&self, c: &Charge) -> Option<Refusal> {
+        let cap = self.origin_capacity?;
+        let adds = c.origin && !self.origin_titles.contains_key(&c.title);
+        let over = (self.origin + c.bytes_per_s) as f64 > cap as f64 * DISK_SHARE;
+        (adds && over).then_some(Refusal::Origin {
+            reserved_mbit: self.origin * 8 / 1_000_000,
+            capacity_mbit: cap * 8 / 1_000_000,
+        })
     }
 
     /// What the title's streams take of the budget: what they asked for,
@@ -86,6 +122,9 @@ impl Ledger {
                 capacity_mbps: cap / 1_000_000,
             });
         }
+        if let Some(refusal) = self.origin_refuses(&c) {
+            return Err(refusal);
+        }
         let before = self.title_memory(c.title);
         let (asked, _) = self.titles.get(&c.title).copied().unwrap_or((0, 0));
         let after = (asked + c.memory).min(title_bytes);
@@ -94,6 +133,14 @@ impl Ledger {
                 reserved_mb: self.memory >> 20,
                 budget_mb: self.budget >> 20,
             });
+        }
+        if c.origin {
+            let (streams, rate) = self.origin_titles.entry(c.title).or_default();
+            if *streams == 0 {
+                *rate = c.bytes_per_s;
+                self.origin += c.bytes_per_s;
+            }
+            *streams += 1;
         }
         self.titles.insert(c.title, (asked + c.memory, title_bytes));
         self.memory = self.memory - before + after;
@@ -104,6 +151,15 @@ impl Ledger {
 
     pub fn release(&mut self, c: Charge) {
         self.streams = self.streams.saturating_sub(1);
+        if c.origin
+            && let Some((streams, rate)) = self.origin_titles.get_mut(&c.title)
+        {
+            *streams = streams.saturating_sub(1);
+            if *streams == 0 {
+                self.origin = self.origin.saturating_sub(*rate);
+                self.origin_titles.remove(&c.title);
+            }
+        }
         if let Some(d) = self.disk.get_mut(&c.device) {
             *d = d.saturating_sub(c.bytes_per_s);
         }
@@ -167,7 +223,42 @@ mod tests {
             title,
             bytes_per_s: mbps * MB,
             memory,
+            origin: false,
         }
+    }
+
+    #[test]
+    fn origin_titles_take_the_link_once_each_up_to_its_share() {
+        let mut l = Ledger::new(u64::MAX, HashMap::new()).with_origin(Some(10 * MB));
+        let fetched = |title| Charge {
+            origin: true,
+            ..charge(title, 2, 0)
+        };
+        for t in 0..4 {
+            l.reserve(fetched(t), 1 << 30).unwrap();
+        }
+        // A hundred more streams of those titles: their slices come once.
+        for _ in 0..100 {
+            l.reserve(fetched(1), 1 << 30).unwrap();
+        }
+        assert_eq!(
+            l.reserve(fetched(4), 1 << 30),
+            Err(Refusal::Origin {
+                reserved_mbit: 64,
+                capacity_mbit: 80
+            })
+        );
+        // Local titles do not use the link.
+        l.reserve(charge(9, 50, 0), 1 << 30).unwrap();
+        // The title's last stream gives its share back, not the first.
+        l.release(fetched(0));
+        l.reserve(fetched(4), 1 << 30).unwrap();
+        l.release(fetched(1));
+        assert!(l.reserve(fetched(5), 1 << 30).is_err());
+        for _ in 0..100 {
+            l.release(fetched(1));
+        }
+        l.reserve(fetched(5), 1 << 30).unwrap();
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub struct StorageConfig {
     /// Bytes per second each disk (by `st_dev`) reads, for admission;
     /// disks not listed are not limited.
     pub disk_capacity: HashMap<u64, u64>,
+    /// Bytes per second the link to the origin carries, for admission of
+    /// streams of titles filled from it ([`Source::filled`]); `None`: not
+    /// limited.
+    pub origin_capacity: Option<u64>,
 }
 
 impl Default for StorageConfig {
@@ -70,6 +74,7 @@ impl Default for StorageConfig {
             head: Duration::from_secs(2),
             workers_per_disk: 4,
             disk_capacity: HashMap::new(),
+            origin_capacity: None,
         }
     }
 }
@@ -388,7 +393,10 @@ impl Storage {
         }
         Self {
             inner: Arc::new(Inner {
-                ledger: Mutex::new(Ledger::new(config.budget, config.disk_capacity.clone())),
+                ledger: Mutex::new(
+                    Ledger::new(config.budget, config.disk_capacity.clone())
+                        .with_origin(config.origin_capacity),
+                ),
                 committed: AtomicU64::new(0),
                 memory_cap_ns: AtomicU64::new(u64::MAX),
                 config,
@@ -433,6 +441,7 @@ impl Storage {
             // reads and six chunks charged 3.9 MB for a 4.5 Mbit/s stream
             // holding 2.3 MB: 135 of 160 admitted at a 512 MiB budget.)
             memory: (bytes_per_s as f64 * lead.high.as_secs_f64()) as u64 + 4 * CHUNK as u64,
+            origin: source.filled(),
         };
         let title_bytes = source.files().iter().map(|f| f.len as u64).sum();
         let mut ledger = lock(&self.inner.ledger);

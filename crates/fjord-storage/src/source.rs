@@ -126,6 +126,11 @@ pub trait Source: Send + Sync {
         let _ = (file, range);
         Ok(None)
     }
+    /// Whether [`Source::fill`] brings the title's bytes from an origin:
+    /// its streams are admitted against the origin's link too.
+    fn filled(&self) -> bool {
+        false
+    }
     /// Fills `out` with bytes `range` of file `file` when the disk failed
     /// to read some of them (EIO): the readable pages as read (never through
     /// the mapping, whose failed pages would fault), the others rebuilt

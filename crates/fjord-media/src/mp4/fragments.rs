@@ -25,6 +25,28 @@ use crate::format::FormatError;
 
 pub use crate::cmaf::{Fragment, Fragmented, Part, TrackInfo};
 
+/// What [`fragment`] reads of the MP4 file `data`: its top-level box
+/// headers and its `moov` and `moof` boxes, each handed to `before` before
+/// it is read. An edge fills them in from its origin, so a title is cut
+/// without fetching its samples. Stops at the first box that is not one
+/// (`fragment` says what is wrong with it).
+pub fn reads<E>(
+    data: &[u8],
+    before: &mut dyn FnMut(std::ops::Range<u64>) -> Result<(), E>,
+) -> Result<(), E> {
+    // The longest box header: size, type and a 64-bit size.
+    let header = |at: usize| at as u64..(at + 16).min(data.len()) as u64;
+    before(header(0))?;
+    for b in Boxes::new(data, 0, data.len()).truncating() {
+        let Ok(b) = b else { break };
+        if matches!(&b.kind, b"moov" | b"moof") {
+            before(b.start as u64..b.end as u64)?;
+        }
+        before(header(b.end))?;
+    }
+    Ok(())
+}
+
 /// A served track with the boxes its init segment copies.
 struct Source {
     trak: BoxRef,

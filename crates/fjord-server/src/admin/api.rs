@@ -73,8 +73,10 @@ pub(crate) async fn end_session(State(server): Shared, Path(id): Path<String>) -
 }
 
 pub(crate) async fn threads(State(server): Shared) -> Json<Vec<Value>> {
-    let loads = server.admission.loads();
-    let capacity = server.admission.capacity();
+    let (loads, capacity) = {
+        let sessions = server.sessions.lock();
+        (sessions.admission.loads(), sessions.admission.capacity())
+    };
     let threads = snapshot::threads(&server).await;
     let views = (threads.iter().enumerate())
         .map(|(i, t)| {

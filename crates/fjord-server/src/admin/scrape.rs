@@ -206,7 +206,10 @@ async fn engine(reg: &mut Registry, server: &Arc<Server>) {
         "The latest any packet left after its schedule since the start (wheel lag)",
         lag,
     );
-    let loads = server.admission.loads();
+    let (loads, capacity) = {
+        let sessions = server.sessions.lock();
+        (sessions.admission.loads(), sessions.admission.capacity())
+    };
     let promised =
         (loads.iter().enumerate()).map(|(i, &l)| (vec![("thread", i.to_string())], l as i64));
     gauge(
@@ -215,7 +218,7 @@ async fn engine(reg: &mut Registry, server: &Arc<Server>) {
         "Packets per second admission has promised on each engine thread",
         promised,
     );
-    if let Some(cap) = server.admission.capacity() {
+    if let Some(cap) = capacity {
         gauge(
             reg,
             "fjord_engine_capacity_pps",

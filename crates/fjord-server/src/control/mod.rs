@@ -18,6 +18,7 @@ use crate::{
     session::{Session, SessionId, Sessions, Stream},
 };
 
+mod ask;
 mod describe;
 mod multicast;
 mod pause;
@@ -25,6 +26,11 @@ mod play;
 mod setup;
 #[cfg(test)]
 mod tests;
+mod transport;
+
+pub(crate) use ask::{Answer, PlayAsk, Question, Step, on_answer};
+pub(crate) use setup::Read;
+pub(crate) use transport::{Bind, Bound};
 
 /// What the RTSP methods need of the connection a request came on; the
 /// connection's task implements it over its socket.
@@ -104,18 +110,22 @@ fn refuse(code: u16, reason: &str) -> Reply {
     r.body("text/plain", format!("{reason}\r\n")).into()
 }
 
-/// Answers `req`, which arrived on `conn` at `now`: the reply, with the
-/// engine commands to send before it is written.
+/// Answers `req`, which arrived on `conn` at `now`: the reply, or a
+/// question for the driver ([`on_answer`] takes its answer), with the
+/// engine commands to send first.
 pub(crate) async fn handle(
     server: &Server,
     conn: &mut dyn Client,
     req: &Request,
     now: Instant,
-) -> Reply {
+) -> Step {
     let mut out = Outbox::default();
-    let mut reply = answer(server, (conn, &mut out), req, now).await;
-    reply.commands = out;
-    reply
+    let mut step = answer(server, (conn, &mut out), req, now).await;
+    match &mut step {
+        Step::Reply(r) => r.commands = out,
+        Step::Ask(a) => a.commands = out,
+    }
+    step
 }
 
 async fn answer(
@@ -123,33 +133,35 @@ async fn answer(
     (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
     now: Instant,
-) -> Reply {
+) -> Step {
     if req.version != Version::V1_0 {
-        return status(505);
+        return status(505).into();
     }
     if req.cseq().is_none() {
-        return refuse(400, "missing or invalid CSeq");
+        return refuse(400, "missing or invalid CSeq").into();
     }
     if req.method != Method::Options
         && let Some(denied) = denied(server, conn, req)
     {
-        return denied;
+        return denied.into();
     }
     match &req.method {
-        Method::Options => Response::new(200)
-            .header("Public", allowed_methods())
-            .into(),
-        Method::Describe => describe::answer(server, conn, req).await,
+        Method::Options => reply(Response::new(200).header("Public", allowed_methods())),
+        Method::Describe => describe::answer(server, conn, req).await.into(),
         Method::Setup => setup::answer(server, (conn, out), req, now).await,
-        Method::Play => play::answer(server, conn, req, now).await,
-        Method::Pause => pause::answer(server, (conn, out), req, now).await,
-        Method::Teardown => teardown(server, (conn, out), req, now),
-        Method::GetParameter | Method::SetParameter => keepalive(server, conn, req, now),
+        Method::Play => play::answer(server, conn, req, now),
+        Method::Pause => pause::answer(server, (conn, out), req, now),
+        Method::Teardown => teardown(server, (conn, out), req, now).into(),
+        Method::GetParameter | Method::SetParameter => keepalive(server, conn, req, now).into(),
         Method::Announce | Method::Record | Method::Redirect => {
-            Response::new(405).header("Allow", allowed_methods()).into()
+            reply(Response::new(405).header("Allow", allowed_methods()))
         }
-        Method::Other(_) => status(501),
+        Method::Other(_) => status(501).into(),
     }
+}
+
+fn reply(response: Response) -> Step {
+    Step::Reply(response.into())
 }
 
 /// The answer when the request's credentials may not read its title
@@ -240,11 +252,10 @@ fn teardown(
     if matches!(stream, Some(Some((_, true)))) && ending < all {
         return refuse(455, "a repair stream is torn down with its source track");
     }
-    let admission = &server.admission;
     match ending {
         0 => return refuse(404, "no stream of this session has that URL"),
-        n if n == all => drop(sessions.remove(id, out, admission)),
-        _ => sessions.remove_streams(id, ends, out, admission),
+        n if n == all => drop(sessions.remove(id, out)),
+        _ => sessions.remove_streams(id, ends, out),
     }
     status(200)
 }
@@ -263,7 +274,7 @@ pub(crate) fn expire_idle(server: &Server, now: Instant) -> Instant {
     let mut out = Outbox::default();
     for id in idle {
         tracing::info!(session = %id, "session timed out");
-        sessions.remove(id, &mut out, &server.admission);
+        sessions.remove(id, &mut out);
     }
     drop(sessions);
     out.send_to(&server.engine);

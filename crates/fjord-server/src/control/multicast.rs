@@ -18,11 +18,15 @@ use fjord_proto::rtsp::{
     transport,
 };
 
-use super::{Client, Reply, refuse, session_header, status};
+use super::{
+    Client, Reply,
+    ask::{Pending, Question, Step},
+    refuse, session_header, status,
+};
 use crate::{
     Server,
     metrics::Refusal,
-    multicast::{Group, GroupError, Wish},
+    multicast::{Group, GroupError, Started, Wish},
     outbox::Outbox,
     session::{ReceiverStats, Session, SessionId, Sessions, Stream, StreamRtcp},
 };
@@ -84,7 +88,7 @@ pub(super) fn setup(
             );
             let id = s.id;
             if let Err(r) = super::setup::admit_session(server, sessions, s) {
-                group.leave(out, &server.admission);
+                group.leave(out, &mut sessions.admission);
                 return r;
             }
             id
@@ -92,19 +96,24 @@ pub(super) fn setup(
     };
     let tracks = title.index().track_count();
     let stream = match repair {
-        false => group.track(server, &title, track as u32, local),
+        false => group.track(
+            (server, &mut sessions.admission),
+            &title,
+            track as u32,
+            local,
+        ),
         true => {
             let pt = crate::title_streams::repair_payload_type(&title);
             group.repair(server, (track as u32, tracks), local, pt)
         }
     };
-    let joined = stream.and_then(|t| Ok((t, member_share(server, t.1)?)));
+    let joined = stream.and_then(|t| Ok((t, member_share(&mut sessions.admission, t.1)?)));
     let ((engine_id, shard, ssrc), reservation) = match joined {
         Ok(j) => j,
         Err(e) => {
-            group.leave(out, &server.admission);
+            group.leave(out, &mut sessions.admission);
             if existing.is_none() {
-                sessions.remove(id, out, &server.admission);
+                sessions.remove(id, out);
             }
             count_refusal(server, &e);
             return refuse(e.status(), &e.to_string());
@@ -114,8 +123,8 @@ pub(super) fn setup(
     let reply = transport::reply_multicast(group.addr, rtp, rtcp, group.ttl, ssrc);
     // Still there: the table has been locked since it was found or added.
     let Some(session) = sessions.get_mut(id) else {
-        server.admission.release(&reservation);
-        group.leave(out, &server.admission);
+        sessions.admission.release(&reservation);
+        group.leave(out, &mut sessions.admission);
         return status(454);
     };
     session.add_stream(Stream {
@@ -160,8 +169,11 @@ fn group_of(session: &Session, track: usize, repair: bool) -> Result<Arc<Group>,
 
 /// A member's share of its group's engine thread: none (the group holds
 /// the stream's), but every stream carries one.
-fn member_share(server: &Server, shard: u64) -> Result<crate::admission::Reservation, GroupError> {
-    (server.admission)
+fn member_share(
+    admission: &mut crate::admission::Admission,
+    shard: u64,
+) -> Result<crate::admission::Reservation, GroupError> {
+    admission
         .reserve(Some(shard as usize), 0)
         .ok_or(GroupError::Capacity)
 }
@@ -175,60 +187,66 @@ fn count_refusal(server: &Server, e: &GroupError) {
 }
 
 /// PLAY: the group starts (at its first PLAY, after the batching window)
-/// or has; the reply, sent as it starts, says where its streams begin. A group plays from the
-/// title's start in real time: a Range starting later, a `Scale` or a
-/// `Speed` other than 1 cannot be had.
-pub(super) async fn play(
+/// or has ([`Question::GroupStart`]); the reply, sent as it starts, says
+/// where its streams begin. A group plays from the title's start in real
+/// time: a Range starting later, a `Scale` or a `Speed` other than 1
+/// cannot be had.
+pub(super) fn play(
     server: &Server,
     (id, title): (SessionId, Arc<Title>),
     req: &Request,
     now: Instant,
-) -> Reply {
+) -> Step {
     let one = |h: Option<&str>| h.is_none_or(|v| v.trim().parse::<f64>() == Ok(1.0));
     if !one(req.header("Scale")) || !one(req.header("Speed")) {
-        return refuse(
-            456,
-            "a multicast stream plays at its own pace: no Scale or Speed",
-        );
+        let why = "a multicast stream plays at its own pace: no Scale or Speed";
+        return refuse(456, why).into();
     }
     // Players ask for `npt=0-` or for the whole title by its duration.
     let whole_s = title.index().duration_ns() as f64 / 1e9 - 0.001;
     match req.header("Range").map(range::parse_npt) {
-        Some(Err(e)) => return refuse(457, &e.to_string()),
+        Some(Err(e)) => return refuse(457, &e.to_string()).into(),
         Some(Ok(r)) if r.start.is_some_and(|s| s > 0.0) || r.end.is_some_and(|e| e < whole_s) => {
-            return refuse(
-                457,
-                "a multicast stream is shared: it plays the whole title",
-            );
+            let why = "a multicast stream is shared: it plays the whole title";
+            return refuse(457, why).into();
         }
         _ => {}
     }
-    let group = {
-        let mut sessions = server.sessions.lock();
-        let Some(s) = sessions.get_mut(id) else {
-            return status(454);
-        };
-        if let Err(code) = next_state(s.state, &Method::Play) {
-            return status(code);
-        }
-        let Some(g) = s.streams.iter().find_map(|st| st.group.clone()) else {
-            return status(455);
-        };
-        // Now: the batching window may delay the reply past the timeout.
-        s.played(now);
-        g
+    let mut sessions = server.sessions.lock();
+    let Some(s) = sessions.get_mut(id) else {
+        return status(454).into();
     };
-    let Some(started) = group.start(server, &title).await else {
-        return status(500);
+    if let Err(code) = next_state(s.state, &Method::Play) {
+        return status(code).into();
+    }
+    let Some(group) = s.streams.iter().find_map(|st| st.group.clone()) else {
+        return status(455).into();
     };
-    // The reply waits for the group's start: players (GStreamer) time what
-    // arrives from their PLAY's reply, so data long after it is "late".
+    // Now: the batching window may delay the reply past the timeout.
+    s.played(now);
+    Step::ask(
+        Question::GroupStart { group, title },
+        Pending::GroupStart(id),
+    )
+}
+
+/// The group started (or could not): the reply waits for its start, less
+/// [`REPLY_LEAD`]. Players (GStreamer) time what arrives from their
+/// PLAY's reply, so data long after it is "late".
+pub(super) fn on_started(id: SessionId, started: Option<Started>) -> Step {
+    let Some(started) = started else {
+        return status(500).into();
+    };
     let reply_at = started.at.checked_sub(REPLY_LEAD).unwrap_or(started.at);
-    tokio::time::sleep_until(reply_at.into()).await;
+    Step::ask(Question::Wait(reply_at), Pending::GroupReply(id, started))
+}
+
+/// The reply to a multicast PLAY, due now: RTP-Info of the group's start.
+pub(super) fn on_reply_due(server: &Server, id: SessionId, started: Started) -> Step {
     let rtp_info: Vec<(String, u16, u32)> = {
         let mut sessions = server.sessions.lock();
         let Some(s) = sessions.get_mut(id) else {
-            return status(454);
+            return status(454).into();
         };
         if let Ok(state) = next_state(s.state, &Method::Play) {
             s.state = state;
@@ -242,9 +260,9 @@ pub(super) async fn play(
     };
     // An open range: GStreamer clips a stream at a range's end counted
     // from its PLAY, which a group's batching window puts late.
-    Response::new(200)
+    let response = Response::new(200)
         .header("Range", range::format_npt(0.0, None))
         .header("RTP-Info", rtp_info::format(&rtp_info))
-        .header("Session", session_header(server, id))
-        .into()
+        .header("Session", session_header(server, id));
+    Step::Reply(response.into())
 }

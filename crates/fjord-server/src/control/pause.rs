@@ -10,29 +10,39 @@ use fjord_proto::rtsp::{
     session::next_state,
 };
 
-use super::{Client, Reply, multicast, refuse, session_for, session_header, status};
-use crate::{Server, outbox::Outbox, session::Session};
+use super::{
+    Client, Reply,
+    ask::{Pending, Question, Step},
+    multicast, refuse, session_for, session_header, status,
+};
+use crate::{
+    Server,
+    outbox::Outbox,
+    session::{Session, SessionId},
+};
 
-pub(super) async fn answer(
+/// A PAUSE: now (the engine commands in `out`), or at a Range's point
+/// ahead ([`Question::PauseAt`]).
+pub(super) fn answer(
     server: &Server,
     (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
     now: Instant,
-) -> Reply {
+) -> Step {
     let (id, title, streams) = {
         let mut sessions = server.sessions.lock();
         let session = match session_for(&mut sessions, conn, req, now) {
             Ok(s) => s,
-            Err(r) => return r,
+            Err(r) => return r.into(),
         };
         if let Err(code) = next_state(session.state, &Method::Pause) {
-            return status(code);
+            return status(code).into();
         }
         if multicast::is_member(session) {
             // The group plays on for the others (and this client keeps
             // receiving what it joined): the session only stops counting
             // as playing.
-            return paused(server, session);
+            return paused(server, session).into();
         }
         let streams: Vec<(u64, u64, u32)> = (session.streams.iter())
             .filter(|s| !s.repair)
@@ -40,30 +50,30 @@ pub(super) async fn answer(
             .collect();
         (session.id, session.title.clone(), streams)
     };
-    let point = match pause_point(req) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
-    if let Some(ns) = point {
-        for &(shard, engine_id, track) in &streams {
-            let title = title.clone();
-            let Ok(packet) =
-                tokio::task::spawn_blocking(move || title.end_packet(track as usize, ns)).await
-            else {
-                return status(500);
-            };
-            if !engine_pause_at(server, shard, engine_id, packet, ns).await {
-                return refuse(457, "the pause point is not ahead in the range playing");
-            }
+    match pause_point(req) {
+        Err(r) => r.into(),
+        Ok(Some(ns)) => {
+            let question = Question::PauseAt { title, streams, ns };
+            Step::ask(question, Pending::Pause(id))
         }
-    } else {
-        for &(shard, id, _) in &streams {
-            out.push(shard, Command::Pause { id });
+        Ok(None) => {
+            for &(shard, id, _) in &streams {
+                out.push(shard, Command::Pause { id });
+            }
+            on_paused_at(server, id, Ok(()))
         }
     }
-    match server.sessions.lock().get_mut(id) {
-        Some(session) => paused(server, session),
-        None => status(454),
+}
+
+/// Every stream has its pause point, or not (`Err`: the status).
+pub(super) fn on_paused_at(server: &Server, id: SessionId, set: Result<(), u16>) -> Step {
+    match set {
+        Err(457) => refuse(457, "the pause point is not ahead in the range playing").into(),
+        Err(code) => status(code).into(),
+        Ok(()) => match server.sessions.lock().get_mut(id) {
+            Some(session) => paused(server, session).into(),
+            None => status(454).into(),
+        },
     }
 }
 
@@ -92,20 +102,4 @@ fn pause_point(req: &Request) -> Result<Option<u64>, Reply> {
         Ok(r) => Ok(r.start.map(|s| (s * 1e9) as u64)),
         Err(e) => Err(refuse(457, &e.to_string())),
     }
-}
-
-/// Sets a pause point on an engine stream; false when it is not ahead.
-async fn engine_pause_at(server: &Server, shard: u64, id: u64, packet: u32, ns: u64) -> bool {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let reply = Box::new(move |ok| {
-        let _ = tx.send(ok);
-    });
-    let pause = Command::PauseAt {
-        id,
-        packet,
-        ns,
-        reply,
-    };
-    server.engine.send(shard, pause);
-    rx.await.unwrap_or(false)
 }

@@ -3,7 +3,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use fjord_engine::{Command, PlayInfo, Start, Title, Until};
+use fjord_engine::{PlayInfo, Title};
 use fjord_proto::rtsp::{
     framing::{Method, Request},
     range,
@@ -12,34 +12,46 @@ use fjord_proto::rtsp::{
     session::{State, next_state},
 };
 
-use super::{Client, PlayStart, Reply, multicast, refuse, session_for, session_header, status};
+use super::{
+    Client, PlayStart, Reply,
+    ask::{Pending, PlayAsk, Question, Step},
+    multicast, refuse, session_for, session_header, status,
+};
 use crate::{
     Server,
     admission::Admission,
     metrics::Refusal,
     scale,
     session::{Session, SessionId, Stream},
-    title_streams,
 };
 
-pub(super) async fn answer(
-    server: &Server,
-    conn: &dyn Client,
-    req: &Request,
-    now: Instant,
-) -> Reply {
-    let mut plan = match begin(server, conn, req, now) {
+/// A PLAY: refused, or planned and put to the engine ([`Question::Play`],
+/// after [`Question::Position`] for a trick play without a Range).
+pub(super) fn answer(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Step {
+    let plan = match begin(server, conn, req, now) {
         Ok(Begun::Unicast(p)) => p,
-        Ok(Begun::Multicast(member)) => return multicast::play(server, member, req, now).await,
-        Err(r) => return r,
+        Ok(Begun::Multicast(member)) => return multicast::play(server, member, req, now),
+        Err(r) => return r.into(),
     };
     // Into, out of or between trick plays without a Range: on from where
     // the title stands.
     if plan.from_where_it_stands
         && let Some(&(shard, id, ..)) = plan.streams.first()
     {
-        plan.seek_ns = engine_position(server, shard, id).await;
+        return Step::ask(Question::Position { shard, id }, Pending::PlayFrom(plan));
     }
+    position(plan)
+}
+
+/// The engine said where the session's first stream stands (`None`:
+/// nowhere yet, so the streams resume).
+pub(super) fn on_position(mut plan: Plan, at: Option<u64>) -> Step {
+    plan.seek_ns = at;
+    position(plan)
+}
+
+/// Asks the engine to position every stream where the plan says.
+fn position(mut plan: Plan) -> Step {
     // A seek starts every track at the random-access point of the title's
     // first track that has them (the video) at or before the requested time;
     // before the first one (other tracks may start earlier), at that time.
@@ -48,23 +60,31 @@ pub(super) async fn answer(
         let key = index.tracks().find(|t| t.sync_count() > 0);
         key.map_or(ns, |t| t.sync_before(ns).time_ns.min(ns))
     });
-    let mut infos = Vec::with_capacity(plan.streams.len());
-    for (shard, id, url, track) in std::mem::take(&mut plan.streams) {
-        let title = plan.title.clone();
-        let Some((start, until)) =
-            start_and_end(title, track as usize, plan.seek_ns, plan.end_ns).await
-        else {
-            return status(500);
-        };
-        let (rate, queue) = (plan.rate, plan.queue);
-        let Some(info) =
-            title_streams::play(&server.engine, shard, id, start, until, rate, queue).await
-        else {
-            return status(454);
-        };
-        infos.push((url, (shard, id), info));
+    let ask = PlayAsk {
+        title: plan.title.clone(),
+        streams: (plan.streams.iter())
+            .map(|(shard, id, _, track)| (*shard, *id, *track))
+            .collect(),
+        seek_ns: plan.seek_ns,
+        end_ns: plan.end_ns,
+        rate: plan.rate,
+        queue: plan.queue,
+    };
+    Step::ask(Question::Play(ask), Pending::Play(plan))
+}
+
+/// The engine positioned the streams (`infos`, in the plan's order), or
+/// could not: the reply.
+pub(super) fn on_played(server: &Server, plan: Plan, infos: Result<Vec<PlayInfo>, u16>) -> Step {
+    let infos = match infos {
+        Ok(i) if i.len() == plan.streams.len() => i,
+        Ok(_) => return status(500).into(),
+        Err(code) => return status(code).into(),
+    };
+    if !server.sessions.lock().contains(plan.session) {
+        return status(454).into();
     }
-    played(server, req, &plan, infos)
+    played(server, plan, infos).into()
 }
 
 /// What a PLAY's first look at its session finds.
@@ -80,12 +100,16 @@ fn begin(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Res
     if multicast::is_member(session) {
         return Ok(Begun::Multicast((session.id, session.title.clone())));
     }
-    plan(server, session, req, now).map(Begun::Unicast)
+    let id = session.id;
+    let Some(found) = sessions.with_admission(id) else {
+        return Err(status(454));
+    };
+    plan(server, found, req, now).map(Begun::Unicast)
 }
 
 /// What a PLAY does to a session's streams, decided before the engine
 /// is asked anything.
-struct Plan {
+pub(super) struct Plan {
     session: SessionId,
     title: Arc<Title>,
     /// (engine shard, engine id, RTP-Info URL, track) of each source stream.
@@ -99,13 +123,16 @@ struct Plan {
     from_where_it_stands: bool,
     /// Wait for the range playing to end (RFC 2326 §10.5).
     queue: bool,
+    /// The request had a `Scale`, a `Speed` header: the reply has one.
+    asked_scale: bool,
+    asked_speed: bool,
 }
 
 /// Checks a PLAY against the session's state and the engine threads'
 /// room, and moves the session to playing at its new rate.
 fn plan(
     server: &Server,
-    session: &mut Session,
+    (session, admission): (&mut Session, &mut Admission),
     req: &Request,
     now: Instant,
 ) -> Result<Plan, Reply> {
@@ -117,12 +144,7 @@ fn plan(
     let was_playing = session.state == State::Playing;
     let playing = next_state(session.state, &Method::Play).map_err(status)?;
     let speed_was = session.speed;
-    if !resize_for_speed(
-        &server.admission,
-        &mut session.streams,
-        speed_was,
-        rate.speed,
-    ) {
+    if !resize_for_speed(admission, &mut session.streams, speed_was, rate.speed) {
         server.metrics.refused(Refusal::Speed);
         return Err(refuse(453, "no room on the engine thread for that Speed"));
     }
@@ -148,18 +170,19 @@ fn plan(
         end_ns,
         from_where_it_stands: trick && seek_ns.is_none(),
         queue: seek_ns.is_some() && was_playing && rate.scale == 1 && scale_was == 1,
+        asked_scale: scale_h.is_some(),
+        asked_speed: speed_h.is_some(),
     })
 }
 
 /// The reply to a PLAY the engine positioned every stream for: RTP-Info
 /// of each, and the streams to start once it is written (not those
 /// queued behind the range playing).
-fn played(
-    server: &Server,
-    req: &Request,
-    plan: &Plan,
-    infos: Vec<(String, (u64, u64), PlayInfo)>,
-) -> Reply {
+fn played(server: &Server, plan: Plan, infos: Vec<PlayInfo>) -> Reply {
+    let infos: Vec<(String, (u64, u64), PlayInfo)> = (plan.streams.into_iter())
+        .zip(infos)
+        .map(|((shard, id, url, _), info)| (url, (shard, id), info))
+        .collect();
     // Streams paused together stand at (nearly) the same time; the first
     // one's is the session's.
     let origin_ns = infos.first().map_or(0, |(.., i)| i.time_ns);
@@ -173,10 +196,10 @@ fn played(
         .map(|(u, _, i)| (u, i.seq, i.rtptime))
         .collect();
     let mut response = Response::new(200);
-    if req.header("Scale").is_some() || plan.rate.scale != 1 {
+    if plan.asked_scale || plan.rate.scale != 1 {
         response.push_header("Scale", plan.rate.scale.to_string());
     }
-    if req.header("Speed").is_some() {
+    if plan.asked_speed {
         let speed = f64::from(plan.rate.speed) / f64::from(fjord_engine::REAL_TIME);
         response.push_header("Speed", speed.to_string());
     }
@@ -221,46 +244,15 @@ fn requested_range(req: &Request, duration_ns: u64, backwards: bool) -> Result<R
     }
 }
 
-/// Where track `track` starts and stops. Finding the packets may read the
-/// index from disk: not on an engine thread, and off the runtime's
-/// threads. `None` if that task failed.
-async fn start_and_end(
-    title: Arc<Title>,
-    track: usize,
-    seek_ns: Option<u64>,
-    end_ns: Option<Option<u64>>,
-) -> Option<(Start, Until)> {
-    let lookup = seek_ns.is_some() || matches!(end_ns, Some(Some(_)));
-    let find = move || {
-        let start = seek_ns.map_or(Start::Resume, |ns| Start::at(&title, track, ns));
-        let until = match end_ns {
-            None => Until::Previous,
-            Some(None) => Until::End,
-            Some(Some(ns)) => Until::at(&title, track, ns),
-        };
-        (start, until)
-    };
-    if !lookup {
-        return Some(find());
-    }
-    let asked = std::time::Instant::now();
-    let found = tokio::task::spawn_blocking(find).await.ok()?;
-    slow_start_lookup(asked.elapsed());
-    Some(found)
-}
-
-/// Logs a start-packet lookup that took long enough to delay a first
-/// packet noticeably (the index page was on the disk, behind others).
-fn slow_start_lookup(took: std::time::Duration) {
-    if took > std::time::Duration::from_millis(50) {
-        tracing::warn!("finding a PLAY's start packet took {} ms", took.as_millis());
-    }
-}
-
 /// Sizes every stream's admission reservation for delivery at `speed`
 /// (millionths) instead of `was`; false, and none changed, when a
 /// thread has no room.
-fn resize_for_speed(admission: &Admission, streams: &mut [Stream], was: u32, speed: u32) -> bool {
+fn resize_for_speed(
+    admission: &mut Admission,
+    streams: &mut [Stream],
+    was: u32,
+    speed: u32,
+) -> bool {
     for i in 0..streams.len() {
         if !admission.resize(&mut streams[i].reservation, speed) {
             for st in &mut streams[..i] {
@@ -270,14 +262,4 @@ fn resize_for_speed(admission: &Admission, streams: &mut [Stream], was: u32, spe
         }
     }
     true
-}
-
-/// Where an engine stream stands on the title timeline now.
-async fn engine_position(server: &Server, shard: u64, id: u64) -> Option<u64> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let reply = Box::new(move |at| {
-        let _ = tx.send(at);
-    });
-    server.engine.send(shard, Command::Position { id, reply });
-    rx.await.ok().flatten()
 }

@@ -2,13 +2,9 @@
 //! and capacity it must fit, its transport (UDP, shared UDP or
 //! interleaved) and the engine stream it becomes.
 
-use std::{
-    net::{IpAddr, SocketAddr},
-    sync::Arc,
-    time::Instant,
-};
+use std::{net::SocketAddr, sync::Arc, time::Instant};
 
-use fjord_engine::{Command, Output, RepairSpec, SessionSpec, Title, UdpSocket};
+use fjord_engine::{Command, RepairSpec, SessionSpec, Title};
 use fjord_proto::rtsp::{
     framing::Request,
     response::Response,
@@ -18,17 +14,20 @@ use fjord_proto::rtsp::{
 };
 use fjord_storage::StorageReservation;
 
-use super::{Client, Reply, describe::REPAIR_SUFFIX, multicast, refuse, session_header, status};
+use super::{
+    Client, Reply,
+    ask::{Pending, Question, Step},
+    describe::REPAIR_SUFFIX,
+    multicast, refuse, session_header, status,
+    transport::{Bind, Bound, Made, RtcpIn, Udp},
+};
 use crate::{
     Server,
-    admission::Reservation,
+    admission::{Admission, Reservation},
     metrics::Refusal,
     outbox::Outbox,
     scale,
-    session::{
-        Caps, Full, ReceiverStats, Session, SessionId, Sessions, Stream, StreamRtcp, rtcp_reader,
-    },
-    shared::{ConnectedPlace, RouteError, SharedPair},
+    session::{Caps, Full, ReceiverStats, Session, SessionId, Sessions, Stream, StreamRtcp},
     title_streams,
 };
 
@@ -61,37 +60,37 @@ pub(super) async fn answer(
     (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
     now: Instant,
-) -> Reply {
+) -> Step {
     let Ok(target) = title_path(&req.uri) else {
-        return status(404);
+        return status(404).into();
     };
     let existing = match named_session(&mut server.sessions.lock(), conn, req, &target.title) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into(),
     };
     let (title_name, title) = match &existing {
         Some((_, name, title)) => (name.clone(), title.clone()),
         None => match server.catalog.open(&target.title).await {
             Ok(opened) => opened,
-            Err(e) => return refuse(e.status(), &e.to_string()),
+            Err(e) => return refuse(e.status(), &e.to_string()).into(),
         },
     };
     let existing = existing.map(|(id, ..)| id);
     let Some((track, repair)) = stream_number(target.track.as_deref(), title.index().track_count())
     else {
-        return status(404);
+        return status(404).into();
     };
     if repair && title.fec(track).is_none() {
-        return status(404);
+        return status(404).into();
     }
     let Some(header) = req.header("Transport") else {
-        return refuse(400, "SETUP needs a Transport header");
+        return refuse(400, "SETUP needs a Transport header").into();
     };
     // Multicast only where the operator offers it: the group's packets
     // reach every host of the LAN that joins it.
     let request = match transport::choose_for(header, server.config().multicast) {
         Ok(t) => t,
-        Err(e) => return refuse(e.status(), &e.to_string()),
+        Err(e) => return refuse(e.status(), &e.to_string()).into(),
     };
     let mut sessions = server.sessions.lock();
     // The group and ports are the server's to pick: `destination=` and
@@ -107,7 +106,8 @@ pub(super) async fn answer(
             opened,
             (track, repair, wish),
             now,
-        );
+        )
+        .into();
     }
     let wanted = Wanted {
         track,
@@ -136,21 +136,21 @@ fn unicast(
     (title_name, title): (Arc<str>, Arc<Title>),
     mut wanted: Wanted,
     now: Instant,
-) -> Reply {
+) -> Step {
     let id = match existing {
         // It may have ended since it was named.
         Some(id) => match sessions.get_mut(id) {
-            None => return status(454),
+            None => return status(454).into(),
             Some(s) => match repair_source(s, wanted.track, wanted.repair, &wanted.request) {
                 Ok(source) => {
                     wanted.source = source;
                     id
                 }
-                Err(r) => return r,
+                Err(r) => return r.into(),
             },
         },
         None if wanted.repair => {
-            return refuse(455, "SETUP the source track before its repair stream");
+            return refuse(455, "SETUP the source track before its repair stream").into();
         }
         None => {
             let peer =
@@ -166,30 +166,45 @@ fn unicast(
             // A new session takes its place in the table now, under the
             // limits; a failure below takes it out.
             if let Err(r) = admit_session(server, sessions, session) {
-                return r;
+                return r.into();
             }
             id
         }
     };
-    let Some(session) = sessions.get_mut(id) else {
-        return status(454);
+    let Some((session, admission)) = sessions.with_admission(id) else {
+        return status(454).into();
     };
-    match add_stream(server, (conn, out), req, session, wanted) {
-        Ok(transport_reply) => {
-            keep_stream(conn, session, existing.is_none(), now);
-            Response::new(200)
-                .header("Transport", &transport_reply)
-                .header("Session", session_header(server, id))
-                .header("Media-Properties", scale::media_properties(&session.title))
-                .into()
+    let new = existing.is_none();
+    match add_stream(server, (conn, out), req, (session, admission), wanted, now) {
+        Ok(Added::Made(transport_reply)) => {
+            keep_stream(conn, session, new, now);
+            setup_reply(server, session, &transport_reply).into()
+        }
+        Ok(Added::Bind(bind, mut binding)) => {
+            binding.new = new;
+            // Held by the connection now: one that fails to bind is gone
+            // from the table, which the connection then forgets.
+            if new {
+                conn.add_session(id);
+            }
+            Step::ask(Question::Bind(bind), Pending::Bind(binding))
         }
         Err(r) => {
-            if existing.is_none() {
-                sessions.remove(id, out, &server.admission);
+            if new {
+                sessions.remove(id, out);
             }
-            r
+            r.into()
         }
     }
+}
+
+/// The reply to a SETUP that added its stream to `session`.
+fn setup_reply(server: &Server, session: &Session, transport: &str) -> Reply {
+    Response::new(200)
+        .header("Transport", transport)
+        .header("Session", session_header(server, session.id))
+        .header("Media-Properties", scale::media_properties(&session.title))
+        .into()
 }
 
 /// The session a SETUP's `Session` header names, if any (its id and
@@ -258,66 +273,122 @@ struct Wanted {
     request: TransportRequest,
 }
 
-/// The stream's transport, made: what the engine sends on, the thread
-/// it lives on, the `Transport` reply, its interleaved channels and where
-/// its RTCP comes in.
-struct Made {
-    output: Output,
-    shard: u64,
-    reply: String,
-    interleaved: Option<(u8, u8)>,
-    rtcp: RtcpIn,
+/// A stream SETUP decided on, before its transport is made.
+struct NewStream {
+    track: usize,
+    repair: bool,
+    source: Option<(u64, u64)>,
+    url: Box<str>,
+    ids: fjord_media::prefab::Ids,
+    reservation: Reservation,
+    storage: Option<Box<StorageReservation>>,
+}
+
+/// What a SETUP's stream got: its transport, or something to bind first.
+enum Added {
+    /// The reply's `Transport`.
+    Made(String),
+    Bind(Bind, Box<Binding>),
+}
+
+/// A UDP SETUP waiting for its sockets.
+pub(super) struct Binding {
+    session: SessionId,
+    /// The session was made by this SETUP: a failure ends it.
+    new: bool,
+    stream: NewStream,
+    udp: Udp,
+    now: Instant,
 }
 
 /// Reserves the stream's share of an engine thread and of the storage
-/// layer, makes its transport, and hands it to the engine; the reply's
-/// `Transport` value, or the refusal (with everything given back).
+/// layer and makes its transport, or asks for its sockets; the refusal
+/// gives everything back.
 fn add_stream(
     server: &Server,
     (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
-    session: &mut Session,
+    (session, admission): (&mut Session, &mut Admission),
     wanted: Wanted,
-) -> Result<String, Reply> {
+    now: Instant,
+) -> Result<Added, Reply> {
     let title = &session.title;
-    let (reservation, storage) = reserve(server, conn, title, &wanted)?;
+    let (reservation, storage) = reserve((server, admission), conn, title, &wanted)?;
     let ids = stream_ids(title, &wanted);
-    let made = match wanted.request {
+    let shard = reservation.thread as u64;
+    let stream = NewStream {
+        track: wanted.track,
+        repair: wanted.repair,
+        source: wanted.source,
+        url: req.uri.as_str().into(),
+        ids,
+        reservation,
+        storage,
+    };
+    let mut release = |r| {
+        admission.release(&stream.reservation);
+        r
+    };
+    match wanted.request {
         TransportRequest::Udp {
             client_rtp,
             client_rtcp,
             destination,
-        } => udp_transport(
-            server,
-            conn,
-            session.id,
-            (client_rtp, client_rtcp),
-            destination,
-            reservation.thread as u64,
-            ids.ssrc,
-        ),
+        } => {
+            let client = (client_rtp, client_rtcp);
+            let (bind, udp) =
+                super::transport::udp(server, conn, client, destination, (shard, ids.ssrc))
+                    .map_err(release)?;
+            let session = session.id;
+            // `new` is the caller's to say.
+            let binding = Binding {
+                session,
+                new: false,
+                stream,
+                udp,
+                now,
+            };
+            Ok(Added::Bind(bind, Box::new(binding)))
+        }
         TransportRequest::Tcp {
             rtp_channel,
             rtcp_channel,
-        } => tcp_transport((conn, out), [rtp_channel, rtcp_channel], ids.ssrc),
-        TransportRequest::Multicast { .. } => unreachable!("multicast SETUPs are answered before"),
-    };
-    let made = made.inspect_err(|_| server.admission.release(&reservation))?;
+        } => {
+            let channels = [rtp_channel, rtcp_channel];
+            let made = super::transport::tcp((conn, out), channels, ids.ssrc).map_err(release)?;
+            let (reply, _) = finish(server, out, session, stream, made);
+            Ok(Added::Made(reply))
+        }
+        TransportRequest::Multicast { .. } => Err(release(status(500))),
+    }
+}
+
+/// Hands the stream with its transport to the engine (the command in
+/// `out`) and adds it to `session`: the reply's `Transport`, and the
+/// RTCP socket a reader is to read (engine id, socket, client address).
+fn finish(
+    server: &Server,
+    out: &mut Outbox,
+    session: &mut Session,
+    stream: NewStream,
+    made: Made,
+) -> (String, Option<(u64, socket2::Socket, SocketAddr)>) {
     let engine_id = server.next_id();
-    let command = match wanted.source {
+    let ids = stream.ids;
+    let command = match stream.source {
         Some((_, source_id)) => Command::AttachRepair {
             id: source_id,
             repair: Box::new(RepairSpec {
                 ssrc: ids.ssrc,
                 seq0: rand::random(),
-                payload_type: title_streams::repair_payload_type(title),
+                payload_type: title_streams::repair_payload_type(&session.title),
                 output: made.output,
             }),
         },
         None => Command::Add(Box::new(SessionSpec {
             id: engine_id,
-            title: title.clone(),
-            track: wanted.track,
+            title: session.title.clone(),
+            track: stream.track,
             ssrc: ids.ssrc,
             seq0: ids.seq0,
             ts0: ids.ts0,
@@ -325,22 +396,97 @@ fn add_stream(
         })),
     };
     out.push(made.shard, command);
-    let (rtcp, connected) = rtcp_in(server, made.rtcp, session.id, engine_id);
+    let (rtcp, connected, read) = match made.rtcp {
+        // Read from once the driver has started its reader ([`on_reading`]).
+        RtcpIn::Own(socket, peer) => (StreamRtcp::None, None, Some((engine_id, socket, peer))),
+        RtcpIn::Routed(pair, client, place) => (StreamRtcp::Route(pair, client), place, None),
+        RtcpIn::Interleaved => (StreamRtcp::None, None, None),
+    };
     session.add_stream(Stream {
-        track: wanted.track as u32,
-        repair: wanted.repair,
+        track: stream.track as u32,
+        repair: stream.repair,
         engine_id,
         shard: made.shard,
-        url: req.uri.as_str().into(),
+        url: stream.url,
         interleaved: made.interleaved,
         rtcp,
         reports: ReceiverStats::default(),
-        reservation,
-        _storage: storage,
+        reservation: stream.reservation,
+        _storage: stream.storage,
         _connected: connected,
         group: None,
     });
-    Ok(made.reply)
+    (made.reply, read)
+}
+
+/// The driver bound a UDP stream's sockets, or could not: the reply (a
+/// failure ends a session the SETUP made), after its RTCP reader starts.
+pub(super) fn on_bound(server: &Server, b: Binding, bound: std::io::Result<Bound>) -> Step {
+    let mut sessions = server.sessions.lock();
+    let Some(session) = sessions.get_mut(b.session) else {
+        sessions.admission.release(&b.stream.reservation);
+        return status(454).into();
+    };
+    let mut out = Outbox::default();
+    let made = match super::transport::udp_made(b.session, &b.udp, bound) {
+        Ok(m) => m,
+        Err(mut r) => {
+            sessions.admission.release(&b.stream.reservation);
+            if b.new {
+                sessions.remove(b.session, &mut out);
+            }
+            r.commands = out;
+            return r.into();
+        }
+    };
+    let (transport, read) = finish(server, &mut out, session, b.stream, made);
+    if session.state == State::Init {
+        session.state = State::Ready;
+    }
+    session.touch(b.now);
+    let mut reply = setup_reply(server, session, &transport);
+    reply.commands = out;
+    match read {
+        None => reply.into(),
+        Some((engine_id, socket, client)) => {
+            let read = Read {
+                session: b.session,
+                engine_id,
+                socket,
+                client,
+            };
+            let pending = Pending::Reading((b.session, engine_id), Box::new(reply));
+            Step::ask(Question::ReadRtcp(read), pending)
+        }
+    }
+}
+
+/// A UDP stream's own RTCP socket, for the driver to read as long as the
+/// stream lives ([`crate::session::rtcp_reader`]).
+pub(crate) struct Read {
+    pub session: SessionId,
+    pub engine_id: u64,
+    pub socket: socket2::Socket,
+    /// Only RTCP from this client's address counts.
+    pub client: SocketAddr,
+}
+
+/// The driver started a stream's RTCP reader (`None`: it could not; the
+/// stream plays without): the stream keeps it to stop it when it ends, or
+/// it stops now if the stream has ended meanwhile.
+pub(super) fn on_reading(
+    server: &Server,
+    (session, engine_id): (SessionId, u64),
+    reader: Option<tokio::task::AbortHandle>,
+) {
+    let Some(reader) = reader else { return };
+    let mut sessions = server.sessions.lock();
+    let stream = (sessions.get_mut(session))
+        .and_then(|s| s.streams.iter_mut().find(|st| st.engine_id == engine_id));
+    match stream {
+        Some(st) => st.rtcp = StreamRtcp::Reader(reader),
+        None => reader.abort(),
+    }
 }
 
 /// The stream's packet rate against its engine thread's budget
@@ -349,7 +495,7 @@ fn add_stream(
 /// bandwidth and the read-ahead memory it needs (held by the stream,
 /// given back with it).
 fn reserve(
-    server: &Server,
+    (server, admission): (&Server, &mut Admission),
     conn: &dyn Client,
     title: &Title,
     wanted: &Wanted,
@@ -359,13 +505,13 @@ fn reserve(
         (true, Some(fec)) => (pps * u64::from(fec.params().m)).div_ceil(u64::from(fec.params().k)),
         _ => pps,
     };
-    let threads = server.admission.threads() as u64;
+    let threads = admission.threads() as u64;
     let pinned = match (wanted.source, &wanted.request) {
         (Some((shard, _)), _) => Some((shard % threads) as usize),
         (None, TransportRequest::Tcp { .. }) => Some((conn.id() % threads) as usize),
         (None, TransportRequest::Udp { .. } | TransportRequest::Multicast { .. }) => None,
     };
-    let Some(reservation) = server.admission.reserve(pinned, pps) else {
+    let Some(reservation) = admission.reserve(pinned, pps) else {
         server.metrics.refused(Refusal::Engine);
         return Err(refuse(
             453,
@@ -378,7 +524,7 @@ fn reserve(
     match storage.reserve(title, pps * title_streams::average_packet_bytes(title)) {
         Ok(r) => Ok((reservation, Some(Box::new(r)))),
         Err(e) => {
-            server.admission.release(&reservation);
+            admission.release(&reservation);
             server.metrics.refused(Refusal::Storage(e.limit()));
             Err(refuse(453, &e.to_string()))
         }
@@ -398,139 +544,6 @@ fn stream_ids(title: &Title, wanted: &Wanted) -> fjord_media::prefab::Ids {
         seq0: rand::random(),
         ts0: rand::random(),
     })
-}
-
-/// RTP and RTCP over UDP to the client (or to a `destination=` that
-/// `destination_allow` permits): from the shared pair, or a pair of the
-/// session's own.
-fn udp_transport(
-    server: &Server,
-    conn: &dyn Client,
-    session: SessionId,
-    (client_rtp, client_rtcp): (u16, u16),
-    destination: Option<IpAddr>,
-    shard: u64,
-    ssrc: u32,
-) -> Result<Made, Reply> {
-    let (peer, local) = match (conn.peer(), conn.local()) {
-        (Ok(peer), Ok(local)) => (peer.ip(), local.ip()),
-        (Err(e), _) | (_, Err(e)) => return Err(refuse(500, &e.to_string())),
-    };
-    let dest = destination.unwrap_or(peer);
-    let allowed = |d: &IpAddr| {
-        server
-            .config()
-            .destination_allow
-            .iter()
-            .any(|n| n.contains(d))
-    };
-    if dest != peer && !allowed(&dest) {
-        return Err(refuse(
-            403,
-            "RTP goes only to the requesting client's address",
-        ));
-    }
-    let reply = |server_rtp: u16| {
-        transport::reply_udp(client_rtp, client_rtcp, server_rtp, server_rtp + 1, ssrc)
-    };
-    let Some(shared) = &server.shared else {
-        let pair =
-            udp_output(server, local, dest, client_rtp).map_err(|e| refuse(453, &e.to_string()))?;
-        let rtcp_peer = SocketAddr::new(dest, client_rtcp);
-        let reader = pair
-            .rtcp
-            .try_clone()
-            .map_err(|e| refuse(500, &e.to_string()))?;
-        return Ok(Made {
-            reply: reply(pair.rtp_port),
-            output: Output::Udp {
-                rtp: pair.rtp.into(),
-                rtp_peer: SocketAddr::new(dest, client_rtp),
-                rtcp: pair.rtcp.into(),
-                rtcp_peer,
-            },
-            shard,
-            interleaved: None,
-            rtcp: RtcpIn::Own(reader, rtcp_peer),
-        });
-    };
-    let pair = shared
-        .pair(local, &server.ports)
-        .map_err(|e| refuse(453, &e.to_string()))?;
-    let rtp_peer = pair.peer(SocketAddr::new(dest, client_rtp));
-    let rtcp_peer = pair.peer(SocketAddr::new(dest, client_rtcp));
-    match pair.route(rtcp_peer, session.number()) {
-        Ok(()) => {}
-        Err(RouteError::Taken) => {
-            return Err(refuse(461, "client_port already in use by another stream"));
-        }
-        Err(RouteError::Full) => return Err(refuse(453, "too many UDP streams")),
-    }
-    let (rtp, place) = pair.rtp_for(shard, rtp_peer);
-    Ok(Made {
-        reply: reply(pair.rtp_port),
-        output: Output::Udp {
-            rtp,
-            rtp_peer,
-            rtcp: UdpSocket::Shared(pair.rtcp()),
-            rtcp_peer,
-        },
-        shard,
-        interleaved: None,
-        rtcp: RtcpIn::Routed(pair, rtcp_peer, place),
-    })
-}
-
-/// RTP and RTCP in `$` frames on the RTSP connection, whose write side
-/// the engine thread of the connection then owns.
-fn tcp_transport(
-    (conn, out): (&mut dyn Client, &mut Outbox),
-    [rtp_channel, rtcp_channel]: [u8; 2],
-    ssrc: u32,
-) -> Result<Made, Reply> {
-    if conn.channel_in_use(rtp_channel) || conn.channel_in_use(rtcp_channel) {
-        return Err(refuse(
-            461,
-            "interleaved channels already in use on this connection",
-        ));
-    }
-    conn.attach(out).map_err(|e| refuse(500, &e.to_string()))?;
-    conn.use_channels([rtp_channel, rtcp_channel]);
-    Ok(Made {
-        output: Output::Interleaved {
-            conn: conn.id(),
-            rtp_channel,
-            rtcp_channel,
-        },
-        shard: conn.id(),
-        reply: transport::reply_tcp(rtp_channel, rtcp_channel, ssrc),
-        interleaved: Some((rtp_channel, rtcp_channel)),
-        rtcp: RtcpIn::Interleaved,
-    })
-}
-
-/// Sets up the stream's RTCP intake: a reader task on its own socket, or
-/// its route on the shared pair (with the pair's connected-socket place).
-fn rtcp_in(
-    server: &Server,
-    rtcp: RtcpIn,
-    session: SessionId,
-    engine_id: u64,
-) -> (StreamRtcp, Option<ConnectedPlace>) {
-    match rtcp {
-        RtcpIn::Own(socket, peer) => {
-            let task = (|| {
-                socket.set_nonblocking(true).ok()?;
-                let socket = tokio::net::UdpSocket::from_std(socket.into()).ok()?;
-                let sessions = server.sessions.clone();
-                let reader = rtcp_reader(socket, peer, sessions, (session, engine_id));
-                Some(tokio::spawn(reader).abort_handle())
-            })();
-            (task.map_or(StreamRtcp::None, StreamRtcp::Reader), None)
-        }
-        RtcpIn::Routed(pair, client, place) => (StreamRtcp::Route(pair, client), place),
-        RtcpIn::Interleaved => (StreamRtcp::None, None),
-    }
 }
 
 /// Puts a new session in the table, or the 453 saying which cap it meets:
@@ -579,29 +592,4 @@ pub(super) fn keep_stream(conn: &mut dyn Client, session: &mut Session, new: boo
         conn.add_session(session.id);
     }
     session.touch(now);
-}
-
-/// Where a stream's RTCP from the client comes in.
-enum RtcpIn {
-    /// On the session's own RTCP socket (a reader task per stream), from
-    /// the client's address.
-    Own(socket2::Socket, SocketAddr),
-    /// On the shared pair's socket, routed by the client's RTCP address;
-    /// with the stream's place among the pair's connected RTP sockets.
-    Routed(Arc<SharedPair>, SocketAddr, Option<ConnectedPlace>),
-    /// In `$` frames on the RTSP connection.
-    Interleaved,
-}
-
-fn udp_output(
-    server: &Server,
-    local: IpAddr,
-    dest: IpAddr,
-    client_rtp: u16,
-) -> std::io::Result<crate::ports::PortPair> {
-    let pair = server.ports.bind(local)?;
-    pair.rtp
-        .connect(&SocketAddr::new(dest, client_rtp).into())?;
-    pair.rtp.set_nonblocking(true)?;
-    Ok(pair)
 }

@@ -5,7 +5,8 @@
 //! or MP3 title as packed audio for HLS ([`super::packed`]). A title's
 //! segments (all tracks, or one) are worked out once, from its `moov`, its
 //! Matroska block headers or its index, on a blocking thread, and kept for
-//! the next requests while the file stays the same.
+//! the next requests while the file stays the same (an origin title's:
+//! while its version does, [`super::origin`]).
 
 use std::{
     collections::HashMap,
@@ -27,6 +28,9 @@ const TITLES_KEPT: usize = 64;
 /// One title's fragments, for the file as it was (`etag`).
 pub(crate) struct Fragments {
     pub path: PathBuf,
+    /// An origin title, whose media the segments' file ranges are filled
+    /// in from as they are sent (`path` is no file then).
+    pub origin: Option<Arc<fjord_engine::Title>>,
     /// The one track in them, or none: every track.
     pub only: Option<usize>,
     /// Packed audio, or fragmented MP4 (`None`).
@@ -107,25 +111,36 @@ impl Cache {
         let cache = self.clone();
         let target_ns = server.config().hls_segment_s.max(1) * 1_000_000_000;
         tokio::task::spawn_blocking(move || {
-            let path = srv.catalog.resolve(&name).map_err(|e| super::refused(&e))?;
-            let meta = std::fs::metadata(&path).map_err(|_| (404, "no such title".to_owned()))?;
-            let etag = Entity::of(&meta, &name).etag;
-            if let Some(f) = cache.lookup(&(path.clone(), only, webm), &etag) {
+            let (path, entity) = match title.is_filled() {
+                true => (
+                    PathBuf::from(format!("origin:{name}")),
+                    super::origin_entity(&title, &name),
+                ),
+                false => {
+                    let path = srv.catalog.resolve(&name).map_err(|e| super::refused(&e))?;
+                    let meta =
+                        std::fs::metadata(&path).map_err(|_| (404, "no such title".to_owned()))?;
+                    (path, Entity::of(&meta, &name))
+                }
+            };
+            if let Some(f) = cache.lookup(&(path.clone(), only, webm), &entity.etag) {
                 return Ok(f);
             }
+            let origin = title.is_filled().then(|| title.clone());
             let f = match super::packed::kind_of(&title) {
                 Some(kind) if only.is_none() && !webm => Fragments {
                     path: path.clone(),
+                    origin,
                     only,
                     packed: Some(kind),
                     webm,
-                    etag,
-                    modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    etag: entity.etag,
+                    modified: entity.modified,
                     title: super::packed::fragmented(&title, kind, target_ns)
                         .ok_or((500, "the title's index could not be read".to_owned()))?,
                 },
                 Some(_) => return Err((404, "packed audio has one track".to_owned())),
-                None => make(&path, (only, webm), etag, target_ns)?,
+                None => make((&path, origin), (only, webm), entity, target_ns)?,
             };
             let f = Arc::new(f);
             cache.keep(f.clone());
@@ -164,25 +179,27 @@ pub(crate) fn is_fragmentable(format: &str) -> bool {
 }
 
 /// Reads the title's `moov` (Matroska: its block headers) and cuts it
-/// into fragments.
+/// into fragments: of the file at `path`, or of the origin title's media,
+/// filled in first.
 fn make(
-    path: &Path,
+    (path, origin): (&Path, Option<Arc<fjord_engine::Title>>),
     (only, webm): (Option<usize>, bool),
-    etag: String,
+    entity: Entity,
     target_ns: u64,
 ) -> Result<Fragments, (u16, String)> {
-    let meta = std::fs::metadata(path).map_err(|_| (404, "no such title".to_owned()))?;
-    let data = fjord_media::index::map_media(path).map_err(|e| (500, e.to_string()))?;
-    let made = match (webm, only) {
-        (true, Some(k)) => fjord_media::mkv::webm::track(&data, target_ns, k),
-        (true, None) => return Err((404, "DASH WebM has one track per segment".to_owned())),
-        _ if fjord_media::mkv::demux::looks_like_matroska(&data) => {
-            fjord_media::mkv::fragments::fragment(&data, target_ns, only)
+    let (title, damaged, origin) = match origin {
+        Some(t) => {
+            let holds = super::origin::hold_parsed(&t).map_err(|e| (503, e))?;
+            let made = cut(t.media(), (only, webm), target_ns);
+            drop(holds);
+            (made?, t.damaged(), Some(t))
         }
-        _ => fjord_media::mp4::fragments::fragment(&data, target_ns, only),
+        None => {
+            let data = fjord_media::index::map_media(path).map_err(|e| (500, e.to_string()))?;
+            (cut(&data, (only, webm), target_ns)?, data.damaged(), None)
+        }
     };
-    let title = made.map_err(|e| (415, format!("this title has no fragmented MP4 form: {e}")))?;
-    if data.damaged() {
+    if damaged {
         return Err((
             503,
             "the title changed while it was read; ask again".to_owned(),
@@ -190,11 +207,29 @@ fn make(
     }
     Ok(Fragments {
         path: path.to_owned(),
+        origin,
         only,
         packed: None,
         webm,
-        etag,
-        modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        etag: entity.etag,
+        modified: entity.modified,
         title,
     })
+}
+
+/// The fragments of the title whose media is `data`.
+fn cut(
+    data: &[u8],
+    (only, webm): (Option<usize>, bool),
+    target_ns: u64,
+) -> Result<Fragmented, (u16, String)> {
+    let made = match (webm, only) {
+        (true, Some(k)) => fjord_media::mkv::webm::track(data, target_ns, k),
+        (true, None) => return Err((404, "DASH WebM has one track per segment".to_owned())),
+        _ if fjord_media::mkv::demux::looks_like_matroska(data) => {
+            fjord_media::mkv::fragments::fragment(data, target_ns, only)
+        }
+        _ => fjord_media::mp4::fragments::fragment(data, target_ns, only),
+    };
+    made.map_err(|e| (415, format!("this title has no fragmented MP4 form: {e}")))
 }

@@ -20,6 +20,7 @@
 mod dash;
 mod fmp4;
 mod hls;
+mod origin;
 mod packed;
 mod routes;
 mod send;
@@ -470,13 +471,17 @@ async fn segment(
     let (Some(entity), Some(parts)) = (f.entity(which), f.parts(which)) else {
         return (None, Response::error(404, "no such segment", close));
     };
-    let (path, etag) = (f.path.clone(), f.etag.clone());
+    let (path, etag, origin) = (f.path.clone(), f.etag.clone(), f.origin.clone());
     // The file opened must be the one the segments were cut from (it may
-    // have been replaced since): its byte ranges are theirs.
-    let opened = tokio::task::spawn_blocking(move || {
-        let file = std::fs::File::open(&path).ok()?;
-        let same = plan::Entity::of(&file.metadata().ok()?, "").etag == etag;
-        Some((file, same))
+    // have been replaced since): its byte ranges are theirs. An origin
+    // title's media is the version they were cut from.
+    let opened = tokio::task::spawn_blocking(move || match origin {
+        Some(t) => Some((std::fs::File::from(t.fd().try_clone_to_owned().ok()?), true)),
+        None => {
+            let file = std::fs::File::open(&path).ok()?;
+            let same = plan::Entity::of(&file.metadata().ok()?, "").etag == etag;
+            Some((file, same))
+        }
     });
     let file = match opened.await.ok().flatten() {
         Some((file, true)) => file,
@@ -487,6 +492,10 @@ async fn segment(
         None => return (None, Response::error(404, "no such title", close)),
     };
     let body = send::Body::parts(Arc::new(file), parts);
+    let body = match f.origin.clone() {
+        Some(t) => body.filled_from(t),
+        None => body,
+    };
     let cache = &server.config().http_cache_control.media;
     (Some(body), plan::respond(req, &entity).cached(cache))
 }

@@ -280,14 +280,16 @@ impl Caps {
 }
 
 /// Every live session, by id, with how many each connection and each
-/// client address holds. No lock inside: the server keeps the table in a
-/// [`SessionTable`].
+/// client address holds, and the engine threads' admission counts their
+/// streams (and the multicast groups and broadcasts) hold. No lock
+/// inside: the server keeps the table in a [`SessionTable`].
 #[derive(Default)]
 pub struct Sessions {
     /// Boxed: a session is large, and the table holds capacity to spare.
     set: HashMap<SessionId, Box<Session>>,
     per_connection: HashMap<u64, usize>,
     per_address: HashMap<IpAddr, usize>,
+    pub admission: Admission,
 }
 
 /// The address a session counts against: an IPv4 client is one address
@@ -297,6 +299,20 @@ fn address(s: &Session) -> IpAddr {
 }
 
 impl Sessions {
+    /// An empty table counting admission by `admission`.
+    pub fn new(admission: Admission) -> Self {
+        Self {
+            admission,
+            ..Self::default()
+        }
+    }
+
+    /// Session `id` and the admission counts, to change both.
+    pub fn with_admission(&mut self, id: SessionId) -> Option<(&mut Session, &mut Admission)> {
+        let s = self.set.get_mut(&id)?;
+        Some((&mut **s, &mut self.admission))
+    }
+
     fn counts(&self, s: &Session) -> (usize, usize, usize) {
         let conn = self.per_connection.get(&s.conn).copied().unwrap_or(0);
         let addr = self.per_address.get(&address(s)).copied().unwrap_or(0);
@@ -369,12 +385,12 @@ impl Sessions {
 
     /// Ends a session: its engine streams stop (the commands in `out`), its
     /// sockets close, its ports return to the pool.
-    pub fn remove(&mut self, id: SessionId, out: &mut Outbox, admission: &Admission) -> bool {
+    pub fn remove(&mut self, id: SessionId, out: &mut Outbox) -> bool {
         let Some(mut s) = self.take(id) else {
             return false;
         };
         for st in std::mem::take(&mut s.streams).into_vec() {
-            end_stream(&s, st, out, admission, "session ended");
+            end_stream(&s, st, out, &mut self.admission, "session ended");
         }
         if let Some(w) = s.on_end.take() {
             w.wake();
@@ -390,9 +406,8 @@ impl Sessions {
         id: SessionId,
         which: impl Fn(&Stream) -> bool,
         out: &mut Outbox,
-        admission: &Admission,
     ) {
-        let Some(s) = self.get_mut(id) else {
+        let Some(s) = self.set.get_mut(&id) else {
             return;
         };
         let (ended, kept): (Vec<Stream>, Vec<Stream>) = std::mem::take(&mut s.streams)
@@ -401,7 +416,7 @@ impl Sessions {
             .partition(|st| which(st));
         s.streams = kept.into_boxed_slice();
         for st in ended {
-            end_stream(s, st, out, admission, "stream torn down");
+            end_stream(s, st, out, &mut self.admission, "stream torn down");
         }
     }
 }
@@ -409,7 +424,7 @@ impl Sessions {
 /// Gives back what a stream held: its engine stream (or its place in a
 /// multicast group), its admission reservation, its RTCP intake.
 /// `why` ends the log line ("session ended": scripts and tests read it).
-fn end_stream(s: &Session, st: Stream, out: &mut Outbox, admission: &Admission, why: &str) {
+fn end_stream(s: &Session, st: Stream, out: &mut Outbox, admission: &mut Admission, why: &str) {
     let r = st.reports;
     tracing::info!(
         session = %s.id,
@@ -438,6 +453,10 @@ fn end_stream(s: &Session, st: Stream, out: &mut Outbox, admission: &Admission, 
 pub struct SessionTable(Mutex<Sessions>);
 
 impl SessionTable {
+    pub fn new(admission: Admission) -> Self {
+        Self(Mutex::new(Sessions::new(admission)))
+    }
+
     pub fn lock(&self) -> MutexGuard<'_, Sessions> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -98,7 +98,7 @@ fn caps_are_checked_server_first_and_zero_is_no_cap() {
 fn the_table_counts_sessions_per_connection_and_per_address() {
     let dir = tempfile::tempdir().unwrap();
     let title = title(dir.path());
-    let (mut out, admission) = (Outbox::default(), Admission::new(1, None));
+    let mut out = Outbox::default();
     let mut sessions = Sessions::default();
     let caps = Caps {
         total: 100,
@@ -128,7 +128,7 @@ fn the_table_counts_sessions_per_connection_and_per_address() {
         "another connection"
     );
     assert_eq!(add(new(4, "127.0.0.1")), Err(Full::Address));
-    assert!(sessions.remove(first_id, &mut out, &admission));
+    assert!(sessions.remove(first_id, &mut out));
     assert!(out.commands().is_empty(), "it had no stream");
     let mut add = |s| sessions.insert_within(s, caps);
     assert_eq!(add(new(4, "127.0.0.1")), Ok(()), "its place is free again");
@@ -272,8 +272,8 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
     assert_eq!(pair.route_count(), 1);
     assert!(!pair.deliver(addr_a, &rr(1, 1), Instant::now()));
     // A session that ends takes its routes with it; its address is free.
-    let (mut out, admission) = (Outbox::default(), Admission::new(1, None));
-    assert!(table.lock().remove(idb, &mut out, &admission));
+    let mut out = Outbox::default();
+    assert!(table.lock().remove(idb, &mut out));
     assert_eq!(removed(&out), [(0, Some(2))], "its engine stream goes");
     assert_eq!(pair.route_count(), 0);
     assert!(!pair.deliver(addr_b, &rr(2, 1), Instant::now()));
@@ -287,7 +287,7 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
 fn removing_some_streams_keeps_the_session() {
     let dir = tempfile::tempdir().unwrap();
     let mut sessions = Sessions::default();
-    let (mut out, admission) = (Outbox::default(), Admission::new(1, None));
+    let mut out = Outbox::default();
     let peer = SocketAddr::from(([127, 0, 0, 1], 9));
     let mut s = Session::new(
         SessionId::random(),
@@ -301,7 +301,7 @@ fn removing_some_streams_keeps_the_session() {
     }
     let id = s.id;
     sessions.insert_within(s, ROOM).unwrap();
-    sessions.remove_streams(id, |st| st.engine_id == 1, &mut out, &admission);
+    sessions.remove_streams(id, |st| st.engine_id == 1, &mut out);
     assert_eq!(
         removed(&out),
         [(0, Some(1))],

@@ -138,6 +138,7 @@ pub fn storage(budget: u64) -> Storage {
         head: Duration::from_secs(1),
         workers_per_disk: 2,
         disk_capacity: Default::default(),
+        origin_capacity: None,
     })
 }
 

@@ -28,7 +28,7 @@ const OPUS_GST: (&str, &str, Reference) = (
 /// Packets compared as stored, the receiver's from its first: ffmpeg's VP9
 /// depacketizer flags no packet as a key frame, and its stream copy waits
 /// for one unless told not to.
-const COPY_FROM_FIRST: &[&str] = &["-c", "copy", "-copyinkf"];
+pub(crate) const COPY_FROM_FIRST: &[&str] = &["-c", "copy", "-copyinkf"];
 
 /// VP9 and Opus in WebM; libvpx in real-time mode makes superframes (a
 /// hidden frame and a shown one in a block).
@@ -113,7 +113,7 @@ fn webm_vp8_opus() {
 }
 
 /// H.264 with B-frames (Matroska stores no decode times) and AAC.
-const AVC_MKV: Case = Case {
+pub(crate) const AVC_MKV: Case = Case {
     file: "avc.mkv",
     make: &[
         "-map", "0:v", "-map", "1:a", "-c:v", "libx264", "-preset", "veryfast", "-g", "25", "-bf",

@@ -47,9 +47,14 @@ fn published(s3: &S3Server, files: &[(&Path, &str)]) -> tempfile::TempDir {
 /// An edge of `s3`'s `films/lib` with an empty root, its cache in `cache`,
 /// HTTP on `http`.
 fn edge(s3: &S3Server, cache: &Path, http: u16) -> Server {
+    edge_with(s3, cache, http, "")
+}
+
+/// [`edge`] with `more` config lines.
+fn edge_with(s3: &S3Server, cache: &Path, http: u16, more: &str) -> Server {
     let config = format!(
         "http_port = {http}\norigin = \"s3://films/lib\"\norigin_endpoint = \"{}\"\n\
-         origin_region = \"us-east-1\"\ncache_dir = \"{}\"\ncache_gb = 1\n",
+         origin_region = \"us-east-1\"\ncache_dir = \"{}\"\ncache_gb = 1\n{more}",
         s3.endpoint,
         cache.display()
     );
@@ -77,17 +82,17 @@ fn slices(bytes: u64) -> usize {
 
 /// Ten UDP sessions and one TCP session start one uncached title at
 /// once and each receives it whole, bit-exact, while it is fetched; an
-/// HTTP download equals the file. Every slice of the media is fetched
-/// once, and of the index no more than it has.
+/// HTTP download equals the file. The sessions send from the published
+/// packet file and the downloads from the media: every slice of either
+/// is fetched once, and of the index no more than it has.
 #[test]
 fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     let s3 = S3Server::start("films");
     let big = big_title();
     let dir = published(&s3, &[(&big, "big.ts")]);
     let source = std::fs::read(&big).unwrap();
-    let index_len = std::fs::metadata(dir.path().join("big.ts.fjidx"))
-        .unwrap()
-        .len();
+    let len = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().len();
+    let (index_len, packets_len) = (len("big.ts.fjidx"), len("big.ts.fjpkt"));
     assert!(slices(source.len() as u64) >= 3, "{} bytes", source.len());
     let cache = tempfile::tempdir().unwrap();
     let http = free_port();
@@ -108,17 +113,20 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
         "HLS of an origin title differs from the file"
     );
     let gets = s3.requests("GetObject");
-    let media_gets = gets.iter().filter(|l| !l.contains(".fjidx")).count();
+    let of = |suffix: &str| gets.iter().filter(|l| l.contains(suffix)).count();
+    let (index_gets, packet_gets) = (of("big.ts.fjidx"), of("big.ts.fjpkt"));
+    let media_gets = gets.len() - index_gets - packet_gets;
     assert_eq!(media_gets, slices(source.len() as u64), "{gets:#?}");
-    assert!(gets.len() - media_gets <= slices(index_len), "{gets:#?}");
+    assert_eq!(packet_gets, slices(packets_len), "{gets:#?}");
+    assert!(index_gets <= slices(index_len), "{gets:#?}");
     let (metrics, _) = crate::common::curl(&[&format!("{}/metrics", server.admin())]);
     let requests = format!("fjord_origin_requests_total {}\n", gets.len());
     assert!(metrics.contains(&requests), "{requests}in\n{metrics}");
-    // The index is one slice: every byte of both came once.
+    // The index is one slice: every byte of the three came once.
     assert_eq!(slices(index_len), 1);
     let bytes = format!(
         "fjord_origin_bytes_total {}\n",
-        source.len() as u64 + index_len
+        source.len() as u64 + index_len + packets_len
     );
     assert!(metrics.contains(&bytes), "{bytes}in\n{metrics}");
 }
@@ -137,7 +145,7 @@ fn cached_titles_play_on_without_the_origin_and_uncached_ones_get_503() {
         (&media().vbr, "b.ts"),
         (&big, "c.ts"),
     ];
-    let _dir = published(&s3, &titles);
+    let dir = published(&s3, &titles);
     let source = std::fs::read(clip).unwrap();
     let cache = tempfile::tempdir().unwrap();
     let http = free_port();
@@ -145,17 +153,20 @@ fn cached_titles_play_on_without_the_origin_and_uncached_ones_get_503() {
     plays_whole(&server, "a.ts", false, &source);
     let before = s3.requests("GetObject").len();
     drop(server);
-    // A restart with a byte flipped in the cached media: only its slice
-    // is fetched again.
+    // A restart with a byte flipped in the cached packet file (what the
+    // sessions send from): only its slice is fetched again.
     let objects = cache.path().join("objects");
-    let media_file = std::fs::read_dir(&objects)
+    let packets_len = std::fs::metadata(dir.path().join("a.ts.fjpkt"))
+        .unwrap()
+        .len();
+    let packets_file = std::fs::read_dir(&objects)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| std::fs::metadata(p).unwrap().len() == source.len() as u64)
-        .expect("the media's file in the cache");
-    let mut bytes = std::fs::read(&media_file).unwrap();
-    bytes[source.len() / 2] ^= 0x40;
-    std::fs::write(&media_file, bytes).unwrap();
+        .find(|p| std::fs::metadata(p).unwrap().len() == packets_len)
+        .expect("the packet file in the cache");
+    let mut bytes = std::fs::read(&packets_file).unwrap();
+    bytes[packets_len as usize / 2] ^= 0x40;
+    std::fs::write(&packets_file, bytes).unwrap();
     let server = edge(&s3, cache.path(), http);
     plays_whole(&server, "a.ts", true, &source);
     let refetched = s3.requests("GetObject").len() - before;
@@ -233,4 +244,96 @@ fn ffmpeg_and_gstreamer_play_an_origin_mp4_title_bit_exact() {
         }
     });
     server.assert_alive();
+}
+
+/// MP4 and Matroska titles of the origin over HLS and DASH from an edge
+/// that has none of them cached: fragmented MP4 cut from what it fetched
+/// of each (an MP4's `moov`, a Matroska file whole), samples filled in
+/// as the segments are sent. ffmpeg reads every packet of the file.
+#[test]
+fn hls_and_dash_of_origin_mp4_and_matroska_titles_are_the_files_packets() {
+    let s3 = S3Server::start("films");
+    let cases = [&formats::AVC_MP4, &crate::containers::AVC_MKV];
+    let sources: Vec<PathBuf> = cases.iter().map(|c| formats::media(c)).collect();
+    let named: Vec<(&Path, &str)> = (cases.iter().zip(&sources))
+        .map(|(c, s)| (s.as_path(), c.file))
+        .collect();
+    let _dir = published(&s3, &named);
+    let cache = tempfile::tempdir().unwrap();
+    let http = free_port();
+    let mut server = edge(&s3, cache.path(), http);
+    let copy = crate::containers::COPY_FROM_FIRST;
+    for (case, source) in cases.iter().zip(&sources) {
+        let want = formats::framemd5(&["-i", source.to_str().unwrap()], copy, "source");
+        for manifest in ["index.m3u8", "manifest.mpd"] {
+            let url = format!("http://127.0.0.1:{http}/{}/{manifest}", case.file);
+            let got = formats::framemd5(&["-i", &url], copy, manifest);
+            let what = format!("{} {manifest}", case.file);
+            formats::assert_packets_match(&got, &want, &what);
+        }
+    }
+    server.assert_alive();
+}
+
+/// The link to the origin admits streams of titles being fetched up to
+/// 80 % of `origin_mbit_s`, each title once however many streams play it:
+/// a second title past that gets 453 naming the origin, until the first
+/// title's last stream ends.
+#[test]
+fn the_origin_link_admits_each_fetched_title_once() {
+    let s3 = S3Server::start("films");
+    // Muxed at 10 Mbit/s; the link admits 12.8.
+    let fat = TsClip {
+        size: "320x240",
+        tone: 660,
+        seconds: 3,
+        rates: ("700k", "64k"),
+        extra: &["-muxrate", "10000000"],
+    }
+    .make("readahead-10m.ts");
+    let _dir = published(&s3, &[(&fat, "a.ts"), (&fat, "b.ts")]);
+    let cache = tempfile::tempdir().unwrap();
+    let server = edge_with(&s3, cache.path(), free_port(), "origin_mbit_s = 16\n");
+    let port = std::cell::Cell::new(50000);
+    let setup = |title: &str| {
+        let mut c = RtspClient::connect(&server.url(title)).unwrap();
+        let d = c.describe().unwrap();
+        port.set(port.get() + 2);
+        let transport = format!(
+            "RTP/AVP;unicast;client_port={}-{}",
+            port.get(),
+            port.get() + 1
+        );
+        let transport = transport.as_str();
+        let r = c
+            .request("SETUP", &d.track_urls[0], &[("Transport", transport)], &[])
+            .unwrap();
+        (c, r.status, String::from_utf8_lossy(&r.body).into_owned())
+    };
+    let (first, status, why) = setup("a.ts");
+    assert_eq!(status, 200, "{why}");
+    let (second, status, why) = setup("a.ts");
+    assert_eq!(
+        status, 200,
+        "a title fetched for one stream is for all: {why}"
+    );
+    let (_, status, why) = setup("b.ts");
+    assert_eq!(status, 453, "{why}");
+    assert!(why.contains("origin") && why.contains("Mbit/s"), "{why}");
+    drop(first);
+    let (_, status, why) = setup("b.ts");
+    assert_eq!(status, 453, "a.ts still has a stream: {why}");
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, status, why) = setup("b.ts");
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a.ts ended, still {status}: {why}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -40,6 +40,13 @@ pub struct EdgeArgs {
     /// Seed of the viewers' titles
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Viewers of the one title whose server CPU per packet is measured
+    /// from the edge and from local disk (0: not measured)
+    #[arg(long, default_value_t = 100)]
+    pub cpu_sessions: usize,
+    /// Seconds each CPU measurement plays
+    #[arg(long, default_value_t = 10.0)]
+    pub cpu_seconds: f64,
     /// Directory for edge.md and edge.json
     #[arg(long, default_value = "bench/results/edge")]
     pub out: PathBuf,
@@ -59,6 +66,8 @@ pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
         zipf: a.zipf,
         hold: Duration::from_millis(a.hold_ms),
         seed: a.seed,
+        cpu_sessions: a.cpu_sessions,
+        cpu_seconds: a.cpu_seconds,
         fjord_exe: crate::fjord_exe()?,
     };
     let report = edge::run(&cfg, &crate::command_line())?;
