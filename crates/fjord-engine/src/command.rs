@@ -224,6 +224,20 @@ pub enum Command {
     Bye {
         id: u64,
     },
+    /// A viewer of a live stream's track ([`crate::live`]).
+    LiveAdd(Box<crate::live::LiveViewer>),
+    /// A packet of a live track, to every viewer of it on the thread.
+    LivePacket {
+        feed: u64,
+        packet: crate::live::LivePacket,
+    },
+    LiveRemove {
+        id: u64,
+    },
+    /// The live track ended: its viewers get RTCP BYE.
+    LiveEnd {
+        feed: u64,
+    },
     /// What the thread has done so far.
     Stats {
         reply: Box<dyn FnOnce(ThreadStats) + Send>,
@@ -247,6 +261,10 @@ impl Command {
             Command::Write { .. } => "Write",
             Command::DetachConnection { .. } => "DetachConnection",
             Command::Bye { .. } => "Bye",
+            Command::LiveAdd(_) => "LiveAdd",
+            Command::LivePacket { .. } => "LivePacket",
+            Command::LiveRemove { .. } => "LiveRemove",
+            Command::LiveEnd { .. } => "LiveEnd",
             Command::Stats { .. } => "Stats",
         }
     }

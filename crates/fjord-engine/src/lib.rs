@@ -36,6 +36,7 @@ mod files;
 mod inbox;
 mod interleaved;
 mod lateness;
+pub mod live;
 mod prefault;
 mod rebuild;
 pub mod seal;
@@ -52,6 +53,7 @@ pub use command::{
     ThreadStats, Until,
 };
 pub use datapath::UdpSocket;
+pub use live::{LivePacket, LiveViewer};
 pub use thread::{DEFAULT_BURST, Engine, EngineConfig, wake_grid};
 pub use title::{Title, VerifyError};
 pub use totals::Totals;
