@@ -37,8 +37,13 @@ pub struct LiveViewer {
     pub seq_delta: u16,
     pub ts_delta: u32,
     pub output: Output,
-    /// Packets to send first, in order: the stream since its last key frame.
+    /// Packets to send first, in order: the stream since its last key
+    /// frame. Packets that arrive before the viewer starts
+    /// ([`crate::Command::Start`], once its PLAY reply is written) join
+    /// them, by reference.
     pub backlog: Vec<LivePacket>,
+    /// Whether it was started; the control plane adds it unstarted.
+    pub started: bool,
 }
 
 /// An engine thread's live viewers, by feed.
@@ -56,18 +61,37 @@ pub(crate) struct Sink<'a> {
 
 impl Live {
     pub(crate) fn add(&mut self, viewer: LiveViewer, sink: &mut Sink<'_>) {
-        let mut viewer = viewer;
-        for p in std::mem::take(&mut viewer.backlog) {
-            send(&viewer, &p, sink);
+        let feed = viewer.feed;
+        let viewers = self.feeds.entry(feed).or_default();
+        viewers.push(viewer);
+        if let Some(v) = viewers.last_mut().filter(|v| v.started) {
+            v.started = false;
+            start(v, sink);
         }
-        self.feeds.entry(viewer.feed).or_default().push(viewer);
+    }
+
+    /// Starts viewer `id`: what waited for it leaves, then what arrives.
+    /// False if no live viewer has that id (it is a VOD session's).
+    pub(crate) fn start(&mut self, id: u64, sink: &mut Sink<'_>) -> bool {
+        let found = (self.feeds.values_mut().flat_map(|v| v.iter_mut())).find(|v| v.id == id);
+        match found {
+            Some(v) if !v.started => {
+                start(v, sink);
+                true
+            }
+            Some(_) => true,
+            None => false,
+        }
     }
 
     /// A packet of `feed`, to every viewer of it on this thread.
     pub(crate) fn packet(&mut self, feed: u64, packet: &LivePacket, sink: &mut Sink<'_>) {
-        if let Some(viewers) = self.feeds.get(&feed) {
+        if let Some(viewers) = self.feeds.get_mut(&feed) {
             for v in viewers {
-                send(v, packet, sink);
+                match v.started {
+                    true => send(v, packet, sink),
+                    false => v.backlog.push(packet.clone()),
+                }
             }
         }
     }
@@ -97,6 +121,13 @@ impl Live {
     pub(crate) fn viewers(&self) -> usize {
         self.feeds.values().map(Vec::len).sum()
     }
+}
+
+fn start(v: &mut LiveViewer, sink: &mut Sink<'_>) {
+    for p in std::mem::take(&mut v.backlog) {
+        send(v, &p, sink);
+    }
+    v.started = true;
 }
 
 /// The publisher's header with the viewer's numbering.
@@ -178,6 +209,7 @@ mod tests {
                 rtcp_peer: peer,
             },
             backlog: vec![packet.clone()],
+            started: false,
         };
         let (mut connections, mut stats) = (HashMap::new(), ThreadStats::default());
         let mut sink = Sink {
@@ -189,6 +221,9 @@ mod tests {
         live.add(viewer, &mut sink);
         live.packet(7, &packet, &mut sink);
         live.packet(8, &packet, &mut sink);
+        assert!(b.set_nonblocking(true).is_ok() && b.recv(&mut [0; 64]).is_err(), "not started");
+        b.set_nonblocking(false).unwrap();
+        assert!(live.start(1, &mut sink) && !live.start(2, &mut sink));
         assert_eq!(live.viewers(), 1);
         let mut buf = [0u8; 64];
         for _ in 0..2 {

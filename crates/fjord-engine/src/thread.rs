@@ -92,6 +92,11 @@ impl Engine {
         })
     }
 
+    /// How many engine threads there are: a shard below it is that thread.
+    pub fn threads(&self) -> usize {
+        self.queues.len()
+    }
+
     /// The data path the threads started with.
     pub fn datapath(&self) -> &'static str {
         self.datapath
@@ -526,7 +531,11 @@ impl Worker {
                 reply(self.session_mut(id).map(|s| s.position_at(now)));
             }
             Command::Start { id, at, origin_ns } => {
-                if let Some(s) = self.session_mut(id) {
+                if !self.ids.contains_key(&id) {
+                    self.live(|live, sink| {
+                        live.start(id, sink);
+                    });
+                } else if let Some(s) = self.session_mut(id) {
                     s.start(at, origin_ns);
                     let k = self.ids[&id];
                     self.wheel.insert(k, Instant::now());
