@@ -143,6 +143,9 @@ impl Conn {
 
     /// A `$` frame from the client: RTCP of an interleaved stream.
     fn on_interleaved(&mut self, server: &Server, channel: u8, payload: &[u8], now: Instant) {
+        if crate::live::on_interleaved(server, self.id, channel, payload) {
+            return;
+        }
         let mut table = server.sessions.lock();
         self.forget_ended(&table);
         for id in self.sessions() {
@@ -426,6 +429,7 @@ pub(crate) fn serve_connection(
         }
         drop(table);
         out.send_to(&server.engine);
+        crate::live::conn_closed(&server, conn.id);
         if conn.attached {
             server
                 .engine

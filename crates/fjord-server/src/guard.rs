@@ -104,6 +104,25 @@ impl Guard {
         self.check_read(&req, title)
     }
 
+    /// Whether `authorization` lets an RTSP request publish to the live
+    /// path `path` (`publish` globs; an open server lets nobody publish).
+    pub(crate) fn check_publish(
+        &self,
+        ip: IpAddr,
+        method: &str,
+        authorization: Option<&str>,
+        path: &str,
+        tls: bool,
+    ) -> Verdict {
+        let tables = self.tables();
+        let auth = &tables.read;
+        if auth.is_open() {
+            return Verdict::Deny(403, vec![]);
+        }
+        let req = request(ip, method, authorization, Target::Title(path), tls);
+        self.verdict(auth, &self.read, &req, |who| auth.may_publish(who, path))
+    }
+
     /// The same for an HTTP request for `path` (decoded, no leading `/`)
     /// of the title at `title`: its Digest `uri` must name `path`.
     pub(crate) fn check_http(

@@ -48,6 +48,7 @@ pub mod heap_count;
 mod heap_trim;
 mod http;
 mod lifecycle;
+mod live;
 mod metrics;
 mod multicast;
 mod outbox;
@@ -118,6 +119,8 @@ pub(crate) struct Server {
     guard: guard::Guard,
     /// `None`: no certificate configured.
     tls: Option<tls::Tls>,
+    /// Live streams and their viewers.
+    live: live::Live,
 }
 
 impl Server {
@@ -158,6 +161,7 @@ impl Server {
             history: admin::History::default(),
             guard: guard::Guard::new(&config)?,
             tls,
+            live: live::Live::default(),
             config: RwLock::new(Arc::new(config)),
         })
     }
@@ -241,6 +245,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     let engine = start_engine(&config, local, storage.clone())?;
     let tls = tls::Tls::new(&config)?;
     let server = Arc::new(Server::new(config, catalog, engine, storage, tls)?);
+    live::start(&server);
     // Before the RTSP line, which scripts and tests wait for.
     if let Some(listener) = admin {
         start_admin(&server, listener)?;

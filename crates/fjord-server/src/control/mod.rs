@@ -135,6 +135,9 @@ async fn answer(
     {
         return denied;
     }
+    if let Some(live) = crate::live::answer(server, (conn, out), req, now).await {
+        return live;
+    }
     match &req.method {
         Method::Options => Response::new(200)
             .header("Public", allowed_methods())
@@ -162,7 +165,11 @@ fn denied(server: &Server, conn: &dyn Client, req: &Request) -> Option<Reply> {
         .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.ip());
     let auth = req.header("Authorization");
     let method = req.method.as_str();
-    match (server.guard).check(ip, method, auth, &path, conn.is_tls()) {
+    let verdict = match crate::live::publishes(req) {
+        true => (server.guard).check_publish(ip, method, auth, &path, conn.is_tls()),
+        false => (server.guard).check(ip, method, auth, &path, conn.is_tls()),
+    };
+    match verdict {
         Verdict::Allow => None,
         Verdict::Deny(code, challenges) => {
             let mut r = Response::new(code);
