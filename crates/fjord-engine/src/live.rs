@@ -113,7 +113,8 @@ impl Live {
     /// A connection closed: its interleaved viewers go.
     pub(crate) fn detach(&mut self, conn: u64) {
         for viewers in self.feeds.values_mut() {
-            viewers.retain(|v| !matches!(v.output, Output::Interleaved { conn: c, .. } if c == conn));
+            viewers
+                .retain(|v| !matches!(v.output, Output::Interleaved { conn: c, .. } if c == conn));
         }
         self.feeds.retain(|_, v| !v.is_empty());
     }
@@ -166,8 +167,19 @@ fn udp(socket: &socket2::Socket, peer: SocketAddr, parts: &[&[u8]; 2]) -> bool {
 
 fn bye(v: &LiveViewer, sink: &mut Sink<'_>) {
     let mut buf = [0u8; SENDER_REPORT_MAX_LEN];
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    let n = sender_report(&mut buf, v.ssrc, NtpTime::from_unix(now), 0, 0, 0, sink.cname, true);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let n = sender_report(
+        &mut buf,
+        v.ssrc,
+        NtpTime::from_unix(now),
+        0,
+        0,
+        0,
+        sink.cname,
+        true,
+    );
     let report = &buf[..n];
     match &v.output {
         Output::Udp {
@@ -179,7 +191,7 @@ fn bye(v: &LiveViewer, sink: &mut Sink<'_>) {
             conn, rtcp_channel, ..
         } => {
             if let Some(c) = sink.connections.get_mut(conn) {
-                c.send_or_queue(*rtcp_channel, [report, &[], &[]], Instant::now());
+                c.send_or_queue(*rtcp_channel, [&[], report, &[]], Instant::now());
             }
         }
     }
@@ -191,11 +203,16 @@ mod tests {
 
     #[test]
     fn the_header_is_rewritten_and_the_payload_left_alone() {
-        let (a, b) = (socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap(), std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
-        a.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+        let (a, b) = (
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap(),
+            std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+        );
+        a.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
         let peer = b.local_addr().unwrap();
         let rtcp = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-        let packet: LivePacket = vec![0x80, 96, 0xff, 0xff, 0, 0, 0, 10, 1, 2, 3, 4, 0x65, 9, 9].into();
+        let packet: LivePacket =
+            vec![0x80, 96, 0xff, 0xff, 0, 0, 0, 10, 1, 2, 3, 4, 0x65, 9, 9].into();
         let viewer = LiveViewer {
             id: 1,
             feed: 7,
@@ -221,14 +238,22 @@ mod tests {
         live.add(viewer, &mut sink);
         live.packet(7, &packet, &mut sink);
         live.packet(8, &packet, &mut sink);
-        assert!(b.set_nonblocking(true).is_ok() && b.recv(&mut [0; 64]).is_err(), "not started");
+        assert!(
+            b.set_nonblocking(true).is_ok() && b.recv(&mut [0; 64]).is_err(),
+            "not started"
+        );
         b.set_nonblocking(false).unwrap();
         assert!(live.start(1, &mut sink) && !live.start(2, &mut sink));
         assert_eq!(live.viewers(), 1);
         let mut buf = [0u8; 64];
         for _ in 0..2 {
             let n = b.recv(&mut buf).unwrap();
-            assert_eq!(&buf[..n], &[0x80, 96, 0, 1, 0, 0, 0, 15, 0xde, 0xad, 0xbe, 0xef, 0x65, 9, 9]);
+            assert_eq!(
+                &buf[..n],
+                &[
+                    0x80, 96, 0, 1, 0, 0, 0, 15, 0xde, 0xad, 0xbe, 0xef, 0x65, 9, 9
+                ]
+            );
         }
         assert_eq!(stats.packets, 2);
         live.remove(1);

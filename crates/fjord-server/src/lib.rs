@@ -48,7 +48,6 @@ pub mod heap_count;
 mod heap_trim;
 mod http;
 mod lifecycle;
-mod live;
 mod metrics;
 mod multicast;
 mod outbox;
@@ -120,7 +119,7 @@ pub(crate) struct Server {
     /// `None`: no certificate configured.
     tls: Option<tls::Tls>,
     /// Live streams and their viewers.
-    live: live::Live,
+    live: control::live::Live,
 }
 
 impl Server {
@@ -161,7 +160,7 @@ impl Server {
             history: admin::History::default(),
             guard: guard::Guard::new(&config)?,
             tls,
-            live: live::Live::default(),
+            live: control::live::Live::default(),
             config: RwLock::new(Arc::new(config)),
         })
     }
@@ -245,7 +244,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     let engine = start_engine(&config, local, storage.clone())?;
     let tls = tls::Tls::new(&config)?;
     let server = Arc::new(Server::new(config, catalog, engine, storage, tls)?);
-    live::start(&server);
+    control::live::start(&server);
     // Before the RTSP line, which scripts and tests wait for.
     if let Some(listener) = admin {
         start_admin(&server, listener)?;

@@ -324,8 +324,9 @@ impl Auth {
     /// open server (no users) lets nobody publish.
     pub fn may_publish(&self, who: &Outcome, path: &str) -> bool {
         let own = match who {
-            Outcome::Authenticated { user } => (self.rules.get(*user))
-                .is_some_and(|r| r.publish.is_match(path)),
+            Outcome::Authenticated { user } => {
+                (self.rules.get(*user)).is_some_and(|r| r.publish.is_match(path))
+            }
             _ => false,
         };
         own || (self.rules.iter()).any(|r| r.account.is_none() && r.publish.is_match(path))

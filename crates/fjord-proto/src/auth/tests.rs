@@ -745,7 +745,10 @@ fn publishing_needs_a_rule_even_on_an_open_server() {
     let mut anyone = anonymous(&[]);
     anyone.publish = vec!["open/*".to_owned()];
     let auth = Auth::new(&[alice, user("bob", "pw", &["**"]), anyone], "fjord", &KEY).unwrap();
-    let (a, b) = (Outcome::Authenticated { user: 0 }, Outcome::Authenticated { user: 1 });
+    let (a, b) = (
+        Outcome::Authenticated { user: 0 },
+        Outcome::Authenticated { user: 1 },
+    );
     assert!(auth.may_publish(&a, "live/x/y"));
     assert!(!auth.may_publish(&a, "films/x"));
     assert!(!auth.may_publish(&b, "live/x"));

@@ -150,14 +150,26 @@ fn record_transports() {
     let udp = "RTP/AVP/UDP;unicast;client_port=5000-5001;mode=record";
     assert!(is_record(udp) && is_record("RTP/AVP/TCP;interleaved=0-1;mode=\"RECORD\""));
     assert!(!is_record("RTP/AVP;unicast;client_port=5000-5001"));
-    assert!(matches!(choose_record(udp), Ok(TransportRequest::Udp { client_rtp: 5000, .. })));
+    assert!(matches!(
+        choose_record(udp),
+        Ok(TransportRequest::Udp {
+            client_rtp: 5000,
+            ..
+        })
+    ));
     let tcp = "RTP/AVP/TCP;unicast;interleaved=2-3;mode=record";
     assert_eq!(
         choose_record(tcp),
-        Ok(TransportRequest::Tcp { rtp_channel: 2, rtcp_channel: 3 })
+        Ok(TransportRequest::Tcp {
+            rtp_channel: 2,
+            rtcp_channel: 3
+        })
     );
     assert!(choose_record("RTP/AVP;unicast;client_port=5000-5001").is_err());
-    assert!(choose(udp).is_err(), "a player's SETUP is not a publisher's");
+    assert!(
+        choose(udp).is_err(),
+        "a player's SETUP is not a publisher's"
+    );
 }
 
 fn clip(s: &str) -> &str {

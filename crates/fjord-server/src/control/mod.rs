@@ -19,6 +19,7 @@ use crate::{
 };
 
 mod describe;
+pub(crate) mod live;
 mod multicast;
 mod pause;
 mod play;
@@ -135,7 +136,7 @@ async fn answer(
     {
         return denied;
     }
-    if let Some(live) = crate::live::answer(server, (conn, out), req, now).await {
+    if let Some(live) = live::answer(server, (conn, out), req, now).await {
         return live;
     }
     match &req.method {
@@ -165,7 +166,7 @@ fn denied(server: &Server, conn: &dyn Client, req: &Request) -> Option<Reply> {
         .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.ip());
     let auth = req.header("Authorization");
     let method = req.method.as_str();
-    let verdict = match crate::live::publishes(req) {
+    let verdict = match live::publishes(req) {
         true => (server.guard).check_publish(ip, method, auth, &path, conn.is_tls()),
         false => (server.guard).check(ip, method, auth, &path, conn.is_tls()),
     };

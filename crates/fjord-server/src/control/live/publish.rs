@@ -3,11 +3,7 @@
 //! interleaved channels), RECORD (packets are taken from now on), and
 //! TEARDOWN or keep-alives of its session.
 
-use std::{
-    collections::BTreeSet,
-    net::IpAddr,
-    time::Instant,
-};
+use std::{collections::BTreeSet, net::IpAddr, time::Instant};
 
 use fjord_live::{publish::Publish, ring::Ring, sdp};
 use fjord_proto::rtsp::{
@@ -17,11 +13,9 @@ use fjord_proto::rtsp::{
     url::title_path,
 };
 
+use super::super::{Client, Reply};
 use super::{Stream, TrackIn, refuse, session_header, session_id};
-use crate::{
-    Server,
-    control::{Client, Reply},
-};
+use crate::Server;
 
 pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Reply {
     let path = match title_path(&req.uri) {
@@ -45,7 +39,8 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
         .collect();
     let id = server.next_id();
     let mut state = server.live.lock();
-    let paths = (state.paths).get_or_insert_with(|| fjord_live::publish::Paths::new(config.live_max_streams));
+    let paths = (state.paths)
+        .get_or_insert_with(|| fjord_live::publish::Paths::new(config.live_max_streams));
     if let Err(r) = paths.claim(&path, id) {
         return refuse(r.status, r.reason);
     }
@@ -202,7 +197,10 @@ pub(super) fn answer(
 ) -> Option<Reply> {
     let session = req.session_id()?;
     let mut state = server.live.lock();
-    let (&id, stream) = state.streams.iter_mut().find(|(_, s)| s.session == session)?;
+    let (&id, stream) = state
+        .streams
+        .iter_mut()
+        .find(|(_, s)| s.session == session)?;
     if stream.conn != conn.id() {
         return Some(refuse(454, "that session is not this connection's"));
     }
@@ -211,12 +209,15 @@ pub(super) fn answer(
     drop(state);
     Some(match req.method {
         Method::Teardown => {
-            super::end(server, id, "its publisher tore it down");
+            super::end_soon(server, id, "its publisher tore it down");
             Response::new(200).into()
         }
         Method::GetParameter | Method::SetParameter | Method::Options => {
             Response::new(200).header("Session", header).into()
         }
-        _ => refuse(455, "a publisher's session takes SETUP, RECORD and TEARDOWN"),
+        _ => refuse(
+            455,
+            "a publisher's session takes SETUP, RECORD and TEARDOWN",
+        ),
     })
 }

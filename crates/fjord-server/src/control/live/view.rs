@@ -13,12 +13,9 @@ use fjord_proto::rtsp::{
     url::title_path,
 };
 
+use super::super::{Client, PlayStart, Reply};
 use super::{Stream, refuse, session_header, session_id};
-use crate::{
-    Server,
-    control::{Client, PlayStart, Reply},
-    outbox::Outbox,
-};
+use crate::{Server, outbox::Outbox};
 
 /// A viewer's RTSP session.
 pub(super) struct Viewing {
@@ -70,10 +67,20 @@ fn describe(server: &Server, req: &Request, id: u64) -> Reply {
     let Some(stream) = state.streams.get(&id) else {
         return refuse(404, "the stream ended");
     };
-    let base = format!("{}/", req.uri.split('?').next().unwrap_or("").trim_end_matches('/'));
+    let base = format!(
+        "{}/",
+        req.uri
+            .split('?')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches('/')
+    );
     Response::new(200)
         .header("Content-Base", base)
-        .body("application/sdp", stream.publish.announced.viewer_sdp.clone())
+        .body(
+            "application/sdp",
+            stream.publish.announced.viewer_sdp.clone(),
+        )
         .into()
 }
 
@@ -87,6 +94,8 @@ fn in_session(
         let state = server.live.lock();
         match state.viewers.get(id) {
             Some(v) if v.conn == conn.id() => v.stream,
+            // The stream ended (the viewer got BYE): nothing left to end.
+            None if req.method == Method::Teardown => return Response::new(200).into(),
             _ => return refuse(454, "no such session on this connection"),
         }
     };
@@ -180,7 +189,10 @@ fn transport_for(
         } => {
             let peer = conn.peer().map_err(io)?.ip();
             if destination.is_some_and(|d| d != peer) {
-                return Err(refuse(403, "RTP goes only to the requesting client's address"));
+                return Err(refuse(
+                    403,
+                    "RTP goes only to the requesting client's address",
+                ));
             }
             let pair = (server.ports)
                 .bind(conn.local().map_err(io)?.ip())
@@ -238,7 +250,9 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
     let thread = conn.id() % server.engine.threads() as u64;
     let (mut infos, mut starts) = (Vec::new(), Vec::new());
     for w in &mut viewing.tracks {
-        let Some(output) = w.output.take() else { continue };
+        let Some(output) = w.output.take() else {
+            continue;
+        };
         let t = &stream.tracks[w.track];
         let backlog: Vec<_> = (stream.ring.backlog())
             .filter(|e| e.track == w.track)
@@ -246,7 +260,10 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
             .collect();
         let (seq_delta, ts_delta): (u16, u32) = (rand::random(), rand::random());
         // The first packet it will get: the backlog's, else the next.
-        let first = backlog.first().map(|p| header_of(p)).or(t.last.map(|(s, ts)| (s.wrapping_add(1), ts)));
+        let first = backlog
+            .first()
+            .map(|p| header_of(p))
+            .or(t.last.map(|(s, ts)| (s.wrapping_add(1), ts)));
         if let Some((seq, ts)) = first {
             infos.push(format!(
                 "url=trackID={};seq={};rtptime={}",
@@ -265,7 +282,9 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
             backlog,
             started: false,
         };
-        server.engine.send(conn.id(), Command::LiveAdd(Box::new(viewer)));
+        server
+            .engine
+            .send(conn.id(), Command::LiveAdd(Box::new(viewer)));
         starts.push((conn.id(), w.id));
     }
     stream.threads.insert(thread);

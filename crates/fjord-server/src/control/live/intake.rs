@@ -42,10 +42,14 @@ fn take(server: &Server, state: &mut State, (id, track): (u64, usize), bytes: &[
     let feed = t.feed;
     // The one copy fjord keeps: every viewer's send borrows it.
     let packet: LivePacket = Arc::from(bytes);
-    stream.ring.push(track, header.timestamp, key, bytes.len(), packet.clone());
+    stream
+        .ring
+        .push(track, header.timestamp, key, bytes.len(), packet.clone());
     for &thread in &stream.threads {
         let packet = packet.clone();
-        server.engine.send(thread, Command::LivePacket { feed, packet });
+        server
+            .engine
+            .send(thread, Command::LivePacket { feed, packet });
     }
     true
 }

@@ -28,11 +28,8 @@ use fjord_proto::rtsp::{
     transport,
 };
 
-use crate::{
-    Server,
-    control::{Client, Reply},
-    outbox::Outbox,
-};
+use super::{Client, Reply};
+use crate::{Server, outbox::Outbox};
 
 /// The live streams and their viewers.
 #[derive(Default)]
@@ -146,6 +143,14 @@ pub(crate) fn on_interleaved(server: &Server, conn: u64, channel: u8, payload: &
     intake::interleaved(server, conn, channel, payload)
 }
 
+/// Whether connection `conn` publishes or views a live stream: it is not
+/// closed for being idle (a publisher sends no requests while it records,
+/// a viewer maybe none while it watches).
+pub(crate) fn holds(server: &Server, conn: u64) -> bool {
+    let state = server.live.lock();
+    state.streams.values().any(|s| s.conn == conn) || state.viewers.values().any(|v| v.conn == conn)
+}
+
 /// Connection `conn` closed: its streams end, its viewers go.
 pub(crate) fn conn_closed(server: &Server, conn: u64) {
     let (streams, viewers): (Vec<u64>, Vec<String>) = {
@@ -158,11 +163,28 @@ pub(crate) fn conn_closed(server: &Server, conn: u64) {
         )
     };
     for id in streams {
-        end(server, id, "its publisher's connection closed");
+        end_soon(server, id, "its publisher's connection closed");
     }
     for id in viewers {
         view::remove(server, &id);
     }
+}
+
+/// How long a stream torn down still takes packets: a UDP publisher's
+/// last packets may be behind its TEARDOWN.
+const DRAIN: Duration = Duration::from_millis(100);
+
+/// Ends stream `id` once what its publisher sent before has arrived.
+fn end_soon(server: &Server, id: u64, why: &'static str) {
+    let Some(weak) = server.live.server.get().cloned() else {
+        return end(server, id, why);
+    };
+    tokio::spawn(async move {
+        tokio::time::sleep(DRAIN).await;
+        if let Some(server) = weak.upgrade() {
+            end(&server, id, why);
+        }
+    });
 }
 
 /// Ends stream `id`: its viewers get RTCP BYE, its path is free again.
@@ -181,10 +203,16 @@ fn end(server: &Server, id: u64, why: &str) {
     }
     for t in &stream.tracks {
         for &thread in &stream.threads {
-            server.engine.send(thread, Command::LiveEnd { feed: t.feed });
+            server
+                .engine
+                .send(thread, Command::LiveEnd { feed: t.feed });
         }
     }
-    tracing::info!(path = stream.path, refused = stream.refused, "live stream ended: {why}");
+    tracing::info!(
+        path = stream.path,
+        refused = stream.refused,
+        "live stream ended: {why}"
+    );
 }
 
 /// A new session id, unlike the VOD sessions' (which are hex digits).
