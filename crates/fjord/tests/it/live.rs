@@ -162,7 +162,7 @@ fn publish_and_view(publisher: &str, viewer: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     // The path is free again once the stream ended.
-    server.wait_for_log("publisher tore it down", Duration::from_secs(5));
+    server.wait_for_log("live stream ended: its publisher", Duration::from_secs(5));
     let mut again = publish(&with(&server, "pub:secret", &path), publisher);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while server.log_text().matches("live stream recording").count() < 2 {

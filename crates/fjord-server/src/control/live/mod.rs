@@ -66,6 +66,8 @@ struct Stream {
     refused: u64,
     /// The tasks reading its UDP ports, ended with it.
     tasks: Vec<tokio::task::AbortHandle>,
+    /// Why it ends, once that is decided (it ends [`DRAIN`] later).
+    ending: Option<&'static str>,
 }
 
 /// One track as it arrives.
@@ -176,6 +178,9 @@ const DRAIN: Duration = Duration::from_millis(100);
 
 /// Ends stream `id` once what its publisher sent before has arrived.
 fn end_soon(server: &Server, id: u64, why: &'static str) {
+    if let Some(s) = server.live.lock().streams.get_mut(&id) {
+        s.ending.get_or_insert(why);
+    }
     let Some(weak) = server.live.server.get().cloned() else {
         return end(server, id, why);
     };

@@ -59,6 +59,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
             limits,
             refused: 0,
             tasks: Vec::new(),
+            ending: None,
         },
     );
     tracing::info!(path, conn = conn.id(), "live stream announced");
