@@ -105,7 +105,8 @@ impl Guard {
     }
 
     /// Whether `authorization` lets an RTSP request publish to the live
-    /// path `path` (`publish` globs; an open server lets nobody publish).
+    /// path `path` (`publish` globs). An open server is let through: it
+    /// takes no publishers at all (405).
     pub(crate) fn check_publish(
         &self,
         ip: IpAddr,
@@ -117,7 +118,9 @@ impl Guard {
         let tables = self.tables();
         let auth = &tables.read;
         if auth.is_open() {
-            return Verdict::Deny(403, vec![]);
+            // No users, no publish rule: the server takes no live input,
+            // and says so with 405 (`control::live::answer`).
+            return Verdict::Allow;
         }
         let req = request(ip, method, authorization, Target::Title(path), tls);
         self.verdict(auth, &self.read, &req, |who| auth.may_publish(who, path))

@@ -2,7 +2,7 @@
 //! UDP and over TCP; ffmpeg and GStreamer view the live path and receive
 //! every frame from the key frame they join at (decoded frames compared by
 //! MD5 with the published file's, from the join point on); publishing
-//! needs a `publish` rule (401/403 otherwise, 403 on an open server); a
+//! needs a `publish` rule (401/403 otherwise, 405 on an open server); a
 //! second publisher to a path in use is refused with the reason; a
 //! publisher gone silent ends its stream; SDP limits answer 413/453.
 
@@ -16,10 +16,10 @@ use md5::Digest;
 
 use crate::common::{Server, generate_media, run_bounded, run_bounded_with, status_of};
 
-/// Connections idle for a second are closed, but not those of publishers
+/// Connections idle for 4 s are closed, but not those of publishers
 /// and viewers. Who publishes: `pub` to `live/**` (and reads everything), alice only
 /// reads, anyone reads and may publish to `open/**`.
-const USERS: &str = "live_timeout_s = 2\nidle_timeout_s = 1\n\
+const USERS: &str = "live_timeout_s = 2\nidle_timeout_s = 4\n\
 [[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\"]\n\
 [[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\n\
 [[user]]\npaths = [\"**\"]\npublish = [\"open/**\"]\n";
@@ -238,12 +238,12 @@ fn publishing_needs_a_publish_rule() {
         "{}",
         out.stderr
     );
-    // An open server lets nobody publish.
+    // An open server (no users, so no publish rule) takes no publisher.
     let open = Server::start("");
     let mut s = TcpStream::connect(open.addr()).unwrap();
     assert_eq!(
         status_of(&exchange(&mut s, &announce(&open, "live/x", SDP))),
-        Some(403)
+        Some(405)
     );
 }
 

@@ -127,6 +127,10 @@ pub(crate) async fn answer(
     req: &Request,
     now: Instant,
 ) -> Option<Reply> {
+    if publishes(req) && server.config().users.is_empty() {
+        // An open server has no publish rule, so no publisher: 405.
+        return None;
+    }
     match req.method {
         Method::Announce => Some(publish::announce(server, conn, req, now)),
         Method::Setup if publishes(req) => Some(publish::setup(server, conn, req, now).await),
