@@ -27,7 +27,7 @@
 //! connection that takes part of a frame keeps the rest). The control plane
 //! never touches a socket of a playing session.
 //!
-//! Live streams ([`live`]): the control plane hands a thread each viewer
+//! Live streams (`live.rs`): the control plane hands a thread each viewer
 //! of a live track ([`LiveViewer`]) and each packet the publisher sent
 //! ([`LivePacket`], held once, reference-counted); the thread sends every
 //! packet to each of its viewers with only the 12-byte RTP header
@@ -42,7 +42,7 @@ mod files;
 mod inbox;
 mod interleaved;
 mod lateness;
-pub mod live;
+mod live;
 mod prefault;
 mod rebuild;
 pub mod seal;
@@ -55,11 +55,10 @@ mod trick;
 mod wheel;
 
 pub use command::{
-    Command, LATE, MAX_SCALE, Output, PlayInfo, REAL_TIME, RepairSpec, SessionSpec, Start,
-    ThreadStats, Until,
+    Command, LATE, LivePacket, LiveViewer, MAX_SCALE, Output, PlayInfo, REAL_TIME, RepairSpec,
+    SessionSpec, Start, ThreadStats, Until,
 };
 pub use datapath::UdpSocket;
-pub use live::{LivePacket, LiveViewer};
 pub use thread::{DEFAULT_BURST, Engine, EngineConfig, wake_grid};
 pub use title::{Title, VerifyError};
 pub use totals::Totals;

@@ -14,37 +14,16 @@ use std::{
     collections::HashMap,
     io::IoSlice,
     net::SocketAddr,
-    sync::Arc,
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
 use fjord_proto::rtcp::{NtpTime, SENDER_REPORT_MAX_LEN, sender_report};
 
-use crate::{Output, command::ThreadStats, interleaved::Connection};
-
-/// One packet of a live stream, as the publisher sent it (RTP header
-/// included). Held once; every viewer's send borrows it.
-pub type LivePacket = Arc<[u8]>;
-
-/// A viewer of one track of a live stream.
-pub struct LiveViewer {
-    /// Unique among the engine's streams.
-    pub id: u64,
-    /// The track's feed, which [`crate::Command::LivePacket`] names.
-    pub feed: u64,
-    pub ssrc: u32,
-    /// Added to the publisher's sequence numbers and timestamps.
-    pub seq_delta: u16,
-    pub ts_delta: u32,
-    pub output: Output,
-    /// Packets to send first, in order: the stream since its last key
-    /// frame. Packets that arrive before the viewer starts
-    /// ([`crate::Command::Start`], once its PLAY reply is written) join
-    /// them, by reference.
-    pub backlog: Vec<LivePacket>,
-    /// Whether it was started; the control plane adds it unstarted.
-    pub started: bool,
-}
+use crate::{
+    Output,
+    command::{LivePacket, LiveViewer, ThreadStats},
+    interleaved::Connection,
+};
 
 /// An engine thread's live viewers, by feed.
 #[derive(Default)]
