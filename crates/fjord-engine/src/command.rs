@@ -136,6 +136,30 @@ pub struct PlayInfo {
     pub queued: bool,
 }
 
+/// One packet of a live stream, as the publisher sent it (RTP header
+/// included). Held once; every viewer's send borrows it.
+pub type LivePacket = Arc<[u8]>;
+
+/// A viewer of one track of a live stream.
+pub struct LiveViewer {
+    /// Unique among the engine's streams.
+    pub id: u64,
+    /// The track's feed, which [`Command::LivePacket`] names.
+    pub feed: u64,
+    pub ssrc: u32,
+    /// Added to the publisher's sequence numbers and timestamps.
+    pub seq_delta: u16,
+    pub ts_delta: u32,
+    pub output: Output,
+    /// Packets to send first, in order: the stream since its last key
+    /// frame. Packets that arrive before the viewer starts
+    /// ([`Command::Start`], once its PLAY reply is written) join
+    /// them, by reference.
+    pub backlog: Vec<LivePacket>,
+    /// Whether it was started; the control plane adds it unstarted.
+    pub started: bool,
+}
+
 pub enum Command {
     Add(Box<SessionSpec>),
     /// Gives session `id` a repair stream; ignored when its title has no
@@ -224,6 +248,20 @@ pub enum Command {
     Bye {
         id: u64,
     },
+    /// A viewer of a live stream's track (`live.rs`).
+    LiveAdd(Box<LiveViewer>),
+    /// A packet of a live track, to every viewer of it on the thread.
+    LivePacket {
+        feed: u64,
+        packet: LivePacket,
+    },
+    LiveRemove {
+        id: u64,
+    },
+    /// The live track ended: its viewers get RTCP BYE.
+    LiveEnd {
+        feed: u64,
+    },
     /// What the thread has done so far.
     Stats {
         reply: Box<dyn FnOnce(ThreadStats) + Send>,
@@ -247,6 +285,10 @@ impl Command {
             Command::Write { .. } => "Write",
             Command::DetachConnection { .. } => "DetachConnection",
             Command::Bye { .. } => "Bye",
+            Command::LiveAdd(_) => "LiveAdd",
+            Command::LivePacket { .. } => "LivePacket",
+            Command::LiveRemove { .. } => "LiveRemove",
+            Command::LiveEnd { .. } => "LiveEnd",
             Command::Stats { .. } => "Stats",
         }
     }

@@ -206,6 +206,34 @@ impl Connection {
         (taken, broken || self.broken)
     }
 
+    /// Sends one frame, or queues a copy of it behind what is pending when
+    /// the client is behind (a live stream's packet cannot wait for the
+    /// next tick); false when the client is gone or over its bound.
+    pub(crate) fn send_or_queue(&mut self, channel: u8, frame: Frame<'_>, now: Instant) -> bool {
+        let (taken, broken) = self.send_frames(channel, &[frame], now);
+        if broken {
+            return false;
+        }
+        if taken == 0 {
+            let len: usize = frame.iter().map(|p| p.len()).sum();
+            let Ok(len) = u16::try_from(len) else {
+                return false;
+            };
+            if self.pending.len() + 4 + usize::from(len) > MAX_PENDING {
+                self.fail();
+                return false;
+            }
+            (self.pending).extend_from_slice(&[b'$', channel, (len >> 8) as u8, len as u8]);
+            frame.iter().for_each(|p| self.pending.extend_from_slice(p));
+        }
+        true
+    }
+
+    /// Bytes accepted and not yet written.
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     fn write_frames(&mut self, channel: u8, frames: &[Frame<'_>]) -> (usize, bool) {
         let frames = &frames[..frames.len().min(MAX_FRAMES)];
         let mut heads = [[0u8; 4 + MAX_HEAD]; MAX_FRAMES];

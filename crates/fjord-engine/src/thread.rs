@@ -18,6 +18,7 @@ use crate::{
     inbox::{self, Inbox, Outbox},
     interleaved::Connection,
     lateness::TickStart,
+    live::{Live, Sink},
     session::{MAX_BURST_PACKETS, Pacing, Planned, Session},
     totals::{Published, Totals},
     wheel::{TICK, Wheel},
@@ -89,6 +90,11 @@ impl Engine {
             totals,
             datapath,
         })
+    }
+
+    /// How many engine threads there are: a shard below it is that thread.
+    pub fn threads(&self) -> usize {
+        self.queues.len()
     }
 
     /// The data path the threads started with.
@@ -266,6 +272,7 @@ struct Worker {
     slow_logged: Option<Instant>,
     /// The wake-up grid, wheel ticks.
     align_ticks: u64,
+    live: Live,
 }
 
 impl Worker {
@@ -297,6 +304,7 @@ impl Worker {
             flush_key: 0,
             slow_logged: None,
             align_ticks: align,
+            live: Live::default(),
         }
     }
 
@@ -523,7 +531,11 @@ impl Worker {
                 reply(self.session_mut(id).map(|s| s.position_at(now)));
             }
             Command::Start { id, at, origin_ns } => {
-                if let Some(s) = self.session_mut(id) {
+                if !self.ids.contains_key(&id) {
+                    self.live(|live, sink| {
+                        live.start(id, sink);
+                    });
+                } else if let Some(s) = self.session_mut(id) {
                     s.start(at, origin_ns);
                     let k = self.ids[&id];
                     self.wheel.insert(k, Instant::now());
@@ -544,6 +556,12 @@ impl Worker {
                 }
             }
             Command::Bye { id } => self.bye(id),
+            Command::LiveAdd(viewer) => self.live(|live, sink| live.add(*viewer, sink)),
+            Command::LivePacket { feed, packet } => {
+                self.live(|live, sink| live.packet(feed, &packet, sink));
+            }
+            Command::LiveRemove { id } => self.live.remove(id),
+            Command::LiveEnd { feed } => self.live(|live, sink| live.end(feed, sink)),
             Command::Stats { reply } => reply(self.thread_stats()),
             Command::AttachConnection { conn, fd, seal } => {
                 match Connection::new(fd, self.config.stall_timeout, seal) {
@@ -557,6 +575,24 @@ impl Worker {
                 }
             }
             Command::DetachConnection { conn } => self.detach(conn),
+        }
+    }
+
+    /// Lets the live viewers send; frames left queued on a full
+    /// connection are written by the ticks that follow.
+    fn live(&mut self, f: impl FnOnce(&mut Live, &mut Sink<'_>)) {
+        let mut sink = Sink {
+            connections: &mut self.connections,
+            stats: &mut self.stats,
+            cname: &self.config.cname,
+        };
+        f(&mut self.live, &mut sink);
+        if let Some(at) = (self.connections.values())
+            .filter(|c| c.has_pending() && !c.is_broken())
+            .map(|c| c.retry_at().unwrap_or_else(Instant::now))
+            .min()
+        {
+            self.wheel.insert(self.flush_key, at);
         }
     }
 
@@ -615,7 +651,7 @@ impl Worker {
     fn thread_stats(&self) -> ThreadStats {
         let (user, system) = thread_cpu();
         ThreadStats {
-            sessions: self.ids.len(),
+            sessions: self.ids.len() + self.live.viewers(),
             user,
             system,
             datapath: self.path.counters(),
@@ -626,6 +662,7 @@ impl Worker {
     /// A connection closed: its interleaved sessions go, and what it had
     /// queued is flushed once more.
     fn detach(&mut self, conn: u64) {
+        self.live.detach(conn);
         let on_it = |s: &Option<Session>| s.as_ref().is_some_and(|s| s.connection() == Some(conn));
         let gone: Vec<u64> = (self.ids.iter())
             .filter(|&(_, &k)| on_it(&self.slots[k as usize]))

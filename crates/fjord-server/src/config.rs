@@ -69,6 +69,19 @@ pub struct Config {
     pub max_speed: f64,
     pub max_header_bytes: usize,
     pub max_body_bytes: usize,
+    /// A live stream whose publisher sent nothing for this long ends
+    /// (`docs/live.md`).
+    pub live_timeout_s: u64,
+    /// Live streams at once (publishers).
+    pub live_max_streams: usize,
+    /// An ANNOUNCE body's bytes.
+    pub live_max_sdp_bytes: usize,
+    /// Media sections of an ANNOUNCE.
+    pub live_max_tracks: usize,
+    /// Bytes of one RTP packet a publisher sends.
+    pub live_max_packet_bytes: usize,
+    /// Bytes held per live stream for viewers joining at its last key frame.
+    pub live_max_buffer_bytes: usize,
     pub max_connections: usize,
     /// Of `max_connections`, at most this many from one client address
     /// (RTSP and HTTP together); 0: no cap.
@@ -251,6 +264,12 @@ impl Default for Config {
             max_speed: 4.0,
             max_header_bytes: 16 * 1024,
             max_body_bytes: 64 * 1024,
+            live_timeout_s: 10,
+            live_max_streams: 64,
+            live_max_sdp_bytes: 16 * 1024,
+            live_max_tracks: 8,
+            live_max_packet_bytes: 1500,
+            live_max_buffer_bytes: 16 << 20,
             max_connections: 1024,
             max_connections_per_address: 128,
             max_sessions: 1024,
@@ -362,6 +381,9 @@ pub struct UserConfig {
     pub password: Option<String>,
     #[serde(default)]
     pub paths: Vec<String>,
+    /// Globs of the live paths the user may publish to (`docs/live.md`).
+    #[serde(default)]
+    pub publish: Vec<String>,
     /// The user may also use the admin listener (status page, metrics,
     /// API).
     #[serde(default)]
@@ -378,6 +400,7 @@ impl UserConfig {
                 false => Secret::Password(p.clone()),
             }),
             paths: self.paths.clone(),
+            publish: self.publish.clone(),
         }
     }
 }
@@ -451,6 +474,16 @@ impl Config {
         })
     }
 
+    /// The bounds of a publisher's input.
+    pub fn live_limits(&self) -> fjord_live::Limits {
+        fjord_live::Limits {
+            max_sdp_bytes: self.live_max_sdp_bytes,
+            max_tracks: self.live_max_tracks,
+            max_packet_bytes: self.live_max_packet_bytes,
+            max_buffer_bytes: self.live_max_buffer_bytes,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
         if !(1..=7).contains(&self.ts_per_rtp) {
@@ -470,6 +503,9 @@ impl Config {
         }
         if self.rtcp_interval_s == 0 {
             return bad("rtcp_interval_s must be at least 1");
+        }
+        if self.live_timeout_s == 0 || !(12..=65_535).contains(&self.live_max_packet_bytes) {
+            return bad("live_timeout_s must be at least 1, live_max_packet_bytes 12 to 65535");
         }
         if self.max_header_bytes < 256 {
             return bad("max_header_bytes must be at least 256");

@@ -143,6 +143,9 @@ impl Conn {
 
     /// A `$` frame from the client: RTCP of an interleaved stream.
     fn on_interleaved(&mut self, server: &Server, channel: u8, payload: &[u8], now: Instant) {
+        if crate::control::live::on_interleaved(server, self.id, channel, payload) {
+            return;
+        }
         let mut table = server.sessions.lock();
         self.forget_ended(&table);
         for id in self.sessions() {
@@ -407,6 +410,13 @@ pub(crate) fn serve_connection(
                         Err(_) => break,
                     }
                 }
+                Woken::Deadline
+                    if partial.as_ref().is_none_or(|p| p.since.is_none())
+                        && crate::control::live::holds(&server, conn.id) =>
+                {
+                    // A publisher or live viewer: `live_timeout_s` ends it.
+                    idle_deadline = Instant::now() + server.config().idle_timeout();
+                }
                 Woken::Deadline => {
                     tracing::debug!(
                         conn = conn.id,
@@ -426,6 +436,7 @@ pub(crate) fn serve_connection(
         }
         drop(table);
         out.send_to(&server.engine);
+        crate::control::live::conn_closed(&server, conn.id);
         if conn.attached {
             server
                 .engine

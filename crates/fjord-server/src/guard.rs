@@ -104,6 +104,28 @@ impl Guard {
         self.check_read(&req, title)
     }
 
+    /// Whether `authorization` lets an RTSP request publish to the live
+    /// path `path` (`publish` globs). An open server is let through: it
+    /// takes no publishers at all (405).
+    pub(crate) fn check_publish(
+        &self,
+        ip: IpAddr,
+        method: &str,
+        authorization: Option<&str>,
+        path: &str,
+        tls: bool,
+    ) -> Verdict {
+        let tables = self.tables();
+        let auth = &tables.read;
+        if auth.is_open() {
+            // No users, no publish rule: the server takes no live input,
+            // and says so with 405 (`control::live::answer`).
+            return Verdict::Allow;
+        }
+        let req = request(ip, method, authorization, Target::Title(path), tls);
+        self.verdict(auth, &self.read, &req, |who| auth.may_publish(who, path))
+    }
+
     /// The same for an HTTP request for `path` (decoded, no leading `/`)
     /// of the title at `title`: its Digest `uri` must name `path`.
     pub(crate) fn check_http(

@@ -126,6 +126,8 @@ pub(crate) struct Server {
     tls: Option<tls::Tls>,
     /// This node's cluster, once joined (none configured: none).
     cluster: cluster::Cluster,
+    /// Live streams and their viewers.
+    live: control::live::Live,
 }
 
 impl Server {
@@ -167,6 +169,7 @@ impl Server {
             guard: guard::Guard::new(&config)?,
             tls,
             cluster: cluster::Cluster::default(),
+            live: control::live::Live::default(),
             config: RwLock::new(Arc::new(config)),
         })
     }
@@ -250,6 +253,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     let engine = start_engine(&config, local, storage.clone())?;
     let tls = tls::Tls::new(&config)?;
     let server = Arc::new(Server::new(config, catalog, engine, storage, tls)?);
+    control::live::start(&server);
     // Before the RTSP line, which scripts and tests wait for.
     if let Some(listener) = admin {
         start_admin(&server, listener)?;

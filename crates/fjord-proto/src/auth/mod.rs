@@ -103,6 +103,9 @@ pub struct User {
     /// Globs over title paths, `*` within one path segment, `**` across
     /// them: `"**"`, `"movies/*.ts"`.
     pub paths: Vec<String>,
+    /// Globs of the live paths the user may publish to (RTSP ANNOUNCE and
+    /// RECORD): nobody publishes anywhere unless a rule says so.
+    pub publish: Vec<String>,
 }
 
 /// A user's password, as the config gives it.
@@ -201,6 +204,7 @@ struct Rule {
     /// Name and HA1; `None` for the anonymous rule.
     account: Option<(String, Ha1)>,
     paths: GlobSet,
+    publish: GlobSet,
 }
 
 impl Auth {
@@ -216,8 +220,13 @@ impl Auth {
             {
                 return Err(AuthError::Duplicate(name.clone()));
             }
-            let paths = globs(user)?;
-            rules.push(Rule { account, paths });
+            let paths = globs(user, &user.paths)?;
+            let publish = globs(user, &user.publish)?;
+            rules.push(Rule {
+                account,
+                paths,
+                publish,
+            });
         }
         Ok(Auth {
             realm: realm.to_owned(),
@@ -308,6 +317,19 @@ impl Auth {
                 .rules
                 .iter()
                 .any(|r| r.account.is_none() && r.paths.is_match(path))
+    }
+
+    /// Whether `who` may publish to `path`: anyone where the anonymous
+    /// rule's `publish` globs allow, a user also where their own do. An
+    /// open server (no users) lets nobody publish.
+    pub fn may_publish(&self, who: &Outcome, path: &str) -> bool {
+        let own = match who {
+            Outcome::Authenticated { user } => {
+                (self.rules.get(*user)).is_some_and(|r| r.publish.is_match(path))
+            }
+            _ => false,
+        };
+        own || (self.rules.iter()).any(|r| r.account.is_none() && r.publish.is_match(path))
     }
 
     /// Right password first, then the target, then the nonce: a right
@@ -425,8 +447,8 @@ fn account(user: &User, realm: &str) -> Result<Option<(String, Ha1)>, AuthError>
     Ok(Some((name.clone(), ha1)))
 }
 
-/// A user's globs, compiled into one set.
-fn globs(user: &User) -> Result<GlobSet, AuthError> {
+/// A user's globs (read or publish), compiled into one set.
+fn globs(user: &User, patterns: &[String]) -> Result<GlobSet, AuthError> {
     let error = |glob: &str, reason: String| AuthError::Glob {
         who: user
             .name
@@ -436,7 +458,7 @@ fn globs(user: &User) -> Result<GlobSet, AuthError> {
         reason,
     };
     let mut set = GlobSetBuilder::new();
-    for glob in &user.paths {
+    for glob in patterns {
         // Title paths have none, so such a glob would never match.
         if glob.starts_with('/') {
             return Err(error(glob, "title paths do not start with '/'".to_owned()));
@@ -445,5 +467,5 @@ fn globs(user: &User) -> Result<GlobSet, AuthError> {
         set.add(compiled.map_err(|e| error(glob, e.kind().to_string()))?);
     }
     set.build()
-        .map_err(|e| error(&user.paths.join(" "), e.to_string()))
+        .map_err(|e| error(&patterns.join(" "), e.to_string()))
 }

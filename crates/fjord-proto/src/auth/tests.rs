@@ -17,6 +17,7 @@ fn user(name: &str, password: &str, paths: &[&str]) -> User {
         name: Some(name.to_owned()),
         secret: Some(Secret::Password(password.to_owned())),
         paths: paths.iter().map(|p| p.to_string()).collect(),
+        ..User::default()
     }
 }
 
@@ -733,4 +734,25 @@ proptest! {
         let header = String::from_utf8_lossy(&header);
         let _ = check_as(&auth, "DESCRIBE", Some(&header), NOW, false);
     }
+}
+
+#[test]
+fn publishing_needs_a_rule_even_on_an_open_server() {
+    let open = Auth::new(&[], "fjord", &KEY).unwrap();
+    assert!(!open.may_publish(&Outcome::Anonymous, "live/a"));
+    let mut alice = user("alice", "pw", &["**"]);
+    alice.publish = vec!["live/**".to_owned()];
+    let mut anyone = anonymous(&[]);
+    anyone.publish = vec!["open/*".to_owned()];
+    let auth = Auth::new(&[alice, user("bob", "pw", &["**"]), anyone], "fjord", &KEY).unwrap();
+    let (a, b) = (
+        Outcome::Authenticated { user: 0 },
+        Outcome::Authenticated { user: 1 },
+    );
+    assert!(auth.may_publish(&a, "live/x/y"));
+    assert!(!auth.may_publish(&a, "films/x"));
+    assert!(!auth.may_publish(&b, "live/x"));
+    assert!(auth.may_publish(&b, "open/x"));
+    assert!(auth.may_publish(&Outcome::Anonymous, "open/x"));
+    assert!(!auth.may_publish(&Outcome::Anonymous, "live/x"));
 }

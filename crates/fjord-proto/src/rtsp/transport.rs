@@ -75,6 +75,32 @@ pub fn choose(header: &str) -> Result<TransportRequest, TransportError> {
 /// `multicast`: a client that lists unicast after multicast gets unicast
 /// from a server that does not offer multicast.
 pub fn choose_for(header: &str, multicast: bool) -> Result<TransportRequest, TransportError> {
+    choose_mode(header, multicast, &TransportMode::Play)
+}
+
+/// A publisher's `Transport` (RFC 2326 §10.11: `mode=record`): the first
+/// unicast UDP or TCP alternative with `mode=record`; `client_port` names
+/// where the publisher sends RTCP from, and it sends RTP to our ports.
+pub fn choose_record(header: &str) -> Result<TransportRequest, TransportError> {
+    choose_mode(header, false, &TransportMode::Record)
+}
+
+/// Whether any alternative of `header` asks for `mode=record`.
+pub fn is_record(header: &str) -> bool {
+    (split_alternatives(header).take(MAX_ALTERNATIVES)).any(|alt| {
+        alt.split(';').any(|p| {
+            let p = p.trim();
+            let v = p.strip_prefix("mode=").or_else(|| p.strip_prefix("MODE="));
+            v.is_some_and(|v| v.trim_matches('"').eq_ignore_ascii_case("record"))
+        })
+    })
+}
+
+fn choose_mode(
+    header: &str,
+    multicast: bool,
+    mode: &TransportMode,
+) -> Result<TransportRequest, TransportError> {
     let mut first_reason: Option<String> = None;
     for alt in split_alternatives(header).take(MAX_ALTERNATIVES) {
         let alt = alt.trim();
@@ -85,7 +111,7 @@ pub fn choose_for(header: &str, multicast: bool) -> Result<TransportRequest, Tra
             continue;
         }
         let reason = match parse_one(alt) {
-            Ok(t) => match evaluate(&t, multicast) {
+            Ok(t) => match evaluate(&t, multicast, mode) {
                 Ok(req) => return Ok(req),
                 Err(reason) => reason,
             },
@@ -116,6 +142,34 @@ pub fn reply_udp(
 /// Our answer for TCP, e.g. `RTP/AVP/TCP;unicast;interleaved=0-1;ssrc=0A1B2C3D`.
 pub fn reply_tcp(rtp_channel: u8, rtcp_channel: u8, ssrc: u32) -> String {
     format!("RTP/AVP/TCP;unicast;interleaved={rtp_channel}-{rtcp_channel};ssrc={ssrc:08X}")
+}
+
+#[cfg(test)]
+#[test]
+fn record_transports() {
+    let udp = "RTP/AVP/UDP;unicast;client_port=5000-5001;mode=record";
+    assert!(is_record(udp) && is_record("RTP/AVP/TCP;interleaved=0-1;mode=\"RECORD\""));
+    assert!(!is_record("RTP/AVP;unicast;client_port=5000-5001"));
+    assert!(matches!(
+        choose_record(udp),
+        Ok(TransportRequest::Udp {
+            client_rtp: 5000,
+            ..
+        })
+    ));
+    let tcp = "RTP/AVP/TCP;unicast;interleaved=2-3;mode=record";
+    assert_eq!(
+        choose_record(tcp),
+        Ok(TransportRequest::Tcp {
+            rtp_channel: 2,
+            rtcp_channel: 3
+        })
+    );
+    assert!(choose_record("RTP/AVP;unicast;client_port=5000-5001").is_err());
+    assert!(
+        choose(udp).is_err(),
+        "a player's SETUP is not a publisher's"
+    );
 }
 
 fn clip(s: &str) -> &str {
@@ -174,7 +228,11 @@ fn parse_one(alt: &str) -> Result<Transport, ()> {
     }
 }
 
-fn evaluate(t: &Transport, multicast_offered: bool) -> Result<TransportRequest, String> {
+fn evaluate(
+    t: &Transport,
+    multicast_offered: bool,
+    mode: &TransportMode,
+) -> Result<TransportRequest, String> {
     let rtp = match t {
         Transport::Rtp(rtp) => rtp,
         Transport::Other(o) => return Err(format!("transport `{}`", clip(&o.spec))),
@@ -183,8 +241,15 @@ fn evaluate(t: &Transport, multicast_offered: bool) -> Result<TransportRequest, 
         return Err(format!("profile RTP/{}", clip(rtp.profile.as_str())));
     }
     let p = &rtp.params;
-    if p.mode.iter().any(|m| *m != TransportMode::Play) {
-        return Err("mode other than PLAY".to_owned());
+    let asked = |m: &TransportMode| m == mode;
+    match mode {
+        TransportMode::Play if !p.mode.iter().all(asked) => {
+            return Err("mode other than PLAY".to_owned());
+        }
+        TransportMode::Record if !p.mode.iter().any(asked) => {
+            return Err("mode other than RECORD".to_owned());
+        }
+        _ => {}
     }
     if p.multicast && !multicast_offered {
         return Err("multicast (this server does not offer it)".to_owned());

@@ -20,6 +20,7 @@ use crate::{
 
 mod ask;
 mod describe;
+pub(crate) mod live;
 mod multicast;
 mod pause;
 mod play;
@@ -145,6 +146,9 @@ async fn answer(
     {
         return denied.into();
     }
+    if let Some(live) = live::answer(server, (conn, out), req, now).await {
+        return live.into();
+    }
     match &req.method {
         Method::Options => reply(Response::new(200).header("Public", allowed_methods())),
         Method::Describe => describe::answer(server, conn, req).await.into(),
@@ -174,7 +178,11 @@ fn denied(server: &Server, conn: &dyn Client, req: &Request) -> Option<Reply> {
         .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.ip());
     let auth = req.header("Authorization");
     let method = req.method.as_str();
-    match (server.guard).check(ip, method, auth, &path, conn.is_tls()) {
+    let verdict = match live::publishes(req) {
+        true => (server.guard).check_publish(ip, method, auth, &path, conn.is_tls()),
+        false => (server.guard).check(ip, method, auth, &path, conn.is_tls()),
+    };
+    match verdict {
         Verdict::Allow => None,
         Verdict::Deny(code, challenges) => {
             let mut r = Response::new(code);

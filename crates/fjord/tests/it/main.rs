@@ -24,6 +24,7 @@ mod formats;
 mod http;
 mod http_titles;
 mod limits;
+mod live;
 mod load;
 mod multicast;
 mod operate;

@@ -1,0 +1,240 @@
+//! Live input (`docs/live.md`): publishers send a stream with RTSP
+//! ANNOUNCE, SETUP (`mode=record`) and RECORD, its RTP over UDP or
+//! interleaved on their connection; viewers DESCRIBE, SETUP and PLAY the
+//! same path. Each packet is held once ([`fjord_engine::LivePacket`]) and
+//! handed to the engine threads that have viewers of it, which send it to
+//! each by reference. A viewer joins at the last key frame (the
+//! [`fjord_live::ring::Ring`] of the stream).
+//!
+//! The sans-IO parts (SDP, RTP, key frames, the ring, the publish steps)
+//! are `fjord-live`'s; this module is their I/O: sockets, tasks, the
+//! engine commands, the timeout.
+
+mod intake;
+mod publish;
+mod view;
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{Arc, Mutex, MutexGuard, OnceLock, Weak},
+    time::{Duration, Instant},
+};
+
+use fjord_engine::{Command, LivePacket};
+use fjord_live::{publish::Paths, ring::Ring, sdp::Codec};
+use fjord_proto::rtsp::{
+    framing::{Method, Request},
+    response::Response,
+    transport,
+};
+
+use super::{Client, Reply};
+use crate::{Server, outbox::Outbox};
+
+/// The live streams and their viewers.
+#[derive(Default)]
+pub(crate) struct Live {
+    state: Mutex<State>,
+    /// For the tasks that read publishers' UDP ports (set by [`start`]).
+    server: OnceLock<Weak<Server>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Which stream holds which path; made with the first ANNOUNCE.
+    paths: Option<Paths<u64>>,
+    streams: HashMap<u64, Stream>,
+    /// Viewers' RTSP sessions, by session id.
+    viewers: HashMap<String, view::Viewing>,
+}
+
+/// One publisher's stream.
+struct Stream {
+    path: String,
+    /// The publisher's RTSP connection and session.
+    conn: u64,
+    session: String,
+    publish: fjord_live::publish::Publish,
+    tracks: Vec<TrackIn>,
+    ring: Ring<LivePacket>,
+    /// Engine threads with viewers of this stream (each gets every packet once).
+    threads: BTreeSet<u64>,
+    /// When the publisher last sent a packet (or a request).
+    last: Instant,
+    limits: fjord_live::Limits,
+    /// Packets refused (malformed, too large, of an unknown channel).
+    refused: u64,
+    /// The tasks reading its UDP ports, ended with it.
+    tasks: Vec<tokio::task::AbortHandle>,
+    /// Why it ends, once that is decided (it ends [`DRAIN`] later).
+    ending: Option<&'static str>,
+}
+
+/// One track as it arrives.
+struct TrackIn {
+    /// The engine's name for the track's packets.
+    feed: u64,
+    codec: Codec,
+    /// The interleaved channel its RTP arrives on (TCP), and RTCP beside it.
+    channel: Option<u8>,
+    /// Sequence number and timestamp of its last packet.
+    last: Option<(u16, u32)>,
+}
+
+impl Live {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Lets publishers' UDP tasks reach the server, and ends streams whose
+/// publisher went silent (`live_timeout_s`), checked every second.
+pub(crate) fn start(server: &Arc<Server>) {
+    let _ = server.live.server.set(Arc::downgrade(server));
+    let weak = Arc::downgrade(server);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let Some(server) = weak.upgrade() else { return };
+            let timeout = Duration::from_secs(server.config().live_timeout_s);
+            let silent: Vec<u64> = (server.live.lock().streams.iter())
+                .filter(|(_, s)| s.last.elapsed() >= timeout)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in silent {
+                end(&server, id, "its publisher sent nothing for live_timeout_s");
+            }
+        }
+    });
+}
+
+/// Whether `req` publishes (it is checked against `publish` rules, not
+/// read rules): ANNOUNCE, RECORD, or SETUP with `mode=record`.
+pub(crate) fn publishes(req: &Request) -> bool {
+    match req.method {
+        Method::Announce | Method::Record => true,
+        Method::Setup => req.header("Transport").is_some_and(transport::is_record),
+        _ => false,
+    }
+}
+
+/// The answer when `req` is about a live stream or a live session;
+/// `None`: it is not, and the VOD methods answer it.
+pub(crate) async fn answer(
+    server: &Server,
+    (conn, out): (&mut dyn Client, &mut Outbox),
+    req: &Request,
+    now: Instant,
+) -> Option<Reply> {
+    if publishes(req) && server.config().users.is_empty() {
+        // An open server has no publish rule, so no publisher: 405.
+        return None;
+    }
+    match req.method {
+        Method::Announce => Some(publish::announce(server, conn, req, now)),
+        Method::Setup if publishes(req) => Some(publish::setup(server, conn, req, now).await),
+        Method::Record => Some(publish::record(server, conn, req, now)),
+        _ => {
+            if let Some(r) = publish::answer(server, conn, req, now) {
+                return Some(r);
+            }
+            view::answer(server, (conn, out), req)
+        }
+    }
+}
+
+/// A `$` frame on connection `conn`: taken when it is a publisher's.
+pub(crate) fn on_interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8]) -> bool {
+    intake::interleaved(server, conn, channel, payload)
+}
+
+/// Whether connection `conn` publishes or views a live stream: it is not
+/// closed for being idle (a publisher sends no requests while it records,
+/// a viewer maybe none while it watches).
+pub(crate) fn holds(server: &Server, conn: u64) -> bool {
+    let state = server.live.lock();
+    state.streams.values().any(|s| s.conn == conn) || state.viewers.values().any(|v| v.conn == conn)
+}
+
+/// Connection `conn` closed: its streams end, its viewers go.
+pub(crate) fn conn_closed(server: &Server, conn: u64) {
+    let (streams, viewers): (Vec<u64>, Vec<String>) = {
+        let state = server.live.lock();
+        let streams = state.streams.iter().filter(|(_, s)| s.conn == conn);
+        let viewers = state.viewers.iter().filter(|(_, v)| v.conn == conn);
+        (
+            streams.map(|(id, _)| *id).collect(),
+            viewers.map(|(id, _)| id.clone()).collect(),
+        )
+    };
+    for id in streams {
+        end_soon(server, id, "its publisher's connection closed");
+    }
+    for id in viewers {
+        view::remove(server, &id);
+    }
+}
+
+/// How long a stream torn down still takes packets: a UDP publisher's
+/// last packets may be behind its TEARDOWN.
+const DRAIN: Duration = Duration::from_millis(100);
+
+/// Ends stream `id` once what its publisher sent before has arrived.
+fn end_soon(server: &Server, id: u64, why: &'static str) {
+    if let Some(s) = server.live.lock().streams.get_mut(&id) {
+        s.ending.get_or_insert(why);
+    }
+    let Some(weak) = server.live.server.get().cloned() else {
+        return end(server, id, why);
+    };
+    tokio::spawn(async move {
+        tokio::time::sleep(DRAIN).await;
+        if let Some(server) = weak.upgrade() {
+            end(&server, id, why);
+        }
+    });
+}
+
+/// Ends stream `id`: its viewers get RTCP BYE, its path is free again.
+fn end(server: &Server, id: u64, why: &str) {
+    let mut state = server.live.lock();
+    let Some(stream) = state.streams.remove(&id) else {
+        return;
+    };
+    if let Some(paths) = state.paths.as_mut() {
+        paths.release(&stream.path, id);
+    }
+    state.viewers.retain(|_, v| v.stream != id);
+    drop(state);
+    for task in &stream.tasks {
+        task.abort();
+    }
+    for t in &stream.tracks {
+        for &thread in &stream.threads {
+            server
+                .engine
+                .send(thread, Command::LiveEnd { feed: t.feed });
+        }
+    }
+    tracing::info!(
+        path = stream.path,
+        refused = stream.refused,
+        "live stream ended: {why}"
+    );
+}
+
+/// A new session id, unlike the VOD sessions' (which are hex digits).
+fn session_id() -> String {
+    format!("live{:016x}", rand::random::<u64>())
+}
+
+fn refuse(code: u16, reason: &str) -> Reply {
+    Response::new(code)
+        .body("text/plain", format!("{reason}\r\n"))
+        .into()
+}
+
+fn session_header(server: &Server, id: &str) -> String {
+    format!("{id};timeout={}", server.config().session_timeout_s)
+}

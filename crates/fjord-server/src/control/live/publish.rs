@@ -1,0 +1,224 @@
+//! The publisher's requests: ANNOUNCE (the stream's SDP, the path taken),
+//! SETUP with `mode=record` (a track's transport: our UDP ports, or its
+//! interleaved channels), RECORD (packets are taken from now on), and
+//! TEARDOWN or keep-alives of its session.
+
+use std::{collections::BTreeSet, net::IpAddr, time::Instant};
+
+use fjord_live::{publish::Publish, ring::Ring, sdp};
+use fjord_proto::rtsp::{
+    framing::{Method, Request},
+    response::Response,
+    transport::{self, TransportRequest},
+    url::title_path,
+};
+
+use super::super::{Client, Reply};
+use super::{Stream, TrackIn, refuse, session_header, session_id};
+use crate::Server;
+
+pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Reply {
+    let path = match title_path(&req.uri) {
+        Ok(t) if t.track.is_none() => t.title,
+        _ => return refuse(404, "ANNOUNCE names a stream, not a track"),
+    };
+    let config = server.config();
+    let limits = config.live_limits();
+    let announced = match sdp::parse(&req.body, &limits) {
+        Ok(a) => a,
+        Err(e) => return refuse(e.status(), &e.to_string()),
+    };
+    let key_track = announced.tracks.iter().position(|t| t.codec.is_video());
+    let tracks = (announced.tracks.iter())
+        .map(|t| TrackIn {
+            feed: server.next_id(),
+            codec: t.codec,
+            channel: None,
+            last: None,
+        })
+        .collect();
+    let id = server.next_id();
+    let mut state = server.live.lock();
+    let paths = (state.paths)
+        .get_or_insert_with(|| fjord_live::publish::Paths::new(config.live_max_streams));
+    if let Err(r) = paths.claim(&path, id) {
+        return refuse(r.status, r.reason);
+    }
+    let session = session_id();
+    state.streams.insert(
+        id,
+        Stream {
+            path: path.clone(),
+            conn: conn.id(),
+            session: session.clone(),
+            publish: Publish::new(announced),
+            tracks,
+            ring: Ring::new(key_track, limits.max_buffer_bytes),
+            threads: BTreeSet::new(),
+            last: now,
+            limits,
+            refused: 0,
+            tasks: Vec::new(),
+            ending: None,
+        },
+    );
+    tracing::info!(path, conn = conn.id(), "live stream announced");
+    Response::new(200)
+        .header("Session", session_header(server, &session))
+        .into()
+}
+
+/// The stream a publisher's request is about: by its session, else (the
+/// first SETUP, before a session) the one it announced at that path.
+fn stream_of(server: &Server, conn: &dyn Client, req: &Request) -> Result<u64, Reply> {
+    let state = server.live.lock();
+    let mine = |s: &&Stream| s.conn == conn.id();
+    let found = match req.session_id() {
+        Some(id) => state.streams.iter().find(|(_, s)| s.session == id),
+        None => {
+            let path = title_path(&req.uri).map(|t| t.title).unwrap_or_default();
+            (state.streams.iter()).find(|(_, s)| mine(s) && s.path == path)
+        }
+    };
+    match found {
+        Some((id, s)) if mine(&s) => Ok(*id),
+        Some(_) => Err(refuse(454, "that session is not this connection's")),
+        None if req.session_id().is_some() => Err(refuse(454, "no such session")),
+        None => Err(refuse(455, "ANNOUNCE the stream first")),
+    }
+}
+
+pub(super) async fn setup(
+    server: &Server,
+    conn: &mut dyn Client,
+    req: &Request,
+    now: Instant,
+) -> Reply {
+    let id = match stream_of(server, conn, req) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let asked = match transport::choose_record(req.header("Transport").unwrap_or_default()) {
+        Ok(t) => t,
+        Err(e) => return refuse(e.status(), &e.to_string()),
+    };
+    let (peer, local) = match (conn.peer(), conn.local()) {
+        (Ok(p), Ok(l)) => (p.ip(), l.ip()),
+        (Err(e), _) | (_, Err(e)) => return refuse(500, &e.to_string()),
+    };
+    let mut state = server.live.lock();
+    let Some(stream) = state.streams.get_mut(&id) else {
+        return refuse(454, "the stream ended");
+    };
+    let track = match stream.publish.setup(&req.uri) {
+        Ok(t) => t,
+        Err(r) => return refuse(r.status, r.reason),
+    };
+    stream.last = now;
+    let reply = match asked {
+        TransportRequest::Tcp {
+            rtp_channel,
+            rtcp_channel,
+        } => {
+            if conn.channel_in_use(rtp_channel) || conn.channel_in_use(rtcp_channel) {
+                return refuse(461, "interleaved channels in use");
+            }
+            conn.use_channels([rtp_channel, rtcp_channel]);
+            stream.tracks[track].channel = Some(rtp_channel);
+            format!("RTP/AVP/TCP;unicast;interleaved={rtp_channel}-{rtcp_channel};mode=record")
+        }
+        TransportRequest::Udp {
+            client_rtp,
+            client_rtcp,
+            ..
+        } => match udp(server, (local, peer), (id, track)) {
+            Ok((port, task)) => {
+                stream.tasks.push(task);
+                format!(
+                    "RTP/AVP/UDP;unicast;client_port={client_rtp}-{client_rtcp};server_port={port}-{};mode=record",
+                    port + 1
+                )
+            }
+            Err(e) => return refuse(453, &format!("no UDP port for the track: {e}")),
+        },
+        TransportRequest::Multicast { .. } => return refuse(461, "publishing is unicast"),
+    };
+    Response::new(200)
+        .header("Transport", reply)
+        .header("Session", session_header(server, &stream.session))
+        .into()
+}
+
+/// Binds a port pair for a track and starts reading its RTP port; the
+/// RTCP socket is kept by the task so the pair stays ours.
+fn udp(
+    server: &Server,
+    (local, peer): (IpAddr, IpAddr),
+    track: (u64, usize),
+) -> std::io::Result<(u16, tokio::task::AbortHandle)> {
+    let pair = server.ports.bind(local)?;
+    let port = pair.rtp_port;
+    pair.rtp.set_nonblocking(true)?;
+    let socket = tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(pair.rtp))?;
+    let weak = (server.live.server.get().cloned()).unwrap_or_default();
+    let rtcp = pair.rtcp;
+    let task = tokio::spawn(async move {
+        let _rtcp = rtcp;
+        super::intake::receive(weak, track, socket, peer).await;
+    });
+    Ok((port, task.abort_handle()))
+}
+
+pub(super) fn record(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Reply {
+    let id = match stream_of(server, conn, req) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let mut state = server.live.lock();
+    let Some(stream) = state.streams.get_mut(&id) else {
+        return refuse(454, "the stream ended");
+    };
+    if let Err(r) = stream.publish.record() {
+        return refuse(r.status, r.reason);
+    }
+    stream.last = now;
+    tracing::info!(path = stream.path, "live stream recording");
+    Response::new(200)
+        .header("Session", session_header(server, &stream.session))
+        .into()
+}
+
+/// TEARDOWN, keep-alives and anything else of a publisher's session;
+/// `None`: the request names no publisher's session.
+pub(super) fn answer(
+    server: &Server,
+    conn: &dyn Client,
+    req: &Request,
+    now: Instant,
+) -> Option<Reply> {
+    let session = req.session_id()?;
+    let mut state = server.live.lock();
+    let (&id, stream) = state
+        .streams
+        .iter_mut()
+        .find(|(_, s)| s.session == session)?;
+    if stream.conn != conn.id() {
+        return Some(refuse(454, "that session is not this connection's"));
+    }
+    stream.last = now;
+    let header = session_header(server, session);
+    drop(state);
+    Some(match req.method {
+        Method::Teardown => {
+            super::end_soon(server, id, "its publisher tore it down");
+            Response::new(200).into()
+        }
+        Method::GetParameter | Method::SetParameter | Method::Options => {
+            Response::new(200).header("Session", header).into()
+        }
+        _ => refuse(
+            455,
+            "a publisher's session takes SETUP, RECORD and TEARDOWN",
+        ),
+    })
+}

@@ -1,0 +1,323 @@
+//! Viewers of a live stream: DESCRIBE (the publisher's SDP, rewritten),
+//! SETUP of a track over UDP or TCP, PLAY from the last key frame,
+//! TEARDOWN. The engine sends; this hands it each viewer's output and
+//! numbering, and the packets it joins with.
+
+use std::net::SocketAddr;
+
+use fjord_engine::{Command, LiveViewer, Output};
+use fjord_proto::rtsp::{
+    framing::{Method, Request},
+    response::Response,
+    transport::{self, TransportRequest},
+    url::title_path,
+};
+
+use super::super::{Client, PlayStart, Reply};
+use super::{Stream, refuse, session_header, session_id};
+use crate::{Server, outbox::Outbox};
+
+/// A viewer's RTSP session.
+pub(super) struct Viewing {
+    pub conn: u64,
+    /// The stream's id.
+    pub stream: u64,
+    tracks: Vec<Watched>,
+    playing: bool,
+}
+
+/// One track a viewer set up.
+struct Watched {
+    track: usize,
+    /// The engine's id for this viewer of the track.
+    id: u64,
+    ssrc: u32,
+    /// Until PLAY hands it to the engine.
+    output: Option<Output>,
+    channels: Option<[u8; 2]>,
+}
+
+/// A viewer's request, when it is about a live path or session.
+pub(super) fn answer(
+    server: &Server,
+    (conn, out): (&mut dyn Client, &mut Outbox),
+    req: &Request,
+) -> Option<Reply> {
+    if let Some(id) = req.session_id().filter(|id| id.starts_with("live")) {
+        return Some(in_session(server, (conn, out), req, id));
+    }
+    let target = title_path(&req.uri).ok()?;
+    let stream = live_stream(server, &target.title)?;
+    match req.method {
+        Method::Describe if target.track.is_none() => Some(describe(server, req, stream)),
+        Method::Setup => Some(setup(server, (conn, out), req, (stream, None))),
+        _ => None,
+    }
+}
+
+/// The recording stream at `path`, if any.
+fn live_stream(server: &Server, path: &str) -> Option<u64> {
+    let state = server.live.lock();
+    let id = state.paths.as_ref()?.owner(path)?;
+    state.streams.get(&id)?.publish.is_recording().then_some(id)
+}
+
+fn describe(server: &Server, req: &Request, id: u64) -> Reply {
+    let state = server.live.lock();
+    let Some(stream) = state.streams.get(&id) else {
+        return refuse(404, "the stream ended");
+    };
+    let base = format!(
+        "{}/",
+        req.uri
+            .split('?')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches('/')
+    );
+    Response::new(200)
+        .header("Content-Base", base)
+        .body(
+            "application/sdp",
+            stream.publish.announced.viewer_sdp.clone(),
+        )
+        .into()
+}
+
+fn in_session(
+    server: &Server,
+    (conn, out): (&mut dyn Client, &mut Outbox),
+    req: &Request,
+    id: &str,
+) -> Reply {
+    let stream = {
+        let state = server.live.lock();
+        match state.viewers.get(id) {
+            Some(v) if v.conn == conn.id() => v.stream,
+            // The stream ended (the viewer got BYE): nothing left to end.
+            None if req.method == Method::Teardown => return Response::new(200).into(),
+            _ => return refuse(454, "no such session on this connection"),
+        }
+    };
+    match req.method {
+        Method::Setup => setup(server, (conn, out), req, (stream, Some(id))),
+        Method::Play => play(server, conn, id),
+        Method::Teardown => {
+            for ch in remove(server, id) {
+                conn.free_channels(ch);
+            }
+            Response::new(200).into()
+        }
+        Method::GetParameter | Method::SetParameter | Method::Options => Response::new(200)
+            .header("Session", session_header(server, id))
+            .into(),
+        _ => refuse(455, "a live stream plays until TEARDOWN"),
+    }
+}
+
+/// The track a viewer's SETUP names: `trackID=N` as the viewer SDP says.
+fn track_of(req: &Request, stream: &Stream) -> Option<usize> {
+    let t = title_path(&req.uri).ok()?.track?;
+    let n: usize = t.strip_prefix("trackID=")?.parse().ok()?;
+    (n < stream.tracks.len()).then_some(n)
+}
+
+fn setup(
+    server: &Server,
+    (conn, out): (&mut dyn Client, &mut Outbox),
+    req: &Request,
+    (stream, session): (u64, Option<&str>),
+) -> Reply {
+    let asked = match transport::choose_for(req.header("Transport").unwrap_or_default(), false) {
+        Ok(t) => t,
+        Err(e) => return refuse(e.status(), &e.to_string()),
+    };
+    let track = {
+        let state = server.live.lock();
+        let Some(s) = state.streams.get(&stream) else {
+            return refuse(404, "the stream ended");
+        };
+        match track_of(req, s) {
+            Some(t) => t,
+            None => return refuse(404, "no track of the stream has that URL"),
+        }
+    };
+    let ssrc: u32 = rand::random();
+    let (output, channels, reply) = match transport_for(server, (conn, out), asked, ssrc) {
+        Ok(made) => made,
+        Err(r) => return r,
+    };
+    let mut state = server.live.lock();
+    let id = session.map_or_else(session_id, str::to_owned);
+    let viewing = state.viewers.entry(id.clone()).or_insert_with(|| Viewing {
+        conn: conn.id(),
+        stream,
+        tracks: Vec::new(),
+        playing: false,
+    });
+    if viewing.playing {
+        return refuse(455, "SETUP before PLAY");
+    }
+    viewing.tracks.retain(|w| w.track != track);
+    viewing.tracks.push(Watched {
+        track,
+        id: server.next_id(),
+        ssrc,
+        output: Some(output),
+        channels,
+    });
+    Response::new(200)
+        .header("Transport", reply)
+        .header("Session", session_header(server, &id))
+        .into()
+}
+
+type Made = (Output, Option<[u8; 2]>, String);
+
+fn transport_for(
+    server: &Server,
+    (conn, out): (&mut dyn Client, &mut Outbox),
+    asked: TransportRequest,
+    ssrc: u32,
+) -> Result<Made, Reply> {
+    let io = |e: std::io::Error| refuse(500, &e.to_string());
+    match asked {
+        TransportRequest::Udp {
+            client_rtp,
+            client_rtcp,
+            destination,
+        } => {
+            let peer = conn.peer().map_err(io)?.ip();
+            if destination.is_some_and(|d| d != peer) {
+                return Err(refuse(
+                    403,
+                    "RTP goes only to the requesting client's address",
+                ));
+            }
+            let pair = (server.ports)
+                .bind(conn.local().map_err(io)?.ip())
+                .map_err(|e| refuse(453, &e.to_string()))?;
+            let port = pair.rtp_port;
+            let output = Output::Udp {
+                rtp: pair.rtp.into(),
+                rtp_peer: SocketAddr::new(peer, client_rtp),
+                rtcp: pair.rtcp.into(),
+                rtcp_peer: SocketAddr::new(peer, client_rtcp),
+            };
+            let reply = transport::reply_udp(client_rtp, client_rtcp, port, port + 1, ssrc);
+            Ok((output, None, reply))
+        }
+        TransportRequest::Tcp {
+            rtp_channel,
+            rtcp_channel,
+        } => {
+            if conn.channel_in_use(rtp_channel) || conn.channel_in_use(rtcp_channel) {
+                return Err(refuse(461, "interleaved channels in use"));
+            }
+            conn.attach(out).map_err(io)?;
+            conn.use_channels([rtp_channel, rtcp_channel]);
+            let output = Output::Interleaved {
+                conn: conn.id(),
+                rtp_channel,
+                rtcp_channel,
+            };
+            let reply = transport::reply_tcp(rtp_channel, rtcp_channel, ssrc);
+            Ok((output, Some([rtp_channel, rtcp_channel]), reply))
+        }
+        TransportRequest::Multicast { .. } => Err(refuse(461, "live streams are unicast")),
+    }
+}
+
+/// PLAY: each track's viewer is handed to the engine thread of the
+/// connection with the packets since the last key frame, and started once
+/// the reply is written (the reply's [`PlayStart`]).
+fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
+    let mut state = server.live.lock();
+    let super::State {
+        streams, viewers, ..
+    } = &mut *state;
+    let Some(viewing) = viewers.get_mut(id) else {
+        return refuse(454, "no such session");
+    };
+    let Some(stream) = streams.get_mut(&viewing.stream) else {
+        return refuse(404, "the stream ended");
+    };
+    if viewing.playing {
+        return Response::new(200)
+            .header("Session", session_header(server, id))
+            .into();
+    }
+    let thread = conn.id() % server.engine.threads() as u64;
+    let (mut infos, mut starts) = (Vec::new(), Vec::new());
+    for w in &mut viewing.tracks {
+        let Some(output) = w.output.take() else {
+            continue;
+        };
+        let t = &stream.tracks[w.track];
+        let backlog: Vec<_> = (stream.ring.backlog())
+            .filter(|e| e.track == w.track)
+            .map(|e| e.packet.clone())
+            .collect();
+        let (seq_delta, ts_delta): (u16, u32) = (rand::random(), rand::random());
+        // The first packet it will get: the backlog's, else the next.
+        let first = backlog
+            .first()
+            .map(|p| header_of(p))
+            .or(t.last.map(|(s, ts)| (s.wrapping_add(1), ts)));
+        if let Some((seq, ts)) = first {
+            infos.push(format!(
+                "url=trackID={};seq={};rtptime={}",
+                w.track,
+                seq.wrapping_add(seq_delta),
+                ts.wrapping_add(ts_delta)
+            ));
+        }
+        let viewer = LiveViewer {
+            id: w.id,
+            feed: t.feed,
+            ssrc: w.ssrc,
+            seq_delta,
+            ts_delta,
+            output,
+            backlog,
+            started: false,
+        };
+        server
+            .engine
+            .send(conn.id(), Command::LiveAdd(Box::new(viewer)));
+        starts.push((conn.id(), w.id));
+    }
+    stream.threads.insert(thread);
+    viewing.playing = true;
+    let mut response = Response::new(200)
+        .header("Session", session_header(server, id))
+        .header("Range", "npt=0.000-");
+    if !infos.is_empty() {
+        response = response.header("RTP-Info", infos.join(","));
+    }
+    let mut reply: Reply = response.into();
+    reply.start = Some(PlayStart {
+        streams: starts,
+        origin_ns: 0,
+    });
+    reply
+}
+
+/// Sequence number and timestamp of a packet the intake checked.
+fn header_of(p: &[u8]) -> (u16, u32) {
+    let seq = u16::from_be_bytes([p[2], p[3]]);
+    let ts = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
+    (seq, ts)
+}
+
+/// Ends viewer session `id`: its engine viewers go; the interleaved
+/// channels it held are returned for the connection to free.
+pub(super) fn remove(server: &Server, id: &str) -> Vec<[u8; 2]> {
+    let Some(viewing) = server.live.lock().viewers.remove(id) else {
+        return Vec::new();
+    };
+    for w in &viewing.tracks {
+        (server.engine).send(viewing.conn, Command::LiveRemove { id: w.id });
+    }
+    viewing.tracks.iter().filter_map(|w| w.channels).collect()
+}

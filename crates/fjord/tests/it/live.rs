@@ -1,0 +1,310 @@
+//! Live input (`docs/live.md`) against real peers: ffmpeg publishes over
+//! UDP and over TCP; ffmpeg and GStreamer view the live path and receive
+//! every frame from the key frame they join at (decoded frames compared by
+//! MD5 with the published file's, from the join point on); publishing
+//! needs a `publish` rule (401/403 otherwise, 405 on an open server); a
+//! second publisher to a path in use is refused with the reason; a
+//! publisher gone silent ends its stream; SDP limits answer 413/453.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use md5::Digest;
+
+use crate::common::{Server, generate_media, run_bounded, run_bounded_with, status_of};
+
+/// Connections idle for 4 s are closed, but not those of publishers
+/// and viewers. Who publishes: `pub` to `live/**` (and reads everything), alice only
+/// reads, anyone reads and may publish to `open/**`.
+const USERS: &str = "live_timeout_s = 2\nidle_timeout_s = 4\n\
+[[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\"]\n\
+[[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\n\
+[[user]]\npaths = [\"**\"]\npublish = [\"open/**\"]\n";
+
+/// 8 s of 320x240 H.264 (a key frame a second, no B-frames) and AAC.
+fn source() -> &'static std::path::Path {
+    static SRC: OnceLock<std::path::PathBuf> = OnceLock::new();
+    SRC.get_or_init(|| {
+        let args = "-f lavfi -i testsrc=size=320x240:rate=25 -f lavfi -i sine=frequency=440:sample_rate=44100 \
+            -t 8 -c:v libx264 -preset veryfast -g 25 -bf 0 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska";
+        generate_media("live-source.mkv", &args.split(' ').collect::<Vec<_>>())
+    })
+}
+
+/// MD5 of each decoded video frame of `input` (a file or a URL), as
+/// ffmpeg's framemd5 gives them.
+fn decoded_md5s(input: &str, before: &[&str], limit: Duration) -> Vec<String> {
+    let mut cmd = Command::new("ffmpeg");
+    cmd.args(["-nostdin", "-v", "error"])
+        .args(before)
+        .args(["-i", input]);
+    cmd.args(["-map", "0:v", "-pix_fmt", "yuv420p", "-f", "framemd5", "-"]);
+    let out = run_bounded(cmd, limit);
+    assert!(
+        !out.timed_out && out.status.success(),
+        "ffmpeg {input}: {}",
+        out.stderr
+    );
+    md5_column(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn md5_column(framemd5: &str) -> Vec<String> {
+    (framemd5.lines())
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| Some(l.rsplit(',').next()?.trim().to_owned()))
+        .collect()
+}
+
+fn source_md5s() -> &'static [String] {
+    static MD5S: OnceLock<Vec<String>> = OnceLock::new();
+    MD5S.get_or_init(|| decoded_md5s(source().to_str().unwrap(), &[], Duration::from_secs(60)))
+}
+
+/// `got` is a run of the source's frames starting at a key frame (every
+/// 25th); at least `min` of them.
+fn assert_every_frame_from_a_key_frame(got: &[String], min: usize, what: &str) {
+    let src = source_md5s();
+    assert!(got.len() >= min, "{what}: only {} frames", got.len());
+    let at = src.iter().position(|m| *m == got[0]);
+    let at = at.unwrap_or_else(|| panic!("{what}: the first frame is not one published"));
+    assert_eq!(at % 25, 0, "{what}: joined at frame {at}, not a key frame");
+    assert_eq!(
+        &src[at..at + got.len()],
+        got,
+        "{what}: frames differ from the join at {at}"
+    );
+}
+
+/// ffmpeg publishing the source in real time to `url` over `transport`.
+fn publish(url: &str, transport: &str) -> Child {
+    Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-re", "-i"])
+        .arg(source())
+        .args([
+            "-c",
+            "copy",
+            "-f",
+            "rtsp",
+            "-rtsp_transport",
+            transport,
+            url,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn with(server: &Server, who: &str, path: &str) -> String {
+    server
+        .url(path)
+        .replacen("rtsp://", &format!("rtsp://{who}@"), 1)
+}
+
+/// GStreamer's decoded frames of `url` (I420, 320x240), each one's MD5;
+/// the audio track is set up and dropped.
+fn gstreamer_md5s(url: &str, limit: Duration) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("frames.yuv");
+    let pipeline = format!(
+        "rtspsrc location={url} protocols=tcp latency=200 name=src \
+         src. ! application/x-rtp,media=video ! queue ! rtph264depay ! h264parse ! avdec_h264 ! \
+         videoconvert ! video/x-raw,format=I420 ! filesink location={} \
+         src. ! application/x-rtp,media=audio ! queue ! fakesink",
+        out.display()
+    );
+    let mut cmd = Command::new("gst-launch-1.0");
+    cmd.args(["-q", "-e"]).args(pipeline.split_whitespace());
+    // Ends on the server's BYE; else interrupted (EOS, so filesink flushes).
+    let run = run_bounded_with(cmd, limit, Some(limit - Duration::from_secs(2)));
+    let frames = std::fs::read(&out).unwrap_or_default();
+    assert!(!frames.is_empty(), "GStreamer got nothing: {}", run.stderr);
+    (frames.chunks_exact(320 * 240 * 3 / 2))
+        .map(|f| {
+            md5::Md5::digest(f)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        })
+        .collect()
+}
+
+/// Publishes over `publisher`; ffmpeg views over the other transport and
+/// GStreamer over TCP, both joining a second or more in.
+fn publish_and_view(publisher: &str, viewer: &str) {
+    let server = Server::start(USERS);
+    let path = format!("live/{publisher}");
+    let p = publish(&with(&server, "pub:secret", &path), publisher);
+    server.wait_for_log("live stream recording", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(1200));
+    let url = server.url(&path);
+    let gst = std::thread::spawn({
+        let url = url.clone();
+        move || gstreamer_md5s(&url, Duration::from_secs(14))
+    });
+    let got = decoded_md5s(&url, &["-rtsp_transport", viewer], Duration::from_secs(20));
+    assert_every_frame_from_a_key_frame(
+        &got,
+        100,
+        &format!("ffmpeg {viewer} of a {publisher} publisher"),
+    );
+    let gst = gst.join().unwrap();
+    // GStreamer stops when its time is up, maybe before the stream ends.
+    assert_every_frame_from_a_key_frame(&gst, 50, &format!("GStreamer of a {publisher} publisher"));
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "publisher: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The path is free again once the stream ended.
+    server.wait_for_log("live stream ended: its publisher", Duration::from_secs(5));
+    let mut again = publish(&with(&server, "pub:secret", &path), publisher);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server.log_text().matches("live stream recording").count() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = again.kill();
+    let _ = again.wait();
+}
+
+#[test]
+fn ffmpeg_publishes_over_udp_and_ffmpeg_and_gstreamer_view_every_frame() {
+    publish_and_view("udp", "tcp");
+}
+
+#[test]
+fn ffmpeg_publishes_over_tcp_and_ffmpeg_and_gstreamer_view_every_frame() {
+    publish_and_view("tcp", "udp");
+}
+
+/// One request on `s`, its reply text.
+fn exchange(s: &mut TcpStream, text: &str) -> String {
+    s.write_all(text.as_bytes()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("\r\n\r\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+const SDP: &str = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=x\r\nt=0 0\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\na=control:streamid=0\r\n";
+
+fn announce(server: &Server, path: &str, sdp: &str) -> String {
+    format!(
+        "ANNOUNCE {} RTSP/1.0\r\nCSeq: 1\r\nContent-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{sdp}",
+        server.url(path),
+        sdp.len()
+    )
+}
+
+#[test]
+fn publishing_needs_a_publish_rule() {
+    let server = Server::start(USERS);
+    // No credentials: challenged; a reader's: forbidden.
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    assert_eq!(
+        status_of(&exchange(&mut s, &announce(&server, "live/x", SDP))),
+        Some(401)
+    );
+    let mut cmd = Command::new("ffmpeg");
+    cmd.args(["-nostdin", "-v", "error", "-re", "-i"])
+        .arg(source());
+    cmd.args([
+        "-t",
+        "1",
+        "-c",
+        "copy",
+        "-f",
+        "rtsp",
+        &with(&server, "alice:wonderland", "live/x"),
+    ]);
+    let out = run_bounded(cmd, Duration::from_secs(20));
+    assert!(
+        !out.status.success() && out.stderr.contains("403"),
+        "{}",
+        out.stderr
+    );
+    // An open server (no users, so no publish rule) takes no publisher.
+    let open = Server::start("");
+    let mut s = TcpStream::connect(open.addr()).unwrap();
+    assert_eq!(
+        status_of(&exchange(&mut s, &announce(&open, "live/x", SDP))),
+        Some(405)
+    );
+}
+
+#[test]
+fn a_second_publisher_is_refused_and_a_silent_one_ends_its_stream() {
+    let server = Server::start(&format!(
+        "live_max_sdp_bytes = 400\nlive_max_tracks = 1\n{USERS}"
+    ));
+    let mut first = TcpStream::connect(server.addr()).unwrap();
+    let reply = exchange(&mut first, &announce(&server, "open/a", SDP));
+    assert_eq!(status_of(&reply), Some(200), "{reply}");
+    let setup = format!(
+        "SETUP {}/streamid=0 RTSP/1.0\r\nCSeq: 2\r\nTransport: RTP/AVP/TCP;unicast;interleaved=0-1;mode=record\r\n\r\n",
+        server.url("open/a")
+    );
+    let reply = exchange(&mut first, &setup);
+    assert_eq!(status_of(&reply), Some(200), "{reply}");
+    let session = (reply.lines())
+        .find_map(|l| l.strip_prefix("Session: "))
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let record = format!(
+        "RECORD {} RTSP/1.0\r\nCSeq: 3\r\nSession: {session}\r\n\r\n",
+        server.url("open/a")
+    );
+    assert_eq!(status_of(&exchange(&mut first, &record)), Some(200));
+    // A second publisher of the path is told why not.
+    let mut second = TcpStream::connect(server.addr()).unwrap();
+    let reply = exchange(&mut second, &announce(&server, "open/a", SDP));
+    assert_eq!(status_of(&reply), Some(455), "{reply}");
+    // The limits: too long an SDP, too many tracks.
+    let long = format!("{SDP}{}", "a=x-pad:0123456789\r\n".repeat(20));
+    assert_eq!(
+        status_of(&exchange(&mut second, &announce(&server, "open/b", &long))),
+        Some(413)
+    );
+    let two = format!("{SDP}m=audio 0 RTP/AVP 97\r\na=rtpmap:97 OPUS/48000/2\r\n");
+    assert_eq!(
+        status_of(&exchange(&mut second, &announce(&server, "open/b", &two))),
+        Some(453)
+    );
+    // Viewers see the stream; then the publisher sends nothing, and after
+    // live_timeout_s it ends: the path is free and no longer described.
+    let describe = || {
+        let text = format!(
+            "DESCRIBE {} RTSP/1.0\r\nCSeq: 9\r\n\r\n",
+            server.url("open/a")
+        );
+        status_of(&exchange(
+            &mut TcpStream::connect(server.addr()).unwrap(),
+            &text,
+        ))
+    };
+    assert_eq!(describe(), Some(200));
+    server.wait_for_log("sent nothing for live_timeout_s", Duration::from_secs(6));
+    assert_eq!(describe(), Some(404));
+    let mut third = TcpStream::connect(server.addr()).unwrap();
+    let reply = exchange(&mut third, &announce(&server, "open/a", SDP));
+    assert_eq!(status_of(&reply), Some(200), "{reply}");
+    drop(first);
+}
