@@ -16,6 +16,7 @@ static AUTH: LazyLock<Auth> = LazyLock::new(|| {
             name: Some("alice".into()),
             secret: Some(Secret::Password("wonder land".into())),
             paths: vec!["movies/*".into()],
+            publish: vec!["live/**".into()],
         },
         User {
             paths: vec!["public/**".into()],
