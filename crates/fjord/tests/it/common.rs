@@ -13,7 +13,7 @@ mod server;
 
 pub use checks::{TS, assert_contiguous, find_aligned, starts_at_random_access};
 pub use http::{curl, curl_bytes, curl_status, get_json};
-pub use media::{TsClip, clip_bytes, generate_media, ingest, media, vbr_bytes};
+pub use media::{TsClip, clip_bytes, generate_media, ingest, media, muxed_10mbit, vbr_bytes};
 pub use net::{
     free_port, in_private_network, raw_exchange, read_until_close, status_of, transport_param,
 };

@@ -10,7 +10,7 @@ use fjord_edge::slice::SLICE_BYTES;
 
 use crate::client::{LIMIT, QUIET, open, recv};
 use crate::common::s3::{S3_KEY_ID, S3_SECRET};
-use crate::common::{S3Server, Server, TsClip, assert_contiguous, free_port, media};
+use crate::common::{S3Server, Server, TsClip, assert_contiguous, free_port, media, muxed_10mbit};
 use crate::edge::publish;
 use crate::formats;
 
@@ -282,15 +282,8 @@ fn hls_and_dash_of_origin_mp4_and_matroska_titles_are_the_files_packets() {
 #[test]
 fn the_origin_link_admits_each_fetched_title_once() {
     let s3 = S3Server::start("films");
-    // Muxed at 10 Mbit/s; the link admits 12.8.
-    let fat = TsClip {
-        size: "320x240",
-        tone: 660,
-        seconds: 3,
-        rates: ("700k", "64k"),
-        extra: &["-muxrate", "10000000"],
-    }
-    .make("readahead-10m.ts");
+    // 10 Mbit/s; the link admits 12.8.
+    let fat = muxed_10mbit();
     let _dir = published(&s3, &[(&fat, "a.ts"), (&fat, "b.ts")]);
     let cache = tempfile::tempdir().unwrap();
     let server = edge_with(&s3, cache.path(), free_port(), "origin_mbit_s = 16\n");

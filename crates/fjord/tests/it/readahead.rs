@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use fjord_client::RtspClient;
 
-use crate::common::{Server, TsClip, get_json, ingest};
+use crate::common::{Server, TsClip, get_json, ingest, muxed_10mbit};
 use crate::disk_errors::{FaultFs, play, wait_verified};
 
 /// 30 s of 800 kbit/s H.264 + AAC: about 100 kB a second, so a chunk
@@ -167,15 +167,8 @@ fn a_paused_session_gives_its_read_ahead_back() {
 #[test]
 fn a_storage_refusal_names_the_limit() {
     let dir = tempfile::tempdir().unwrap();
-    // Muxed at 10 Mbit/s: 1.25 MB/s, more than 80 % of a 1 MB/s disk.
-    let fat = TsClip {
-        size: "320x240",
-        tone: 660,
-        seconds: 3,
-        rates: ("700k", "64k"),
-        extra: &["-muxrate", "10000000"],
-    }
-    .make("readahead-10m.ts");
+    // 1.25 MB/s, more than 80 % of a 1 MB/s disk.
+    let fat = muxed_10mbit();
     ingest(dir.path(), &[], &[(fat, "a.ts")]);
     let setup = |config: &str| {
         let server = Server::start_on(dir.path(), config);
