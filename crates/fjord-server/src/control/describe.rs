@@ -12,6 +12,13 @@ use fjord_proto::{
 use super::{Client, Reply, refuse, status};
 use crate::{Server, cluster, title_streams};
 
+/// The `Content-Base` of a DESCRIBE of `uri`: the URL without its query,
+/// ending in `/`, which the tracks' controls are relative to.
+pub(super) fn content_base(uri: &str) -> String {
+    let url = uri.split('?').next().unwrap_or("");
+    format!("{}/", url.trim_end_matches('/'))
+}
+
 pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
     let Ok(target) = title_path(&req.uri) else {
         return status(404);
@@ -46,14 +53,7 @@ pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) ->
         local.ip(),
         supports(req, FEC_FEATURE),
     );
-    let base = format!(
-        "{}/",
-        req.uri
-            .split('?')
-            .next()
-            .unwrap_or("")
-            .trim_end_matches('/')
-    );
+    let base = content_base(&req.uri);
     let mut response = Response::new(200).header("Content-Base", &base);
     if (0..title.index().track_count()).any(|i| title.fec(i).is_some()) {
         response = response.header("Supported", FEC_FEATURE);

@@ -67,14 +67,7 @@ fn describe(server: &Server, req: &Request, id: u64) -> Reply {
     let Some(stream) = state.streams.get(&id) else {
         return refuse(404, "the stream ended");
     };
-    let base = format!(
-        "{}/",
-        req.uri
-            .split('?')
-            .next()
-            .unwrap_or("")
-            .trim_end_matches('/')
-    );
+    let base = super::super::describe::content_base(&req.uri);
     Response::new(200)
         .header("Content-Base", base)
         .body(
