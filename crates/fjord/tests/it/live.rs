@@ -24,13 +24,14 @@ const USERS: &str = "live_timeout_s = 2\nidle_timeout_s = 4\n\
 [[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\n\
 [[user]]\npaths = [\"**\"]\npublish = [\"open/**\"]\n";
 
-/// 8 s of 320x240 H.264 (a key frame a second, no B-frames) and AAC.
+/// 12 s of 320x240 H.264 (a key frame a second, no B-frames) and AAC:
+/// long enough for a viewer that a loaded machine starts seconds late.
 fn source() -> &'static std::path::Path {
     static SRC: OnceLock<std::path::PathBuf> = OnceLock::new();
     SRC.get_or_init(|| {
         let args = "-f lavfi -i testsrc=size=320x240:rate=25 -f lavfi -i sine=frequency=440:sample_rate=44100 \
-            -t 8 -c:v libx264 -preset veryfast -g 25 -bf 0 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska";
-        generate_media("live-source.mkv", &args.split(' ').collect::<Vec<_>>())
+            -t 12 -c:v libx264 -preset veryfast -g 25 -bf 0 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska";
+        generate_media("live-source-12s.mkv", &args.split(' ').collect::<Vec<_>>())
     })
 }
 
