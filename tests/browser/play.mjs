@@ -86,6 +86,10 @@ function play({ player, url, timeoutMs }) {
       r.duration = v.duration;
       r.frames = v.getVideoPlaybackQuality?.().totalVideoFrames ?? null;
       r.width = v.videoWidth;
+      r.buffered = [...Array(v.buffered.length).keys()]
+        .map((i) => [v.buffered.start(i), v.buffered.end(i)]);
+      r.ready_state = v.readyState;
+      r.paused = v.paused;
       resolve(r);
     };
     if (player === "hls") {
@@ -107,7 +111,7 @@ function play({ player, url, timeoutMs }) {
       p.initialize(v, url, true);
     }
     v.addEventListener("error", () => { r.errors.push(`video: ${v.error?.message}`); finish(); });
-    for (const e of ["loadedmetadata", "playing", "seeking", "seeked", "ended"]) {
+    for (const e of ["loadedmetadata", "playing", "seeking", "seeked", "waiting", "pause", "ended"]) {
       v.addEventListener(e, () => log(`${e} at ${v.currentTime.toFixed(2)}`));
     }
     let seeked = false;
@@ -119,7 +123,11 @@ function play({ player, url, timeoutMs }) {
         v.currentTime = r.seeked_to;
       }
     });
-    v.addEventListener("ended", () => { r.ended = true; finish(); });
+    // The end is the element's `ended` state. Under CPU load dash.js can
+    // pause the element on its last frame (a `pause` event, `ended` true)
+    // without chromium ever firing `ended`: the viewer still saw it all.
+    const atEnd = () => { if (v.ended && !r.ended) { r.ended = true; finish(); } };
+    for (const e of ["ended", "pause", "timeupdate"]) v.addEventListener(e, atEnd);
     v.muted = true;
     v.play().catch((e) => log(`play(): ${e}`));
     setTimeout(() => { r.errors.push("timed out before the end"); finish(); }, timeoutMs);
