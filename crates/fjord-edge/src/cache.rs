@@ -517,8 +517,8 @@ impl SliceCache {
         let known = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             let known = st.checked.contains(&id) && st.stored.contains_key(&id);
-            if known {
-                st.policy.hit(&id);
+            if known && !st.policy.hit(&id) {
+                rescue(&mut st, &id);
             }
             known
         };
@@ -595,6 +595,20 @@ fn evict(st: &mut State, gone: SliceId) -> Option<(SliceId, u64, bool)> {
     }
     let remove = last && !st.mapped.contains_key(&file);
     Some((gone, s.len, remove))
+}
+
+/// A read of a slice the policy evicted while it was held: it is used
+/// again, so it goes back into the policy rather than being punched when
+/// let go (a follower of a session would fetch it again). What the policy
+/// evicts for it goes at the next store, as deferred slices do.
+fn rescue(st: &mut State, id: &SliceId) {
+    let Some(len) = st.stored.get(id).map(|s| s.len) else {
+        return;
+    };
+    st.deferred.remove(id);
+    st.released.retain(|r| r != id);
+    let gone = st.policy.insert(id.clone(), len);
+    st.released.extend(gone);
 }
 
 /// Slices kept on disk while this lives ([`SliceCache::hold`]).
@@ -858,5 +872,32 @@ mod tests {
         assert_eq!(read_at(2 * S), bytes[2 * S as usize..][..4]);
         assert!(mapped.path().exists());
         assert!(c.used() <= S);
+    }
+
+    /// A slice the policy evicted while held, then read again (a session
+    /// behind the one holding it), is kept: what is evicted instead is
+    /// the slice no one read since.
+    #[tokio::test]
+    async fn a_held_slice_read_again_is_kept_past_its_hold() {
+        let bytes = data(4 * S, 7);
+        let store = store_with("a", &bytes).await;
+        let dir = tempfile::tempdir().unwrap();
+        let c = Arc::new(SliceCache::open(store, dir.path(), 2 * S).unwrap());
+        let o = c.open_object(&ObjectPath::from("a")).await.unwrap();
+        let mapped = c.map(&o).unwrap();
+        let read_at = |at: u64| files::read_slice(mapped.path(), at, 4).unwrap();
+        let leader = c.hold(&o, 0..S).await.unwrap();
+        c.slice(&o, 1).await.unwrap();
+        c.slice(&o, 2).await.unwrap();
+        // Slice 0, held, was evicted by slice 2; a follower reads it now.
+        let follower = c.hold(&o, 0..S).await.unwrap();
+        drop((leader, follower));
+        c.slice(&o, 3).await.unwrap();
+        assert_eq!(gets(&c), 4, "nothing fetched twice");
+        assert_eq!(read_at(0), bytes[..4], "read again: kept");
+        assert_eq!(read_at(S), [0; 4], "evicted in its place");
+        assert_eq!(read_at(2 * S), [0; 4]);
+        assert_eq!(read_at(3 * S), bytes[3 * S as usize..][..4]);
+        assert!(c.used() <= 2 * S);
     }
 }
