@@ -15,7 +15,8 @@
 //! fetched from the origin beside the distinct slices the sessions needed
 //! (collapsing), the cache's byte hit ratio, and on the same plan of slice
 //! reads replayed offline the hit ratios of S4LRU (fjord's), LRU and
-//! Belady's optimum. Then the server's CPU per packet of the most popular
+//! Belady's optimum, and the origin bytes each would fetch: Belady's is
+//! the floor for that cache on that plan. Then the server's CPU per packet of the most popular
 //! title, `--cpu-sessions` viewers for `--cpu-seconds`, from the edge's
 //! cache beside a local server of the same files. Not here: a rate limit
 //! on the origin link (`tbf` in a namespace).
@@ -80,12 +81,16 @@ pub struct EdgeReport {
     pub max_lateness_ms: f64,
     pub origin_requests: u64,
     pub origin_bytes: u64,
-    /// Bytes of the distinct media slices the sessions' plan reads.
+    /// Bytes of the distinct slices the sessions' plan reads (of the
+    /// packet files they send from).
     pub distinct_slice_bytes: u64,
+    /// Bytes of the indexes of the titles played.
+    pub index_bytes: u64,
     pub hit_ratio_served: f64,
-    pub hit_ratio_s4lru: f64,
-    pub hit_ratio_lru: f64,
-    pub hit_ratio_belady: f64,
+    /// The plan replayed offline with the cache's capacity.
+    pub s4lru: trace::Replayed,
+    pub lru: trace::Replayed,
+    pub belady: trace::Replayed,
     pub cpu: Option<CpuBeside>,
     pub errors: Vec<String>,
 }
@@ -220,10 +225,11 @@ pub fn run(cfg: &EdgeConfig, command: &str) -> anyhow::Result<EdgeReport> {
         origin_requests: served.value("fjord_origin_requests_total"),
         origin_bytes: served.value("fjord_origin_bytes_total"),
         distinct_slice_bytes: plan.distinct_bytes(),
+        index_bytes: plan.index_bytes,
         hit_ratio_served: served.hit_ratio(),
-        hit_ratio_s4lru: policies.s4lru,
-        hit_ratio_lru: policies.lru,
-        hit_ratio_belady: policies.belady,
+        s4lru: policies.s4lru,
+        lru: policies.lru,
+        belady: policies.belady,
         cpu,
         errors: loaded.errors.clone(),
     })
@@ -573,19 +579,30 @@ pub fn markdown(r: &EdgeReport) -> String {
         r.origin_requests,
         gb(r.origin_bytes)
     );
+    let needed = (r.distinct_slice_bytes + r.index_bytes).max(1) as f64;
     md += &format!(
-        "| distinct media slices the sessions read | {:.3} GB |\n",
-        gb(r.distinct_slice_bytes)
+        "| distinct bytes the sessions needed: packet-file slices + indexes | {:.3} + {:.3} GB |\n",
+        gb(r.distinct_slice_bytes),
+        gb(r.index_bytes)
     );
-    let ratio = r.origin_bytes as f64 / r.distinct_slice_bytes.max(1) as f64;
-    md += &format!("| origin bytes / distinct slice bytes | {ratio:.3} |\n");
+    let ratio = r.origin_bytes as f64 / needed;
+    md += &format!("| origin bytes / distinct bytes needed | {ratio:.3} |\n");
     md += &format!(
         "| byte hit ratio served (cache's own counters) | {:.3} |\n",
         r.hit_ratio_served
     );
+    let policies = [r.s4lru, r.lru, r.belady];
+    let each = |f: &dyn Fn(&trace::Replayed) -> f64| -> String {
+        let v: Vec<String> = policies.iter().map(|p| format!("{:.3}", f(p))).collect();
+        v.join(" / ")
+    };
     md += &format!(
-        "| byte hit ratio on the sessions' plan, offline: S4LRU / LRU / Belady | {:.3} / {:.3} / {:.3} |\n",
-        r.hit_ratio_s4lru, r.hit_ratio_lru, r.hit_ratio_belady
+        "| byte hit ratio on the sessions' plan, offline: S4LRU / LRU / Belady | {} |\n",
+        each(&|p| p.hit_ratio)
+    );
+    md += &format!(
+        "| origin bytes / distinct bytes needed, the plan replayed offline with this cache: S4LRU / LRU / Belady (the floor) | {} |\n",
+        each(&|p| (p.fetched + r.index_bytes) as f64 / needed)
     );
     if let Some(c) = &r.cpu {
         let turns = |v: &[f64]| {

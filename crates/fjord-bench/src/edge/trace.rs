@@ -4,13 +4,14 @@
 //! policies reach replaying those reads with the cache's capacity.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fs;
 
 use fjord_edge::policy::SegmentedLru;
 use fjord_edge::slice::SLICE_BYTES;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 use super::EdgeConfig;
-use crate::storage::library::{Library, MUX_RATE};
+use crate::storage::library::{Library, MUX_RATE, sidecars};
 
 /// One viewer: the title it plays from the start, when it starts and for
 /// how long it receives.
@@ -22,8 +23,11 @@ pub struct Session {
 
 pub struct Plan {
     pub sessions: Vec<Session>,
-    /// (title, slice, bytes) in the order they are first needed.
+    /// (title, slice, bytes) of the file sessions send from (the packet
+    /// file, else the media) in the order they are first needed.
     pub reads: Vec<(u64, u64)>,
+    /// Bytes of the indexes of the titles played: each fetched once.
+    pub index_bytes: u64,
 }
 
 /// Seconds of read-ahead past a session's position (the storage layer's
@@ -56,8 +60,11 @@ pub fn plan(lib: &Library, cfg: &EdgeConfig) -> Plan {
         .collect();
     let rate = MUX_RATE as f64 / 8.0;
     let mut timed = Vec::new();
+    let mut indexes = BTreeSet::new();
     for s in &sessions {
-        let size = lib.titles[s.title].bytes;
+        let files = sidecars(&lib.titles[s.title].path);
+        let size = fs::metadata(&files[2]).map_or(lib.titles[s.title].bytes, |m| m.len());
+        indexes.insert(files[0].clone());
         let played = (rate * (s.seconds + READ_AHEAD_S)).min(size as f64) as u64;
         for k in 0..played.div_ceil(SLICE_BYTES) {
             let len = SLICE_BYTES.min(size - k * SLICE_BYTES);
@@ -69,6 +76,11 @@ pub fn plan(lib: &Library, cfg: &EdgeConfig) -> Plan {
     Plan {
         sessions,
         reads: timed.into_iter().map(|(_, key, len)| (key, len)).collect(),
+        index_bytes: indexes
+            .iter()
+            .filter_map(|p| fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum(),
     }
 }
 
@@ -83,13 +95,23 @@ impl Plan {
     }
 }
 
-pub struct Ratios {
-    pub s4lru: f64,
-    pub lru: f64,
-    pub belady: f64,
+/// What a policy did on the plan's reads.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Replayed {
+    /// Bytes read that were held, over bytes read.
+    pub hit_ratio: f64,
+    /// Bytes it had to fetch (its misses): Belady's is the floor any
+    /// cache of that size reaches on the plan.
+    pub fetched: u64,
 }
 
-/// Byte hit ratios of S4LRU, LRU and Belady's optimum on the plan's reads.
+pub struct Ratios {
+    pub s4lru: Replayed,
+    pub lru: Replayed,
+    pub belady: Replayed,
+}
+
+/// What S4LRU, LRU and Belady's optimum do on the plan's reads.
 pub fn hit_ratios(plan: &Plan, capacity: u64) -> Ratios {
     Ratios {
         s4lru: replay(&plan.reads, SegmentedLru::s4lru(capacity)),
@@ -98,7 +120,14 @@ pub fn hit_ratios(plan: &Plan, capacity: u64) -> Ratios {
     }
 }
 
-fn replay(reads: &[(u64, u64)], mut policy: SegmentedLru<u64>) -> f64 {
+fn replayed(hit: u64, all: u64) -> Replayed {
+    Replayed {
+        hit_ratio: hit as f64 / all.max(1) as f64,
+        fetched: all - hit,
+    }
+}
+
+fn replay(reads: &[(u64, u64)], mut policy: SegmentedLru<u64>) -> Replayed {
     let (mut hit, mut all) = (0, 0);
     for &(key, len) in reads {
         all += len;
@@ -108,13 +137,13 @@ fn replay(reads: &[(u64, u64)], mut policy: SegmentedLru<u64>) -> f64 {
             policy.insert(key, len);
         }
     }
-    hit as f64 / all.max(1) as f64
+    replayed(hit, all)
 }
 
 /// Evicts what is next read farthest ahead (or never): the offline
 /// optimum for slices of one size (titles' last slices are smaller; close
 /// enough for a bound).
-fn belady(reads: &[(u64, u64)], capacity: u64) -> f64 {
+fn belady(reads: &[(u64, u64)], capacity: u64) -> Replayed {
     let mut next = vec![usize::MAX; reads.len()];
     let mut last: HashMap<u64, usize> = HashMap::new();
     for (i, (key, _)) in reads.iter().enumerate().rev() {
@@ -141,7 +170,7 @@ fn belady(reads: &[(u64, u64)], capacity: u64) -> f64 {
             used -= l;
         }
     }
-    hit as f64 / all.max(1) as f64
+    replayed(hit, all)
 }
 
 #[cfg(test)]
@@ -156,11 +185,14 @@ mod tests {
         let plan = Plan {
             sessions: Vec::new(),
             reads,
+            index_bytes: 0,
         };
         let r = hit_ratios(&plan, 30);
-        assert_eq!(r.lru, 0.0);
-        assert!(r.belady > 0.5, "{}", r.belady);
-        assert!(r.s4lru <= r.belady && r.lru <= r.belady);
+        assert_eq!(r.lru.hit_ratio, 0.0);
+        assert_eq!(r.lru.fetched, 400);
+        assert!(r.belady.hit_ratio > 0.5, "{:?}", r.belady);
+        assert!(r.s4lru.hit_ratio <= r.belady.hit_ratio && r.lru.hit_ratio <= r.belady.hit_ratio);
+        assert!(r.belady.fetched >= plan.distinct_bytes());
         assert_eq!(plan.distinct_bytes(), 40);
     }
 }
