@@ -18,8 +18,8 @@
 //! Belady's optimum, and the origin bytes each would fetch: Belady's is
 //! the floor for that cache on that plan. Then the server's CPU per packet of the most popular
 //! title, `--cpu-sessions` viewers for `--cpu-seconds`, from the edge's
-//! cache beside a local server of the same files. Not here: a rate limit
-//! on the origin link (`tbf` in a namespace).
+//! cache beside a local server of the same files. The S3 server runs in a
+//! network namespace of its own whose veth sends at `--origin-mbit` (tbf).
 
 pub mod proxy;
 pub mod trace;
@@ -36,6 +36,7 @@ use anyhow::{Context, bail};
 use fjord_client::load::{self, LoadConfig, SessionStart};
 use serde::Serialize;
 
+use crate::sink::VethPair;
 use crate::storage::library::{self, Library};
 
 /// What to run.
@@ -52,6 +53,8 @@ pub struct EdgeConfig {
     pub seconds: f64,
     pub zipf: f64,
     pub hold: Duration,
+    /// The origin link's rate (tbf in a namespace); 0: loopback, unshaped.
+    pub origin_mbit: u64,
     pub seed: u64,
     /// Viewers of the CPU comparison (0: none).
     pub cpu_sessions: usize,
@@ -63,6 +66,8 @@ pub struct EdgeConfig {
 #[derive(Debug, Default, Serialize)]
 pub struct EdgeReport {
     pub command: String,
+    /// How the origin was reached (rate, round trip).
+    pub origin_link: String,
     pub titles: usize,
     pub library_media_bytes: u64,
     pub cache_bytes: u64,
@@ -154,7 +159,11 @@ pub fn run(cfg: &EdgeConfig, command: &str) -> anyhow::Result<EdgeReport> {
     let scratch = tempfile::Builder::new()
         .prefix("fjord-bench-edge")
         .tempdir()?;
-    let s3 = S3::start(scratch.path())?;
+    let link = match cfg.origin_mbit {
+        0 => None,
+        mbit => Some(origin_link(mbit)?),
+    };
+    let s3 = S3::start(scratch.path(), link.as_ref())?;
     publish(cfg, &lib, &s3)?;
     let proxy = proxy::start(s3.addr, cfg.hold)?;
     let cache_bytes = (lib.media_bytes() as f64 * cfg.cache_share) as u64;
@@ -209,6 +218,14 @@ pub fn run(cfg: &EdgeConfig, command: &str) -> anyhow::Result<EdgeReport> {
     };
     Ok(EdgeReport {
         command: command.to_owned(),
+        origin_link: format!(
+            "{}, {} ms round trip (the forwarder)",
+            match cfg.origin_mbit {
+                0 => "on loopback, unshaped".to_owned(),
+                m => format!("in a network namespace, its link shaped to {m} Mbit/s (tbf)"),
+            },
+            2 * cfg.hold.as_millis()
+        ),
         titles: lib.titles.len(),
         library_media_bytes: lib.media_bytes(),
         cache_bytes,
@@ -339,12 +356,25 @@ impl S3 {
         ]
     }
 
-    fn start(scratch: &Path) -> anyhow::Result<S3> {
+    /// On loopback, or inside `link`'s namespace at its far address.
+    fn start(scratch: &Path, link: Option<&VethPair>) -> anyhow::Result<S3> {
         let root = scratch.join("s3");
         std::fs::create_dir_all(root.join("bench"))?;
-        let addr = free_addr()?;
+        let addr = match link {
+            Some(l) => SocketAddr::from((l.remote, free_addr()?.port())),
+            None => free_addr()?,
+        };
         let [(_, key), (_, secret)] = S3::credentials();
-        let child = Command::new(versitygw()?)
+        // `ip netns exec` execs the server: killing the child kills it.
+        let mut cmd = match link {
+            Some(l) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &l.netns]).arg(versitygw()?);
+                c
+            }
+            None => Command::new(versitygw()?),
+        };
+        let child = cmd
             .args([
                 "--port",
                 &addr.to_string(),
@@ -378,6 +408,26 @@ impl Drop for S3 {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A veth pair to a namespace of the origin's own, whose far end sends at
+/// `mbit` (tbf; the burst a 4 ms tick lets through at that rate).
+fn origin_link(mbit: u64) -> anyhow::Result<VethPair> {
+    let link = VethPair::create().map_err(anyhow::Error::msg)?;
+    let burst = format!("{}", (mbit * 1_000_000 / 8 / 250).max(64 * 1024));
+    let rate = format!("{mbit}mbit");
+    let ns = ["-n", link.netns.as_str()];
+    let shape = [
+        "qdisc", "add", "dev", &link.peer, "root", "tbf", "rate", &rate,
+    ];
+    let args: Vec<&str> = ns
+        .iter()
+        .chain(&shape)
+        .copied()
+        .chain(["burst", &burst, "latency", "50ms"])
+        .collect();
+    link.tc(&args).map_err(anyhow::Error::msg)?;
+    Ok(link)
 }
 
 /// `$VERSITYGW`, else on the PATH, else where `go install` puts it.
@@ -432,6 +482,10 @@ impl Edge {
                 scratch.join("cache").display(),
                 cache as f64 / 1e9,
             );
+            if cfg.origin_mbit > 0 {
+                // Admission counts the link at the rate it is shaped to.
+                text += &format!("origin_mbit_s = {}\n", cfg.origin_mbit);
+            }
         }
         std::fs::write(&config, text)?;
         let mut child = Command::new(&cfg.fjord_exe)
@@ -545,8 +599,9 @@ pub fn markdown(r: &EdgeReport) -> String {
     let p = |p: &Percentiles| format!("{:.0} / {:.0} / {:.0} (n={})", p.p50, p.p99, p.max, p.count);
     let late = |n: u64| format!("{n} ({:.4} %)", 100.0 * n as f64 / r.packets.max(1) as f64);
     let mut md = format!(
-        "# fjord bench edge\n\n`{}`\n\n{} titles, {:.2} GB of media; cache {:.2} GB; {} sessions ({} playing) on {} titles.\n\n",
+        "# fjord bench edge\n\n`{}`\n\nOrigin: versitygw {}. {} titles, {:.2} GB of media; cache {:.2} GB; {} sessions ({} playing) on {} titles.\n\n",
         r.command,
+        r.origin_link,
         r.titles,
         gb(r.library_media_bytes),
         gb(r.cache_bytes),

@@ -37,6 +37,11 @@ pub struct EdgeArgs {
     /// origin's round trip)
     #[arg(long, default_value_t = 10)]
     pub hold_ms: u64,
+    /// Rate of the origin's link, Mbit/s: the S3 server runs in a network
+    /// namespace behind a veth pair whose far end shapes it with `tbf`
+    /// (needs root; 0: on loopback, unshaped)
+    #[arg(long, default_value_t = 1000)]
+    pub origin_mbit: u64,
     /// Seed of the viewers' titles
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -65,6 +70,7 @@ pub fn run(a: EdgeArgs) -> anyhow::Result<()> {
         seconds: a.seconds,
         zipf: a.zipf,
         hold: Duration::from_millis(a.hold_ms),
+        origin_mbit: a.origin_mbit,
         seed: a.seed,
         cpu_sessions: a.cpu_sessions,
         cpu_seconds: a.cpu_seconds,
