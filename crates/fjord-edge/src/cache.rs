@@ -550,6 +550,13 @@ impl SliceCache {
         })
     }
 
+    /// Whether every slice of `object` is stored: reading it fetches
+    /// nothing (unless a slice fails its check).
+    pub fn complete(&self, object: &Object) -> bool {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        (0..slice::count(object.size)).all(|i| st.stored.contains_key(&id_of(object, i)))
+    }
+
     /// Bytes of slices held.
     pub fn used(&self) -> u64 {
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -718,9 +725,11 @@ mod tests {
         let o = c.open_object(&ObjectPath::from("t/a.ts")).await.unwrap();
         assert_eq!(o.size, bytes.len() as u64);
         let r = S - 10..2 * S + 5;
+        assert!(!c.complete(&o));
         let got = c.read(&o, r.clone()).await.unwrap();
         assert_eq!(&got[..], &bytes[r.start as usize..r.end as usize]);
         assert_eq!(gets(&c), 3);
+        assert!(c.complete(&o), "the three slices");
         let all = c.read(&o, 0..o.size).await.unwrap();
         assert_eq!(&all[..], &bytes[..]);
         assert_eq!(gets(&c), 3, "every slice came from disk");

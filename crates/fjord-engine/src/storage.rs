@@ -132,7 +132,7 @@ impl Source for Title {
     }
 
     fn filled(&self) -> bool {
-        self.is_filled()
+        self.needs_origin()
     }
 
     fn rebuild(&self, file: usize, range: Range<usize>, out: &mut [u8]) -> Result<usize, String> {

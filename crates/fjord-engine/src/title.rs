@@ -141,6 +141,18 @@ impl Title {
         self.fills.media.is_some()
     }
 
+    /// Whether a stream would fetch some of what it reads: a filled title
+    /// whose index, or packet file (else media), is not all on local disk.
+    pub fn needs_origin(&self) -> bool {
+        let sent = match self.has_prefab() {
+            true => &self.fills.prefab,
+            false => &self.fills.media,
+        };
+        [&self.fills.index, sent]
+            .into_iter()
+            .any(|f| f.as_ref().is_some_and(|f| !f.complete()))
+    }
+
     /// As [`Title::fill_media`], for file `slot`.
     pub(crate) fn fill(&self, slot: Slot, range: Range<u64>) -> Result<Option<Hold>, String> {
         let fill = match slot {

@@ -321,4 +321,8 @@ impl Filled for Slices {
             )),
         }
     }
+
+    fn complete(&self) -> bool {
+        self.file.cache().complete(&self.object)
+    }
 }

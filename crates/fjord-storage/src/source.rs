@@ -73,6 +73,11 @@ pub trait Filled: Send + Sync {
     /// Makes bytes `range` present in the file and keeps them there while
     /// the hold lives; waits for them. Its error says why they cannot be.
     fn fill(&self, range: Range<u64>) -> Result<Hold, String>;
+    /// Whether every byte of the file is on local disk now: reading it
+    /// would fetch nothing.
+    fn complete(&self) -> bool {
+        false
+    }
 }
 
 /// A title as the storage layer sees it. Implementations may read their
@@ -126,8 +131,9 @@ pub trait Source: Send + Sync {
         let _ = (file, range);
         Ok(None)
     }
-    /// Whether [`Source::fill`] brings the title's bytes from an origin:
-    /// its streams are admitted against the origin's link too.
+    /// Whether [`Source::fill`] may bring the bytes a stream of the title
+    /// reads from an origin (a title filled from one and not all on local
+    /// disk): its streams are admitted against the origin's link too.
     fn filled(&self) -> bool {
         false
     }

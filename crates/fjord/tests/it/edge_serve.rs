@@ -278,13 +278,19 @@ fn hls_and_dash_of_origin_mp4_and_matroska_titles_are_the_files_packets() {
 /// The link to the origin admits streams of titles being fetched up to
 /// 80 % of `origin_mbit_s`, each title once however many streams play it:
 /// a second title past that gets 453 naming the origin, until the first
-/// title's last stream ends.
+/// title's last stream ends. A title all in the cache takes nothing of it.
 #[test]
 fn the_origin_link_admits_each_fetched_title_once() {
     let s3 = S3Server::start("films");
-    // 10 Mbit/s; the link admits 12.8.
-    let fat = muxed_10mbit();
-    let _dir = published(&s3, &[(&fat, "a.ts"), (&fat, "b.ts")]);
+    // 10 Mbit/s; the link admits 12.8. a and b are 10 s, more than their
+    // open fetches; c (3 s) is played whole first.
+    let short = muxed_10mbit();
+    let fat = TsClip {
+        seconds: 10,
+        ..TsClip::muxed_10mbit()
+    }
+    .make("edge-10mbit-10s.ts");
+    let _dir = published(&s3, &[(&fat, "a.ts"), (&fat, "b.ts"), (&short, "c.ts")]);
     let cache = tempfile::tempdir().unwrap();
     let server = edge_with(&s3, cache.path(), free_port(), "origin_mbit_s = 16\n");
     let port = std::cell::Cell::new(50000);
@@ -303,6 +309,8 @@ fn the_origin_link_admits_each_fetched_title_once() {
             .unwrap();
         (c, r.status, String::from_utf8_lossy(&r.body).into_owned())
     };
+    // c.ts played whole while the link is free: all cached after.
+    plays_whole(&server, "c.ts", false, &std::fs::read(&short).unwrap());
     let (first, status, why) = setup("a.ts");
     assert_eq!(status, 200, "{why}");
     let (second, status, why) = setup("a.ts");
@@ -318,15 +326,19 @@ fn the_origin_link_admits_each_fetched_title_once() {
     assert_eq!(status, 453, "a.ts still has a stream: {why}");
     drop(second);
     let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let (_, status, why) = setup("b.ts");
+    let _b = loop {
+        let (b, status, why) = setup("b.ts");
         if status == 200 {
-            break;
+            break b;
         }
         assert!(
             Instant::now() < deadline,
             "a.ts ended, still {status}: {why}"
         );
         std::thread::sleep(Duration::from_millis(100));
-    }
+    };
+    let (_, status, why) = setup("a.ts");
+    assert_eq!(status, 453, "b.ts holds the link: {why}");
+    let (_, status, why) = setup("c.ts");
+    assert_eq!(status, 200, "c.ts is all cached: {why}");
 }

@@ -95,17 +95,21 @@ pub struct TsClip<'a> {
 /// Three seconds muxed at 10 Mbit/s, 1.25 MB/s whatever the codecs
 /// make of them: a title whose stream rate admission tests know.
 pub fn muxed_10mbit() -> PathBuf {
-    let clip = TsClip {
-        size: "320x240",
-        tone: 660,
-        seconds: 3,
-        rates: ("700k", "64k"),
-        extra: &["-muxrate", "10000000"],
-    };
-    clip.make("readahead-10m.ts")
+    TsClip::muxed_10mbit().make("readahead-10m.ts")
 }
 
 impl TsClip<'_> {
+    /// [`muxed_10mbit`]'s clip, to vary.
+    pub fn muxed_10mbit() -> TsClip<'static> {
+        TsClip {
+            size: "320x240",
+            tone: 660,
+            seconds: 3,
+            rates: ("700k", "64k"),
+            extra: &["-muxrate", "10000000"],
+        }
+    }
+
     /// The clip, made as `name` once per target dir.
     pub fn make(&self, name: &str) -> PathBuf {
         generate_media(name, &self.args())
