@@ -44,6 +44,7 @@ pub mod broadcast;
 pub mod capacity;
 pub mod chart;
 pub mod clip;
+pub mod cluster;
 pub mod copies;
 pub mod cpu;
 pub mod disk;
