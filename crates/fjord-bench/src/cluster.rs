@@ -63,6 +63,8 @@ pub struct ClusterConfig {
     pub hot_rps: f64,
     pub seed: u64,
     pub fjord_exe: PathBuf,
+    /// Keep the scratch directory (logs, configs) and say where.
+    pub keep: bool,
 }
 
 /// One phase's viewers and what the nodes fetched.
@@ -71,7 +73,8 @@ pub struct Phase {
     pub viewers: Vec<Outcome>,
     /// Bytes each node fetched from the origin.
     pub origin_bytes: Vec<u64>,
-    /// Published bytes of the titles played (each once).
+    /// Bytes an edge fetches to send each title played, once
+    /// ([`library::played_bytes`]).
     pub distinct_bytes: u64,
     /// When the phase's kill came, s from its start.
     pub kill_at_s: Option<f64>,
@@ -109,9 +112,13 @@ pub fn run(cfg: &ClusterConfig, command: &str) -> anyhow::Result<ClusterReport> 
         std::process::exit(130);
     });
     let lib = library::made(&cfg.library_cache, cfg.titles, cfg.title_mb, &cfg.fjord_exe)?;
-    let scratch = tempfile::Builder::new()
+    let mut scratch = tempfile::Builder::new()
         .prefix("fjord-bench-cluster")
         .tempdir_in("/var/tmp")?;
+    if cfg.keep {
+        scratch.disable_cleanup(true);
+        eprintln!("logs and configs in {}", scratch.path().display());
+    }
     let _net = net::ClusterNet::create(cfg.nodes, cfg.mbit)?;
     let mut store = procs::Store::start(&procs::weed()?, &scratch.path().join("store"))?;
     let publish_s = publish(cfg, &lib, &store.endpoint)?;
@@ -245,7 +252,7 @@ fn phase(
     played.dedup();
     let distinct_bytes = (lib.titles.iter())
         .filter(|t| played.binary_search(&t.name.as_str()).is_ok())
-        .map(library::published_bytes)
+        .map(library::played_bytes)
         .sum();
     Ok(Phase {
         viewers,

@@ -56,6 +56,17 @@ pub fn made(cache: &Path, n: usize, mb: u64, fjord: &Path) -> anyhow::Result<Lib
     })
 }
 
+/// Bytes an edge fetches to send a title over RTP once: its index and
+/// packet files (the media file and the FEC parity are not read for
+/// viewers without FEC).
+pub fn played_bytes(t: &Title) -> u64 {
+    (library::sidecars(&t.path).into_iter())
+        .filter(|p| p.extension().is_some_and(|e| e == "fjidx" || e == "fjpkt"))
+        .filter_map(|p| fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
 /// Bytes of a title's files as published (media and sidecars).
 pub fn published_bytes(t: &Title) -> u64 {
     (library::sidecars(&t.path)

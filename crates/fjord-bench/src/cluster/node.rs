@@ -102,8 +102,12 @@ impl Node {
 
     /// The node's `/metrics`.
     pub fn metrics(&self) -> anyhow::Result<String> {
-        let req = "GET /metrics HTTP/1.1\r\nHost: fjord\r\nConnection: close\r\n\r\n";
-        procs::http(&self.admin, req).context("asking /metrics")
+        // The admin listener answers only a Host naming it.
+        let req = format!(
+            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.admin
+        );
+        procs::http(&self.admin, &req).context("asking /metrics")
     }
 
     /// A value of its `/metrics` (0 when absent).
@@ -130,7 +134,9 @@ pub fn wait_members(nodes: &[Node], n: usize) -> anyhow::Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("the nodes see {seen:?} members after 30 s, not {n}");
+            let text = nodes[0].metrics().unwrap_or_default();
+            let head: String = text.chars().take(300).collect();
+            bail!("the nodes see {seen:?} members after 30 s, not {n}; node 1's /metrics: {head}");
         }
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -42,12 +42,12 @@ pub fn ratio(p: &Phase) -> f64 {
     p.origin_bytes.iter().sum::<u64>() as f64 / p.distinct_bytes.max(1) as f64
 }
 
-/// Times to first packet of viewers of a title some earlier viewer of the
-/// phase played (its home holds it), redirected or not.
+/// Times to first packet of viewers of a title some viewer of the phase
+/// started at least 5 s before (so its home holds it), redirected or not.
 fn ttfp_warm(p: &Phase, redirected: bool) -> Vec<f64> {
-    let mut seen = std::collections::HashSet::new();
+    let mut first = std::collections::HashMap::new();
     (p.viewers.iter())
-        .filter(|v| !seen.insert(v.title.clone()))
+        .filter(|v| *first.entry(v.title.clone()).or_insert(v.start_s) + 5.0 <= v.start_s)
         .filter(|v| v.redirected == redirected && v.lost_at_s.is_none())
         .filter_map(|v| v.first_packet_ms)
         .collect()
@@ -104,7 +104,7 @@ pub fn markdown(r: &ClusterReport) -> String {
         gb(al.origin_bytes.iter().sum())
     );
     md += &format!(
-        "| distinct bytes played (titles × their published bytes), GB | {:.3} | {:.3} | |\n",
+        "| distinct bytes played (each title played: its index and packet files), GB | {:.3} | {:.3} | |\n",
         gb(ro.distinct_bytes),
         gb(al.distinct_bytes)
     );
@@ -140,7 +140,7 @@ pub fn markdown(r: &ClusterReport) -> String {
         quantile(&moved, 0.5) - quantile(&direct, 0.5),
         quantile(&connect, 0.5) + 5.0
     );
-    md += "\n(times to first packet: viewers of a title an earlier viewer of the run played, so the cold fetch from the origin is not in them)\n";
+    md += "\n(times to first packet: viewers of a title another viewer of the phase started at least 5 s before, so the cold fetch from the origin is not in them)\n";
     md += &origin_kill(ro, title_s);
     md += &failover(r, title_s);
     md

@@ -45,6 +45,9 @@ pub struct ClusterArgs {
     /// Seed of the viewers' plan
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Keep the scratch directory (the processes' logs and configs)
+    #[arg(long)]
+    pub keep: bool,
     /// Directory for cluster.md and cluster.json
     #[arg(long, default_value = "bench/results/cluster")]
     pub out: PathBuf,
@@ -69,6 +72,7 @@ pub fn run(a: ClusterArgs) -> anyhow::Result<()> {
         hot_rps: a.hot_rps,
         seed: a.seed,
         fjord_exe: crate::fjord_exe()?,
+        keep: a.keep,
     };
     let report = cluster::run(&cfg, &crate::command_line())?;
     let md = cluster::report::markdown(&report);
