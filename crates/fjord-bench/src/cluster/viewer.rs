@@ -96,7 +96,9 @@ pub fn watch(entries: &[String], ask: &Ask, t0: Instant) -> Outcome {
                 o.jitter_ms = o.jitter_ms.max(clock.spread_ms());
             }
             Some(_) => {}
-            None if position + 1.0 >= ask.seconds || Instant::now() > end => break,
+            None if clock.start_npt + position + 1.0 >= ask.seconds || Instant::now() > end => {
+                break;
+            }
             None if o.lost_at_s.is_some() => {
                 o.error = Some("lost twice".into());
                 break;
