@@ -60,10 +60,6 @@ impl Proc {
             .unwrap_or_else(|e| e.into_inner())
             .retain(|p| *p != pid);
     }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
 }
 
 impl Drop for Proc {
