@@ -105,12 +105,6 @@ pub fn run(cfg: &ClusterConfig, command: &str) -> anyhow::Result<ClusterReport> 
     if !(2..=5).contains(&cfg.nodes) || cfg.sessions == 0 || cfg.titles == 0 {
         bail!("--nodes must be 2 to 5, --sessions and --titles positive");
     }
-    // Ctrl-C: no namespace or process outlives the run.
-    let _ = ctrlc::set_handler(|| {
-        procs::kill_all();
-        net::remove(5);
-        std::process::exit(130);
-    });
     let lib = library::made(&cfg.library_cache, cfg.titles, cfg.title_mb, &cfg.fjord_exe)?;
     let mut scratch = tempfile::Builder::new()
         .prefix("fjord-bench-cluster")
@@ -119,6 +113,16 @@ pub fn run(cfg: &ClusterConfig, command: &str) -> anyhow::Result<ClusterReport> 
         scratch.disable_cleanup(true);
         eprintln!("logs and configs in {}", scratch.path().display());
     }
+    // Ctrl-C: no namespace, process or store's data outlives the run.
+    let (dir, keep) = (scratch.path().to_owned(), cfg.keep);
+    let _ = ctrlc::set_handler(move || {
+        procs::kill_all();
+        net::remove(5);
+        if !keep {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        std::process::exit(130);
+    });
     let _net = net::ClusterNet::create(cfg.nodes, cfg.mbit)?;
     let mut store = procs::Store::start(&procs::weed()?, &scratch.path().join("store"))?;
     let publish_s = publish(cfg, &lib, &store.endpoint)?;
