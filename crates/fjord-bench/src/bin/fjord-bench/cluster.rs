@@ -78,10 +78,9 @@ pub fn run(a: ClusterArgs) -> anyhow::Result<()> {
     let md = cluster::report::markdown(&report);
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     std::fs::write(a.out.join("cluster.md"), &md)?;
-    std::fs::write(
-        a.out.join("cluster.json"),
-        serde_json::to_string_pretty(&report)?,
-    )?;
+    // Compact: it holds every viewer's outcome (1,500 of them by default).
+    let json = serde_json::to_string(&report)? + "\n";
+    std::fs::write(a.out.join("cluster.json"), json)?;
     println!("{md}");
     Ok(())
 }
