@@ -15,7 +15,7 @@ APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
 	fuse3 python3-fusepy chromium python3-gi gir1.2-gstreamer-1.0 prometheus python3-pip \
 	etcd-server
 
-.PHONY: test deps run build peers live555 versitygw
+.PHONY: test deps run build peers live555 versitygw seaweedfs
 
 # Installs ffmpeg, GStreamer (rtspsrc, rtpmp2tdepay, Python bindings),
 # FUSE with python3-fusepy (the disk-error tests' faulty filesystem) and
@@ -138,6 +138,22 @@ versitygw:
 	  fi; \
 	  echo "installing versitygw (the edge tests' S3 server): go install $(VERSITYGW)"; \
 	  go install $(VERSITYGW); \
+	fi
+
+# SeaweedFS's `weed`, the distributed origin of `fjord bench cluster` (not
+# of `make test`: it builds in about ten minutes on two cores), when missing,
+# into ~/.cache/fjord/seaweedfs/bin where the bench looks. `go install` of it
+# fails (its go.mod has replace directives), so its module is fetched from the
+# Go module proxy and built as the main module.
+SEAWEEDFS := github.com/seaweedfs/seaweedfs@v0.0.0-20261109003541-7506e5f91cd6
+SEAWEEDFS_DIR := $(HOME)/.cache/fjord/seaweedfs
+seaweedfs: export PATH := $(PATH):/usr/local/go/bin
+seaweedfs:
+	@if ! [ -x $(SEAWEEDFS_DIR)/bin/weed ]; then \
+	  echo "building SeaweedFS (fjord bench cluster's origin): $(SEAWEEDFS)"; \
+	  src=$$(go mod download -json $(SEAWEEDFS) | sed -n 's/.*"Dir": "\(.*\)",/\1/p') && \
+	  mkdir -p $(SEAWEEDFS_DIR)/bin && rm -rf $(SEAWEEDFS_DIR)/src && cp -r "$$src" $(SEAWEEDFS_DIR)/src && chmod -R u+w $(SEAWEEDFS_DIR)/src && \
+	  cd $(SEAWEEDFS_DIR)/src && go build -o $(SEAWEEDFS_DIR)/bin/weed ./weed && rm -rf $(SEAWEEDFS_DIR)/src; \
 	fi
 
 # live555MediaServer and openRTSP (livemedia-utils), when missing.

@@ -29,7 +29,9 @@
 //! from a library larger than memory on a slow disk ([`storage`]); HTTP
 //! downloads beside nginx ([`http`]); server CPU per packet beside
 //! live555, GStreamer and the kernel floor, and an idle server thread by
-//! thread ([`peers`]); session churn for hours ([`soak`]); periodic
+//! thread ([`peers`]); an edge of an S3 origin ([`edge`]); a cluster of
+//! edges in network namespaces with etcd and a SeaweedFS origin
+//! ([`cluster`]); session churn for hours ([`soak`]); periodic
 //! broadcasting schemes, simulated ([`broadcast`]). The test title is
 //! [`clip`]'s, the plots share [`chart`].
 //!
@@ -44,6 +46,7 @@ pub mod broadcast;
 pub mod capacity;
 pub mod chart;
 pub mod clip;
+pub mod cluster;
 pub mod copies;
 pub mod cpu;
 pub mod disk;

@@ -3,7 +3,7 @@
 //! In: this node's name and URLs, and either etcd's endpoints (members
 //! keep a lease on a key holding their URLs, capacity, load and most
 //! asked-for titles: [`membership`], over etcd's JSON gateway, [`etcd`])
-//! or a static list of peers. Out: a [`View`] of the other members, and
+//! or a static list of peers (probed for liveness: [`probe`]). Out: a [`View`] of the other members, and
 //! for a title asked for here, whether to serve it or which member to
 //! send it to ([`placement::choose`]: rendezvous hashing over the members,
 //! a home set of `k` nodes growing with the title's request rate across
@@ -24,6 +24,7 @@ pub mod member;
 pub mod membership;
 pub mod placement;
 pub mod popularity;
+pub mod probe;
 pub mod view;
 
 pub use etcd::Etcd;

@@ -18,6 +18,7 @@ use fjord_cluster::{
     Etcd, Member, View, membership,
     placement::{self, Choice, Node},
     popularity::{PUBLISHED, Rates},
+    probe,
 };
 
 use crate::{Config, Server};
@@ -56,7 +57,7 @@ impl Cluster {
             return;
         }
         let me = record_of(&config, rtsp, http);
-        let peers = (config.peers.iter())
+        let peers: Vec<Member> = (config.peers.iter())
             .map(|p| Member {
                 name: p.name.clone(),
                 rtsp: p.rtsp.trim_end_matches('/').to_owned(),
@@ -67,7 +68,7 @@ impl Cluster {
             })
             .collect();
         let etcd = !config.cluster_etcd.is_empty();
-        let view = Arc::new(View::new(&me.name, peers, etcd));
+        let view = Arc::new(View::new(&me.name, peers.clone(), etcd));
         tracing::info!(node = %me.name, rtsp = %me.rtsp, http = %me.http,
             source = if etcd { "etcd" } else { "[[peer]]" }, "cluster: this node");
         let node = Joined {
@@ -77,7 +78,11 @@ impl Cluster {
             epoch: Instant::now(),
             redirects: Default::default(),
         };
-        if server.cluster.node.set(node).is_err() || !etcd {
+        if server.cluster.node.set(node).is_err() {
+            return;
+        }
+        if !etcd {
+            tokio::spawn(probe::keep(view, peers));
             return;
         }
         let ttl = Duration::from_secs(config.cluster_ttl_s);

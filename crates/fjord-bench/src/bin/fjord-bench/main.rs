@@ -10,6 +10,7 @@
 
 mod broadcast;
 mod capacity;
+mod cluster;
 mod datapath;
 mod disk;
 mod edge;
@@ -25,6 +26,7 @@ use clap::{Parser, Subcommand};
 
 use broadcast::BroadcastArgs;
 use capacity::CapacityArgs;
+use cluster::ClusterArgs;
 use datapath::{DatapathArgs, DownloadArgs};
 use disk::DiskArgs;
 use edge::EdgeArgs;
@@ -133,6 +135,9 @@ pub enum BenchCmd {
     /// S4LRU, LRU and Belady replayed on the same plan. Writes edge.md and
     /// edge.json to --out.
     Edge(EdgeArgs),
+    /// A cluster of edges in network namespaces, with etcd and a SeaweedFS
+    /// origin: content-affine routing against none, failover (docs/cluster.md).
+    Cluster(ClusterArgs),
     /// HTTP downloads: fjord beside nginx.
     ///
     /// One file of --mb MiB (in the page cache) downloaded whole, over
@@ -195,6 +200,7 @@ fn main() -> ExitCode {
         BenchCmd::Disk(a) => disk::run(a),
         BenchCmd::Storage(a) => storage::run(a),
         BenchCmd::Edge(a) => edge::run(a),
+        BenchCmd::Cluster(a) => cluster::run(a),
         BenchCmd::Http(a) => http::run(a),
         BenchCmd::Soak(a) => soak::run(a),
         BenchCmd::Broadcast(a) => broadcast::run(a),
