@@ -18,7 +18,7 @@ use crate::{
     inbox::{self, Inbox, Outbox},
     interleaved::Connection,
     lateness::TickStart,
-    live::{Live, Sink},
+    live::{Live, Out, Sink},
     session::{MAX_BURST_PACKETS, Pacing, Planned, Session},
     totals::{Published, Totals},
     wheel::{TICK, Wheel},
@@ -471,6 +471,8 @@ impl Worker {
             n += 1;
             next = self.rx.try_recv().ok();
         }
+        // Every live packet the queue held leaves in one flush.
+        self.live(Live::flush);
         let took = began.elapsed();
         if took > SLOW_COMMAND && self.may_log_slow(began + took) {
             let (most, name) = slowest;
@@ -532,9 +534,7 @@ impl Worker {
             }
             Command::Start { id, at, origin_ns } => {
                 if !self.ids.contains_key(&id) {
-                    self.live(|live, sink| {
-                        live.start(id, sink);
-                    });
+                    self.live.start(id);
                 } else if let Some(s) = self.session_mut(id) {
                     s.start(at, origin_ns);
                     let k = self.ids[&id];
@@ -556,12 +556,15 @@ impl Worker {
                 }
             }
             Command::Bye { id } => self.bye(id),
-            Command::LiveAdd(viewer) => self.live(|live, sink| live.add(*viewer, sink)),
-            Command::LivePacket { feed, packet } => {
-                self.live(|live, sink| live.packet(feed, &packet, sink));
+            Command::LiveAdd(viewer) => self.live(|live, out, sink| live.add(*viewer, out, sink)),
+            Command::LivePackets { feed, packets } => {
+                self.live.packets(feed, packets);
+                if self.live.must_flush() {
+                    self.live(Live::flush);
+                }
             }
             Command::LiveRemove { id } => self.live.remove(id),
-            Command::LiveEnd { feed } => self.live(|live, sink| live.end(feed, sink)),
+            Command::LiveEnd { feed } => self.live(|live, out, sink| live.end(feed, out, sink)),
             Command::Stats { reply } => reply(self.thread_stats()),
             Command::AttachConnection { conn, fd, seal } => {
                 match Connection::new(fd, self.config.stall_timeout, seal) {
@@ -578,15 +581,21 @@ impl Worker {
         }
     }
 
-    /// Lets the live viewers send; frames left queued on a full
-    /// connection are written by the ticks that follow.
-    fn live(&mut self, f: impl FnOnce(&mut Live, &mut Sink<'_>)) {
+    /// Lets the live viewers send, through the thread's data path and
+    /// batch; frames left queued on a full connection are written by the
+    /// ticks that follow.
+    fn live(&mut self, f: impl FnOnce(&mut Live, &mut Out<'_>, &mut Sink<'_>)) {
+        let mut out = Out {
+            path: self.path.as_mut(),
+            batch: &mut self.batch,
+            sent: &mut self.sent,
+        };
         let mut sink = Sink {
             connections: &mut self.connections,
             stats: &mut self.stats,
             cname: &self.config.cname,
         };
-        f(&mut self.live, &mut sink);
+        f(&mut self.live, &mut out, &mut sink);
         if let Some(at) = (self.connections.values())
             .filter(|c| c.has_pending() && !c.is_broken())
             .map(|c| c.retry_at().unwrap_or_else(Instant::now))
