@@ -366,7 +366,7 @@ mod tests {
     /// destination, its packets' bytes, and where their payloads were.
     #[derive(Default)]
     struct Recorder {
-        bursts: Vec<(SocketAddr, Vec<Vec<u8>>, Vec<*const u8>)>,
+        bursts: Vec<(SocketAddr, Vec<Vec<u8>>, Vec<usize>)>,
     }
 
     impl DataPath for Recorder {
@@ -380,7 +380,7 @@ mod tests {
                 let wire = packets
                     .iter()
                     .map(|p| p.parts().collect::<Vec<_>>().concat());
-                let at = packets.iter().map(|p| p.payload.as_ptr());
+                let at = packets.iter().map(|p| p.payload.as_ptr() as usize);
                 self.bursts.push((b.dest, wire.collect(), at.collect()));
                 sent[i] = packets.len();
             }
@@ -480,11 +480,8 @@ mod tests {
         );
         assert_eq!(to.port(), 5000);
         assert_eq!(wire, [as_sent_to(5000, &p[1]), as_sent_to(5000, &p[2])]);
-        assert_eq!(
-            at,
-            [p[1][12..].as_ptr(), p[2][12..].as_ptr()],
-            "by reference"
-        );
+        let addr = |p: &LivePacket| p[12..].as_ptr() as usize;
+        assert_eq!(at, [addr(&p[1]), addr(&p[2])], "by reference");
         assert!(live.start(2) && !live.start(3));
         with(&mut path, |out, sink| {
             live.flush(out, sink);
