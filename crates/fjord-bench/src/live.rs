@@ -112,18 +112,27 @@ pub fn make_source(dir: &Path, seconds: u64) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// ffmpeg publishing `source` in real time, looped, to `url` over RTSP
-/// (UDP), and each video packet also to `probe` on loopback as plain RTP.
-fn publisher(source: &Path, url: &str, probe: u16) -> Command {
+/// ffmpeg publishing `source` in real time, looped, to `url` over RTSP,
+/// its RTP over UDP from ports `ports` (which the tap watches).
+fn publisher(source: &Path, url: &str, (lo, hi): (u16, u16)) -> Command {
     let mut cmd = Command::new("ffmpeg");
     cmd.args(["-hide_banner", "-nostdin", "-loglevel", "warning"])
         .args(["-re", "-stream_loop", "-1", "-i"])
         .arg(source)
-        .args(["-map", "0:v", "-map", "0:a", "-c", "copy", "-f", "tee"])
-        .arg(format!(
-            "[f=rtsp:rtsp_transport=udp]{url}|[f=rtp:select=v]rtp://127.0.0.1:{probe}"
-        ));
+        .args(["-c", "copy", "-f", "rtsp", "-rtsp_transport", "udp"])
+        .args(["-min_port", &lo.to_string(), "-max_port", &hi.to_string()])
+        .arg(url);
     cmd
+}
+
+/// A range of UDP ports for the publisher, likely free: above one the
+/// kernel just gave out.
+fn publisher_ports() -> anyhow::Result<(u16, u16)> {
+    let p = std::net::UdpSocket::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let lo = (p & !1).min(65_535 - 100);
+    Ok((lo, lo + 99))
 }
 
 /// `fjord serve` with one engine thread, a publisher `pub` for `live/**`,
@@ -190,8 +199,8 @@ fn publish(
     (publish_url, view_url): (&str, &str),
     cpu: usize,
 ) -> anyhow::Result<probe::Tap> {
-    let tap = probe::Tap::bind()?;
-    let (push, _) = ServerChild::launch(publisher(source, publish_url, tap.port()), cpu, false)?;
+    let tap = probe::Tap::open(publisher_ports()?)?;
+    let (push, _) = ServerChild::launch(publisher(source, publish_url, tap.ports), cpu, false)?;
     server.helpers.push(push);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -199,6 +208,8 @@ fn publish(
             .and_then(|mut c| c.describe())
             .is_ok();
         if described {
+            // A GOP (2 s) in the join ring before memory is measured.
+            std::thread::sleep(Duration::from_secs(3));
             return Ok(tap);
         }
         anyhow::ensure!(

@@ -5,7 +5,7 @@ use std::{
     collections::HashMap,
     hash::{DefaultHasher, Hash, Hasher},
     net::UdpSocket,
-    os::fd::AsRawFd,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -23,20 +23,111 @@ use fjord_client::{
 /// Receive buffer of the tap and the probes: seconds of the stream.
 const RCVBUF: usize = 16 << 20;
 
-/// The socket ffmpeg's `tee` writes each video packet to.
-pub struct Tap(UdpSocket);
+/// A packet socket on the loopback interface that sees the publisher's
+/// RTP on its way to the server: UDP from ports `ports` (the publisher's
+/// client ports, `-min_port`/`-max_port`), IPv4, filtered in the kernel.
+/// Its kernel timestamps are when each packet entered the server's host.
+pub struct Tap {
+    fd: OwnedFd,
+    pub ports: (u16, u16),
+}
 
 impl Tap {
-    pub fn bind() -> anyhow::Result<Tap> {
-        let s = UdpSocket::bind("127.0.0.1:0")?;
-        let o = receive_options(s.as_raw_fd(), RCVBUF, false);
+    /// Needs CAP_NET_RAW.
+    pub fn open(ports: (u16, u16)) -> anyhow::Result<Tap> {
+        let proto = (libc::ETH_P_IP as u16).to_be();
+        // SAFETY: a plain socket call; the descriptor is owned at once.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, i32::from(proto)) };
+        anyhow::ensure!(
+            raw >= 0,
+            "packet socket (needs CAP_NET_RAW): {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: `raw` is a new descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        attach_filter(fd.as_raw_fd(), ports)?;
+        // SAFETY: a zeroed sockaddr_ll is valid; bound to `lo` by index.
+        let bound = unsafe {
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = proto;
+            sll.sll_ifindex = libc::if_nametoindex(c"lo".as_ptr()) as i32;
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        anyhow::ensure!(
+            bound == 0,
+            "binding to lo: {}",
+            std::io::Error::last_os_error()
+        );
+        let o = receive_options(fd.as_raw_fd(), RCVBUF, false);
         anyhow::ensure!(o.timestamps, "no kernel timestamps (SO_TIMESTAMPNS)");
-        Ok(Tap(s))
+        Ok(Tap { fd, ports })
     }
+}
 
-    pub fn port(&self) -> u16 {
-        self.0.local_addr().map_or(0, |a| a.port())
-    }
+/// A classic BPF program passing IPv4 UDP from source ports `lo..=hi`
+/// (unfragmented); hand-written, as no crate here compiles pcap filters
+/// without libpcap.
+fn attach_filter(fd: i32, (lo, hi): (u16, u16)) -> anyhow::Result<()> {
+    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    use libc::{
+        BPF_ABS, BPF_B, BPF_H, BPF_IND, BPF_JEQ, BPF_JGE, BPF_JGT, BPF_JMP, BPF_JSET, BPF_K,
+        BPF_LD, BPF_LDX, BPF_MSH, BPF_RET,
+    };
+    let prog = [
+        op(BPF_LD | BPF_B | BPF_ABS, 0, 0, 9),        // 0: IP protocol
+        op(BPF_JMP | BPF_JEQ | BPF_K, 0, 6, 17),      // 1: UDP, else drop
+        op(BPF_LD | BPF_H | BPF_ABS, 0, 0, 6),        // 2: flags, fragment
+        op(BPF_JMP | BPF_JSET | BPF_K, 4, 0, 0x1fff), // 3: a fragment: drop
+        op(BPF_LDX | BPF_B | BPF_MSH, 0, 0, 0),       // 4: x = IP header length
+        op(BPF_LD | BPF_H | BPF_IND, 0, 0, 0),        // 5: UDP source port
+        op(BPF_JMP | BPF_JGE | BPF_K, 0, 1, u32::from(lo)), // 6: below: drop
+        op(BPF_JMP | BPF_JGT | BPF_K, 0, 1, u32::from(hi)), // 7: above: drop, else 9
+        op(BPF_RET | BPF_K, 0, 0, 0),                 // 8: drop
+        op(BPF_RET | BPF_K, 0, 0, 65_535),            // 9: accept
+    ];
+    // Jumps count from the next instruction.
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: a valid program and its length; the kernel copies it and
+    // never writes through the pointer.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    anyhow::ensure!(
+        r == 0,
+        "attaching the filter: {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(())
+}
+
+/// A probe's datagram is the RTP packet.
+fn whole(rtp: &[u8]) -> Option<&[u8]> {
+    Some(rtp)
+}
+
+/// The RTP packet inside the IPv4 UDP datagram `ip`.
+fn rtp_of(ip: &[u8]) -> Option<&[u8]> {
+    let ihl = 4 * usize::from(ip.first()? & 0x0f);
+    ip.get(ihl + 8..)
 }
 
 /// The RTP payload of `packet` (after CSRCs and the extension), hashed.
@@ -74,48 +165,58 @@ fn probe_viewer(url: &str) -> anyhow::Result<(RtspClient, UdpSocket)> {
     Ok((c, rtp))
 }
 
-/// Every packet `socket` holds now: its payload's hash and kernel time.
-fn drain(socket: &UdpSocket, batch: &mut RecvBatch, out: &mut Vec<(u64, i64)>) {
-    while let Ok(n) = batch.recv(socket.as_raw_fd()) {
+/// A packet seen: its payload's hash, its RTP payload type, its kernel
+/// arrival time.
+type Seen = (u64, u8, i64);
+
+/// Every packet `fd` holds now (`inner` finds the RTP in it).
+fn drain(fd: i32, inner: fn(&[u8]) -> Option<&[u8]>, batch: &mut RecvBatch, out: &mut Vec<Seen>) {
+    while let Ok(n) = batch.recv(fd) {
         if n == 0 {
             return;
         }
         for i in 0..n {
             let m = batch.message(i);
-            if let (Some(h), Some(t)) = (payload_hash(m.data), m.timestamp) {
-                out.push((h, t));
+            let Some(rtp) = inner(m.data) else { continue };
+            if let (Some(h), Some(t)) = (payload_hash(rtp), m.timestamp) {
+                out.push((h, rtp[1] & 0x7f, t));
             }
         }
     }
 }
 
 /// After `delay`, [`super::PROBES`] viewers of `url` for `run`: how much
-/// later each got a video packet than the tap. Returns p50, p99 and max
-/// in ms, and how many packets were matched.
+/// later each got a video packet than the tap saw it go to the server.
+/// Packets the publisher sent before the probes played (the backlog a
+/// joining viewer gets at once) do not count. Returns p50, p99 and max in
+/// ms, and how many packets were matched.
 pub fn latency(
     tap: Tap,
     url: &str,
     delay: Duration,
     run: Duration,
 ) -> anyhow::Result<(f64, f64, f64, usize)> {
-    std::thread::sleep(delay);
+    let (mut batch, mut sent, mut got) = (RecvBatch::new(), vec![], vec![]);
+    let (tap, ip) = (tap.fd.as_raw_fd(), rtp_of as fn(&[u8]) -> Option<&[u8]>);
+    let wait = Instant::now() + delay;
+    while Instant::now() < wait {
+        std::thread::sleep(Duration::from_millis(5));
+        drain(tap, ip, &mut batch, &mut sent);
+    }
+    let played = realtime_ns();
     let probes = (0..super::PROBES)
         .map(|_| probe_viewer(url))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let (mut batch, mut sent, mut got) = (RecvBatch::new(), vec![], vec![]);
     let end = Instant::now() + run;
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(5));
-        drain(&tap.0, &mut batch, &mut sent);
+        drain(tap, ip, &mut batch, &mut sent);
         for (_, rtp) in &probes {
-            drain(rtp, &mut batch, &mut got);
+            drain(rtp.as_raw_fd(), whole, &mut batch, &mut got);
         }
     }
-    drain(&tap.0, &mut batch, &mut sent);
-    let at: HashMap<u64, i64> = sent.into_iter().collect();
-    let mut ns: Vec<i64> = (got.iter())
-        .filter_map(|(h, t)| Some(t - at.get(h)?))
-        .collect();
+    drain(tap, ip, &mut batch, &mut sent);
+    let mut ns = matched(&sent, &got, played);
     anyhow::ensure!(
         !ns.is_empty(),
         "no probe packet matched the publisher's ({} arrived)",
@@ -124,6 +225,29 @@ pub fn latency(
     ns.sort_unstable();
     let q = |f: f64| ns[((ns.len() - 1) as f64 * f).round() as usize] as f64 / 1e6;
     Ok((q(0.5), q(0.99), q(1.0), ns.len()))
+}
+
+/// Each probe packet's arrival less the tap's last sighting of the same
+/// payload before it (a payload may recur: a tone's AAC frames, a still
+/// region's slices), of the probes' payload type, since `since`.
+fn matched(sent: &[Seen], got: &[Seen], since: i64) -> Vec<i64> {
+    let pt = got.first().map(|g| g.1);
+    let mut at: HashMap<u64, Vec<i64>> = HashMap::new();
+    for &(h, _, t) in sent.iter().filter(|s| s.2 >= since && Some(s.1) == pt) {
+        at.entry(h).or_default().push(t);
+    }
+    (got.iter())
+        .filter_map(|&(h, _, t)| {
+            let times = at.get(&h)?;
+            let before = times.partition_point(|&s| s <= t);
+            Some(t - times[before.checked_sub(1)?])
+        })
+        .collect()
+}
+
+fn realtime_ns() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// Anonymous resident memory of process `pid` (its heap and stacks, not
@@ -171,6 +295,30 @@ impl RssPeak {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A probe packet is matched to the tap's last sighting before it, of
+    /// its payload type, since the probes played.
+    #[test]
+    fn a_probe_packet_matches_the_last_sighting_before_it() {
+        let sent = [
+            (1, 96, 50),
+            (1, 96, 100),
+            (1, 96, 300),
+            (2, 97, 290),
+            (3, 96, 400),
+        ];
+        let got = [
+            (1, 96, 310),
+            (2, 96, 320),
+            (1, 96, 150),
+            (3, 96, 390),
+            (4, 96, 500),
+        ];
+        assert_eq!(matched(&sent, &got, 60), [10, 50]);
+        assert_eq!(matched(&sent, &got, 0), [10, 50]);
+        assert_eq!(matched(&sent, &got, 200), [10]);
+        assert!(matched(&sent, &[], 0).is_empty());
+    }
 
     /// The payload is what is hashed: headers, CSRCs and extensions apart.
     #[test]
