@@ -233,7 +233,6 @@ pub fn run(cfg: &LiveConfig) -> anyhow::Result<LiveReport> {
         "--seconds must be at least 2"
     );
     raise_fd_limit();
-    let load_cpu = (cfg.cpu + 1) % available_cpus();
     let source = make_source(&cfg.media_dir, peers::title_seconds(cfg.seconds))?;
     // Ingested ahead, so the VOD row's first viewer does not wait for it.
     let ingest = Command::new(&cfg.fjord_exe)
@@ -255,36 +254,24 @@ pub fn run(cfg: &LiveConfig) -> anyhow::Result<LiveReport> {
         }
         (false, _) => None,
     };
-    pin_current_thread(load_cpu);
+    let at = Rows {
+        cfg,
+        source: &source,
+        scratch: scratch.path(),
+        mediamtx: mediamtx.as_ref(),
+    };
+    pin_current_thread(at.load_cpu());
+    let load_before = load_average();
     let mut rows = vec![];
     for &n in &cfg.viewers {
-        let (mut server, base) = start_fjord(
-            cfg,
-            source.parent().unwrap_or(Path::new(".")),
-            scratch.path(),
-        )?;
-        let live = format!("{base}/live/bench");
-        let publish_url = live.replacen("rtsp://", "rtsp://pub:secret@", 1);
-        let row = publish(&mut server, &source, (&publish_url, &live), load_cpu)
-            .and_then(|tap| measure(&server, &live, n, cfg, Some(tap)));
-        rows.push(named(row, "fjord live", n));
-        let name = source
-            .file_name()
-            .and_then(|s| s.to_str())
-            .unwrap_or_default();
-        server.helpers.clear();
-        let vod = measure(&server, &format!("{base}/{name}"), n, cfg, None);
-        rows.push(named(vod, "fjord VOD (the same file)", n));
-        drop(server);
-        if let Some((version, exe)) = &mediamtx {
-            let row = start_mediamtx(cfg, exe, scratch.path()).and_then(|(mut server, base)| {
-                let url = format!("{base}/bench");
-                let tap = publish(&mut server, &source, (&url, &url), load_cpu)?;
-                measure(&server, &url, n, cfg, Some(tap))
-            });
-            rows.push(named(row, version, n));
-        }
+        rows.extend(at.rows(n)?);
     }
+    notes.push(format!(
+        "1-minute load average {load_before} before the rows, {} after (a shared machine: \
+         other work competes with the viewers for their CPU, and their loss inflates the \
+         server's CPU per packet received)",
+        load_average()
+    ));
     Ok(LiveReport {
         config: cfg.clone(),
         source: format!(
@@ -294,6 +281,55 @@ pub fn run(cfg: &LiveConfig) -> anyhow::Result<LiveReport> {
         rows,
         notes,
     })
+}
+
+/// What every viewer count's rows share.
+struct Rows<'a> {
+    cfg: &'a LiveConfig,
+    source: &'a Path,
+    scratch: &'a Path,
+    /// MediaMTX's version and executable, when it is measured.
+    mediamtx: Option<&'a (String, PathBuf)>,
+}
+
+impl Rows<'_> {
+    /// The viewers', the publisher's and this process's CPU.
+    fn load_cpu(&self) -> usize {
+        (self.cfg.cpu + 1) % available_cpus()
+    }
+
+    /// fjord live, fjord VOD, MediaMTX at `n` viewers.
+    fn rows(&self, n: usize) -> anyhow::Result<Vec<Row>> {
+        let (cfg, source) = (self.cfg, self.source);
+        let root = source.parent().unwrap_or(Path::new("."));
+        let (mut server, base) = start_fjord(cfg, root, self.scratch)?;
+        let live = format!("{base}/live/bench");
+        let publish_url = live.replacen("rtsp://", "rtsp://pub:secret@", 1);
+        let row = publish(&mut server, source, (&publish_url, &live), self.load_cpu())
+            .and_then(|tap| measure(&server, &live, n, cfg, Some(tap)));
+        let mut rows = vec![named(row, "fjord live", n)];
+        let name = (source.file_name())
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
+        server.helpers.clear();
+        let vod = measure(&server, &format!("{base}/{name}"), n, cfg, None);
+        rows.push(named(vod, "fjord VOD (the same file)", n));
+        drop(server);
+        if let Some((version, exe)) = self.mediamtx {
+            let row = start_mediamtx(cfg, exe, self.scratch).and_then(|(mut server, base)| {
+                let url = format!("{base}/bench");
+                let tap = publish(&mut server, source, (&url, &url), self.load_cpu())?;
+                measure(&server, &url, n, cfg, Some(tap))
+            });
+            rows.push(named(row, version, n));
+        }
+        Ok(rows)
+    }
+}
+
+fn load_average() -> String {
+    let avg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    avg.split_whitespace().next().unwrap_or("?").to_string()
 }
 
 fn named(row: anyhow::Result<Row>, server: &str, viewers: usize) -> Row {
