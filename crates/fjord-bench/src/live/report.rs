@@ -90,12 +90,11 @@ pub fn markdown(report: &LiveReport, command: &str) -> String {
     let _ = write!(
         md,
         "\nHow: each server runs as a child process pinned, all its threads, to CPU {} ({}); fjord as `fjord serve` with one engine thread and its default data path. \
-         The publisher is ffmpeg (`-re -stream_loop -1 -c copy`, RTSP over UDP, pinned to the receivers' CPU, its CPU not counted) through a `tee` that also writes each video RTP packet to a probe socket of this process. \
+         The publisher is ffmpeg (`-re -stream_loop -1 -c copy`, RTSP, RTP over UDP, pinned to the receivers' CPU, its CPU not counted). \
          The viewers are `fjord load` (plain UDP receivers, no GRO) on CPU {}, {} s per row; the VOD row plays the same file from the same server after the live row. \
          CPU is the server's threads' time on a CPU (`/proc/PID/task/*/schedstat`) over the receive window, per packet the viewers received. \
          KiB/viewer is the server's highest anonymous resident memory (`RssAnon`: heap, not the mapped title) while the viewers play, less before they came, over N. \
-         Latency: {PROBES} more viewers, set up a quarter into the row (after the N, so the last the server sends to), receive the video; each packet's kernel arrival time (SO_TIMESTAMPNS) less the probe socket's for the same payload (hashed; the header differs per viewer). \
-         The probe's copy leaves ffmpeg just after the server's (the tee writes the RTSP output first), so the figure is the server's time plus two loopback deliveries.\n",
+         Latency: a packet socket on `lo` (a kernel filter on the publisher's UDP source ports) timestamps each publisher packet as it goes to the server; {PROBES} more viewers, set up a quarter into the row (after the N, so the last the server sends to), receive the video with kernel timestamps (SO_TIMESTAMPNS); a packet's latency is its arrival at a probe less the tap's last sighting of the same payload (hashed; the header differs per viewer), counting only packets published after the probes played (not the backlog a joining viewer gets at once). On loopback the server's send includes the delivery to each receiver, so the last of N viewers waits for the deliveries to the N before it.\n",
         c.cpu,
         if c.realtime {
             "SCHED_FIFO"
