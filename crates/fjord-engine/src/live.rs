@@ -25,7 +25,7 @@ use std::{
     collections::HashMap,
     net::SocketAddr,
     os::fd::{AsFd, BorrowedFd},
-    time::{Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use fjord_proto::rtcp::{NtpTime, SENDER_REPORT_MAX_LEN, sender_report};
@@ -41,6 +41,13 @@ use crate::{
 /// keep coming: bounds how long a packet waits behind the inbox.
 pub(crate) const FLUSH_AT: usize = 1024;
 
+/// How long a live packet waits for those right behind it: a publisher
+/// sends a video frame's packets back to back, and gathered they leave in
+/// one GSO burst per viewer, not one send per viewer per packet (measured
+/// here at 100 viewers: 6.3 µs of CPU per packet flushing each packet as
+/// it came, against 2.8 for VOD).
+pub(crate) const GATHER: Duration = Duration::from_micros(500);
+
 /// An engine thread's live viewers, by feed, and the packets not yet sent.
 #[derive(Default)]
 pub(crate) struct Live {
@@ -48,6 +55,8 @@ pub(crate) struct Live {
     /// Batches arrived since the last flush, in order, with their feed.
     pending: Vec<(u64, LiveBatch)>,
     pending_packets: usize,
+    /// When the oldest pending batch arrived.
+    since: Option<Instant>,
     /// A started viewer has its backlog still to send.
     backlog_due: bool,
     /// For a thread whose path cannot send from memory, or failed here.
@@ -89,17 +98,29 @@ impl Live {
         true
     }
 
-    /// A batch of `feed`'s packets, sent at the next flush.
-    pub(crate) fn packets(&mut self, feed: u64, packets: LiveBatch) {
+    /// A batch of `feed`'s packets, arrived at `now`, sent at the next
+    /// flush.
+    pub(crate) fn packets(&mut self, feed: u64, packets: LiveBatch, now: Instant) {
         if self.feeds.contains_key(&feed) && !packets.is_empty() {
             self.pending_packets += packets.len();
             self.pending.push((feed, packets));
+            self.since.get_or_insert(now);
         }
     }
 
     /// Whether enough waits that the thread should flush before reading on.
     pub(crate) fn must_flush(&self) -> bool {
         self.pending_packets >= FLUSH_AT
+    }
+
+    /// When the next flush is due: [`GATHER`] after the oldest pending
+    /// packet came, at once for a backlog; none when nothing waits.
+    pub(crate) fn due(&self) -> Option<Instant> {
+        match (self.backlog_due, self.since) {
+            (true, Some(t)) => Some(t),
+            (true, None) => Some(Instant::now()),
+            (false, t) => t.map(|t| t + GATHER),
+        }
     }
 
     pub(crate) fn remove(&mut self, id: u64) {
@@ -132,6 +153,9 @@ impl Live {
         let feeds = &self.feeds;
         self.pending.retain(|(f, _)| feeds.contains_key(f));
         self.pending_packets = self.pending.iter().map(|(_, p)| p.len()).sum();
+        if self.pending.is_empty() {
+            self.since = None;
+        }
     }
 
     pub(crate) fn viewers(&self) -> usize {
@@ -201,6 +225,7 @@ impl Live {
         }
         pending.clear();
         self.pending_packets = 0;
+        self.since = None;
         self.backlog_due = false;
     }
 }
@@ -467,8 +492,8 @@ mod tests {
             a.started = true;
             live.add(a, out, sink);
             live.add(viewer(2, 6000, vec![p[0].clone()]), out, sink);
-            live.packets(7, vec![p[1].clone(), p[2].clone()].into());
-            live.packets(8, vec![p[3].clone()].into());
+            live.packets(7, vec![p[1].clone(), p[2].clone()].into(), Instant::now());
+            live.packets(8, vec![p[3].clone()].into(), Instant::now());
         });
         assert!(path.bursts.is_empty(), "nothing before the flush");
         let stats = with(&mut path, |out, sink| live.flush(out, sink));
@@ -485,7 +510,7 @@ mod tests {
         assert!(live.start(2) && !live.start(3));
         with(&mut path, |out, sink| {
             live.flush(out, sink);
-            live.packets(7, vec![p[3].clone()].into());
+            live.packets(7, vec![p[3].clone()].into(), Instant::now());
             live.add(viewer(3, 7000, vec![p[3].clone()]), out, sink);
             live.start(3);
             live.flush(out, sink);
@@ -507,23 +532,30 @@ mod tests {
         assert_eq!(live.viewers(), 2);
     }
 
-    /// Packets wait until [`FLUSH_AT`] of them do; a feed with no viewer
-    /// here keeps none.
+    /// Packets wait [`GATHER`] after the first of them came, or until
+    /// [`FLUSH_AT`] of them do; a started viewer's backlog is due at once;
+    /// a feed with no viewer here keeps none.
     #[test]
-    fn pending_packets_are_bounded() {
+    fn pending_packets_are_bounded_in_time_and_number() {
         let mut live = Live::default();
         with(&mut Recorder::default(), |out, sink| {
-            live.add(viewer(1, 5000, vec![]), out, sink);
+            live.add(viewer(1, 5000, vec![packet(0)]), out, sink);
         });
+        assert_eq!(live.due(), None);
+        let t0 = Instant::now();
         let batch: LiveBatch = (0..64).map(packet).collect();
-        live.packets(8, batch.clone());
+        live.packets(8, batch.clone(), t0);
         assert!(live.pending.is_empty());
-        for _ in 0..FLUSH_AT / 64 - 1 {
-            live.packets(7, batch.clone());
+        assert_eq!(live.due(), None);
+        for i in 0..FLUSH_AT / 64 - 1 {
+            live.packets(7, batch.clone(), t0 + Duration::from_micros(i as u64));
         }
+        assert_eq!(live.due(), Some(t0 + GATHER), "the oldest packet's wait");
         assert!(!live.must_flush());
-        live.packets(7, batch.clone());
+        live.packets(7, batch.clone(), t0);
         assert!(live.must_flush());
+        live.start(1);
+        assert_eq!(live.due(), Some(t0), "a backlog goes at once");
         live.remove(1);
         assert!(live.pending.is_empty() && !live.must_flush());
     }
@@ -580,7 +612,7 @@ mod tests {
         let mut live = Live::default();
         let stats = with(&mut Gso::default(), |out, sink| {
             live.add(v, out, sink);
-            live.packets(7, (2..5).map(packet).collect());
+            live.packets(7, (2..5).map(packet).collect(), Instant::now());
             live.flush(out, sink);
         });
         let mut buf = [0u8; 64];

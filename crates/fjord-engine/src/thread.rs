@@ -273,6 +273,8 @@ struct Worker {
     /// The wake-up grid, wheel ticks.
     align_ticks: u64,
     live: Live,
+    /// Wheel key that wakes the thread when gathered live packets are due.
+    live_key: u32,
 }
 
 impl Worker {
@@ -283,12 +285,12 @@ impl Worker {
         published: Arc<Published>,
     ) -> Self {
         let mut wheel = Wheel::new(Instant::now());
-        wheel.reserve_keys(1);
+        wheel.reserve_keys(2);
         let align = align_ticks(config.burst);
         Self {
             config,
             rx,
-            slots: vec![None],
+            slots: vec![None, None],
             free: Vec::new(),
             ids: HashMap::new(),
             connections: HashMap::new(),
@@ -305,6 +307,7 @@ impl Worker {
             slow_logged: None,
             align_ticks: align,
             live: Live::default(),
+            live_key: 1,
         }
     }
 
@@ -343,6 +346,7 @@ impl Worker {
         while next < self.due.len() {
             next = self.send_batch(now, start, next);
         }
+        self.flush_live_if_due(now);
         self.flush_connections(now);
     }
 
@@ -471,8 +475,9 @@ impl Worker {
             n += 1;
             next = self.rx.try_recv().ok();
         }
-        // Every live packet the queue held leaves in one flush.
-        self.live(Live::flush);
+        // Every live packet the queue held leaves in one flush, once the
+        // first has waited for those right behind it.
+        self.flush_live_if_due(Instant::now());
         let took = began.elapsed();
         if took > SLOW_COMMAND && self.may_log_slow(began + took) {
             let (most, name) = slowest;
@@ -558,7 +563,7 @@ impl Worker {
             Command::Bye { id } => self.bye(id),
             Command::LiveAdd(viewer) => self.live(|live, out, sink| live.add(*viewer, out, sink)),
             Command::LivePackets { feed, packets } => {
-                self.live.packets(feed, packets);
+                self.live.packets(feed, packets, Instant::now());
                 if self.live.must_flush() {
                     self.live(Live::flush);
                 }
@@ -602,6 +607,16 @@ impl Worker {
             .min()
         {
             self.wheel.insert(self.flush_key, at);
+        }
+    }
+
+    /// Flushes the live packets if they are due at `now`, else has the
+    /// wheel wake the thread when they are.
+    fn flush_live_if_due(&mut self, now: Instant) {
+        match self.live.due() {
+            Some(due) if due <= now => self.live(Live::flush),
+            Some(due) => self.wheel.insert(self.live_key, due),
+            None => {}
         }
     }
 
