@@ -7,9 +7,9 @@
 //! each new one as it arrives: the publisher paces the stream.
 //!
 //! Packets arrive in batches ([`Command::LivePackets`], one per receive
-//! batch of a publisher's track) and wait in `pending` until the thread has
-//! read every queued command (or [`FLUSH_AT`] packets wait); one flush then
-//! sends them all: each UDP viewer gets one burst (its backlog, then the
+//! batch of a publisher's track) and wait in `pending` [`GATHER`] after the
+//! first came (none when [`FLUSH_AT`] packets wait, a viewer is added or
+//! the stream ends); one flush then sends them all: each UDP viewer gets one burst (its backlog, then the
 //! new packets of its feed) in the thread's [`Batch`], through its
 //! [`DataPath`] as VOD packets go (GSO or `sendmmsg`: a system call per
 //! GSO group or per batch, not per packet and viewer). A path that cannot
