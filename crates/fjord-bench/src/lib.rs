@@ -55,6 +55,7 @@ pub mod edge;
 pub mod floor;
 pub mod http;
 pub mod https;
+pub mod live;
 pub mod peers;
 pub mod procfs;
 pub mod report;

@@ -140,11 +140,16 @@ pub struct PlayInfo {
 /// included). Held once; every viewer's send borrows it.
 pub type LivePacket = Arc<[u8]>;
 
+/// Packets of one live track received together, handed to every engine
+/// thread with viewers of it in one command (one allocation per batch,
+/// shared by the threads).
+pub type LiveBatch = Arc<[LivePacket]>;
+
 /// A viewer of one track of a live stream.
 pub struct LiveViewer {
     /// Unique among the engine's streams.
     pub id: u64,
-    /// The track's feed, which [`Command::LivePacket`] names.
+    /// The track's feed, which [`Command::LivePackets`] names.
     pub feed: u64,
     pub ssrc: u32,
     /// Added to the publisher's sequence numbers and timestamps.
@@ -250,10 +255,11 @@ pub enum Command {
     },
     /// A viewer of a live stream's track (`live.rs`).
     LiveAdd(Box<LiveViewer>),
-    /// A packet of a live track, to every viewer of it on the thread.
-    LivePacket {
+    /// Packets of a live track, in order, to every viewer of it on the
+    /// thread.
+    LivePackets {
         feed: u64,
-        packet: LivePacket,
+        packets: LiveBatch,
     },
     LiveRemove {
         id: u64,
@@ -286,7 +292,7 @@ impl Command {
             Command::DetachConnection { .. } => "DetachConnection",
             Command::Bye { .. } => "Bye",
             Command::LiveAdd(_) => "LiveAdd",
-            Command::LivePacket { .. } => "LivePacket",
+            Command::LivePackets { .. } => "LivePackets",
             Command::LiveRemove { .. } => "LiveRemove",
             Command::LiveEnd { .. } => "LiveEnd",
             Command::Stats { .. } => "Stats",

@@ -28,10 +28,11 @@
 //! never touches a socket of a playing session.
 //!
 //! Live streams (`live.rs`): the control plane hands a thread each viewer
-//! of a live track ([`LiveViewer`]) and each packet the publisher sent
-//! ([`LivePacket`], held once, reference-counted); the thread sends every
-//! packet to each of its viewers with only the 12-byte RTP header
-//! rewritten, the rest by reference.
+//! of a live track ([`LiveViewer`]) and the packets the publisher sent, a
+//! receive batch at a time ([`LiveBatch`] of [`LivePacket`]s, each held
+//! once, reference-counted); the thread sends them to all its viewers in
+//! the batches of its data path, with only the 12-byte RTP header
+//! rewritten per viewer, the rest by reference.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -55,8 +56,8 @@ mod trick;
 mod wheel;
 
 pub use command::{
-    Command, LATE, LivePacket, LiveViewer, MAX_SCALE, Output, PlayInfo, REAL_TIME, RepairSpec,
-    SessionSpec, Start, ThreadStats, Until,
+    Command, LATE, LiveBatch, LivePacket, LiveViewer, MAX_SCALE, Output, PlayInfo, REAL_TIME,
+    RepairSpec, SessionSpec, Start, ThreadStats, Until,
 };
 pub use datapath::UdpSocket;
 pub use thread::{DEFAULT_BURST, Engine, EngineConfig, wake_grid};

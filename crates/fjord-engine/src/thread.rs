@@ -18,7 +18,7 @@ use crate::{
     inbox::{self, Inbox, Outbox},
     interleaved::Connection,
     lateness::TickStart,
-    live::{Live, Sink},
+    live::{Live, Out, Sink},
     session::{MAX_BURST_PACKETS, Pacing, Planned, Session},
     totals::{Published, Totals},
     wheel::{TICK, Wheel},
@@ -273,6 +273,8 @@ struct Worker {
     /// The wake-up grid, wheel ticks.
     align_ticks: u64,
     live: Live,
+    /// Wheel key that wakes the thread when gathered live packets are due.
+    live_key: u32,
 }
 
 impl Worker {
@@ -283,12 +285,12 @@ impl Worker {
         published: Arc<Published>,
     ) -> Self {
         let mut wheel = Wheel::new(Instant::now());
-        wheel.reserve_keys(1);
+        wheel.reserve_keys(2);
         let align = align_ticks(config.burst);
         Self {
             config,
             rx,
-            slots: vec![None],
+            slots: vec![None, None],
             free: Vec::new(),
             ids: HashMap::new(),
             connections: HashMap::new(),
@@ -305,6 +307,7 @@ impl Worker {
             slow_logged: None,
             align_ticks: align,
             live: Live::default(),
+            live_key: 1,
         }
     }
 
@@ -343,6 +346,7 @@ impl Worker {
         while next < self.due.len() {
             next = self.send_batch(now, start, next);
         }
+        self.flush_live_if_due(now);
         self.flush_connections(now);
     }
 
@@ -471,6 +475,9 @@ impl Worker {
             n += 1;
             next = self.rx.try_recv().ok();
         }
+        // Every live packet the queue held leaves in one flush, once the
+        // first has waited for those right behind it.
+        self.flush_live_if_due(Instant::now());
         let took = began.elapsed();
         if took > SLOW_COMMAND && self.may_log_slow(began + took) {
             let (most, name) = slowest;
@@ -532,9 +539,7 @@ impl Worker {
             }
             Command::Start { id, at, origin_ns } => {
                 if !self.ids.contains_key(&id) {
-                    self.live(|live, sink| {
-                        live.start(id, sink);
-                    });
+                    self.live.start(id);
                 } else if let Some(s) = self.session_mut(id) {
                     s.start(at, origin_ns);
                     let k = self.ids[&id];
@@ -556,12 +561,15 @@ impl Worker {
                 }
             }
             Command::Bye { id } => self.bye(id),
-            Command::LiveAdd(viewer) => self.live(|live, sink| live.add(*viewer, sink)),
-            Command::LivePacket { feed, packet } => {
-                self.live(|live, sink| live.packet(feed, &packet, sink));
+            Command::LiveAdd(viewer) => self.live(|live, out, sink| live.add(*viewer, out, sink)),
+            Command::LivePackets { feed, packets } => {
+                self.live.packets(feed, packets, Instant::now());
+                if self.live.must_flush() {
+                    self.live(Live::flush);
+                }
             }
             Command::LiveRemove { id } => self.live.remove(id),
-            Command::LiveEnd { feed } => self.live(|live, sink| live.end(feed, sink)),
+            Command::LiveEnd { feed } => self.live(|live, out, sink| live.end(feed, out, sink)),
             Command::Stats { reply } => reply(self.thread_stats()),
             Command::AttachConnection { conn, fd, seal } => {
                 match Connection::new(fd, self.config.stall_timeout, seal) {
@@ -578,21 +586,37 @@ impl Worker {
         }
     }
 
-    /// Lets the live viewers send; frames left queued on a full
-    /// connection are written by the ticks that follow.
-    fn live(&mut self, f: impl FnOnce(&mut Live, &mut Sink<'_>)) {
+    /// Lets the live viewers send, through the thread's data path and
+    /// batch; frames left queued on a full connection are written by the
+    /// ticks that follow.
+    fn live(&mut self, f: impl FnOnce(&mut Live, &mut Out<'_>, &mut Sink<'_>)) {
+        let mut out = Out {
+            path: self.path.as_mut(),
+            batch: &mut self.batch,
+            sent: &mut self.sent,
+        };
         let mut sink = Sink {
             connections: &mut self.connections,
             stats: &mut self.stats,
             cname: &self.config.cname,
         };
-        f(&mut self.live, &mut sink);
+        f(&mut self.live, &mut out, &mut sink);
         if let Some(at) = (self.connections.values())
             .filter(|c| c.has_pending() && !c.is_broken())
             .map(|c| c.retry_at().unwrap_or_else(Instant::now))
             .min()
         {
             self.wheel.insert(self.flush_key, at);
+        }
+    }
+
+    /// Flushes the live packets if they are due at `now`, else has the
+    /// wheel wake the thread when they are.
+    fn flush_live_if_due(&mut self, now: Instant) {
+        match self.live.due() {
+            Some(due) if due <= now => self.live(Live::flush),
+            Some(due) => self.wheel.insert(self.live_key, due),
+            None => {}
         }
     }
 

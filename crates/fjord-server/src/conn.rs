@@ -143,9 +143,6 @@ impl Conn {
 
     /// A `$` frame from the client: RTCP of an interleaved stream.
     fn on_interleaved(&mut self, server: &Server, channel: u8, payload: &[u8], now: Instant) {
-        if crate::control::live::on_interleaved(server, self.id, channel, payload) {
-            return;
-        }
         let mut table = server.sessions.lock();
         self.forget_ended(&table);
         for id in self.sessions() {
@@ -213,6 +210,15 @@ enum Served {
 /// Serves every complete frame at the front of `buf`, in order.
 async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Served {
     let mut last = None;
+    // A publisher's frames of one read reach the engine as one batch,
+    // before any request that follows them.
+    let mut live = false;
+    let id = conn.id;
+    let hand_out = |live: &mut bool| {
+        if std::mem::take(live) {
+            crate::control::live::hand_out_interleaved(server, id);
+        }
+    };
     loop {
         match next_frame(buf, &server.limits()) {
             Ok(Some((frame, used))) => {
@@ -221,16 +227,25 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
                 last = Some(now);
                 match frame {
                     Frame::Request(req) => {
+                        hand_out(&mut live);
                         if !respond(server, conn, &req, now).await {
                             return Served::Close;
                         }
                     }
                     Frame::Interleaved { channel, payload } => {
-                        conn.on_interleaved(server, channel, &payload, now);
+                        if crate::control::live::on_interleaved(server, conn.id, channel, &payload)
+                        {
+                            live = true;
+                        } else {
+                            conn.on_interleaved(server, channel, &payload, now);
+                        }
                     }
                 }
             }
-            Ok(None) => return Served::Frames(last),
+            Ok(None) => {
+                hand_out(&mut live);
+                return Served::Frames(last);
+            }
             Err(e) => {
                 tracing::debug!(conn = conn.id, peer = ?conn.peer().ok(), "bad request: {e}");
                 let _ = conn

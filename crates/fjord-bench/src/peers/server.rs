@@ -243,7 +243,7 @@ impl Drop for ServerChild {
 }
 
 impl ServerChild {
-    pub(super) fn child_alive(&self) -> bool {
+    pub fn child_alive(&self) -> bool {
         // SAFETY: signal 0 only checks the process exists.
         unsafe { libc::kill(self.child.id() as i32, 0) == 0 }
     }

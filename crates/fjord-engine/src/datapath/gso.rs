@@ -183,6 +183,10 @@ pub(crate) fn fill_gso_msg(
 }
 
 impl DataPath for Gso {
+    fn sends_memory(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "gso"
     }

@@ -37,6 +37,10 @@ pub(crate) fn send_mapped(
 }
 
 impl DataPath for MmapWritev {
+    fn sends_memory(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "mmap-writev"
     }

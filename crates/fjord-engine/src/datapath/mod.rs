@@ -330,6 +330,15 @@ pub trait DataPath: Send {
     fn prefabricated(&self) -> bool {
         true
     }
+
+    /// Whether the path sends from the packets' bytes in memory and is done
+    /// with them when `send` returns: live packets (`live.rs`) have no file
+    /// behind them and may be freed right after. The paths that read or
+    /// sendfile from the file, and `gso-zerocopy` (whose pages the kernel
+    /// reads after the call), do not.
+    fn sends_memory(&self) -> bool {
+        false
+    }
 }
 
 /// The loop every per-packet path shares: bursts in order, one `send_one`

@@ -103,6 +103,10 @@ impl Sendmmsg {
 }
 
 impl DataPath for Sendmmsg {
+    fn sends_memory(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "sendmmsg"
     }

@@ -223,6 +223,10 @@ impl Uring {
 }
 
 impl DataPath for Uring {
+    fn sends_memory(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         if self.zerocopy { "uring-zc" } else { "uring" }
     }

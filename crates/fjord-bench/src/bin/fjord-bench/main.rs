@@ -15,6 +15,7 @@ mod datapath;
 mod disk;
 mod edge;
 mod http;
+mod live;
 mod peers;
 mod soak;
 mod storage;
@@ -82,6 +83,10 @@ pub enum BenchCmd {
     /// bursts of each --floor-bursts. Writes peers.md and peers.csv to
     /// --out and prints the table.
     Peers(PeersArgs),
+    /// One ffmpeg publisher and N viewers of its live stream: latency
+    /// added, CPU per packet beside the same viewers of a VOD title, memory
+    /// per viewer, MediaMTX beside. Writes live.md to --out.
+    Live(live::LiveArgs),
     /// What fjord costs beyond its packets: an idle server (--sessions 0,
     /// the default) or one with a few sessions, thread by thread.
     ///
@@ -196,6 +201,7 @@ fn main() -> ExitCode {
         BenchCmd::Download(a) => datapath::download(a),
         BenchCmd::Capacity(a) => capacity::run(a),
         BenchCmd::Peers(a) => peers::peers(a),
+        BenchCmd::Live(a) => live::run(a),
         BenchCmd::Idle(a) => peers::idle(a),
         BenchCmd::Disk(a) => disk::run(a),
         BenchCmd::Storage(a) => storage::run(a),

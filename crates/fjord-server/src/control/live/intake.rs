@@ -1,6 +1,8 @@
 //! A publisher's packets arriving: checked, kept once, handed to the
-//! engine threads with viewers. UDP ports are read by a task per track;
-//! interleaved frames come from the connection's task.
+//! engine threads with viewers a receive batch at a time (one command per
+//! thread per batch, not per packet). UDP ports are read by a task per
+//! track, which takes what the socket holds, up to [`MAX_BATCH`] packets,
+//! after each wake-up; interleaved frames come from the connection's task.
 
 use std::{
     net::IpAddr,
@@ -8,15 +10,24 @@ use std::{
     time::Instant,
 };
 
-use fjord_engine::{Command, LivePacket};
+use fjord_engine::{Command, LiveBatch, LivePacket};
 use fjord_live::keyframe;
 
 use super::State;
 use crate::Server;
 
-/// Takes one packet of track `track` of stream `id`; false when the
-/// stream is gone.
-fn take(server: &Server, state: &mut State, (id, track): (u64, usize), bytes: &[u8]) -> bool {
+/// Most packets one receive batch takes: bounds the batch's memory and how
+/// long its first packet waits for the last.
+pub(super) const MAX_BATCH: usize = 64;
+
+/// Takes one packet of track `track` of stream `id` into `batch`; false
+/// when the stream is gone.
+fn take(
+    state: &mut State,
+    (id, track): (u64, usize),
+    bytes: &[u8],
+    batch: &mut Vec<LivePacket>,
+) -> bool {
     let Some(stream) = state.streams.get_mut(&id) else {
         return false;
     };
@@ -39,22 +50,42 @@ fn take(server: &Server, state: &mut State, (id, track): (u64, usize), bytes: &[
     };
     let key = keyframe::starts_key(t.codec, &bytes[header.payload]);
     t.last = Some((header.seq, header.timestamp));
-    let feed = t.feed;
     // The one copy fjord keeps: every viewer's send borrows it.
     let packet: LivePacket = Arc::from(bytes);
     stream
         .ring
         .push(track, header.timestamp, key, bytes.len(), packet.clone());
-    for &thread in &stream.threads {
-        let packet = packet.clone();
-        server
-            .engine
-            .send(thread, Command::LivePacket { feed, packet });
-    }
+    batch.push(packet);
     true
 }
 
-/// A `$` frame on `conn`: a publisher's RTP is taken, its RTCP dropped.
+/// Hands `batch` (packets of track `track` of stream `id`) to each engine
+/// thread with viewers of the stream, in one command each.
+fn hand_out(
+    server: &Server,
+    state: &State,
+    (id, track): (u64, usize),
+    batch: &mut Vec<LivePacket>,
+) {
+    if batch.is_empty() {
+        return;
+    }
+    let packets: LiveBatch = batch.drain(..).collect();
+    let Some(stream) = state.streams.get(&id) else {
+        return;
+    };
+    let Some(feed) = stream.tracks.get(track).map(|t| t.feed) else {
+        return;
+    };
+    for &thread in &stream.threads {
+        let packets = packets.clone();
+        (server.engine).send(thread, Command::LivePackets { feed, packets });
+    }
+}
+
+/// A `$` frame on `conn`: a publisher's RTP is taken (handed out with the
+/// rest of the read, [`hand_out_interleaved`], or at [`MAX_BATCH`]), its
+/// RTCP dropped.
 pub(super) fn interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8]) -> bool {
     let mut state = server.live.lock();
     let found = state.streams.iter().find_map(|(id, s)| {
@@ -66,7 +97,20 @@ pub(super) fn interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8
     });
     match found {
         Some((id, track, true)) => {
-            take(server, &mut state, (id, track), payload);
+            fn pending(s: &mut State, (id, track): (u64, usize)) -> Option<&mut Vec<LivePacket>> {
+                let stream = s.streams.get_mut(&id)?;
+                stream.tracks.get_mut(track).map(|t| &mut t.pending)
+            }
+            let mut batch = pending(&mut state, (id, track))
+                .map(std::mem::take)
+                .unwrap_or_default();
+            take(&mut state, (id, track), payload, &mut batch);
+            if batch.len() >= MAX_BATCH {
+                hand_out(server, &state, (id, track), &mut batch);
+            }
+            if let Some(p) = pending(&mut state, (id, track)) {
+                *p = batch;
+            }
             true
         }
         Some((_, _, false)) => true,
@@ -74,8 +118,25 @@ pub(super) fn interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8
     }
 }
 
+/// Hands out what connection `conn`'s publisher sent since the last time.
+pub(super) fn hand_out_interleaved(server: &Server, conn: u64) {
+    let mut state = server.live.lock();
+    let mut batches = vec![];
+    for (&id, s) in state.streams.iter_mut().filter(|(_, s)| s.conn == conn) {
+        for (track, t) in s.tracks.iter_mut().enumerate() {
+            if !t.pending.is_empty() {
+                batches.push(((id, track), std::mem::take(&mut t.pending)));
+            }
+        }
+    }
+    for (at, mut batch) in batches {
+        hand_out(server, &state, at, &mut batch);
+    }
+}
+
 /// Reads track `track` of stream `id` from `socket` until the stream
-/// ends; packets from any address but the publisher's are dropped.
+/// ends, a batch per wake-up; packets from any address but the
+/// publisher's are dropped.
 pub(super) async fn receive(
     server: Weak<Server>,
     (id, track): (u64, usize),
@@ -83,19 +144,27 @@ pub(super) async fn receive(
     from: IpAddr,
 ) {
     let mut buf = vec![0u8; 65_536];
+    let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
-        let Ok((n, src)) = socket.recv_from(&mut buf).await else {
+        if socket.readable().await.is_err() {
             return;
-        };
-        if src.ip() != from {
-            continue;
         }
         let Some(server) = server.upgrade() else {
             return;
         };
         let mut state = server.live.lock();
-        if !take(&server, &mut state, (id, track), &buf[..n]) {
-            return;
+        // What the socket holds now, without waiting; the lock is held for
+        // the batch so a viewer joins between batches, never inside one.
+        for _ in 0..MAX_BATCH {
+            let (n, src) = match socket.try_recv_from(&mut buf) {
+                Ok(got) => got,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => return,
+            };
+            if src.ip() == from && !take(&mut state, (id, track), &buf[..n], &mut batch) {
+                return;
+            }
         }
+        hand_out(&server, &state, (id, track), &mut batch);
     }
 }

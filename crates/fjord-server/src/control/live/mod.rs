@@ -79,6 +79,8 @@ struct TrackIn {
     channel: Option<u8>,
     /// Sequence number and timestamp of its last packet.
     last: Option<(u16, u32)>,
+    /// Interleaved packets of the current read, not yet handed out.
+    pending: Vec<LivePacket>,
 }
 
 impl Live {
@@ -147,6 +149,12 @@ pub(crate) async fn answer(
 /// A `$` frame on connection `conn`: taken when it is a publisher's.
 pub(crate) fn on_interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8]) -> bool {
     intake::interleaved(server, conn, channel, payload)
+}
+
+/// The packets connection `conn`'s publisher sent since the last call go
+/// to the engine: called after each read's frames, and before a request.
+pub(crate) fn hand_out_interleaved(server: &Server, conn: u64) {
+    intake::hand_out_interleaved(server, conn)
 }
 
 /// Whether connection `conn` publishes or views a live stream: it is not

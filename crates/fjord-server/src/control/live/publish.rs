@@ -35,6 +35,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
             codec: t.codec,
             channel: None,
             last: None,
+            pending: Vec::new(),
         })
         .collect();
     let id = server.next_id();
