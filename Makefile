@@ -52,7 +52,7 @@ deps:
 test: deps
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) test --workspace --release
+	CARGO="$(CARGO)" tests/run-suite.sh
 	# Tests that assert wall-clock timing, alone: on a shared 2-core machine
 	# the parallel suite's ffmpeg and GStreamer runs can stall them, and the
 	# hypervisor steals 100-200 ms now and then even when the machine is
