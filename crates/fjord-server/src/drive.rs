@@ -1,7 +1,7 @@
 //! The tokio side of the control core: a connection's task hands a
 //! request to [`control::handle`] and, while the decision asks something
-//! ([`Question`]), finds the answer (the engine's, an index lookup on the
-//! blocking pool, time passing) and feeds it back ([`control::on_answer`]).
+//! ([`Question`]), finds the answer (a title opened, the engine's, an
+//! index lookup on the blocking pool, time passing) and feeds it back ([`control::on_answer`]).
 //! All the awaiting of the control plane is here; the decisions await none.
 
 use std::{sync::Arc, time::Instant};
@@ -24,7 +24,7 @@ pub(crate) async fn request(
     req: &Request,
     now: Instant,
 ) -> Reply {
-    let mut step = control::handle(server, conn, req, now).await;
+    let mut step = control::handle(server, conn, req, now);
     loop {
         match step {
             Step::Reply(reply) => return reply,
@@ -32,7 +32,7 @@ pub(crate) async fn request(
                 let (commands, question, resume) = ask.into_parts();
                 commands.send_to(&server.engine);
                 let answer = answer(server, question).await;
-                step = control::on_answer(server, resume, answer);
+                step = control::on_answer(server, conn, resume, answer);
             }
         }
     }
@@ -41,6 +41,7 @@ pub(crate) async fn request(
 /// Finds out what `question` asks.
 pub(crate) async fn answer(server: &Server, question: Question) -> Answer {
     match question {
+        Question::Open(title) => Answer::Opened(server.catalog.open(&title).await),
         Question::Position { shard, id } => Answer::Position(position(server, shard, id).await),
         Question::Play(ask) => Answer::Played(play(server, &ask).await),
         Question::PauseAt { title, streams, ns } => {

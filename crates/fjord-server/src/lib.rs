@@ -15,7 +15,8 @@
 //! socket. Sessions (`session`) live in one table under one lock, taken
 //! per decision and never across an `await`; a decision's engine commands
 //! are its output (`outbox`), sent once the lock is let go. A decision
-//! awaits nothing of the engine, the blocking pool, a bind or a timer: it
+//! awaits nothing (the catalog, the engine, the blocking pool, a bind, a
+//! timer): it
 //! asks (`control::Step::Ask`) and the connection's task (`drive`) finds
 //! the answer and feeds it back as an event (`control::on_answer`), which
 //! gives 454 if the session ended meanwhile. Admission by

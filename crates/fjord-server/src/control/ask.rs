@@ -1,20 +1,22 @@
-//! What a decision cannot finish alone: it asks (the engine where a
-//! stream stands or to position it, a multicast group to start, time to
-//! pass) and is finished by the answer, fed back as an event
-//! ([`on_answer`]). The connection's task does the asking and the
-//! awaiting (`crate::drive`); a method never awaits the engine.
+//! What a decision cannot finish alone: it asks (a title opened, the
+//! engine where a stream stands or to position it, a multicast group to
+//! start, time to pass) and is finished by the answer, fed back as an
+//! event ([`on_answer`]). The connection's task does the asking and the
+//! awaiting (`crate::drive`); a method awaits nothing.
 
 use std::{sync::Arc, time::Instant};
 
 use fjord_engine::{PlayInfo, Title};
 
 use super::{
-    Reply, multicast, pause, play,
+    Client, Reply, describe, multicast, pause, play,
     setup::{self, Binding, Read},
     status,
     transport::{Bind, Bound},
 };
-use crate::{Server, multicast::Group, outbox::Outbox, scale, session::SessionId};
+use crate::{
+    Server, catalog::CatalogError, multicast::Group, outbox::Outbox, scale, session::SessionId,
+};
 
 /// A decision's outcome: the reply, or a question whose answer finishes it.
 pub(crate) enum Step {
@@ -54,6 +56,15 @@ impl From<Ask> for Resume {
 }
 
 impl Step {
+    /// The step with `commands` to send before its reply or question.
+    pub(super) fn with_commands(mut self, commands: Outbox) -> Step {
+        match &mut self {
+            Step::Reply(r) => r.commands = commands,
+            Step::Ask(a) => a.commands = commands,
+        }
+        self
+    }
+
     /// Asks `question`, going on with `pending` once it is answered.
     pub(super) fn ask(question: Question, pending: Pending) -> Step {
         Step::Ask(Ask {
@@ -66,6 +77,9 @@ impl Step {
 
 /// What the driver is asked to find out.
 pub(crate) enum Question {
+    /// Open the title of this name (its file checked, its index loaded
+    /// or made, or fetched from the origin): [`Answer::Opened`].
+    Open(Box<str>),
     /// Where engine stream `id` (on `shard`) stands on the title's
     /// timeline: [`Answer::Position`].
     Position { shard: u64, id: u64 },
@@ -107,6 +121,8 @@ pub(crate) struct PlayAsk {
 
 /// The answer to a [`Question`].
 pub(crate) enum Answer {
+    /// The title's name as the catalog keeps it, and the title.
+    Opened(Result<(Arc<str>, Arc<Title>), CatalogError>),
     /// `None`: the engine has no such stream (any more), or it stands
     /// nowhere yet.
     Position(Option<u64>),
@@ -127,6 +143,10 @@ pub(crate) enum Answer {
 
 /// What a decision goes on with.
 pub(super) enum Pending {
+    /// A DESCRIBE, once its title is open.
+    Describe(describe::Opening),
+    /// A SETUP that makes a session, once its title is open.
+    Setup(Box<setup::Opening>),
     /// A PLAY from where the streams stand.
     PlayFrom(play::Plan),
     Play(play::Plan),
@@ -141,12 +161,24 @@ pub(super) enum Pending {
     Reading((SessionId, u64), Box<Reply>),
 }
 
-/// Finishes the decision `ask` began with the driver's `answer`: the
-/// reply, or the next question. The session may have ended meanwhile
-/// (its connection closed, it timed out, the admin ended it): 454.
-pub(crate) fn on_answer(server: &Server, ask: impl Into<Resume>, answer: Answer) -> Step {
+/// Finishes the decision `ask` began on `conn` with the driver's
+/// `answer`: the reply, or the next question, with the engine commands to
+/// send first. The session may have ended meanwhile (its connection
+/// closed, it timed out, the admin ended it): 454.
+pub(crate) fn on_answer(
+    server: &Server,
+    conn: &mut dyn Client,
+    ask: impl Into<Resume>,
+    answer: Answer,
+) -> Step {
     let Resume(pending) = ask.into();
     match (pending, answer) {
+        (Pending::Describe(o), Answer::Opened(t)) => describe::on_opened(o, t).into(),
+        (Pending::Setup(o), Answer::Opened(t)) => {
+            let mut out = Outbox::default();
+            let step = setup::on_opened(server, (conn, &mut out), *o, t);
+            step.with_commands(out)
+        }
         (Pending::PlayFrom(plan), Answer::Position(at)) => play::on_position(plan, at),
         (Pending::Play(plan), Answer::Played(infos)) => play::on_played(server, plan, infos),
         (Pending::Pause(id), Answer::PausedAt(r)) => pause::on_paused_at(server, id, r),

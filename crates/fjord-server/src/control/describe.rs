@@ -1,6 +1,6 @@
 //! DESCRIBE: a title's SDP, or its broadcast schedule (`?broadcast`).
 
-use std::net::IpAddr;
+use std::{net::IpAddr, sync::Arc};
 
 use fjord_engine::Title;
 use fjord_media::index::TrackKind;
@@ -9,8 +9,12 @@ use fjord_proto::{
     sdp,
 };
 
-use super::{Client, Reply, refuse, status};
-use crate::{Server, cluster, title_streams};
+use super::{
+    Client, Reply,
+    ask::{Pending, Question, Step},
+    refuse, status,
+};
+use crate::{Server, catalog::CatalogError, cluster, title_streams};
 
 /// The `Content-Base` of a DESCRIBE of `uri`: the URL without its query,
 /// ending in `/`, which the tracks' controls are relative to.
@@ -19,42 +23,57 @@ pub(super) fn content_base(uri: &str) -> String {
     format!("{}/", url.trim_end_matches('/'))
 }
 
-pub(super) async fn answer(server: &Server, conn: &dyn Client, req: &Request) -> Reply {
+pub(super) fn answer(server: &Server, conn: &dyn Client, req: &Request) -> Step {
     let Ok(target) = title_path(&req.uri) else {
-        return status(404);
+        return status(404).into();
     };
     if target.track.is_some() {
-        return status(404);
+        return status(404).into();
     }
     if broadcast_query(&req.uri) {
-        return schedule(server, &target.title);
+        return schedule(server, &target.title).into();
     }
     // Over TLS never to a plain rtsp:// URL: the title is served here.
     let (scheme, path) = (cluster::Scheme::Rtsp, cluster::path_of(&req.uri));
     if !conn.is_tls()
         && let Some(to) = server.cluster.redirect(server, &target.title, scheme, path)
     {
-        return Response::new(302).header("Location", &to).into();
+        return Step::Reply(Response::new(302).header("Location", &to).into());
     }
-    let title = match server.catalog.open(&target.title).await {
-        Ok((_, t)) => t,
-        Err(e) => return refuse(e.status(), &e.to_string()),
-    };
     let local = match conn.local() {
         Ok(a) => a,
-        Err(e) => return refuse(500, &e.to_string()),
+        Err(e) => return refuse(500, &e.to_string()).into(),
     };
-    // Players set up every stream the SDP lists (ffmpeg makes the repair
-    // stream a data stream of its output), so repair streams are offered
-    // only to clients that say they support them.
-    let body = sdp(
-        &title,
-        &target.title,
-        local.ip(),
-        supports(req, FEC_FEATURE),
-    );
-    let base = content_base(&req.uri);
-    let mut response = Response::new(200).header("Content-Base", &base);
+    let opening = Opening {
+        base: content_base(&req.uri),
+        ip: local.ip(),
+        // Players set up every stream the SDP lists (ffmpeg makes the
+        // repair stream a data stream of its output), so repair streams
+        // are offered only to clients that say they support them.
+        fec: supports(req, FEC_FEATURE),
+    };
+    Step::ask(
+        Question::Open(target.title.as_str().into()),
+        Pending::Describe(opening),
+    )
+}
+
+/// What a DESCRIBE's reply needs of its request, kept while its title
+/// opens.
+pub(crate) struct Opening {
+    base: String,
+    ip: IpAddr,
+    fec: bool,
+}
+
+/// The SDP of the title a DESCRIBE opened, or why it could not be opened.
+pub(super) fn on_opened(o: Opening, opened: Result<(Arc<str>, Arc<Title>), CatalogError>) -> Reply {
+    let (name, title) = match opened {
+        Ok(t) => t,
+        Err(e) => return refuse(e.status(), &e.to_string()),
+    };
+    let body = sdp(&title, &name, o.ip, o.fec);
+    let mut response = Response::new(200).header("Content-Base", &o.base);
     if (0..title.index().track_count()).any(|i| title.fec(i).is_some()) {
         response = response.header("Supported", FEC_FEATURE);
     }

@@ -114,22 +114,13 @@ fn refuse(code: u16, reason: &str) -> Reply {
 /// Answers `req`, which arrived on `conn` at `now`: the reply, or a
 /// question for the driver ([`on_answer`] takes its answer), with the
 /// engine commands to send first.
-pub(crate) async fn handle(
-    server: &Server,
-    conn: &mut dyn Client,
-    req: &Request,
-    now: Instant,
-) -> Step {
+pub(crate) fn handle(server: &Server, conn: &mut dyn Client, req: &Request, now: Instant) -> Step {
     let mut out = Outbox::default();
-    let mut step = answer(server, (conn, &mut out), req, now).await;
-    match &mut step {
-        Step::Reply(r) => r.commands = out,
-        Step::Ask(a) => a.commands = out,
-    }
-    step
+    let step = answer(server, (conn, &mut out), req, now);
+    step.with_commands(out)
 }
 
-async fn answer(
+fn answer(
     server: &Server,
     (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
@@ -146,13 +137,13 @@ async fn answer(
     {
         return denied.into();
     }
-    if let Some(live) = live::answer(server, (conn, out), req, now).await {
+    if let Some(live) = live::answer(server, (conn, out), req, now) {
         return live.into();
     }
     match &req.method {
         Method::Options => reply(Response::new(200).header("Public", allowed_methods())),
-        Method::Describe => describe::answer(server, conn, req).await.into(),
-        Method::Setup => setup::answer(server, (conn, out), req, now).await,
+        Method::Describe => describe::answer(server, conn, req),
+        Method::Setup => setup::answer(server, (conn, out), req, now),
         Method::Play => play::answer(server, conn, req, now),
         Method::Pause => pause::answer(server, (conn, out), req, now),
         Method::Teardown => teardown(server, (conn, out), req, now).into(),

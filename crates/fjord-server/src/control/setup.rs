@@ -24,6 +24,7 @@ use super::{
 use crate::{
     Server,
     admission::{Admission, Reservation},
+    catalog::CatalogError,
     metrics::Refusal,
     outbox::Outbox,
     scale,
@@ -55,7 +56,7 @@ fn track_number(control: Option<&str>, count: usize) -> Option<usize> {
     }
 }
 
-pub(super) async fn answer(
+pub(super) fn answer(
     server: &Server,
     (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
@@ -64,18 +65,53 @@ pub(super) async fn answer(
     let Ok(target) = title_path(&req.uri) else {
         return status(404).into();
     };
-    let existing = match named_session(&mut server.sessions.lock(), conn, req, &target.title) {
-        Ok(s) => s,
-        Err(r) => return r.into(),
+    // The table's lock is let go here: the SETUP takes it again.
+    let named = named_session(&mut server.sessions.lock(), conn, req, &target.title);
+    match named {
+        Ok(Some((id, name, title))) => {
+            with_title(server, (conn, out), req, (Some(id), name, title), now)
+        }
+        Ok(None) => Step::ask(
+            Question::Open(target.title.as_str().into()),
+            Pending::Setup(Box::new(Opening {
+                req: req.clone(),
+                now,
+            })),
+        ),
+        Err(r) => r.into(),
+    }
+}
+
+/// A SETUP that makes a session, kept while its title opens.
+pub(crate) struct Opening {
+    req: Request,
+    now: Instant,
+}
+
+/// Goes on with a SETUP whose title opened, or refuses it with why not.
+pub(super) fn on_opened(
+    server: &Server,
+    (conn, out): (&mut dyn Client, &mut Outbox),
+    o: Opening,
+    opened: Result<(Arc<str>, Arc<Title>), CatalogError>,
+) -> Step {
+    match opened {
+        Ok((name, title)) => with_title(server, (conn, out), &o.req, (None, name, title), o.now),
+        Err(e) => refuse(e.status(), &e.to_string()).into(),
+    }
+}
+
+/// SETUP of a stream of `title`, into session `existing` or a new one.
+fn with_title(
+    server: &Server,
+    (conn, out): (&mut dyn Client, &mut Outbox),
+    req: &Request,
+    (existing, title_name, title): (Option<SessionId>, Arc<str>, Arc<Title>),
+    now: Instant,
+) -> Step {
+    let Ok(target) = title_path(&req.uri) else {
+        return status(404).into();
     };
-    let (title_name, title) = match &existing {
-        Some((_, name, title)) => (name.clone(), title.clone()),
-        None => match server.catalog.open(&target.title).await {
-            Ok(opened) => opened,
-            Err(e) => return refuse(e.status(), &e.to_string()).into(),
-        },
-    };
-    let existing = existing.map(|(id, ..)| id);
     let Some((track, repair)) = stream_number(target.track.as_deref(), title.index().track_count())
     else {
         return status(404).into();

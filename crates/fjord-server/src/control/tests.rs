@@ -737,9 +737,17 @@ fn replied(step: super::Step) -> Reply {
     }
 }
 
-/// The first step of the decision on `text`, its commands not sent.
+/// The first step of the decision on `text` past the opening of its
+/// title (by the catalog, from the test's files), its commands not sent.
 async fn first_step(server: &Server, conn: &mut FakeClient, text: &str) -> super::Step {
-    super::handle(server, conn, &request(text), Instant::now()).await
+    match super::handle(server, conn, &request(text), Instant::now()) {
+        super::Step::Ask(a) if matches!(a.question, super::Question::Open(_)) => {
+            let (_, question, resume) = a.into_parts();
+            let opened = crate::drive::answer(server, question).await;
+            super::on_answer(server, conn, resume, opened)
+        }
+        step => step,
+    }
 }
 
 /// Where the engine would say a stream starts: at `time_ns`, first
@@ -775,6 +783,7 @@ async fn play_asks_the_engine_and_replies_from_its_answer() {
     }
     let r = replied(on_answer(
         &s,
+        &mut c,
         a,
         Answer::Played(Ok(vec![engine_info(7, 2 * S)])),
     ));
@@ -787,11 +796,11 @@ async fn play_asks_the_engine_and_replies_from_its_answer() {
     assert_eq!((start.streams.len(), start.origin_ns), (1, 2 * S));
     for (failed, code) in [(454, 454), (500, 500)] {
         let a = asked(first_step(&s, &mut c, &play("")).await);
-        let r = replied(on_answer(&s, a, Answer::Played(Err(failed))));
+        let r = replied(on_answer(&s, &mut c, a, Answer::Played(Err(failed))));
         assert_eq!(r.response.status, code);
     }
     let a = asked(first_step(&s, &mut c, &play("")).await);
-    let r = replied(on_answer(&s, a, Answer::Played(Ok(vec![]))));
+    let r = replied(on_answer(&s, &mut c, a, Answer::Played(Ok(vec![]))));
     assert_eq!(r.response.status, 500, "an answer missing a stream");
 }
 
@@ -811,9 +820,9 @@ async fn an_engine_answer_for_a_session_that_ended_meanwhile_gets_454() {
     let r = ask(&s, &mut c, &say("TEARDOWN", "")).await;
     assert_eq!(r.response.status, 200);
     let info = vec![engine_info(1, S)];
-    let r = replied(on_answer(&s, played, Answer::Played(Ok(info))));
+    let r = replied(on_answer(&s, &mut c, played, Answer::Played(Ok(info))));
     assert_eq!(r.response.status, 454, "PLAY");
-    let r = replied(on_answer(&s, paused, Answer::PausedAt(Ok(()))));
+    let r = replied(on_answer(&s, &mut c, paused, Answer::PausedAt(Ok(()))));
     assert_eq!(r.response.status, 454, "PAUSE");
 }
 
@@ -833,7 +842,7 @@ async fn pause_at_a_point_asks_the_engine_and_refuses_one_behind() {
     assert!(
         matches!(&a.question, Question::PauseAt { streams, ns, .. } if streams.len() == 1 && *ns == 5 * S)
     );
-    let r = replied(on_answer(&s, a, Answer::PausedAt(Err(457))));
+    let r = replied(on_answer(&s, &mut c, a, Answer::PausedAt(Err(457))));
     assert_eq!(r.response.status, 457);
     assert!(String::from_utf8_lossy(&r.response.body).contains("not ahead"));
     assert_eq!(
@@ -842,7 +851,7 @@ async fn pause_at_a_point_asks_the_engine_and_refuses_one_behind() {
         "a refused pause point pauses nothing"
     );
     let a = asked(first_step(&s, &mut c, &say("PAUSE", "Range: npt=5-\n")).await);
-    let r = replied(on_answer(&s, a, Answer::PausedAt(Ok(()))));
+    let r = replied(on_answer(&s, &mut c, a, Answer::PausedAt(Ok(()))));
     assert_eq!(r.response.status, 200);
     assert_eq!(state(), State::Ready, "paused");
     let r = replied(first_step(&s, &mut c, &say("PAUSE", "")).await);
@@ -900,7 +909,12 @@ async fn a_trick_play_without_a_range_asks_where_the_title_stands_first() {
         matches!(a.question, Question::Position { shard: 1, .. }),
         "on the connection's thread"
     );
-    let a = asked(on_answer(&s, a, Answer::Position(Some(3 * S + S / 2))));
+    let a = asked(on_answer(
+        &s,
+        &mut c,
+        a,
+        Answer::Position(Some(3 * S + S / 2)),
+    ));
     match &a.question {
         Question::Play(p) => {
             assert_eq!(
@@ -914,12 +928,13 @@ async fn a_trick_play_without_a_range_asks_where_the_title_stands_first() {
     }
     let r = replied(on_answer(
         &s,
+        &mut c,
         a,
         Answer::Played(Ok(vec![engine_info(1, 3 * S)])),
     ));
     assert_eq!((r.response.status, header(&r, "Scale")), (200, "2"));
     let a = asked(first_step(&s, &mut c, &play.replace("Scale: 2", "Scale: -2")).await);
-    let a = asked(on_answer(&s, a, Answer::Position(None)));
+    let a = asked(on_answer(&s, &mut c, a, Answer::Position(None)));
     assert!(
         matches!(&a.question, Question::Play(p) if p.seek_ns.is_none()),
         "stands nowhere: resumes"
@@ -931,6 +946,7 @@ async fn a_multicast_play_replies_at_its_groups_start_or_not_at_all() {
     use super::{Answer, Question, Step, ask::Pending, on_answer};
     let dir = tempfile::tempdir().unwrap();
     let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
     let (_, title) = s.catalog.open("t.ts").await.unwrap();
     let wish = crate::multicast::Wish { ttl: None };
     let group = (s.multicast)
@@ -942,7 +958,7 @@ async fn a_multicast_play_replies_at_its_groups_start_or_not_at_all() {
         Question::GroupStart { group, title },
         Pending::GroupStart(gone),
     ));
-    let r = replied(on_answer(&s, a, Answer::GroupStarted(None)));
+    let r = replied(on_answer(&s, &mut c, a, Answer::GroupStarted(None)));
     assert_eq!(r.response.status, 500, "the group could not start");
     let at = Instant::now() + Duration::from_millis(500);
     let started = crate::multicast::Started {
@@ -950,13 +966,13 @@ async fn a_multicast_play_replies_at_its_groups_start_or_not_at_all() {
         tracks: vec![(0, 9, 99)],
     };
     let a = ask_of(Step::ask(Question::Wait(at), Pending::GroupStart(gone)));
-    let r = replied(on_answer(&s, a, Answer::Woke));
+    let r = replied(on_answer(&s, &mut c, a, Answer::Woke));
     assert_eq!(r.response.status, 500, "an answer to another question");
     let a = ask_of(Step::ask(
         Question::Wait(at),
         Pending::GroupReply(gone, started.clone()),
     ));
-    let r = replied(on_answer(&s, a, Answer::Woke));
+    let r = replied(on_answer(&s, &mut c, a, Answer::Woke));
     assert_eq!(
         r.response.status, 454,
         "the session ended while the group started"
@@ -969,7 +985,12 @@ async fn a_multicast_play_replies_at_its_groups_start_or_not_at_all() {
         Question::GroupStart { group, title },
         Pending::GroupStart(gone),
     ));
-    let a = asked(on_answer(&s, a, Answer::GroupStarted(Some(started))));
+    let a = asked(on_answer(
+        &s,
+        &mut c,
+        a,
+        Answer::GroupStarted(Some(started)),
+    ));
     assert!(
         matches!(a.question, Question::Wait(w) if w == at - Duration::from_millis(20)),
         "the reply waits for the group's start, less its lead"
@@ -1024,7 +1045,7 @@ async fn a_udp_setup_asks_for_its_sockets_and_a_failed_bind_refuses_it() {
     );
     assert!(!no_load(&s), "with its stream's reservation");
     let taken = std::io::Error::new(std::io::ErrorKind::AddrInUse, "every pair is taken");
-    let r = replied(on_answer(&s, a, Answer::Bound(Err(taken))));
+    let r = replied(on_answer(&s, &mut c, a, Answer::Bound(Err(taken))));
     assert_eq!(r.response.status, 453);
     assert!(String::from_utf8_lossy(&r.response.body).contains("every pair is taken"));
     assert_eq!(
@@ -1038,7 +1059,7 @@ async fn a_udp_setup_asks_for_its_sockets_and_a_failed_bind_refuses_it() {
     let id = s.sessions.lock().all().next().unwrap().id;
     s.end_session(id);
     let gone = std::io::Error::other("not bound");
-    let r = replied(on_answer(&s, a, Answer::Bound(Err(gone))));
+    let r = replied(on_answer(&s, &mut c, a, Answer::Bound(Err(gone))));
     assert_eq!(r.response.status, 454);
     assert!(no_load(&s));
     // Elsewhere than the client: refused before anything is bound.
@@ -1062,6 +1083,7 @@ async fn an_rtcp_reader_stops_with_its_stream_or_at_once_without_one() {
         let a = asked(Step::ask(Question::Wait(Instant::now()), pending));
         let r = replied(on_answer(
             &s,
+            &mut FakeClient::new(1),
             a,
             Answer::Reading(Some(reader.abort_handle())),
         ));
@@ -1080,4 +1102,75 @@ async fn an_rtcp_reader_stops_with_its_stream_or_at_once_without_one() {
     let teardown = format!("TEARDOWN {URL} RTSP/1.0\nCSeq: 9\nSession: {id}\n");
     assert_eq!(ask(&s, &mut c, &teardown).await.response.status, 200);
     assert!(reader.await.unwrap_err().is_cancelled(), "stopped with it");
+}
+
+// Opening as a question: a DESCRIBE and a new session's SETUP ask for
+// their title and go on with the catalog's answer.
+
+#[tokio::test]
+async fn describe_and_a_new_sessions_setup_go_on_from_the_titles_opening() {
+    use super::{Answer, Question, Step, on_answer};
+    use crate::catalog::CatalogError;
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    let mut c = FakeClient::new(1);
+    let opens = |step: Step| match step {
+        Step::Ask(a) => match &a.question {
+            Question::Open(t) => (t.to_string(), a),
+            _ => panic!("asked something before the title"),
+        },
+        Step::Reply(r) => panic!("replied {} before opening", r.response.status),
+    };
+    let first =
+        |c: &mut FakeClient, text: &str| super::handle(&s, c, &request(text), Instant::now());
+    let describe = format!("DESCRIBE {URL} RTSP/1.0\nCSeq: 2\n");
+    let (title, a) = opens(first(&mut c, &describe));
+    assert_eq!(title, "t.ts");
+    let slow = CatalogError::Unavailable("the origin is slow".into());
+    let r = replied(on_answer(&s, &mut c, a, Answer::Opened(Err(slow))));
+    assert_eq!(r.response.status, 503);
+    assert_eq!(header(&r, "Retry-After"), "2", "says when to ask again");
+    let (_, a) = opens(first(&mut c, &describe));
+    let r = replied(on_answer(
+        &s,
+        &mut c,
+        a,
+        Answer::Opened(s.catalog.open("t.ts").await),
+    ));
+    assert_eq!(r.response.status, 200);
+    assert_eq!(header(&r, "Content-Base"), format!("{URL}/"));
+    assert!(
+        String::from_utf8_lossy(&r.response.body).contains("IN IP4 198.18.0.1\r\n"),
+        "the origin is the address asked on"
+    );
+
+    let setup =
+        format!("SETUP {URL}/track1 RTSP/1.0\nCSeq: 3\nTransport: RTP/AVP/TCP;interleaved=0-1\n");
+    let (title, a) = opens(first(&mut c, &setup));
+    assert_eq!(title, "t.ts");
+    let r = replied(on_answer(
+        &s,
+        &mut c,
+        a,
+        Answer::Opened(Err(CatalogError::NotFound)),
+    ));
+    assert_eq!(r.response.status, 404);
+    assert!(
+        s.sessions.lock().all().next().is_none() && no_load(&s),
+        "no session kept"
+    );
+    let (_, a) = opens(first(&mut c, &setup));
+    let mut r = replied(on_answer(
+        &s,
+        &mut c,
+        a,
+        Answer::Opened(s.catalog.open("t.ts").await),
+    ));
+    assert_eq!(r.response.status, 200);
+    std::mem::take(&mut r.commands).send_to(&s.engine);
+    assert_eq!(c.sessions.len(), 1, "a session held by the connection");
+    // A SETUP into its session has the session's title: it asks nothing.
+    let again = setup.replace("0-1\n", &format!("2-3\nSession: {}\n", session_of(&r)));
+    let r = replied(first(&mut c, &again));
+    assert_eq!(r.response.status, 455, "track already set up");
 }

@@ -123,7 +123,7 @@ pub(crate) fn publishes(req: &Request) -> bool {
 
 /// The answer when `req` is about a live stream or a live session;
 /// `None`: it is not, and the VOD methods answer it.
-pub(crate) async fn answer(
+pub(crate) fn answer(
     server: &Server,
     (conn, out): (&mut dyn Client, &mut Outbox),
     req: &Request,
@@ -135,7 +135,7 @@ pub(crate) async fn answer(
     }
     match req.method {
         Method::Announce => Some(publish::announce(server, conn, req, now)),
-        Method::Setup if publishes(req) => Some(publish::setup(server, conn, req, now).await),
+        Method::Setup if publishes(req) => Some(publish::setup(server, conn, req, now)),
         Method::Record => Some(publish::record(server, conn, req, now)),
         _ => {
             if let Some(r) = publish::answer(server, conn, req, now) {

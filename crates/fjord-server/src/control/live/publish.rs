@@ -89,12 +89,7 @@ fn stream_of(server: &Server, conn: &dyn Client, req: &Request) -> Result<u64, R
     }
 }
 
-pub(super) async fn setup(
-    server: &Server,
-    conn: &mut dyn Client,
-    req: &Request,
-    now: Instant,
-) -> Reply {
+pub(super) fn setup(server: &Server, conn: &mut dyn Client, req: &Request, now: Instant) -> Reply {
     let id = match stream_of(server, conn, req) {
         Ok(id) => id,
         Err(r) => return r,
