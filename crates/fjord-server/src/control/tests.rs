@@ -158,6 +158,22 @@ fn session_of(reply: &Reply) -> String {
 
 const URL: &str = "rtsp://198.18.0.1:8554/t.ts";
 
+/// A server of the defaults over a temporary directory (kept while the
+/// test holds it), and a client.
+fn fixture() -> (tempfile::TempDir, Server, FakeClient) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = server(dir.path(), Config::default());
+    (dir, s, FakeClient::new(1))
+}
+
+/// A [`fixture`] whose client has set up track 1 over interleaved
+/// channels 0-1: the session's id.
+async fn tcp_session() -> (tempfile::TempDir, Server, FakeClient, String) {
+    let (dir, s, mut c) = fixture();
+    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    (dir, s, c, id)
+}
+
 /// SETUP of track 1 over interleaved channels `ch`-`ch+1`, in `session`.
 async fn setup_tcp(server: &Server, conn: &mut FakeClient, ch: u8, session: &str) -> Reply {
     let session = match session {
@@ -173,9 +189,7 @@ async fn setup_tcp(server: &Server, conn: &mut FakeClient, ch: u8, session: &str
 
 #[tokio::test]
 async fn options_version_cseq_and_unknown_methods() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
+    let (_dir, s, mut c) = fixture();
     let r = ask(&s, &mut c, &format!("OPTIONS {URL} RTSP/1.0\nCSeq: 1\n")).await;
     assert_eq!(r.response.status, 200);
     assert!(header(&r, "Public").contains("DESCRIBE, SETUP, PLAY, PAUSE, TEARDOWN"));
@@ -194,9 +208,7 @@ async fn options_version_cseq_and_unknown_methods() {
 
 #[tokio::test]
 async fn describe_gives_sdp_of_titles_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
+    let (_dir, s, mut c) = fixture();
     let r = ask(&s, &mut c, &format!("DESCRIBE {URL} RTSP/1.0\nCSeq: 2\n")).await;
     assert_eq!(r.response.status, 200);
     assert_eq!(header(&r, "Content-Base"), format!("{URL}/"));
@@ -230,9 +242,7 @@ async fn describe_gives_sdp_of_titles_only() {
 
 #[tokio::test]
 async fn setup_makes_a_session_on_the_connection_and_refuses_what_it_cannot() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
+    let (dir, s, mut c) = fixture();
     let r = setup_tcp(&s, &mut c, 0, "").await;
     assert_eq!(r.response.status, 200);
     assert!(header(&r, "Transport").starts_with("RTP/AVP/TCP;unicast;interleaved=0-1"));
@@ -353,9 +363,7 @@ async fn setup_refuses_past_the_session_caps_with_453() {
 
 #[tokio::test]
 async fn play_pause_and_teardown_follow_the_state_machine() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
+    let (_dir, s, mut c) = fixture();
     let say = |method: &str, extra: &str| format!("{method} {URL} RTSP/1.0\nCSeq: 4\n{extra}");
     assert_eq!(
         ask(&s, &mut c, &say("PLAY", "")).await.response.status,
@@ -428,10 +436,7 @@ async fn play_pause_and_teardown_follow_the_state_machine() {
 
 #[tokio::test]
 async fn parameters_keep_alive_and_none_can_be_set() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
-    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let (_dir, s, mut c, id) = tcp_session().await;
     let get = format!("GET_PARAMETER {URL} RTSP/1.0\nCSeq: 5\nSession: {id}\n");
     assert_eq!(ask(&s, &mut c, &get).await.response.status, 200);
     let get = format!("GET_PARAMETER {URL} RTSP/1.0\nCSeq: 5\nSession: 0000000000000001\n");
@@ -596,9 +601,7 @@ async fn repair_streams_are_offered_on_request_and_follow_their_track() {
 
 #[tokio::test]
 async fn a_connection_that_cannot_name_its_addresses_gets_500() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
+    let (_dir, s, mut c) = fixture();
     c.peer = None;
     let r = ask(&s, &mut c, &format!("DESCRIBE {URL} RTSP/1.0\nCSeq: 2\n")).await;
     assert_eq!(r.response.status, 500);
@@ -687,10 +690,7 @@ async fn each_method_hands_the_engine_its_commands_and_a_refusal_none() {
 
 #[tokio::test]
 async fn play_takes_speed_within_max_speed_and_refuses_what_the_title_cannot() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
-    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let (_dir, s, mut c, id) = tcp_session().await;
     let play = |extra: &str| format!("PLAY {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\n{extra}");
     for (extra, code, why) in [
         ("Speed: 8\n", 456, "past max_speed (4)"),
@@ -768,10 +768,7 @@ const S: u64 = 1_000_000_000;
 #[tokio::test]
 async fn play_asks_the_engine_and_replies_from_its_answer() {
     use super::{Answer, Question, on_answer};
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
-    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let (_dir, s, mut c, id) = tcp_session().await;
     let play = |extra: &str| format!("PLAY {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\n{extra}");
     let a = asked(first_step(&s, &mut c, &play("Range: npt=2-\n")).await);
     match &a.question {
@@ -807,10 +804,7 @@ async fn play_asks_the_engine_and_replies_from_its_answer() {
 #[tokio::test]
 async fn an_engine_answer_for_a_session_that_ended_meanwhile_gets_454() {
     use super::{Answer, on_answer};
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
-    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let (_dir, s, mut c, id) = tcp_session().await;
     let say = |method: &str, extra: &str| {
         format!("{method} {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\n{extra}")
     };
@@ -829,10 +823,7 @@ async fn an_engine_answer_for_a_session_that_ended_meanwhile_gets_454() {
 #[tokio::test]
 async fn pause_at_a_point_asks_the_engine_and_refuses_one_behind() {
     use super::{Answer, Question, on_answer};
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
-    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let (_dir, s, mut c, id) = tcp_session().await;
     let say = |method: &str, extra: &str| {
         format!("{method} {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\n{extra}")
     };
@@ -944,9 +935,7 @@ async fn a_trick_play_without_a_range_asks_where_the_title_stands_first() {
 #[tokio::test]
 async fn a_multicast_play_replies_at_its_groups_start_or_not_at_all() {
     use super::{Answer, Question, Step, ask::Pending, on_answer};
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
+    let (_dir, s, mut c) = fixture();
     let (_, title) = s.catalog.open("t.ts").await.unwrap();
     let wish = crate::multicast::Wish { ttl: None };
     let group = (s.multicast)
@@ -1072,10 +1061,7 @@ async fn a_udp_setup_asks_for_its_sockets_and_a_failed_bind_refuses_it() {
 #[tokio::test]
 async fn an_rtcp_reader_stops_with_its_stream_or_at_once_without_one() {
     use super::{Answer, Question, Step, ask::Pending, on_answer};
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
-    let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
+    let (_dir, s, mut c, id) = tcp_session().await;
     let engine_id = s.sessions.lock().get(&id).unwrap().streams[0].engine_id;
     let session = SessionId::parse(&id).unwrap();
     let reading = |stream: (SessionId, u64), reader: &tokio::task::JoinHandle<()>| {
@@ -1111,9 +1097,7 @@ async fn an_rtcp_reader_stops_with_its_stream_or_at_once_without_one() {
 async fn describe_and_a_new_sessions_setup_go_on_from_the_titles_opening() {
     use super::{Answer, Question, Step, on_answer};
     use crate::catalog::CatalogError;
-    let dir = tempfile::tempdir().unwrap();
-    let s = server(dir.path(), Config::default());
-    let mut c = FakeClient::new(1);
+    let (_dir, s, mut c) = fixture();
     let opens = |step: Step| match step {
         Step::Ask(a) => match &a.question {
             Question::Open(t) => (t.to_string(), a),
