@@ -66,6 +66,37 @@ pub struct Object {
     pub size: u64,
 }
 
+/// What an object is to its title, told by its name: fjord publishes a
+/// title's index as `NAME.fjidx` and its packets as `NAME.fjpkt` beside
+/// the media `NAME`. Origin bytes are counted per part, so an operator
+/// sees what a cache's misses cost in each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Media,
+    Index,
+    Packets,
+}
+
+impl Part {
+    pub const ALL: [Part; 3] = [Part::Media, Part::Index, Part::Packets];
+
+    pub fn of(key: &str) -> Part {
+        match key.rsplit_once('.').map(|(_, ext)| ext) {
+            Some("fjidx") => Part::Index,
+            Some("fjpkt") => Part::Packets,
+            _ => Part::Media,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Media => "media",
+            Part::Index => "index",
+            Part::Packets => "packets",
+        }
+    }
+}
+
 /// What the cache has done since it started (bytes and requests).
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -74,6 +105,8 @@ pub struct Stats {
     /// Ranged GETs: slices fetched.
     pub origin_requests: AtomicU64,
     pub origin_bytes: AtomicU64,
+    /// `origin_bytes` by the [`Part`] of a title fetched, in its order.
+    pub origin_part_bytes: [AtomicU64; 3],
     /// Time spent in ranged GETs, in microseconds (over `origin_requests`:
     /// their mean latency).
     pub origin_micros: AtomicU64,
@@ -389,9 +422,10 @@ impl SliceCache {
         let res = (self.store.get_opts(key, opts).await)
             .map_err(|e| origin_error(key, &object.etag, e))?;
         let bytes = (res.bytes().await).map_err(|e| origin_error(key, &object.etag, e))?;
-        self.stats
-            .origin_bytes
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let n = bytes.len() as u64;
+        self.stats.origin_bytes.fetch_add(n, Ordering::Relaxed);
+        let part = Part::of(key.as_ref()) as usize;
+        self.stats.origin_part_bytes[part].fetch_add(n, Ordering::Relaxed);
         let want = bounds.end - bounds.start;
         if bytes.len() as u64 != want {
             return Err(CacheError::Origin {
@@ -696,6 +730,20 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     const S: u64 = slice::SLICE_BYTES;
+
+    #[test]
+    fn an_objects_name_tells_its_part_of_a_title() {
+        let parts = [
+            "films/a.ts",
+            "a.ts.fjidx",
+            "dir.v2/a.mkv.fjpkt",
+            "noext",
+            "a.fjidx.ts",
+        ]
+        .map(Part::of);
+        use Part::*;
+        assert_eq!(parts, [Media, Index, Packets, Media, Media]);
+    }
 
     fn data(len: u64, seed: u8) -> Vec<u8> {
         (0..len)

@@ -24,7 +24,8 @@
 //! once since the process started, and never punched out while held (an
 //! eviction of one waits for its last hold, so the bytes on disk may
 //! exceed the capacity by what is held). The origin is only ever read by
-//! the cache; no media is parsed here.
+//! the cache; no media is parsed here (an object's name tells which
+//! [`Part`] of a title it is, for the counts of bytes fetched).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -36,5 +37,5 @@ pub mod policy;
 pub mod publish;
 pub mod slice;
 
-pub use cache::{CacheError, MappedObject, Object, SliceCache, SliceHold};
+pub use cache::{CacheError, MappedObject, Object, Part, SliceCache, SliceHold};
 pub use origin::{Origin, OriginConfig, OriginError, OriginUrl};

@@ -1,10 +1,10 @@
 //! An edge's origin and slice cache on `/metrics`: requests, bytes, time
-//! and errors at the origin, bytes served from disk and from the origin,
+//! and errors at the origin (bytes also by part of a title), bytes served from disk and from the origin,
 //! evictions, and what the cache holds.
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use fjord_edge::SliceCache;
+use fjord_edge::{Part, SliceCache};
 use prometheus_client::registry::Registry;
 
 use super::scrape::{Labels, counter, gauge, seconds};
@@ -63,6 +63,12 @@ pub(super) fn metrics(reg: &mut Registry, cache: &SliceCache) {
     for (name, help, v) in counters {
         counter(reg, name, help, one(v.load(Relaxed)));
     }
+    let by_part = Part::ALL.map(|p| {
+        let v = st.origin_part_bytes[p as usize].load(Relaxed);
+        (vec![("part", p.name().to_owned())], v)
+    });
+    let help = "Bytes fetched from the origin, by the part of a title: media, index, packets";
+    counter(reg, "fjord_origin_part_bytes", help, by_part);
     let micros = st.origin_micros.load(Relaxed);
     let help = "Time spent in origin GETs (over fjord_origin_requests: their mean latency)";
     seconds(

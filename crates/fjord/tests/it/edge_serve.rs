@@ -129,6 +129,15 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
         source.len() as u64 + index_len + packets_len
     );
     assert!(metrics.contains(&bytes), "{bytes}in\n{metrics}");
+    let parts = [
+        ("media", source.len() as u64),
+        ("index", index_len),
+        ("packets", packets_len),
+    ];
+    for (part, n) in parts {
+        let line = format!("fjord_origin_part_bytes_total{{part=\"{part}\"}} {n}\n");
+        assert!(metrics.contains(&line), "{line}in\n{metrics}");
+    }
 }
 
 /// After a restart nothing cached is fetched again, and a byte flipped
