@@ -1,7 +1,7 @@
 // Opens fjord's status page (the admin listener's `/`) in headless Debian
 // chromium and waits until it shows the session named by --session: its
-// row in the sessions table, the engine threads, and a throughput chart
-// with a line. Prints one JSON line of what the page shows and exits 0
+// row in the sessions table, the engine threads, the storage layer's disks
+// and a throughput chart with a line. Prints one JSON line of what the page shows and exits 0
 // only if all of it appeared; a screenshot goes to --shot.
 //
 //   node status.mjs --url http://127.0.0.1:PORT/ --session ID --shot FILE
@@ -38,7 +38,7 @@ try {
   const deadline = Date.now() + Number(opt["timeout-s"]) * 1000;
   while (Date.now() < deadline) {
     shown = await page.evaluate(read, opt.session);
-    if (shown.found && shown.chart_points > 1) break;
+    if (shown.found && shown.chart_points > 1 && shown.disks.length > 0) break;
     await page.waitForTimeout(500);
   }
   await page.screenshot({ path: opt.shot, fullPage: true });
@@ -47,7 +47,7 @@ try {
   await browser.close();
 }
 console.log(JSON.stringify(shown));
-process.exit(shown.found && shown.chart_points > 1 && shown.threads > 0 && !shown.errors.length ? 0 : 1);
+process.exit(shown.found && shown.chart_points > 1 && shown.threads > 0 && shown.disks.length > 0 && !shown.errors.length ? 0 : 1);
 
 // Runs in the page.
 function read(id) {
@@ -57,6 +57,8 @@ function read(id) {
     found: !!row,
     cells: row ? [...row.cells].map((c) => c.textContent) : [],
     threads: document.querySelectorAll("#threads tbody tr").length,
+    disks: [...document.querySelectorAll("#disks tbody tr")].map((r) => [...r.cells].map((c) => c.textContent)),
+    storage_memory: document.getElementById("storage-memory").textContent,
     chart_points: rate ? rate.getAttribute("points").trim().split(/\s+/).filter(Boolean).length : 0,
     summary: document.getElementById("summary").textContent,
     error: document.getElementById("error").textContent,

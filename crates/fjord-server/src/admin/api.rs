@@ -1,5 +1,6 @@
 //! The JSON API (docs/api.md): titles, sessions, engine threads, the
-//! throughput history; `DELETE /api/v1/sessions/ID` ends a session.
+//! storage layer's disks, the throughput history; `DELETE
+//! /api/v1/sessions/ID` ends a session.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -106,4 +107,34 @@ pub(crate) async fn threads(State(server): Shared) -> Json<Vec<Value>> {
 
 pub(crate) async fn history(State(server): Shared) -> Json<Value> {
     Json(json!({ "interval_s": 1, "samples": server.history.samples() }))
+}
+
+/// The read-ahead's memory and each disk's figures (those of `/metrics`'
+/// `fjord_storage_disk_*`); `null` without a storage layer.
+pub(crate) async fn disks(State(server): Shared) -> Json<Value> {
+    let Some(storage) = &server.storage else {
+        return Json(Value::Null);
+    };
+    let st = storage.stats();
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let disks: Vec<Value> = (storage.disk_stats().iter())
+        .map(|d| {
+            json!({
+                "device": format!("{}:{}", libc::major(d.device), libc::minor(d.device)),
+                "capacity_bytes_per_s": d.capacity_bytes_per_s,
+                "promised_bytes_per_s": d.promised_bytes_per_s,
+                "read_bytes_per_s": d.measured.bytes_per_s,
+                "queue_delay_ms": ms(d.measured.mean_queue),
+                "service_ms": ms(d.measured.mean_service),
+                "worst_latency_ms": d.measured.worst_latency.map(ms),
+                "lead_s": d.low.as_secs_f64(),
+            })
+        })
+        .collect();
+    Json(json!({
+        "budget_bytes": st.budget_bytes,
+        "pinned_bytes": st.pinned_bytes,
+        "sessions": st.sessions,
+        "disks": disks,
+    }))
 }

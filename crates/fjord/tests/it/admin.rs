@@ -159,6 +159,13 @@ fn metrics_and_the_api_follow_a_session_and_end_it() {
     assert!(total as f64 >= sent, "{threads}");
     assert!(packets > 0 && packets <= total, "{history}\n{threads}");
 
+    // The disk the title is on, promised the session's bandwidth.
+    let storage = get_json(&format!("{admin}/api/v1/disks"));
+    assert_eq!(storage["sessions"], 1, "{storage}");
+    let disk = &storage["disks"][0];
+    assert!(disk["promised_bytes_per_s"].as_u64() > Some(0), "{storage}");
+    assert!(disk["lead_s"].as_f64() >= Some(0.5), "{storage}");
+
     let id = s[0]["id"].as_str().unwrap();
     let end = format!("{admin}/api/v1/sessions/{id}");
     assert_eq!(curl(&["-X", "DELETE", &end]).1, 204);
@@ -204,6 +211,13 @@ fn the_status_page_shows_a_live_session_in_chromium() {
     assert_eq!(cells[0], id, "{said}");
     assert_eq!(&cells[2..5], ["clip.ts", "playing", "tcp"], "{said}");
     assert!(shot.metadata().unwrap().len() > 5000, "a screenshot");
+    // The storage layer's disk the title is on, with the lead its
+    // sessions are refilled at, and the read-ahead's memory.
+    let disk = page["disks"][0].as_array().expect("a disk row");
+    let lead: f64 = disk[7].as_str().unwrap().parse().unwrap();
+    assert!(lead >= 0.5, "{said}");
+    let memory = page["storage_memory"].as_str().unwrap();
+    assert!(memory.contains("for 1 session ("), "{said}");
 }
 
 /// With `[[user]]` tables only users with `admin = true` reach the admin
