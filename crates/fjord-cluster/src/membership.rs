@@ -11,7 +11,7 @@ use std::{sync::Arc, time::Duration};
 use tokio::sync::Notify;
 
 use crate::{
-    etcd::{Etcd, PREFIX},
+    etcd::{Etcd, MAX_ANSWER, PREFIX},
     member::Member,
     view::View,
 };
@@ -77,26 +77,37 @@ async fn renew(
     list(etcd, view).await
 }
 
-/// The members etcd holds now, into `view`.
+/// The members etcd holds now, into `view`: the oldest [`MAX_MEMBERS`]
+/// keys, each a member when its value is a record of the node its key
+/// names; what is not is left out and told of once ([`View::listed`]).
 async fn list(etcd: &Etcd, view: &View) -> Result<(), String> {
-    let kvs = etcd.list(PREFIX).await?;
-    let members = kvs
-        .into_iter()
-        .filter_map(|(key, value)| match Member::from_json(&value) {
-            Ok(m) if key.strip_prefix(PREFIX) == Some(m.name.as_str()) => Some(m),
-            Ok(_) => None,
-            Err(e) => {
-                tracing::debug!(%key, "cluster: not a member record: {e}");
+    let listing = etcd.list(PREFIX, MAX_MEMBERS).await?;
+    let mut refused = Vec::new();
+    let members = (listing.kvs.into_iter())
+        .filter_map(|(key, value)| match member_of(&key, value.as_deref()) {
+            Ok(m) => Some(m),
+            Err(why) => {
+                refused.push((key, why));
                 None
             }
         })
-        .take(MAX_MEMBERS)
         .collect();
     view.replace(members);
+    view.listed(refused, listing.unread, listing.piecemeal);
     Ok(())
 }
 
-/// The most members taken from etcd.
+/// The member a key under [`PREFIX`] holds, or why it holds none.
+fn member_of(key: &str, value: Option<&[u8]>) -> Result<Member, String> {
+    let value = value.ok_or_else(|| format!("its value is over {} MiB", MAX_ANSWER >> 20))?;
+    let m = Member::from_json(value)?;
+    match key.strip_prefix(PREFIX) == Some(m.name.as_str()) {
+        true => Ok(m),
+        false => Err(format!("its record names another node, {:?}", m.name)),
+    }
+}
+
+/// The most keys read under [`PREFIX`] (so the most members taken).
 pub const MAX_MEMBERS: usize = 1024;
 
 /// Watches the members' keys, waking the list on each change; reopened a

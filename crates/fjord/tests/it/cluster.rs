@@ -15,14 +15,14 @@ use crate::common::{Server, clip_bytes, free_port, get_json, media, raw_exchange
 use crate::peers::{ffmpeg_receives_every_frame_at, gstreamer_receives_the_file_at};
 
 /// etcd on loopback with a data directory of its own; killed on drop.
-struct Etcd {
+pub(crate) struct Etcd {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     _dir: tempfile::TempDir,
 }
 
 impl Etcd {
-    fn start() -> Etcd {
+    pub(crate) fn start() -> Etcd {
         assert!(
             Command::new("etcd").arg("--version").output().is_ok(),
             "etcd is missing: `make deps` installs Debian's etcd-server"
@@ -81,16 +81,16 @@ impl Drop for Etcd {
 }
 
 /// A node: a `fjord serve` on 127.0.0.N with HTTP.
-struct Node {
-    server: Server,
-    ip: String,
+pub(crate) struct Node {
+    pub(crate) server: Server,
+    pub(crate) ip: String,
     http: u16,
 }
 
 impl Node {
     /// Node N (`node-N` on 127.0.0.N) serving `clip.ts`, with `lines` of
     /// config after its own (RTSP on `port`, 0: any).
-    fn start(n: u8, http: u16, port: u16, lines: &str) -> Node {
+    pub(crate) fn start(n: u8, http: u16, port: u16, lines: &str) -> Node {
         let ip = format!("127.0.0.{n}");
         let config = format!(
             "bind = \"{ip}\"\nport = {port}\nhttp_port = {http}\nnode_name = \"node-{n}\"\n\
@@ -102,25 +102,25 @@ impl Node {
         Node { server, ip, http }
     }
 
-    fn rtsp(&self, title: &str) -> String {
+    pub(crate) fn rtsp(&self, title: &str) -> String {
         format!("rtsp://{}:{}/{title}", self.ip, self.server.port)
     }
 
-    fn http(&self, path: &str) -> String {
+    pub(crate) fn http(&self, path: &str) -> String {
         format!("http://{}:{}/{path}", self.ip, self.http)
     }
 
-    fn cluster(&self) -> serde_json::Value {
+    pub(crate) fn cluster(&self) -> serde_json::Value {
         get_json(&format!("{}/api/v1/cluster", self.server.admin()))
     }
 
     /// The members this node knows of, itself included.
-    fn members(&self) -> usize {
+    pub(crate) fn members(&self) -> usize {
         self.cluster()["others"].as_array().map_or(0, Vec::len) + 1
     }
 
     /// A DESCRIBE's status and `Location`.
-    fn describe(&self, title: &str) -> (u16, Option<String>) {
+    pub(crate) fn describe(&self, title: &str) -> (u16, Option<String>) {
         let req = format!("DESCRIBE {} RTSP/1.0\r\nCSeq: 1\r\n\r\n", self.rtsp(title));
         let addr = format!("{}:{}", self.ip, self.server.port);
         let (text, _) = raw_exchange(&addr, req.as_bytes(), Duration::from_secs(2));
@@ -128,7 +128,7 @@ impl Node {
     }
 
     /// An HTTP GET's status and `Location`.
-    fn get(&self, path: &str) -> (u16, Option<String>) {
+    pub(crate) fn get(&self, path: &str) -> (u16, Option<String>) {
         let mut c = Command::new("curl");
         c.args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "10"])
             .arg(self.http(path));
@@ -146,7 +146,7 @@ fn status_and_location(head: &str) -> (u16, Option<String>) {
 }
 
 /// Waits until every node of `nodes` knows `n` members.
-fn wait_members(nodes: &[&Node], n: usize, limit: Duration) -> Duration {
+pub(crate) fn wait_members(nodes: &[&Node], n: usize, limit: Duration) -> Duration {
     let t = Instant::now();
     while !nodes.iter().all(|node| node.members() == n) {
         let seen: Vec<usize> = nodes.iter().map(|node| node.members()).collect();
@@ -161,7 +161,7 @@ fn wait_members(nodes: &[&Node], n: usize, limit: Duration) -> Duration {
 
 /// The node that serves `title` (every other one sends its DESCRIBE and
 /// its playlist there), and one that sends it on.
-fn home_and_entry<'a>(nodes: &[&'a Node], title: &str) -> (&'a Node, &'a Node) {
+pub(crate) fn home_and_entry<'a>(nodes: &[&'a Node], title: &str) -> (&'a Node, &'a Node) {
     let answers: Vec<(u16, Option<String>)> = nodes.iter().map(|n| n.describe(title)).collect();
     let homes: Vec<usize> = (0..nodes.len()).filter(|&i| answers[i].0 == 200).collect();
     assert_eq!(homes.len(), 1, "one home node: {answers:?}");
