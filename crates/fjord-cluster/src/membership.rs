@@ -1,7 +1,8 @@
 //! Keeping this node a member in etcd: a lease of `ttl` renewed every
 //! third of it, the node's record (with its load now) put under the lease
 //! each time, and the others listed then and whenever the watch of their
-//! keys tells of a change. A node that dies stops renewing: etcd deletes
+//! keys tells of a change (in a task of its own, so a slow list never
+//! delays a renewal). A node that dies stops renewing: etcd deletes
 //! its key within the TTL and the watch tells the others. etcd not
 //! answering: the members last known stay, the failure is logged once and
 //! counted; a lease found expired when etcd answers again is replaced.
@@ -23,29 +24,36 @@ pub type Record = Arc<dyn Fn() -> Option<Member> + Send + Sync>;
 pub async fn keep(etcd: Arc<Etcd>, ttl: Duration, me: Record, view: Arc<View>) {
     let changed = Arc::new(Notify::new());
     tokio::spawn(watch(etcd.clone(), changed.clone(), view.clone()));
+    tokio::spawn(lister(etcd.clone(), changed.clone(), view.clone()));
     let every = (ttl / 3).max(Duration::from_millis(200));
     let mut lease = None;
     loop {
+        let next = tokio::time::Instant::now() + every;
         match renew(&etcd, ttl, &mut lease, &me, &view).await {
-            Ok(()) => view.reached(),
+            Ok(()) => {
+                view.reached();
+                changed.notify_one();
+            }
             Err(e) => view.failed(&e),
         }
-        // The watch wakes the list early; the renewal keeps its period.
-        let next = tokio::time::Instant::now() + every;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep_until(next) => break,
-                _ = changed.notified() => match list(&etcd, &view).await {
-                    Ok(()) => view.reached(),
-                    Err(e) => view.failed(&e),
-                },
-            }
+        tokio::time::sleep_until(next).await;
+    }
+}
+
+/// Lists the members each time it is woken (by a renewal or the watch),
+/// apart from the renewals: a slow list (a large one, read key by key)
+/// never delays the lease. Wakings during a list make one more list.
+async fn lister(etcd: Arc<Etcd>, changed: Arc<Notify>, view: Arc<View>) {
+    loop {
+        changed.notified().await;
+        match list(&etcd, &view).await {
+            Ok(()) => view.reached(),
+            Err(e) => view.failed(&e),
         }
     }
 }
 
-/// One round: the lease renewed (or a new one), the record put, the
-/// members listed.
+/// One round: the lease renewed (or a new one), the record put.
 async fn renew(
     etcd: &Etcd,
     ttl: Duration,
@@ -73,8 +81,7 @@ async fn renew(
         return Ok(());
     };
     let key = format!("{PREFIX}{}", record.name);
-    etcd.put(&key, &record.to_json(), &id).await?;
-    list(etcd, view).await
+    etcd.put(&key, &record.to_json(), &id).await
 }
 
 /// The members etcd holds now, into `view`: the oldest [`MAX_MEMBERS`]

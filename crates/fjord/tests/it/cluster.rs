@@ -7,11 +7,13 @@
 //! TTL (static peers: within two probes) and ffmpeg plays again from the
 //! same entry URL; etcd killed, the nodes keep their members and say so.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Server, clip_bytes, free_port, get_json, media, raw_exchange, run_bounded};
+use crate::common::{Server, clip_bytes, free_port, get_json, media, run_bounded};
 use crate::peers::{ffmpeg_receives_every_frame_at, gstreamer_receives_the_file_at};
 
 /// etcd on loopback with a data directory of its own; killed on drop.
@@ -119,12 +121,21 @@ impl Node {
         self.cluster()["others"].as_array().map_or(0, Vec::len) + 1
     }
 
-    /// A DESCRIBE's status and `Location`.
+    /// A DESCRIBE's status and `Location`, from the answer's head (the
+    /// connection stays open: not waited for).
     pub(crate) fn describe(&self, title: &str) -> (u16, Option<String>) {
         let req = format!("DESCRIBE {} RTSP/1.0\r\nCSeq: 1\r\n\r\n", self.rtsp(title));
-        let addr = format!("{}:{}", self.ip, self.server.port);
-        let (text, _) = raw_exchange(&addr, req.as_bytes(), Duration::from_secs(2));
-        status_and_location(&text)
+        let mut s = TcpStream::connect((self.ip.as_str(), self.server.port)).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let (mut head, mut buf) = (Vec::new(), [0u8; 4096]);
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        status_and_location(&String::from_utf8_lossy(&head))
     }
 
     /// An HTTP GET's status and `Location`.
