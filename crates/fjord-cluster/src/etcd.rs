@@ -296,6 +296,23 @@ mod tests {
     }
 
     #[test]
+    fn a_range_answer_says_how_many_keys_its_limit_left_unread() {
+        let kv = |k: &str, v: &str| json!({ "key": B64.encode(k), "value": B64.encode(v) });
+        let cut = json!({ "kvs": [kv("/p/a", "1"), kv("/p/b", "")], "more": true, "count": "5" });
+        let l = listing(&cut);
+        let want = [("/p/a", &b"1"[..]), ("/p/b", b"")].map(|(k, v)| (k.into(), Some(v.to_vec())));
+        assert_eq!((l.kvs, l.unread, l.piecemeal), (want.to_vec(), 3, false));
+        // All read: `more` left out; no keys at all: `kvs` left out too.
+        assert_eq!(
+            listing(&json!({ "kvs": [kv("/p/a", "1")], "count": 1 })).unread,
+            0
+        );
+        assert!(listing(&json!({ "header": {} })).kvs.is_empty());
+        let not_utf8 = json!({ "kvs": [{ "key": B64.encode([0xff]), "value": "" }] });
+        assert!(listing(&not_utf8).kvs.is_empty());
+    }
+
+    #[test]
     fn only_events_are_changes() {
         assert!(is_event(
             br#"{"result":{"header":{},"events":[{"kv":{}}]}}"#

@@ -132,3 +132,24 @@ async fn watch(etcd: Arc<Etcd>, changed: Arc<Notify>, view: Arc<View>) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_holds_a_member_only_when_its_record_names_its_node() {
+        let record = br#"{"name":"a","rtsp":"rtsp://10.0.0.1:8554"}"#;
+        let m = member_of("/fjord/members/a", Some(record)).unwrap();
+        assert_eq!(
+            (m.name.as_str(), m.rtsp.as_str()),
+            ("a", "rtsp://10.0.0.1:8554")
+        );
+        let other = member_of("/fjord/members/b", Some(record)).unwrap_err();
+        assert!(other.contains("another node"), "{other}");
+        let too_large = member_of("/fjord/members/a", None).unwrap_err();
+        assert!(too_large.contains("over 16 MiB"), "{too_large}");
+        let huge = vec![b' '; crate::member::MAX_RECORD + 1];
+        assert!(member_of("/fjord/members/a", Some(&huge)).is_err());
+    }
+}

@@ -190,3 +190,21 @@ impl View {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_list_left_out_is_shown_until_a_list_takes_it() {
+        let view = View::new("me", Vec::new(), true);
+        let refused = |keys: &[&str]| keys.iter().map(|k| (k.to_string(), "bad".into())).collect();
+        view.listed(refused(&["/a", "/b"]), 7, true);
+        assert_eq!((view.health().refused, view.health().unread), (2, 7));
+        // The same keys again: nothing new to tell, the counts stay.
+        view.listed(refused(&["/a", "/b"]), 7, true);
+        assert_eq!((view.health().refused, view.health().unread), (2, 7));
+        view.listed(Vec::new(), 0, false);
+        assert_eq!((view.health().refused, view.health().unread), (0, 0));
+    }
+}
