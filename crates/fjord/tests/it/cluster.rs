@@ -6,6 +6,8 @@
 //! to its end); the home node killed, its titles move within the lease's
 //! TTL (static peers: within two probes) and ffmpeg plays again from the
 //! same entry URL; etcd killed, the nodes keep their members and say so.
+//! Over TLS, a title is sent to its home node's `rtsps://` and `https://`
+//! URLs (advertised in its record), checked against the certificate.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -110,6 +112,14 @@ impl Node {
 
     pub(crate) fn http(&self, path: &str) -> String {
         format!("http://{}:{}/{path}", self.ip, self.http)
+    }
+
+    fn https(&self, path: &str) -> String {
+        format!("https://{}:{}/{path}", self.ip, self.http)
+    }
+
+    fn rtsps(&self, title: &str) -> String {
+        (self.server.rtsps_url(title)).replacen("127.0.0.1", &self.ip, 1)
     }
 
     pub(crate) fn cluster(&self) -> serde_json::Value {
@@ -326,4 +336,111 @@ fn a_static_peer_list_without_etcd_sends_each_title_home_and_leaves_a_dead_peer_
     home_and_entry(&left, "clip.ts");
     let entry = left.iter().find(|n| n.ip == entry_ip).unwrap();
     ffmpeg_receives_every_frame_at(&entry.rtsp("clip.ts"), "udp", "after a static peer died");
+}
+
+/// A DESCRIBE over TLS (Python's ssl, verifying `ca` and the address):
+/// its status and `Location`.
+fn describe_over_tls(url: &str, ca: &Path) -> (u16, Option<String>) {
+    let authority = url
+        .strip_prefix("rtsps://")
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let (host, port) = authority.split_once(':').unwrap();
+    let script = "import socket, ssl, sys\n\
+        host, port, url, ca = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]\n\
+        ctx = ssl.create_default_context(cafile=ca)\n\
+        s = ctx.wrap_socket(socket.create_connection((host, port), timeout=5), server_hostname=host)\n\
+        s.sendall(f'DESCRIBE {url} RTSP/1.0\\r\\nCSeq: 1\\r\\n\\r\\n'.encode())\n\
+        got = b''\n\
+        while b'\\r\\n\\r\\n' not in got:\n    c = s.recv(4096)\n    if not c: break\n    got += c\n\
+        print(got.decode())\n";
+    let mut c = Command::new("python3");
+    c.args(["-c", script, host, port, url]).arg(ca);
+    let out = run_bounded(c, Duration::from_secs(10));
+    assert!(out.status.success(), "DESCRIBE {url}: {}", out.stderr);
+    status_and_location(&String::from_utf8_lossy(&out.stdout))
+}
+
+#[test]
+fn over_tls_a_title_is_sent_to_its_home_nodes_tls_urls() {
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cert = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cert.args([
+        "cert",
+        "--name",
+        "127.0.0.1",
+        "--name",
+        "127.0.0.2",
+        "--out",
+    ])
+    .arg(dir.path());
+    let out = run_bounded(cert, Duration::from_secs(30));
+    assert!(out.status.success(), "fjord cert: {}", out.stderr);
+    let tls = String::from_utf8(out.stdout).unwrap();
+    let ca = dir.path().join("cert.pem");
+    let lines = format!(
+        "cluster_etcd = [\"{}\"]\ncluster_ttl_s = 2\nrtsps_port = 0\n{tls}",
+        etcd.url
+    );
+    let nodes: Vec<Node> = (1..=2)
+        .map(|n| Node::start(n, free_port(), 0, &lines))
+        .collect();
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_members(&all, 2, Duration::from_secs(10));
+    let (home, entry) = home_and_entry(&all, "clip.ts");
+    // The home node's record carries its TLS URLs.
+    let record = &entry.cluster()["others"][0];
+    assert_eq!(record["rtsps"], home.rtsps("").trim_end_matches('/'));
+    assert_eq!(record["https"], home.https("").trim_end_matches('/'));
+
+    // HTTPS at the entry: 302 to the home's https:// URL, which curl
+    // follows (the certificate checked) to the file, bit-exact.
+    let playlist = "clip.ts/index.m3u8";
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-D",
+        "-",
+        "--max-time",
+        "10",
+        "--cacert",
+    ])
+    .arg(&ca)
+    .arg(entry.https(playlist));
+    let head = run_bounded(c, Duration::from_secs(15));
+    let moved = status_and_location(&String::from_utf8_lossy(&head.stdout));
+    assert_eq!(moved, (302, Some(home.https(playlist))), "{}", head.stderr);
+    let got = dir.path().join("clip.ts");
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "-f",
+        "-L",
+        "--proto-redir",
+        "=https",
+        "--max-time",
+        "15",
+    ])
+    .arg("--cacert")
+    .arg(&ca)
+    .arg("-o")
+    .arg(&got)
+    .arg(entry.https("clip.ts"));
+    let out = run_bounded(c, Duration::from_secs(20));
+    assert!(out.status.success(), "curl: {}", out.stderr);
+    assert!(
+        std::fs::read(&got).unwrap() == clip_bytes(),
+        "HTTPS through a redirect"
+    );
+
+    // RTSPS at the entry: 302 to the home's rtsps:// URL; ffmpeg follows.
+    let moved = describe_over_tls(&entry.rtsps("clip.ts"), &ca);
+    assert_eq!(moved, (302, Some(home.rtsps("clip.ts"))));
+    assert_eq!(describe_over_tls(&home.rtsps("clip.ts"), &ca).0, 200);
+    ffmpeg_receives_every_frame_at(&entry.rtsps("clip.ts"), "tcp", "rtsps through a redirect");
 }
