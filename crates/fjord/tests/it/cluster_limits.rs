@@ -189,6 +189,15 @@ fn more_than_1024_member_keys_are_capped_to_the_oldest_and_the_nodes_route_on() 
         node.server.wait_for_log(said, Duration::ZERO);
         assert_eq!(node.members(), 2);
     }
+    let metrics = crate::common::curl_bytes(&format!("{}/metrics", all[0].server.admin()));
+    let metrics = String::from_utf8_lossy(&metrics);
+    for line in [
+        "fjord_cluster_etcd_unread_keys 78",
+        "fjord_cluster_etcd_refused_keys 1022",
+        "fjord_cluster_members 2",
+    ] {
+        assert!(metrics.contains(line), "{metrics}");
+    }
     let (home, entry) = home_and_entry(&all, "clip.ts");
     assert_eq!(home.ip, home_ip);
     curl_downloads_the_clip(&entry.http("clip.ts"));
