@@ -16,10 +16,41 @@ use serde_json::{Value, json};
 /// The members' keys: `PREFIX` + node name.
 pub const PREFIX: &str = "/fjord/members/";
 
-/// The most bytes read of one answer (a list of 1,000 members of
-/// [`crate::member::MAX_RECORD`] at most is far less; the watch's
-/// notifications are only counted).
-const MAX_ANSWER: usize = 16 << 20;
+/// The most bytes read of one answer: 1,024 members of a few KiB each
+/// (a name, two URLs, 32 titles) are far less. A list over it is read
+/// again one key at a time ([`Etcd::list`]); the watch's notifications
+/// are only counted, never kept.
+pub const MAX_ANSWER: usize = 16 << 20;
+
+/// Why a call failed.
+enum Failed {
+    /// etcd answered more than [`MAX_ANSWER`] bytes (another endpoint
+    /// would say the same).
+    TooLarge,
+    Other(String),
+}
+
+impl From<Failed> for String {
+    fn from(f: Failed) -> String {
+        match f {
+            Failed::TooLarge => format!("an answer over {} MiB", MAX_ANSWER >> 20),
+            Failed::Other(why) => why,
+        }
+    }
+}
+
+/// A key under a prefix, with its value; `None`: the value alone made an
+/// answer over [`MAX_ANSWER`].
+pub type Kv = (String, Option<Vec<u8>>);
+
+/// The keys under a prefix, oldest first, and how many more there are.
+pub struct Listing {
+    pub kvs: Vec<Kv>,
+    /// Keys under the prefix past the limit, not read.
+    pub unread: u64,
+    /// The list was over [`MAX_ANSWER`] and read one key at a time.
+    pub piecemeal: bool,
+}
 
 /// A client of the etcd cluster at `endpoints`: each call goes to the
 /// endpoint that answered last, then the others in turn.
@@ -57,7 +88,7 @@ impl Etcd {
 
     /// POSTs `body` to `path` at each endpoint in turn until one answers;
     /// its first JSON document.
-    async fn call(&self, path: &str, body: &Value) -> Result<Value, String> {
+    async fn call(&self, path: &str, body: &Value) -> Result<Value, Failed> {
         let first = self.good.load(Ordering::Relaxed);
         let mut why = String::new();
         for i in 0..self.endpoints.len() {
@@ -67,38 +98,38 @@ impl Etcd {
                     self.good.store(at, Ordering::Relaxed);
                     return Ok(v);
                 }
-                Err(e) => why = format!("{}: {e}", self.endpoints[at]),
+                Err(Failed::TooLarge) => return Err(Failed::TooLarge),
+                Err(Failed::Other(e)) => why = format!("{}: {e}", self.endpoints[at]),
             }
         }
-        Err(why)
+        Err(Failed::Other(why))
     }
 
-    async fn call_at(&self, at: usize, path: &str, body: &Value) -> Result<Value, String> {
+    async fn call_at(&self, at: usize, path: &str, body: &Value) -> Result<Value, Failed> {
+        let other = |e: reqwest::Error| Failed::Other(e.to_string());
         let url = format!("{}{path}", self.endpoints[at]);
         let mut r = (self.http.post(url))
             .timeout(self.timeout)
             .body(body.to_string())
             .send()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(other)?;
         let status = r.status();
         let mut bytes = Vec::new();
-        while let Some(c) = r.chunk().await.map_err(|e| e.to_string())? {
+        while let Some(c) = r.chunk().await.map_err(other)? {
             if bytes.len() + c.len() > MAX_ANSWER {
-                return Err("an answer larger than 16 MiB".into());
+                return Err(Failed::TooLarge);
             }
             bytes.extend_from_slice(&c);
         }
         let doc = serde_json::Deserializer::from_slice(&bytes)
             .into_iter::<Value>()
             .next()
-            .ok_or("an empty answer")?
-            .map_err(|e| e.to_string())?;
+            .ok_or_else(|| Failed::Other("an empty answer".into()))?
+            .map_err(|e| Failed::Other(e.to_string()))?;
         if !status.is_success() {
-            return Err(format!(
-                "{status}: {}",
-                doc["message"].as_str().unwrap_or("")
-            ));
+            let why = doc["message"].as_str().unwrap_or("");
+            return Err(Failed::Other(format!("{status}: {why}")));
         }
         Ok(doc)
     }
@@ -107,7 +138,8 @@ impl Etcd {
     pub async fn grant(&self, ttl_s: u64) -> Result<String, String> {
         let v = self
             .call("/v3/lease/grant", &json!({ "TTL": ttl_s }))
-            .await?;
+            .await
+            .map_err(String::from)?;
         id_of(&v["ID"]).ok_or_else(|| format!("no lease granted: {v}"))
     }
 
@@ -115,7 +147,8 @@ impl Etcd {
     pub async fn keep_alive(&self, lease: &str) -> Result<bool, String> {
         let v = self
             .call("/v3/lease/keepalive", &json!({ "ID": lease }))
-            .await?;
+            .await
+            .map_err(String::from)?;
         // An expired lease comes back with no TTL (zero, left out).
         Ok(id_of(&v["result"]["TTL"]).is_some_and(|t| t != "0"))
     }
@@ -123,22 +156,42 @@ impl Etcd {
     /// Puts `value` at `key`, bound to `lease`.
     pub async fn put(&self, key: &str, value: &[u8], lease: &str) -> Result<(), String> {
         let body = json!({ "key": B64.encode(key), "value": B64.encode(value), "lease": lease });
-        self.call("/v3/kv/put", &body).await.map(|_| ())
+        self.call("/v3/kv/put", &body).await?;
+        Ok(())
     }
 
-    /// Every key under `prefix`, with its value.
-    pub async fn list(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
-        let body = json!({ "key": B64.encode(prefix), "range_end": B64.encode(range_end(prefix)) });
-        let v = self.call("/v3/kv/range", &body).await?;
-        let kvs = v["kvs"].as_array().map(Vec::as_slice).unwrap_or_default();
-        let decode = |v: &Value| B64.decode(v.as_str().unwrap_or_default()).ok();
-        Ok(kvs
-            .iter()
-            .filter_map(|kv| {
-                let key = String::from_utf8(decode(&kv["key"])?).ok()?;
-                Some((key, decode(&kv["value"]).unwrap_or_default()))
-            })
-            .collect())
+    /// The first `limit` keys under `prefix` by age (oldest first: keys
+    /// written later cannot push out those already there), with their
+    /// values. A list over [`MAX_ANSWER`] is read again as its keys, then
+    /// each value by itself: a value too large alone is `None`, and the
+    /// others are still read.
+    pub async fn list(&self, prefix: &str, limit: usize) -> Result<Listing, String> {
+        let mut range = json!({
+            "key": B64.encode(prefix), "range_end": B64.encode(range_end(prefix)),
+            "limit": limit, "sort_order": "ASCEND", "sort_target": "CREATE",
+        });
+        match self.call("/v3/kv/range", &range).await {
+            Ok(v) => return Ok(listing(&v)),
+            Err(Failed::Other(why)) => return Err(why),
+            Err(Failed::TooLarge) => {}
+        }
+        range["keys_only"] = true.into();
+        let keys = (self.call("/v3/kv/range", &range).await)
+            .map_err(|e| format!("the keys alone: {}", String::from(e)))?;
+        let mut all = listing(&keys);
+        let mut kvs = Vec::with_capacity(all.kvs.len());
+        for (key, _) in all.kvs {
+            let one = json!({ "key": B64.encode(&key) });
+            match self.call("/v3/kv/range", &one).await {
+                // A key deleted meanwhile is left out.
+                Ok(v) => kvs.extend(listing(&v).kvs.into_iter().take(1)),
+                Err(Failed::TooLarge) => kvs.push((key, None)),
+                Err(Failed::Other(why)) => return Err(why),
+            }
+        }
+        all.kvs = kvs;
+        all.piecemeal = true;
+        Ok(all)
     }
 
     /// Watches the keys under `prefix`, calling `changed` whenever etcd
@@ -167,6 +220,31 @@ impl Etcd {
                 Err(_) => return "watch: silent".into(),
             }
         }
+    }
+}
+
+/// A range's answer: its keys (UTF-8 ones) with their values.
+fn listing(v: &Value) -> Listing {
+    let kvs = v["kvs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let decode = |v: &Value| B64.decode(v.as_str().unwrap_or_default()).ok();
+    let kvs: Vec<Kv> = (kvs.iter())
+        .filter_map(|kv| {
+            let key = String::from_utf8(decode(&kv["key"])?).ok()?;
+            Some((key, Some(decode(&kv["value"]).unwrap_or_default())))
+        })
+        .collect();
+    // `count` is every key in the range; `more` says the limit cut it.
+    let count = id_of(&v["count"])
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0u64);
+    let unread = match v["more"].as_bool() {
+        Some(true) => count.saturating_sub(kvs.len() as u64),
+        _ => 0,
+    };
+    Listing {
+        kvs,
+        unread,
+        piecemeal: false,
     }
 }
 
@@ -215,6 +293,23 @@ mod tests {
         assert_eq!(id_of(&json!("123")), Some("123".into()));
         assert_eq!(id_of(&json!(5)), Some("5".into()));
         assert_eq!(id_of(&Value::Null), None);
+    }
+
+    #[test]
+    fn a_range_answer_says_how_many_keys_its_limit_left_unread() {
+        let kv = |k: &str, v: &str| json!({ "key": B64.encode(k), "value": B64.encode(v) });
+        let cut = json!({ "kvs": [kv("/p/a", "1"), kv("/p/b", "")], "more": true, "count": "5" });
+        let l = listing(&cut);
+        let want = [("/p/a", &b"1"[..]), ("/p/b", b"")].map(|(k, v)| (k.into(), Some(v.to_vec())));
+        assert_eq!((l.kvs, l.unread, l.piecemeal), (want.to_vec(), 3, false));
+        // All read: `more` left out; no keys at all: `kvs` left out too.
+        assert_eq!(
+            listing(&json!({ "kvs": [kv("/p/a", "1")], "count": 1 })).unread,
+            0
+        );
+        assert!(listing(&json!({ "header": {} })).kvs.is_empty());
+        let not_utf8 = json!({ "kvs": [{ "key": B64.encode([0xff]), "value": "" }] });
+        assert!(listing(&not_utf8).kvs.is_empty());
     }
 
     #[test]

@@ -13,6 +13,13 @@ pub struct Member {
     /// Where its HTTP listener is reached, `http://HOST:PORT`; empty: none.
     #[serde(default)]
     pub http: String,
+    /// Where it takes RTSP over TLS, `rtsps://HOST:PORT`; empty: none (a
+    /// request that came over TLS is then never sent there).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rtsps: String,
+    /// Where it takes HTTPS, `https://HOST:PORT`; empty: none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub https: String,
     /// The most sessions it takes; 0: unknown.
     #[serde(default)]
     pub capacity: u64,
@@ -47,6 +54,10 @@ impl Member {
         if !(m.http.is_empty() || m.http.starts_with("http://") || m.http.starts_with("https://")) {
             return Err("a member's http URL must be http:// or https://".into());
         }
+        let tls = |url: &str, scheme: &str| url.is_empty() || url.starts_with(scheme);
+        if !tls(&m.rtsps, "rtsps://") || !tls(&m.https, "https://") {
+            return Err("a member's rtsps and https URLs must be rtsps:// and https://".into());
+        }
         Ok(m)
     }
 
@@ -68,6 +79,8 @@ mod tests {
             name: "a".into(),
             rtsp: "rtsp://10.0.0.1:8554".into(),
             http: "http://10.0.0.1:8080".into(),
+            rtsps: "rtsps://10.0.0.1:322".into(),
+            https: String::new(),
             capacity: 100,
             load: 3,
             hot: vec![("t.ts".into(), 2.5)],
@@ -81,6 +94,8 @@ mod tests {
             br#"{"name":"","rtsp":"rtsp://x"}"#,
             br#"{"name":"a","rtsp":"http://x"}"#,
             br#"{"name":"a","rtsp":"rtsp://x","http":"ftp://x"}"#,
+            br#"{"name":"a","rtsp":"rtsp://x","rtsps":"rtsp://x"}"#,
+            br#"{"name":"a","rtsp":"rtsp://x","https":"http://x"}"#,
         ] {
             assert!(Member::from_json(bad).is_err());
         }

@@ -42,26 +42,64 @@ struct Joined {
     redirects: std::sync::atomic::AtomicU64,
 }
 
-/// Which of a member's URLs a request is sent to.
+/// Which of a member's URLs a request is sent to: a request that came
+/// over TLS goes to a TLS URL only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Scheme {
     Rtsp,
     Http,
+    Rtsps,
+    Https,
+}
+
+impl Scheme {
+    /// RTSP's, over TLS or not.
+    pub(crate) fn rtsp(tls: bool) -> Scheme {
+        if tls { Scheme::Rtsps } else { Scheme::Rtsp }
+    }
+
+    /// HTTP's, over TLS or not.
+    pub(crate) fn http(tls: bool) -> Scheme {
+        if tls { Scheme::Https } else { Scheme::Http }
+    }
+
+    /// `member`'s URL of this scheme; none: the request is served here.
+    fn base(self, member: &Member) -> Option<&str> {
+        let url = match self {
+            Scheme::Rtsp => &member.rtsp,
+            Scheme::Http => &member.http,
+            Scheme::Rtsps => &member.rtsps,
+            Scheme::Https => &member.https,
+        };
+        Some(url.as_str()).filter(|u| !u.is_empty())
+    }
+}
+
+/// The addresses this node listens at, its URLs' defaults.
+pub(crate) struct Listeners {
+    pub rtsp: SocketAddr,
+    pub http: Option<SocketAddr>,
+    /// RTSP over TLS; HTTPS is on the HTTP listener when this is set.
+    pub rtsps: Option<SocketAddr>,
 }
 
 impl Cluster {
     /// Joins the cluster of `server`'s config, if it names one: this
-    /// node's URLs default to its listeners (`rtsp`, `http`).
-    pub(crate) fn start(server: &Arc<Server>, rtsp: SocketAddr, http: Option<SocketAddr>) {
+    /// node's URLs default to its listeners.
+    pub(crate) fn start(server: &Arc<Server>, listeners: Listeners) {
         let config = server.config();
         if !config.clustered() {
             return;
         }
-        let me = record_of(&config, rtsp, http);
+        let me = record_of(&config, listeners);
+        let url = |u: &str| u.trim_end_matches('/').to_owned();
         let peers: Vec<Member> = (config.peers.iter())
             .map(|p| Member {
                 name: p.name.clone(),
-                rtsp: p.rtsp.trim_end_matches('/').to_owned(),
-                http: p.http.trim_end_matches('/').to_owned(),
+                rtsp: url(&p.rtsp),
+                http: url(&p.http),
+                rtsps: url(&p.rtsps),
+                https: url(&p.https),
                 capacity: 0,
                 load: 0,
                 hot: Vec::new(),
@@ -131,11 +169,7 @@ impl Cluster {
             Choice::To(to) => to,
         };
         let member = others.iter().find(|m| m.name == to)?;
-        let base = match scheme {
-            Scheme::Rtsp => &member.rtsp,
-            Scheme::Http if member.http.is_empty() => return None,
-            Scheme::Http => &member.http,
-        };
+        let base = scheme.base(member)?;
         node.redirects
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(format!("{base}{path}"))
@@ -211,26 +245,28 @@ pub(crate) fn path_of(uri: &str) -> &str {
 }
 
 /// This node's record without its load: its name and URLs.
-fn record_of(config: &Config, rtsp: SocketAddr, http: Option<SocketAddr>) -> Member {
+fn record_of(config: &Config, at: Listeners) -> Member {
     let name = match config.node_name.as_str() {
         "" => host_name(),
         n => n.to_owned(),
     };
-    let host = |at: SocketAddr| match at.ip().is_unspecified() {
-        true => name.clone(),
-        false => at.to_string(),
-    };
-    let or = |set: &str, default: String| match set {
-        "" => default,
+    let url = |set: &str, scheme: &str, at: Option<SocketAddr>| match set {
+        "" => at.map_or_else(String::new, |at| {
+            let host = match at.ip().is_unspecified() {
+                true => name.clone(),
+                false => at.to_string(),
+            };
+            format!("{scheme}://{host}")
+        }),
         s => s.trim_end_matches('/').to_owned(),
     };
+    // HTTPS shares the HTTP listener, on when TLS is.
+    let https = at.http.filter(|_| at.rtsps.is_some());
     Member {
-        rtsp: or(&config.advertise_rtsp, format!("rtsp://{}", host(rtsp))),
-        http: or(
-            &config.advertise_http,
-            http.map(|h| format!("http://{}", host(h)))
-                .unwrap_or_default(),
-        ),
+        rtsp: url(&config.advertise_rtsp, "rtsp", Some(at.rtsp)),
+        http: url(&config.advertise_http, "http", at.http),
+        rtsps: url(&config.advertise_rtsps, "rtsps", at.rtsps),
+        https: url(&config.advertise_https, "https", https),
         name,
         capacity: config.max_sessions as u64,
         load: 0,
@@ -248,7 +284,32 @@ fn host_name() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::path_of;
+    use super::{Member, Scheme, path_of};
+
+    #[test]
+    fn a_request_over_tls_goes_to_a_tls_url_or_nowhere() {
+        let plain = Member {
+            name: "a".into(),
+            rtsp: "rtsp://a:554".into(),
+            http: "http://a:80".into(),
+            rtsps: String::new(),
+            https: String::new(),
+            capacity: 0,
+            load: 0,
+            hot: Vec::new(),
+        };
+        assert_eq!(Scheme::rtsp(false).base(&plain), Some("rtsp://a:554"));
+        assert_eq!(Scheme::http(false).base(&plain), Some("http://a:80"));
+        assert_eq!(Scheme::rtsp(true).base(&plain), None);
+        assert_eq!(Scheme::http(true).base(&plain), None);
+        let tls = Member {
+            rtsps: "rtsps://a:322".into(),
+            https: "https://a:80".into(),
+            ..plain
+        };
+        assert_eq!(Scheme::rtsp(true).base(&tls), Some("rtsps://a:322"));
+        assert_eq!(Scheme::http(true).base(&tls), Some("https://a:80"));
+    }
 
     #[test]
     fn a_redirect_keeps_the_path_and_query_of_any_request_uri() {

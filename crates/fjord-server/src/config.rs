@@ -226,6 +226,12 @@ pub struct Config {
     /// Where other nodes send this node's HTTP clients
     /// (`http://HOST:PORT`); empty: the HTTP listener's address.
     pub advertise_http: String,
+    /// Where other nodes send this node's clients that came over TLS
+    /// (`rtsps://HOST:PORT`, `https://HOST:PORT`); empty: the RTSPS and
+    /// HTTP listeners' addresses when TLS is on, else none (a TLS request
+    /// is never sent on to a plain URL: it is served where it came).
+    pub advertise_rtsps: String,
+    pub advertise_https: String,
     /// The lease of this node's key in etcd: a node that stops renewing it
     /// leaves the cluster within this long.
     pub cluster_ttl_s: u64,
@@ -315,6 +321,8 @@ impl Default for Config {
             node_name: String::new(),
             advertise_rtsp: String::new(),
             advertise_http: String::new(),
+            advertise_rtsps: String::new(),
+            advertise_https: String::new(),
             cluster_ttl_s: 5,
             cluster_copies: 1,
             cluster_hot_rps: 20.0,
@@ -332,6 +340,12 @@ pub struct PeerConfig {
     /// `http://HOST:PORT`; empty: none.
     #[serde(default)]
     pub http: String,
+    /// `rtsps://HOST:PORT` and `https://HOST:PORT`, where its clients that
+    /// came over TLS go; empty: none.
+    #[serde(default)]
+    pub rtsps: String,
+    #[serde(default)]
+    pub https: String,
 }
 
 /// How long a cache in front of fjord (a CDN, a browser) may keep what HTTP
@@ -588,6 +602,7 @@ impl Config {
         {
             return bad("cluster_copies must be at least 1 and cluster_hot_rps 0 or more");
         }
+        let tls = |url: &str, scheme: &str| url.is_empty() || url.starts_with(scheme);
         let mut names = std::collections::HashSet::new();
         for p in &self.peers {
             if p.name.is_empty() || !names.insert(&p.name) {
@@ -597,6 +612,11 @@ impl Config {
             {
                 return bad("a [[peer]]'s rtsp must be an rtsp:// URL and its http an http:// one");
             }
+            if !tls(&p.rtsps, "rtsps://") || !tls(&p.https, "https://") {
+                return bad(
+                    "a [[peer]]'s rtsps must be an rtsps:// URL and its https an https:// one",
+                );
+            }
         }
         let advertised =
             self.advertise_rtsp.is_empty() || self.advertise_rtsp.starts_with("rtsp://");
@@ -604,6 +624,11 @@ impl Config {
             || !(self.advertise_http.is_empty() || self.advertise_http.starts_with("http"))
         {
             return bad("advertise_rtsp must be an rtsp:// URL and advertise_http an http:// one");
+        }
+        if !tls(&self.advertise_rtsps, "rtsps://") || !tls(&self.advertise_https, "https://") {
+            return bad(
+                "advertise_rtsps must be an rtsps:// URL and advertise_https an https:// one",
+            );
         }
         Ok(())
     }
@@ -674,6 +699,8 @@ impl Config {
             node_name,
             advertise_rtsp,
             advertise_http,
+            advertise_rtsps,
+            advertise_https,
             cluster_ttl_s
         );
         // Certificates rotate on reload; turning TLS on or off takes a
@@ -882,6 +909,8 @@ mod tests {
             "cluster_copies = 0".to_owned(),
             "cluster_hot_rps = -1".to_owned(),
             "advertise_rtsp = \"http://a\"".to_owned(),
+            "advertise_rtsps = \"rtsp://a\"".to_owned(),
+            "advertise_https = \"http://a\"".to_owned(),
             format!("{}{}", peer("a", "rtsp://a"), peer("a", "rtsp://b")),
             peer("a", "http://a"),
         ] {

@@ -259,9 +259,11 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
     if let Some(listener) = admin {
         start_admin(&server, listener)?;
     }
+    let mut rtsps = None;
     if server.tls.is_some() {
         let at = SocketAddr::new(server.config().bind, server.config().rtsps_port);
         let listener = bind(at, " for RTSPS", "set rtsps_port").await?;
+        rtsps = Some(listener.local_addr()?);
         println!("fjord: listening on rtsps://{}/", listener.local_addr()?);
         tokio::spawn(listen_rtsps(server.clone(), listener));
     }
@@ -274,7 +276,12 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         signal(SignalKind::hangup())?,
     );
     let http_at = http.as_ref().and_then(|l| l.local_addr().ok());
-    cluster::Cluster::start(&server, local, http_at);
+    let listeners = cluster::Listeners {
+        rtsp: local,
+        http: http_at,
+        rtsps,
+    };
+    cluster::Cluster::start(&server, listeners);
     println!("fjord: listening on rtsp://{local}/");
     if let Some(listener) = http {
         println!("fjord: downloads on http://{}/", listener.local_addr()?);

@@ -46,6 +46,18 @@ pub(super) fn metrics(reg: &mut Registry, server: &Server) {
         "1 when etcd answered this node's last call (static lists: 1)",
         one(st.health.reachable as i64),
     );
+    gauge(
+        reg,
+        "fjord_cluster_etcd_refused_keys",
+        "Keys under the members' prefix holding no member record, in the last list",
+        one(st.health.refused as i64),
+    );
+    gauge(
+        reg,
+        "fjord_cluster_etcd_unread_keys",
+        "Keys under the members' prefix past the 1,024 read, in the last list",
+        one(st.health.unread as i64),
+    );
     let count = |v: u64| [(Labels::new(), v)];
     counter(
         reg,

@@ -33,11 +33,12 @@ pub(super) fn answer(server: &Server, conn: &dyn Client, req: &Request) -> Step 
     if broadcast_query(&req.uri) {
         return schedule(server, &target.title).into();
     }
-    // Over TLS never to a plain rtsp:// URL: the title is served here.
-    let (scheme, path) = (cluster::Scheme::Rtsp, cluster::path_of(&req.uri));
-    if !conn.is_tls()
-        && let Some(to) = server.cluster.redirect(server, &target.title, scheme, path)
-    {
+    // Over TLS to an rtsps:// URL only (none: the title is served here).
+    let (scheme, path) = (
+        cluster::Scheme::rtsp(conn.is_tls()),
+        cluster::path_of(&req.uri),
+    );
+    if let Some(to) = server.cluster.redirect(server, &target.title, scheme, path) {
         return Step::Reply(Response::new(302).header("Location", &to).into());
     }
     let local = match conn.local() {

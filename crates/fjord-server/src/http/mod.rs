@@ -213,7 +213,7 @@ async fn answer<S: Wire>(
     if let Some(r) = refusal(server, peer, &req, title, tls) {
         return reply(server, stream, peer, &req, r, None).await;
     }
-    if !tls && let Some(r) = moved(server, &req, title, route.map(|(_, r)| r)) {
+    if let Some(r) = moved(server, &req, title, route.map(|(_, r)| r), tls) {
         return reply(server, stream, peer, &req, r, None).await;
     }
     // Only titles: a file the catalog does not take as media (a key, a
@@ -301,19 +301,20 @@ fn refusal(
 
 /// A 302 to the member that serves `title` when it is not this node
 /// ([`crate::cluster`]), for what starts a viewing: a download, a
-/// playlist or a manifest; segments are served where asked. (HTTPS is
-/// served here: members are named by `http://` URLs.)
+/// playlist or a manifest; segments are served where asked. HTTPS goes
+/// to the member's `https://` URL only (none: served here).
 fn moved(
     server: &Server,
     req: &plan::Request,
     title: &str,
     route: Option<Route>,
+    tls: bool,
 ) -> Option<Response> {
     if matches!(route, Some(r) if !matches!(r, Route::Playlist(_) | Route::Manifest)) {
         return None;
     }
     let (scheme, path) = (
-        crate::cluster::Scheme::Http,
+        crate::cluster::Scheme::http(tls),
         crate::cluster::path_of(&req.target),
     );
     let to = server.cluster.redirect(server, title, scheme, path)?;

@@ -6,23 +6,27 @@
 //! to its end); the home node killed, its titles move within the lease's
 //! TTL (static peers: within two probes) and ffmpeg plays again from the
 //! same entry URL; etcd killed, the nodes keep their members and say so.
+//! Over TLS, a title is sent to its home node's `rtsps://` and `https://`
+//! URLs (advertised in its record), checked against the certificate.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Server, clip_bytes, free_port, get_json, media, raw_exchange, run_bounded};
+use crate::common::{Server, clip_bytes, free_port, get_json, media, run_bounded};
 use crate::peers::{ffmpeg_receives_every_frame_at, gstreamer_receives_the_file_at};
 
 /// etcd on loopback with a data directory of its own; killed on drop.
-struct Etcd {
+pub(crate) struct Etcd {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     _dir: tempfile::TempDir,
 }
 
 impl Etcd {
-    fn start() -> Etcd {
+    pub(crate) fn start() -> Etcd {
         assert!(
             Command::new("etcd").arg("--version").output().is_ok(),
             "etcd is missing: `make deps` installs Debian's etcd-server"
@@ -81,16 +85,16 @@ impl Drop for Etcd {
 }
 
 /// A node: a `fjord serve` on 127.0.0.N with HTTP.
-struct Node {
-    server: Server,
-    ip: String,
+pub(crate) struct Node {
+    pub(crate) server: Server,
+    pub(crate) ip: String,
     http: u16,
 }
 
 impl Node {
     /// Node N (`node-N` on 127.0.0.N) serving `clip.ts`, with `lines` of
     /// config after its own (RTSP on `port`, 0: any).
-    fn start(n: u8, http: u16, port: u16, lines: &str) -> Node {
+    pub(crate) fn start(n: u8, http: u16, port: u16, lines: &str) -> Node {
         let ip = format!("127.0.0.{n}");
         let config = format!(
             "bind = \"{ip}\"\nport = {port}\nhttp_port = {http}\nnode_name = \"node-{n}\"\n\
@@ -102,33 +106,50 @@ impl Node {
         Node { server, ip, http }
     }
 
-    fn rtsp(&self, title: &str) -> String {
+    pub(crate) fn rtsp(&self, title: &str) -> String {
         format!("rtsp://{}:{}/{title}", self.ip, self.server.port)
     }
 
-    fn http(&self, path: &str) -> String {
+    pub(crate) fn http(&self, path: &str) -> String {
         format!("http://{}:{}/{path}", self.ip, self.http)
     }
 
-    fn cluster(&self) -> serde_json::Value {
+    fn https(&self, path: &str) -> String {
+        format!("https://{}:{}/{path}", self.ip, self.http)
+    }
+
+    fn rtsps(&self, title: &str) -> String {
+        (self.server.rtsps_url(title)).replacen("127.0.0.1", &self.ip, 1)
+    }
+
+    pub(crate) fn cluster(&self) -> serde_json::Value {
         get_json(&format!("{}/api/v1/cluster", self.server.admin()))
     }
 
     /// The members this node knows of, itself included.
-    fn members(&self) -> usize {
+    pub(crate) fn members(&self) -> usize {
         self.cluster()["others"].as_array().map_or(0, Vec::len) + 1
     }
 
-    /// A DESCRIBE's status and `Location`.
-    fn describe(&self, title: &str) -> (u16, Option<String>) {
+    /// A DESCRIBE's status and `Location`, from the answer's head (the
+    /// connection stays open: not waited for).
+    pub(crate) fn describe(&self, title: &str) -> (u16, Option<String>) {
         let req = format!("DESCRIBE {} RTSP/1.0\r\nCSeq: 1\r\n\r\n", self.rtsp(title));
-        let addr = format!("{}:{}", self.ip, self.server.port);
-        let (text, _) = raw_exchange(&addr, req.as_bytes(), Duration::from_secs(2));
-        status_and_location(&text)
+        let mut s = TcpStream::connect((self.ip.as_str(), self.server.port)).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let (mut head, mut buf) = (Vec::new(), [0u8; 4096]);
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        status_and_location(&String::from_utf8_lossy(&head))
     }
 
     /// An HTTP GET's status and `Location`.
-    fn get(&self, path: &str) -> (u16, Option<String>) {
+    pub(crate) fn get(&self, path: &str) -> (u16, Option<String>) {
         let mut c = Command::new("curl");
         c.args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "10"])
             .arg(self.http(path));
@@ -146,7 +167,7 @@ fn status_and_location(head: &str) -> (u16, Option<String>) {
 }
 
 /// Waits until every node of `nodes` knows `n` members.
-fn wait_members(nodes: &[&Node], n: usize, limit: Duration) -> Duration {
+pub(crate) fn wait_members(nodes: &[&Node], n: usize, limit: Duration) -> Duration {
     let t = Instant::now();
     while !nodes.iter().all(|node| node.members() == n) {
         let seen: Vec<usize> = nodes.iter().map(|node| node.members()).collect();
@@ -161,7 +182,7 @@ fn wait_members(nodes: &[&Node], n: usize, limit: Duration) -> Duration {
 
 /// The node that serves `title` (every other one sends its DESCRIBE and
 /// its playlist there), and one that sends it on.
-fn home_and_entry<'a>(nodes: &[&'a Node], title: &str) -> (&'a Node, &'a Node) {
+pub(crate) fn home_and_entry<'a>(nodes: &[&'a Node], title: &str) -> (&'a Node, &'a Node) {
     let answers: Vec<(u16, Option<String>)> = nodes.iter().map(|n| n.describe(title)).collect();
     let homes: Vec<usize> = (0..nodes.len()).filter(|&i| answers[i].0 == 200).collect();
     assert_eq!(homes.len(), 1, "one home node: {answers:?}");
@@ -315,4 +336,111 @@ fn a_static_peer_list_without_etcd_sends_each_title_home_and_leaves_a_dead_peer_
     home_and_entry(&left, "clip.ts");
     let entry = left.iter().find(|n| n.ip == entry_ip).unwrap();
     ffmpeg_receives_every_frame_at(&entry.rtsp("clip.ts"), "udp", "after a static peer died");
+}
+
+/// A DESCRIBE over TLS (Python's ssl, verifying `ca` and the address):
+/// its status and `Location`.
+fn describe_over_tls(url: &str, ca: &Path) -> (u16, Option<String>) {
+    let authority = url
+        .strip_prefix("rtsps://")
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let (host, port) = authority.split_once(':').unwrap();
+    let script = "import socket, ssl, sys\n\
+        host, port, url, ca = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]\n\
+        ctx = ssl.create_default_context(cafile=ca)\n\
+        s = ctx.wrap_socket(socket.create_connection((host, port), timeout=5), server_hostname=host)\n\
+        s.sendall(f'DESCRIBE {url} RTSP/1.0\\r\\nCSeq: 1\\r\\n\\r\\n'.encode())\n\
+        got = b''\n\
+        while b'\\r\\n\\r\\n' not in got:\n    c = s.recv(4096)\n    if not c: break\n    got += c\n\
+        print(got.decode())\n";
+    let mut c = Command::new("python3");
+    c.args(["-c", script, host, port, url]).arg(ca);
+    let out = run_bounded(c, Duration::from_secs(10));
+    assert!(out.status.success(), "DESCRIBE {url}: {}", out.stderr);
+    status_and_location(&String::from_utf8_lossy(&out.stdout))
+}
+
+#[test]
+fn over_tls_a_title_is_sent_to_its_home_nodes_tls_urls() {
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cert = Command::new(env!("CARGO_BIN_EXE_fjord"));
+    cert.args([
+        "cert",
+        "--name",
+        "127.0.0.1",
+        "--name",
+        "127.0.0.2",
+        "--out",
+    ])
+    .arg(dir.path());
+    let out = run_bounded(cert, Duration::from_secs(30));
+    assert!(out.status.success(), "fjord cert: {}", out.stderr);
+    let tls = String::from_utf8(out.stdout).unwrap();
+    let ca = dir.path().join("cert.pem");
+    let lines = format!(
+        "cluster_etcd = [\"{}\"]\ncluster_ttl_s = 2\nrtsps_port = 0\n{tls}",
+        etcd.url
+    );
+    let nodes: Vec<Node> = (1..=2)
+        .map(|n| Node::start(n, free_port(), 0, &lines))
+        .collect();
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_members(&all, 2, Duration::from_secs(10));
+    let (home, entry) = home_and_entry(&all, "clip.ts");
+    // The home node's record carries its TLS URLs.
+    let record = &entry.cluster()["others"][0];
+    assert_eq!(record["rtsps"], home.rtsps("").trim_end_matches('/'));
+    assert_eq!(record["https"], home.https("").trim_end_matches('/'));
+
+    // HTTPS at the entry: 302 to the home's https:// URL, which curl
+    // follows (the certificate checked) to the file, bit-exact.
+    let playlist = "clip.ts/index.m3u8";
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-D",
+        "-",
+        "--max-time",
+        "10",
+        "--cacert",
+    ])
+    .arg(&ca)
+    .arg(entry.https(playlist));
+    let head = run_bounded(c, Duration::from_secs(15));
+    let moved = status_and_location(&String::from_utf8_lossy(&head.stdout));
+    assert_eq!(moved, (302, Some(home.https(playlist))), "{}", head.stderr);
+    let got = dir.path().join("clip.ts");
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "-f",
+        "-L",
+        "--proto-redir",
+        "=https",
+        "--max-time",
+        "15",
+    ])
+    .arg("--cacert")
+    .arg(&ca)
+    .arg("-o")
+    .arg(&got)
+    .arg(entry.https("clip.ts"));
+    let out = run_bounded(c, Duration::from_secs(20));
+    assert!(out.status.success(), "curl: {}", out.stderr);
+    assert!(
+        std::fs::read(&got).unwrap() == clip_bytes(),
+        "HTTPS through a redirect"
+    );
+
+    // RTSPS at the entry: 302 to the home's rtsps:// URL; ffmpeg follows.
+    let moved = describe_over_tls(&entry.rtsps("clip.ts"), &ca);
+    assert_eq!(moved, (302, Some(home.rtsps("clip.ts"))));
+    assert_eq!(describe_over_tls(&home.rtsps("clip.ts"), &ca).0, 200);
+    ffmpeg_receives_every_frame_at(&entry.rtsps("clip.ts"), "tcp", "rtsps through a redirect");
 }

@@ -12,6 +12,7 @@ mod browser;
 mod cli;
 mod client;
 mod cluster;
+mod cluster_limits;
 mod common;
 mod containers;
 mod disk_errors;
