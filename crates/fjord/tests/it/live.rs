@@ -4,13 +4,17 @@
 //! MD5 with the published file's, from the join point on); publishing
 //! needs a `publish` rule (401/403 otherwise, 405 on an open server); a
 //! second publisher to a path in use is refused with the reason; a
-//! publisher gone silent ends its stream; SDP limits answer 413/453.
+//! publisher gone silent ends its stream; SDP limits answer 413/453. A
+//! publisher killed and replaced within `live_grace_s` continues its
+//! viewers' stream (ffmpeg decodes every frame of both; our own client sees
+//! no sequence gap and a timestamp jump of the outage); past the grace the
+//! viewers get RTCP BYE.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use md5::Digest;
 
@@ -81,9 +85,15 @@ fn assert_every_frame_from_a_key_frame(got: &[String], min: usize, what: &str) {
 
 /// ffmpeg publishing the source in real time to `url` over `transport`.
 fn publish(url: &str, transport: &str) -> Child {
+    publish_with(url, transport, &[])
+}
+
+/// [`publish`] with output options `extra` (e.g. `-t 4`).
+fn publish_with(url: &str, transport: &str, extra: &[&str]) -> Child {
     Command::new("ffmpeg")
         .args(["-nostdin", "-v", "error", "-re", "-i"])
         .arg(source())
+        .args(extra)
         .args([
             "-c",
             "copy",
@@ -250,8 +260,9 @@ fn publishing_needs_a_publish_rule() {
 
 #[test]
 fn a_second_publisher_is_refused_and_a_silent_one_ends_its_stream() {
+    // No grace: a silent publisher's stream ends at once.
     let server = Server::start(&format!(
-        "live_max_sdp_bytes = 400\nlive_max_tracks = 1\n{USERS}"
+        "live_grace_s = 0\nlive_max_sdp_bytes = 400\nlive_max_tracks = 1\n{USERS}"
     ));
     let mut first = TcpStream::connect(server.addr()).unwrap();
     let reply = exchange(&mut first, &announce(&server, "open/a", SDP));
@@ -308,4 +319,147 @@ fn a_second_publisher_is_refused_and_a_silent_one_ends_its_stream() {
     let reply = exchange(&mut third, &announce(&server, "open/a", SDP));
     assert_eq!(status_of(&reply), Some(200), "{reply}");
     drop(first);
+}
+
+/// Our own viewer of the video track at `url`, interleaved: every packet
+/// and RTCP packet until the server's BYE (or `limit`).
+fn capture_video(url: &str, limit: Duration) -> fjord_client::Capture {
+    let mut c = fjord_client::RtspClient::connect(url).unwrap();
+    let d = c.describe().unwrap();
+    c.setup_tcp(&d.track_urls[0]).unwrap();
+    c.play(None).unwrap();
+    fjord_client::capture(&mut c, limit, limit, None).unwrap()
+}
+
+/// Waits until the log holds `needle` `n` times.
+fn wait_for_count(server: &Server, needle: &str, n: usize, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while server.log_text().matches(needle).count() < n {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_publisher_back_within_the_grace_continues_its_viewers_stream() {
+    let server = Server::start(&format!("live_grace_s = 5\n{USERS}"));
+    let url = with(&server, "pub:secret", "live/again");
+    let mut first = publish(&url, "tcp");
+    server.wait_for_log("live stream recording", Duration::from_secs(20));
+    let own = std::thread::spawn({
+        let url = server.url("live/again");
+        move || capture_video(&url, Duration::from_secs(18))
+    });
+    let viewer = server.url("live/again");
+    let ffmpeg = std::thread::spawn(move || {
+        decoded_md5s(
+            &viewer,
+            &["-rtsp_transport", "udp"],
+            Duration::from_secs(20),
+        )
+    });
+    // The viewers get about two seconds of the first publisher; then it
+    // dies without a word, and another takes its place a moment later.
+    std::thread::sleep(Duration::from_millis(2500));
+    first.kill().unwrap();
+    let _ = first.wait();
+    server.wait_for_log("live stream held", Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(500));
+    let second = publish_with(&url, "tcp", &["-t", "4"]);
+    server.wait_for_log("continued by a new publisher", Duration::from_secs(10));
+    wait_for_count(&server, "live stream recording", 2, Duration::from_secs(10));
+    let out = second.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // ffmpeg decoded a run of the first publisher's frames from a key
+    // frame, then every frame of the second (its four seconds from the
+    // start), at most one frame cut short by the kill in between; frames
+    // out of time order would have been dropped (`-f framemd5` drops a
+    // frame not after the one before).
+    let got = ffmpeg.join().unwrap();
+    let src = source_md5s();
+    let second_at = (got.iter())
+        .rposition(|m| *m == src[0])
+        .unwrap_or_else(|| panic!("no frame of the second publisher in {} frames", got.len()));
+    assert_every_frame_from_a_key_frame(
+        &got[..second_at.saturating_sub(1)],
+        20,
+        "the first publisher",
+    );
+    let first_run = (got
+        .iter()
+        .zip(&src[src.iter().position(|m| *m == got[0]).unwrap()..]))
+    .take_while(|(a, b)| a == b)
+    .count();
+    assert!(
+        second_at - first_run <= 1,
+        "{} frames between the publishers",
+        second_at - first_run
+    );
+    assert_eq!(
+        &got[second_at..],
+        &src[..got.len() - second_at],
+        "the second publisher's frames"
+    );
+    assert!(
+        got.len() - second_at >= 90,
+        "only {} frames of the second publisher",
+        got.len() - second_at
+    );
+
+    // Our client: one SSRC, sequence numbers without a gap, and at the
+    // outage a timestamp step of the time between the packets (90 kHz).
+    let cap = own.join().unwrap();
+    assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
+    let p = &cap.packets;
+    assert!(p.len() > 120, "{} packets", p.len());
+    assert!(p.iter().all(|x| x.ssrc == p[0].ssrc), "the SSRC changed");
+    for w in p.windows(2) {
+        assert_eq!(w[1].seq, w[0].seq.wrapping_add(1), "a sequence gap");
+    }
+    let (at, gap) = (p.windows(2).enumerate())
+        .map(|(i, w)| (i, w[1].arrival - w[0].arrival))
+        .max_by_key(|(_, g)| *g)
+        .unwrap();
+    assert!(gap >= Duration::from_millis(400), "no outage seen: {gap:?}");
+    let step = p[at + 1].rtp_ts.wrapping_sub(p[at].rtp_ts) as f64 / 90_000.0;
+    let gap = gap.as_secs_f64();
+    assert!(
+        (step - gap).abs() < 0.5,
+        "timestamps stepped {step:.3} s over a {gap:.3} s outage"
+    );
+}
+
+#[test]
+fn a_publisher_gone_past_the_grace_ends_its_viewers_with_bye() {
+    let server = Server::start(&format!("live_grace_s = 1\n{USERS}"));
+    let url = with(&server, "pub:secret", "live/gone");
+    let mut p = publish(&url, "udp");
+    server.wait_for_log("live stream recording", Duration::from_secs(20));
+    let own = std::thread::spawn({
+        let url = server.url("live/gone");
+        move || capture_video(&url, Duration::from_secs(12))
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    p.kill().unwrap();
+    let killed = Instant::now();
+    let _ = p.wait();
+    let cap = own.join().unwrap();
+    assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
+    assert!(cap.packets.len() > 20, "{} packets", cap.packets.len());
+    let bye = cap.rtcp.iter().find(|r| r.is_bye()).unwrap().arrival;
+    // Held a grace (1 s, checked each second), then ended.
+    let after = bye.saturating_duration_since(killed);
+    assert!(
+        (Duration::from_millis(900)..Duration::from_secs(5)).contains(&after),
+        "BYE {after:?} after the kill"
+    );
+    server.wait_for_log(
+        "no publisher continued it within live_grace_s",
+        Duration::from_secs(2),
+    );
 }

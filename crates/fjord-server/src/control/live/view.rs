@@ -256,7 +256,7 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
         let first = backlog
             .first()
             .map(|p| header_of(p))
-            .or(t.last.map(|(s, ts)| (s.wrapping_add(1), ts)));
+            .or(t.renumber.last().map(|(s, ts)| (s.wrapping_add(1), ts)));
         if let Some((seq, ts)) = first {
             infos.push(format!(
                 "url=trackID={};seq={};rtptime={}",
