@@ -463,3 +463,78 @@ fn a_publisher_gone_past_the_grace_ends_its_viewers_with_bye() {
         Duration::from_secs(2),
     );
 }
+
+/// Packets `rx` gets from now for `d` (not those queued before).
+fn received_for(rx: &mut fjord_client::UdpReceiver, d: Duration) -> usize {
+    let start = Instant::now();
+    let end = start + d;
+    let mut n = 0;
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        if let Some(fjord_client::Event::Rtp(p)) = rx.recv(left) {
+            n += usize::from(p.arrival >= start);
+        }
+    }
+    n
+}
+
+#[test]
+fn a_live_viewer_silent_for_the_session_timeout_is_ended() {
+    let server = Server::start(&format!("session_timeout_s = 2\n{USERS}"));
+    let mut p = publish(&with(&server, "pub:secret", "live/quiet"), "tcp");
+    server.wait_for_log("live stream recording", Duration::from_secs(20));
+    let url = server.url("live/quiet");
+    let viewer = || {
+        let mut c = fjord_client::RtspClient::connect(&url).unwrap();
+        let d = c.describe().unwrap();
+        (c, d.track_urls[0].clone())
+    };
+    // Three viewers: one says nothing, one sends RTCP over UDP, one RTCP
+    // in `$` frames; none sends a request after PLAY.
+    let (mut quiet, track) = viewer();
+    let (_, mut quiet_rx) = quiet.setup_udp(&track).unwrap();
+    quiet.play(None).unwrap();
+    let (mut udp, track) = viewer();
+    let (_, udp_rx) = udp.setup_udp(&track).unwrap();
+    udp.play(None).unwrap();
+    let (mut tcp, track) = viewer();
+    tcp.setup_tcp(&track).unwrap();
+    tcp.play(None).unwrap();
+    let rr = [0x80, 201, 0, 1, 0, 0, 0, 7];
+    let mut rr_frame = vec![b'$', 1, 0, rr.len() as u8];
+    rr_frame.extend_from_slice(&rr);
+    let started = Instant::now();
+    let talker = std::thread::spawn(move || {
+        while started.elapsed() < Duration::from_millis(5500) {
+            udp_rx.send_receiver_report().unwrap();
+            tcp.send_raw(&rr_frame).unwrap();
+            // Read what came, so the connection never fills.
+            while let Ok(Some(_)) = tcp.recv_interleaved(Duration::from_millis(1)) {}
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        (udp_rx, tcp)
+    });
+    assert!(received_for(&mut quiet_rx, Duration::from_secs(1)) > 0);
+    // 2 s without a word, checked each second: ended by 4 s after PLAY.
+    server.wait_for_log("live viewer timed out", Duration::from_secs(5));
+    // Its session is gone, and its packets stop.
+    let r = quiet.keepalive();
+    assert_eq!(
+        r.as_ref().err().and_then(|e| e.status()),
+        Some(454),
+        "{r:?}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(received_for(&mut quiet_rx, Duration::from_millis(800)), 0);
+    let (mut udp_rx, mut tcp) = talker.join().unwrap();
+    assert_eq!(
+        server.log_text().matches("live viewer timed out").count(),
+        1
+    );
+    assert!(received_for(&mut udp_rx, Duration::from_millis(500)) > 0);
+    assert!(matches!(
+        tcp.recv_interleaved(Duration::from_secs(1)),
+        Ok(Some(fjord_client::Event::Rtp(_)))
+    ));
+    let _ = p.kill();
+    let _ = p.wait();
+}

@@ -102,8 +102,8 @@ impl Live {
 }
 
 /// Lets publishers' UDP tasks reach the server; every second, streams
-/// whose publisher went silent (`live_timeout_s`) lose it, and those held
-/// past their grace end.
+/// whose publisher went silent (`live_timeout_s`) lose it, those held
+/// past their grace end, and viewers silent for `session_timeout_s` go.
 pub(crate) fn start(server: &Arc<Server>) {
     let _ = server.live.server.set(Arc::downgrade(server));
     let weak = Arc::downgrade(server);
@@ -129,6 +129,7 @@ pub(crate) fn start(server: &Arc<Server>) {
             for id in expired {
                 end(&server, id, "no publisher continued it within live_grace_s");
             }
+            view::expire_idle(&server, now);
         }
     });
 }
@@ -168,9 +169,11 @@ pub(crate) fn answer(
     }
 }
 
-/// A `$` frame on connection `conn`: taken when it is a publisher's.
+/// A `$` frame on connection `conn`: taken when it is a publisher's, or
+/// RTCP of a live viewer.
 pub(crate) fn on_interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8]) -> bool {
     intake::interleaved(server, conn, channel, payload)
+        || view::interleaved_rtcp(server, conn, channel, payload)
 }
 
 /// The packets connection `conn`'s publisher sent since the last call go
@@ -269,7 +272,13 @@ fn end(server: &Server, id: u64, why: &str) {
     if let Some(paths) = state.paths.as_mut() {
         paths.release(&stream.path, id);
     }
-    state.viewers.retain(|_, v| v.stream != id);
+    state.viewers.retain(|_, v| {
+        let watches = v.stream == id;
+        if watches {
+            v.stop_reading();
+        }
+        !watches
+    });
     drop(state);
     for task in &stream.tasks {
         task.abort();
