@@ -7,8 +7,9 @@
 //! publisher gone silent ends its stream; SDP limits answer 413/453. A
 //! publisher killed and replaced within `live_grace_s` continues its
 //! viewers' stream (ffmpeg decodes every frame of both; our own client sees
-//! no sequence gap and a timestamp jump of the outage); past the grace the
-//! viewers get RTCP BYE.
+//! no sequence gap and a timestamp jump of the outage); past the grace, or
+//! when the new publisher announces other media, the viewers get RTCP BYE.
+//! A viewer silent (no request, no RTCP) for `session_timeout_s` is ended.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -537,4 +538,62 @@ fn a_live_viewer_silent_for_the_session_timeout_is_ended() {
     ));
     let _ = p.kill();
     let _ = p.wait();
+}
+
+/// ANNOUNCE, SETUP (interleaved) and RECORD of `sdp` at `path` on `s`.
+fn publish_by_hand(server: &Server, s: &mut TcpStream, path: &str, sdp: &str) {
+    let reply = exchange(s, &announce(server, path, sdp));
+    assert_eq!(status_of(&reply), Some(200), "{reply}");
+    let setup = format!(
+        "SETUP {}/streamid=0 RTSP/1.0\r\nCSeq: 2\r\nTransport: RTP/AVP/TCP;unicast;interleaved=0-1;mode=record\r\n\r\n",
+        server.url(path)
+    );
+    let reply = exchange(s, &setup);
+    assert_eq!(status_of(&reply), Some(200), "{reply}");
+    let session = (reply.lines())
+        .find_map(|l| l.strip_prefix("Session: "))
+        .and_then(|v| v.split(';').next())
+        .unwrap()
+        .to_owned();
+    let record = format!(
+        "RECORD {} RTSP/1.0\r\nCSeq: 3\r\nSession: {session}\r\n\r\n",
+        server.url(path)
+    );
+    assert_eq!(status_of(&exchange(s, &record)), Some(200));
+}
+
+#[test]
+fn a_publisher_of_other_media_ends_a_held_stream() {
+    let server = Server::start(&format!("live_grace_s = 30\n{USERS}"));
+    let mut first = TcpStream::connect(server.addr()).unwrap();
+    publish_by_hand(&server, &mut first, "open/h", SDP);
+    let mut viewer = fjord_client::RtspClient::connect(&server.url("open/h")).unwrap();
+    let d = viewer.describe().unwrap();
+    viewer.setup_tcp(&d.track_urls[0]).unwrap();
+    viewer.play(None).unwrap();
+    drop(first);
+    server.wait_for_log("live stream held", Duration::from_secs(5));
+    // Held, it is still described.
+    let mut second = TcpStream::connect(server.addr()).unwrap();
+    let describe = format!(
+        "DESCRIBE {} RTSP/1.0\r\nCSeq: 1\r\n\r\n",
+        server.url("open/h")
+    );
+    assert_eq!(status_of(&exchange(&mut second, &describe)), Some(200));
+    // H.265 where H.264 was: the viewer cannot decode it, so it gets BYE
+    // and the new publisher a new stream.
+    publish_by_hand(&server, &mut second, "open/h", &SDP.replace("H264", "H265"));
+    let cap = fjord_client::capture(
+        &mut viewer,
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+        None,
+    )
+    .unwrap();
+    assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
+    server.wait_for_log(
+        "live stream ended: the new publisher announced other formats",
+        Duration::from_secs(2),
+    );
+    assert!(!server.log_text().contains("continued by a new publisher"));
 }
