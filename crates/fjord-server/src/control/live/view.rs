@@ -207,7 +207,8 @@ type Made = (Output, Option<[u8; 2]>, String);
 
 /// Starts reading the RTCP of viewer session `id` arriving on `output`'s
 /// RTCP socket (UDP; `None` for interleaved, or when the socket cannot be
-/// shared: the viewer then lives on its requests alone).
+/// shared or there is no runtime: the viewer then lives on its requests
+/// alone).
 fn read_rtcp(server: &Server, id: &str, output: &Output) -> Option<tokio::task::AbortHandle> {
     let Output::Udp {
         rtcp, rtcp_peer, ..
@@ -215,12 +216,17 @@ fn read_rtcp(server: &Server, id: &str, output: &Output) -> Option<tokio::task::
     else {
         return None;
     };
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
     let socket = rtcp.socket().try_clone().ok()?;
     socket.set_nonblocking(true).ok()?;
     let socket = tokio::net::UdpSocket::from_std(socket.into()).ok()?;
     let weak = (server.live.server.get().cloned()).unwrap_or_default();
     let (id, from) = (id.to_owned(), rtcp_peer.ip());
-    Some(tokio::spawn(rtcp_reader(weak, id, from, socket)).abort_handle())
+    Some(
+        runtime
+            .spawn(rtcp_reader(weak, id, from, socket))
+            .abort_handle(),
+    )
 }
 
 /// Reads a UDP viewer's RTCP while it watches: a compound packet from its
