@@ -360,13 +360,14 @@ fn a_publisher_back_within_the_grace_continues_its_viewers_stream() {
         )
     });
     // The viewers get about two seconds of the first publisher; then it
-    // dies without a word, and another takes its place a moment later.
+    // dies without a word, and another (over UDP, where the first sent
+    // interleaved) takes its place a moment later.
     std::thread::sleep(Duration::from_millis(2500));
     first.kill().unwrap();
     let _ = first.wait();
     server.wait_for_log("live stream held", Duration::from_secs(5));
     std::thread::sleep(Duration::from_millis(500));
-    let second = publish_with(&url, "tcp", &["-t", "4"]);
+    let second = publish_with(&url, "udp", &["-t", "4"]);
     server.wait_for_log("continued by a new publisher", Duration::from_secs(10));
     wait_for_count(&server, "live stream recording", 2, Duration::from_secs(10));
     let out = second.wait_with_output().unwrap();
