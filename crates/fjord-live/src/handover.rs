@@ -18,9 +18,10 @@ pub fn hold(now: Instant, grace: Duration) -> Option<Instant> {
 }
 
 /// Whether `new` may continue the stream `old` described: its viewers set
-/// their decoders up from `old`'s media descriptions (formats, clock rates,
-/// parameter sets), so they must be the same, byte for byte; `Err` says why
-/// not.
+/// their decoders up from `old`'s formats (`m=`, `a=rtpmap`, `a=fmtp`: clock
+/// rates, parameter sets), so they must be the same, byte for byte; the
+/// rest (session lines, bandwidths, SSRC and CNAME attributes) may change.
+/// `Err` says why not.
 pub fn continues(old: &Announced, new: &Announced) -> Result<(), &'static str> {
     if old.tracks.len() != new.tracks.len() {
         return Err("the new publisher announced another number of tracks");
@@ -32,19 +33,19 @@ pub fn continues(old: &Announced, new: &Announced) -> Result<(), &'static str> {
     if !old.tracks.iter().zip(&new.tracks).all(same_track) {
         return Err("the new publisher announced other formats");
     }
-    if media_sections(&old.viewer_sdp) != media_sections(&new.viewer_sdp) {
+    if !decoder_lines(&old.viewer_sdp).eq(decoder_lines(&new.viewer_sdp)) {
         return Err("the new publisher announced other media parameters");
     }
     Ok(())
 }
 
-/// The SDP from its first media section on (the session lines before it
-/// name the publisher's tool and session, which may change freely).
-fn media_sections(sdp: &str) -> &str {
-    match sdp.find("\r\nm=").or_else(|| sdp.find("\nm=")) {
-        Some(at) => &sdp[at..],
-        None => "",
-    }
+/// The lines of an SDP a decoder is set up from.
+fn decoder_lines(sdp: &str) -> impl Iterator<Item = &str> {
+    (sdp.lines().map(str::trim_end)).filter(|l| {
+        ["m=", "a=rtpmap:", "a=fmtp:"]
+            .iter()
+            .any(|k| l.starts_with(k))
+    })
 }
 
 /// One track's numbering as viewers see it, across publishers: the
@@ -136,7 +137,11 @@ mod tests {
         let renamed = FFMPEG
             .replace("s=No Name", "s=Camera")
             .replace("o=- 0 0", "o=- 77 1")
-            .replace("streamid=", "track");
+            .replace("streamid=", "track")
+            .replace(
+                "a=rtpmap:97",
+                "b=AS:128\r\na=ssrc:1234 cname:cam\r\na=rtpmap:97",
+            );
         assert_eq!(continues(&old, &announced(&renamed)), Ok(()));
         let other_sps = FFMPEG.replace("aOvjyyLA", "aOvjyyLB");
         assert!(continues(&old, &announced(&other_sps)).is_err());
