@@ -11,6 +11,10 @@
 //!   joins is sent first, within a byte budget.
 //! - [`publish`]: a publishing session's steps (ANNOUNCE, SETUP of each
 //!   track with `mode=record`, RECORD) and the paths in use.
+//! - [`handover`]: a stream whose publisher went, held for the next one
+//!   (`live_grace_s`): whether a new ANNOUNCE continues it, and the
+//!   renumbering that keeps its viewers' sequence numbers and timestamps
+//!   continuous (instants are given, never read from a clock).
 //!
 //! The contract: no sockets, clocks or threads; nothing panics on any
 //! input; every buffer is bounded by a [`Limits`] field. The server holds
@@ -18,6 +22,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod handover;
 pub mod keyframe;
 pub mod publish;
 pub mod ring;

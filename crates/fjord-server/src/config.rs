@@ -72,6 +72,10 @@ pub struct Config {
     /// A live stream whose publisher sent nothing for this long ends
     /// (`docs/live.md`).
     pub live_timeout_s: u64,
+    /// A live stream whose publisher went (connection closed, or silent for
+    /// `live_timeout_s`) is held this long for a publisher to continue it;
+    /// 0: it ends at once.
+    pub live_grace_s: u64,
     /// Live streams at once (publishers).
     pub live_max_streams: usize,
     /// An ANNOUNCE body's bytes.
@@ -271,6 +275,7 @@ impl Default for Config {
             max_header_bytes: 16 * 1024,
             max_body_bytes: 64 * 1024,
             live_timeout_s: 10,
+            live_grace_s: 10,
             live_max_streams: 64,
             live_max_sdp_bytes: 16 * 1024,
             live_max_tracks: 8,
@@ -520,6 +525,10 @@ impl Config {
         }
         if self.live_timeout_s == 0 || !(12..=65_535).contains(&self.live_max_packet_bytes) {
             return bad("live_timeout_s must be at least 1, live_max_packet_bytes 12 to 65535");
+        }
+        // Viewers of a held stream wait in memory: bounded like the other live limits.
+        if self.live_grace_s > 300 {
+            return bad("live_grace_s must be at most 300");
         }
         if self.max_header_bytes < 256 {
             return bad("max_header_bytes must be at least 256");
@@ -855,6 +864,7 @@ mod tests {
         assert_eq!(c.max_body_bytes, 65536);
         let caps = (c.max_sessions_per_connection, c.max_sessions_per_address);
         assert_eq!((caps, c.multicast), ((16, 128), false));
+        assert_eq!((c.live_timeout_s, c.live_grace_s), (10, 10));
         c.validate().unwrap();
     }
 
@@ -877,6 +887,10 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("fec = \"12\"").unwrap();
         assert!(c.validate().is_err());
+        let c: Config = toml::from_str("live_grace_s = 301").unwrap();
+        assert!(c.validate().is_err());
+        let c: Config = toml::from_str("live_grace_s = 0").unwrap();
+        c.validate().unwrap();
         let c: Config = toml::from_str("fec = \"off\"").unwrap();
         assert_eq!(c.fec(), fjord_fec::FecChoice::Off);
         let c: Config = toml::from_str("udp_sockets = \"pooled\"").unwrap();

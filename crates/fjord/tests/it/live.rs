@@ -4,13 +4,18 @@
 //! MD5 with the published file's, from the join point on); publishing
 //! needs a `publish` rule (401/403 otherwise, 405 on an open server); a
 //! second publisher to a path in use is refused with the reason; a
-//! publisher gone silent ends its stream; SDP limits answer 413/453.
+//! publisher gone silent ends its stream; SDP limits answer 413/453. A
+//! publisher killed and replaced within `live_grace_s` continues its
+//! viewers' stream (ffmpeg decodes every frame of both; our own client sees
+//! no sequence gap and a timestamp jump of the outage); past the grace, or
+//! when the new publisher announces other media, the viewers get RTCP BYE.
+//! A viewer silent (no request, no RTCP) for `session_timeout_s` is ended.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use md5::Digest;
 
@@ -81,9 +86,15 @@ fn assert_every_frame_from_a_key_frame(got: &[String], min: usize, what: &str) {
 
 /// ffmpeg publishing the source in real time to `url` over `transport`.
 fn publish(url: &str, transport: &str) -> Child {
+    publish_with(url, transport, &[])
+}
+
+/// [`publish`] with output options `extra` (e.g. `-t 4`).
+fn publish_with(url: &str, transport: &str, extra: &[&str]) -> Child {
     Command::new("ffmpeg")
         .args(["-nostdin", "-v", "error", "-re", "-i"])
         .arg(source())
+        .args(extra)
         .args([
             "-c",
             "copy",
@@ -250,8 +261,9 @@ fn publishing_needs_a_publish_rule() {
 
 #[test]
 fn a_second_publisher_is_refused_and_a_silent_one_ends_its_stream() {
+    // No grace: a silent publisher's stream ends at once.
     let server = Server::start(&format!(
-        "live_max_sdp_bytes = 400\nlive_max_tracks = 1\n{USERS}"
+        "live_grace_s = 0\nlive_max_sdp_bytes = 400\nlive_max_tracks = 1\n{USERS}"
     ));
     let mut first = TcpStream::connect(server.addr()).unwrap();
     let reply = exchange(&mut first, &announce(&server, "open/a", SDP));
@@ -308,4 +320,287 @@ fn a_second_publisher_is_refused_and_a_silent_one_ends_its_stream() {
     let reply = exchange(&mut third, &announce(&server, "open/a", SDP));
     assert_eq!(status_of(&reply), Some(200), "{reply}");
     drop(first);
+}
+
+/// Our own viewer of the video track at `url`, interleaved: every packet
+/// and RTCP packet until the server's BYE (or `limit`).
+fn capture_video(url: &str, limit: Duration) -> fjord_client::Capture {
+    let mut c = fjord_client::RtspClient::connect(url).unwrap();
+    let d = c.describe().unwrap();
+    c.setup_tcp(&d.track_urls[0]).unwrap();
+    c.play(None).unwrap();
+    fjord_client::capture(&mut c, limit, limit, None).unwrap()
+}
+
+/// Waits until the log holds `needle` `n` times.
+fn wait_for_count(server: &Server, needle: &str, n: usize, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while server.log_text().matches(needle).count() < n {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_publisher_back_within_the_grace_continues_its_viewers_stream() {
+    let server = Server::start(&format!("live_grace_s = 5\n{USERS}"));
+    let url = with(&server, "pub:secret", "live/again");
+    let mut first = publish(&url, "tcp");
+    server.wait_for_log("live stream recording", Duration::from_secs(20));
+    let own = std::thread::spawn({
+        let url = server.url("live/again");
+        move || capture_video(&url, Duration::from_secs(18))
+    });
+    let viewer = server.url("live/again");
+    let ffmpeg = std::thread::spawn(move || {
+        decoded_md5s(
+            &viewer,
+            &["-rtsp_transport", "udp"],
+            Duration::from_secs(20),
+        )
+    });
+    // The viewers get about two seconds of the first publisher; then it
+    // dies without a word, and another (over UDP, where the first sent
+    // interleaved) takes its place a moment later.
+    std::thread::sleep(Duration::from_millis(2500));
+    first.kill().unwrap();
+    let _ = first.wait();
+    server.wait_for_log("live stream held", Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(500));
+    let second = publish_with(&url, "udp", &["-t", "4"]);
+    server.wait_for_log("continued by a new publisher", Duration::from_secs(10));
+    wait_for_count(&server, "live stream recording", 2, Duration::from_secs(10));
+    let out = second.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // ffmpeg decoded a run of the first publisher's frames from a key
+    // frame, then every frame of the second (its four seconds from the
+    // start), at most one frame cut short by the kill in between; frames
+    // out of time order would have been dropped (`-f framemd5` drops a
+    // frame not after the one before).
+    let got = ffmpeg.join().unwrap();
+    let src = source_md5s();
+    let second_at = (got.iter())
+        .rposition(|m| *m == src[0])
+        .unwrap_or_else(|| panic!("no frame of the second publisher in {} frames", got.len()));
+    assert_every_frame_from_a_key_frame(
+        &got[..second_at.saturating_sub(1)],
+        20,
+        "the first publisher",
+    );
+    let first_run = (got
+        .iter()
+        .zip(&src[src.iter().position(|m| *m == got[0]).unwrap()..]))
+    .take_while(|(a, b)| a == b)
+    .count();
+    assert!(
+        second_at - first_run <= 1,
+        "{} frames between the publishers",
+        second_at - first_run
+    );
+    assert_eq!(
+        &got[second_at..],
+        &src[..got.len() - second_at],
+        "the second publisher's frames"
+    );
+    assert!(
+        got.len() - second_at >= 90,
+        "only {} frames of the second publisher",
+        got.len() - second_at
+    );
+
+    // Our client: one SSRC, sequence numbers without a gap, and at the
+    // outage a timestamp step of the time between the packets (90 kHz).
+    let cap = own.join().unwrap();
+    assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
+    let p = &cap.packets;
+    assert!(p.len() > 120, "{} packets", p.len());
+    assert!(p.iter().all(|x| x.ssrc == p[0].ssrc), "the SSRC changed");
+    for w in p.windows(2) {
+        assert_eq!(w[1].seq, w[0].seq.wrapping_add(1), "a sequence gap");
+    }
+    let (at, gap) = (p.windows(2).enumerate())
+        .map(|(i, w)| (i, w[1].arrival - w[0].arrival))
+        .max_by_key(|(_, g)| *g)
+        .unwrap();
+    assert!(gap >= Duration::from_millis(400), "no outage seen: {gap:?}");
+    let step = p[at + 1].rtp_ts.wrapping_sub(p[at].rtp_ts) as f64 / 90_000.0;
+    let gap = gap.as_secs_f64();
+    eprintln!(
+        "outage {gap:.3} s, timestamps stepped {step:.3} s, {} packets",
+        p.len()
+    );
+    assert!(
+        (step - gap).abs() < 0.5,
+        "timestamps stepped {step:.3} s over a {gap:.3} s outage"
+    );
+}
+
+#[test]
+fn a_publisher_gone_past_the_grace_ends_its_viewers_with_bye() {
+    let server = Server::start(&format!("live_grace_s = 1\n{USERS}"));
+    let url = with(&server, "pub:secret", "live/gone");
+    let mut p = publish(&url, "udp");
+    server.wait_for_log("live stream recording", Duration::from_secs(20));
+    let own = std::thread::spawn({
+        let url = server.url("live/gone");
+        move || capture_video(&url, Duration::from_secs(12))
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    p.kill().unwrap();
+    let killed = Instant::now();
+    let _ = p.wait();
+    let cap = own.join().unwrap();
+    assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
+    assert!(cap.packets.len() > 20, "{} packets", cap.packets.len());
+    let bye = cap.rtcp.iter().find(|r| r.is_bye()).unwrap().arrival;
+    // Held a grace (1 s, checked each second), then ended.
+    let after = bye.saturating_duration_since(killed);
+    assert!(
+        (Duration::from_millis(900)..Duration::from_secs(5)).contains(&after),
+        "BYE {after:?} after the kill"
+    );
+    server.wait_for_log(
+        "no publisher continued it within live_grace_s",
+        Duration::from_secs(2),
+    );
+}
+
+/// Packets `rx` gets from now for `d` (not those queued before).
+fn received_for(rx: &mut fjord_client::UdpReceiver, d: Duration) -> usize {
+    let start = Instant::now();
+    let end = start + d;
+    let mut n = 0;
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        if let Some(fjord_client::Event::Rtp(p)) = rx.recv(left) {
+            n += usize::from(p.arrival >= start);
+        }
+    }
+    n
+}
+
+#[test]
+fn a_live_viewer_silent_for_the_session_timeout_is_ended() {
+    // Its connection outlives it long enough to hear the 454.
+    let users = USERS.replace("idle_timeout_s = 4", "idle_timeout_s = 10");
+    let server = Server::start(&format!("session_timeout_s = 2\n{users}"));
+    let mut p = publish(&with(&server, "pub:secret", "live/quiet"), "tcp");
+    server.wait_for_log("live stream recording", Duration::from_secs(20));
+    let url = server.url("live/quiet");
+    let viewer = || {
+        let mut c = fjord_client::RtspClient::connect(&url).unwrap();
+        let d = c.describe().unwrap();
+        (c, d.track_urls[0].clone())
+    };
+    // Three viewers: one says nothing, one sends RTCP over UDP, one RTCP
+    // in `$` frames; none sends a request after PLAY.
+    let (mut quiet, track) = viewer();
+    let (_, mut quiet_rx) = quiet.setup_udp(&track).unwrap();
+    quiet.play(None).unwrap();
+    let (mut udp, track) = viewer();
+    let (_, udp_rx) = udp.setup_udp(&track).unwrap();
+    udp.play(None).unwrap();
+    let (mut tcp, track) = viewer();
+    tcp.setup_tcp(&track).unwrap();
+    tcp.play(None).unwrap();
+    let rr = [0x80, 201, 0, 1, 0, 0, 0, 7];
+    let mut rr_frame = vec![b'$', 1, 0, rr.len() as u8];
+    rr_frame.extend_from_slice(&rr);
+    let started = Instant::now();
+    let talker = std::thread::spawn(move || {
+        while started.elapsed() < Duration::from_millis(5500) {
+            udp_rx.send_receiver_report().unwrap();
+            tcp.send_raw(&rr_frame).unwrap();
+            // Read what came, so the connection never fills.
+            while let Ok(Some(_)) = tcp.recv_interleaved(Duration::from_millis(1)) {}
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        (udp_rx, tcp)
+    });
+    assert!(received_for(&mut quiet_rx, Duration::from_secs(1)) > 0);
+    // 2 s without a word, checked each second: ended by 4 s after PLAY.
+    server.wait_for_log("live viewer timed out", Duration::from_secs(5));
+    // Its session is gone, and its packets stop.
+    let r = quiet.keepalive();
+    assert_eq!(
+        r.as_ref().err().and_then(|e| e.status()),
+        Some(454),
+        "{r:?}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(received_for(&mut quiet_rx, Duration::from_millis(800)), 0);
+    let (mut udp_rx, mut tcp) = talker.join().unwrap();
+    assert_eq!(
+        server.log_text().matches("live viewer timed out").count(),
+        1
+    );
+    assert!(received_for(&mut udp_rx, Duration::from_millis(500)) > 0);
+    assert!(matches!(
+        tcp.recv_interleaved(Duration::from_secs(1)),
+        Ok(Some(fjord_client::Event::Rtp(_)))
+    ));
+    let _ = p.kill();
+    let _ = p.wait();
+}
+
+/// ANNOUNCE, SETUP (interleaved) and RECORD of `sdp` at `path` on `s`.
+fn publish_by_hand(server: &Server, s: &mut TcpStream, path: &str, sdp: &str) {
+    let reply = exchange(s, &announce(server, path, sdp));
+    assert_eq!(status_of(&reply), Some(200), "{reply}");
+    let setup = format!(
+        "SETUP {}/streamid=0 RTSP/1.0\r\nCSeq: 2\r\nTransport: RTP/AVP/TCP;unicast;interleaved=0-1;mode=record\r\n\r\n",
+        server.url(path)
+    );
+    let reply = exchange(s, &setup);
+    assert_eq!(status_of(&reply), Some(200), "{reply}");
+    let session = (reply.lines())
+        .find_map(|l| l.strip_prefix("Session: "))
+        .and_then(|v| v.split(';').next())
+        .unwrap()
+        .to_owned();
+    let record = format!(
+        "RECORD {} RTSP/1.0\r\nCSeq: 3\r\nSession: {session}\r\n\r\n",
+        server.url(path)
+    );
+    assert_eq!(status_of(&exchange(s, &record)), Some(200));
+}
+
+#[test]
+fn a_publisher_of_other_media_ends_a_held_stream() {
+    let server = Server::start(&format!("live_grace_s = 30\n{USERS}"));
+    let mut first = TcpStream::connect(server.addr()).unwrap();
+    publish_by_hand(&server, &mut first, "open/h", SDP);
+    let mut viewer = fjord_client::RtspClient::connect(&server.url("open/h")).unwrap();
+    let d = viewer.describe().unwrap();
+    viewer.setup_tcp(&d.track_urls[0]).unwrap();
+    viewer.play(None).unwrap();
+    drop(first);
+    server.wait_for_log("live stream held", Duration::from_secs(5));
+    // Held, it is still described.
+    let mut second = TcpStream::connect(server.addr()).unwrap();
+    let describe = format!(
+        "DESCRIBE {} RTSP/1.0\r\nCSeq: 1\r\n\r\n",
+        server.url("open/h")
+    );
+    assert_eq!(status_of(&exchange(&mut second, &describe)), Some(200));
+    // H.265 where H.264 was: the viewer cannot decode it, so it gets BYE
+    // and the new publisher a new stream.
+    publish_by_hand(&server, &mut second, "open/h", &SDP.replace("H264", "H265"));
+    let cap = fjord_client::capture(
+        &mut viewer,
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+        None,
+    )
+    .unwrap();
+    assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
+    server.wait_for_log(
+        "live stream ended: the new publisher announced other formats",
+        Duration::from_secs(2),
+    );
+    assert!(!server.log_text().contains("continued by a new publisher"));
 }

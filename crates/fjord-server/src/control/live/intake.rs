@@ -1,4 +1,5 @@
-//! A publisher's packets arriving: checked, kept once, handed to the
+//! A publisher's packets arriving: checked, renumbered when a publisher
+//! continues a held stream (`fjord_live::handover`), kept once, handed to the
 //! engine threads with viewers a receive batch at a time (one command per
 //! thread per batch, not per packet). UDP ports are read by a task per
 //! track, which takes what the socket holds, up to [`MAX_BATCH`] packets,
@@ -31,7 +32,8 @@ fn take(
     let Some(stream) = state.streams.get_mut(&id) else {
         return false;
     };
-    stream.last = Instant::now();
+    let now = Instant::now();
+    stream.last = now;
     if !stream.publish.is_recording() {
         return true;
     }
@@ -49,14 +51,30 @@ fn take(
         return true;
     };
     let key = keyframe::starts_key(t.codec, &bytes[header.payload]);
-    t.last = Some((header.seq, header.timestamp));
+    let numbered = (header.seq, header.timestamp);
+    let (seq, ts) = t.renumber.map(numbered, now, t.clock_rate);
     // The one copy fjord keeps: every viewer's send borrows it.
-    let packet: LivePacket = Arc::from(bytes);
+    let packet: LivePacket = match t.renumber.shifts() {
+        true => renumbered(bytes, seq, ts),
+        false => Arc::from(bytes),
+    };
     stream
         .ring
-        .push(track, header.timestamp, key, bytes.len(), packet.clone());
+        .push(track, ts, key, bytes.len(), packet.clone());
     batch.push(packet);
     true
+}
+
+/// `bytes` (a checked RTP packet) with sequence number `seq` and timestamp
+/// `ts`, made in the one copy kept.
+fn renumbered(bytes: &[u8], seq: u16, ts: u32) -> LivePacket {
+    let mut head = [0u8; 12];
+    head.copy_from_slice(&bytes[..12]);
+    head[2..4].copy_from_slice(&seq.to_be_bytes());
+    head[4..8].copy_from_slice(&ts.to_be_bytes());
+    head.into_iter()
+        .chain(bytes[12..].iter().copied())
+        .collect()
 }
 
 /// Hands `batch` (packets of track `track` of stream `id`) to each engine
@@ -89,7 +107,7 @@ fn hand_out(
 pub(super) fn interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8]) -> bool {
     let mut state = server.live.lock();
     let found = state.streams.iter().find_map(|(id, s)| {
-        (s.conn == conn).then_some(())?;
+        (s.conn == Some(conn)).then_some(())?;
         s.tracks.iter().enumerate().find_map(|(i, t)| {
             let c = t.channel?;
             (channel == c || channel == c.wrapping_add(1)).then_some((*id, i, channel == c))
@@ -122,7 +140,7 @@ pub(super) fn interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8
 pub(super) fn hand_out_interleaved(server: &Server, conn: u64) {
     let mut state = server.live.lock();
     let mut batches = vec![];
-    for (&id, s) in state.streams.iter_mut().filter(|(_, s)| s.conn == conn) {
+    for (&id, s) in (state.streams.iter_mut()).filter(|(_, s)| s.conn == Some(conn)) {
         for (track, t) in s.tracks.iter_mut().enumerate() {
             if !t.pending.is_empty() {
                 batches.push(((id, track), std::mem::take(&mut t.pending)));
@@ -135,11 +153,11 @@ pub(super) fn hand_out_interleaved(server: &Server, conn: u64) {
 }
 
 /// Reads track `track` of stream `id` from `socket` until the stream
-/// ends, a batch per wake-up; packets from any address but the
-/// publisher's are dropped.
+/// ends or another publisher continues it, a batch per wake-up; packets
+/// from any address but the publisher's are dropped.
 pub(super) async fn receive(
     server: Weak<Server>,
-    (id, track): (u64, usize),
+    (id, track, publisher): (u64, usize, u64),
     socket: tokio::net::UdpSocket,
     from: IpAddr,
 ) {
@@ -153,6 +171,13 @@ pub(super) async fn receive(
             return;
         };
         let mut state = server.live.lock();
+        if state
+            .streams
+            .get(&id)
+            .is_none_or(|s| s.publisher != publisher)
+        {
+            return;
+        }
         // What the socket holds now, without waiting; the lock is held for
         // the batch so a viewer joins between batches, never inside one.
         for _ in 0..MAX_BATCH {

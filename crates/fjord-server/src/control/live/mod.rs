@@ -6,9 +6,15 @@
 //! each by reference. A viewer joins at the last key frame (the
 //! [`fjord_live::ring::Ring`] of the stream).
 //!
-//! The sans-IO parts (SDP, RTP, key frames, the ring, the publish steps)
-//! are `fjord-live`'s; this module is their I/O: sockets, tasks, the
-//! engine commands, the timeout.
+//! A stream whose publisher went (its connection closed, or it sent nothing
+//! for `live_timeout_s`) is held `live_grace_s` with its viewers: a
+//! publisher that announces the same media there within it continues the
+//! stream, renumbered so that viewers see one stream
+//! ([`fjord_live::handover`]); past it the viewers get RTCP BYE.
+//!
+//! The sans-IO parts (SDP, RTP, key frames, the ring, the publish steps,
+//! the handover) are `fjord-live`'s; this module is their I/O: sockets,
+//! tasks, the engine commands, the timeouts.
 
 mod intake;
 mod publish;
@@ -21,7 +27,7 @@ use std::{
 };
 
 use fjord_engine::{Command, LivePacket};
-use fjord_live::{publish::Paths, ring::Ring, sdp::Codec};
+use fjord_live::{handover::Renumber, publish::Paths, ring::Ring, sdp::Codec};
 use fjord_proto::rtsp::{
     framing::{Method, Request},
     response::Response,
@@ -51,9 +57,12 @@ struct State {
 /// One publisher's stream.
 struct Stream {
     path: String,
-    /// The publisher's RTSP connection and session.
-    conn: u64,
+    /// The publisher's RTSP connection and session; no connection while
+    /// the stream is held for the next publisher.
+    conn: Option<u64>,
     session: String,
+    /// Names the current publisher, for its UDP tasks (a new id for each).
+    publisher: u64,
     publish: fjord_live::publish::Publish,
     tracks: Vec<TrackIn>,
     ring: Ring<LivePacket>,
@@ -66,8 +75,10 @@ struct Stream {
     refused: u64,
     /// The tasks reading its UDP ports, ended with it.
     tasks: Vec<tokio::task::AbortHandle>,
-    /// Why it ends, once that is decided (it ends [`DRAIN`] later).
-    ending: Option<&'static str>,
+    /// Its publisher went: it ends then unless one continues it.
+    held: Option<Instant>,
+    /// Torn down: it ends after [`DRAIN`], never held or continued.
+    torn_down: bool,
 }
 
 /// One track as it arrives.
@@ -75,10 +86,11 @@ struct TrackIn {
     /// The engine's name for the track's packets.
     feed: u64,
     codec: Codec,
+    clock_rate: u32,
     /// The interleaved channel its RTP arrives on (TCP), and RTCP beside it.
     channel: Option<u8>,
-    /// Sequence number and timestamp of its last packet.
-    last: Option<(u16, u32)>,
+    /// Its numbering as viewers see it, across publishers.
+    renumber: Renumber,
     /// Interleaved packets of the current read, not yet handed out.
     pending: Vec<LivePacket>,
 }
@@ -89,8 +101,9 @@ impl Live {
     }
 }
 
-/// Lets publishers' UDP tasks reach the server, and ends streams whose
-/// publisher went silent (`live_timeout_s`), checked every second.
+/// Lets publishers' UDP tasks reach the server; every second, streams
+/// whose publisher went silent (`live_timeout_s`) lose it, those held
+/// past their grace end, and viewers silent for `session_timeout_s` go.
 pub(crate) fn start(server: &Arc<Server>) {
     let _ = server.live.server.set(Arc::downgrade(server));
     let weak = Arc::downgrade(server);
@@ -100,13 +113,23 @@ pub(crate) fn start(server: &Arc<Server>) {
             tick.tick().await;
             let Some(server) = weak.upgrade() else { return };
             let timeout = Duration::from_secs(server.config().live_timeout_s);
-            let silent: Vec<u64> = (server.live.lock().streams.iter())
-                .filter(|(_, s)| s.last.elapsed() >= timeout)
-                .map(|(id, _)| *id)
-                .collect();
-            for id in silent {
-                end(&server, id, "its publisher sent nothing for live_timeout_s");
+            let now = Instant::now();
+            let (mut silent, mut expired) = (Vec::new(), Vec::new());
+            for (&id, s) in server.live.lock().streams.iter() {
+                match s.held {
+                    Some(until) if until <= now => expired.push(id),
+                    Some(_) => {}
+                    None if now.saturating_duration_since(s.last) >= timeout => silent.push(id),
+                    None => {}
+                }
             }
+            for id in silent {
+                lose(&server, id, "its publisher sent nothing for live_timeout_s");
+            }
+            for id in expired {
+                end(&server, id, "no publisher continued it within live_grace_s");
+            }
+            view::expire_idle(&server, now);
         }
     });
 }
@@ -146,9 +169,11 @@ pub(crate) fn answer(
     }
 }
 
-/// A `$` frame on connection `conn`: taken when it is a publisher's.
+/// A `$` frame on connection `conn`: taken when it is a publisher's, or
+/// RTCP of a live viewer.
 pub(crate) fn on_interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8]) -> bool {
     intake::interleaved(server, conn, channel, payload)
+        || view::interleaved_rtcp(server, conn, channel, payload)
 }
 
 /// The packets connection `conn`'s publisher sent since the last call go
@@ -162,14 +187,15 @@ pub(crate) fn hand_out_interleaved(server: &Server, conn: u64) {
 /// a viewer maybe none while it watches).
 pub(crate) fn holds(server: &Server, conn: u64) -> bool {
     let state = server.live.lock();
-    state.streams.values().any(|s| s.conn == conn) || state.viewers.values().any(|v| v.conn == conn)
+    state.streams.values().any(|s| s.conn == Some(conn))
+        || state.viewers.values().any(|v| v.conn == conn)
 }
 
 /// Connection `conn` closed: its streams end, its viewers go.
 pub(crate) fn conn_closed(server: &Server, conn: u64) {
     let (streams, viewers): (Vec<u64>, Vec<String>) = {
         let state = server.live.lock();
-        let streams = state.streams.iter().filter(|(_, s)| s.conn == conn);
+        let streams = state.streams.iter().filter(|(_, s)| s.conn == Some(conn));
         let viewers = state.viewers.iter().filter(|(_, v)| v.conn == conn);
         (
             streams.map(|(id, _)| *id).collect(),
@@ -177,21 +203,21 @@ pub(crate) fn conn_closed(server: &Server, conn: u64) {
         )
     };
     for id in streams {
-        end_soon(server, id, "its publisher's connection closed");
+        lose(server, id, "its publisher's connection closed");
     }
     for id in viewers {
         view::remove(server, &id);
     }
 }
 
-/// How long a stream torn down still takes packets: a UDP publisher's
-/// last packets may be behind its TEARDOWN.
+/// How long a stream whose publisher went still takes its packets: a UDP
+/// publisher's last packets may be behind its TEARDOWN or its close.
 const DRAIN: Duration = Duration::from_millis(100);
 
 /// Ends stream `id` once what its publisher sent before has arrived.
 fn end_soon(server: &Server, id: u64, why: &'static str) {
     if let Some(s) = server.live.lock().streams.get_mut(&id) {
-        s.ending.get_or_insert(why);
+        s.torn_down = true;
     }
     let Some(weak) = server.live.server.get().cloned() else {
         return end(server, id, why);
@@ -204,6 +230,39 @@ fn end_soon(server: &Server, id: u64, why: &'static str) {
     });
 }
 
+/// Stream `id`'s publisher went: the stream is held for `live_grace_s`,
+/// its viewers waiting for a publisher to continue it (its UDP ports read
+/// for [`DRAIN`] more); with no grace it ends.
+fn lose(server: &Server, id: u64, why: &str) {
+    let grace = Duration::from_secs(server.config().live_grace_s);
+    let Some(until) = fjord_live::handover::hold(Instant::now(), grace) else {
+        return end(server, id, why);
+    };
+    let mut state = server.live.lock();
+    let Some(s) = (state.streams.get_mut(&id)).filter(|s| s.held.is_none() && !s.torn_down) else {
+        return;
+    };
+    s.held = Some(until);
+    s.conn = None;
+    // The old publisher's session no longer names the stream.
+    s.session.clear();
+    for t in &mut s.tracks {
+        t.channel = None;
+        t.pending.clear();
+    }
+    let tasks = std::mem::take(&mut s.tasks);
+    tracing::info!(path = s.path, "live stream held for live_grace_s: {why}");
+    drop(state);
+    let abort = move || tasks.iter().for_each(tokio::task::AbortHandle::abort);
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn(async move {
+            tokio::time::sleep(DRAIN).await;
+            abort();
+        })),
+        Err(_) => abort(),
+    }
+}
+
 /// Ends stream `id`: its viewers get RTCP BYE, its path is free again.
 fn end(server: &Server, id: u64, why: &str) {
     let mut state = server.live.lock();
@@ -213,7 +272,13 @@ fn end(server: &Server, id: u64, why: &str) {
     if let Some(paths) = state.paths.as_mut() {
         paths.release(&stream.path, id);
     }
-    state.viewers.retain(|_, v| v.stream != id);
+    state.viewers.retain(|_, v| {
+        let watches = v.stream == id;
+        if watches {
+            v.stop_reading();
+        }
+        !watches
+    });
     drop(state);
     for task in &stream.tasks {
         task.abort();

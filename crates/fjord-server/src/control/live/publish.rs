@@ -1,11 +1,17 @@
-//! The publisher's requests: ANNOUNCE (the stream's SDP, the path taken),
+//! The publisher's requests: ANNOUNCE (the stream's SDP, the path taken,
+//! or a held stream continued),
 //! SETUP with `mode=record` (a track's transport: our UDP ports, or its
 //! interleaved channels), RECORD (packets are taken from now on), and
 //! TEARDOWN or keep-alives of its session.
 
 use std::{collections::BTreeSet, net::IpAddr, time::Instant};
 
-use fjord_live::{publish::Publish, ring::Ring, sdp};
+use fjord_live::{
+    handover,
+    publish::Publish,
+    ring::Ring,
+    sdp::{self, Announced},
+};
 use fjord_proto::rtsp::{
     framing::{Method, Request},
     response::Response,
@@ -28,13 +34,18 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
         Ok(a) => a,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
+    let announced = match take_over(server, conn, &path, announced, now) {
+        Ok(reply) => return reply,
+        Err(announced) => announced,
+    };
     let key_track = announced.tracks.iter().position(|t| t.codec.is_video());
     let tracks = (announced.tracks.iter())
         .map(|t| TrackIn {
             feed: server.next_id(),
             codec: t.codec,
+            clock_rate: t.clock_rate,
             channel: None,
-            last: None,
+            renumber: Default::default(),
             pending: Vec::new(),
         })
         .collect();
@@ -50,8 +61,9 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
         id,
         Stream {
             path: path.clone(),
-            conn: conn.id(),
+            conn: Some(conn.id()),
             session: session.clone(),
+            publisher: server.next_id(),
             publish: Publish::new(announced),
             tracks,
             ring: Ring::new(key_track, limits.max_buffer_bytes),
@@ -60,7 +72,8 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
             limits,
             refused: 0,
             tasks: Vec::new(),
-            ending: None,
+            held: None,
+            torn_down: false,
         },
     );
     tracing::info!(path, conn = conn.id(), "live stream announced");
@@ -69,11 +82,57 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
         .into()
 }
 
+/// An ANNOUNCE at the path of a held stream: of the same media, it
+/// continues the stream (its viewers get this publisher's packets,
+/// renumbered); of other media, the held stream ends (its viewers get BYE)
+/// and the ANNOUNCE takes the path as a new stream (`Err`, with the SDP
+/// back), as it does where no stream is held.
+fn take_over(
+    server: &Server,
+    conn: &dyn Client,
+    path: &str,
+    announced: Announced,
+    now: Instant,
+) -> Result<Reply, Announced> {
+    let mut state = server.live.lock();
+    let Some(id) = state.paths.as_ref().and_then(|p| p.owner(path)) else {
+        return Err(announced);
+    };
+    let Some(stream) = state.streams.get_mut(&id).filter(|s| s.held.is_some()) else {
+        return Err(announced);
+    };
+    if let Err(why) = handover::continues(&stream.publish.announced, &announced) {
+        drop(state);
+        super::end(server, id, why);
+        return Err(announced);
+    }
+    for task in stream.tasks.drain(..) {
+        task.abort();
+    }
+    for t in &mut stream.tracks {
+        t.renumber.next_publisher();
+    }
+    stream.conn = Some(conn.id());
+    stream.session = session_id();
+    stream.publisher = server.next_id();
+    stream.publish = Publish::new(announced);
+    stream.limits = server.config().live_limits();
+    (stream.last, stream.held) = (now, None);
+    tracing::info!(
+        path,
+        conn = conn.id(),
+        "live stream continued by a new publisher"
+    );
+    Ok(Response::new(200)
+        .header("Session", session_header(server, &stream.session))
+        .into())
+}
+
 /// The stream a publisher's request is about: by its session, else (the
 /// first SETUP, before a session) the one it announced at that path.
 fn stream_of(server: &Server, conn: &dyn Client, req: &Request) -> Result<u64, Reply> {
     let state = server.live.lock();
-    let mine = |s: &&Stream| s.conn == conn.id();
+    let mine = |s: &&Stream| s.conn == Some(conn.id());
     let found = match req.session_id() {
         Some(id) => state.streams.iter().find(|(_, s)| s.session == id),
         None => {
@@ -127,7 +186,7 @@ pub(super) fn setup(server: &Server, conn: &mut dyn Client, req: &Request, now: 
             client_rtp,
             client_rtcp,
             ..
-        } => match udp(server, (local, peer), (id, track)) {
+        } => match udp(server, (local, peer), (id, track, stream.publisher)) {
             Ok((port, task)) => {
                 stream.tasks.push(task);
                 format!(
@@ -150,7 +209,7 @@ pub(super) fn setup(server: &Server, conn: &mut dyn Client, req: &Request, now: 
 fn udp(
     server: &Server,
     (local, peer): (IpAddr, IpAddr),
-    track: (u64, usize),
+    track: (u64, usize, u64),
 ) -> std::io::Result<(u16, tokio::task::AbortHandle)> {
     let pair = server.ports.bind(local)?;
     let port = pair.rtp_port;
@@ -198,7 +257,7 @@ pub(super) fn answer(
         .streams
         .iter_mut()
         .find(|(_, s)| s.session == session)?;
-    if stream.conn != conn.id() {
+    if stream.conn != Some(conn.id()) {
         return Some(refuse(454, "that session is not this connection's"));
     }
     stream.last = now;

@@ -1,9 +1,16 @@
 //! Viewers of a live stream: DESCRIBE (the publisher's SDP, rewritten),
 //! SETUP of a track over UDP or TCP, PLAY from the last key frame,
 //! TEARDOWN. The engine sends; this hands it each viewer's output and
-//! numbering, and the packets it joins with.
+//! numbering, and the packets it joins with. A viewer that sends neither
+//! a request nor RTCP for `session_timeout_s` is ended (RFC 2326 §12.37),
+//! as a VOD session is: its UDP RTCP is read by a task per track, its
+//! interleaved RTCP comes with the connection's `$` frames.
 
-use std::net::SocketAddr;
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Weak,
+    time::Instant,
+};
 
 use fjord_engine::{Command, LiveViewer, Output};
 use fjord_proto::rtsp::{
@@ -24,6 +31,23 @@ pub(super) struct Viewing {
     pub stream: u64,
     tracks: Vec<Watched>,
     playing: bool,
+    /// When it last sent a request or RTCP.
+    last: Instant,
+}
+
+impl Viewing {
+    /// Its RTCP is no longer read (it ended), so its sockets close.
+    pub(super) fn stop_reading(&self) {
+        self.tracks.iter().for_each(Watched::stop_reading);
+    }
+}
+
+impl Watched {
+    fn stop_reading(&self) {
+        if let Some(task) = &self.rtcp {
+            task.abort();
+        }
+    }
 }
 
 /// One track a viewer set up.
@@ -35,6 +59,8 @@ struct Watched {
     /// Until PLAY hands it to the engine.
     output: Option<Output>,
     channels: Option<[u8; 2]>,
+    /// The task reading its RTCP (UDP), ended with it.
+    rtcp: Option<tokio::task::AbortHandle>,
 }
 
 /// A viewer's request, when it is about a live path or session.
@@ -84,9 +110,12 @@ fn in_session(
     id: &str,
 ) -> Reply {
     let stream = {
-        let state = server.live.lock();
-        match state.viewers.get(id) {
-            Some(v) if v.conn == conn.id() => v.stream,
+        let mut state = server.live.lock();
+        match state.viewers.get_mut(id) {
+            Some(v) if v.conn == conn.id() => {
+                v.last = Instant::now();
+                v.stream
+            }
             // The stream ended (the viewer got BYE): nothing left to end.
             None if req.method == Method::Teardown => return Response::new(200).into(),
             _ => return refuse(454, "no such session on this connection"),
@@ -136,21 +165,29 @@ fn setup(
         }
     };
     let ssrc: u32 = rand::random();
+    let id = session.map_or_else(session_id, str::to_owned);
     let (output, channels, reply) = match transport_for(server, (conn, out), asked, ssrc) {
         Ok(made) => made,
         Err(r) => return r,
     };
+    let rtcp = read_rtcp(server, &id, &output);
     let mut state = server.live.lock();
-    let id = session.map_or_else(session_id, str::to_owned);
     let viewing = state.viewers.entry(id.clone()).or_insert_with(|| Viewing {
         conn: conn.id(),
         stream,
         tracks: Vec::new(),
         playing: false,
+        last: Instant::now(),
     });
     if viewing.playing {
+        if let Some(task) = rtcp {
+            task.abort();
+        }
         return refuse(455, "SETUP before PLAY");
     }
+    (viewing.tracks.iter())
+        .filter(|w| w.track == track)
+        .for_each(Watched::stop_reading);
     viewing.tracks.retain(|w| w.track != track);
     viewing.tracks.push(Watched {
         track,
@@ -158,6 +195,7 @@ fn setup(
         ssrc,
         output: Some(output),
         channels,
+        rtcp,
     });
     Response::new(200)
         .header("Transport", reply)
@@ -166,6 +204,88 @@ fn setup(
 }
 
 type Made = (Output, Option<[u8; 2]>, String);
+
+/// Starts reading the RTCP of viewer session `id` arriving on `output`'s
+/// RTCP socket (UDP; `None` for interleaved, or when the socket cannot be
+/// shared or there is no runtime: the viewer then lives on its requests
+/// alone).
+fn read_rtcp(server: &Server, id: &str, output: &Output) -> Option<tokio::task::AbortHandle> {
+    let Output::Udp {
+        rtcp, rtcp_peer, ..
+    } = output
+    else {
+        return None;
+    };
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let socket = rtcp.socket().try_clone().ok()?;
+    socket.set_nonblocking(true).ok()?;
+    let socket = tokio::net::UdpSocket::from_std(socket.into()).ok()?;
+    let weak = (server.live.server.get().cloned()).unwrap_or_default();
+    let (id, from) = (id.to_owned(), rtcp_peer.ip());
+    Some(
+        runtime
+            .spawn(rtcp_reader(weak, id, from, socket))
+            .abort_handle(),
+    )
+}
+
+/// Reads a UDP viewer's RTCP while it watches: a compound packet from its
+/// address is a sign of life.
+async fn rtcp_reader(
+    server: Weak<Server>,
+    id: String,
+    from: IpAddr,
+    socket: tokio::net::UdpSocket,
+) {
+    let mut buf = [0u8; 1500];
+    loop {
+        let Ok((n, src)) = socket.recv_from(&mut buf).await else {
+            return;
+        };
+        if src.ip() != from || fjord_proto::rtcp::parse_compound(&buf[..n]).is_err() {
+            continue;
+        }
+        let Some(server) = server.upgrade() else {
+            return;
+        };
+        match server.live.lock().viewers.get_mut(&id) {
+            Some(v) => v.last = Instant::now(),
+            None => return,
+        }
+    }
+}
+
+/// A `$` frame on connection `conn`: taken when it is RTCP of one of its
+/// live viewers (a sign of life).
+pub(super) fn interleaved_rtcp(server: &Server, conn: u64, channel: u8, payload: &[u8]) -> bool {
+    let mut state = server.live.lock();
+    let ours = |w: &Watched| w.channels.is_some_and(|[_, rtcp]| rtcp == channel);
+    let Some(v) =
+        (state.viewers.values_mut()).find(|v| v.conn == conn && v.tracks.iter().any(ours))
+    else {
+        return false;
+    };
+    if fjord_proto::rtcp::parse_compound(payload).is_ok() {
+        v.last = Instant::now();
+    }
+    true
+}
+
+/// Ends the viewers that sent neither a request nor RTCP for
+/// `session_timeout_s` at `now`.
+pub(super) fn expire_idle(server: &Server, now: Instant) {
+    let timeout = server.config().session_timeout();
+    let idle: Vec<String> = (server.live.lock().viewers.iter())
+        .filter(|(_, v)| now.saturating_duration_since(v.last) >= timeout)
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in idle {
+        tracing::info!(session = id, "live viewer timed out");
+        // Its interleaved channels stay taken on its connection, which
+        // closes once idle (it holds no live session now).
+        remove(server, &id);
+    }
+}
 
 fn transport_for(
     server: &Server,
@@ -256,7 +376,7 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
         let first = backlog
             .first()
             .map(|p| header_of(p))
-            .or(t.last.map(|(s, ts)| (s.wrapping_add(1), ts)));
+            .or(t.renumber.last().map(|(s, ts)| (s.wrapping_add(1), ts)));
         if let Some((seq, ts)) = first {
             infos.push(format!(
                 "url=trackID={};seq={};rtptime={}",
@@ -312,5 +432,6 @@ pub(super) fn remove(server: &Server, id: &str) -> Vec<[u8; 2]> {
     for w in &viewing.tracks {
         (server.engine).send(viewing.conn, Command::LiveRemove { id: w.id });
     }
+    viewing.stop_reading();
     viewing.tracks.iter().filter_map(|w| w.channels).collect()
 }
