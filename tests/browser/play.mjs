@@ -123,10 +123,18 @@ function play({ player, url, timeoutMs }) {
         v.currentTime = r.seeked_to;
       }
     });
-    // The end is the element's `ended` state. Under CPU load dash.js can
-    // pause the element on its last frame (a `pause` event, `ended` true)
-    // without chromium ever firing `ended`: the viewer still saw it all.
-    const atEnd = () => { if (v.ended && !r.ended) { r.ended = true; finish(); } };
+    // The end is the element's `ended` state, or the element paused at
+    // the title's duration. Under CPU load dash.js can pause the element
+    // on its last frame without chromium ever firing `ended` (seen with
+    // `ended` true, and with it false at currentTime == duration): the
+    // viewer still saw it all. Which of the two is reported.
+    const atEnd = () => {
+      const last = v.paused && v.duration > 0 && v.currentTime >= v.duration - 0.05;
+      if (r.ended || !(v.ended || last)) return;
+      r.ended = true;
+      r.end = v.ended ? "ended" : "paused at the duration";
+      finish();
+    };
     for (const e of ["ended", "pause", "timeupdate"]) v.addEventListener(e, atEnd);
     v.muted = true;
     v.play().catch((e) => log(`play(): ${e}`));
