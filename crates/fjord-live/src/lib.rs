@@ -7,6 +7,8 @@
 //!   within the packet) and its header fields read.
 //! - [`keyframe`]: whether a packet's payload starts a frame a decoder can
 //!   start from (H.264 and H.265 IDR/parameter sets, MPEG-TS random access).
+//! - [`loss`]: packets a publisher's track lost on the way in, counted
+//!   from sequence numbers as a receiver report counts them.
 //! - [`ring`]: the packets since the last key frame, which a viewer that
 //!   joins is sent first, within a byte budget.
 //! - [`publish`]: a publishing session's steps (ANNOUNCE, SETUP of each
@@ -24,6 +26,7 @@
 
 pub mod handover;
 pub mod keyframe;
+pub mod loss;
 pub mod publish;
 pub mod ring;
 pub mod rtp;

@@ -138,3 +138,9 @@ pub(crate) async fn disks(State(server): Shared) -> Json<Value> {
         "disks": disks,
     }))
 }
+
+/// The live streams: path, publisher there or held, viewers, and per
+/// track the packets received and lost on the way in.
+pub(crate) async fn live(State(server): Shared) -> Json<Value> {
+    Json(json!(crate::control::live::report::streams(&server)))
+}

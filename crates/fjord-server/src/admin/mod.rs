@@ -45,6 +45,7 @@ pub(crate) async fn listen(server: Arc<Server>, listener: TcpListener) {
         .route("/api/v1/threads", get(api::threads))
         .route("/api/v1/history", get(api::history))
         .route("/api/v1/disks", get(api::disks))
+        .route("/api/v1/live", get(api::live))
         .route("/api/v1/cluster", get(cluster::status))
         .layer(middleware::from_fn_with_state(
             (server.clone(), loopback),

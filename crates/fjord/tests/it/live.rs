@@ -10,6 +10,7 @@
 //! no sequence gap and a timestamp jump of the outage); past the grace, or
 //! when the new publisher announces other media, the viewers get RTCP BYE.
 //! A viewer silent (no request, no RTCP) for `session_timeout_s` is ended.
+//! Packets a publisher lost on the way in are counted in the admin API.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -603,4 +604,46 @@ fn a_publisher_of_other_media_ends_a_held_stream() {
         Duration::from_secs(2),
     );
     assert!(!server.log_text().contains("continued by a new publisher"));
+}
+
+/// Packets a publisher's track lost on the way in are counted from its
+/// sequence numbers and shown by the admin API (`GET /api/v1/live`):
+/// sequence numbers 0-9 sent without 3 and 7 are 8 received and 2 lost.
+#[test]
+fn packets_a_publisher_lost_are_counted_in_the_api() {
+    let ops = "[[user]]\nname = \"ops\"\npassword = \"pager\"\nadmin = true\n";
+    let server = Server::start(&format!("{USERS}{ops}"));
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    publish_by_hand(&server, &mut s, "open/loss", SDP);
+    for seq in (0u16..10).filter(|n| ![3, 7].contains(n)) {
+        // RTP: version 2, PT 96, a non-IDR H.264 slice as the payload.
+        let mut rtp = vec![0x80, 96];
+        rtp.extend(seq.to_be_bytes());
+        rtp.extend((u32::from(seq) * 3600).to_be_bytes());
+        rtp.extend(0x1234_5678u32.to_be_bytes());
+        rtp.extend([0x41, 0x9a, 0x00, 0x01]);
+        let mut frame = vec![b'$', 0];
+        frame.extend((rtp.len() as u16).to_be_bytes());
+        frame.extend(rtp);
+        s.write_all(&frame).unwrap();
+    }
+    let api = format!("{}/api/v1/live", server.admin());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let track = loop {
+        let (body, code) = crate::common::curl(&["--digest", "-u", "ops:pager", &api]);
+        assert_eq!(code, 200, "{body}");
+        let live: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let track = live[0]["tracks"][0].clone();
+        if track["received"] == 8 || Instant::now() > deadline {
+            assert_eq!(live[0]["path"], "open/loss", "{live}");
+            assert_eq!(live[0]["held"], false, "{live}");
+            break track;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        (track["received"].as_u64(), track["lost"].as_u64()),
+        (Some(8), Some(2)),
+        "{track}"
+    );
 }

@@ -53,6 +53,7 @@ fn take(
     let key = keyframe::starts_key(t.codec, &bytes[header.payload]);
     let numbered = (header.seq, header.timestamp);
     let (seq, ts) = t.renumber.map(numbered, now, t.clock_rate);
+    t.loss.on(seq);
     // The one copy fjord keeps: every viewer's send borrows it.
     let packet: LivePacket = match t.renumber.shifts() {
         true => renumbered(bytes, seq, ts),

@@ -18,6 +18,7 @@
 
 mod intake;
 mod publish;
+pub(crate) mod report;
 mod view;
 
 use std::{
@@ -93,6 +94,9 @@ struct TrackIn {
     renumber: Renumber,
     /// Interleaved packets of the current read, not yet handed out.
     pending: Vec<LivePacket>,
+    /// Packets received and lost on the way in, by viewers' numbering
+    /// (a continued stream counts on, not anew).
+    loss: fjord_live::loss::Loss,
 }
 
 impl Live {

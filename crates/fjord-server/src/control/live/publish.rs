@@ -47,6 +47,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
             channel: None,
             renumber: Default::default(),
             pending: Vec::new(),
+            loss: Default::default(),
         })
         .collect();
     let id = server.next_id();
