@@ -1,9 +1,10 @@
 //! A publisher's input (fjord-live): ANNOUNCE bodies, RTP packets and the
-//! key-frame check of their payloads, and the join ring they fill, never
-//! panic and stay within their limits.
+//! key-frame check of their payloads, the join ring they fill and the
+//! loss counted from their sequence numbers, never panic and stay within
+//! their limits.
 #![no_main]
 
-use fjord_live::{Limits, keyframe, publish::Publish, ring::Ring, rtp, sdp};
+use fjord_live::{Limits, keyframe, loss::Loss, publish::Publish, ring::Ring, rtp, sdp};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -26,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = publish.setup("rtsp://h/live/a/trackID=0");
     let _ = publish.record();
     let mut ring = Ring::new(codecs.iter().position(|c| c.is_video()), limits.max_buffer_bytes);
+    let (mut loss, mut taken) = (Loss::default(), 0u64);
     while packets.len() >= 2 {
         let n = u16::from_be_bytes([packets[0], packets[1]]) as usize;
         let p = &packets[2..(2 + n).min(packets.len())];
@@ -35,6 +37,11 @@ fuzz_target!(|data: &[u8]| {
             let key = keyframe::starts_key(codecs[track], &p[h.payload]);
             ring.push(track, h.timestamp, key, p.len(), ());
             assert!(ring.bytes() <= limits.max_buffer_bytes);
+            loss.on(h.seq);
+            taken += 1;
+            // A packet moves the highest sequence number on by less than
+            // a dropout (3,000): so much can be lost per packet at most.
+            assert!(loss.received() <= taken && loss.lost() < taken * 3000);
         }
     }
     let _ = ring.backlog().count();
