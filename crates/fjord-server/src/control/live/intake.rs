@@ -69,13 +69,13 @@ fn take(
 /// `bytes` (a checked RTP packet) with sequence number `seq` and timestamp
 /// `ts`, made in the one copy kept.
 fn renumbered(bytes: &[u8], seq: u16, ts: u32) -> LivePacket {
-    let mut head = [0u8; 12];
-    head.copy_from_slice(&bytes[..12]);
-    head[2..4].copy_from_slice(&seq.to_be_bytes());
-    head[4..8].copy_from_slice(&ts.to_be_bytes());
-    head.into_iter()
-        .chain(bytes[12..].iter().copied())
-        .collect()
+    let mut packet: LivePacket = Arc::from(bytes);
+    // Just made, so held nowhere else: the header is patched in place.
+    if let Some(head) = Arc::get_mut(&mut packet) {
+        head[2..4].copy_from_slice(&seq.to_be_bytes());
+        head[4..8].copy_from_slice(&ts.to_be_bytes());
+    }
+    packet
 }
 
 /// Hands `batch` (packets of track `track` of stream `id`) to each engine
