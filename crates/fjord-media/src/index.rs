@@ -704,6 +704,14 @@ impl Index {
         self.tracks.len()
     }
 
+    /// Why RTSP cannot play this title, when a track of it is served over
+    /// HTTP only (AV1: [`crate::av1`]).
+    pub fn not_over_rtp(&self) -> Option<&'static str> {
+        self.tracks()
+            .any(|t| t.encoding() == crate::av1::ENCODING)
+            .then_some(crate::av1::NOT_OVER_RTP)
+    }
+
     /// The whole index as mapped (the storage layer pins parts of it).
     pub fn bytes(&self) -> &[u8] {
         &self.map

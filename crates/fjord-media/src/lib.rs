@@ -18,6 +18,7 @@
 
 pub mod aac;
 pub mod ac3;
+pub mod av1;
 pub mod cmaf;
 pub mod durable;
 mod es;

@@ -2,8 +2,9 @@
 //! VP9, AAC and Opus track becomes an RTP track; frames stay in the file,
 //! referenced by offset ([`demux`] finds them, the codecs' packetizers cut
 //! them); [`fragments`] makes the same tracks fragmented MP4 for HLS and
-//! DASH. AV1 is refused with the reason: no RTSP player here depacketizes
-//! it, so it could not be tested.
+//! DASH. An AV1 track is served by HLS and DASH only: its index track has
+//! no packets ([`crate::av1`]: no RTSP player here depacketizes it, so it
+//! could not be tested).
 
 use crate::format::{FormatError, MAX_RTP_PAYLOAD};
 use crate::h264::{self, AvcConfig};
@@ -15,7 +16,7 @@ use crate::plan::{
     ticks_to_ns,
 };
 use crate::vpx::{self, Vpx};
-use crate::{aac, opus};
+use crate::{aac, av1, opus};
 
 pub mod demux;
 pub mod ebml;
@@ -31,6 +32,8 @@ enum Codec {
     H264(AvcConfig),
     H265(HevcConfig),
     Vpx(Vpx),
+    /// The AV1CodecConfigurationRecord (CodecPrivate): HLS and DASH only.
+    Av1(Vec<u8>),
     Aac {
         asc: Vec<u8>,
         rate: u32,
@@ -48,6 +51,7 @@ impl Codec {
             Codec::H265(_) => "H.265",
             Codec::Vpx(Vpx::Vp8) => "VP8",
             Codec::Vpx(Vpx::Vp9) => "VP9",
+            Codec::Av1(_) => "AV1",
             Codec::Aac { .. } => "AAC",
             Codec::Opus { .. } => "Opus",
         }
@@ -67,6 +71,13 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
         }
         found.push(t.codec_id.clone());
         match codec_of(data, t)? {
+            Ok(c @ Codec::Av1(_)) if !frames.is_empty() => {
+                warnings.push(format!(
+                    "track {} (AV1) is served over HLS and DASH only; RTSP answers 415",
+                    t.number
+                ));
+                served.push((t, c, frames));
+            }
             Ok(c) if !frames.is_empty() => served.push((t, c, frames)),
             Ok(_) => warnings.push(format!("track {} ({}) has no frames", t.number, t.codec_id)),
             Err(why) => warnings.push(format!("track {} skipped: {why}", t.number)),
@@ -83,7 +94,7 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
         } else {
             format!(
                 "no track fjord can serve in this {container} file (found {}); fjord serves \
-                 H.264, H.265, VP8, VP9, AAC and Opus",
+                 H.264, H.265, VP8, VP9, AV1 (HLS and DASH only), AAC and Opus",
                 found.join(", ")
             )
         }));
@@ -155,7 +166,7 @@ fn report(
 }
 
 /// The codec of a track: `Ok(Err(why))` when fjord skips it, `Err` when
-/// the whole file is refused (AV1, broken codec configuration).
+/// the whole file is refused (a broken codec configuration).
 fn codec_of(data: &[u8], t: &TrackEntry) -> Result<Result<Codec, String>, FormatError> {
     let private = t.private.map_or(&[][..], |(s, e)| &data[s..e]);
     let base = t.private.map_or(0, |(s, _)| s as u64);
@@ -176,11 +187,8 @@ fn codec_of(data: &[u8], t: &TrackEntry) -> Result<Result<Codec, String>, Format
         "V_VP8" => Codec::Vpx(Vpx::Vp8),
         "V_VP9" => Codec::Vpx(Vpx::Vp9),
         "V_AV1" => {
-            return Err(FormatError::Unsupported(
-                "AV1 video is not served over RTP: no RTSP player at hand depacketizes AOM's \
-                 RTP payload format to test it against; serve VP9 or H.264 instead"
-                    .to_owned(),
-            ));
+            av1::Av1Config::parse(private).ok_or_else(|| bad("AV1CodecConfigurationRecord"))?;
+            Codec::Av1(private.to_vec())
         }
         id if id.starts_with("A_AAC") => match aac::asc_info(private) {
             Some((rate, ch)) => Codec::Aac {
@@ -260,6 +268,7 @@ fn video(
         Codec::H264(cfg) => video_desc(pt, "H264", h264::fmtp(cfg, data)),
         Codec::H265(cfg) => video_desc(pt, "H265", h265::fmtp(cfg, data)),
         Codec::Vpx(v) => v.track_desc(pt),
+        Codec::Av1(_) => av1::track_desc(pt),
         _ => unreachable!("audio is planned by `audio`"),
     };
     let mut send = pts.to_vec();

@@ -161,7 +161,8 @@ fn check(name: &str, codec_args: &[&str], codecs: &str, probed: &[&str]) {
         same(&alone, &of_k, &format!("{name} track {k} alone"));
     }
     assert!(fragment(&data, 1, Some(f.tracks.len())).is_err());
-    if name.ends_with(".webm") {
+    // DASH WebM is for VP8, VP9 and Opus (AV1 goes as fragmented MP4).
+    if name.ends_with(".webm") && !codecs.starts_with("av01") {
         dash_webm(&dir, &data, &f, &want);
     }
 }
@@ -205,6 +206,26 @@ fn webm_vp9_and_opus() {
         ],
         "vp09.00.20.08,opus",
         &["vp9,320", "opus"],
+    );
+}
+
+/// AV1 (served by HLS and DASH only): `av01`/`av1C` from the CodecPrivate.
+#[test]
+fn webm_av1_and_opus() {
+    check(
+        "in.webm",
+        &[
+            "-c:v",
+            "libsvtav1",
+            "-preset",
+            "12",
+            "-g",
+            "25",
+            "-c:a",
+            "libopus",
+        ],
+        "av01.0.00M.08,opus",
+        &["av1,320", "opus"],
     );
 }
 

@@ -1,11 +1,11 @@
 //! A generated `trak` for a track whose container is not MP4 (Matroska,
 //! WebM): `tkhd`, `mdhd`, `hdlr`, the media header and a sample entry
 //! made from the codec's configuration as the container stores it (avcC,
-//! hvcC, AudioSpecificConfig, OpusHead, VP9 facts), and the track's
+//! hvcC, av1C, AudioSpecificConfig, OpusHead, VP9 facts), and the track's
 //! RFC 6381 codec name. No crate writes these boxes from bare
 //! configurations without taking the samples too; they are a few fixed
 //! layouts (ISO 14496-12 §12, 14496-14, 14496-15, Opus in ISOBMFF, the VP
-//! codec ISOBMFF binding).
+//! codec ISOBMFF binding, AV1 in ISOBMFF).
 
 use super::{boxed, empty_sample_tables, full, matrix};
 
@@ -26,6 +26,8 @@ pub(crate) enum Config {
     Opus(Vec<u8>),
     Vp8,
     Vp9(Vp9Facts),
+    /// The AV1CodecConfigurationRecord, the `av1C` body.
+    Av1(Vec<u8>),
 }
 
 /// What a `vpcC` says of a VP9 stream.
@@ -74,6 +76,7 @@ impl Config {
             Config::Opus(_) => "opus".to_owned(),
             Config::Vp8 => "vp8".to_owned(),
             Config::Vp9(f) => format!("vp09.{:02}.{:02}.{:02}", f.profile, f.level, f.bit_depth),
+            Config::Av1(c) => crate::av1::Av1Config::parse(c)?.codec_name(),
         })
     }
 }
@@ -192,6 +195,7 @@ fn sample_entry(o: &mut Vec<u8>, t: &TrackHead) {
             )
         }),
         Config::Vp9(f) => visual(o, b"vp09", t.size, |o| vpcc(o, f)),
+        Config::Av1(c) => visual(o, b"av01", t.size, |o| boxed(o, b"av1C", |o| o.extend(c))),
         Config::Aac {
             asc,
             rate,

@@ -1,6 +1,6 @@
 //! A Matroska or WebM title as fragmented MP4 for HLS and DASH
-//! ([`crate::cmaf`]): the tracks RTSP serves (H.264, H.265, VP8, VP9, AAC,
-//! Opus), in the same order, their frames left in the file as the
+//! ([`crate::cmaf`]): the tracks of the title's index (H.264, H.265, VP8,
+//! VP9, AV1, AAC, Opus), in the same order, their frames left in the file as the
 //! samples' byte ranges, and sample entries made from each track's
 //! CodecPrivate ([`crate::cmaf::entry`]). Reads what ingest reads (the
 //! EBML structure, block headers, a VP9 key frame's header); never a
@@ -61,7 +61,7 @@ pub(super) fn title<'a>(
     }
     if served.is_empty() {
         return Err(demux::invalid(
-            "no H.264, H.265, VP8, VP9, AAC or Opus track",
+            "no H.264, H.265, VP8, VP9, AV1, AAC or Opus track",
         ));
     }
     if only.is_some_and(|k| k >= served.len()) {
@@ -224,6 +224,7 @@ pub(super) fn config(data: &[u8], s: &Served, track: &cmaf::Track) -> Result<Con
         Codec::H264(_) => Config::Avc(private.to_vec()),
         Codec::H265(_) => Config::Hevc(private.to_vec()),
         Codec::Vpx(Vpx::Vp8) => Config::Vp8,
+        Codec::Av1(record) => Config::Av1(record.clone()),
         Codec::Vpx(Vpx::Vp9) => {
             let (profile, bit_depth, chroma, full_range) = (track.samples.iter())
                 .filter(|x| x.sync)

@@ -73,18 +73,43 @@ fn audio_follows_the_count_not_the_rounded_milliseconds() {
     assert_eq!(p.tracks[0].packets[0].prefix(), [0, 16, 1, 0x90]);
 }
 
+/// AV1 is an index track without packets (HLS and DASH serve it), which
+/// RTSP refuses with the reason; a broken av1C refuses the file.
 #[test]
-fn av1_is_refused_with_the_reason() {
-    let data = file(
-        "webm",
-        &[track(1, 1, "V_AV1", b"")],
-        &[cluster(0, &[simple_block(1, 0, true, b"\x12\0")])],
-    );
-    let e = crate::format::plan(&data, &Default::default(), &mut |_, _| {}).unwrap_err();
+fn av1_is_a_track_without_packets_that_rtsp_refuses() {
+    let av1c = [0x81, 0x08, 0x0c, 0x00];
+    let blocks = [
+        simple_block(1, 0, true, b"\x12\0\x0a\x0b"),
+        simple_block(1, 40, false, b"\x12\0\x32\x01"),
+        simple_block(2, 0, true, &[0xfc, 1, 2, 3]),
+    ];
+    let tracks = [
+        track(1, 1, "V_AV1", &av1c),
+        track(2, 2, "A_OPUS", &opus_head(2)),
+    ];
+    let data = file("webm", &tracks, &[cluster(0, &blocks)]);
+    let p = crate::format::plan(&data, &Default::default(), &mut |_, _| {}).unwrap();
+    assert_eq!(p.report.format, "WebM (AV1, Opus)");
+    let v = &p.tracks[0];
+    assert_eq!(v.desc.encoding, crate::av1::ENCODING);
+    assert!(v.packets.is_empty() && v.sync.is_empty());
+    assert_eq!(p.tracks[1].packets.len(), 1);
     assert!(
-        matches!(e, FormatError::Unsupported(ref m) if m.contains("AV1")),
-        "{e}"
+        (p.report.warnings.iter()).any(|w| w.contains("HLS and DASH only")),
+        "{:?}",
+        p.report.warnings
     );
+    let e = crate::format::plan(
+        &file(
+            "webm",
+            &[track(1, 1, "V_AV1", b"\x01\0")],
+            &[cluster(0, &blocks[..1])],
+        ),
+        &Default::default(),
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("AV1CodecConfigurationRecord"), "{e}");
 }
 
 #[test]
