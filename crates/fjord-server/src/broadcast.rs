@@ -153,7 +153,11 @@ async fn settled(server: &Server, name: &str) -> Result<(Arc<str>, Arc<Title>), 
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    server.catalog.open(name).await.map_err(|e| e.to_string())
+    let (name, title) = server.catalog.open(name).await.map_err(|e| e.to_string())?;
+    match title.index().not_over_rtp() {
+        Some(why) => Err(why.to_owned()),
+        None => Ok((name, title)),
+    }
 }
 
 /// The repair flow of the title's parity, under an SSRC of its own.

@@ -73,6 +73,9 @@ pub(super) fn on_opened(o: Opening, opened: Result<(Arc<str>, Arc<Title>), Catal
         Ok(t) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
+    if let Some(why) = title.index().not_over_rtp() {
+        return refuse(415, why);
+    }
     let body = sdp(&title, &name, o.ip, o.fec);
     let mut response = Response::new(200).header("Content-Base", &o.base);
     if (0..title.index().track_count()).any(|i| title.fec(i).is_some()) {

@@ -96,7 +96,10 @@ pub(super) fn on_opened(
     opened: Result<(Arc<str>, Arc<Title>), CatalogError>,
 ) -> Step {
     match opened {
-        Ok((name, title)) => with_title(server, (conn, out), &o.req, (None, name, title), o.now),
+        Ok((name, title)) => match title.index().not_over_rtp() {
+            Some(why) => refuse(415, why).into(),
+            None => with_title(server, (conn, out), &o.req, (None, name, title), o.now),
+        },
         Err(e) => refuse(e.status(), &e.to_string()).into(),
     }
 }

@@ -2,8 +2,9 @@
 //! ffmpeg (libvpx VP8 and VP9, libopus, x264, AAC) played over RTSP by
 //! ffmpeg and GStreamer, every frame compared with the file's (framemd5 per
 //! stream, packets for GStreamer); seeks land on key frames; a CMAF title,
-//! a WebM and a Matroska title over HLS and DASH; AV1, truncated and corrupt files are refused with the
-//! reason and the server serves on. (The fragmented MP4 title over RTSP is
+//! a WebM and a Matroska title over HLS and DASH; an AV1 title over HLS
+//! and DASH, refused over RTSP with the reason; truncated and corrupt files
+//! are refused with the reason and the server serves on. (The fragmented MP4 title over RTSP is
 //! `formats::fragmented_mp4_h264_aac`.)
 
 use std::fs;
@@ -112,6 +113,33 @@ fn webm_vp8_opus() {
     });
 }
 
+/// AV1 (SVT-AV1, hidden frames in its mini-GOPs) and Opus in WebM: HLS
+/// and DASH only.
+pub(crate) const AV1_WEBM: Case = Case {
+    file: "av1-opus.webm",
+    make: &[
+        "-map",
+        "0:v",
+        "-map",
+        "1:a",
+        "-c:v",
+        "libsvtav1",
+        "-preset",
+        "12",
+        "-g",
+        "25",
+        "-c:a",
+        "libopus",
+        "-b:a",
+        "64k",
+        "-f",
+        "webm",
+    ],
+    compare: COPY_FROM_FIRST,
+    source_opts: &[],
+    gst: &[],
+};
+
 /// H.264 with B-frames (Matroska stores no decode times) and AAC.
 pub(crate) const AVC_MKV: Case = Case {
     file: "avc.mkv",
@@ -172,30 +200,15 @@ fn ingest(path: &Path) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// AV1 (no player here depacketizes it over RTP), a file cut inside its
-/// header and one whose tracks are garbage: 415 with the reason, from the
-/// server (RTSP; HTTP says 404) and from `fjord ingest`; a file cut mid-way
-/// serves what it holds over RTSP, HLS and DASH. The server stays healthy
-/// throughout.
+/// A file cut inside its header and one whose tracks are garbage: 415
+/// with the reason, from the server (RTSP; HTTP says 404) and from `fjord
+/// ingest`; a file cut mid-way serves what it holds over RTSP, HLS and
+/// DASH. An AV1 title (no player here depacketizes AV1 over RTP): 415 with
+/// the reason at DESCRIBE and at a SETUP without one, ingested with a
+/// warning saying so. The server stays healthy throughout.
 #[test]
 fn av1_truncated_and_corrupt_files_are_refused_with_the_reason() {
-    let av1 = crate::common::generate_media(
-        "av1.webm",
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc2=size=128x96:rate=10",
-            "-t",
-            "1",
-            "-c:v",
-            "libsvtav1",
-            "-preset",
-            "12",
-            "-f",
-            "webm",
-        ],
-    );
+    let av1 = media(&AV1_WEBM);
     let whole = fs::read(media(&VP9_WEBM)).unwrap();
     // The Tracks ID's second occurrence: the first is the SeekHead's entry.
     let tracks_at = whole
@@ -208,14 +221,23 @@ fn av1_truncated_and_corrupt_files_are_refused_with_the_reason() {
     let mut corrupt = whole.clone();
     corrupt[tracks_at + 12..tracks_at + 40].fill(0);
     let (mut server, http) = Server::start_http_with("", |root| {
-        fs::copy(&av1, root.join("av1.webm")).unwrap();
+        fs::copy(&av1, root.join(AV1_WEBM.file)).unwrap();
         fs::write(root.join("cut.webm"), &whole[..tracks_at + 20]).unwrap();
         fs::write(root.join("corrupt.webm"), &corrupt).unwrap();
         fs::write(root.join("half.webm"), &whole[..whole.len() / 2]).unwrap();
     });
     let root = server.media_root();
+    let (status, text) = describe(&server, AV1_WEBM.file);
+    assert_eq!(status, 415, "{text}");
+    assert!(text.contains("served over HLS and DASH only"), "{text}");
+    let url = format!("{}/track1", server.url(AV1_WEBM.file));
+    let mut c = RtspClient::connect(&url).expect("connect");
+    let transport = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
+    let r = c.request("SETUP", &url, &transport, &[]).expect("SETUP");
+    assert_eq!(r.status, 415, "SETUP without DESCRIBE");
+    let (ok, said) = ingest(&root.join(AV1_WEBM.file));
+    assert!(ok && said.contains("HLS and DASH only"), "{said}");
     for (title, reason) in [
-        ("av1.webm", "AV1 video is not served over RTP"),
         ("cut.webm", "the file ends inside its Tracks"),
         ("corrupt.webm", "Matroska:"),
     ] {
@@ -298,7 +320,7 @@ fn hls_and_dash_of_a_fragmented_mp4_title() {
 }
 
 /// Matroska and WebM titles over HLS and DASH (fragmented MP4, sample
-/// entries from CodecPrivate; DASH of the VP9+Opus WebM in WebM), frames
+/// entries from CodecPrivate, AV1's too; DASH of the VP9+Opus WebM in WebM), frames
 /// by reference: ffmpeg reads every packet of the file through the
 /// playlists, and they name the codecs.
 #[test]
@@ -306,6 +328,7 @@ fn hls_and_dash_of_matroska_and_webm_titles() {
     let cases = [
         (&VP9_WEBM, "vp09.00.20.08,opus"),
         (&AVC_MKV, "avc1.64000d,mp4a.40.2"),
+        (&AV1_WEBM, "av01.0.00M.08,opus"),
     ];
     let sources: Vec<_> = cases.iter().map(|(c, _)| media(c)).collect();
     let (mut server, port) = Server::start_http_with("", |root| {
@@ -321,7 +344,8 @@ fn hls_and_dash_of_matroska_and_webm_titles() {
         assert!(body.contains(&format!("CODECS=\"{codecs}\"")), "{body}");
         let mpd = format!("http://127.0.0.1:{port}/{}/manifest.mpd", case.file);
         let (body, _) = crate::common::curl(&[&mpd]);
-        let webm = case.file.ends_with(".webm");
+        // DASH WebM when every track is VP8, VP9 or Opus.
+        let webm = case.file.ends_with(".webm") && !codecs.starts_with("av01");
         assert_eq!(body.contains("mimeType=\"video/webm\""), webm, "{body}");
         for manifest in ["index.m3u8", "manifest.mpd"] {
             let url = format!("http://127.0.0.1:{port}/{}/{manifest}", case.file);
