@@ -8,7 +8,6 @@
 //! fragmented file (`fragmented`) are read; `mdat` is touched only at the
 //! NAL length fields of video samples.
 
-use crate::aac;
 use crate::format::FormatError;
 use crate::h264::{self, AvcConfig};
 use crate::h265::{self, HevcConfig};
@@ -17,6 +16,7 @@ use crate::nal::{self, NalCodec};
 use crate::plan::{
     FLAG_RANDOM_ACCESS, IngestReport, MediaPlan, PacketRecord, SyncPoint, TrackPlan,
 };
+use crate::{aac, av1};
 
 mod fragmented;
 pub mod fragments;
@@ -235,6 +235,8 @@ impl<'a> Reader<'a> {
 enum Codec {
     H264(AvcConfig),
     H265(HevcConfig),
+    /// HLS and DASH only ([`crate::av1`]).
+    Av1(av1::Av1Config),
     Aac {
         asc: Vec<u8>,
         rate: u32,
@@ -252,10 +254,15 @@ impl Codec {
         match self {
             Codec::H264(_) => "H.264",
             Codec::H265(_) => "H.265",
+            Codec::Av1(_) => "AV1",
             Codec::Aac { .. } => "AAC",
             Codec::Opus { .. } => "Opus",
             Codec::Other(n) => n,
         }
+    }
+
+    fn is_video(&self) -> bool {
+        matches!(self, Codec::H264(_) | Codec::H265(_) | Codec::Av1(_))
     }
 }
 
@@ -329,9 +336,15 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
         found.push(t.codec.name().to_owned());
         if let Codec::Other(name) = &t.codec {
             warnings.push(format!(
-                "track with codec {name} skipped: fjord serves H.264, H.265, AAC and Opus"
+                "track with codec {name} skipped: fjord serves H.264, H.265, AV1 (HLS and DASH \
+                 only), AAC and Opus"
             ));
         } else if !t.samples.is_empty() {
+            if let Codec::Av1(_) = t.codec {
+                warnings.push(
+                    "the AV1 track is served over HLS and DASH only; RTSP answers 415".to_owned(),
+                );
+            }
             tracks.push(t);
         }
     }
@@ -340,7 +353,8 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
             "MP4 file with no audio or video track".to_owned()
         } else {
             format!(
-                "no track fjord can serve in this MP4 (found {}); fjord serves H.264, H.265, AAC and Opus",
+                "no track fjord can serve in this MP4 (found {}); fjord serves H.264, H.265, AV1 \
+                 (HLS and DASH only), AAC and Opus",
                 found.join(", ")
             )
         }));
@@ -514,6 +528,14 @@ fn read_codec(data: &[u8], stsd: BoxRef) -> Result<Codec, FormatError> {
             Codec::H265(
                 h265::parse_hvcc(&data[b.start..b.end], b.start as u64)
                     .ok_or_else(|| invalid("malformed 'hvcC'"))?,
+            )
+        }
+        b"av01" => {
+            let b = child(data, visual(78), b"av1C")?
+                .ok_or_else(|| invalid("AV1 track without 'av1C'"))?;
+            Codec::Av1(
+                av1::Av1Config::parse(&data[b.start..b.end])
+                    .ok_or_else(|| invalid("malformed 'av1C'"))?,
             )
         }
         b"mp4a" => {
@@ -834,10 +856,11 @@ fn track_plan(
     passed: &mut dyn FnMut(u64),
 ) -> Result<(TrackPlan, u64), FormatError> {
     let timing = t.timing;
-    let video = matches!(t.codec, Codec::H264(_) | Codec::H265(_));
+    let video = t.codec.is_video();
     let (desc, clock) = match &t.codec {
         Codec::H264(cfg) => (video_desc(pt, "H264", h264::fmtp(cfg, data)), 90_000),
         Codec::H265(cfg) => (video_desc(pt, "H265", h265::fmtp(cfg, data)), 90_000),
+        Codec::Av1(_) => (av1::track_desc(pt), 90_000),
         Codec::Aac {
             asc,
             rate,
@@ -899,7 +922,7 @@ fn track_plan(
                 dropped += 1
             }
             Codec::Opus { .. } => packets.push(PacketRecord::file_run(send, rtp, s.offset, s.size)),
-            Codec::Other(_) => {}
+            Codec::Av1(_) | Codec::Other(_) => {}
         }
         if video && s.sync && packets.len() > first {
             packets[first].flags |= FLAG_RANDOM_ACCESS;

@@ -283,3 +283,14 @@ fn a_fragmented_source_fragments_to_the_same_packets() {
     a.extend(["-movflags", "frag_keyframe+empty_moov+default_base_moof"]);
     check(&a, 2, "avc1.");
 }
+
+/// AV1 and Opus in a fragmented MP4 (served by HLS and DASH only): the
+/// source's `av01`/`av1C` sample entry, the codec named from it.
+#[test]
+fn av1_and_opus_in_fragmented_mp4_fragment_to_the_same_packets() {
+    let mut a = LAVFI_AV.to_vec();
+    a.extend(LAVFI_A);
+    a.extend(["-c:v", "libsvtav1", "-preset", "12", "-g", "25"]);
+    a.extend(["-c:a", "libopus", "-movflags", "frag_keyframe+empty_moov"]);
+    check(&a, 2, "av01.0.00M.08,opus");
+}

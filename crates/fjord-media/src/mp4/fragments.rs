@@ -13,8 +13,8 @@
 //! Segments start at a video sync sample (at least `target_ns` after the
 //! previous start) and hold every sample of every track whose decode time
 //! falls before the next one; a title without video is cut by time. The
-//! tracks are those RTSP serves (H.264, H.265, AAC, Opus), in the same
-//! order.
+//! tracks are those of the title's index (H.264, H.265, AV1, AAC, Opus),
+//! in the same order.
 
 use super::{
     BoxRef, Boxes, Codec, Track, add_fragments, child, fragmented, invalid, movie_timescale,
@@ -131,7 +131,7 @@ fn sources(data: &[u8]) -> Result<Vec<Source>, FormatError> {
             trak,
             track: cmaf::Track {
                 id: track_id(data, trak)?,
-                video: matches!(codec, Codec::H264(_) | Codec::H265(_)),
+                video: codec.is_video(),
                 timescale: timing.timescale,
                 delay_ns: timing.delay_ns,
                 media_start: timing.media_start,
@@ -261,6 +261,7 @@ fn codec_name(data: &[u8], s: &Source) -> Result<String, FormatError> {
             };
             format!("mp4a.40.{aot}")
         }
+        Codec::Av1(c) => c.codec_name(),
         Codec::Opus { .. } => "opus".to_owned(),
         Codec::Other(n) => n.clone(),
     })

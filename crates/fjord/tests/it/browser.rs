@@ -1,7 +1,8 @@
 //! A real browser: headless Debian chromium, driven by playwright-core
 //! (`tests/browser/play.mjs`), plays fjord's HLS of a TS, an MP4 (H.264),
-//! a WebM (VP9, Opus) and an ADTS title with hls.js and DASH of the MP4
-//! and of a VP9 and a VP8 WebM title (DASH WebM) with dash.js, from a page on another origin (CORS): it
+//! a WebM (VP9, Opus), a fragmented MP4 (AV1, Opus) and an ADTS title with
+//! hls.js and DASH of the MP4 and of a VP9 and a VP8 WebM title (DASH WebM)
+//! with dash.js, from a page on another origin (CORS): it
 //! starts, seeks to the middle, plays on from there and reaches the end
 //! with no error event. Screenshots stay in `target/tmp/browser/`.
 
@@ -36,6 +37,11 @@ fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
         "-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "8", "-g", "25",
         "-b:v", "500k", "-c:a", "libopus", "-f", "webm",
     ], "vp8.webm");
+    #[rustfmt::skip]
+    remux(&s, &[
+        "-c:v", "libsvtav1", "-preset", "12", "-g", "25", "-c:a", "libopus",
+        "-movflags", "frag_keyframe+empty_moov", "-f", "mp4",
+    ], "av1.mp4");
     // (player, what, screenshot, video width)
     let cases = [
         ("hls", "clip.ts/index.m3u8", "hls-ts.png", 640),
@@ -44,6 +50,7 @@ fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
         ("dash", "clip.webm/manifest.mpd", "dash-webm.png", 640),
         ("hls", "clip.webm/index.m3u8", "hls-webm.png", 640),
         ("dash", "vp8.webm/manifest.mpd", "dash-vp8.png", 640),
+        ("hls", "av1.mp4/index.m3u8", "hls-av1.png", 640),
         ("hls", "clip.aac/index.m3u8", "hls-aac.png", 0),
     ];
     for (player, path, shot, width) in cases {

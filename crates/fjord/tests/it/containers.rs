@@ -140,6 +140,34 @@ pub(crate) const AV1_WEBM: Case = Case {
     gst: &[],
 };
 
+/// AV1 and Opus in a fragmented MP4: HLS and DASH only.
+const AV1_FMP4: Case = Case {
+    file: "av1-opus.mp4",
+    make: &[
+        "-map",
+        "0:v",
+        "-map",
+        "1:a",
+        "-c:v",
+        "libsvtav1",
+        "-preset",
+        "12",
+        "-g",
+        "25",
+        "-c:a",
+        "libopus",
+        "-b:a",
+        "64k",
+        "-movflags",
+        "frag_keyframe+empty_moov",
+        "-f",
+        "mp4",
+    ],
+    compare: COPY_FROM_FIRST,
+    source_opts: &[],
+    gst: &[],
+};
+
 /// H.264 with B-frames (Matroska stores no decode times) and AAC.
 pub(crate) const AVC_MKV: Case = Case {
     file: "avc.mkv",
@@ -207,8 +235,8 @@ fn ingest(path: &Path) -> (bool, String) {
 /// the reason at DESCRIBE and at a SETUP without one, ingested with a
 /// warning saying so. The server stays healthy throughout.
 #[test]
-fn av1_truncated_and_corrupt_files_are_refused_with_the_reason() {
-    let av1 = media(&AV1_WEBM);
+fn av1_over_rtsp_and_truncated_and_corrupt_files_are_refused_with_the_reason() {
+    let av1 = [media(&AV1_WEBM), media(&AV1_FMP4)];
     let whole = fs::read(media(&VP9_WEBM)).unwrap();
     // The Tracks ID's second occurrence: the first is the SeekHead's entry.
     let tracks_at = whole
@@ -221,22 +249,25 @@ fn av1_truncated_and_corrupt_files_are_refused_with_the_reason() {
     let mut corrupt = whole.clone();
     corrupt[tracks_at + 12..tracks_at + 40].fill(0);
     let (mut server, http) = Server::start_http_with("", |root| {
-        fs::copy(&av1, root.join(AV1_WEBM.file)).unwrap();
+        fs::copy(&av1[0], root.join(AV1_WEBM.file)).unwrap();
+        fs::copy(&av1[1], root.join(AV1_FMP4.file)).unwrap();
         fs::write(root.join("cut.webm"), &whole[..tracks_at + 20]).unwrap();
         fs::write(root.join("corrupt.webm"), &corrupt).unwrap();
         fs::write(root.join("half.webm"), &whole[..whole.len() / 2]).unwrap();
     });
     let root = server.media_root();
-    let (status, text) = describe(&server, AV1_WEBM.file);
-    assert_eq!(status, 415, "{text}");
-    assert!(text.contains("served over HLS and DASH only"), "{text}");
-    let url = format!("{}/track1", server.url(AV1_WEBM.file));
-    let mut c = RtspClient::connect(&url).expect("connect");
-    let transport = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
-    let r = c.request("SETUP", &url, &transport, &[]).expect("SETUP");
-    assert_eq!(r.status, 415, "SETUP without DESCRIBE");
-    let (ok, said) = ingest(&root.join(AV1_WEBM.file));
-    assert!(ok && said.contains("HLS and DASH only"), "{said}");
+    for title in [AV1_WEBM.file, AV1_FMP4.file] {
+        let (status, text) = describe(&server, title);
+        assert_eq!(status, 415, "{title}: {text}");
+        assert!(text.contains("served over HLS and DASH only"), "{text}");
+        let url = format!("{}/track1", server.url(title));
+        let mut c = RtspClient::connect(&url).expect("connect");
+        let transport = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
+        let r = c.request("SETUP", &url, &transport, &[]).expect("SETUP");
+        assert_eq!(r.status, 415, "{title}: SETUP without DESCRIBE");
+        let (ok, said) = ingest(&root.join(title));
+        assert!(ok && said.contains("HLS and DASH only"), "{title}: {said}");
+    }
     for (title, reason) in [
         ("cut.webm", "the file ends inside its Tracks"),
         ("corrupt.webm", "Matroska:"),
@@ -324,11 +355,12 @@ fn hls_and_dash_of_a_fragmented_mp4_title() {
 /// by reference: ffmpeg reads every packet of the file through the
 /// playlists, and they name the codecs.
 #[test]
-fn hls_and_dash_of_matroska_and_webm_titles() {
+fn hls_and_dash_of_matroska_webm_and_av1_titles() {
     let cases = [
         (&VP9_WEBM, "vp09.00.20.08,opus"),
         (&AVC_MKV, "avc1.64000d,mp4a.40.2"),
         (&AV1_WEBM, "av01.0.00M.08,opus"),
+        (&AV1_FMP4, "av01.0.00M.08,opus"),
     ];
     let sources: Vec<_> = cases.iter().map(|(c, _)| media(c)).collect();
     let (mut server, port) = Server::start_http_with("", |root| {
