@@ -1,5 +1,4 @@
 use super::testfile::*;
-use super::*;
 use crate::plan::FLAG_MARKER;
 
 /// A VP8 key frame and inter frame (frame tag bit 0) of `len` bytes.
