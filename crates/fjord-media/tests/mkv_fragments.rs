@@ -94,17 +94,33 @@ fn same(got: &[Packet], want: &[Packet], what: &str) {
     }
 }
 
-/// `codec_name,width` of every stream, by ffprobe.
-fn streams(file: &Path) -> Vec<String> {
+/// Each stream's start time, ms, by ffprobe.
+fn starts(file: &Path) -> Vec<f64> {
     let out = Command::new("ffprobe")
-        .args(["-v", "error", "-show_entries", "stream=codec_name,width"])
+        .args(["-v", "error", "-show_entries", "stream=start_time"])
         .args(["-of", "csv=p=0"])
         .arg(file)
         .output()
         .expect("ffprobe");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| l.trim_end_matches(',').to_owned())
+        .map(|l| l.trim().parse::<f64>().expect("a start time") * 1000.0)
+        .collect()
+}
+
+/// `codec_name,width,primaries,transfer,matrix` of every stream, by
+/// ffprobe (colours only where the file says them).
+fn streams(file: &Path) -> Vec<String> {
+    let fields = "stream=codec_name,width,color_primaries,color_transfer,color_space";
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-show_entries", fields])
+        .args(["-of", "csv=p=0"])
+        .arg(file)
+        .output()
+        .expect("ffprobe");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.replace(",unknown", "").trim_end_matches(',').to_owned())
         .collect()
 }
 
@@ -132,6 +148,14 @@ fn check(name: &str, codec_args: &[&str], codecs: &str, probed: &[&str]) {
     let out = path_in(&dir, "out.mp4");
     std::fs::write(&out, assemble(&data, &f)).unwrap();
     assert_eq!(streams(&out), probed, "{name}: what ffprobe reads");
+    // The tracks start where the source's do (Opus's CodecDelay an edit
+    // list), so they play as much in sync.
+    for (got, want) in starts(&out).iter().zip(starts(&src)) {
+        assert!(
+            (got - want).abs() <= 1.0,
+            "{name}: starts {got} vs {want} ms"
+        );
+    }
     let want = packets(&src);
     same(&packets(&out), &want, name);
     assert!(f.fragments.len() >= 4, "{} segments", f.fragments.len());
@@ -201,11 +225,17 @@ fn webm_vp9_and_opus() {
             "8",
             "-g",
             "25",
+            "-color_primaries",
+            "bt709",
+            "-color_trc",
+            "bt709",
+            "-colorspace",
+            "bt709",
             "-c:a",
             "libopus",
         ],
         "vp09.00.20.08,opus",
-        &["vp9,320", "opus"],
+        &["vp9,320,bt709,bt709,bt709", "opus"],
     );
 }
 

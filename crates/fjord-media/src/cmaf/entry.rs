@@ -24,7 +24,8 @@ pub(crate) enum Config {
     },
     /// The OpusHead (RFC 7845 §5.1).
     Opus(Vec<u8>),
-    Vp8,
+    /// Its colour: primaries, transfer, matrix (H.273 code points).
+    Vp8([u8; 3]),
     Vp9(Vp9Facts),
     /// The AV1CodecConfigurationRecord, the `av1C` body.
     Av1(Vec<u8>),
@@ -40,6 +41,9 @@ pub(crate) struct Vp9Facts {
     /// The `vpcC` value: 0, 1 4:2:0, 2 4:2:2, 3 4:4:4.
     pub chroma: u8,
     pub full_range: bool,
+    /// Primaries, transfer characteristics and matrix coefficients (ITU-T
+    /// H.273 code points; 2 each: unspecified).
+    pub colour: [u8; 3],
 }
 
 impl Config {
@@ -74,7 +78,7 @@ impl Config {
                 format!("mp4a.40.{aot}")
             }
             Config::Opus(_) => "opus".to_owned(),
-            Config::Vp8 => "vp8".to_owned(),
+            Config::Vp8(_) => "vp8".to_owned(),
             Config::Vp9(f) => format!("vp09.{:02}.{:02}.{:02}", f.profile, f.level, f.bit_depth),
             Config::Av1(c) => crate::av1::Av1Config::parse(c)?.codec_name(),
         })
@@ -182,7 +186,7 @@ fn sample_entry(o: &mut Vec<u8>, t: &TrackHead) {
     match t.config {
         Config::Avc(c) => visual(o, b"avc1", t.size, |o| boxed(o, b"avcC", |o| o.extend(c))),
         Config::Hevc(c) => visual(o, b"hvc1", t.size, |o| boxed(o, b"hvcC", |o| o.extend(c))),
-        Config::Vp8 => visual(o, b"vp08", t.size, |o| {
+        Config::Vp8(colour) => visual(o, b"vp08", t.size, |o| {
             vpcc(
                 o,
                 &Vp9Facts {
@@ -191,6 +195,7 @@ fn sample_entry(o: &mut Vec<u8>, t: &TrackHead) {
                     bit_depth: 8,
                     chroma: 1,
                     full_range: false,
+                    colour: *colour,
                 },
             )
         }),
@@ -250,14 +255,14 @@ fn audio(
     });
 }
 
-/// `vpcC` version 1 (VP codec ISOBMFF binding §2.3), colours unspecified.
+/// `vpcC` version 1 (VP codec ISOBMFF binding §2.3).
 fn vpcc(o: &mut Vec<u8>, f: &Vp9Facts) {
     boxed(o, b"vpcC", |o| {
         full(o, 1, 0);
         o.push(f.profile);
         o.push(f.level);
         o.push((f.bit_depth << 4) | ((f.chroma & 7) << 1) | u8::from(f.full_range));
-        o.extend_from_slice(&[2, 2, 2]); // primaries, transfer, matrix
+        o.extend_from_slice(&f.colour); // primaries, transfer, matrix
         o.extend_from_slice(&0u16.to_be_bytes()); // no initialization data
     });
 }

@@ -17,6 +17,7 @@ fn codec_names() {
         bit_depth: 8,
         chroma: 1,
         full_range: false,
+        colour: [1, 1, 1],
     });
     assert_eq!(vp9.codec_name().as_deref(), Some("vp09.00.31.08"));
     assert_eq!(Config::Opus(vec![]).codec_name().as_deref(), Some("opus"));
@@ -61,7 +62,7 @@ fn a_trak_of_each_config_is_well_formed() {
         },
         Config::Opus(head),
         Config::Opus(vec![]),
-        Config::Vp8,
+        Config::Vp8([2; 3]),
     ] {
         let mut o = Vec::new();
         trak(
@@ -92,4 +93,23 @@ fn dops_is_the_opus_head_big_endian() {
             0, 0, 0, 19, b'd', b'O', b'p', b's', 0, 2, 0x01, 0x38, 0, 0, 0xbb, 0x80, 0, 0, 0
         ]
     );
+}
+
+#[test]
+fn vpcc_carries_the_colour() {
+    let mut o = Vec::new();
+    vpcc(
+        &mut o,
+        &Vp9Facts {
+            profile: 2,
+            level: 31,
+            bit_depth: 10,
+            chroma: 1,
+            full_range: true,
+            colour: [9, 16, 9],
+        },
+    );
+    // Header, version and flags, then profile, level, depth/chroma/range,
+    // primaries, transfer, matrix, no initialization data.
+    assert_eq!(&o[12..], [2, 31, 0xa3, 9, 16, 9, 0, 0]);
 }

@@ -25,6 +25,11 @@ const DEFAULT_DURATION: u32 = 0x23_e383;
 const VIDEO: u32 = 0xe0;
 const PIXEL_WIDTH: u32 = 0xb0;
 const PIXEL_HEIGHT: u32 = 0xba;
+const COLOUR: u32 = 0x55b0;
+const MATRIX_COEFFICIENTS: u32 = 0x55b1;
+const TRANSFER_CHARACTERISTICS: u32 = 0x55ba;
+const PRIMARIES: u32 = 0x55bb;
+const CODEC_DELAY: u32 = 0x56aa;
 const AUDIO: u32 = 0xe1;
 const SAMPLING_FREQUENCY: u32 = 0xb5;
 const CHANNELS: u32 = 0x9f;
@@ -100,6 +105,13 @@ pub struct TrackEntry {
     pub channels: u8,
     /// Video: PixelWidth and PixelHeight (0 when the file says none).
     pub size: (u16, u16),
+    /// Video: the Colour element's primaries, transfer characteristics and
+    /// matrix coefficients (ITU-T H.273 code points; 2, unspecified, when
+    /// the file says none).
+    pub colour: [u8; 3],
+    /// CodecDelay, ns: what the decoder's output starts with and a player
+    /// drops (Opus's pre-skip); block times include it.
+    pub codec_delay_ns: u64,
     /// Has ContentEncodings (compression, encryption): its frames are not
     /// the codec's bytes.
     pub encoded: bool,
@@ -482,6 +494,8 @@ fn track_entry(data: &[u8], e: &Element) -> Result<TrackEntry, FormatError> {
         sampling_rate: 8000.0,
         channels: 1,
         size: (0, 0),
+        colour: [2; 3],
+        codec_delay_ns: 0,
         encoded: false,
     };
     for c in Children::of(data, e) {
@@ -499,7 +513,8 @@ fn track_entry(data: &[u8], e: &Element) -> Result<TrackEntry, FormatError> {
             CODEC_PRIVATE => t.private = Some((c.body, c.end)),
             DEFAULT_DURATION => t.default_duration_ns = ebml::uint(data, &c).filter(|&d| d > 0),
             CONTENT_ENCODINGS => t.encoded = true,
-            VIDEO => t.size = pixels(data, &c),
+            CODEC_DELAY => t.codec_delay_ns = ebml::uint(data, &c).unwrap_or(0),
+            VIDEO => (t.size, t.colour) = video(data, &c),
             AUDIO => {
                 for a in Children::of(data, &c).map_while(Result::ok) {
                     match a.id {
@@ -522,18 +537,35 @@ fn track_entry(data: &[u8], e: &Element) -> Result<TrackEntry, FormatError> {
     Ok(t)
 }
 
-/// PixelWidth and PixelHeight of a Video element.
-fn pixels(data: &[u8], video: &Element) -> (u16, u16) {
-    let mut size = (0, 0);
+/// PixelWidth and PixelHeight of a Video element, and its Colour.
+fn video(data: &[u8], video: &Element) -> ((u16, u16), [u8; 3]) {
+    let (mut size, mut colour) = ((0, 0), [2; 3]);
     for c in Children::of(data, video).map_while(Result::ok) {
         let v = || ebml::uint(data, &c).map_or(0, |n| n.min(u64::from(u16::MAX)) as u16);
         match c.id {
             PIXEL_WIDTH => size.0 = v(),
             PIXEL_HEIGHT => size.1 = v(),
+            COLOUR => colour = colour_of(data, &c),
             _ => {}
         }
     }
-    size
+    (size, colour)
+}
+
+/// A Colour element's primaries, transfer and matrix (code points past
+/// 255 are none H.273 defines: unspecified).
+fn colour_of(data: &[u8], colour: &Element) -> [u8; 3] {
+    let mut out = [2; 3];
+    for c in Children::of(data, colour).map_while(Result::ok) {
+        let at = match c.id {
+            PRIMARIES => 0,
+            TRANSFER_CHARACTERISTICS => 1,
+            MATRIX_COEFFICIENTS => 2,
+            _ => continue,
+        };
+        out[at] = ebml::uint(data, &c).map_or(2, |v| u8::try_from(v).unwrap_or(2));
+    }
+    out
 }
 
 /// The frame sizes of a block's payload at `data[pos..end]`.

@@ -209,3 +209,47 @@ proptest! {
         }
     }
 }
+
+/// A video track's Colour and an audio track's CodecDelay are read; a
+/// track without them says unspecified and none.
+#[test]
+fn colour_and_codec_delay() {
+    let colour = el(
+        COLOUR,
+        &cat(&[
+            uint(PRIMARIES, 1),
+            uint(TRANSFER_CHARACTERISTICS, 1),
+            uint(MATRIX_COEFFICIENTS, 300),
+        ]),
+    );
+    let video = el(VIDEO, &cat(&[uint(PIXEL_WIDTH, 64), colour]));
+    let v = el(
+        TRACK_ENTRY,
+        &cat(&[
+            uint(TRACK_NUMBER, 1),
+            uint(TRACK_TYPE, 1),
+            el(CODEC_ID, b"V_VP9"),
+            video,
+        ]),
+    );
+    let a = el(
+        TRACK_ENTRY,
+        &cat(&[
+            uint(TRACK_NUMBER, 2),
+            uint(TRACK_TYPE, 2),
+            el(CODEC_ID, b"A_OPUS"),
+            uint(CODEC_DELAY, 6_500_000),
+        ]),
+    );
+    let blocks = [
+        simple_block(1, 0, true, b"k"),
+        simple_block(2, 0, true, b"a"),
+    ];
+    let data = file("webm", &[v, a], &[cluster(0, &blocks)]);
+    let d = demux(&data, &mut |_| {}).unwrap();
+    // A code point past 255 is no H.273 one: unspecified.
+    assert_eq!(d.tracks[0].colour, [1, 1, 2]);
+    assert_eq!((d.tracks[0].size.0, d.tracks[0].codec_delay_ns), (64, 0));
+    assert_eq!(d.tracks[1].colour, [2, 2, 2]);
+    assert_eq!(d.tracks[1].codec_delay_ns, 6_500_000);
+}

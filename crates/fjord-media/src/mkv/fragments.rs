@@ -182,7 +182,9 @@ fn video_track(data: &[u8], s: &Served, pts: &[u64]) -> cmaf::Track {
     }
 }
 
-/// An audio track counted in samples at `rate` (as RTSP stamps it).
+/// An audio track counted in samples at `rate` (as RTSP stamps it); its
+/// CodecDelay (Opus's pre-skip) an edit list that starts it past the
+/// samples the decoder primes with, as block times count them.
 fn audio_track(data: &[u8], s: &Served, pts: &[u64], rate: u32) -> cmaf::Track {
     let times = audio_ticks(data, &s.codec, s.frames, pts, rate);
     let samples = (s.frames.iter().enumerate())
@@ -202,7 +204,11 @@ fn audio_track(data: &[u8], s: &Served, pts: &[u64], rate: u32) -> cmaf::Track {
             }
         })
         .collect();
-    track(false, rate, samples)
+    let delay = u128::from(s.entry.codec_delay_ns) * u128::from(rate) / 1_000_000_000;
+    cmaf::Track {
+        media_start: i64::try_from(delay).unwrap_or(0),
+        ..track(false, rate, samples)
+    }
 }
 
 fn track(video: bool, timescale: u32, samples: Vec<Sample>) -> cmaf::Track {
@@ -223,7 +229,7 @@ pub(super) fn config(data: &[u8], s: &Served, track: &cmaf::Track) -> Result<Con
     Ok(match &s.codec {
         Codec::H264(_) => Config::Avc(private.to_vec()),
         Codec::H265(_) => Config::Hevc(private.to_vec()),
-        Codec::Vpx(Vpx::Vp8) => Config::Vp8,
+        Codec::Vpx(Vpx::Vp8) => Config::Vp8(s.entry.colour),
         Codec::Av1(record) => Config::Av1(record.clone()),
         Codec::Vpx(Vpx::Vp9) => {
             let (profile, bit_depth, chroma, full_range) = (track.samples.iter())
@@ -240,6 +246,7 @@ pub(super) fn config(data: &[u8], s: &Served, track: &cmaf::Track) -> Result<Con
                 bit_depth,
                 chroma,
                 full_range,
+                colour: s.entry.colour,
             })
         }
         Codec::Aac {
