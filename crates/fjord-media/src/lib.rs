@@ -6,7 +6,9 @@
 //! reads records from the index and sends byte ranges of the media file.
 //! [`mkv`] reads Matroska and WebM (the EBML reader and demuxer are ours:
 //! frames must stay byte ranges of the file), [`vpx`] and [`opus`] packetize
-//! VP8, VP9 and Opus.
+//! VP8, VP9 and Opus; an AV1 track ([`av1`]) is indexed without packets,
+//! for HLS and DASH only, and RTSP refuses its title
+//! ([`Index::not_over_rtp`]).
 //! [`cmaf`] writes the fragmented MP4 that HLS and DASH serve (generated
 //! heads and byte ranges), [`mp4::fragments`] reads an MP4's `moov` and
 //! [`mkv::fragments`] a Matroska file's blocks (never their samples) into

@@ -64,7 +64,7 @@ pub fn fragment(
 ) -> Result<Fragmented, FormatError> {
     let sources = sources(data)?;
     if sources.is_empty() {
-        return Err(invalid("no H.264, H.265, AAC or Opus track"));
+        return Err(invalid("no H.264, H.265, AV1, AAC or Opus track"));
     }
     if only.is_some_and(|k| k >= sources.len()) {
         return Err(invalid(format!("no track {}", only.unwrap_or(0))));
