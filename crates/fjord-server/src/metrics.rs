@@ -12,11 +12,13 @@ use prometheus_client::{
 
 type Requests = Family<[(&'static str, String); 2], Counter>;
 type Refusals = Family<[(&'static str, &'static str); 1], Counter>;
+type Https = Family<[(&'static str, &'static str); 1], Counter>;
 
 #[derive(Default)]
 pub(crate) struct Metrics {
     requests: Requests,
     refusals: Refusals,
+    https: Https,
 }
 
 /// Why a SETUP or PLAY got 453.
@@ -62,6 +64,15 @@ impl Metrics {
         self.refusals.get_or_create(&[("reason", reason)]).inc();
     }
 
+    /// An HTTPS connection past its handshake, by who encrypts it:
+    /// `kernel` (kTLS), `user` (rustls in the connection's task), or
+    /// `kernel_failed` (the kernel refused its keys; it was closed).
+    pub(crate) fn https(&self, encryption: &'static str) {
+        self.https
+            .get_or_create(&[("encryption", encryption)])
+            .inc();
+    }
+
     /// Adds the counters to a scrape's registry (they are shared, not
     /// copied).
     pub(crate) fn register(&self, registry: &mut Registry) {
@@ -74,6 +85,11 @@ impl Metrics {
             "fjord_admission_refusals",
             "SETUPs and PLAYs refused with 453, by what had no room",
             self.refusals.clone(),
+        );
+        registry.register(
+            "fjord_https_connections",
+            "HTTPS connections past their handshake, by who encrypts them (kernel: kTLS)",
+            self.https.clone(),
         );
     }
 }

@@ -9,50 +9,88 @@
 //! connection's TLS state and the engine seals the interleaved RTP into it
 //! from the title's mapping (`rtsps`).
 //!
-//! The kernel's TLS (kTLS) would let `sendfile` and the engine write into
-//! an encrypting socket; it is not in every kernel (not in this project's
-//! test machines).
+//! Where the kernel has TLS (kTLS: the `tls` upper-layer protocol, probed
+//! once at start), an HTTPS connection's keys go to the kernel after the
+//! handshake ([`Tls::handshake_to_kernel`], through the `ktls` crate) and
+//! the body goes by `sendfile`, as over plain HTTP. Where it has not (the
+//! project's test machines), HTTPS is sealed in user space as above. RTSPS
+//! is sealed in user space either way.
 
 use std::{
+    os::fd::AsRawFd,
     path::Path,
     sync::{Arc, RwLock},
 };
 
+use ktls::{CorkStream, KtlsStream};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
-use tokio::net::TcpStream;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpStream,
+};
 use tokio_rustls::{TlsAcceptor, server::TlsStream};
 
 use crate::{Config, ConfigError};
 
 pub(crate) struct Tls {
     acceptor: RwLock<TlsAcceptor>,
+    /// Whether this kernel takes TLS keys (kTLS).
+    kernel: bool,
 }
 
 impl Tls {
     /// `None` when no certificate is configured.
     pub(crate) fn new(config: &Config) -> Result<Option<Tls>, crate::ServeError> {
-        let Some(acceptor) = acceptor(config)? else {
+        let kernel = kernel_tls();
+        let Some(acceptor) = acceptor(config, kernel)? else {
             return Ok(None);
         };
+        if kernel {
+            tracing::info!("kTLS: the kernel encrypts HTTPS; bodies go by sendfile");
+        } else {
+            tracing::info!(
+                "kTLS: this kernel has no `tls` ULP (modprobe tls); HTTPS is encrypted in user space"
+            );
+        }
         Ok(Some(Tls {
             acceptor: RwLock::new(acceptor),
+            kernel,
         }))
     }
 
     /// Takes the certificate and key of a reloaded config.
     pub(crate) fn reload(&self, config: &Config) -> Result<(), ConfigError> {
-        if let Some(a) = acceptor(config)? {
+        if let Some(a) = acceptor(config, self.kernel)? {
             *self.acceptor.write().unwrap_or_else(|e| e.into_inner()) = a;
         }
         Ok(())
     }
 
-    /// Completes the TLS handshake of `stream` within `request_timeout_s`.
-    pub(crate) async fn handshake(
+    /// Whether HTTPS connections go to the kernel ([`Self::handshake_to_kernel`]).
+    pub(crate) fn kernel(&self) -> bool {
+        self.kernel
+    }
+
+    /// Completes the TLS handshake of `stream` (the outer error), then
+    /// hands its keys to the kernel (the inner one): what is written to
+    /// the socket from then on, by `sendfile` too, is encrypted there.
+    pub(crate) async fn handshake_to_kernel(
         &self,
         stream: TcpStream,
         config: &Config,
-    ) -> std::io::Result<TlsStream<TcpStream>> {
+    ) -> std::io::Result<Result<KtlsStream<TcpStream>, ktls::Error>> {
+        // Corked: the handshake reads no record past its own, so none is
+        // left in rustls when the kernel takes over.
+        let tls = self.handshake(CorkStream::new(stream), config).await?;
+        Ok(ktls::config_ktls_server(tls).await)
+    }
+
+    /// Completes the TLS handshake of `stream` within `request_timeout_s`.
+    pub(crate) async fn handshake<IO: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        stream: IO,
+        config: &Config,
+    ) -> std::io::Result<TlsStream<IO>> {
         let acceptor = self
             .acceptor
             .read()
@@ -77,7 +115,30 @@ impl Tls {
     }
 }
 
-fn acceptor(config: &Config) -> Result<Option<TlsAcceptor>, ConfigError> {
+/// Whether the kernel takes TLS keys: the `tls` ULP set on a loopback
+/// connection (the kernel loads its module on demand; `ENOENT` when it has
+/// none).
+fn kernel_tls() -> bool {
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+        return false;
+    };
+    let Ok(conn) = listener.local_addr().and_then(std::net::TcpStream::connect) else {
+        return false;
+    };
+    // SAFETY: setsockopt on a socket we own, with a 3-byte value we own.
+    let set = unsafe {
+        libc::setsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_TCP,
+            libc::TCP_ULP,
+            b"tls".as_ptr().cast(),
+            3,
+        )
+    };
+    set == 0
+}
+
+fn acceptor(config: &Config, kernel: bool) -> Result<Option<TlsAcceptor>, ConfigError> {
     if config.tls_cert.as_os_str().is_empty() {
         return Ok(None);
     }
@@ -97,9 +158,11 @@ fn acceptor(config: &Config) -> Result<Option<TlsAcceptor>, ConfigError> {
     // VAES there), ChaCha20-Poly1305 within 15 %. Its suites: AES-256-GCM,
     // AES-128-GCM, ChaCha20, the client's order of preference honoured.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server = rustls::ServerConfig::builder_with_provider(provider)
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
         .map_err(|e| bad("tls_cert/tls_key", cert, &e))?;
+    // The kernel needs the session's keys.
+    server.enable_secret_extraction = kernel;
     Ok(Some(TlsAcceptor::from(Arc::new(server))))
 }

@@ -97,8 +97,24 @@ async fn connection(
     match tls_hello(&server, &stream).await {
         Some(true) => {
             let Some(t) = &server.tls else { return };
+            if t.kernel() {
+                return match t.handshake_to_kernel(stream, &server.config()).await {
+                    Ok(Ok(k)) => {
+                        server.metrics.https("kernel");
+                        serve(&server, &fragments, wire::KernelTls(k), (peer, true)).await
+                    }
+                    Ok(Err(e)) => {
+                        server.metrics.https("kernel_failed");
+                        tracing::warn!(%peer, "the kernel refused the TLS keys: {e}")
+                    }
+                    Err(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
+                };
+            }
             match t.handshake(stream, &server.config()).await {
-                Ok(tls) => serve(&server, &fragments, wire::TlsWire::new(tls), (peer, true)).await,
+                Ok(tls) => {
+                    server.metrics.https("user");
+                    serve(&server, &fragments, wire::TlsWire::new(tls), (peer, true)).await
+                }
                 Err(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
             }
         }

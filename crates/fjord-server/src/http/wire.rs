@@ -2,7 +2,8 @@
 //! into it: plain TCP takes them by `sendfile`, never through user space;
 //! HTTPS encrypts them in the connection's own task, read from the page
 //! cache into a buffer the connection keeps and sealed by rustls straight
-//! into the socket's send queue (no loopback bridge, no second task).
+//! into the socket's send queue (no loopback bridge, no second task), or,
+//! where the kernel holds the connection's keys (kTLS), by `sendfile` too.
 //!
 //! The file is read, not mapped: a title truncated while it is served
 //! would raise SIGBUS in a mapping, and a read of resident pages costs
@@ -18,6 +19,7 @@ use std::{
     time::Duration,
 };
 
+use ktls::KtlsStream;
 use tokio::{
     io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf},
     net::TcpStream,
@@ -160,5 +162,49 @@ impl AsyncWrite for TlsWire {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// An HTTPS connection whose keys the kernel holds (kTLS): heads are
+/// written through the stream, file bytes by `sendfile` as over plain TCP;
+/// the kernel encrypts both.
+pub(crate) struct KernelTls(pub(crate) KtlsStream<TcpStream>);
+
+impl Wire for KernelTls {
+    async fn send_resident(
+        &mut self,
+        fd: RawFd,
+        range: Range<u64>,
+        stall: Duration,
+    ) -> io::Result<()> {
+        self.0.get_mut().send_resident(fd, range, stall).await
+    }
+}
+
+impl AsyncRead for KernelTls {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for KernelTls {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }

@@ -109,7 +109,7 @@ fn md5_hex(bytes: &[u8]) -> String {
 #[test]
 fn https_each_cipher_in_the_clients_order_bit_exact() {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, port) = Server::start_http(&https_only(dir.path()));
+    let (server, port) = Server::start_http(&https_only(dir.path()));
     let url = format!("https://127.0.0.1:{port}/clip.ts");
     let cases = [
         (
@@ -159,6 +159,36 @@ fn https_each_cipher_in_the_clients_order_bit_exact() {
         let (code, body, _) = curl_suite(&url, suites, tls12, &["-r", "1000-70000"]);
         assert_eq!((code, md5_hex(&body)), (206, md5_hex(&clip[1000..70001])));
     }
+    // Each connection went the way this kernel allows: its keys to the
+    // kernel (kTLS) where it takes them, sealed in user space where not.
+    let (encryption, other) = match kernel_takes_tls_keys() {
+        true => ("kernel", "user"),
+        false => ("user", "kernel"),
+    };
+    let (metrics, _) = crate::common::curl(&[&format!("{}/metrics", server.admin())]);
+    let count = |e: &str| {
+        let name = format!("fjord_https_connections_total{{encryption=\"{e}\"}} ");
+        (metrics.lines())
+            .find_map(|l| l.strip_prefix(&name))
+            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
+    };
+    let connections = 2 * cases.len() as u64;
+    assert_eq!(count(encryption), connections, "{metrics}");
+    assert_eq!((count(other), count("kernel_failed")), (0, 0), "{metrics}");
+}
+
+/// Whether this kernel takes TLS keys: the `tls` ULP set on a loopback
+/// connection (Python, apart from fjord's own probe).
+fn kernel_takes_tls_keys() -> bool {
+    let probe = "import socket\n\
+        l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()\n\
+        c = socket.create_connection(l.getsockname())\n\
+        c.setsockopt(socket.IPPROTO_TCP, 31, b'tls')  # TCP_ULP";
+    let out = std::process::Command::new("python3")
+        .args(["-c", probe])
+        .output()
+        .expect("python3");
+    out.status.success()
 }
 
 /// Runs `tls_clients.py MODE PORT PATH`, its JSON line.
