@@ -17,6 +17,18 @@ type Refusals = Family<[(&'static str, &'static str); 1], Counter>;
 pub(crate) struct Metrics {
     requests: Requests,
     refusals: Refusals,
+    recordings: Refusals,
+}
+
+/// How a live recording ended.
+#[derive(Clone, Copy)]
+pub(crate) enum Recording {
+    /// Closed with its stream, and made a title.
+    Done,
+    /// Stopped: the disk did not keep up with the stream.
+    Stopped,
+    /// A file could not be made or written.
+    Failed,
 }
 
 /// Why a SETUP or PLAY got 453.
@@ -62,6 +74,15 @@ impl Metrics {
         self.refusals.get_or_create(&[("reason", reason)]).inc();
     }
 
+    pub(crate) fn recording(&self, how: Recording) {
+        let outcome = match how {
+            Recording::Done => "done",
+            Recording::Stopped => "stopped",
+            Recording::Failed => "failed",
+        };
+        self.recordings.get_or_create(&[("outcome", outcome)]).inc();
+    }
+
     /// Adds the counters to a scrape's registry (they are shared, not
     /// copied).
     pub(crate) fn register(&self, registry: &mut Registry) {
@@ -74,6 +95,11 @@ impl Metrics {
             "fjord_admission_refusals",
             "SETUPs and PLAYs refused with 453, by what had no room",
             self.refusals.clone(),
+        );
+        registry.register(
+            "fjord_live_recordings",
+            "Live recordings ended, by outcome: done, stopped (the disk fell behind), failed",
+            self.recordings.clone(),
         );
     }
 }

@@ -58,6 +58,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
         return refuse(r.status, r.reason);
     }
     let session = session_id();
+    let recording = super::record::start(server, &path, &announced.tracks);
     state.streams.insert(
         id,
         Stream {
@@ -75,6 +76,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
             tasks: Vec::new(),
             held: None,
             torn_down: false,
+            recording,
         },
     );
     tracing::info!(path, conn = conn.id(), "live stream announced");
