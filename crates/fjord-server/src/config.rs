@@ -917,6 +917,13 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("live_grace_s = 0").unwrap();
         c.validate().unwrap();
+        // Nothing is recorded by default; live_record globs say what is.
+        assert!(!Config::default().records("live/cam1"));
+        let c: Config = toml::from_str("live_record = [\"live/*\"]").unwrap();
+        c.validate().unwrap();
+        assert!(c.records("live/cam1") && !c.records("live/a/b") && !c.records("other/x"));
+        let c: Config = toml::from_str("live_record = [\"live/[a\"]").unwrap();
+        assert!(c.validate().is_err());
         let c: Config = toml::from_str("fec = \"off\"").unwrap();
         assert_eq!(c.fec(), fjord_fec::FecChoice::Off);
         let c: Config = toml::from_str("udp_sockets = \"pooled\"").unwrap();

@@ -212,7 +212,7 @@ proptest! {
         for (k, nals) in frames.iter().enumerate() {
             let nals: Vec<Vec<u8>> = nals.iter().map(|n| {
                 let mut n = n.clone();
-                n[0] = (n[0] & 0xe0) | 1 + n[0] % 23;
+                n[0] = (n[0] & 0xe0) | (1 + n[0] % 23);
                 n
             }).collect();
             let ps: Vec<Vec<u8>> = nals.iter().flat_map(|n| packetize(n, mtu)).collect();
