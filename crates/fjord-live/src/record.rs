@@ -95,10 +95,14 @@ impl Recorder {
                         Payload::Aac { frame, .. } => frame,
                         Payload::Opus => 960,
                     };
+                    let size = match &codec {
+                        Codec::Avc(c) => avc_size(c),
+                        _ => (0, 0),
+                    };
                     specs.push(TrackSpec {
                         id,
                         timescale: t.clock_rate,
-                        size: (0, 0),
+                        size,
                         codec,
                     });
                     recs.push(Some(Rec {
@@ -395,6 +399,32 @@ fn avcc(sets: &str) -> Result<Vec<u8>, String> {
         c.extend_from_slice(set);
     }
     Ok(c)
+}
+
+/// Width and height from the first SPS of an `avcC` (what HLS and DASH
+/// manifests say of the title); (0, 0) when it cannot be read: decoders
+/// read the SPS anyway.
+fn avc_size(avcc: &[u8]) -> (u16, u16) {
+    use h264_reader::{nal::sps::SeqParameterSet, rbsp};
+    let Some(len) = avcc
+        .get(6..8)
+        .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+    else {
+        return (0, 0);
+    };
+    let Some(sps) = avcc.get(8..8 + len) else {
+        return (0, 0);
+    };
+    let Ok(bytes) = rbsp::decode_nal(sps) else {
+        return (0, 0);
+    };
+    let size = SeqParameterSet::from_bits(rbsp::BitReader::new(&bytes[..]))
+        .ok()
+        .and_then(|s| s.pixel_dimensions().ok());
+    match size {
+        Some((w, h)) => (u16::try_from(w).unwrap_or(0), u16::try_from(h).unwrap_or(0)),
+        None => (0, 0),
+    }
 }
 
 #[cfg(test)]

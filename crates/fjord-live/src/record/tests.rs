@@ -114,6 +114,15 @@ fn configurations_are_read_from_the_sdp_or_the_track_left_out() {
             .starts_with(&[1, 0x64, 0, 0x15, 0xff, 0xe1])
     );
     assert!(avcc("aOvjyyLA").is_err());
+    // ffmpeg's SPS above: 320x240 (20x15 macroblocks).
+    assert_eq!(
+        avc_size(&avcc("Z2QAFazZQUH7ARAAAAMAEAAAAwMg8UKZYA==,aOvjyyLA").unwrap()),
+        (320, 240)
+    );
+    assert_eq!(
+        avc_size(&[1, 0x64, 0, 0x15, 0xff, 0xe1, 0, 2, 0x67, 0xff]),
+        (0, 0)
+    );
     assert!(avcc("!!").is_err());
     assert_eq!(param("a=1; SizeLength=13 ;b", "sizelength"), Some("13"));
     let opus = "v=0\r\no=- 0 0 IN IP4 1.2.3.4\r\ns=x\r\nt=0 0\r\nm=audio 0 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n";

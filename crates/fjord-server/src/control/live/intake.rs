@@ -64,7 +64,7 @@ fn take(
         .ring
         .push(track, ts, key, bytes.len(), packet.clone());
     if let Some(r) = stream.recording.as_mut() {
-        r.packet(server, track, &packet);
+        r.packet(&server.metrics, track, &packet);
     }
     batch.push(packet);
     true

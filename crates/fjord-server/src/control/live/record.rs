@@ -24,7 +24,10 @@ use fjord_live::{
     sdp::Track,
 };
 
-use crate::{Server, metrics::Recording as Outcome};
+use crate::{
+    Server,
+    metrics::{Metrics, Recording as Outcome},
+};
 
 /// Packets waiting for the recording's thread; past it the recording
 /// stops (at 1,500 bytes a packet, 12 MiB: seconds of a 20 Mbit/s
@@ -40,7 +43,7 @@ pub(super) struct Recording {
 
 impl Recording {
     /// Hands a packet of track `track` to the recording, never waiting.
-    pub(super) fn packet(&mut self, server: &Server, track: usize, packet: &LivePacket) {
+    pub(super) fn packet(&mut self, metrics: &Metrics, track: usize, packet: &LivePacket) {
         let Some(tx) = &self.tx else { return };
         if let Err(e) = tx.try_send((track, packet.clone())) {
             if matches!(e, mpsc::TrySendError::Full(_)) {
@@ -48,7 +51,7 @@ impl Recording {
                     title = self.title,
                     "live recording stopped: the disk did not keep up ({QUEUE} packets waiting)"
                 );
-                server.metrics.recording(Outcome::Stopped);
+                metrics.recording(Outcome::Stopped);
             }
             self.tx = None;
         }
@@ -191,4 +194,42 @@ fn ingest(server: Arc<Server>, title: String, rt: Option<tokio::runtime::Handle>
             tracing::error!(title, "live recording not ingested: {e}");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recording_the_disk_does_not_keep_up_with_stops_and_the_intake_goes_on() {
+        let (tx, rx) = mpsc::sync_channel(2);
+        let mut r = Recording {
+            tx: Some(tx),
+            title: "live/a/x.mp4".to_owned(),
+        };
+        let metrics = Metrics::default();
+        let packet: LivePacket = Arc::from(&[0x80u8, 96, 0, 0][..]);
+        r.packet(&metrics, 0, &packet);
+        r.packet(&metrics, 0, &packet);
+        assert!(!r.stopped());
+        // The queue is full: the packet is not waited for, the recording stops.
+        r.packet(&metrics, 0, &packet);
+        assert!(r.stopped());
+        r.packet(&metrics, 0, &packet);
+        // The writer gets what was queued, then the end.
+        assert_eq!(rx.try_iter().count(), 2);
+        assert!(rx.recv().is_err());
+        // The packets are the intake's, by reference.
+        assert_eq!(Arc::strong_count(&packet), 1);
+    }
+
+    #[test]
+    fn a_recordings_file_is_named_by_its_start_and_never_overwritten() {
+        let root = tempfile::tempdir().unwrap();
+        let (_, a) = create(root.path(), "live/cam1").unwrap();
+        let (_, b) = create(root.path(), "live/cam1").unwrap();
+        assert!(a.starts_with("live/cam1/20") && a.ends_with("Z.mp4"), "{a}");
+        assert_ne!(a, b);
+        assert!(root.path().join(&a).is_file() && root.path().join(&b).is_file());
+    }
 }
