@@ -108,6 +108,16 @@ impl Depacketizer {
         self.complete(out);
     }
 
+    /// The packets stop here and others follow (another publisher): a
+    /// frame in progress is dropped, counted.
+    pub fn break_off(&mut self) {
+        if self.current.is_some() {
+            self.damaged = true;
+            self.complete(&mut Vec::new());
+        }
+        self.next_seq = None;
+    }
+
     /// Appends `bytes` to the frame, or damages it past the bound.
     fn add(&mut self, bytes: &[u8]) {
         if self.damaged {
@@ -255,7 +265,9 @@ impl Depacketizer {
             return;
         };
         let buf = std::mem::take(&mut self.buf);
-        let damaged = std::mem::replace(&mut self.damaged, false) || self.partial.take().is_some();
+        // Both reset, whichever says so: a unit left in progress is damage.
+        let unfinished = self.partial.take().is_some();
+        let damaged = std::mem::replace(&mut self.damaged, false) | unfinished;
         if damaged || buf.is_empty() {
             self.counts.dropped += 1;
             return;

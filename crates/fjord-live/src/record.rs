@@ -181,6 +181,17 @@ impl Recorder {
         self.cut(None, out);
     }
 
+    /// Another publisher continues the stream (its packets renumbered to
+    /// follow on, so no loss shows): a frame the last one left unfinished
+    /// is dropped, and the recording goes on at the next key frame, as it
+    /// started.
+    pub fn next_publisher(&mut self) {
+        for r in self.tracks.iter_mut().flatten() {
+            r.depack.break_off();
+        }
+        self.started = false;
+    }
+
     /// Frames made and dropped, over all tracks.
     pub fn counts(&self) -> Counts {
         let mut c = Counts::default();

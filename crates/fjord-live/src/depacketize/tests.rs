@@ -244,3 +244,31 @@ proptest! {
         prop_assert!(out.iter().all(|f| f.data.len() <= 500));
     }
 }
+
+#[test]
+fn a_break_drops_the_frame_in_progress_only() {
+    let mut d = Depacketizer::new(Payload::H264, MAX);
+    let mut frames = run(
+        &mut d,
+        &[
+            (0, 0, true, vec![0x65, 1]),
+            (1, 3600, false, vec![0x7c, 0x81, 3]),
+        ],
+    );
+    d.break_off();
+    frames.extend(run(
+        &mut d,
+        &[
+            (2, 7200, true, vec![0x41, 4]),
+            (3, 10_800, true, vec![0x65, 5]),
+        ],
+    ));
+    assert_eq!(frames.len(), 3);
+    assert_eq!(
+        d.counts,
+        Counts {
+            frames: 3,
+            dropped: 1
+        }
+    );
+}

@@ -177,3 +177,31 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_next_publisher_drops_the_frame_left_unfinished_and_goes_on_at_a_key_frame() {
+    let a = sdp::parse(FFMPEG.as_bytes(), &Limits::default()).unwrap();
+    let (mut r, _) = Recorder::new(&a.tracks[..1], RecordLimits::default()).unwrap();
+    let mut file = r.init();
+    r.push(0, &rtp(96, 0, 0, true, &[0x65, 1]), &mut file);
+    r.push(0, &rtp(96, 1, 3600, true, &[0x41, 2]), &mut file);
+    // The first publisher goes after the start of an FU-A.
+    r.push(0, &rtp(96, 2, 7200, false, &[0x7c, 0x81, 3]), &mut file);
+    r.next_publisher();
+    // The next one's packets follow on without a gap: a P frame (left
+    // out), then a key frame the recording goes on from.
+    r.push(0, &rtp(96, 3, 10_800, true, &[0x41, 4]), &mut file);
+    r.push(0, &rtp(96, 4, 14_400, true, &[0x65, 5]), &mut file);
+    r.push(0, &rtp(96, 5, 18_000, true, &[0x41, 6]), &mut file);
+    r.finish(&mut file);
+    assert_eq!(
+        r.counts(),
+        crate::depacketize::Counts {
+            frames: 5,
+            dropped: 1
+        }
+    );
+    assert_eq!(r.skipped, 1);
+    let plan = fjord_media::mp4::plan(&file, &mut |_, _| {}).unwrap();
+    assert_eq!(plan.tracks[0].sync.len(), 2);
+}

@@ -115,6 +115,9 @@ fn take_over(
     for t in &mut stream.tracks {
         t.renumber.next_publisher();
     }
+    if let Some(r) = stream.recording.as_mut() {
+        r.next_publisher(&server.metrics);
+    }
     stream.conn = Some(conn.id());
     stream.session = session_id();
     stream.publisher = server.next_id();

@@ -34,18 +34,35 @@ use crate::{
 /// stream for a disk that stalls).
 pub(super) const QUEUE: usize = 8192;
 
+/// What the recording's thread is handed: a packet of a track, or the
+/// place where the next publisher continues the stream.
+enum Input {
+    Packet(usize, LivePacket),
+    NextPublisher,
+}
+
 /// The intake's end of a recording.
 pub(super) struct Recording {
     /// `None` once the recording stopped; dropped, it ends the recording.
-    tx: Option<mpsc::SyncSender<(usize, LivePacket)>>,
+    tx: Option<mpsc::SyncSender<Input>>,
     pub(super) title: String,
 }
 
 impl Recording {
     /// Hands a packet of track `track` to the recording, never waiting.
     pub(super) fn packet(&mut self, metrics: &Metrics, track: usize, packet: &LivePacket) {
+        self.send(metrics, Input::Packet(track, packet.clone()));
+    }
+
+    /// A publisher continues the stream: the recording goes on in the
+    /// same file from its next key frame (`Recorder::next_publisher`).
+    pub(super) fn next_publisher(&mut self, metrics: &Metrics) {
+        self.send(metrics, Input::NextPublisher);
+    }
+
+    fn send(&mut self, metrics: &Metrics, input: Input) {
         let Some(tx) = &self.tx else { return };
-        if let Err(e) = tx.try_send((track, packet.clone())) {
+        if let Err(e) = tx.try_send(input) {
             if matches!(e, mpsc::TrySendError::Full(_)) {
                 tracing::error!(
                     title = self.title,
@@ -136,18 +153,21 @@ type Ingest = (String, Weak<Server>, Option<tokio::runtime::Handle>);
 /// when the intake's end is dropped (the stream ended, or the recording
 /// stopped), the last fragment, then the title is ingested.
 fn run(
-    rx: mpsc::Receiver<(usize, LivePacket)>,
+    rx: mpsc::Receiver<Input>,
     mut recorder: Recorder,
     mut file: File,
     (title, server, rt): Ingest,
 ) {
     let mut out = recorder.init();
     let mut failed = write(&mut file, &mut out).err();
-    while let Ok((track, packet)) = rx.recv() {
+    while let Ok(input) = rx.recv() {
         if failed.is_some() {
             continue;
         }
-        recorder.push(track, &packet, &mut out);
+        match input {
+            Input::Packet(track, packet) => recorder.push(track, &packet, &mut out),
+            Input::NextPublisher => recorder.next_publisher(),
+        }
         if !out.is_empty() {
             failed = write(&mut file, &mut out).err();
         }
@@ -218,6 +238,7 @@ mod tests {
         r.packet(&metrics, 0, &packet);
         // The writer gets what was queued, then the end.
         assert_eq!(rx.try_iter().count(), 2);
+        r.next_publisher(&metrics);
         assert!(rx.recv().is_err());
         // The packets are the intake's, by reference.
         assert_eq!(Arc::strong_count(&packet), 1);
