@@ -3,9 +3,10 @@
 //! RTSP to a path `live_record` matches; after its TEARDOWN the recording
 //! is a title: ffprobe reads it, its packets (`-c copy` framemd5, per
 //! stream) are the published file's, and ffmpeg playing it over RTSP from
-//! fjord decodes the published frames. A server killed (SIGKILL) in the
-//! middle of a recording and started again serves it up to its last
-//! fragment.
+//! fjord decodes the published frames. A publisher killed and replaced
+//! within `live_grace_s` continues the same file (the frames of both, in
+//! order). A server killed (SIGKILL) in the middle of a recording and
+//! started again serves it up to its last fragment.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -202,4 +203,34 @@ fn a_recording_left_by_a_killed_server_is_served_up_to_its_last_fragment() {
     assert!(played.len() >= 50, "{} frames", played.len());
     assert_prefix(&played, &src, src.len(), "frames played after the crash");
     assert!(decoded_md5s(file.to_str().unwrap()).len() >= played.len());
+}
+
+#[test]
+fn a_publisher_back_within_the_grace_continues_the_same_recording() {
+    let server = Server::start(CONFIG);
+    let mut first = publish(&server, "live/again");
+    wait_for_log(&server, "live stream recorded", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(2500));
+    // Killed: no TEARDOWN, so the stream is held for the next publisher.
+    let _ = first.kill();
+    let _ = first.wait();
+    wait_for_log(&server, "live stream held", Duration::from_secs(5));
+    let second = publish(&server, "live/again").wait_with_output().unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(server.log_text().contains("continued by a new publisher"));
+    wait_for_log(&server, "live recording closed", Duration::from_secs(10));
+    let (file, _) = recording(&server.media_root(), "live/again");
+    // The first publisher's frames from the start, then the second's.
+    let src = decoded_md5s(source().to_str().unwrap());
+    let got = decoded_md5s(file.to_str().unwrap());
+    let k = (got.iter().skip(1).position(|m| *m == src[0]))
+        .expect("the second publisher's first frame")
+        + 1;
+    assert!(k >= 25, "the first publisher's part is {k} frames");
+    assert_prefix(&got[..k], &src, src.len(), "the first publisher's frames");
+    assert_prefix(&got[k..], &src, 0, "the second publisher's frames");
 }
