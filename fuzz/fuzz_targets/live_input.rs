@@ -1,10 +1,20 @@
 //! A publisher's input (fjord-live): ANNOUNCE bodies, RTP packets and the
-//! key-frame check of their payloads, the join ring they fill and the
-//! loss counted from their sequence numbers, never panic and stay within
-//! their limits.
+//! key-frame check of their payloads, the join ring they fill, the loss
+//! counted from their sequence numbers, and the recording made of them
+//! (the depacketizers, the fragmented MP4 written, read back by fjord's
+//! MP4 ingest), never panic and stay within their limits.
 #![no_main]
 
-use fjord_live::{Limits, keyframe, loss::Loss, publish::Publish, ring::Ring, rtp, sdp};
+use fjord_live::{
+    Limits,
+    depacketize::{AuHeaders, Depacketizer, Payload},
+    keyframe,
+    loss::Loss,
+    publish::Publish,
+    record::{RecordLimits, Recorder},
+    ring::Ring,
+    rtp, sdp,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -23,6 +33,28 @@ fuzz_target!(|data: &[u8]| {
     assert!(!announced.tracks.is_empty() && announced.tracks.len() <= limits.max_tracks);
     let _ = sdp::parse(announced.viewer_sdp.as_bytes(), &limits);
     let codecs: Vec<_> = announced.tracks.iter().map(|t| t.codec).collect();
+    let record = RecordLimits {
+        max_frame_bytes: 8192,
+        max_fragment_bytes: 32 * 1024,
+        fragment_ms: 100,
+    };
+    let mut recorder = Recorder::new(&announced.tracks, record).ok().map(|(r, _)| r);
+    let headers = AuHeaders {
+        size_bits: 13,
+        index_bits: 3,
+        delta_bits: 3,
+    };
+    let mut depacketizers = [
+        Payload::H264,
+        Payload::Aac {
+            headers,
+            frame: 1024,
+        },
+        Payload::Opus,
+    ]
+    .map(|p| Depacketizer::new(p, 8192));
+    let mut file = recorder.as_ref().map(Recorder::init).unwrap_or_default();
+    let mut frames = Vec::new();
     let mut publish = Publish::new(announced);
     let _ = publish.setup("rtsp://h/live/a/trackID=0");
     let _ = publish.record();
@@ -34,10 +66,21 @@ fuzz_target!(|data: &[u8]| {
         packets = &packets[(2 + n).min(packets.len())..];
         if let Ok(h) = rtp::parse(p, &limits) {
             let track = usize::from(h.payload_type) % codecs.len();
-            let key = keyframe::starts_key(codecs[track], &p[h.payload]);
+            let key = keyframe::starts_key(codecs[track], &p[h.payload.clone()]);
             ring.push(track, h.timestamp, key, p.len(), ());
             assert!(ring.bytes() <= limits.max_buffer_bytes);
             loss.on(h.seq);
+            for d in &mut depacketizers {
+                d.push((h.seq, h.timestamp, h.marker), &p[h.payload.clone()], &mut frames);
+                assert!(frames.iter().all(|f| f.data.len() <= 8192));
+                frames.clear();
+            }
+            if let Some(r) = recorder.as_mut() {
+                let before = file.len();
+                r.push(track, p, &mut file);
+                // A fragment holds at most the bound and one more frame, and its head.
+                assert!(file.len() - before <= 2 * (32 * 1024 + 8192) + 64 * 1024);
+            }
             taken += 1;
             // A packet moves the highest sequence number on by less than
             // a dropout (3,000): so much can be lost per packet at most.
@@ -45,4 +88,8 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = ring.backlog().count();
+    if let Some(mut r) = recorder {
+        r.finish(&mut file);
+        let _ = fjord_media::mp4::plan(&file, &mut |_, _| {});
+    }
 });

@@ -13,6 +13,10 @@
 //!   joins is sent first, within a byte budget.
 //! - [`publish`]: a publishing session's steps (ANNOUNCE, SETUP of each
 //!   track with `mode=record`, RECORD) and the paths in use.
+//! - [`depacketize`]: RTP payloads back into frames (H.264, AAC, Opus),
+//!   a frame damaged by loss dropped and counted.
+//! - [`record`]: a stream recorded as a fragmented MP4 title: packets in,
+//!   the file's bytes out, a fragment per key frame a second or more apart.
 //! - [`handover`]: a stream whose publisher went, held for the next one
 //!   (`live_grace_s`): whether a new ANNOUNCE continues it, and the
 //!   renumbering that keeps its viewers' sequence numbers and timestamps
@@ -24,10 +28,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod depacketize;
 pub mod handover;
 pub mod keyframe;
 pub mod loss;
 pub mod publish;
+pub mod record;
 pub mod ring;
 pub mod rtp;
 pub mod sdp;

@@ -35,6 +35,11 @@ pub struct Track {
     pub encoding: String,
     pub payload_type: u8,
     pub clock_rate: u32,
+    /// The encoding parameters of the `rtpmap` (audio: channels), if any.
+    pub channels: Option<u8>,
+    /// The first format's `a=fmtp` parameters (after the payload type),
+    /// if any: the codec's configuration a recording needs.
+    pub fmtp: Option<String>,
     /// The publisher's `a=control` (relative or absolute), if any.
     pub control: Option<String>,
 }
@@ -102,16 +107,22 @@ fn track(m: &sdp_types::Media) -> Result<Track, LiveError> {
         let (pt, rest) = v.split_once(' ')?;
         (pt.trim() == fmt).then(|| rest.trim().to_owned())
     });
+    let mut channels = None;
     let (encoding, clock_rate) = match (rtpmap, payload_type) {
         (Some(map), _) => {
             let mut parts = map.split('/');
             let name = parts.next().unwrap_or_default().to_ascii_uppercase();
             let clock = parts.next().and_then(|c| c.parse().ok());
+            channels = parts.next().and_then(|c| c.trim().parse().ok());
             (name, clock.ok_or_else(|| bad("rtpmap has no clock rate"))?)
         }
         (None, 33) => ("MP2T".to_owned(), 90_000),
         (None, pt) => static_type(pt).ok_or_else(|| bad("no rtpmap for a dynamic type"))?,
     };
+    let fmtp = attr(m, "fmtp").find_map(|v| {
+        let (pt, rest) = v.split_once(' ')?;
+        (pt.trim() == fmt).then(|| rest.trim().to_owned())
+    });
     if clock_rate == 0 {
         return Err(bad("the clock rate is 0"));
     }
@@ -128,6 +139,8 @@ fn track(m: &sdp_types::Media) -> Result<Track, LiveError> {
         encoding,
         payload_type,
         clock_rate,
+        channels,
+        fmtp,
         control,
     })
 }
@@ -189,6 +202,16 @@ mod tests {
         assert_eq!(a.tracks[1].codec, Codec::Audio);
         assert_eq!(a.tracks[1].clock_rate, 44_100);
         assert_eq!(a.tracks[1].payload_type, 97);
+        assert_eq!(a.tracks[1].channels, Some(2));
+        let fmtp = a.tracks[1].fmtp.as_deref().unwrap();
+        assert!(fmtp.starts_with("profile-level-id=1;") && fmtp.ends_with("config=121056E500"));
+        assert!(
+            a.tracks[0]
+                .fmtp
+                .as_deref()
+                .unwrap()
+                .contains("sprop-parameter-sets=Z2QA")
+        );
         assert!(a.viewer_sdp.contains("a=control:trackID=1\r\n"));
         assert!(a.viewer_sdp.contains("sprop-parameter-sets"));
         assert!(!a.viewer_sdp.contains("127.0.0.1\r\nt="));

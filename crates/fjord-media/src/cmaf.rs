@@ -12,6 +12,7 @@
 //! falls before the next one; a title without video is cut by time.
 
 pub(crate) mod entry;
+pub mod write;
 
 const NS: i128 = 1_000_000_000;
 

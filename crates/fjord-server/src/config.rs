@@ -86,6 +86,9 @@ pub struct Config {
     pub live_max_packet_bytes: usize,
     /// Bytes held per live stream for viewers joining at its last key frame.
     pub live_max_buffer_bytes: usize,
+    /// Globs of the live paths whose streams are recorded as titles
+    /// (`docs/live.md#recording`); none: nothing is recorded.
+    pub live_record: Vec<String>,
     pub max_connections: usize,
     /// Of `max_connections`, at most this many from one client address
     /// (RTSP and HTTP together); 0: no cap.
@@ -281,6 +284,7 @@ impl Default for Config {
             live_max_tracks: 8,
             live_max_packet_bytes: 1500,
             live_max_buffer_bytes: 16 << 20,
+            live_record: Vec::new(),
             max_connections: 1024,
             max_connections_per_address: 128,
             max_sessions: 1024,
@@ -387,6 +391,20 @@ pub struct BroadcastConfig {
     pub scheme: String,
     /// The longest a viewer waits for the title to start, in seconds.
     pub max_start_s: f64,
+}
+
+/// The `live_record` globs, matched as `[[user]]` `publish` globs are (`*`
+/// within a path segment, `**` across).
+fn record_globs(globs: &[String]) -> Result<globset::GlobSet, globset::Error> {
+    let mut set = globset::GlobSetBuilder::new();
+    for g in globs {
+        set.add(
+            globset::GlobBuilder::new(g)
+                .literal_separator(true)
+                .build()?,
+        );
+    }
+    set.build()
 }
 
 /// A `[[user]]` table: `name` and `password` (plain, or the
@@ -503,8 +521,16 @@ impl Config {
         }
     }
 
+    /// Whether the live stream at `path` is recorded (`live_record`).
+    pub fn records(&self, path: &str) -> bool {
+        record_globs(&self.live_record).is_ok_and(|g| g.is_match(path))
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if let Err(e) = record_globs(&self.live_record) {
+            return Err(ConfigError::Invalid(format!("live_record: {e}")));
+        }
         if !(1..=7).contains(&self.ts_per_rtp) {
             return bad("ts_per_rtp must be between 1 and 7");
         }
@@ -891,6 +917,13 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("live_grace_s = 0").unwrap();
         c.validate().unwrap();
+        // Nothing is recorded by default; live_record globs say what is.
+        assert!(!Config::default().records("live/cam1"));
+        let c: Config = toml::from_str("live_record = [\"live/*\"]").unwrap();
+        c.validate().unwrap();
+        assert!(c.records("live/cam1") && !c.records("live/a/b") && !c.records("other/x"));
+        let c: Config = toml::from_str("live_record = [\"live/[a\"]").unwrap();
+        assert!(c.validate().is_err());
         let c: Config = toml::from_str("fec = \"off\"").unwrap();
         assert_eq!(c.fec(), fjord_fec::FecChoice::Off);
         let c: Config = toml::from_str("udp_sockets = \"pooled\"").unwrap();

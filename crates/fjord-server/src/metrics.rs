@@ -11,14 +11,26 @@ use prometheus_client::{
 };
 
 type Requests = Family<[(&'static str, String); 2], Counter>;
-type Refusals = Family<[(&'static str, &'static str); 1], Counter>;
-type Https = Family<[(&'static str, &'static str); 1], Counter>;
+/// A counter by one label whose values are fixed names.
+type ByName = Family<[(&'static str, &'static str); 1], Counter>;
 
 #[derive(Default)]
 pub(crate) struct Metrics {
     requests: Requests,
-    refusals: Refusals,
-    https: Https,
+    refusals: ByName,
+    https: ByName,
+    recordings: ByName,
+}
+
+/// How a live recording ended.
+#[derive(Clone, Copy)]
+pub(crate) enum Recording {
+    /// Closed with its stream, and made a title.
+    Done,
+    /// Stopped: the disk did not keep up with the stream.
+    Stopped,
+    /// A file could not be made or written.
+    Failed,
 }
 
 /// Why a SETUP or PLAY got 453.
@@ -73,6 +85,15 @@ impl Metrics {
             .inc();
     }
 
+    pub(crate) fn recording(&self, how: Recording) {
+        let outcome = match how {
+            Recording::Done => "done",
+            Recording::Stopped => "stopped",
+            Recording::Failed => "failed",
+        };
+        self.recordings.get_or_create(&[("outcome", outcome)]).inc();
+    }
+
     /// Adds the counters to a scrape's registry (they are shared, not
     /// copied).
     pub(crate) fn register(&self, registry: &mut Registry) {
@@ -90,6 +111,11 @@ impl Metrics {
             "fjord_https_connections",
             "HTTPS connections past their handshake, by who encrypts them (kernel: kTLS)",
             self.https.clone(),
+        );
+        registry.register(
+            "fjord_live_recordings",
+            "Live recordings ended, by outcome: done, stopped (the disk fell behind), failed",
+            self.recordings.clone(),
         );
     }
 }

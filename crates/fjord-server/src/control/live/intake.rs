@@ -24,6 +24,7 @@ pub(super) const MAX_BATCH: usize = 64;
 /// Takes one packet of track `track` of stream `id` into `batch`; false
 /// when the stream is gone.
 fn take(
+    server: &Server,
     state: &mut State,
     (id, track): (u64, usize),
     bytes: &[u8],
@@ -62,6 +63,9 @@ fn take(
     stream
         .ring
         .push(track, ts, key, bytes.len(), packet.clone());
+    if let Some(r) = stream.recording.as_mut() {
+        r.packet(&server.metrics, track, &packet);
+    }
     batch.push(packet);
     true
 }
@@ -123,7 +127,7 @@ pub(super) fn interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8
             let mut batch = pending(&mut state, (id, track))
                 .map(std::mem::take)
                 .unwrap_or_default();
-            take(&mut state, (id, track), payload, &mut batch);
+            take(server, &mut state, (id, track), payload, &mut batch);
             if batch.len() >= MAX_BATCH {
                 hand_out(server, &state, (id, track), &mut batch);
             }
@@ -187,7 +191,7 @@ pub(super) async fn receive(
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(_) => return,
             };
-            if src.ip() == from && !take(&mut state, (id, track), &buf[..n], &mut batch) {
+            if src.ip() == from && !take(&server, &mut state, (id, track), &buf[..n], &mut batch) {
                 return;
             }
         }

@@ -18,6 +18,7 @@
 
 mod intake;
 mod publish;
+mod record;
 pub(crate) mod report;
 mod view;
 
@@ -80,6 +81,9 @@ struct Stream {
     held: Option<Instant>,
     /// Torn down: it ends after [`DRAIN`], never held or continued.
     torn_down: bool,
+    /// Its recording (`live_record`), across publishers; dropped with
+    /// the stream, which closes the file and makes it a title.
+    recording: Option<record::Recording>,
 }
 
 /// One track as it arrives.

@@ -58,6 +58,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
         return refuse(r.status, r.reason);
     }
     let session = session_id();
+    let recording = super::record::start(server, &path, &announced.tracks);
     state.streams.insert(
         id,
         Stream {
@@ -75,6 +76,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
             tasks: Vec::new(),
             held: None,
             torn_down: false,
+            recording,
         },
     );
     tracing::info!(path, conn = conn.id(), "live stream announced");
@@ -112,6 +114,9 @@ fn take_over(
     }
     for t in &mut stream.tracks {
         t.renumber.next_publisher();
+    }
+    if let Some(r) = stream.recording.as_mut() {
+        r.next_publisher(&server.metrics);
     }
     stream.conn = Some(conn.id());
     stream.session = session_id();

@@ -14,6 +14,10 @@ pub(crate) struct StreamView {
     viewers: usize,
     /// Packets refused (malformed, too large, of an unknown channel).
     refused: u64,
+    /// The title it is recorded as (`live_record`), if it is.
+    recording: Option<String>,
+    /// The recording stopped before the stream (the disk fell behind).
+    recording_stopped: bool,
     tracks: Vec<TrackView>,
 }
 
@@ -33,6 +37,8 @@ pub(crate) fn streams(server: &Server) -> Vec<StreamView> {
             held: s.held.is_some(),
             viewers: state.viewers.values().filter(|v| v.stream == *id).count(),
             refused: s.refused,
+            recording: s.recording.as_ref().map(|r| r.title.clone()),
+            recording_stopped: s.recording.as_ref().is_some_and(|r| r.stopped()),
             tracks: (s.tracks.iter())
                 .map(|t| TrackView {
                     codec: format!("{:?}", t.codec),

@@ -1,0 +1,332 @@
+//! A publisher's RTP payloads back into the codec's frames, for the
+//! recording ([`crate::record`]): H.264 (RFC 6184: single NAL units,
+//! STAP-A, FU-A) into access units of 4-byte-length-prefixed NAL units
+//! (the MP4 form), AAC (`MPEG4-GENERIC`, RFC 3640 AU headers, fragmented
+//! AUs too) and Opus (RFC 7587: a packet is a frame). No reordering: a
+//! packet lost or out of order drops the frame it damages, counted. Every
+//! frame is within `max_frame_bytes` (a larger one is dropped, counted).
+//! No crate depacketizes into owned frames without its own I/O around it
+//! (`retina` is a whole RTSP client); these are the RFCs' few rules.
+
+/// One frame: its RTP timestamp, its bytes, whether a decoder can start
+/// at it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub ts: u32,
+    pub data: Vec<u8>,
+    pub key: bool,
+}
+
+/// The RFC 3640 AU header layout (`a=fmtp`: `sizelength`, `indexlength`,
+/// `indexdeltalength`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuHeaders {
+    pub size_bits: u8,
+    pub index_bits: u8,
+    pub delta_bits: u8,
+}
+
+/// What a track's payloads hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Payload {
+    H264,
+    /// AAC in RFC 3640 AU headers; `frame` samples per AU (1024).
+    Aac {
+        headers: AuHeaders,
+        frame: u32,
+    },
+    Opus,
+}
+
+/// Frames made and dropped (damaged by loss, malformed, too large).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub frames: u64,
+    pub dropped: u64,
+}
+
+/// One track's depacketizer.
+#[derive(Debug)]
+pub struct Depacketizer {
+    payload: Payload,
+    max_frame_bytes: usize,
+    /// The timestamp of the frame being put together, if one is.
+    current: Option<u32>,
+    buf: Vec<u8>,
+    /// H.264: where the FU-A being put together starts in `buf`. AAC: the
+    /// size of the fragmented AU being put together.
+    partial: Option<usize>,
+    damaged: bool,
+    next_seq: Option<u16>,
+    pub counts: Counts,
+}
+
+impl Depacketizer {
+    pub fn new(payload: Payload, max_frame_bytes: usize) -> Self {
+        Depacketizer {
+            payload,
+            max_frame_bytes,
+            current: None,
+            buf: Vec::new(),
+            partial: None,
+            damaged: false,
+            next_seq: None,
+            counts: Counts::default(),
+        }
+    }
+
+    /// Takes a packet's fields and payload; the frames it completes are
+    /// appended to `out`.
+    pub fn push(&mut self, (seq, ts, marker): (u16, u32, bool), p: &[u8], out: &mut Vec<Frame>) {
+        let lost = self.next_seq.is_some_and(|n| n != seq);
+        self.next_seq = Some(seq.wrapping_add(1));
+        if lost {
+            // The missing packets were the end of the frame in progress,
+            // or the start of this one: both are damaged.
+            self.damaged |= self.current.is_some();
+        }
+        if self.current.is_some_and(|t| t != ts) {
+            self.complete(out);
+        }
+        self.damaged |= lost;
+        self.current = Some(ts);
+        match self.payload {
+            Payload::H264 => self.h264(p),
+            Payload::Aac { headers, frame } => {
+                return self.aac((ts, marker), p, headers, frame, out);
+            }
+            Payload::Opus => self.add(p),
+        }
+        if marker || self.payload == Payload::Opus {
+            self.complete(out);
+        }
+    }
+
+    /// The stream ended: a frame left without its marker is complete if
+    /// nothing in it was lost.
+    pub fn flush(&mut self, out: &mut Vec<Frame>) {
+        self.complete(out);
+    }
+
+    /// The packets stop here and others follow (another publisher): a
+    /// frame in progress is dropped, counted.
+    pub fn break_off(&mut self) {
+        if self.current.is_some() {
+            self.damaged = true;
+            self.complete(&mut Vec::new());
+        }
+        self.next_seq = None;
+    }
+
+    /// Appends `bytes` to the frame, or damages it past the bound.
+    fn add(&mut self, bytes: &[u8]) {
+        if self.damaged {
+            return;
+        }
+        if self.buf.len() + bytes.len() > self.max_frame_bytes {
+            self.damaged = true;
+            self.buf = Vec::new();
+            return;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Appends one NAL unit, length first.
+    fn nal(&mut self, nal: &[u8]) {
+        if nal.is_empty() {
+            self.damaged = true;
+            return;
+        }
+        self.add(&(nal.len() as u32).to_be_bytes());
+        self.add(nal);
+    }
+
+    /// An H.264 payload (RFC 6184 §5.6-5.8).
+    fn h264(&mut self, p: &[u8]) {
+        let Some(&first) = p.first() else {
+            self.damaged = true;
+            return;
+        };
+        match first & 0x1f {
+            1..=23 => self.nal(p),
+            24 => {
+                let mut rest = &p[1..];
+                while !rest.is_empty() {
+                    let Some(len) = rest
+                        .get(..2)
+                        .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+                    else {
+                        self.damaged = true;
+                        return;
+                    };
+                    let Some(nal) = rest.get(2..2 + len) else {
+                        self.damaged = true;
+                        return;
+                    };
+                    self.nal(nal);
+                    rest = &rest[2 + len..];
+                }
+            }
+            28 => self.fu_a(p),
+            _ => self.damaged = true,
+        }
+    }
+
+    /// An FU-A fragment (RFC 6184 §5.8): the NAL unit's header is made
+    /// from the indicator's F and NRI bits and the FU header's type.
+    fn fu_a(&mut self, p: &[u8]) {
+        let (Some(&indicator), Some(&header)) = (p.first(), p.get(1)) else {
+            self.damaged = true;
+            return;
+        };
+        let (start, end) = (header & 0x80 != 0, header & 0x40 != 0);
+        match (start, self.partial) {
+            (true, None) => {
+                self.partial = Some(self.buf.len());
+                self.add(&[0; 4]);
+                self.add(&[(indicator & 0xe0) | (header & 0x1f)]);
+            }
+            (false, Some(_)) => {}
+            // A start inside a unit, or a middle without its start.
+            _ => {
+                self.damaged = true;
+                self.partial = None;
+                return;
+            }
+        }
+        self.add(&p[2..]);
+        if end {
+            let Some(at) = self.partial.take() else {
+                return;
+            };
+            if self.damaged || self.buf.len() < at + 4 {
+                return;
+            }
+            let len = (self.buf.len() - at - 4) as u32;
+            self.buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        }
+    }
+
+    /// An AAC payload (RFC 3640 §3.2): AU headers, then the AUs; one AU
+    /// larger than the packet comes in fragments of the same timestamp.
+    fn aac(
+        &mut self,
+        (ts, marker): (u32, bool),
+        p: &[u8],
+        h: AuHeaders,
+        frame: u32,
+        out: &mut Vec<Frame>,
+    ) {
+        let Some((sizes, data)) = au_headers(p, h) else {
+            self.damaged = true;
+            return self.complete(out);
+        };
+        if let Some(total) = self.partial {
+            // A continuation of a fragmented AU.
+            self.add(data);
+            if marker || self.buf.len() >= total {
+                self.damaged |= self.buf.len() != total;
+                self.partial = None;
+                self.complete(out);
+            }
+            return;
+        }
+        if let [size] = sizes[..]
+            && size > data.len()
+        {
+            self.partial = Some(size);
+            self.add(data);
+            return;
+        }
+        self.current = None;
+        let mut at = 0;
+        for (i, size) in sizes.into_iter().enumerate() {
+            let Some(au) = data
+                .get(at..at + size)
+                .filter(|au| au.len() <= self.max_frame_bytes)
+            else {
+                self.counts.dropped += 1;
+                break;
+            };
+            at += size;
+            self.counts.frames += 1;
+            out.push(Frame {
+                ts: ts.wrapping_add(frame.wrapping_mul(i as u32)),
+                data: au.to_vec(),
+                key: true,
+            });
+        }
+        self.damaged = false;
+    }
+
+    /// The frame in progress is done: out, or dropped when damaged.
+    fn complete(&mut self, out: &mut Vec<Frame>) {
+        let Some(ts) = self.current.take() else {
+            return;
+        };
+        let buf = std::mem::take(&mut self.buf);
+        // Both reset, whichever says so: a unit left in progress is damage.
+        let unfinished = self.partial.take().is_some();
+        let damaged = std::mem::replace(&mut self.damaged, false) | unfinished;
+        if damaged || buf.is_empty() {
+            self.counts.dropped += 1;
+            return;
+        }
+        let key = match self.payload {
+            Payload::H264 => h264_has_idr(&buf),
+            _ => true,
+        };
+        self.counts.frames += 1;
+        out.push(Frame { ts, data: buf, key });
+    }
+}
+
+/// Whether a length-prefixed access unit holds an IDR slice.
+fn h264_has_idr(mut au: &[u8]) -> bool {
+    while au.len() > 4 {
+        let len = u32::from_be_bytes([au[0], au[1], au[2], au[3]]) as usize;
+        if au[4] & 0x1f == 5 {
+            return true;
+        }
+        au = au.get(4 + len..).unwrap_or_default();
+    }
+    false
+}
+
+/// The AU sizes of an RFC 3640 payload and the data after its headers.
+fn au_headers(p: &[u8], h: AuHeaders) -> Option<(Vec<usize>, &[u8])> {
+    let bits = usize::from(u16::from_be_bytes([*p.first()?, *p.get(1)?]));
+    let head = p.get(2..2 + bits.div_ceil(8))?;
+    let data = &p[2 + head.len()..];
+    let (first, next) = (
+        usize::from(h.size_bits) + usize::from(h.index_bits),
+        usize::from(h.size_bits) + usize::from(h.delta_bits),
+    );
+    if h.size_bits == 0 || h.size_bits > 16 || bits < first {
+        return None;
+    }
+    let mut sizes = Vec::new();
+    let mut at = 0;
+    while at < bits {
+        let len = if sizes.is_empty() { first } else { next };
+        if at + len > bits {
+            return None;
+        }
+        sizes.push(read_bits(head, at, h.size_bits)? as usize);
+        at += len;
+    }
+    Some((sizes, data))
+}
+
+/// `n` bits (up to 16) of `b` from bit `at`, most significant first.
+fn read_bits(b: &[u8], at: usize, n: u8) -> Option<u32> {
+    let mut v = 0u32;
+    for k in at..at + usize::from(n) {
+        let byte = b.get(k / 8)?;
+        v = (v << 1) | u32::from((byte >> (7 - k % 8)) & 1);
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests;

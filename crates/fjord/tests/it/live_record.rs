@@ -1,0 +1,236 @@
+//! A live stream recorded as a title (`docs/live.md#recording`) against
+//! real peers: ffmpeg publishes an H.264 (with B-frames) + AAC file over
+//! RTSP to a path `live_record` matches; after its TEARDOWN the recording
+//! is a title: ffprobe reads it, its packets (`-c copy` framemd5, per
+//! stream) are the published file's, and ffmpeg playing it over RTSP from
+//! fjord decodes the published frames. A publisher killed and replaced
+//! within `live_grace_s` continues the same file (the frames of both, in
+//! order). A server killed (SIGKILL) in the middle of a recording and
+//! started again serves it up to its last fragment.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::common::{Server, generate_media, run_bounded};
+
+const CONFIG: &str = "live_timeout_s = 2\nlive_record = [\"live/**\"]\n\
+[[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\", \"other/**\"]\n\
+[[user]]\npaths = [\"**\"]\n";
+
+/// 6 s of 320x240 H.264 (a key frame a second, x264's B-frames) and AAC.
+fn source() -> &'static Path {
+    static SRC: OnceLock<PathBuf> = OnceLock::new();
+    SRC.get_or_init(|| {
+        let args = "-f lavfi -i testsrc=size=320x240:rate=25 -f lavfi -i sine=frequency=440:sample_rate=44100 \
+            -t 6 -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska";
+        generate_media("live-record-6s.mkv", &args.split(' ').collect::<Vec<_>>())
+    })
+}
+
+fn ffmpeg(args: &[&str], limit: Duration) -> String {
+    let mut cmd = Command::new("ffmpeg");
+    cmd.args(["-nostdin", "-v", "error"]).args(args);
+    let out = run_bounded(cmd, limit);
+    assert!(
+        !out.timed_out && out.status.success(),
+        "ffmpeg {args:?}: {}",
+        out.stderr
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The MD5s of stream `index`'s packets as stored (`-c copy`).
+fn packet_md5s(input: &str, index: usize) -> Vec<String> {
+    let map = format!("0:{index}");
+    let out = ffmpeg(
+        &[
+            "-i", input, "-map", &map, "-c", "copy", "-f", "framemd5", "-",
+        ],
+        Duration::from_secs(30),
+    );
+    md5_column(&out)
+}
+
+/// The MD5s of the decoded video frames of `input` (a file or a URL).
+fn decoded_md5s(input: &str) -> Vec<String> {
+    let out = ffmpeg(
+        &[
+            "-i", input, "-map", "0:v", "-pix_fmt", "yuv420p", "-f", "framemd5", "-",
+        ],
+        Duration::from_secs(30),
+    );
+    md5_column(&out)
+}
+
+fn md5_column(framemd5: &str) -> Vec<String> {
+    (framemd5.lines())
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| Some(l.rsplit(',').next()?.trim().to_owned()))
+        .collect()
+}
+
+fn publish(server: &Server, path: &str) -> Child {
+    let url = server
+        .url(path)
+        .replacen("rtsp://", "rtsp://pub:secret@", 1);
+    Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-re", "-i"])
+        .arg(source())
+        .args(["-c", "copy", "-f", "rtsp", &url])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for_log(server: &Server, needle: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !server.log_text().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in:\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The one recording under `dir`, as a path and a title relative to `root`.
+fn recording(root: &Path, dir: &str) -> (PathBuf, String) {
+    let files: Vec<PathBuf> = (std::fs::read_dir(root.join(dir)).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "mp4"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_str().unwrap().to_owned();
+    // 2026-11-29T01-50-00Z.mp4
+    assert_eq!(
+        (name.len(), &name[10..11], &name[19..]),
+        (24, "T", "Z.mp4"),
+        "{name}"
+    );
+    (files[0].clone(), format!("{dir}/{name}"))
+}
+
+/// `got` is `src` from its start, but for at most `missing` at the end.
+fn assert_prefix(got: &[String], src: &[String], missing: usize, what: &str) {
+    assert!(
+        got.len() + missing >= src.len(),
+        "{what}: {} of {}",
+        got.len(),
+        src.len()
+    );
+    assert_eq!(got, &src[..got.len()], "{what}");
+}
+
+#[test]
+fn a_published_stream_is_recorded_as_a_title_with_the_published_packets() {
+    let server = Server::start(CONFIG);
+    let p = publish(&server, "live/rec");
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "publisher: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_log(&server, "live recording closed", Duration::from_secs(10));
+    let (file, title) = recording(&server.media_root(), "live/rec");
+    wait_for_log(&server, "title ready", Duration::from_secs(10));
+    let file_s = file.to_str().unwrap();
+    let probe = Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-show_entries",
+            "stream=codec_name",
+            "-of",
+            "csv=p=0",
+            file_s,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&probe.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["h264", "aac"]
+    );
+    let src = source().to_str().unwrap();
+    // Video: every packet from the first key frame (the file's first) on.
+    assert_prefix(
+        &packet_md5s(file_s, 0),
+        &packet_md5s(src, 0),
+        0,
+        "video packets",
+    );
+    // Audio: from the first key frame on, a run of the published packets.
+    let (got, all) = (packet_md5s(file_s, 1), packet_md5s(src, 1));
+    let at = all
+        .iter()
+        .position(|m| *m == got[0])
+        .expect("the first audio packet is one published");
+    assert!(at <= 5, "audio starts at packet {at}");
+    // The publisher's last AUs may trail its TEARDOWN by more than the drain.
+    assert_prefix(&got, &all[at..], 3, "audio packets");
+    // Played over RTSP from fjord, the frames are the published ones.
+    let played = decoded_md5s(&server.url(&title));
+    assert_prefix(&played, &decoded_md5s(src), 0, "frames played over RTSP");
+    // A stream at a path live_record does not match is not recorded.
+    let other = publish(&server, "other/x").wait_with_output().unwrap();
+    assert!(other.status.success());
+    assert!(!server.media_root().join("other").exists());
+}
+
+#[test]
+fn a_recording_left_by_a_killed_server_is_served_up_to_its_last_fragment() {
+    let media = tempfile::tempdir().unwrap();
+    let server = Server::start_on(media.path(), CONFIG);
+    let mut p = publish(&server, "live/crash");
+    wait_for_log(&server, "live stream recorded", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(3500));
+    server.signal("KILL");
+    drop(server);
+    let _ = p.kill();
+    let _ = p.wait();
+    let (file, title) = recording(media.path(), "live/crash");
+    let server = Server::start_on(media.path(), CONFIG);
+    let src = decoded_md5s(source().to_str().unwrap());
+    let played = decoded_md5s(&server.url(&title));
+    // At least two whole fragments (a key frame a second) were synced.
+    assert!(played.len() >= 50, "{} frames", played.len());
+    assert_prefix(&played, &src, src.len(), "frames played after the crash");
+    assert!(decoded_md5s(file.to_str().unwrap()).len() >= played.len());
+}
+
+#[test]
+fn a_publisher_back_within_the_grace_continues_the_same_recording() {
+    let server = Server::start(CONFIG);
+    let mut first = publish(&server, "live/again");
+    wait_for_log(&server, "live stream recorded", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(2500));
+    // Killed: no TEARDOWN, so the stream is held for the next publisher.
+    let _ = first.kill();
+    let _ = first.wait();
+    wait_for_log(&server, "live stream held", Duration::from_secs(5));
+    let second = publish(&server, "live/again").wait_with_output().unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(server.log_text().contains("continued by a new publisher"));
+    wait_for_log(&server, "live recording closed", Duration::from_secs(10));
+    let (file, _) = recording(&server.media_root(), "live/again");
+    // The first publisher's frames from the start, then the second's.
+    let src = decoded_md5s(source().to_str().unwrap());
+    let got = decoded_md5s(file.to_str().unwrap());
+    let k = (got.iter().skip(1).position(|m| *m == src[0]))
+        .expect("the second publisher's first frame")
+        + 1;
+    assert!(k >= 25, "the first publisher's part is {k} frames");
+    assert_prefix(&got[..k], &src, src.len(), "the first publisher's frames");
+    assert_prefix(&got[k..], &src, 0, "the second publisher's frames");
+}
