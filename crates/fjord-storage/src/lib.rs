@@ -12,8 +12,10 @@
 //! disk gets more lead, an idle fast one less, within a floor, a ceiling and
 //! the memory budget), by a read of `read_bytes`, from its first
 //! position on (nothing is read for a session never played); a failed mark
-//! when a title's files changed or could not be read. A paused session keeps
-//! only half a first read of it. The first seconds and the
+//! when a title's files changed or could not be read. A paused session, or
+//! a stalled one (playing, its engine taking none of its resident packets
+//! for 3 s: a client that reads nothing), keeps only half a first read of
+//! it. The first seconds and the
 //! tables of every loaded title stay resident ([`HeadPin`]). Admission
 //! ([`Storage::reserve`]) promises a stream its disk's bandwidth (80 %) and
 //! the memory of its lead at its disk's latency now, or refuses it, naming

@@ -230,6 +230,8 @@ struct Entry {
     bytes_per_s: u64,
     /// Bumped whenever the entry is rescheduled: stale heap entries skip.
     generation: u64,
+    /// The engine's position as last seen, and since when it was there.
+    still: (u32, Instant),
 }
 
 struct Grant {
@@ -556,6 +558,7 @@ impl Storage {
             asked: Instant::now(),
             bytes_per_s,
             generation: 0,
+            still: (0, Instant::now()),
         };
         // A worker puts it in place and plans it (see `Disk::added`).
         let _ = disk.added.0.send((id, entry));
@@ -736,6 +739,24 @@ const MAX_LOOK: Duration = Duration::from_secs(1);
 const SLOW_FIRST_READ: Duration = Duration::from_millis(100);
 /// The soonest a session is looked at again when it needs nothing now.
 const MIN_LOOK: Duration = Duration::from_millis(1);
+/// A playing session whose engine took none of its resident packets for
+/// this long is stalled (its client takes nothing: a TCP reader that
+/// stopped): it gives back what a paused one does. Longer than any gap
+/// between a playing session's sends (a key frame at Scale 4, an audio
+/// frame).
+const STALLED_AFTER: Duration = Duration::from_secs(3);
+/// How often a stalled session is looked at, to read ahead again soon
+/// after its client does.
+const STALLED_LOOK: Duration = Duration::from_millis(100);
+
+/// Whether `e` is playing but its engine has not moved for
+/// [`STALLED_AFTER`] with packets resident ahead of it.
+fn stalled(e: &Entry, now: Instant) -> bool {
+    let (_, end) = e.cursor.window();
+    e.cursor.mode() == Mode::Playing
+        && end > e.still.0
+        && now.duration_since(e.still.1) >= STALLED_AFTER
+}
 /// A refill due this soon is made now: the engine publishes its position
 /// once per burst, so a look sooner than that would find it where it was
 /// (a session 1 ms above the low-water mark was looked at every 1 ms until
@@ -869,7 +890,8 @@ impl Worker {
         let Some(e) = st.entries.get_mut(id).and_then(Option::as_mut) else {
             return;
         };
-        e.cursor.take_poke();
+        // A PLAY, PAUSE or seek: the engine's stillness counts from now.
+        let poked = e.cursor.take_poke();
         if e.cursor.is_gone() || e.cursor.failed() {
             if e.refill.is_some() {
                 // Removed when it finishes: its id must not be reused first.
@@ -892,10 +914,13 @@ impl Worker {
         self.disk
             .lead
             .refresh(now, Storage::memory_cap_of(&self.inner));
-        if e.cursor.mode() == Mode::Paused {
+        let next = e.cursor.next();
+        if poked || next != e.still.0 {
+            e.still = (next, now);
+        }
+        if e.cursor.mode() == Mode::Paused || stalled(e, now) {
             self.give_back(e);
         }
-        let next = e.cursor.next();
         let (start, end) = e.cursor.window();
         if next < start || next > end || e.cursor.uses() != e.uses {
             self.release(e, u32::MAX);
@@ -957,11 +982,13 @@ impl Worker {
         };
         let want = self.lead(e);
         let low = want.low;
-        if mode == Mode::Paused && end > next || lead >= low + EARLY {
-            let until_low = if mode == Mode::Playing {
-                lead - low
-            } else {
-                MAX_LOOK // its PLAY pokes it
+        let stalled = stalled(e, now);
+        if (mode == Mode::Paused || stalled) && end > next || lead >= low + EARLY {
+            let until_low = match mode {
+                // Its client may read again at any time.
+                _ if stalled => STALLED_LOOK,
+                Mode::Playing => lead - low,
+                _ => MAX_LOOK, // its PLAY pokes it
             };
             // Never `now` itself: planning looks again at every check due
             // by `now`, so one due at once would be planned for ever.
@@ -998,9 +1025,10 @@ impl Worker {
         self.disk.lead.lead(u64::try_from(wall).unwrap_or(u64::MAX))
     }
 
-    /// A paused session keeps the grants that cover half a first read past
-    /// its place (its PLAY starts on them as a new one starts on its first
-    /// read, and refills at once) and gives back the rest.
+    /// A paused or stalled session keeps the grants that cover half a
+    /// first read past its place (its PLAY, or its client reading again,
+    /// starts on them as a new one starts on its first read, and refills at
+    /// once) and gives back the rest.
     fn give_back(&self, e: &mut Entry) {
         let next = e.cursor.next();
         let (start, end) = e.cursor.window();
@@ -1021,10 +1049,12 @@ impl Worker {
         let Some(keep) = keep.filter(|&k| k + 1 < e.grants.len()) else {
             return;
         };
-        // The window shrinks first; a PLAY since (the engine stores its
-        // mode before it reads the window) keeps everything.
+        // The window shrinks first; a PLAY or a step of the engine since
+        // (it stores its mode or place before it reads the window) keeps
+        // everything.
+        let mode = e.cursor.mode();
         e.cursor.set_window(start, e.grants[keep].end);
-        if e.cursor.mode() != Mode::Paused {
+        if e.cursor.mode() != mode || e.cursor.next() != next {
             e.cursor.set_window(start, end);
             return;
         }

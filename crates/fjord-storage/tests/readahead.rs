@@ -360,3 +360,38 @@ fn a_paused_session_gives_back_its_read_ahead() {
         r.cursor().ready_from(5000) >= 2000
     });
 }
+
+/// A playing session whose engine stops taking packets (its client reads
+/// nothing) gives back what it holds beyond half a first read after a few
+/// seconds, and reads ahead again once the engine moves on.
+#[test]
+fn a_stalled_session_gives_back_its_read_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(dir.path());
+    let s = storage(1 << 30);
+    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
+    let fast = 16 * REAL_TIME;
+    r.position(5000, Mode::Starting, fast);
+    eventually("packet 5000 is resident", || {
+        r.cursor().ready_from(5000) > 0
+    });
+    r.position(5000, Mode::Playing, fast);
+    eventually("the window reaches the read-ahead", || {
+        r.cursor().ready_from(5000) >= 2000
+    });
+    let playing = s.stats().pinned_bytes;
+    // The engine stays at 5000 (its client stalled): a few seconds on,
+    // only the first grant stays.
+    eventually("the window shrinks to the first grant", || {
+        (1..=400).contains(&r.cursor().ready_from(5000))
+    });
+    let stalled = s.stats().pinned_bytes;
+    assert!(
+        stalled + (1 << 20) <= playing,
+        "{stalled} pinned stalled, {playing} playing"
+    );
+    // The client reads again: the engine moves, the lead comes back.
+    eventually("moving on reads ahead again", || {
+        r.cursor().ready_from(5001) >= 2000
+    });
+}
