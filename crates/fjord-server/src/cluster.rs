@@ -154,7 +154,7 @@ impl Cluster {
         let members = others.len() + 1;
         let copies =
             placement::copies(rate, config.cluster_hot_rps, config.cluster_copies, members);
-        let mut nodes: Vec<Node> = others.iter().map(as_node).collect();
+        let mut nodes = candidates(&others, scheme);
         let (load, capacity) = load(server);
         nodes.push(Node {
             name: &node.me.name,
@@ -202,6 +202,16 @@ pub(crate) struct Status {
     pub health: fjord_cluster::Health,
     /// Requests sent on to other members since the start.
     pub redirects: u64,
+}
+
+/// The other members a request of `scheme` may be sent to: those with a
+/// URL of it (a request over TLS goes to a TLS URL or is served here), so
+/// its home set is ranked among them.
+fn candidates(others: &[Member], scheme: Scheme) -> Vec<Node<'_>> {
+    (others.iter())
+        .filter(|m| scheme.base(m).is_some())
+        .map(as_node)
+        .collect()
 }
 
 fn as_node(m: &Member) -> Node<'_> {
@@ -284,7 +294,7 @@ fn host_name() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Member, Scheme, path_of};
+    use super::{Member, Scheme, candidates, path_of};
 
     #[test]
     fn a_request_over_tls_goes_to_a_tls_url_or_nowhere() {
@@ -305,10 +315,26 @@ mod tests {
         let tls = Member {
             rtsps: "rtsps://a:322".into(),
             https: "https://a:80".into(),
-            ..plain
+            ..plain.clone()
         };
         assert_eq!(Scheme::rtsp(true).base(&tls), Some("rtsps://a:322"));
         assert_eq!(Scheme::http(true).base(&tls), Some("https://a:80"));
+        // A home set over TLS is ranked among the members with TLS URLs.
+        let others = [
+            plain.clone(),
+            Member {
+                name: "b".into(),
+                ..tls
+            },
+        ];
+        let names = |s: Scheme| -> Vec<String> {
+            (candidates(&others, s).iter())
+                .map(|n| n.name.to_owned())
+                .collect()
+        };
+        assert_eq!(names(Scheme::rtsp(false)), ["a", "b"]);
+        assert_eq!(names(Scheme::rtsp(true)), ["b"]);
+        assert_eq!(names(Scheme::http(true)), ["b"]);
     }
 
     #[test]
