@@ -5,10 +5,13 @@
 
 mod common;
 
-use std::{sync::atomic::Ordering, time::Duration};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
 use common::*;
-use fjord_storage::{Mode, REAL_TIME, Uses};
+use fjord_storage::{Mode, REAL_TIME, ReadAhead, Storage, Uses};
 
 #[test]
 fn a_session_gets_its_read_ahead_and_releases_it_behind_and_at_the_end() {
@@ -330,20 +333,9 @@ fn sessions_registered_and_dropped_in_a_burst_are_all_accounted_for() {
 #[test]
 fn a_paused_session_gives_back_its_read_ahead() {
     let dir = tempfile::tempdir().unwrap();
-    let fake = Fake::new(dir.path());
     let s = storage(1 << 30);
-    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    // 16x: 1,600 packets (1.6 MB) a second, so the 2 s lead spans chunks.
+    let (r, playing) = playing_fast_at_5000(&s, Fake::new(dir.path()));
     let fast = 16 * REAL_TIME;
-    r.position(5000, Mode::Starting, fast);
-    eventually("packet 5000 is resident", || {
-        r.cursor().ready_from(5000) > 0
-    });
-    r.position(5000, Mode::Playing, fast);
-    eventually("the window reaches the read-ahead", || {
-        r.cursor().ready_from(5000) >= 2000
-    });
-    let playing = s.stats().pinned_bytes;
     r.position(5000, Mode::Paused, fast);
     // Half the first read (200 ms) at 16x: 160 packets; the first read's
     // grant (320 packets) is what stays.
@@ -367,19 +359,8 @@ fn a_paused_session_gives_back_its_read_ahead() {
 #[test]
 fn a_stalled_session_gives_back_its_read_ahead() {
     let dir = tempfile::tempdir().unwrap();
-    let fake = Fake::new(dir.path());
     let s = storage(1 << 30);
-    let r = s.register(fake.clone(), 0, Uses::MEDIA).unwrap();
-    let fast = 16 * REAL_TIME;
-    r.position(5000, Mode::Starting, fast);
-    eventually("packet 5000 is resident", || {
-        r.cursor().ready_from(5000) > 0
-    });
-    r.position(5000, Mode::Playing, fast);
-    eventually("the window reaches the read-ahead", || {
-        r.cursor().ready_from(5000) >= 2000
-    });
-    let playing = s.stats().pinned_bytes;
+    let (r, playing) = playing_fast_at_5000(&s, Fake::new(dir.path()));
     // The engine stays at 5000 (its client stalled): a few seconds on,
     // only the first grant stays.
     eventually("the window shrinks to the first grant", || {
@@ -394,4 +375,21 @@ fn a_stalled_session_gives_back_its_read_ahead() {
     eventually("moving on reads ahead again", || {
         r.cursor().ready_from(5001) >= 2000
     });
+}
+
+/// A session of `fake` playing at 16x from packet 5000 with its read-ahead
+/// in place, and the bytes pinned then. At 16x, 1,600 packets (1.6 MB) a
+/// second, so the 2 s lead spans chunks.
+fn playing_fast_at_5000(s: &Storage, fake: Arc<Fake>) -> (ReadAhead, u64) {
+    let r = s.register(fake, 0, Uses::MEDIA).unwrap();
+    let fast = 16 * REAL_TIME;
+    r.position(5000, Mode::Starting, fast);
+    eventually("packet 5000 is resident", || {
+        r.cursor().ready_from(5000) > 0
+    });
+    r.position(5000, Mode::Playing, fast);
+    eventually("the window reaches the read-ahead", || {
+        r.cursor().ready_from(5000) >= 2000
+    });
+    (r, s.stats().pinned_bytes)
 }
