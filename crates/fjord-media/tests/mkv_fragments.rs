@@ -94,32 +94,31 @@ fn same(got: &[Packet], want: &[Packet], what: &str) {
     }
 }
 
-/// Each stream's start time, ms, by ffprobe.
-fn starts(file: &Path) -> Vec<f64> {
+/// ffprobe's `entries` of every stream of `file`, a CSV line each.
+fn probe(file: &Path, entries: &str) -> Vec<String> {
     let out = Command::new("ffprobe")
-        .args(["-v", "error", "-show_entries", "stream=start_time"])
-        .args(["-of", "csv=p=0"])
+        .args(["-v", "error", "-show_entries", entries, "-of", "csv=p=0"])
         .arg(file)
         .output()
         .expect("ffprobe");
     String::from_utf8_lossy(&out.stdout)
         .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Each stream's start time, ms.
+fn starts(file: &Path) -> Vec<f64> {
+    (probe(file, "stream=start_time").iter())
         .map(|l| l.trim().parse::<f64>().expect("a start time") * 1000.0)
         .collect()
 }
 
-/// `codec_name,width,primaries,transfer,matrix` of every stream, by
-/// ffprobe (colours only where the file says them).
+/// `codec_name,width,primaries,transfer,matrix` of every stream (colours
+/// only where the file says them).
 fn streams(file: &Path) -> Vec<String> {
     let fields = "stream=codec_name,width,color_primaries,color_transfer,color_space";
-    let out = Command::new("ffprobe")
-        .args(["-v", "error", "-show_entries", fields])
-        .args(["-of", "csv=p=0"])
-        .arg(file)
-        .output()
-        .expect("ffprobe");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
+    (probe(file, fields).iter())
         .map(|l| l.replace(",unknown", "").trim_end_matches(',').to_owned())
         .collect()
 }
