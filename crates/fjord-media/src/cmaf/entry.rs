@@ -11,7 +11,7 @@ use super::{boxed, empty_sample_tables, full, matrix};
 
 /// What a track's sample entry is made from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Config {
+pub enum Config {
     /// The `avcC` body (Matroska's CodecPrivate).
     Avc(Vec<u8>),
     /// The `hvcC` body.
@@ -33,7 +33,7 @@ pub(crate) enum Config {
 
 /// What a `vpcC` says of a VP9 stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Vp9Facts {
+pub struct Vp9Facts {
     pub profile: u8,
     /// As the VP9 levels are numbered: 10 for 1, 41 for 4.1.
     pub level: u8,

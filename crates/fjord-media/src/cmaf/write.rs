@@ -6,48 +6,12 @@
 
 use super::{
     Sample as Placed, Track,
-    entry::{self, Config, TrackHead},
+    entry::{self, TrackHead},
 };
 
-/// A track's decoder configuration, as the sample entry carries it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Codec {
-    /// The `avcC` body.
-    Avc(Vec<u8>),
-    /// The `hvcC` body.
-    Hevc(Vec<u8>),
-    /// The AudioSpecificConfig, sample rate and channels.
-    Aac {
-        asc: Vec<u8>,
-        rate: u32,
-        channels: u8,
-    },
-    /// The OpusHead (RFC 7845 §5.1).
-    Opus(Vec<u8>),
-}
-
-impl Codec {
-    pub fn is_video(&self) -> bool {
-        matches!(self, Codec::Avc(_) | Codec::Hevc(_))
-    }
-
-    fn config(&self) -> Config {
-        match self.clone() {
-            Codec::Avc(c) => Config::Avc(c),
-            Codec::Hevc(c) => Config::Hevc(c),
-            Codec::Aac {
-                asc,
-                rate,
-                channels,
-            } => Config::Aac {
-                asc,
-                rate,
-                channels,
-            },
-            Codec::Opus(h) => Config::Opus(h),
-        }
-    }
-}
+/// A track's decoder configuration, as the sample entry carries it (the
+/// one HLS and DASH segments are made from).
+pub use super::entry::{Config as Codec, Vp9Facts};
 
 /// A track of the init segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +27,6 @@ pub struct TrackSpec {
 /// `ftyp` + `moov` of `tracks`, their samples in the fragments.
 pub fn init(tracks: &[TrackSpec]) -> Vec<u8> {
     let ids: Vec<u32> = tracks.iter().map(|t| t.id).collect();
-    let configs: Vec<Config> = tracks.iter().map(|t| t.codec.config()).collect();
     let made = super::init_segment(&ids, |o, k| {
         entry::trak(
             o,
@@ -72,7 +35,7 @@ pub fn init(tracks: &[TrackSpec]) -> Vec<u8> {
                 timescale: tracks[k].timescale,
                 size: tracks[k].size,
                 media_start: 0,
-                config: &configs[k],
+                config: &tracks[k].codec,
             },
         );
         Ok::<(), std::convert::Infallible>(())
