@@ -203,6 +203,78 @@ fn rss_kib(server: &Server) -> u64 {
         .unwrap()
 }
 
+/// Two recorded streams (over TCP, over UDP) each sent half of `n`
+/// mutated RTP packets; their connections, to end them.
+fn rtp_mutated(server: &Server, r: &mut Rng, n: u16) -> [TcpStream; 2] {
+    // Over TCP: `$` frames on the stream's channels and others.
+    let mut tcp = connect(server);
+    let interleaved = ["interleaved=0-1", "interleaved=2-3"]
+        .map(|c| format!("RTP/AVP/TCP;unicast;{c};mode=record"));
+    publish(server, &mut tcp, "open/rec-tcp", interleaved);
+    // Over UDP, from the ports SETUP named.
+    let sockets = [0, 1].map(|_| UdpSocket::bind("127.0.0.1:0").unwrap());
+    let udp_transports = (sockets.each_ref())
+        .map(|s| s.local_addr().unwrap().port())
+        .map(|p| format!("RTP/AVP;unicast;client_port={p}-{};mode=record", p + 1));
+    let mut control = connect(server);
+    let server_ports = publish(server, &mut control, "open/rec-udp", udp_transports);
+    assert_eq!(server_ports.len(), 2);
+    for i in 0..n {
+        let track = r.below(2);
+        let p = rtp(r, track, i / 2);
+        if i % 2 == 0 {
+            let channel = match r.below(10) {
+                0 => r.byte(),
+                _ => 2 * track as u8 + u8::from(r.below(4) == 0),
+            };
+            let mut frame = vec![b'$', channel];
+            frame.extend_from_slice(&(p.len() as u16).to_be_bytes());
+            frame.extend_from_slice(&p);
+            tcp.write_all(&frame).unwrap();
+        } else {
+            let port = server_ports[track] + u16::from(r.below(8) == 0);
+            let _ = sockets[track].send_to(&p, ("127.0.0.1", port));
+        }
+    }
+    [tcp, control]
+}
+
+/// ffmpeg publishes to `path` and another ffmpeg views 25 frames of it.
+fn a_publisher_and_viewer_work(server: &Server, path: &str) {
+    let url = server.url(path);
+    let publish = "-nostdin -v error -re -f lavfi -i testsrc=size=160x120:rate=25 -t 6 \
+        -c:v libx264 -preset ultrafast -g 25 -bf 0 -f rtsp";
+    let mut publisher = Command::new("ffmpeg")
+        .args(publish.split_whitespace())
+        .arg(&url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let needle = format!("live stream recording path=\"{path}\"");
+    server.wait_for_log(&needle, Duration::from_secs(10));
+    let mut viewer = Command::new("ffmpeg");
+    viewer.args([
+        "-nostdin",
+        "-v",
+        "error",
+        "-rtsp_transport",
+        "tcp",
+        "-i",
+        &url,
+    ]);
+    viewer.args(["-frames:v", "25", "-f", "null", "-"]);
+    let out = run_bounded(viewer, Duration::from_secs(15));
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+    assert!(
+        !out.timed_out && out.status.success(),
+        "viewer: {}",
+        out.stderr
+    );
+}
+
 #[test]
 fn ten_thousand_mutated_announces_and_rtp_packets_leave_the_server_up() {
     let mut server = Server::start(CONFIG);
@@ -219,63 +291,14 @@ fn ten_thousand_mutated_announces_and_rtp_packets_leave_the_server_up() {
         statuses.iter().any(|(s, _)| *s == 413) && statuses.iter().any(|(s, _)| *s == 200),
         "{statuses:?}"
     );
-    // Over TCP: `$` frames on the stream's channels and others.
-    let mut tcp = connect(&server);
-    let interleaved = [
-        "RTP/AVP/TCP;unicast;interleaved=0-1;mode=record",
-        "RTP/AVP/TCP;unicast;interleaved=2-3;mode=record",
-    ];
-    publish(
-        &server,
-        &mut tcp,
-        "open/rec-tcp",
-        interleaved.map(String::from),
-    );
-    // Over UDP, from the ports SETUP named.
-    let (a, b) = (
-        UdpSocket::bind("127.0.0.1:0").unwrap(),
-        UdpSocket::bind("127.0.0.1:0").unwrap(),
-    );
-    let ports = [
-        a.local_addr().unwrap().port(),
-        b.local_addr().unwrap().port(),
-    ];
-    let udp_transports =
-        ports.map(|p| format!("RTP/AVP;unicast;client_port={p}-{};mode=record", p + 1));
-    let mut control = connect(&server);
-    let server_ports = publish(&server, &mut control, "open/rec-udp", udp_transports);
-    assert_eq!(server_ports.len(), 2);
-    for i in 0..7000u16 {
-        let track = r.below(2);
-        let p = rtp(&mut r, track, i / 2);
-        if i % 2 == 0 {
-            let channel = if r.below(10) == 0 {
-                r.byte()
-            } else {
-                2 * track as u8 + (r.below(4) == 0) as u8
-            };
-            let mut frame = vec![b'$', channel];
-            frame.extend_from_slice(&(p.len() as u16).to_be_bytes());
-            frame.extend_from_slice(&p);
-            tcp.write_all(&frame).unwrap();
-        } else {
-            let socket = if track == 0 { &a } else { &b };
-            let port = server_ports[track] + (r.below(8) == 0) as u16;
-            let _ = socket.send_to(&p, ("127.0.0.1", port));
-        }
-    }
+    let publishers = rtp_mutated(&server, &mut r, 7000);
     std::thread::sleep(Duration::from_millis(500));
     server.assert_alive();
-    let rss_after = rss_kib(&server);
+    let (rss_after, took) = (rss_kib(&server), started.elapsed());
     eprintln!(
-        "10,000 inputs in {:?}; RSS {rss_before} KiB before, {rss_after} KiB after; ANNOUNCE statuses {statuses:?}",
-        started.elapsed()
+        "10,000 inputs in {took:?}; RSS {rss_before} KiB, then {rss_after} KiB; {statuses:?}"
     );
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
     // The streams' memory is bounded by live_max_buffer_bytes and the
     // recorder's queue: well within 128 MiB more than at the start.
     assert!(
@@ -284,78 +307,16 @@ fn ten_thousand_mutated_announces_and_rtp_packets_leave_the_server_up() {
     );
     // Closing the connections ends both streams (no grace) and their
     // recordings, which are then ingested as titles.
-    drop((tcp, control));
+    drop(publishers);
     let deadline = Instant::now() + Duration::from_secs(10);
     while server.log_text().matches("live recording closed").count() < 2 {
         assert!(Instant::now() < deadline, "{}", server.log_text());
         std::thread::sleep(Duration::from_millis(50));
     }
-    for l in server
-        .log_text()
-        .lines()
-        .filter(|l| l.contains("recording closed"))
-    {
+    let log = server.log_text();
+    for l in log.lines().filter(|l| l.contains("recording closed")) {
         eprintln!("{l}");
     }
-    // A normal publisher and viewer still work.
-    let url = server.url("open/after");
-    let mut publisher = Command::new("ffmpeg")
-        .args([
-            "-nostdin",
-            "-v",
-            "error",
-            "-re",
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=size=160x120:rate=25",
-            "-t",
-            "6",
-        ])
-        .args([
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-g",
-            "25",
-            "-bf",
-            "0",
-            "-f",
-            "rtsp",
-            &url,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    server.wait_for_log(
-        "live stream recording path=\"open/after\"",
-        Duration::from_secs(10),
-    );
-    let mut viewer = Command::new("ffmpeg");
-    viewer.args([
-        "-nostdin",
-        "-v",
-        "error",
-        "-rtsp_transport",
-        "tcp",
-        "-i",
-        &url,
-        "-frames:v",
-        "25",
-        "-f",
-        "null",
-        "-",
-    ]);
-    let out = run_bounded(viewer, Duration::from_secs(15));
-    assert!(
-        !out.timed_out && out.status.success(),
-        "viewer: {}",
-        out.stderr
-    );
-    let _ = publisher.kill();
-    let _ = publisher.wait();
+    a_publisher_and_viewer_work(&server, "open/after");
     server.assert_alive();
 }
