@@ -1,6 +1,6 @@
 //! Live publishers other than ffmpeg's H.264 (`docs/live.md`), against
 //! real peers: GStreamer's `rtspclientsink` publishes H.264 (x264enc) +
-//! Opus (opusenc); ffmpeg views it and decodes every frame from the key
+//! Opus (opusenc), over UDP (its default) and over TCP; ffmpeg views it and decodes every frame from the key
 //! frame it joins at, and the recording's H.264 packets are the
 //! published ones. ffmpeg publishes H.265 (libx265) and the recording's
 //! video packets are the source's.
@@ -71,7 +71,18 @@ fn assert_prefix(got: &[String], src: &[String], what: &str) {
 }
 
 #[test]
-fn gstreamer_rtspclientsink_publishes_h264_and_opus_viewed_and_recorded() {
+fn gstreamer_rtspclientsink_publishes_h264_and_opus_over_udp() {
+    rtspclientsink_publishes("udp");
+}
+
+#[test]
+fn gstreamer_rtspclientsink_publishes_h264_and_opus_over_tcp() {
+    rtspclientsink_publishes("tcp");
+}
+
+/// `rtspclientsink` publishes over `protocols`; ffmpeg views it and the
+/// recording holds the published H.264 packets.
+fn rtspclientsink_publishes(protocols: &str) {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("gst.mkv");
     // 6 s, a key frame a second, encoded by GStreamer's x264enc and opusenc.
@@ -91,7 +102,8 @@ fn gstreamer_rtspclientsink_publishes_h264_and_opus_viewed_and_recorded() {
     let server = Server::start(CONFIG);
     let publish = format!(
         "filesrc location={src} ! matroskademux name=d d.video_0 ! queue ! h264parse ! s.sink_0 \
-         d.audio_0 ! queue ! opusparse ! s.sink_1 rtspclientsink name=s location={}",
+         d.audio_0 ! queue ! opusparse ! s.sink_1 rtspclientsink name=s protocols={protocols} \
+         location={}",
         publisher_url(&server, "live/gst")
     );
     let publisher = Command::new("gst-launch-1.0")
