@@ -11,13 +11,15 @@ PORT ?= 8554
 HTTP_PORT ?= 8080
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := ffmpeg curl gstreamer1.0-tools gstreamer1.0-plugins-base \
-	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-libav \
+	gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly \
+	gstreamer1.0-libav gstreamer1.0-rtsp \
 	fuse3 python3-fusepy chromium python3-gi gir1.2-gstreamer-1.0 prometheus python3-pip \
 	etcd-server
 
 .PHONY: test deps run build peers live555 versitygw seaweedfs
 
-# Installs ffmpeg, GStreamer (rtspsrc, rtpmp2tdepay, Python bindings),
+# Installs ffmpeg, GStreamer (rtspsrc, rtpmp2tdepay, rtspclientsink and
+# x264enc for the live publisher test, Python bindings),
 # FUSE with python3-fusepy (the disk-error tests' faulty filesystem) and
 # chromium and Prometheus' promtool (the metrics test) only when missing; live555's openRTSP (trick play) from
 # Debian sid's packages when missing; then the browser test's npm packages (hls.js,
@@ -33,7 +35,9 @@ deps:
 	    || ! /usr/bin/python3 -c 'import fusepy' >/dev/null 2>&1 \
 	    || ! /usr/bin/python3 -c 'import gi; gi.require_version("Gst", "1.0")' >/dev/null 2>&1 \
 	    || ! gst-inspect-1.0 rtpmp2tdepay >/dev/null 2>&1 \
-	    || ! gst-inspect-1.0 rtspsrc >/dev/null 2>&1; then \
+	    || ! gst-inspect-1.0 rtspsrc >/dev/null 2>&1 \
+	    || ! gst-inspect-1.0 rtspclientsink >/dev/null 2>&1 \
+	    || ! gst-inspect-1.0 x264enc >/dev/null 2>&1; then \
 	  echo "installing test peers: $(APT_PACKAGES)"; \
 	  $(SUDO) apt-get update && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PACKAGES); \

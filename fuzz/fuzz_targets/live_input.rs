@@ -46,6 +46,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut depacketizers = [
         Payload::H264,
+        Payload::H265,
         Payload::Aac {
             headers,
             frame: 1024,

@@ -1,7 +1,8 @@
 //! A publisher's RTP payloads back into the codec's frames, for the
 //! recording ([`crate::record`]): H.264 (RFC 6184: single NAL units,
-//! STAP-A, FU-A) into access units of 4-byte-length-prefixed NAL units
-//! (the MP4 form), AAC (`MPEG4-GENERIC`, RFC 3640 AU headers, fragmented
+//! STAP-A, FU-A) and H.265 (RFC 7798 without DONL: single NAL units, AP,
+//! FU) into access units of 4-byte-length-prefixed NAL units (the MP4
+//! form), AAC (`MPEG4-GENERIC`, RFC 3640 AU headers, fragmented
 //! AUs too) and Opus (RFC 7587: a packet is a frame). No reordering: a
 //! packet lost or out of order drops the frame it damages, counted. Every
 //! frame is within `max_frame_bytes` (a larger one is dropped, counted).
@@ -30,6 +31,7 @@ pub struct AuHeaders {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Payload {
     H264,
+    H265,
     /// AAC in RFC 3640 AU headers; `frame` samples per AU (1024).
     Aac {
         headers: AuHeaders,
@@ -92,6 +94,7 @@ impl Depacketizer {
         self.current = Some(ts);
         match self.payload {
             Payload::H264 => self.h264(p),
+            Payload::H265 => self.h265(p),
             Payload::Aac { headers, frame } => {
                 return self.aac((ts, marker), p, headers, frame, out);
             }
@@ -149,42 +152,66 @@ impl Depacketizer {
         };
         match first & 0x1f {
             1..=23 => self.nal(p),
-            24 => {
-                let mut rest = &p[1..];
-                while !rest.is_empty() {
-                    let Some(len) = rest
-                        .get(..2)
-                        .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
-                    else {
-                        self.damaged = true;
-                        return;
-                    };
-                    let Some(nal) = rest.get(2..2 + len) else {
-                        self.damaged = true;
-                        return;
-                    };
-                    self.nal(nal);
-                    rest = &rest[2 + len..];
-                }
-            }
-            28 => self.fu_a(p),
+            24 => self.aggregate(&p[1..]),
+            // FU-A (§5.8): the NAL unit's header is made from the
+            // indicator's F and NRI bits and the FU header's type.
+            28 => match p.get(1) {
+                Some(&h) => self.fragment(h, &[(first & 0xe0) | (h & 0x1f)], &p[2..]),
+                None => self.damaged = true,
+            },
             _ => self.damaged = true,
         }
     }
 
-    /// An FU-A fragment (RFC 6184 §5.8): the NAL unit's header is made
-    /// from the indicator's F and NRI bits and the FU header's type.
-    fn fu_a(&mut self, p: &[u8]) {
-        let (Some(&indicator), Some(&header)) = (p.first(), p.get(1)) else {
+    /// An H.265 payload (RFC 7798 §4.4, no DONL: `sprop-max-don-diff` 0).
+    fn h265(&mut self, p: &[u8]) {
+        let (Some(&h0), Some(&h1)) = (p.first(), p.get(1)) else {
             self.damaged = true;
             return;
         };
-        let (start, end) = (header & 0x80 != 0, header & 0x40 != 0);
+        match (h0 >> 1) & 0x3f {
+            0..=47 => self.nal(p),
+            48 => self.aggregate(&p[2..]),
+            // FU (§4.4.3): the header is the payload header's, the FU
+            // header's type in it.
+            49 => match p.get(2) {
+                Some(&fu) => self.fragment(fu, &[(h0 & 0x81) | ((fu & 0x3f) << 1), h1], &p[3..]),
+                None => self.damaged = true,
+            },
+            // PACI (50) and the unspecified types.
+            _ => self.damaged = true,
+        }
+    }
+
+    /// NAL units each after its 16-bit size: STAP-A (RFC 6184 §5.7.1),
+    /// AP (RFC 7798 §4.4.2).
+    fn aggregate(&mut self, mut rest: &[u8]) {
+        while !rest.is_empty() {
+            let Some(len) = rest
+                .get(..2)
+                .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+            else {
+                self.damaged = true;
+                return;
+            };
+            let Some(nal) = rest.get(2..2 + len) else {
+                self.damaged = true;
+                return;
+            };
+            self.nal(nal);
+            rest = &rest[2 + len..];
+        }
+    }
+
+    /// A fragment of a NAL unit: `fu` is the FU header (S and E bits),
+    /// `head` the unit's header, `data` the fragment's bytes.
+    fn fragment(&mut self, fu: u8, head: &[u8], data: &[u8]) {
+        let (start, end) = (fu & 0x80 != 0, fu & 0x40 != 0);
         match (start, self.partial) {
             (true, None) => {
                 self.partial = Some(self.buf.len());
                 self.add(&[0; 4]);
-                self.add(&[(indicator & 0xe0) | (header & 0x1f)]);
+                self.add(head);
             }
             (false, Some(_)) => {}
             // A start inside a unit, or a middle without its start.
@@ -194,7 +221,7 @@ impl Depacketizer {
                 return;
             }
         }
-        self.add(&p[2..]);
+        self.add(data);
         if end {
             let Some(at) = self.partial.take() else {
                 return;
@@ -273,7 +300,8 @@ impl Depacketizer {
             return;
         }
         let key = match self.payload {
-            Payload::H264 => h264_has_idr(&buf),
+            Payload::H264 => has_key_nal(&buf, |b| b & 0x1f == 5),
+            Payload::H265 => has_key_nal(&buf, |b| (16..=23).contains(&((b >> 1) & 0x3f))),
             _ => true,
         };
         self.counts.frames += 1;
@@ -281,11 +309,12 @@ impl Depacketizer {
     }
 }
 
-/// Whether a length-prefixed access unit holds an IDR slice.
-fn h264_has_idr(mut au: &[u8]) -> bool {
+/// Whether a length-prefixed access unit holds a NAL unit whose first
+/// byte says key (an H.264 IDR slice, an H.265 IRAP picture).
+fn has_key_nal(mut au: &[u8], key: impl Fn(u8) -> bool) -> bool {
     while au.len() > 4 {
         let len = u32::from_be_bytes([au[0], au[1], au[2], au[3]]) as usize;
-        if au[4] & 0x1f == 5 {
+        if key(au[4]) {
             return true;
         }
         au = au.get(4 + len..).unwrap_or_default();

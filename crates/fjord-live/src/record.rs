@@ -1,10 +1,10 @@
 //! A live stream recorded as a fragmented MP4 title: a publisher's RTP
 //! packets in ([`crate::depacketize`] makes the frames), the file's bytes
 //! out: the init segment (`ftyp` + `moov`, from the SDP's codec
-//! configuration: `sprop-parameter-sets`, `config`), then a `moof` +
-//! `mdat` fragment each time the video reaches a key frame at least
-//! [`RecordLimits::fragment_ms`] after the last cut (without video: by
-//! time), so a file cut short by a crash is whole up to its last fragment.
+//! configuration: `sprop-parameter-sets`, `sprop-vps`/`-sps`/`-pps`,
+//! `config`), then a `moof` + `mdat` fragment each time the video
+//! reaches a key frame at least [`RecordLimits::fragment_ms`] after the
+//! last cut (without video: by time), so a file cut short by a crash is whole up to its last fragment.
 //! The boxes are `fjord_media::cmaf::write`'s, the ones HLS and DASH serve.
 //!
 //! Each track's times start at 0 with its first recorded frame (RTP
@@ -91,7 +91,7 @@ impl Recorder {
                     let id = specs.len() as u32 + 1;
                     let video = codec.is_video();
                     let last_dur = match payload {
-                        Payload::H264 => t.clock_rate / 25,
+                        Payload::H264 | Payload::H265 => t.clock_rate / 25,
                         Payload::Aac { frame, .. } => frame,
                         Payload::Opus => 960,
                     };
@@ -310,6 +310,7 @@ fn codec_of(t: &Track) -> Result<(Codec, Payload), String> {
                 param(fmtp, "sprop-parameter-sets").ok_or("no sprop-parameter-sets in its fmtp")?;
             Ok((Codec::Avc(avcc(sets)?), Payload::H264))
         }
+        "H265" => Ok((Codec::Hevc(hevc::hvcc(fmtp)?), Payload::H265)),
         "MPEG4-GENERIC" => aac(t, fmtp),
         "OPUS" => {
             let channels = t.channels.unwrap_or(2).clamp(1, 2);
@@ -438,5 +439,6 @@ fn avc_size(avcc: &[u8]) -> (u16, u16) {
     }
 }
 
+mod hevc;
 #[cfg(test)]
 mod tests;

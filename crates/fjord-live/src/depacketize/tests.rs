@@ -200,6 +200,101 @@ fn opus_packets_are_frames() {
     );
 }
 
+/// An H.265 NAL unit as an RFC 7798 packetizer sends it: whole up to
+/// `mtu` bytes, else FUs of at most `mtu` bytes of it.
+fn packetize_h265(nal: &[u8], mtu: usize) -> Vec<Vec<u8>> {
+    if nal.len() <= mtu {
+        return vec![nal.to_vec()];
+    }
+    let chunks: Vec<&[u8]> = nal[2..].chunks(mtu).collect();
+    let n = chunks.len();
+    (chunks.into_iter().enumerate())
+        .map(|(i, c)| {
+            let mut p = vec![(nal[0] & 0x81) | (49 << 1), nal[1], (nal[0] >> 1) & 0x3f];
+            p[2] |= if i == 0 { 0x80 } else { 0 } | if i == n - 1 { 0x40 } else { 0 };
+            p.extend_from_slice(c);
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn an_h265_ap_and_fu_frame_comes_back_length_prefixed() {
+    let (vps, sps, pps) = (
+        &[0x40u8, 1, 0xc][..],
+        &[0x42u8, 1, 1][..],
+        &[0x44u8, 1, 0xc1][..],
+    );
+    // An IDR_W_RADL (19) slice, then a TRAIL_R (1) one.
+    let idr: Vec<u8> = [0x26, 1]
+        .into_iter()
+        .chain((0..3000).map(|i| i as u8))
+        .collect();
+    let mut ap = vec![48 << 1, 1];
+    for n in [vps, sps, pps] {
+        ap.extend_from_slice(&(n.len() as u16).to_be_bytes());
+        ap.extend_from_slice(n);
+    }
+    let mut packets = vec![(0u16, 90_000u32, false, ap)];
+    let frags = packetize_h265(&idr, 1400);
+    let last = frags.len() - 1;
+    for (i, f) in frags.into_iter().enumerate() {
+        packets.push((1 + i as u16, 90_000, i == last, f));
+    }
+    packets.push((4, 93_600, true, vec![0x02, 1, 9, 9]));
+    let mut d = Depacketizer::new(Payload::H265, MAX);
+    let frames = run(&mut d, &packets);
+    assert_eq!(frames.len(), 2);
+    assert_eq!(frames[0].data, prefixed(&[vps, sps, pps, &idr]));
+    assert!(frames[0].key && !frames[1].key);
+    assert_eq!(frames[1].data, prefixed(&[&[0x02, 1, 9, 9]]));
+    // A PACI (50) or a truncated FU damages its frame.
+    let frames = run(
+        &mut d,
+        &[
+            (5, 97_200, true, vec![50 << 1, 1, 0]),
+            (6, 100_800, true, vec![49 << 1, 1]),
+        ],
+    );
+    assert!(frames.is_empty());
+    assert_eq!(
+        d.counts,
+        Counts {
+            frames: 2,
+            dropped: 2
+        }
+    );
+}
+
+proptest! {
+    #[test]
+    fn h265_nal_units_come_back_as_sent(
+        frames in prop::collection::vec(prop::collection::vec(prop::collection::vec(any::<u8>(), 2..4000), 1..4), 1..6),
+        mtu in 100usize..1500,
+    ) {
+        let mut packets = Vec::new();
+        let mut seq = 0u16;
+        let mut want = Vec::new();
+        for (k, nals) in frames.iter().enumerate() {
+            let nals: Vec<Vec<u8>> = nals.iter().map(|n| {
+                let mut n = n.clone();
+                n[0] = (n[0] & 0x81) | ((n[0] % 48) << 1);
+                n
+            }).collect();
+            let ps: Vec<Vec<u8>> = nals.iter().flat_map(|n| packetize_h265(n, mtu)).collect();
+            let last = ps.len() - 1;
+            for (i, p) in ps.into_iter().enumerate() {
+                packets.push((seq, k as u32 * 3000, i == last, p));
+                seq = seq.wrapping_add(1);
+            }
+            want.push(prefixed(&nals.iter().map(|n| &n[..]).collect::<Vec<_>>()));
+        }
+        let mut d = Depacketizer::new(Payload::H265, MAX);
+        let got: Vec<Vec<u8>> = run(&mut d, &packets).into_iter().map(|f| f.data).collect();
+        prop_assert_eq!(got, want);
+    }
+}
+
 proptest! {
     #[test]
     fn h264_nal_units_come_back_as_sent(
@@ -231,10 +326,11 @@ proptest! {
     #[test]
     fn any_payloads_never_panic_and_frames_stay_bounded(
         packets in prop::collection::vec((any::<u16>(), 0u32..4, any::<bool>(), prop::collection::vec(any::<u8>(), 0..300)), 0..40),
-        kind in 0u8..3,
+        kind in 0u8..4,
     ) {
         let payload = match kind {
             0 => Payload::H264,
+            3 => Payload::H265,
             1 => Payload::Aac { headers: HBR, frame: 1024 },
             _ => Payload::Opus,
         };

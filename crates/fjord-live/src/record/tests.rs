@@ -205,3 +205,57 @@ fn a_next_publisher_drops_the_frame_left_unfinished_and_goes_on_at_a_key_frame()
     let plan = fjord_media::mp4::plan(&file, &mut |_, _| {}).unwrap();
     assert_eq!(plan.tracks[0].sync.len(), 2);
 }
+
+#[test]
+fn an_h265_recording_is_an_mp4_title_with_its_hvcc_cut_at_irap_pictures() {
+    // What `ffmpeg -f rtsp` announces for libx265 (320x240).
+    let sdp = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=x\r\nt=0 0\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 H265/90000\r\na=fmtp:96 sprop-vps=QAEMAf//AWAAAAMAkAAAAwAAAwA8lZQJ; sprop-sps=QgEBAWAAAAMAkAAAAwAAAwA8oAoIDxZZWVKTC8BaAgAAAwACAAADADIQ; sprop-pps=RAHAc8GJ\r\na=control:streamid=0\r\n";
+    let a = sdp::parse(sdp.as_bytes(), &Limits::default()).unwrap();
+    let (mut r, left) = Recorder::new(&a.tracks, RecordLimits::default()).unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    let mut file = r.init();
+    assert!(file.windows(4).any(|w| w == b"hvcC"));
+    // 3 s at 25 fps: an IDR_W_RADL (19) each second, sent as an AP with
+    // an SEI (39) and as a FU, TRAIL_R (1) pictures between.
+    let mut seq = 0u16;
+    for f in 0..75u32 {
+        let ts = f * 3600;
+        if f % 25 == 0 {
+            let ap = [
+                &[48 << 1, 1, 0, 3, 39 << 1, 1, 5][..],
+                &[0, 3, 19 << 1, 1, 7],
+            ]
+            .concat();
+            file_push(&mut r, &mut file, &mut seq, (ts, false), &ap);
+            file_push(
+                &mut r,
+                &mut file,
+                &mut seq,
+                (ts, false),
+                &[49 << 1, 1, 0x80 | 19, 8],
+            );
+            file_push(
+                &mut r,
+                &mut file,
+                &mut seq,
+                (ts, true),
+                &[49 << 1, 1, 0x40 | 19, 9],
+            );
+        } else {
+            file_push(&mut r, &mut file, &mut seq, (ts, true), &[2, 1, f as u8]);
+        }
+    }
+    r.finish(&mut file);
+    assert_eq!(
+        (r.fragments(), r.counts().frames, r.counts().dropped),
+        (3, 75, 0)
+    );
+    let plan = fjord_media::mp4::plan(&file, &mut |_, _| {}).unwrap();
+    assert_eq!(plan.tracks.len(), 1);
+    assert_eq!(plan.tracks[0].sync.len(), 3);
+}
+
+fn file_push(r: &mut Recorder, file: &mut Vec<u8>, seq: &mut u16, (ts, m): (u32, bool), p: &[u8]) {
+    r.push(0, &rtp(96, *seq, ts, m, p), file);
+    *seq += 1;
+}

@@ -26,6 +26,8 @@ mod http;
 mod http_titles;
 mod limits;
 mod live;
+mod live_mutated;
+mod live_publishers;
 mod live_record;
 mod load;
 mod multicast;

@@ -274,12 +274,14 @@ pub(super) fn answer(
             super::end_soon(server, id, "its publisher tore it down");
             Response::new(200).into()
         }
-        Method::GetParameter | Method::SetParameter | Method::Options => {
+        // GStreamer's rtspclientsink PAUSEs before its TEARDOWN (RFC 2326
+        // §10.6): the stream stays; a pause past live_timeout_s ends it.
+        Method::GetParameter | Method::SetParameter | Method::Options | Method::Pause => {
             Response::new(200).header("Session", header).into()
         }
         _ => refuse(
             455,
-            "a publisher's session takes SETUP, RECORD and TEARDOWN",
+            "a publisher's session takes SETUP, RECORD, PAUSE and TEARDOWN",
         ),
     })
 }
