@@ -59,6 +59,7 @@ pub mod sched;
 mod service;
 mod signal;
 mod source;
+mod still;
 mod timeline;
 
 pub use admission::Refusal;

@@ -36,6 +36,7 @@ use crate::{
     sched::{self, Class, Scheduler, Ticket},
     signal::Signal,
     source::{Extent, Source, Uses},
+    still::Still,
     timeline::{
         Rate, bytes_per_packet, learned_rate, packet_at_or_after, packets_in, piece_packets,
         title_bytes_per_s,
@@ -230,8 +231,8 @@ struct Entry {
     bytes_per_s: u64,
     /// Bumped whenever the entry is rescheduled: stale heap entries skip.
     generation: u64,
-    /// The engine's position as last seen, and since when it was there.
-    still: (u32, Instant),
+    /// Where the engine was last seen, and since when.
+    still: Still,
 }
 
 struct Grant {
@@ -558,7 +559,7 @@ impl Storage {
             asked: Instant::now(),
             bytes_per_s,
             generation: 0,
-            still: (0, Instant::now()),
+            still: Still::new(Instant::now()),
         };
         // A worker puts it in place and plans it (see `Disk::added`).
         let _ = disk.added.0.send((id, entry));
@@ -739,23 +740,10 @@ const MAX_LOOK: Duration = Duration::from_secs(1);
 const SLOW_FIRST_READ: Duration = Duration::from_millis(100);
 /// The soonest a session is looked at again when it needs nothing now.
 const MIN_LOOK: Duration = Duration::from_millis(1);
-/// A playing session whose engine took none of its resident packets for
-/// this long is stalled (its client takes nothing: a TCP reader that
-/// stopped): it gives back what a paused one does. Longer than any gap
-/// between a playing session's sends (a key frame at Scale 4, an audio
-/// frame).
-const STALLED_AFTER: Duration = Duration::from_secs(3);
-/// How often a stalled session is looked at, to read ahead again soon
-/// after its client does.
-const STALLED_LOOK: Duration = Duration::from_millis(100);
 
-/// Whether `e` is playing but its engine has not moved for
-/// [`STALLED_AFTER`] with packets resident ahead of it.
+/// Whether `e`'s client stopped taking its packets ([`Still`]).
 fn stalled(e: &Entry, now: Instant) -> bool {
-    let (_, end) = e.cursor.window();
-    e.cursor.mode() == Mode::Playing
-        && end > e.still.0
-        && now.duration_since(e.still.1) >= STALLED_AFTER
+    e.still.stalled(e.cursor.mode(), e.cursor.window().1, now)
 }
 /// A refill due this soon is made now: the engine publishes its position
 /// once per burst, so a look sooner than that would find it where it was
@@ -915,9 +903,7 @@ impl Worker {
             .lead
             .refresh(now, Storage::memory_cap_of(&self.inner));
         let next = e.cursor.next();
-        if poked || next != e.still.0 {
-            e.still = (next, now);
-        }
+        e.still.see(next, poked, now);
         if e.cursor.mode() == Mode::Paused || stalled(e, now) {
             self.give_back(e);
         }
@@ -986,7 +972,7 @@ impl Worker {
         if (mode == Mode::Paused || stalled) && end > next || lead >= low + EARLY {
             let until_low = match mode {
                 // Its client may read again at any time.
-                _ if stalled => STALLED_LOOK,
+                _ if stalled => crate::still::LOOK,
                 Mode::Playing => lead - low,
                 _ => MAX_LOOK, // its PLAY pokes it
             };
