@@ -163,3 +163,19 @@ fn split_length_prefixed(
         pos = start + len;
     }
 }
+
+/// The RBSP of a NAL unit: each emulation prevention byte (the `03` of
+/// `00 00 03`) removed, as parameter sets are read.
+pub fn unescape(nal: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(nal.len());
+    let mut zeros = 0;
+    for &b in nal {
+        if zeros >= 2 && b == 3 {
+            zeros = 0;
+            continue;
+        }
+        zeros = if b == 0 { zeros + 1 } else { 0 };
+        out.push(b);
+    }
+    out
+}

@@ -23,7 +23,7 @@ pub(super) fn hvcc(fmtp: &str) -> Result<Vec<u8>, String> {
         (33, sets("sprop-sps")?),
         (34, sets("sprop-pps")?),
     ];
-    let sps = unescape(arrays[1].1.first().map_or(&[][..], |s| s));
+    let sps = fjord_media::nal::unescape(arrays[1].1.first().map_or(&[][..], |s| s));
     // The header (2 bytes), then 4 bits of VPS id, 3 of sub-layers - 1,
     // the nesting flag, then the 12 bytes of the general profile_tier_level.
     let ptl = sps.get(3..15).ok_or("its SPS is too short")?;
@@ -46,21 +46,6 @@ pub(super) fn hvcc(fmtp: &str) -> Result<Vec<u8>, String> {
         }
     }
     Ok(c)
-}
-
-/// A NAL unit without its emulation prevention bytes (`00 00 03`).
-fn unescape(nal: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(nal.len());
-    let mut zeros = 0;
-    for &b in nal {
-        if zeros >= 2 && b == 3 {
-            zeros = 0;
-            continue;
-        }
-        zeros = if b == 0 { zeros + 1 } else { 0 };
-        out.push(b);
-    }
-    out
 }
 
 #[cfg(test)]
@@ -93,7 +78,10 @@ mod tests {
 
     #[test]
     fn emulation_prevention_bytes_are_removed() {
-        assert_eq!(unescape(&[0, 0, 3, 0, 0, 3, 1]), [0, 0, 0, 0, 1]);
-        assert_eq!(unescape(&[0, 3, 0, 0, 3]), [0, 3, 0, 0]);
+        assert_eq!(
+            fjord_media::nal::unescape(&[0, 0, 3, 0, 0, 3, 1]),
+            [0, 0, 0, 0, 1]
+        );
+        assert_eq!(fjord_media::nal::unescape(&[0, 3, 0, 0, 3]), [0, 3, 0, 0]);
     }
 }

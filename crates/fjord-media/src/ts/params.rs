@@ -132,7 +132,7 @@ fn sps(annex_b: &[u8], kind: u8) -> Option<Vec<u8>> {
                 _ => nal.first().map(|b| b & 0x1f),
             };
             if t == Some(kind) {
-                return Some(unescape(nal));
+                return Some(crate::nal::unescape(nal));
             }
             i = end;
         } else {
@@ -140,21 +140,6 @@ fn sps(annex_b: &[u8], kind: u8) -> Option<Vec<u8>> {
         }
     }
     None
-}
-
-/// RBSP of a NAL: each `00 00 03` loses its `03`.
-fn unescape(nal: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(nal.len());
-    let mut zeros = 0;
-    for &b in nal {
-        if zeros >= 2 && b == 3 {
-            zeros = 0;
-            continue;
-        }
-        zeros = if b == 0 { zeros + 1 } else { 0 };
-        out.push(b);
-    }
-    out
 }
 
 /// An H.264 SPS (header byte first): its codec name; resolution and frame
