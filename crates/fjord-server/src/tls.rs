@@ -41,6 +41,9 @@ pub(crate) struct Tls {
 impl Tls {
     /// `None` when no certificate is configured.
     pub(crate) fn new(config: &Config) -> Result<Option<Tls>, crate::ServeError> {
+        if config.tls_cert.as_os_str().is_empty() {
+            return Ok(None); // no probe of the kernel either
+        }
         let kernel = kernel_tls();
         let Some(acceptor) = acceptor(config, kernel)? else {
             return Ok(None);
