@@ -224,9 +224,11 @@ fn a_publisher_back_within_the_grace_continues_the_same_recording() {
     assert!(server.log_text().contains("continued by a new publisher"));
     wait_for_log(&server, "live recording closed", Duration::from_secs(10));
     let (file, _) = recording(&server.media_root(), "live/again");
-    // The first publisher's frames from the start, then the second's.
-    let src = decoded_md5s(source().to_str().unwrap());
-    let got = decoded_md5s(file.to_str().unwrap());
+    // The first publisher's video packets from the start, then the
+    // second's: compared as stored, since decoding the first part's last
+    // B-frames without the references the kill cut off conceals them.
+    let src = packet_md5s(source().to_str().unwrap(), 0);
+    let got = packet_md5s(file.to_str().unwrap(), 0);
     let k = (got.iter().skip(1).position(|m| *m == src[0]))
         .expect("the second publisher's first frame")
         + 1;
