@@ -7,6 +7,10 @@
 // end (the last frame) is written to --shot.
 //
 //   node play.mjs --player hls|dash --url URL --shot FILE [--timeout-s 60]
+//                 [--max-buffer-s S]
+//
+// --max-buffer-s: hls.js buffers at most S seconds ahead (default 30), so
+// that it is still fetching segments while the test does something.
 
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
@@ -19,6 +23,7 @@ const { values: opt } = parseArgs({
     url: { type: "string" },
     shot: { type: "string" },
     "timeout-s": { type: "string", default: "60" },
+    "max-buffer-s": { type: "string" },
   },
 });
 // The players' browser builds, as files (their packages do not export them).
@@ -64,6 +69,7 @@ try {
     player: opt.player,
     url: opt.url,
     timeoutMs: Number(opt["timeout-s"]) * 1000,
+    maxBufferS: opt["max-buffer-s"] ? Number(opt["max-buffer-s"]) : null,
   });
   await page.screenshot({ path: opt.shot });
   result.console_errors = console_errors;
@@ -75,7 +81,7 @@ console.log(JSON.stringify(result));
 process.exit(result.ended && result.errors.length === 0 ? 0 : 1);
 
 // Runs in the page.
-function play({ player, url, timeoutMs }) {
+function play({ player, url, timeoutMs, maxBufferS }) {
   return new Promise((resolve) => {
     const v = document.getElementById("v");
     const r = { events: [], errors: [], ended: false, seeked_to: null, played_after_seek: null };
@@ -93,7 +99,8 @@ function play({ player, url, timeoutMs }) {
       resolve(r);
     };
     if (player === "hls") {
-      const hls = new Hls();
+      const hls = new Hls(maxBufferS === null ? {} :
+        { maxBufferLength: maxBufferS, maxMaxBufferLength: maxBufferS });
       hls.on(Hls.Events.ERROR, (_, d) => {
         log(`hls error ${d.type} ${d.details} fatal=${d.fatal}`);
         if (d.fatal) { r.errors.push(`${d.type}: ${d.details}`); finish(); }

@@ -197,6 +197,11 @@ pub struct Variant {
     pub frame_rate: Option<f64>,
     /// An I-frame playlist at this URI, its peak bit rate and codecs.
     pub i_frames: Option<(String, u64, String)>,
+    /// The same media playlist at other places (the title's next nodes in
+    /// a cluster), listed after it with the same attributes: redundant
+    /// variants, which players fail over to when the first cannot be
+    /// loaded (hls.js: each a pathway, switched to on errors).
+    pub backups: Vec<String>,
 }
 
 /// The multivariant playlist: one variant, `media_uri`, whose bandwidth
@@ -223,10 +228,10 @@ pub fn multivariant_playlist(segments: &[Segment], media_uri: &str, variant: &Va
     if let Some(f) = variant.frame_rate {
         attrs.push_str(&format!(",FRAME-RATE={f:.3}"));
     }
-    let mut m = format!(
-        "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-INDEPENDENT-SEGMENTS\n\
-         #EXT-X-STREAM-INF:{attrs}\n{media_uri}\n"
-    );
+    let mut m = "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-INDEPENDENT-SEGMENTS\n".to_owned();
+    for uri in std::iter::once(media_uri).chain(variant.backups.iter().map(String::as_str)) {
+        m.push_str(&format!("#EXT-X-STREAM-INF:{attrs}\n{uri}\n"));
+    }
     if let Some((uri, bps, codecs)) = &variant.i_frames {
         m.push_str(&format!("#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH={bps}"));
         if !codecs.is_empty() {

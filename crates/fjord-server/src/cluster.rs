@@ -2,11 +2,14 @@
 //! a title is served. The members come from etcd or `[[peer]]` tables
 //! ([`fjord_cluster`]); a title's home nodes are the first of its
 //! rendezvous order. DESCRIBE and the HTTP requests that start a viewing
-//! (a download, a playlist, a manifest) ask [`Cluster::redirect`]: a
-//! title whose home set does not hold this node (or this node full) is
-//! answered 302 to the least loaded home node with room. Segments are
-//! served where asked: a viewer keeps the node its playlist came from,
-//! so a node that comes back takes titles only for new viewers.
+//! (a download, a multivariant playlist, a manifest) ask
+//! [`Cluster::redirect`]: a title whose home set does not hold this node
+//! (or this node full) is answered 302 to the least loaded home node with
+//! room. Media playlists and segments are served where asked: a viewer
+//! keeps the node its playlist came from, so a node that comes back takes
+//! titles only for new viewers; a multivariant playlist also names the
+//! title's next nodes ([`Cluster::elsewhere`]), which an HLS player fails
+//! over to.
 
 use std::{
     net::SocketAddr,
@@ -22,6 +25,10 @@ use fjord_cluster::{
 };
 
 use crate::{Config, Server};
+
+/// The most other nodes a playlist names as its backups: one survives
+/// any single failure; two, a second one while the first is detected.
+const BACKUPS: usize = 2;
 
 /// How long a title's request rate is averaged over.
 const RATE_WINDOW_S: f64 = 30.0;
@@ -173,6 +180,25 @@ impl Cluster {
         node.redirects
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(format!("{base}{path}"))
+    }
+
+    /// Where `path` (a title's media playlist) is also served should this
+    /// node fail: at the title's next nodes in its rendezvous order, which
+    /// take its viewers when this one is gone, at most [`BACKUPS`]; none
+    /// outside a cluster. Players fail over to them (HLS redundant
+    /// variants) without asking this node again.
+    pub(crate) fn elsewhere(&self, title: &str, scheme: Scheme, path: &str) -> Vec<String> {
+        let Some(node) = self.node.get() else {
+            return Vec::new();
+        };
+        let others = node.view.others();
+        let nodes = candidates(&others, scheme);
+        (placement::rank(title, &nodes).into_iter())
+            .filter_map(|n| others.iter().find(|m| m.name == n.name))
+            .filter_map(|m| scheme.base(m))
+            .take(BACKUPS)
+            .map(|base| format!("{base}{path}"))
+            .collect()
     }
 
     /// The view, for the admin API and metrics; `None`: no cluster.

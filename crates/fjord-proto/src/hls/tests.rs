@@ -84,8 +84,10 @@ fn a_fragmented_title_names_its_init_segment_and_codecs() {
         resolution: Some((1280, 720)),
         frame_rate: Some(25.0),
         i_frames: Some(("iframes.m3u8".into(), 12_000, "avc1.64001f".into())),
+        backups: Vec::new(),
     };
     let v = multivariant_playlist(&segs, "media.m3u8", &variant);
+    assert_eq!(v.matches("#EXT-X-STREAM-INF:").count(), 1, "{v}");
     assert!(
         v.contains(
             ",CODECS=\"avc1.64001f,mp4a.40.2\",RESOLUTION=1280x720,FRAME-RATE=25.000\nmedia.m3u8"
@@ -126,6 +128,40 @@ fn a_fragmented_title_names_its_init_segment_and_codecs() {
         "{ts}"
     );
     assert!(ts.contains("#EXT-X-BYTERANGE:9000@376\n../t.ts\n"), "{ts}");
+}
+
+#[test]
+fn backups_are_the_same_variant_at_other_places_after_the_first() {
+    let segs = [Segment {
+        offset: 0,
+        len: 6000,
+        duration_ns: 6 * S,
+    }];
+    let variant = Variant {
+        codecs: Some("avc1.64001f".into()),
+        backups: vec![
+            "http://b:8080/t.ts/media.m3u8".into(),
+            "http://c:8080/t.ts/media.m3u8".into(),
+        ],
+        ..Variant::default()
+    };
+    let v = multivariant_playlist(&segs, "media.m3u8", &variant);
+    let infs: Vec<(&str, &str)> = (v.lines())
+        .zip(v.lines().skip(1))
+        .filter(|(l, _)| l.starts_with("#EXT-X-STREAM-INF:"))
+        .collect();
+    let uris: Vec<&str> = infs.iter().map(|(_, u)| *u).collect();
+    assert_eq!(
+        uris,
+        [
+            "media.m3u8",
+            "http://b:8080/t.ts/media.m3u8",
+            "http://c:8080/t.ts/media.m3u8"
+        ]
+    );
+    // Same attributes: a player takes them for one variant's copies, not
+    // for renditions to switch between by bandwidth.
+    assert!(infs.iter().all(|(a, _)| *a == infs[0].0), "{v}");
 }
 
 #[test]

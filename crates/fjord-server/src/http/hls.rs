@@ -89,20 +89,21 @@ pub(crate) async fn form(
     })
 }
 
-/// The playlist's text, or the status and why not.
+/// The playlist's text, or the status and why not. A multivariant
+/// playlist lists the media playlist at `backups` too (other nodes).
 pub(crate) async fn playlist(
     server: &Arc<Server>,
     cache: &Arc<Cache>,
     title: &str,
-    which: Playlist,
+    (which, backups): (Playlist, Vec<String>),
 ) -> Result<String, (u16, String)> {
     Ok(match form(server, cache, title).await? {
-        Form::Fragmented(f) => fragmented_playlist(&f, which)?,
+        Form::Fragmented(f) => fragmented_playlist(&f, (which, backups))?,
         Form::Ranges {
             segments,
             uri,
             title,
-        } => ts_playlist(&segments, &uri, title, which).await?,
+        } => ts_playlist(&segments, &uri, title, (which, backups)).await?,
     })
 }
 
@@ -112,7 +113,7 @@ async fn ts_playlist(
     segments: &[Segment],
     uri: &str,
     title: Arc<Title>,
-    which: Playlist,
+    (which, backups): (Playlist, Vec<String>),
 ) -> Result<String, (u16, String)> {
     if which == Playlist::Media {
         return Ok(fjord_proto::hls::media_playlist(segments, uri));
@@ -154,6 +155,7 @@ async fn ts_playlist(
                 codecs: params.codecs.clone(),
                 resolution: params.resolution,
                 frame_rate: params.frame_rate,
+                backups,
             };
             fjord_proto::hls::multivariant_playlist(segments, "media.m3u8", &variant)
         }
@@ -211,7 +213,10 @@ fn ts_params(t: &Title) -> fjord_media::ts::params::Params {
 }
 
 /// A playlist of a fragmented title.
-fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> Result<String, (u16, String)> {
+fn fragmented_playlist(
+    f: &fmp4::Fragments,
+    (which, backups): (Playlist, Vec<String>),
+) -> Result<String, (u16, String)> {
     let segments: Vec<Segment> = f
         .title
         .fragments
@@ -256,6 +261,7 @@ fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> Result<String, (
                 resolution: f.title.resolution,
                 frame_rate: f.title.frame_rate,
                 i_frames,
+                backups,
             };
             fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &variant)
         }

@@ -39,7 +39,7 @@ use crate::{
     slots::{Slot, Slots},
 };
 use fjord_proto::http::{self as plan, Parsed, Response};
-use routes::Route;
+use routes::{Playlist, Route};
 use wire::Wire;
 
 /// Accepts download connections until the server stops; `slots` bounds
@@ -242,7 +242,7 @@ async fn answer<S: Wire>(
             None => download(server, &req, path, opened).await,
         },
         Err(e) => match route {
-            Some((title, route)) => adaptive(server, fragments, &req, title, route).await,
+            Some((title, route)) => adaptive(server, fragments, (&req, tls), title, route).await,
             None => (None, not_served(&e, close)),
         },
     };
@@ -317,8 +317,11 @@ fn refusal(
 
 /// A 302 to the member that serves `title` when it is not this node
 /// ([`crate::cluster`]), for what starts a viewing: a download, a
-/// playlist or a manifest; segments are served where asked. HTTPS goes
-/// to the member's `https://` URL only (none: served here).
+/// multivariant playlist or a manifest. Media playlists and segments are
+/// served where asked: a multivariant playlist names the nodes they are
+/// asked of, its backups among them, which a player fails over to before
+/// the cluster has noticed the failure. HTTPS goes to the member's
+/// `https://` URL only (none: served here).
 fn moved(
     server: &Server,
     req: &plan::Request,
@@ -326,7 +329,8 @@ fn moved(
     route: Option<Route>,
     tls: bool,
 ) -> Option<Response> {
-    if matches!(route, Some(r) if !matches!(r, Route::Playlist(_) | Route::Manifest)) {
+    let starts = |r| matches!(r, Route::Playlist(Playlist::Multivariant) | Route::Manifest);
+    if route.is_some_and(|r| !starts(r)) {
         return None;
     }
     let (scheme, path) = (
@@ -423,18 +427,38 @@ fn origin_entity(title: &fjord_engine::Title, name: &str) -> plan::Entity {
     }
 }
 
+/// The URLs of `leaf` beside what a request for a title's playlist
+/// named (`/NAME/index.m3u8` → `/NAME/media.m3u8`) at the title's next
+/// nodes of a cluster ([`crate::cluster::Cluster::elsewhere`]).
+fn elsewhere(
+    server: &Server,
+    (req, tls): (&plan::Request, bool),
+    title: &str,
+    leaf: &str,
+) -> Vec<String> {
+    let path = crate::cluster::path_of(&req.target);
+    let path = path.split('?').next().unwrap_or(path);
+    let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+    let scheme = crate::cluster::Scheme::http(tls);
+    (server.cluster).elsewhere(title, scheme, &format!("{dir}/{leaf}"))
+}
+
 /// A playlist, manifest or segment of `title`.
 async fn adaptive(
     server: &Arc<Server>,
     fragments: &Arc<fmp4::Cache>,
-    req: &plan::Request,
+    (req, tls): (&plan::Request, bool),
     title: &str,
     route: Route,
 ) -> (Option<send::Body>, Response) {
     let cache = server.config().http_cache_control.clone();
     match route {
         Route::Playlist(which) => {
-            let text = hls::playlist(server, fragments, title, which).await;
+            let backups = match which {
+                Playlist::Multivariant => elsewhere(server, (req, tls), title, "media.m3u8"),
+                _ => Vec::new(),
+            };
+            let text = hls::playlist(server, fragments, title, (which, backups)).await;
             let r = generated(req, "application/vnd.apple.mpegurl", text);
             (None, r.cached(&cache.playlist))
         }

@@ -220,22 +220,34 @@ fn openrtsp_receives_the_file(url: &str) {
 
 /// Chromium plays `url` (HLS, hls.js) to its end.
 fn chromium_plays_hls(url: &str) {
+    chromium_plays("hls", url, &[]);
+}
+
+/// Chromium plays `url` with `player` (hls.js or dash.js; `args` to
+/// play.mjs) to its end; what play.mjs said.
+fn chromium_plays(player: &str, url: &str, args: &[&str]) -> serde_json::Value {
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
     assert!(
         driver.join("node_modules/playwright-core").is_dir(),
         "the browser test's npm packages are missing: `make test` installs them"
     );
-    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster-hls.png");
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-{player}.png"));
     let mut node = Command::new("node");
     node.arg(driver.join("play.mjs"))
-        .args(["--player", "hls", "--url", url, "--timeout-s", "60"])
+        .args(["--player", player, "--url", url, "--timeout-s", "60"])
+        .args(args)
         .arg("--shot")
         .arg(&shot);
     let out = run_bounded(node, Duration::from_secs(100));
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "hls.js {url}: {said}\n{}", out.stderr);
+    assert!(
+        out.status.success(),
+        "{player} {url}: {said}\n{}",
+        out.stderr
+    );
     let r: serde_json::Value = serde_json::from_str(said.trim()).unwrap();
     assert_eq!(r["ended"], true, "{said}");
+    r
 }
 
 #[test]
@@ -302,22 +314,37 @@ fn an_etcd_cluster_sends_each_title_home_and_moves_it_when_its_node_dies() {
     assert!(metrics.contains("fjord_cluster_members 2"), "{metrics}");
 }
 
-#[test]
-fn a_static_peer_list_without_etcd_sends_each_title_home_and_leaves_a_dead_peer_out() {
-    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let peers: String = (1..=3)
-        .zip(&ports)
+/// RTSP and HTTP ports for three nodes.
+fn three_ports() -> Vec<(u16, u16)> {
+    (0..3).map(|_| (free_port(), free_port())).collect()
+}
+
+/// The `[[peer]]` tables of nodes 1-3 at `ports`.
+fn static_peers(ports: &[(u16, u16)]) -> String {
+    (1..=3)
+        .zip(ports)
         .map(|(n, (rtsp, http))| {
             format!(
                 "[[peer]]\nname = \"node-{n}\"\nrtsp = \"rtsp://127.0.0.{n}:{rtsp}\"\n\
                  http = \"http://127.0.0.{n}:{http}\"\n"
             )
         })
-        .collect();
-    let mut nodes: Vec<Node> = (1..=3)
-        .zip(&ports)
-        .map(|(n, &(rtsp, http))| Node::start(n, http, rtsp, &peers))
-        .collect();
+        .collect()
+}
+
+/// Nodes 1-3 at `ports`, with `lines` of config.
+fn start_static(ports: &[(u16, u16)], lines: &str) -> Vec<Node> {
+    (1..=3)
+        .zip(ports)
+        .map(|(n, &(rtsp, http))| Node::start(n, http, rtsp, lines))
+        .collect()
+}
+
+#[test]
+fn a_static_peer_list_without_etcd_sends_each_title_home_and_leaves_a_dead_peer_out() {
+    let ports = three_ports();
+    let peers = static_peers(&ports);
+    let mut nodes = start_static(&ports, &peers);
     let all: Vec<&Node> = nodes.iter().collect();
     // A peer probed before it listened is out until its next probe.
     wait_members(&all, 3, Duration::from_secs(5));
@@ -340,6 +367,60 @@ fn a_static_peer_list_without_etcd_sends_each_title_home_and_leaves_a_dead_peer_
 
 /// A DESCRIBE over TLS (Python's ssl, verifying `ca` and the address):
 /// its status and `Location`.
+#[test]
+fn an_hls_viewer_whose_home_node_dies_mid_title_plays_on_at_the_next_node() {
+    let ports = three_ports();
+    // Top-level settings before the `[[peer]]` tables.
+    let lines = format!(
+        "access_log = true\nhls_segment_s = 1\n{}",
+        static_peers(&ports)
+    );
+    let nodes = start_static(&ports, &lines);
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_members(&all, 3, Duration::from_secs(5));
+    let (home, entry) = home_and_entry(&all, "clip.ts");
+    let others: Vec<&Node> = all.iter().copied().filter(|n| n.ip != home.ip).collect();
+
+    // The home's multivariant playlist names its own media playlist, then
+    // the same at the two other nodes (the title's next ones).
+    let text = crate::common::curl_bytes(&home.http("clip.ts/index.m3u8"));
+    let text = String::from_utf8(text).unwrap();
+    let uris: Vec<&str> = (text.lines().zip(text.lines().skip(1)))
+        .filter(|(l, _)| l.starts_with("#EXT-X-STREAM-INF:"))
+        .map(|(_, u)| u)
+        .collect();
+    assert_eq!(uris.len(), 3, "{text}");
+    assert_eq!(uris[0], "media.m3u8", "{text}");
+    let mut backups: Vec<String> = (others.iter())
+        .map(|n| n.http("clip.ts/media.m3u8"))
+        .collect();
+    let mut named: Vec<String> = uris[1..].iter().map(|u| u.to_string()).collect();
+    backups.sort();
+    named.sort();
+    assert_eq!(named, backups, "{text}");
+
+    // hls.js, one second of buffer, enters at another node; the home
+    // node is killed once it has sent the first media segment. The
+    // player goes on at a backup and plays to the end, with no fatal
+    // error, before the others' probes (every second, out after two
+    // misses) have left the dead node out.
+    let url = entry.http("clip.ts/index.m3u8");
+    let said = std::thread::scope(|s| {
+        let playing = s.spawn(|| chromium_plays("hls", &url, &["--max-buffer-s", "1"]));
+        (home.server).wait_for_log("target=\"/clip.ts\" ", Duration::from_secs(40));
+        home.server.signal("KILL");
+        playing.join().unwrap()
+    });
+    let served_after = |log: String| {
+        log.contains("target=\"/clip.ts/media.m3u8\" status=200")
+            && log.contains("target=\"/clip.ts\" status=206")
+    };
+    assert!(
+        others.iter().any(|n| served_after(n.server.log_text())),
+        "no other node served the media playlist and segments after the kill: {said}"
+    );
+}
+
 fn describe_over_tls(url: &str, ca: &Path) -> (u16, Option<String>) {
     let authority = url
         .strip_prefix("rtsps://")
