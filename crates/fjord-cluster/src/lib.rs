@@ -17,16 +17,28 @@
 //! Placement and popularity are pure code (no sockets, clocks or
 //! threads); this crate never parses media or touches a session.
 
+//!
+//! Without the `client` feature (on by default) only the pure parts are
+//! built: records, etcd's answers decoded ([`answer`]), placement and
+//! popularity; the fuzz targets use them so, without the HTTP client.
+
 #![forbid(unsafe_code)]
 
+pub mod answer;
+#[cfg(feature = "client")]
 pub mod etcd;
 pub mod member;
+#[cfg(feature = "client")]
 pub mod membership;
 pub mod placement;
 pub mod popularity;
+#[cfg(feature = "client")]
 pub mod probe;
+#[cfg(feature = "client")]
 pub mod view;
 
+#[cfg(feature = "client")]
 pub use etcd::Etcd;
 pub use member::Member;
+#[cfg(feature = "client")]
 pub use view::{Health, View};
