@@ -12,7 +12,7 @@ use fjord_proto::rtsp::framing::Request;
 use crate::{
     Server,
     control::{self, Answer, Bind, Bound, Client, PlayAsk, Question, Read, Reply, Step},
-    session, title_streams,
+    title_streams,
 };
 
 /// The reply to `req`, which arrived on `conn` at `now`, with the engine
@@ -47,9 +47,6 @@ pub(crate) async fn answer(server: &Server, question: Question) -> Answer {
         Question::PauseAt { title, streams, ns } => {
             Answer::PausedAt(pause_at(server, &title, &streams, ns).await)
         }
-        Question::GroupStart { group, title } => {
-            Answer::GroupStarted(group.start(server, &title).await)
-        }
         Question::Wait(at) => {
             tokio::time::sleep_until(at.into()).await;
             Answer::Woke
@@ -82,6 +79,28 @@ fn bind(server: &Server, bind: Bind) -> std::io::Result<Bound> {
                 place,
             })
         }
+        Bind::Group {
+            local,
+            rtp,
+            rtcp,
+            ttl,
+        } => {
+            let pair = server.ports.bind(local)?;
+            for s in [&pair.rtp, &pair.rtcp] {
+                match rtp.ip() {
+                    std::net::IpAddr::V4(_) => s.set_multicast_ttl_v4(u32::from(ttl))?,
+                    std::net::IpAddr::V6(_) => s.set_multicast_hops_v6(u32::from(ttl))?,
+                }
+            }
+            pair.rtp.connect(&rtp.into())?;
+            pair.rtp.set_nonblocking(true)?;
+            Ok(Bound::Group(fjord_engine::Output::Udp {
+                rtp: pair.rtp.into(),
+                rtp_peer: rtp,
+                rtcp: pair.rtcp.into(),
+                rtcp_peer: rtcp,
+            }))
+        }
     }
 }
 
@@ -89,9 +108,9 @@ fn bind(server: &Server, bind: Bind) -> std::io::Result<Bound> {
 fn start_reader(server: &Server, read: Read) -> Option<tokio::task::AbortHandle> {
     read.socket.set_nonblocking(true).ok()?;
     let socket = tokio::net::UdpSocket::from_std(read.socket.into()).ok()?;
-    let sessions = server.sessions.clone();
+    let core = server.core.clone();
     let stream = (read.session, read.engine_id);
-    let reader = session::rtcp_reader(socket, read.client, sessions, stream);
+    let reader = crate::core::rtcp_reader(socket, read.client, core, stream);
     Some(tokio::spawn(reader).abort_handle())
 }
 
