@@ -361,21 +361,8 @@ async fn slot_stream(
 /// configured TTL.
 fn group_output(server: &Server, to: SocketAddr) -> std::io::Result<Output> {
     let config = server.config();
-    let pair = server.ports.bind(config.bind)?;
-    for s in [&pair.rtp, &pair.rtcp] {
-        match to.ip() {
-            IpAddr::V4(_) => s.set_multicast_ttl_v4(u32::from(config.multicast_ttl))?,
-            IpAddr::V6(_) => s.set_multicast_hops_v6(u32::from(config.multicast_ttl))?,
-        }
-    }
-    pair.rtp.connect(&to.into())?;
-    pair.rtp.set_nonblocking(true)?;
-    Ok(Output::Udp {
-        rtp: pair.rtp.into(),
-        rtp_peer: to,
-        rtcp: pair.rtcp.into(),
-        rtcp_peer: SocketAddr::new(to.ip(), to.port() + 1),
-    })
+    let rtcp = SocketAddr::new(to.ip(), to.port() + 1);
+    (server.ports).bind_to_group(config.bind, (to, rtcp), config.multicast_ttl)
 }
 
 /// The published schedule (`docs/broadcast.md`).

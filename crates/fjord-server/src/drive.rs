@@ -84,23 +84,11 @@ fn bind(server: &Server, bind: Bind) -> std::io::Result<Bound> {
             rtp,
             rtcp,
             ttl,
-        } => {
-            let pair = server.ports.bind(local)?;
-            for s in [&pair.rtp, &pair.rtcp] {
-                match rtp.ip() {
-                    std::net::IpAddr::V4(_) => s.set_multicast_ttl_v4(u32::from(ttl))?,
-                    std::net::IpAddr::V6(_) => s.set_multicast_hops_v6(u32::from(ttl))?,
-                }
-            }
-            pair.rtp.connect(&rtp.into())?;
-            pair.rtp.set_nonblocking(true)?;
-            Ok(Bound::Group(fjord_engine::Output::Udp {
-                rtp: pair.rtp.into(),
-                rtp_peer: rtp,
-                rtcp: pair.rtcp.into(),
-                rtcp_peer: rtcp,
-            }))
-        }
+        } => Ok(Bound::Group(server.ports.bind_to_group(
+            local,
+            (rtp, rtcp),
+            ttl,
+        )?)),
     }
 }
 

@@ -397,7 +397,8 @@ fn joined(
     else {
         // The session ended meanwhile.
         core.sessions.admission.release(&reservation);
-        core.groups.leave(j.group, out, &mut core.sessions.admission);
+        core.groups
+            .leave(j.group, out, &mut core.sessions.admission);
         return status(454);
     };
     let tracks = session.title.index().track_count();
