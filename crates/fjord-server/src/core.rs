@@ -9,7 +9,7 @@
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Mutex, MutexGuard},
     time::Instant,
 };
 
@@ -128,30 +128,5 @@ impl RtcpSink for CoreLock {
         };
         let routed_here = |st: &Stream| matches!(&st.rtcp, StreamRtcp::Route(_, a) if crate::shared::same_client(*a, client));
         s.on_rtcp(routed_here, infos, now);
-    }
-}
-
-/// Reads RTCP from a UDP client for as long as the stream lives; only the
-/// client's own address counts.
-pub(crate) async fn rtcp_reader(
-    socket: tokio::net::UdpSocket,
-    client: SocketAddr,
-    core: Arc<CoreLock>,
-    (session, engine_id): (SessionId, u64),
-) {
-    let mut buf = [0u8; 1500];
-    loop {
-        let Ok((n, from)) = socket.recv_from(&mut buf).await else {
-            return;
-        };
-        if from.ip() != client.ip() {
-            continue;
-        }
-        if let Ok(infos) = fjord_proto::rtcp::parse_compound(&buf[..n]) {
-            let mut core = core.lock();
-            if let Some(s) = core.sessions.get_mut(session) {
-                s.on_rtcp(|st| st.engine_id == engine_id, &infos, Instant::now());
-            }
-        }
     }
 }

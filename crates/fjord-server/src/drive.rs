@@ -12,6 +12,7 @@ use fjord_proto::rtsp::framing::Request;
 use crate::{
     Server,
     control::{self, Answer, Bind, Bound, Client, PlayAsk, Question, Read, Reply, Step},
+    core::CoreLock,
     title_streams,
 };
 
@@ -98,7 +99,7 @@ fn start_reader(server: &Server, read: Read) -> Option<tokio::task::AbortHandle>
     let socket = tokio::net::UdpSocket::from_std(read.socket.into()).ok()?;
     let core = server.core.clone();
     let stream = (read.session, read.engine_id);
-    let reader = crate::core::rtcp_reader(socket, read.client, core, stream);
+    let reader = rtcp_reader(socket, read.client, core, stream);
     Some(tokio::spawn(reader).abort_handle())
 }
 
@@ -193,4 +194,29 @@ async fn pause_at(
         }
     }
     Ok(())
+}
+
+/// Reads RTCP from a UDP client for as long as the stream lives; only the
+/// client's own address counts.
+async fn rtcp_reader(
+    socket: tokio::net::UdpSocket,
+    client: std::net::SocketAddr,
+    core: Arc<CoreLock>,
+    (session, engine_id): (crate::session::SessionId, u64),
+) {
+    let mut buf = [0u8; 1500];
+    loop {
+        let Ok((n, from)) = socket.recv_from(&mut buf).await else {
+            return;
+        };
+        if from.ip() != client.ip() {
+            continue;
+        }
+        if let Ok(infos) = fjord_proto::rtcp::parse_compound(&buf[..n]) {
+            let mut core = core.lock();
+            if let Some(s) = core.sessions.get_mut(session) {
+                s.on_rtcp(|st| st.engine_id == engine_id, &infos, Instant::now());
+            }
+        }
+    }
 }

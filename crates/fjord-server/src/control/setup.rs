@@ -501,7 +501,7 @@ pub(super) fn on_bound(server: &Server, b: Binding, bound: std::io::Result<Bound
 }
 
 /// A UDP stream's own RTCP socket, for the driver to read as long as the
-/// stream lives ([`crate::session::rtcp_reader`]).
+/// stream lives (`crate::drive`).
 pub(crate) struct Read {
     pub session: SessionId,
     pub engine_id: u64,
