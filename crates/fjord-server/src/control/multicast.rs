@@ -58,7 +58,7 @@ pub(crate) struct Joining {
     /// The session was made by this SETUP: a failure ends it.
     new: bool,
     /// The connection holds the session already.
-    held: bool,
+    on_conn: bool,
     group: GroupId,
     track: usize,
     repair: bool,
@@ -126,7 +126,7 @@ pub(super) fn setup(
     let j = Joining {
         session: id,
         new: existing.is_none(),
-        held: false,
+        on_conn: false,
         group,
         track,
         repair,
@@ -218,7 +218,7 @@ fn open(
     // which the connection then forgets.
     if j.new {
         conn.add_session(j.session);
-        j.held = true;
+        j.on_conn = true;
     }
     let binding = GroupBinding {
         joining: j,
@@ -238,8 +238,22 @@ fn stream_of(j: &Joining, tracks: usize) -> usize {
 pub(crate) struct GroupBinding {
     joining: Joining,
     title: Arc<Title>,
-    /// A track's share of its engine thread and of the storage layer.
-    held: Option<(Reservation, Option<Box<StorageReservation>>)>,
+    /// A track's share (none for a repair stream).
+    held: Option<Share>,
+}
+
+/// A group track's share of an engine thread and of the storage layer,
+/// held by its SETUP while its sockets are bound, then by the group.
+struct Share {
+    reservation: Reservation,
+    storage: Option<Box<StorageReservation>>,
+}
+
+/// Gives back a share a SETUP held for a stream it did not add.
+fn give_back(held: Option<Share>, admission: &mut Admission) {
+    if let Some(share) = held {
+        admission.release(&share.reservation);
+    }
 }
 
 /// The track's share of an engine thread and of the storage layer.
@@ -248,14 +262,20 @@ fn reserve(
     admission: &mut Admission,
     title: &Title,
     track: usize,
-) -> Result<(Reservation, Option<Box<StorageReservation>>), GroupError> {
+) -> Result<Share, GroupError> {
     let pps = title_streams::track_pps(title, track);
     let reservation = admission.reserve(None, pps).ok_or(GroupError::Capacity)?;
     let Some(storage) = &server.storage else {
-        return Ok((reservation, None));
+        return Ok(Share {
+            reservation,
+            storage: None,
+        });
     };
     match storage.reserve(title, pps * title_streams::average_packet_bytes(title)) {
-        Ok(r) => Ok((reservation, Some(Box::new(r)))),
+        Ok(r) => Ok(Share {
+            reservation,
+            storage: Some(Box::new(r)),
+        }),
         Err(e) => {
             admission.release(&reservation);
             Err(GroupError::Storage(e))
@@ -281,23 +301,20 @@ pub(super) fn on_bound(
         title,
         held,
     } = b;
-    let give_back = |admission: &mut Admission, held: Option<(Reservation, _)>| {
-        if let Some((r, _)) = held {
-            admission.release(&r);
-        }
-    };
     if !core.sessions.contains(j.session) {
-        give_back(&mut core.sessions.admission, held);
+        give_back(held, &mut core.sessions.admission);
         core.groups
             .leave(j.group, &mut out, &mut core.sessions.admission);
         return Step::from(status(454)).with_commands(out);
     }
     let made = match bound {
         Ok(Bound::Group(output)) => add(server, (core, &mut out), &j, (&title, output), held),
-        Ok(_) => Err(GroupError::Io(std::io::ErrorKind::Unsupported.into())),
-        Err(e) => {
-            give_back(&mut core.sessions.admission, held);
-            Err(GroupError::Io(e))
+        other => {
+            give_back(held, &mut core.sessions.admission);
+            let e = other.err();
+            Err(GroupError::Io(
+                e.unwrap_or_else(|| std::io::ErrorKind::Unsupported.into()),
+            ))
         }
     };
     let step = match made {
@@ -314,19 +331,14 @@ fn add(
     (core, out): (&mut Core, &mut Outbox),
     j: &Joining,
     (title, output): (&Arc<Title>, Output),
-    held: Option<(Reservation, Option<Box<StorageReservation>>)>,
+    held: Option<Share>,
 ) -> Result<(u64, u64, u32), GroupError> {
     let found = found(core, j);
     let admission = &mut core.sessions.admission;
-    let give_back = |admission: &mut Admission| {
-        if let Some((r, _)) = &held {
-            admission.release(r);
-        }
-    };
     let group = match (found, core.groups.get_mut(j.group)) {
         (Ok(None), Some(g)) => g,
         (found, _) => {
-            give_back(admission);
+            give_back(held, admission);
             return found.and_then(|f| f.ok_or(GroupError::Started));
         }
     };
@@ -345,7 +357,11 @@ fn add(
         group.add_repair(track, ssrc);
         return Ok((id, shard, ssrc));
     }
-    let Some((reservation, storage)) = held else {
+    let Some(Share {
+        reservation,
+        storage,
+    }) = held
+    else {
         return Err(GroupError::Capacity);
     };
     let ids = title
@@ -418,7 +434,7 @@ fn joined(
         _connected: None,
         group: Some(j.group),
     });
-    super::setup::keep_stream(conn, session, j.new && !j.held, j.now);
+    super::setup::keep_stream(conn, session, j.new && !j.on_conn, j.now);
     Response::new(200)
         .header("Transport", &reply)
         .header("Session", session_header(server, j.session))
