@@ -86,10 +86,10 @@ use fjord_engine::{Engine, EngineConfig};
 use fjord_proto::rtsp::framing::Limits;
 use tokio::net::TcpListener;
 
+use crate::core::{Core, CoreLock};
 use admission::Admission;
 pub use catalog::{Catalog, CatalogError};
 pub use config::{Config, ConfigError};
-use core::{Core, CoreLock};
 pub use lifecycle::ConfigSource;
 use ports::PortPool;
 use shared::SharedPorts;
