@@ -5,8 +5,8 @@
 //! exceed it gets 453 Not Enough Bandwidth, so admitted streams stay on time.
 //!
 //! Plain counts, no lock or atomic inside: the server keeps them in the
-//! session table ([`crate::session::Sessions`]), under its one lock, beside
-//! the streams whose reservations they add up.
+//! session table ([`crate::session::Sessions`]) of the control core, under
+//! its one lock, beside the streams whose reservations they add up.
 
 pub struct Admission {
     /// Packets per second one engine thread may promise; `None`: no limit.

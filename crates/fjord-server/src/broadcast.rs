@@ -11,9 +11,9 @@
 //! (`fjord play --broadcast`) join the channels they need.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -44,17 +44,19 @@ pub(crate) fn scheme(name: &str) -> Result<Scheme, String> {
 const LEAD: Duration = Duration::from_millis(500);
 
 /// The published schedule of every title being broadcast, by title name,
-/// and what its streams hold for as long as the server runs.
+/// and what its streams hold for as long as the server runs. No lock
+/// inside: it lives in the control core (`crate::core`); the task that
+/// starts the broadcasts records each outcome there.
 #[derive(Default)]
 pub(crate) struct Broadcasts {
-    published: Mutex<HashMap<String, Arc<String>>>,
+    published: HashMap<String, Arc<String>>,
     /// Titles whose broadcast could not start.
-    failed: Mutex<std::collections::HashSet<String>>,
-    held: Mutex<Vec<Held>>,
+    failed: HashSet<String>,
+    held: Vec<Held>,
 }
 
 /// A slot stream's share of its engine thread and of its disk.
-struct Held {
+pub(crate) struct Held {
     _thread: Reservation,
     _disk: Option<fjord_storage::StorageReservation>,
 }
@@ -62,32 +64,40 @@ struct Held {
 impl Broadcasts {
     /// The JSON schedule of `title`, if it is broadcast.
     pub(crate) fn schedule(&self, title: &str) -> Option<Arc<String>> {
-        lock(&self.published).get(title).cloned()
+        self.published.get(title).cloned()
     }
 
     /// Whether `config` names `title` in a `[[broadcast]]` table that has
     /// not failed: its schedule is published once it starts.
     pub(crate) fn configured(&self, config: &crate::Config, title: &str) -> bool {
-        config.broadcasts.iter().any(|b| b.title == title) && !lock(&self.failed).contains(title)
+        config.broadcasts.iter().any(|b| b.title == title) && !self.failed.contains(title)
     }
-}
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    /// `title`'s broadcast started: its schedule is published, and what its
+    /// streams hold is kept.
+    pub(crate) fn started(&mut self, title: &str, schedule: String, held: Vec<Held>) {
+        self.held.extend(held);
+        self.published.insert(title.to_owned(), Arc::new(schedule));
+    }
+
+    /// `title`'s broadcast could not start: DESCRIBE of its schedule is
+    /// 404 from now on, not 503.
+    pub(crate) fn failed(&mut self, title: &str) {
+        self.failed.insert(title.to_owned());
+    }
 }
 
 /// Starts every `[[broadcast]]` of the config; one that cannot start is
 /// logged and the others go on.
 pub(crate) async fn start_all(server: Arc<Server>) {
     for b in server.config().broadcasts.clone() {
-        match start(&server, &b).await {
-            Ok((schedule, held)) => {
-                lock(&server.broadcasts.held).extend(held);
-                lock(&server.broadcasts.published).insert(b.title.clone(), Arc::new(schedule));
-            }
+        let started = start(&server, &b).await;
+        let mut core = server.core.lock();
+        match started {
+            Ok((schedule, held)) => core.broadcasts.started(&b.title, schedule, held),
             Err(e) => {
                 tracing::error!(title = %b.title, "broadcast not started: {e}");
-                lock(&server.broadcasts.failed).insert(b.title.clone());
+                core.broadcasts.failed(&b.title);
             }
         }
     }
@@ -207,10 +217,7 @@ async fn channel(
     epoch: Instant,
 ) -> Result<(SocketAddr, Vec<Held>), String> {
     let config = server.config();
-    let group = server
-        .multicast
-        .reserve(&config)
-        .map_err(|e| e.to_string())?;
+    let group = (server.core.lock().groups.reserve(&config)).map_err(|e| e.to_string())?;
     // A port of its own too: a socket bound to a port receives every group
     // joined on the host that sends to it.
     let port = u16::try_from(c * 2)
@@ -281,8 +288,8 @@ async fn slot_stream(
         bytes_per_s * f64::from(u32::from(r.k) + u32::from(r.m)) / f64::from(r.k)
     });
     let pps = (bytes_per_s as u64).div_ceil(packet_bytes);
-    let reservation =
-        (server.sessions.lock().admission.reserve(None, pps)).ok_or("no engine thread has room")?;
+    let reservation = (server.core.lock().sessions.admission.reserve(None, pps))
+        .ok_or("no engine thread has room")?;
     let shard = reservation.thread as u64;
     let disk = match &server.storage {
         None => None,
@@ -354,21 +361,8 @@ async fn slot_stream(
 /// configured TTL.
 fn group_output(server: &Server, to: SocketAddr) -> std::io::Result<Output> {
     let config = server.config();
-    let pair = server.ports.bind(config.bind)?;
-    for s in [&pair.rtp, &pair.rtcp] {
-        match to.ip() {
-            IpAddr::V4(_) => s.set_multicast_ttl_v4(u32::from(config.multicast_ttl))?,
-            IpAddr::V6(_) => s.set_multicast_hops_v6(u32::from(config.multicast_ttl))?,
-        }
-    }
-    pair.rtp.connect(&to.into())?;
-    pair.rtp.set_nonblocking(true)?;
-    Ok(Output::Udp {
-        rtp: pair.rtp.into(),
-        rtp_peer: to,
-        rtcp: pair.rtcp.into(),
-        rtcp_peer: SocketAddr::new(to.ip(), to.port() + 1),
-    })
+    let rtcp = SocketAddr::new(to.ip(), to.port() + 1);
+    (server.ports).bind_to_group(config.bind, (to, rtcp), config.multicast_ttl)
 }
 
 /// The published schedule (`docs/broadcast.md`).

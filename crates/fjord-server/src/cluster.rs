@@ -250,7 +250,7 @@ fn as_node(m: &Member) -> Node<'_> {
 
 /// This node's sessions now, and the most it takes.
 fn load(server: &Server) -> (u64, u64) {
-    let sessions = server.sessions.lock().all().count() as u64;
+    let sessions = server.core.lock().sessions.all().count() as u64;
     (sessions, server.config().max_sessions as u64)
 }
 

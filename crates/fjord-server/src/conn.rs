@@ -143,8 +143,9 @@ impl Conn {
 
     /// A `$` frame from the client: RTCP of an interleaved stream.
     fn on_interleaved(&mut self, server: &Server, channel: u8, payload: &[u8], now: Instant) {
-        let mut table = server.sessions.lock();
-        self.forget_ended(&table);
+        let mut core = server.core.lock();
+        let table = &mut core.sessions;
+        self.forget_ended(table);
         for id in self.sessions() {
             let Some(s) = table.get_mut(id) else { continue };
             let stream = (s.streams.iter())
@@ -160,8 +161,9 @@ impl Conn {
     /// Whether sessions keep the connection open; ending one of them then
     /// wakes `waker`.
     fn wake_when_a_session_ends(&mut self, server: &Server, waker: &Waker) -> bool {
-        let mut table = server.sessions.lock();
-        self.forget_ended(&table);
+        let mut core = server.core.lock();
+        let table = &mut core.sessions;
+        self.forget_ended(table);
         for id in self.sessions() {
             if let Some(s) = table.get_mut(id) {
                 s.wake_on_end(waker);
@@ -386,7 +388,7 @@ pub(crate) fn serve_connection(
             }
             let deadline = match partial.as_ref().and_then(|p| p.since) {
                 Some(since) => Some(since + server.config().request_timeout()),
-                None if !conn.has_sessions(&server.sessions.lock()) => Some(idle_deadline),
+                None if !conn.has_sessions(&server.core.lock().sessions) => Some(idle_deadline),
                 // Sessions keep the connection; the session timeout ends them,
                 // and ending one wakes this task.
                 None => None,
@@ -443,13 +445,13 @@ pub(crate) fn serve_connection(
                 Woken::SessionEnded => {}
             }
         }
-        let mut table = server.sessions.lock();
-        conn.forget_ended(&table);
+        let mut core = server.core.lock();
+        conn.forget_ended(&core.sessions);
         let mut out = Outbox::default();
         for id in conn.sessions() {
-            table.remove(id, &mut out);
+            core.remove(id, &mut out);
         }
-        drop(table);
+        drop(core);
         out.send_to(&server.engine);
         crate::control::live::conn_closed(&server, conn.id);
         if conn.attached {

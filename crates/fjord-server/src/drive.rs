@@ -12,7 +12,8 @@ use fjord_proto::rtsp::framing::Request;
 use crate::{
     Server,
     control::{self, Answer, Bind, Bound, Client, PlayAsk, Question, Read, Reply, Step},
-    session, title_streams,
+    core::CoreLock,
+    title_streams,
 };
 
 /// The reply to `req`, which arrived on `conn` at `now`, with the engine
@@ -47,9 +48,6 @@ pub(crate) async fn answer(server: &Server, question: Question) -> Answer {
         Question::PauseAt { title, streams, ns } => {
             Answer::PausedAt(pause_at(server, &title, &streams, ns).await)
         }
-        Question::GroupStart { group, title } => {
-            Answer::GroupStarted(group.start(server, &title).await)
-        }
         Question::Wait(at) => {
             tokio::time::sleep_until(at.into()).await;
             Answer::Woke
@@ -82,6 +80,16 @@ fn bind(server: &Server, bind: Bind) -> std::io::Result<Bound> {
                 place,
             })
         }
+        Bind::Group {
+            local,
+            rtp,
+            rtcp,
+            ttl,
+        } => Ok(Bound::Group(server.ports.bind_to_group(
+            local,
+            (rtp, rtcp),
+            ttl,
+        )?)),
     }
 }
 
@@ -89,9 +97,9 @@ fn bind(server: &Server, bind: Bind) -> std::io::Result<Bound> {
 fn start_reader(server: &Server, read: Read) -> Option<tokio::task::AbortHandle> {
     read.socket.set_nonblocking(true).ok()?;
     let socket = tokio::net::UdpSocket::from_std(read.socket.into()).ok()?;
-    let sessions = server.sessions.clone();
+    let core = server.core.clone();
     let stream = (read.session, read.engine_id);
-    let reader = session::rtcp_reader(socket, read.client, sessions, stream);
+    let reader = rtcp_reader(socket, read.client, core, stream);
     Some(tokio::spawn(reader).abort_handle())
 }
 
@@ -186,4 +194,29 @@ async fn pause_at(
         }
     }
     Ok(())
+}
+
+/// Reads RTCP from a UDP client for as long as the stream lives; only the
+/// client's own address counts.
+async fn rtcp_reader(
+    socket: tokio::net::UdpSocket,
+    client: std::net::SocketAddr,
+    core: Arc<CoreLock>,
+    (session, engine_id): (crate::session::SessionId, u64),
+) {
+    let mut buf = [0u8; 1500];
+    loop {
+        let Ok((n, from)) = socket.recv_from(&mut buf).await else {
+            return;
+        };
+        if from.ip() != client.ip() {
+            continue;
+        }
+        if let Ok(infos) = fjord_proto::rtcp::parse_compound(&buf[..n]) {
+            let mut core = core.lock();
+            if let Some(s) = core.sessions.get_mut(session) {
+                s.on_rtcp(|st| st.engine_id == engine_id, &infos, Instant::now());
+            }
+        }
+    }
 }

@@ -12,18 +12,18 @@
 //! (`conn` for RTSP, `http`, `admin`); each RTSP request goes to its
 //! method's module in `control`, which reaches the connection only through
 //! the `control::Client` trait, so every method is unit-tested without a
-//! socket. Sessions (`session`) live in one table under one lock, taken
-//! per decision and never across an `await`; a decision's engine commands
-//! are its output (`outbox`), sent once the lock is let go. A decision
-//! awaits nothing (the catalog, the engine, the blocking pool, a bind, a
-//! timer): it
-//! asks (`control::Step::Ask`) and the connection's task (`drive`) finds
-//! the answer and feeds it back as an event (`control::on_answer`), which
-//! gives 454 if the session ended meanwhile. Admission by
-//! packet rate (`admission`, counted in the session table), port pairs
-//! (`ports`, `shared`), multicast groups and periodic broadcasts live in
-//! the `Server` beside its I/O
-//! handles: the engine, the catalog of titles (`catalog`: a path opens as a
+//! socket. Their state is one type, the control core (`core`): sessions
+//! (`session`), admission by packet rate (`admission`), multicast groups
+//! (`multicast`) and periodic broadcasts' schedules (`broadcast`), with no
+//! lock, atomics or clock inside; the `Server` keeps it under one lock,
+//! taken per decision and never across an `await`. A decision's engine
+//! commands are its output (`outbox`), sent once the lock is let go. A
+//! decision awaits nothing (the catalog, the engine, the blocking pool, a
+//! bind, a timer): it asks (`control::Step::Ask`) and the connection's
+//! task (`drive`) finds the answer and feeds it back as an event
+//! (`control::on_answer`), which gives 454 if the session ended meanwhile.
+//! Beside the core the `Server` holds its I/O handles: port pairs
+//! (`ports`, `shared`), the engine, the catalog of titles (`catalog`: a path opens as a
 //! title or not at all; on an edge, a title not under the roots opens from
 //! the origin, its files filled in slices as they are read: `edge`), the
 //! storage layer, TLS. Connections of all
@@ -49,6 +49,7 @@ mod cluster;
 pub mod config;
 mod conn;
 mod control;
+mod core;
 mod drive;
 mod edge;
 mod guard;
@@ -85,12 +86,12 @@ use fjord_engine::{Engine, EngineConfig};
 use fjord_proto::rtsp::framing::Limits;
 use tokio::net::TcpListener;
 
+use crate::core::{Core, CoreLock};
 use admission::Admission;
 pub use catalog::{Catalog, CatalogError};
 pub use config::{Config, ConfigError};
 pub use lifecycle::ConfigSource;
 use ports::PortPool;
-use session::SessionTable;
 use shared::SharedPorts;
 
 #[derive(Debug, thiserror::Error)]
@@ -106,16 +107,14 @@ pub(crate) struct Server {
     config: RwLock<Arc<Config>>,
     catalog: Catalog,
     engine: Engine,
-    /// Shared with the RTCP readers, which record receiver reports.
-    sessions: Arc<SessionTable>,
+    /// The control core (sessions, admission, multicast groups,
+    /// broadcasts) under its one lock; shared with the RTCP readers, which
+    /// record receiver reports.
+    core: Arc<CoreLock>,
     ports: PortPool,
     /// The one port pair of all UDP sessions (`udp_sockets = "shared"`),
     /// or none: a pair per session.
     shared: Option<SharedPorts>,
-    /// Multicast groups in use and gathering sessions.
-    multicast: multicast::Multicast,
-    /// Titles sent by periodic broadcasting, and their schedules.
-    broadcasts: broadcast::Broadcasts,
     storage: Option<fjord_storage::Storage>,
     ids: AtomicU64,
     metrics: metrics::Metrics,
@@ -142,7 +141,7 @@ impl Server {
         tls: Option<tls::Tls>,
     ) -> Result<Self, ConfigError> {
         let admission = Admission::new(config.threads(), config.capacity_pps_per_core());
-        let sessions = Arc::new(SessionTable::new(admission));
+        let core = Arc::new(CoreLock::new(Core::new(admission)));
         Ok(Server {
             ports: PortPool::new(config.rtp_port_min, config.rtp_port_max),
             shared: (config.udp_sockets == "shared"
@@ -154,15 +153,13 @@ impl Server {
                         .max_sessions
                         .saturating_mul(shared::ROUTES_PER_SESSION),
                     config.udp_connected_streams,
-                    sessions.clone(),
+                    core.clone(),
                 )
             }),
-            multicast: multicast::Multicast::default(),
-            broadcasts: broadcast::Broadcasts::default(),
             storage,
             catalog,
             engine,
-            sessions,
+            core,
             ids: AtomicU64::new(1),
             metrics: metrics::Metrics::default(),
             slots: slots::Slots::new(config.max_connections, config.max_connections_per_address),
@@ -200,8 +197,8 @@ impl Server {
     /// (engine commands run in order, so the BYE leaves before the stream
     /// is removed), then it goes from the table and its connection closes.
     fn end_session(&self, id: session::SessionId) {
-        let mut sessions = self.sessions.lock();
-        let Some(s) = sessions.get_mut(id) else {
+        let mut core = self.core.lock();
+        let Some(s) = core.sessions.get_mut(id) else {
             return;
         };
         let mut out = outbox::Outbox::default();
@@ -209,8 +206,8 @@ impl Server {
         for st in (s.streams.iter()).filter(|st| !st.repair && st.group.is_none()) {
             out.push(st.shard, fjord_engine::Command::Bye { id: st.engine_id });
         }
-        sessions.remove(id, &mut out);
-        drop(sessions);
+        core.remove(id, &mut out);
+        drop(core);
         out.send_to(&self.engine);
     }
 }
@@ -292,7 +289,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> Result<(), ServeErro
         datapath = server.engine.datapath(),
         udp_sockets = if server.shared.is_some() { "shared" } else { "per-session" },
         threads = server.config().threads(),
-        capacity_pps_per_core = ?server.sessions.lock().admission.capacity(),
+        capacity_pps_per_core = ?server.core.lock().sessions.admission.capacity(),
         "serving"
     );
     tokio::spawn(reap_idle_sessions(server.clone()));

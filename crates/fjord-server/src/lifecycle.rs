@@ -70,7 +70,7 @@ pub(crate) async fn reload(server: &Arc<Server>, source: &Arc<ConfigSource>) {
 /// every engine thread has sent them.
 pub(crate) async fn drain(server: &Arc<Server>) {
     notify(&[NotifyState::Stopping]);
-    let ids: Vec<_> = server.sessions.lock().all().map(|s| s.id).collect();
+    let ids: Vec<_> = server.core.lock().sessions.all().map(|s| s.id).collect();
     tracing::info!(
         sessions = ids.len(),
         "shutting down: ending every session with RTCP BYE"

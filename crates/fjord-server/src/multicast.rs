@@ -10,6 +10,12 @@
 //! session does. Sender reports and BYE go to the group; receiver reports
 //! sent to the group are not read.
 //!
+//! The groups are plain state in the control core ([`Groups`], no lock):
+//! a group's new stream asks the driver for its sockets as a UDP SETUP
+//! does, and its start is a change of its `Phase` made by its first PLAY
+//! and finished by the engine's answer positioning its streams
+//! (`control/multicast.rs`).
+//!
 //! The server picks every group and port (RFC 2326 §12.39 lets it): a
 //! client's `destination=` and `port=` are ignored, else any client could
 //! aim a title's RTP at any group of the LAN (SSDP's, mDNS's). Groups other
@@ -18,20 +24,17 @@
 use std::{
     collections::{HashMap, HashSet},
     net::{IpAddr, Ipv4Addr, SocketAddr},
-    sync::{Arc, Mutex, MutexGuard, Weak},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
-use fjord_engine::{Command, Output, RepairSpec, SessionSpec, Start, Title, Until};
+use fjord_engine::Command;
 use ipnet::IpNet;
-use tokio::sync::OnceCell;
 
 use crate::{
-    Server,
     admission::{Admission, Reservation},
     config::Config,
     outbox::Outbox,
-    scale::Rate,
 };
 
 /// What of a SETUP's multicast transport the server takes: a `ttl=`
@@ -124,64 +127,101 @@ impl GroupError {
     }
 }
 
-/// The groups in use, and the one of each title still gathering sessions.
-#[derive(Default)]
-pub(crate) struct Multicast {
-    registry: Arc<Mutex<Registry>>,
-}
+/// A group's name in [`Groups`]: a session's stream holds it, not the
+/// group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct GroupId(u64);
 
+/// The groups in use, the one of each title still gathering sessions, and
+/// the addresses taken for good (broadcast channels). No lock inside: it
+/// lives in the control core (`crate::core`).
 #[derive(Default)]
-struct Registry {
+pub(crate) struct Groups {
     in_use: HashSet<IpAddr>,
-    gathering: HashMap<Arc<str>, Arc<Group>>,
+    gathering: HashMap<Arc<str>, GroupId>,
+    groups: HashMap<GroupId, Group>,
+    next: u64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Multicast {
-    /// The group a new multicast session of `title` joins: the title's
-    /// gathering group if it suits `wish`, else a new one from the pool.
+impl Groups {
+    /// The group a new multicast session of `title` joins at `now`: the
+    /// title's group if it is still gathering and suits `wish`, else a new
+    /// one from the pool.
     pub(crate) fn group_for(
-        &self,
+        &mut self,
         title: &Arc<str>,
         wish: Wish,
         config: &Config,
-    ) -> Result<Arc<Group>, GroupError> {
-        let mut reg = lock(&self.registry);
-        if let Some(g) = reg.gathering.get(title)
-            && g.gathering()
-            && g.suits(wish)
+        now: Instant,
+    ) -> Result<GroupId, GroupError> {
+        if let Some(&id) = self.gathering.get(title)
+            && self
+                .groups
+                .get(&id)
+                .is_some_and(|g| g.gathering(now) && g.suits(wish))
         {
-            return Ok(g.clone());
+            return Ok(id);
         }
-        let addr = free_address(config.multicast_pool, &reg.in_use).ok_or(GroupError::PoolFull)?;
-        reg.in_use.insert(addr);
-        let group = Arc::new(Group {
+        let addr = free_address(config.multicast_pool, &self.in_use).ok_or(GroupError::PoolFull)?;
+        self.in_use.insert(addr);
+        self.next += 1;
+        let id = GroupId(self.next);
+        let group = Group {
             addr,
             port: config.multicast_port,
             ttl: wish
                 .ttl
                 .map_or(config.multicast_ttl, |t| t.min(config.multicast_ttl)),
             batch: Duration::from_millis(config.multicast_batch_ms),
-            registry: Arc::downgrade(&self.registry),
             title: title.clone(),
-            state: Mutex::default(),
-            started: OnceCell::new(),
-        });
-        reg.gathering.insert(title.clone(), group.clone());
-        Ok(group)
+            members: 0,
+            tracks: Vec::new(),
+            phase: Phase::Gathering,
+        };
+        self.groups.insert(id, group);
+        self.gathering.insert(title.clone(), id);
+        Ok(id)
     }
-}
 
-impl Multicast {
     /// A group of the pool for good (a broadcast channel's).
-    pub(crate) fn reserve(&self, config: &Config) -> Result<IpAddr, GroupError> {
-        let mut reg = lock(&self.registry);
-        let addr = free_address(config.multicast_pool, &reg.in_use).ok_or(GroupError::PoolFull)?;
-        reg.in_use.insert(addr);
+    pub(crate) fn reserve(&mut self, config: &Config) -> Result<IpAddr, GroupError> {
+        let addr = free_address(config.multicast_pool, &self.in_use).ok_or(GroupError::PoolFull)?;
+        self.in_use.insert(addr);
         Ok(addr)
+    }
+
+    pub(crate) fn get(&self, id: GroupId) -> Option<&Group> {
+        self.groups.get(&id)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: GroupId) -> Option<&mut Group> {
+        self.groups.get_mut(&id)
+    }
+
+    /// A session (or a SETUP waiting for the group's sockets) leaves; the
+    /// last one ends the group: RTCP BYE to the group, its streams
+    /// removed, its admission given back, its address back in the pool.
+    pub(crate) fn leave(&mut self, id: GroupId, out: &mut Outbox, admission: &mut Admission) {
+        let Some(g) = self.groups.get_mut(&id) else {
+            return;
+        };
+        g.members = g.members.saturating_sub(1);
+        if g.members > 0 {
+            return;
+        }
+        let Some(g) = self.groups.remove(&id) else {
+            return;
+        };
+        for t in g.tracks {
+            out.push(t.shard, Command::Bye { id: t.engine_id });
+            out.push(t.shard, Command::Remove { id: t.engine_id });
+            admission.release(&t.reservation);
+        }
+        self.in_use.remove(&g.addr);
+        if self.gathering.get(&g.title) == Some(&id) {
+            self.gathering.remove(&g.title);
+        }
+        tracing::info!(group = %g.addr, title = %g.title, "multicast group ended");
     }
 }
 
@@ -197,19 +237,22 @@ pub(crate) struct Group {
     port: u16,
     pub ttl: u8,
     batch: Duration,
-    registry: Weak<Mutex<Registry>>,
     title: Arc<str>,
-    state: Mutex<GroupState>,
-    /// Set once, by the first PLAY: when the streams start and where.
-    started: OnceCell<Started>,
-}
-
-#[derive(Default)]
-struct GroupState {
+    /// Its sessions, and the SETUPs waiting for its sockets.
     members: usize,
     tracks: Vec<GroupTrack>,
-    /// Set when the group has ended (its last session left).
-    ended: bool,
+    phase: Phase,
+}
+
+/// Where a group stands: its first PLAY starts it (the engine positions
+/// its streams), which takes its tracks as they are.
+enum Phase {
+    Gathering,
+    /// Positioning its streams, to start at `at`.
+    Starting {
+        at: Instant,
+    },
+    Started(Started),
 }
 
 /// One track of a group: an engine stream to `addr:port+2·track`, with
@@ -219,22 +262,39 @@ pub(crate) struct GroupTrack {
     pub engine_id: u64,
     pub shard: u64,
     pub ssrc: u32,
-    repair: Option<u32>,
-    reservation: Reservation,
-    _storage: Option<Box<fjord_storage::StorageReservation>>,
+    pub repair: Option<u32>,
+    pub reservation: Reservation,
+    pub _storage: Option<Box<fjord_storage::StorageReservation>>,
 }
 
 /// The group's start: when its packets are due from, and each track's
 /// RTP-Info (track, seq, rtptime).
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct Started {
     pub at: Instant,
     pub tracks: Vec<(u32, u16, u32)>,
 }
 
+/// What a PLAY of a member finds ([`Group::start`]).
+pub(crate) enum Starting {
+    /// The first PLAY: position these streams (shard, engine id, track),
+    /// then [`Group::started`] at `at`.
+    Position {
+        at: Instant,
+        streams: Vec<(u64, u64, u32)>,
+    },
+    /// Started, or being started, at this time.
+    At(Instant),
+}
+
 impl Group {
-    fn gathering(&self) -> bool {
-        !lock(&self.state).ended && self.started.get().is_none_or(|s| s.at > Instant::now())
+    /// Whether a new session may still join: not started, or starting
+    /// after `now`.
+    fn gathering(&self, now: Instant) -> bool {
+        match &self.phase {
+            Phase::Gathering => true,
+            Phase::Starting { at } | Phase::Started(Started { at, .. }) => *at > now,
+        }
     }
 
     fn suits(&self, wish: Wish) -> bool {
@@ -248,223 +308,111 @@ impl Group {
         (rtp, rtp.saturating_add(1))
     }
 
-    /// A session joins; undone by [`Group::leave`].
-    pub(crate) fn join(&self) {
-        lock(&self.state).members += 1;
+    /// Where stream `n`'s RTP and RTCP go.
+    pub(crate) fn destination(&self, n: usize) -> (SocketAddr, SocketAddr) {
+        let (rtp, rtcp) = self.ports(n);
+        (
+            SocketAddr::new(self.addr, rtp),
+            SocketAddr::new(self.addr, rtcp),
+        )
     }
 
-    /// The group's stream of `track`, made on first use (an engine stream
-    /// sending to the group), with its SSRC.
-    pub(crate) fn track(
-        &self,
-        (server, admission): (&Server, &mut Admission),
-        title: &Arc<Title>,
-        track: u32,
-        local: IpAddr,
-    ) -> Result<(u64, u64, u32), GroupError> {
-        let mut state = lock(&self.state);
-        if let Some(t) = state.tracks.iter().find(|t| t.track == track) {
-            return Ok((t.engine_id, t.shard, t.ssrc));
-        }
-        if self.started.initialized() {
-            return Err(GroupError::Started);
-        }
-        let t = self.open_track((server, admission), title, track, local)?;
-        let found = (t.engine_id, t.shard, t.ssrc);
-        state.tracks.push(t);
-        Ok(found)
+    /// A session, or a SETUP waiting for the group's sockets, joins;
+    /// undone by [`Groups::leave`].
+    pub(crate) fn join(&mut self) {
+        self.members += 1;
     }
 
-    /// The repair stream of the group's `track` (set up before it),
-    /// attached on first use; its SSRC.
-    pub(crate) fn repair(
-        &self,
-        server: &Server,
-        (track, tracks): (u32, usize),
-        local: IpAddr,
-        payload_type: u8,
-    ) -> Result<(u64, u64, u32), GroupError> {
-        let mut state = lock(&self.state);
-        let started = self.started.initialized();
-        let Some(t) = state.tracks.iter_mut().find(|t| t.track == track) else {
-            return Err(GroupError::NoSource);
-        };
-        if let Some(ssrc) = t.repair {
-            return Ok((t.engine_id, t.shard, ssrc));
+    /// The group's stream of `track` (engine id, shard, SSRC), if made;
+    /// a group that has started takes no new one.
+    pub(crate) fn track(&self, track: u32) -> Result<Option<(u64, u64, u32)>, GroupError> {
+        match self.tracks.iter().find(|t| t.track == track) {
+            Some(t) => Ok(Some((t.engine_id, t.shard, t.ssrc))),
+            None if self.taking() => Ok(None),
+            None => Err(GroupError::Started),
         }
-        if started {
-            return Err(GroupError::Started);
-        }
-        let output = self.output(server, local, tracks + track as usize)?;
-        let ssrc = rand::random();
-        let repair = Box::new(RepairSpec {
-            ssrc,
-            seq0: rand::random(),
-            payload_type,
-            output,
-        });
-        let id = t.engine_id;
-        (server.engine).send(t.shard, Command::AttachRepair { id, repair });
-        t.repair = Some(ssrc);
-        Ok((t.engine_id, t.shard, ssrc))
     }
 
-    fn open_track(
-        &self,
-        (server, admission): (&Server, &mut Admission),
-        title: &Arc<Title>,
-        track: u32,
-        local: IpAddr,
-    ) -> Result<GroupTrack, GroupError> {
-        let pps = crate::title_streams::track_pps(title, track as usize);
-        let reservation = admission.reserve(None, pps).ok_or(GroupError::Capacity)?;
-        let mut release = |e| {
-            admission.release(&reservation);
-            e
-        };
-        let storage = match &server.storage {
-            None => None,
-            Some(s) => Some(Box::new(
-                s.reserve(
-                    &**title,
-                    pps * crate::title_streams::average_packet_bytes(title),
-                )
-                .map_err(|e| release(GroupError::Storage(e)))?,
-            )),
-        };
-        let output = self
-            .output(server, local, track as usize)
-            .map_err(|e| release(e.into()))?;
-        let ids = title
-            .prefab_ids(track as usize)
-            .unwrap_or_else(|| fjord_media::prefab::Ids {
-                ssrc: rand::random(),
-                seq0: rand::random(),
-                ts0: rand::random(),
-            });
-        let engine_id = server.next_id();
-        let shard = reservation.thread as u64;
-        server.engine.send(
-            shard,
-            Command::Add(Box::new(SessionSpec {
-                id: engine_id,
-                title: title.clone(),
-                track: track as usize,
-                ssrc: ids.ssrc,
-                seq0: ids.seq0,
-                ts0: ids.ts0,
-                output,
-            })),
-        );
-        Ok(GroupTrack {
-            track,
-            engine_id,
-            shard,
-            ssrc: ids.ssrc,
-            repair: None,
-            reservation,
-            _storage: storage,
-        })
-    }
-
-    /// Sockets of the server's port range on `local`, sending to the group
-    /// with the group's TTL.
-    fn output(&self, server: &Server, local: IpAddr, stream: usize) -> std::io::Result<Output> {
-        let pair = server.ports.bind(local)?;
-        let (rtp_port, rtcp_port) = self.ports(stream);
-        let rtp_peer = SocketAddr::new(self.addr, rtp_port);
-        for s in [&pair.rtp, &pair.rtcp] {
-            match self.addr {
-                IpAddr::V4(_) => s.set_multicast_ttl_v4(u32::from(self.ttl))?,
-                IpAddr::V6(_) => s.set_multicast_hops_v6(u32::from(self.ttl))?,
-            }
+    /// The repair stream of the group's `track` (set up before it), if
+    /// attached: its source's engine id and shard, and its SSRC.
+    pub(crate) fn repair(&self, track: u32) -> Result<Option<(u64, u64, u32)>, GroupError> {
+        let t = (self.tracks.iter().find(|t| t.track == track)).ok_or(GroupError::NoSource)?;
+        match t.repair {
+            Some(ssrc) => Ok(Some((t.engine_id, t.shard, ssrc))),
+            None if self.taking() => Ok(None),
+            None => Err(GroupError::Started),
         }
-        pair.rtp.connect(&rtp_peer.into())?;
-        pair.rtp.set_nonblocking(true)?;
-        Ok(Output::Udp {
-            rtp: pair.rtp.into(),
-            rtp_peer,
-            rtcp: pair.rtcp.into(),
-            rtcp_peer: SocketAddr::new(self.addr, rtcp_port),
-        })
     }
 
-    /// Starts the group at its first PLAY, `batch` from now, from the
-    /// title's start; later PLAYs get the same start.
-    pub(crate) async fn start(&self, server: &Server, title: &Arc<Title>) -> Option<Started> {
-        let started = self
-            .started
-            .get_or_try_init(|| async {
-                let at = Instant::now() + self.batch;
-                let tracks: Vec<(u32, u64, u64)> = lock(&self.state)
-                    .tracks
-                    .iter()
-                    .map(|t| (t.track, t.shard, t.engine_id))
+    /// Whether streams may still be added: not started nor starting.
+    fn taking(&self) -> bool {
+        matches!(self.phase, Phase::Gathering)
+    }
+
+    /// Adds the stream of a track (its engine stream added by the caller).
+    pub(crate) fn add_track(&mut self, t: GroupTrack) {
+        self.tracks.push(t);
+    }
+
+    /// Records the repair stream attached to `track`'s engine stream.
+    pub(crate) fn add_repair(&mut self, track: u32, ssrc: u32) {
+        if let Some(t) = self.tracks.iter_mut().find(|t| t.track == track) {
+            t.repair = Some(ssrc);
+        }
+    }
+
+    /// A member's PLAY at `now`: the first starts the group `batch` from
+    /// now (its streams to position), later ones get the same start.
+    pub(crate) fn start(&mut self, now: Instant) -> Starting {
+        match &self.phase {
+            Phase::Starting { at } | Phase::Started(Started { at, .. }) => Starting::At(*at),
+            Phase::Gathering => {
+                let at = now + self.batch;
+                self.phase = Phase::Starting { at };
+                let streams = (self.tracks.iter())
+                    .map(|t| (t.shard, t.engine_id, t.track))
                     .collect();
-                let mut infos = Vec::with_capacity(tracks.len());
-                for (track, shard, id) in tracks {
-                    let start = Start::at(title, track as usize, 0);
-                    let info = crate::title_streams::play(
-                        &server.engine,
-                        shard,
-                        id,
-                        start,
-                        Until::End,
-                        Rate::NORMAL,
-                        false,
-                    )
-                    .await
-                    .ok_or(())?;
-                    infos.push((track, shard, id, info));
-                }
-                let origin_ns = infos.first().map_or(0, |(.., i)| i.time_ns);
-                for &(_, shard, id, _) in &infos {
-                    server
-                        .engine
-                        .send(shard, Command::Start { id, at, origin_ns });
-                }
-                tracing::info!(group = %self.addr, title = %self.title, "multicast group starts");
-                Ok::<_, ()>(Started {
-                    at,
-                    tracks: infos
-                        .iter()
-                        .map(|(t, .., i)| (*t, i.seq, i.rtptime))
-                        .collect(),
-                })
-            })
-            .await;
-        started.ok().cloned()
+                Starting::Position { at, streams }
+            }
+        }
     }
 
-    /// A session leaves; the last one ends the group: RTCP BYE to the
-    /// group, its streams removed, its address back in the pool.
-    pub(crate) fn leave(&self, out: &mut Outbox, admission: &mut Admission) {
-        let tracks = {
-            let mut state = lock(&self.state);
-            state.members = state.members.saturating_sub(1);
-            if state.members > 0 || state.ended {
-                return;
-            }
-            state.ended = true;
-            std::mem::take(&mut state.tracks)
-        };
-        for t in tracks {
-            out.push(t.shard, Command::Bye { id: t.engine_id });
-            out.push(t.shard, Command::Remove { id: t.engine_id });
-            admission.release(&t.reservation);
+    /// The engine positioned the streams (`infos`, in the order of
+    /// [`Starting::Position`]'s): they start at `at` (the commands in
+    /// `out`), all on the first one's clock.
+    pub(crate) fn started(
+        &mut self,
+        at: Instant,
+        streams: &[(u64, u64, u32)],
+        infos: &[fjord_engine::PlayInfo],
+        out: &mut Outbox,
+    ) {
+        let origin_ns = infos.first().map_or(0, |i| i.time_ns);
+        for &(shard, id, _) in streams {
+            out.push(shard, Command::Start { id, at, origin_ns });
         }
-        if let Some(registry) = self.registry.upgrade() {
-            let mut reg = lock(&registry);
-            reg.in_use.remove(&self.addr);
-            if reg
-                .gathering
-                .get(&self.title)
-                .is_some_and(|g| std::ptr::eq(&**g, self))
-            {
-                reg.gathering.remove(&self.title);
-            }
+        let tracks = (streams.iter().zip(infos))
+            .map(|(&(.., track), i)| (track, i.seq, i.rtptime))
+            .collect();
+        self.phase = Phase::Started(Started { at, tracks });
+        tracing::info!(group = %self.addr, title = %self.title, "multicast group starts");
+    }
+
+    /// The engine could not position the streams: the next PLAY tries again.
+    pub(crate) fn start_failed(&mut self) {
+        if matches!(self.phase, Phase::Starting { .. }) {
+            self.phase = Phase::Gathering;
         }
-        tracing::info!(group = %self.addr, title = %self.title, "multicast group ended");
+    }
+
+    /// The start, once the engine positioned the streams; `None` while it
+    /// does, `Err` if it could not (the group gathers again).
+    pub(crate) fn start_of(&self) -> Result<Option<&Started>, ()> {
+        match &self.phase {
+            Phase::Started(s) => Ok(Some(s)),
+            Phase::Starting { .. } => Ok(None),
+            Phase::Gathering => Err(()),
+        }
     }
 }
 
@@ -476,16 +424,37 @@ mod tests {
         Wish { ttl: None }
     }
 
+    fn group_for(groups: &mut Groups, title: &str, config: &Config, now: Instant) -> GroupId {
+        groups
+            .group_for(&Arc::from(title), wish(), config, now)
+            .unwrap()
+    }
+
+    /// Adds track 0 to group `id`, as a SETUP's bind answer would.
+    fn add_track(groups: &mut Groups, id: GroupId, admission: &mut Admission, engine_id: u64) {
+        let g = groups.get_mut(id).unwrap();
+        assert!(matches!(g.track(0), Ok(None)), "not made yet");
+        g.add_track(GroupTrack {
+            track: 0,
+            engine_id,
+            shard: 0,
+            ssrc: 7,
+            repair: None,
+            reservation: admission.reserve(None, 100).unwrap(),
+            _storage: None,
+        });
+    }
+
     #[test]
     fn sessions_of_a_title_share_its_gathering_group_and_others_get_their_own() {
-        let m = Multicast::default();
+        let mut m = Groups::default();
         let config = Config::default();
-        let a: Arc<str> = "a.ts".into();
-        let b: Arc<str> = "b.ts".into();
-        let g1 = m.group_for(&a, wish(), &config).unwrap();
-        let g2 = m.group_for(&a, wish(), &config).unwrap();
-        let g3 = m.group_for(&b, wish(), &config).unwrap();
-        assert!(Arc::ptr_eq(&g1, &g2));
+        let now = Instant::now();
+        let g1 = group_for(&mut m, "a.ts", &config, now);
+        let g2 = group_for(&mut m, "a.ts", &config, now);
+        let g3 = group_for(&mut m, "b.ts", &config, now);
+        assert_eq!(g1, g2);
+        let (g1, g3) = (m.get(g1).unwrap(), m.get(g3).unwrap());
         assert_ne!(g1.addr, g3.addr);
         assert!(config.multicast_pool.contains(&g1.addr));
         assert_eq!(g1.ports(0), (5004, 5005));
@@ -497,17 +466,120 @@ mod tests {
         );
     }
 
+    /// A group gathers SETUPs until its start (first PLAY plus the
+    /// batching window); a SETUP after that gets a new group, started
+    /// later; a started group takes no new track.
+    #[test]
+    fn a_group_gathers_within_its_batch_window_and_later_setups_get_the_next() {
+        let mut m = Groups::default();
+        let mut admission = Admission::new(1, None);
+        let config = Config {
+            multicast_batch_ms: 1000,
+            ..Config::default()
+        };
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let first = group_for(&mut m, "a.ts", &config, t0);
+        m.get_mut(first).unwrap().join();
+        add_track(&mut m, first, &mut admission, 1);
+        let g = m.get_mut(first).unwrap();
+        let Starting::Position { at, streams } = g.start(ms(100)) else {
+            panic!("the first PLAY positions the streams");
+        };
+        assert_eq!((at, streams), (ms(1100), vec![(0, 1, 0)]));
+        assert!(
+            matches!(g.start(ms(200)), Starting::At(a) if a == ms(1100)),
+            "a later PLAY gets the same start"
+        );
+        assert!(matches!(g.track(1), Err(GroupError::Started)));
+        assert_eq!(g.start_of().map(|s| s.is_some()), Ok(false), "positioning");
+        assert_eq!(
+            group_for(&mut m, "a.ts", &config, ms(1099)),
+            first,
+            "within the window"
+        );
+        let info = fjord_engine::PlayInfo {
+            packet: 0,
+            seq: 9,
+            rtptime: 99,
+            time_ns: 5,
+            end_ns: 10,
+            queued: false,
+        };
+        let mut out = Outbox::default();
+        let g = m.get_mut(first).unwrap();
+        g.started(ms(1100), &[(0, 1, 0)], &[info], &mut out);
+        assert!(matches!(
+            out.commands(),
+            [(0, Command::Start { id: 1, at, origin_ns: 5 })] if *at == ms(1100)
+        ));
+        assert_eq!(g.start_of().unwrap().unwrap().tracks, [(0, 9, 99)]);
+        let next = group_for(&mut m, "a.ts", &config, ms(1100));
+        assert_ne!(next, first, "after the start: the next group");
+        assert_ne!(m.get(next).unwrap().addr, m.get(first).unwrap().addr);
+        assert_eq!(group_for(&mut m, "a.ts", &config, ms(1200)), next);
+    }
+
+    #[test]
+    fn a_group_whose_streams_could_not_be_positioned_gathers_again() {
+        let mut m = Groups::default();
+        let now = Instant::now();
+        let id = group_for(&mut m, "a.ts", &Config::default(), now);
+        let g = m.get_mut(id).unwrap();
+        assert!(matches!(g.start(now), Starting::Position { .. }));
+        g.start_failed();
+        assert!(g.start_of().is_err(), "not starting");
+        assert!(
+            matches!(g.start(now), Starting::Position { .. }),
+            "tried again"
+        );
+    }
+
+    /// The last member's leaving ends the group: BYE and removal of its
+    /// streams, its admission given back, its address free for the next.
+    #[test]
+    fn the_last_member_leaving_ends_the_group_and_frees_its_address() {
+        let mut m = Groups::default();
+        let mut admission = Admission::new(1, None);
+        let config = Config::default();
+        let now = Instant::now();
+        let id = group_for(&mut m, "a.ts", &config, now);
+        let addr = m.get(id).unwrap().addr;
+        m.get_mut(id).unwrap().join();
+        m.get_mut(id).unwrap().join();
+        add_track(&mut m, id, &mut admission, 4);
+        assert_eq!(admission.loads(), [100]);
+        let mut out = Outbox::default();
+        m.leave(id, &mut out, &mut admission);
+        assert!(out.commands().is_empty() && m.get(id).is_some(), "one left");
+        m.leave(id, &mut out, &mut admission);
+        let sent: Vec<_> = (out.commands().iter())
+            .map(|(_, c)| matches!(c, Command::Bye { id: 4 } | Command::Remove { id: 4 }))
+            .collect();
+        assert_eq!(sent, [true, true], "BYE, then removed");
+        assert!(matches!(out.commands()[0].1, Command::Bye { .. }));
+        assert!(m.get(id).is_none());
+        assert_eq!(admission.loads(), [0]);
+        let again = group_for(&mut m, "b.ts", &config, now);
+        assert_eq!(m.get(again).unwrap().addr, addr, "its address is reused");
+        m.leave(id, &mut out, &mut admission);
+        assert_eq!(out.commands().len(), 2, "an ended group ends once");
+    }
+
     #[test]
     fn well_known_groups_are_never_picked() {
-        let m = Multicast::default();
+        let mut m = Groups::default();
         let config = Config {
             multicast_pool: "239.255.255.248/29".parse().unwrap(),
             ..Config::default()
         };
+        let now = Instant::now();
         let picked: Vec<String> = ["a", "b", "c", "d"]
             .iter()
-            .map(|t| m.group_for(&Arc::from(*t), wish(), &config).unwrap())
-            .map(|g| g.addr.to_string())
+            .map(|t| {
+                let g = group_for(&mut m, t, &config, now);
+                m.get(g).unwrap().addr.to_string()
+            })
             .collect();
         assert_eq!(
             picked,
@@ -519,7 +591,10 @@ mod tests {
             ],
             "SSDP's and SLP's groups skipped"
         );
-        let e = m.group_for(&Arc::from("e"), wish(), &config).err().unwrap();
+        let e = m
+            .group_for(&Arc::from("e"), wish(), &config, now)
+            .err()
+            .unwrap();
         assert_eq!(e.status(), 453);
         for a in [
             "224.0.0.251",
@@ -559,17 +634,23 @@ mod tests {
         }
     }
 
+    /// A full pool refuses with 453, a broadcast channel's address as
+    /// well as a session's group.
     #[test]
     fn a_full_pool_refuses_with_453() {
-        let m = Multicast::default();
+        let mut m = Groups::default();
         let config = Config {
             multicast_pool: "239.255.9.0/30".parse().unwrap(),
             ..Config::default()
         };
-        for name in ["a", "b"] {
-            m.group_for(&Arc::from(name), wish(), &config).unwrap();
-        }
-        let e = m.group_for(&Arc::from("c"), wish(), &config).err().unwrap();
+        let now = Instant::now();
+        group_for(&mut m, "a", &config, now);
+        m.reserve(&config).unwrap();
+        let e = m
+            .group_for(&Arc::from("c"), wish(), &config, now)
+            .err()
+            .unwrap();
         assert_eq!(e.status(), 453);
+        assert_eq!(m.reserve(&config).err().unwrap().status(), 453);
     }
 }

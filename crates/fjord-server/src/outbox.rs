@@ -1,5 +1,5 @@
 //! The engine commands a control-plane decision makes. They are kept
-//! while the decision holds the session table and sent once it lets go,
+//! while the decision holds the control core and sent once it lets go,
 //! in the order they were made; a unit test reads them instead of an
 //! engine.
 

@@ -46,6 +46,32 @@ impl PortPool {
         self.bind_with(ip, true)
     }
 
+    /// A free pair on `local` sending to a multicast group, RTP to `rtp`
+    /// and RTCP to `rtcp`, `ttl` hops at most: what a group's engine
+    /// stream sends on (a session's group, a broadcast channel).
+    pub fn bind_to_group(
+        &self,
+        local: IpAddr,
+        (rtp, rtcp): (SocketAddr, SocketAddr),
+        ttl: u8,
+    ) -> io::Result<fjord_engine::Output> {
+        let pair = self.bind(local)?;
+        for s in [&pair.rtp, &pair.rtcp] {
+            match rtp.ip() {
+                IpAddr::V4(_) => s.set_multicast_ttl_v4(u32::from(ttl))?,
+                IpAddr::V6(_) => s.set_multicast_hops_v6(u32::from(ttl))?,
+            }
+        }
+        pair.rtp.connect(&rtp.into())?;
+        pair.rtp.set_nonblocking(true)?;
+        Ok(fjord_engine::Output::Udp {
+            rtp: pair.rtp.into(),
+            rtp_peer: rtp,
+            rtcp: pair.rtcp.into(),
+            rtcp_peer: rtcp,
+        })
+    }
+
     fn bind_with(&self, ip: IpAddr, shared: bool) -> io::Result<PortPair> {
         for _ in 0..self.pairs {
             let k = self.cursor.fetch_add(1, Ordering::Relaxed) % self.pairs;

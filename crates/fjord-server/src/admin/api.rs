@@ -36,7 +36,7 @@ pub(crate) struct TitleView {
 pub(crate) async fn titles(State(server): Shared) -> Json<Vec<TitleView>> {
     let mut titles: BTreeMap<Arc<str>, Arc<Title>> = server.catalog.loaded().into_iter().collect();
     let mut sessions: BTreeMap<Arc<str>, usize> = BTreeMap::new();
-    for s in server.sessions.lock().all() {
+    for s in server.core.lock().sessions.all() {
         titles
             .entry(s.title_name.clone())
             .or_insert_with(|| s.title.clone());
@@ -65,7 +65,7 @@ pub(crate) async fn sessions(State(server): Shared) -> Json<Vec<SessionView>> {
 /// Ends the session as the server would at its end: RTCP BYE on each of
 /// its streams, then the streams go and the client's connection closes.
 pub(crate) async fn end_session(State(server): Shared, Path(id): Path<String>) -> StatusCode {
-    let Some(s) = server.sessions.lock().get(&id).map(|s| s.id) else {
+    let Some(s) = server.core.lock().sessions.get(&id).map(|s| s.id) else {
         return StatusCode::NOT_FOUND;
     };
     tracing::info!(session = %id, "ended through the admin API");
@@ -75,8 +75,9 @@ pub(crate) async fn end_session(State(server): Shared, Path(id): Path<String>) -
 
 pub(crate) async fn threads(State(server): Shared) -> Json<Vec<Value>> {
     let (loads, capacity) = {
-        let sessions = server.sessions.lock();
-        (sessions.admission.loads(), sessions.admission.capacity())
+        let core = server.core.lock();
+        let admission = &core.sessions.admission;
+        (admission.loads(), admission.capacity())
     };
     let threads = snapshot::threads(&server).await;
     let views = (threads.iter().enumerate())

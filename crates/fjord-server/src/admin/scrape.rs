@@ -207,8 +207,9 @@ async fn engine(reg: &mut Registry, server: &Arc<Server>) {
         lag,
     );
     let (loads, capacity) = {
-        let sessions = server.sessions.lock();
-        (sessions.admission.loads(), sessions.admission.capacity())
+        let core = server.core.lock();
+        let admission = &core.sessions.admission;
+        (admission.loads(), admission.capacity())
     };
     let promised =
         (loads.iter().enumerate()).map(|(i, &l)| (vec![("thread", i.to_string())], l as i64));

@@ -78,7 +78,7 @@ fn state_name(s: State) -> &'static str {
 /// Every session, sorted by id, with where each stands: the position
 /// queries go to all engine threads before the first answer is awaited.
 pub(crate) async fn sessions(server: &Server) -> Vec<SessionView> {
-    let mut asked: Vec<_> = (server.sessions.lock().all())
+    let mut asked: Vec<_> = (server.core.lock().sessions.all())
         .map(|s| (view(s), ask_position(server, s)))
         .collect();
     asked.sort_by(|(a, _), (b, _)| a.id.cmp(&b.id));

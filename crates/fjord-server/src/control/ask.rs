@@ -1,6 +1,6 @@
 //! What a decision cannot finish alone: it asks (a title opened, the
-//! engine where a stream stands or to position it, a multicast group to
-//! start, time to pass) and is finished by the answer, fed back as an
+//! engine where a stream stands or to position it (a multicast group's
+//! streams too, at its first PLAY), sockets bound, time to pass) and is finished by the answer, fed back as an
 //! event ([`on_answer`]). The connection's task does the asking and the
 //! awaiting (`crate::drive`); a method awaits nothing.
 
@@ -14,9 +14,7 @@ use super::{
     status,
     transport::{Bind, Bound},
 };
-use crate::{
-    Server, catalog::CatalogError, multicast::Group, outbox::Outbox, scale, session::SessionId,
-};
+use crate::{Server, catalog::CatalogError, outbox::Outbox, scale, session::SessionId};
 
 /// A decision's outcome: the reply, or a question whose answer finishes it.
 pub(crate) enum Step {
@@ -94,12 +92,6 @@ pub(crate) enum Question {
         streams: Vec<(u64, u64, u32)>,
         ns: u64,
     },
-    /// Start the group (once, however many PLAYs ask; later ones get the
-    /// same start): [`Answer::GroupStarted`].
-    GroupStart {
-        group: Arc<Group>,
-        title: Arc<Title>,
-    },
     /// Wake at this time: [`Answer::Woke`].
     Wait(Instant),
     /// Bind a UDP stream's sockets: [`Answer::Bound`].
@@ -132,8 +124,6 @@ pub(crate) enum Answer {
     /// Set on every stream; or the status (457: not ahead of where it
     /// plays, 500: a lookup failed).
     PausedAt(Result<(), u16>),
-    /// `None`: the group could not start.
-    GroupStarted(Option<crate::multicast::Started>),
     Woke,
     /// The sockets, or why none could be bound.
     Bound(std::io::Result<Bound>),
@@ -151,11 +141,14 @@ pub(super) enum Pending {
     PlayFrom(play::Plan),
     Play(play::Plan),
     Pause(SessionId),
-    GroupStart(SessionId),
-    /// A multicast PLAY's reply, due at the group's start.
-    GroupReply(SessionId, crate::multicast::Started),
+    /// A multicast group's first PLAY, once its streams are positioned.
+    GroupStart(Box<multicast::GroupStart>),
+    /// A multicast PLAY's reply, due (at the group's start) at this time.
+    GroupReply(SessionId, Instant),
     /// A UDP SETUP.
     Bind(Box<Binding>),
+    /// A multicast SETUP of a stream its group does not have yet.
+    GroupBind(Box<multicast::GroupBinding>),
     /// A SETUP's reply, once the reader of its stream (session, engine
     /// id) has started.
     Reading((SessionId, u64), Box<Reply>),
@@ -182,11 +175,14 @@ pub(crate) fn on_answer(
         (Pending::PlayFrom(plan), Answer::Position(at)) => play::on_position(plan, at),
         (Pending::Play(plan), Answer::Played(infos)) => play::on_played(server, plan, infos),
         (Pending::Pause(id), Answer::PausedAt(r)) => pause::on_paused_at(server, id, r),
-        (Pending::GroupStart(id), Answer::GroupStarted(s)) => multicast::on_started(id, s),
-        (Pending::GroupReply(id, started), Answer::Woke) => {
-            multicast::on_reply_due(server, id, started)
+        (Pending::GroupStart(g), Answer::Played(infos)) => {
+            multicast::on_positioned(server, *g, infos)
         }
+        (Pending::GroupReply(id, due), Answer::Woke) => multicast::on_reply_due(server, id, due),
         (Pending::Bind(b), Answer::Bound(bound)) => setup::on_bound(server, *b, bound),
+        (Pending::GroupBind(b), Answer::Bound(bound)) => {
+            multicast::on_bound(server, conn, *b, bound)
+        }
         (Pending::Reading(stream, reply), Answer::Reading(reader)) => {
             setup::on_reading(server, stream, reader);
             Step::Reply(*reply)

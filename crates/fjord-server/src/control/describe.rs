@@ -87,11 +87,16 @@ pub(super) fn on_opened(o: Opening, opened: Result<(Arc<str>, Arc<Title>), Catal
 /// The `?broadcast` answer: the title's schedule as JSON, 503 while its
 /// broadcast is starting, 404 when it is not broadcast.
 fn schedule(server: &Server, title: &str) -> Reply {
-    match server.broadcasts.schedule(title) {
+    let (json, configured) = {
+        let core = server.core.lock();
+        let b = &core.broadcasts;
+        (b.schedule(title), b.configured(&server.config(), title))
+    };
+    match json {
         Some(json) => Response::new(200)
             .body("application/json", json.to_string())
             .into(),
-        None if server.broadcasts.configured(&server.config(), title) => Response::new(503)
+        None if configured => Response::new(503)
             .header("Retry-After", "1")
             .body(
                 "text/plain",

@@ -223,8 +223,9 @@ fn teardown(
     req: &Request,
     now: Instant,
 ) -> Reply {
-    let mut sessions = server.sessions.lock();
-    let session = match session_for(&mut sessions, conn, req, now) {
+    let mut core = server.core.lock();
+    let sessions = &mut core.sessions;
+    let session = match session_for(sessions, conn, req, now) {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -253,8 +254,8 @@ fn teardown(
     }
     match ending {
         0 => return refuse(404, "no stream of this session has that URL"),
-        n if n == all => drop(sessions.remove(id, out)),
-        _ => sessions.remove_streams(id, ends, out),
+        n if n == all => drop(core.remove(id, out)),
+        _ => core.remove_streams(id, ends, out),
     }
     status(200)
 }
@@ -265,17 +266,17 @@ fn teardown(
 /// timeout away).
 pub(crate) fn expire_idle(server: &Server, now: Instant) -> Instant {
     let timeout = server.config().session_timeout();
-    let mut sessions = server.sessions.lock();
+    let mut core = server.core.lock();
     let (idle, oldest) = match now.checked_sub(timeout) {
-        Some(deadline) => sessions.idle_since(deadline),
+        Some(deadline) => core.sessions.idle_since(deadline),
         None => (Vec::new(), None),
     };
     let mut out = Outbox::default();
     for id in idle {
         tracing::info!(session = %id, "session timed out");
-        sessions.remove(id, &mut out);
+        core.remove(id, &mut out);
     }
-    drop(sessions);
+    drop(core);
     out.send_to(&server.engine);
     oldest.map_or(now + timeout, |at| at + timeout)
 }
@@ -283,7 +284,7 @@ pub(crate) fn expire_idle(server: &Server, now: Instant) -> Instant {
 /// GET_PARAMETER and SET_PARAMETER: keepalive; no parameters are settable.
 fn keepalive(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Reply {
     if req.session_id().is_some()
-        && let Err(r) = session_for(&mut server.sessions.lock(), conn, req, now)
+        && let Err(r) = session_for(&mut server.core.lock().sessions, conn, req, now)
     {
         return r;
     }

@@ -30,8 +30,9 @@ pub(super) fn answer(
     now: Instant,
 ) -> Step {
     let (id, title, streams) = {
-        let mut sessions = server.sessions.lock();
-        let session = match session_for(&mut sessions, conn, req, now) {
+        let mut core = server.core.lock();
+        let sessions = &mut core.sessions;
+        let session = match session_for(sessions, conn, req, now) {
             Ok(s) => s,
             Err(r) => return r.into(),
         };
@@ -70,7 +71,7 @@ pub(super) fn on_paused_at(server: &Server, id: SessionId, set: Result<(), u16>)
     match set {
         Err(457) => refuse(457, "the pause point is not ahead in the range playing").into(),
         Err(code) => status(code).into(),
-        Ok(()) => match server.sessions.lock().get_mut(id) {
+        Ok(()) => match server.core.lock().sessions.get_mut(id) {
             Some(session) => paused(server, session).into(),
             None => status(454).into(),
         },

@@ -81,7 +81,7 @@ pub(super) fn on_played(server: &Server, plan: Plan, infos: Result<Vec<PlayInfo>
         Ok(_) => return status(500).into(),
         Err(code) => return status(code).into(),
     };
-    if !server.sessions.lock().contains(plan.session) {
+    if !server.core.lock().sessions.contains(plan.session) {
         return status(454).into();
     }
     played(server, plan, infos).into()
@@ -95,8 +95,9 @@ enum Begun {
 }
 
 fn begin(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Result<Begun, Reply> {
-    let mut sessions = server.sessions.lock();
-    let session = session_for(&mut sessions, conn, req, now)?;
+    let mut core = server.core.lock();
+    let sessions = &mut core.sessions;
+    let session = session_for(sessions, conn, req, now)?;
     if multicast::is_member(session) {
         return Ok(Begun::Multicast((session.id, session.title.clone())));
     }

@@ -25,6 +25,7 @@ use crate::{
     Server,
     admission::{Admission, Reservation},
     catalog::CatalogError,
+    core::Core,
     metrics::Refusal,
     outbox::Outbox,
     scale,
@@ -66,7 +67,7 @@ pub(super) fn answer(
         return status(404).into();
     };
     // The table's lock is let go here: the SETUP takes it again.
-    let named = named_session(&mut server.sessions.lock(), conn, req, &target.title);
+    let named = named_session(&mut server.core.lock().sessions, conn, req, &target.title);
     match named {
         Ok(Some((id, name, title))) => {
             with_title(server, (conn, out), req, (Some(id), name, title), now)
@@ -131,7 +132,7 @@ fn with_title(
         Ok(t) => t,
         Err(e) => return refuse(e.status(), &e.to_string()).into(),
     };
-    let mut sessions = server.sessions.lock();
+    let mut core = server.core.lock();
     // The group and ports are the server's to pick: `destination=` and
     // `port=` are ignored.
     if let TransportRequest::Multicast { ttl, .. } = request {
@@ -139,14 +140,13 @@ fn with_title(
         let opened = (title_name, title);
         return multicast::setup(
             server,
-            (&mut sessions, conn, out),
+            (&mut core, conn, out),
             req,
             existing,
             opened,
             (track, repair, wish),
             now,
-        )
-        .into();
+        );
     }
     let wanted = Wanted {
         track,
@@ -156,7 +156,7 @@ fn with_title(
     };
     unicast(
         server,
-        (&mut sessions, conn, out),
+        (&mut core, conn, out),
         req,
         existing,
         (title_name, title),
@@ -169,7 +169,7 @@ fn with_title(
 /// of the title.
 fn unicast(
     server: &Server,
-    (sessions, conn, out): (&mut Sessions, &mut dyn Client, &mut Outbox),
+    (core, conn, out): (&mut Core, &mut dyn Client, &mut Outbox),
     req: &Request,
     existing: Option<SessionId>,
     (title_name, title): (Arc<str>, Arc<Title>),
@@ -178,7 +178,7 @@ fn unicast(
 ) -> Step {
     let id = match existing {
         // It may have ended since it was named.
-        Some(id) => match sessions.get_mut(id) {
+        Some(id) => match core.sessions.get_mut(id) {
             None => return status(454).into(),
             Some(s) => match repair_source(s, wanted.track, wanted.repair, &wanted.request) {
                 Ok(source) => {
@@ -204,13 +204,13 @@ fn unicast(
             let id = session.id;
             // A new session takes its place in the table now, under the
             // limits; a failure below takes it out.
-            if let Err(r) = admit_session(server, sessions, session) {
+            if let Err(r) = admit_session(server, &mut core.sessions, session) {
                 return r.into();
             }
             id
         }
     };
-    let Some((session, admission)) = sessions.with_admission(id) else {
+    let Some((session, admission)) = core.sessions.with_admission(id) else {
         return status(454).into();
     };
     let new = existing.is_none();
@@ -230,7 +230,7 @@ fn unicast(
         }
         Err(r) => {
             if new {
-                sessions.remove(id, out);
+                core.remove(id, out);
             }
             r.into()
         }
@@ -461,18 +461,18 @@ fn finish(
 /// The driver bound a UDP stream's sockets, or could not: the reply (a
 /// failure ends a session the SETUP made), after its RTCP reader starts.
 pub(super) fn on_bound(server: &Server, b: Binding, bound: std::io::Result<Bound>) -> Step {
-    let mut sessions = server.sessions.lock();
-    let Some(session) = sessions.get_mut(b.session) else {
-        sessions.admission.release(&b.stream.reservation);
+    let mut core = server.core.lock();
+    let Some(session) = core.sessions.get_mut(b.session) else {
+        core.sessions.admission.release(&b.stream.reservation);
         return status(454).into();
     };
     let mut out = Outbox::default();
     let made = match super::transport::udp_made(b.session, &b.udp, bound) {
         Ok(m) => m,
         Err(mut r) => {
-            sessions.admission.release(&b.stream.reservation);
+            core.sessions.admission.release(&b.stream.reservation);
             if b.new {
-                sessions.remove(b.session, &mut out);
+                core.remove(b.session, &mut out);
             }
             r.commands = out;
             return r.into();
@@ -501,7 +501,7 @@ pub(super) fn on_bound(server: &Server, b: Binding, bound: std::io::Result<Bound
 }
 
 /// A UDP stream's own RTCP socket, for the driver to read as long as the
-/// stream lives ([`crate::session::rtcp_reader`]).
+/// stream lives (`crate::drive`).
 pub(crate) struct Read {
     pub session: SessionId,
     pub engine_id: u64,
@@ -519,8 +519,8 @@ pub(super) fn on_reading(
     reader: Option<tokio::task::AbortHandle>,
 ) {
     let Some(reader) = reader else { return };
-    let mut sessions = server.sessions.lock();
-    let stream = (sessions.get_mut(session))
+    let mut core = server.core.lock();
+    let stream = (core.sessions.get_mut(session))
         .and_then(|s| s.streams.iter_mut().find(|st| st.engine_id == engine_id));
     match stream {
         Some(st) => st.rtcp = StreamRtcp::Reader(reader),

@@ -249,7 +249,7 @@ async fn setup_makes_a_session_on_the_connection_and_refuses_what_it_cannot() {
     let id = session_of(&r);
     assert!(header(&r, "Session").ends_with(";timeout=60"));
     assert!(c.attached && c.sessions.len() == 1 && c.channel_in_use(1));
-    assert!(s.sessions.lock().get(&id).is_some());
+    assert!(s.core.lock().sessions.get(&id).is_some());
     let cases = [
         (
             "/track1",
@@ -337,7 +337,7 @@ async fn setup_makes_a_session_on_the_connection_and_refuses_what_it_cannot() {
     let r = setup_tcp(&s, &mut stranger, 2, &id).await;
     assert_eq!(r.response.status, 459, "another connection's session");
     assert_eq!(
-        s.sessions.lock().all().count(),
+        s.core.lock().sessions.all().count(),
         1,
         "refusals leave no session behind"
     );
@@ -488,11 +488,15 @@ async fn admission_refuses_streams_and_speeds_past_the_engine_capacity() {
     let id = session_of(&setup_tcp(&s, &mut c, 0, "").await);
     let r = setup_tcp(&s, &mut c, 2, "").await;
     assert_eq!(r.response.status, 453, "a second stream does not fit");
-    assert_eq!(s.sessions.lock().all().count(), 1, "and leaves no session");
+    assert_eq!(
+        s.core.lock().sessions.all().count(),
+        1,
+        "and leaves no session"
+    );
     let play = |extra: &str| format!("PLAY {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\n{extra}");
     let r = ask(&s, &mut c, &play("Speed: 2\n")).await;
     assert_eq!(r.response.status, 453, "twice the rate does not fit");
-    let state = s.sessions.lock().get(&id).unwrap().state;
+    let state = s.core.lock().sessions.get(&id).unwrap().state;
     assert_eq!(
         state,
         State::Ready,
@@ -529,11 +533,11 @@ async fn sessions_time_out_unless_kept_alive_after_play() {
     );
     let next = super::expire_idle(&s, at(61));
     assert!(
-        s.sessions.lock().get(&never_played).is_none(),
+        s.core.lock().sessions.get(&never_played).is_none(),
         "keep-alives before PLAY do not keep"
     );
     assert!(
-        s.sessions.lock().get(&played).is_some(),
+        s.core.lock().sessions.get(&played).is_some(),
         "kept alive after its PLAY"
     );
     assert_eq!(
@@ -544,7 +548,7 @@ async fn sessions_time_out_unless_kept_alive_after_play() {
     let r = ask_at(&s, &mut c, &keepalive(&never_played), at(62)).await;
     assert_eq!(r.response.status, 454, "a timed-out session is gone");
     super::expire_idle(&s, at(111));
-    assert!(s.sessions.lock().all().next().is_none());
+    assert!(s.core.lock().sessions.all().next().is_none());
 }
 
 #[tokio::test]
@@ -593,7 +597,7 @@ async fn repair_streams_are_offered_on_request_and_follow_their_track() {
     let r = ask(&s, &mut c, &teardown("/track1")).await;
     assert_eq!(r.response.status, 200, "the track and its repair stream");
     assert!(
-        s.sessions.lock().get(&id).is_none(),
+        s.core.lock().sessions.get(&id).is_none(),
         "its last streams end the session"
     );
     assert!(!c.channel_in_use(0) && !c.channel_in_use(2));
@@ -614,7 +618,7 @@ async fn a_connection_that_cannot_name_its_addresses_gets_500() {
     .await;
     assert_eq!(r.response.status, 500);
     assert!(
-        s.sessions.lock().all().next().is_none(),
+        s.core.lock().sessions.all().next().is_none(),
         "and keeps no session"
     );
 }
@@ -740,7 +744,12 @@ fn replied(step: super::Step) -> Reply {
 /// The first step of the decision on `text` past the opening of its
 /// title (by the catalog, from the test's files), its commands not sent.
 async fn first_step(server: &Server, conn: &mut FakeClient, text: &str) -> super::Step {
-    match super::handle(server, conn, &request(text), Instant::now()) {
+    step_at(server, conn, text, Instant::now()).await
+}
+
+/// [`first_step`] of `text` arriving at `now`.
+async fn step_at(server: &Server, conn: &mut FakeClient, text: &str, now: Instant) -> super::Step {
+    match super::handle(server, conn, &request(text), now) {
         super::Step::Ask(a) if matches!(a.question, super::Question::Open(_)) => {
             let (_, question, resume) = a.into_parts();
             let opened = crate::drive::answer(server, question).await;
@@ -828,7 +837,7 @@ async fn pause_at_a_point_asks_the_engine_and_refuses_one_behind() {
         format!("{method} {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\n{extra}")
     };
     assert_eq!(ask(&s, &mut c, &say("PLAY", "")).await.response.status, 200);
-    let state = || s.sessions.lock().get(&id).unwrap().state;
+    let state = || s.core.lock().sessions.get(&id).unwrap().state;
     let a = asked(first_step(&s, &mut c, &say("PAUSE", "Range: npt=5\n")).await);
     assert!(
         matches!(&a.question, Question::PauseAt { streams, ns, .. } if streams.len() == 1 && *ns == 5 * S)
@@ -933,57 +942,20 @@ async fn a_trick_play_without_a_range_asks_where_the_title_stands_first() {
 }
 
 #[tokio::test]
-async fn a_multicast_play_replies_at_its_groups_start_or_not_at_all() {
+async fn a_multicast_reply_due_for_a_session_that_ended_gets_454() {
     use super::{Answer, Question, Step, ask::Pending, on_answer};
     let (_dir, s, mut c) = fixture();
-    let (_, title) = s.catalog.open("t.ts").await.unwrap();
-    let wish = crate::multicast::Wish { ttl: None };
-    let group = (s.multicast)
-        .group_for(&"t.ts".into(), wish, &s.config())
-        .unwrap();
-    let ask_of = |step: Step| asked(step);
     let gone = SessionId::random();
-    let a = ask_of(Step::ask(
-        Question::GroupStart { group, title },
-        Pending::GroupStart(gone),
-    ));
-    let r = replied(on_answer(&s, &mut c, a, Answer::GroupStarted(None)));
-    assert_eq!(r.response.status, 500, "the group could not start");
     let at = Instant::now() + Duration::from_millis(500);
-    let started = crate::multicast::Started {
-        at,
-        tracks: vec![(0, 9, 99)],
-    };
-    let a = ask_of(Step::ask(Question::Wait(at), Pending::GroupStart(gone)));
-    let r = replied(on_answer(&s, &mut c, a, Answer::Woke));
-    assert_eq!(r.response.status, 500, "an answer to another question");
-    let a = ask_of(Step::ask(
-        Question::Wait(at),
-        Pending::GroupReply(gone, started.clone()),
-    ));
+    let a = asked(Step::ask(Question::Wait(at), Pending::GroupReply(gone, at)));
     let r = replied(on_answer(&s, &mut c, a, Answer::Woke));
     assert_eq!(
         r.response.status, 454,
         "the session ended while the group started"
     );
-    let (_, title) = s.catalog.open("t.ts").await.unwrap();
-    let group = (s.multicast)
-        .group_for(&"t.ts".into(), wish, &s.config())
-        .unwrap();
-    let a = ask_of(Step::ask(
-        Question::GroupStart { group, title },
-        Pending::GroupStart(gone),
-    ));
-    let a = asked(on_answer(
-        &s,
-        &mut c,
-        a,
-        Answer::GroupStarted(Some(started)),
-    ));
-    assert!(
-        matches!(a.question, Question::Wait(w) if w == at - Duration::from_millis(20)),
-        "the reply waits for the group's start, less its lead"
-    );
+    let a = asked(Step::ask(Question::Wait(at), Pending::GroupReply(gone, at)));
+    let r = replied(on_answer(&s, &mut c, a, Answer::Played(Ok(vec![]))));
+    assert_eq!(r.response.status, 500, "an answer to another question");
 }
 
 // Binding as actions: a UDP SETUP asks for its sockets, the test answers.
@@ -991,7 +963,13 @@ async fn a_multicast_play_replies_at_its_groups_start_or_not_at_all() {
 const UDP_SETUP: &str = "SETUP rtsp://198.18.0.1:8554/t.ts/track1 RTSP/1.0\nCSeq: 3\nTransport: RTP/AVP;unicast;client_port=5000-5001\n";
 
 fn no_load(s: &Server) -> bool {
-    s.sessions.lock().admission.loads().iter().all(|&l| l == 0)
+    s.core
+        .lock()
+        .sessions
+        .admission
+        .loads()
+        .iter()
+        .all(|&l| l == 0)
 }
 
 #[tokio::test]
@@ -1028,7 +1006,7 @@ async fn a_udp_setup_asks_for_its_sockets_and_a_failed_bind_refuses_it() {
         _ => panic!("a pair of the session's own"),
     }
     assert_eq!(
-        s.sessions.lock().all().count(),
+        s.core.lock().sessions.all().count(),
         1,
         "the session waits in the table"
     );
@@ -1038,14 +1016,14 @@ async fn a_udp_setup_asks_for_its_sockets_and_a_failed_bind_refuses_it() {
     assert_eq!(r.response.status, 453);
     assert!(String::from_utf8_lossy(&r.response.body).contains("every pair is taken"));
     assert_eq!(
-        s.sessions.lock().all().count(),
+        s.core.lock().sessions.all().count(),
         0,
         "the session made for it ends"
     );
     assert!(no_load(&s), "and gives its reservation back");
     // The session ends while its sockets are bound.
     let a = asked(first_step(&s, &mut c, UDP_SETUP).await);
-    let id = s.sessions.lock().all().next().unwrap().id;
+    let id = s.core.lock().sessions.all().next().unwrap().id;
     s.end_session(id);
     let gone = std::io::Error::other("not bound");
     let r = replied(on_answer(&s, &mut c, a, Answer::Bound(Err(gone))));
@@ -1055,14 +1033,14 @@ async fn a_udp_setup_asks_for_its_sockets_and_a_failed_bind_refuses_it() {
     let elsewhere = UDP_SETUP.replace("unicast;", "unicast;destination=198.18.0.9;");
     let r = replied(first_step(&s, &mut c, &elsewhere).await);
     assert_eq!(r.response.status, 403);
-    assert!(no_load(&s) && s.sessions.lock().all().next().is_none());
+    assert!(no_load(&s) && s.core.lock().sessions.all().next().is_none());
 }
 
 #[tokio::test]
 async fn an_rtcp_reader_stops_with_its_stream_or_at_once_without_one() {
     use super::{Answer, Question, Step, ask::Pending, on_answer};
     let (_dir, s, mut c, id) = tcp_session().await;
-    let engine_id = s.sessions.lock().get(&id).unwrap().streams[0].engine_id;
+    let engine_id = s.core.lock().sessions.get(&id).unwrap().streams[0].engine_id;
     let session = SessionId::parse(&id).unwrap();
     let reading = |stream: (SessionId, u64), reader: &tokio::task::JoinHandle<()>| {
         let pending = Pending::Reading(stream, Box::new(super::status(200)));
@@ -1140,7 +1118,7 @@ async fn describe_and_a_new_sessions_setup_go_on_from_the_titles_opening() {
     ));
     assert_eq!(r.response.status, 404);
     assert!(
-        s.sessions.lock().all().next().is_none() && no_load(&s),
+        s.core.lock().sessions.all().next().is_none() && no_load(&s),
         "no session kept"
     );
     let (_, a) = opens(first(&mut c, &setup));
@@ -1157,4 +1135,233 @@ async fn describe_and_a_new_sessions_setup_go_on_from_the_titles_opening() {
     let again = setup.replace("0-1\n", &format!("2-3\nSession: {}\n", session_of(&r)));
     let r = replied(first(&mut c, &again));
     assert_eq!(r.response.status, 455, "track already set up");
+}
+
+// Multicast groups in the core: a group's sockets and its start are
+// asked of the driver, the test answers (no socket: the engine here sends
+// nothing, so a group's stream "sends" on a stand-in output).
+
+const MULTICAST_SETUP: &str =
+    "SETUP rtsp://198.18.0.1:8554/t.ts/track1 RTSP/1.0\nCSeq: 3\nTransport: RTP/AVP;multicast\n";
+
+fn multicast_server(dir: &Path, pool: &str) -> Server {
+    let config = Config {
+        multicast: true,
+        multicast_batch_ms: 500,
+        multicast_pool: pool.parse().unwrap(),
+        multicast_ttl: 16,
+        ..Config::default()
+    };
+    server(dir, config)
+}
+
+/// What a group's stream is handed instead of a bound socket pair.
+fn no_socket() -> fjord_engine::Output {
+    fjord_engine::Output::Interleaved {
+        conn: 0,
+        rtp_channel: 0,
+        rtcp_channel: 1,
+    }
+}
+
+/// The group a multicast SETUP's reply names.
+fn destination(r: &Reply) -> String {
+    let t = header(r, "Transport");
+    let d = t.split(';').find_map(|p| p.strip_prefix("destination="));
+    d.unwrap_or_default().to_owned()
+}
+
+/// A multicast SETUP at `now` that makes its group's stream: the group it
+/// asked sockets for, and the reply once they are bound.
+async fn setup_new_stream(
+    s: &Server,
+    c: &mut FakeClient,
+    now: Instant,
+) -> (std::net::IpAddr, Reply) {
+    use super::{Answer, Bind, Bound, Question, on_answer};
+    let a = asked(step_at(s, c, MULTICAST_SETUP, now).await);
+    let Question::Bind(Bind::Group { rtp, rtcp, .. }) = &a.question else {
+        panic!("a group's sockets");
+    };
+    assert_eq!((rtp.port(), rtcp.port()), (5004, 5005));
+    let group = rtp.ip();
+    let bound = Answer::Bound(Ok(Bound::Group(no_socket())));
+    (group, replied(on_answer(s, c, a, bound)))
+}
+
+/// Sessions that SETUP within the batching window share one group and
+/// its one engine stream; the first PLAY starts it (the engine positions
+/// it), every PLAY is answered at its start; a SETUP after the start gets
+/// the next group; the last member's TEARDOWN ends the group and frees
+/// its address.
+#[tokio::test]
+async fn multicast_sessions_gather_in_a_group_that_starts_once_and_ends_with_the_last() {
+    use super::{Answer, Question, on_answer};
+    let dir = tempfile::tempdir().unwrap();
+    let s = multicast_server(dir.path(), "239.255.9.0/29");
+    let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
+    let (mut c1, mut c2) = (FakeClient::new(1), FakeClient::new(2));
+    let a = asked(step_at(&s, &mut c1, MULTICAST_SETUP, t0).await);
+    let Question::Bind(super::Bind::Group { rtp, ttl, .. }) = a.question else {
+        panic!("the group's sockets");
+    };
+    assert_eq!((rtp.port(), ttl), (5004, s.config().multicast_ttl));
+    let bound = Answer::Bound(Ok(super::Bound::Group(no_socket())));
+    let mut r1 = replied(on_answer(&s, &mut c1, a, bound));
+    assert_eq!(r1.response.status, 200);
+    assert_eq!(destination(&r1), rtp.ip().to_string());
+    assert_eq!(commands(&s, &mut r1), [(0, "add", 0)], "the group's stream");
+    let loaded = s.core.lock().sessions.admission.loads();
+    // A second client within the window joins it: nothing to bind or add.
+    let mut r2 = replied(step_at(&s, &mut c2, MULTICAST_SETUP, ms(50)).await);
+    assert_eq!(
+        (r2.response.status, destination(&r2)),
+        (200, rtp.ip().to_string())
+    );
+    assert!(commands(&s, &mut r2).is_empty());
+    assert_eq!(
+        s.core.lock().sessions.admission.loads(),
+        loaded,
+        "one stream's load"
+    );
+    // The first PLAY starts the group 500 ms on; the engine positions it.
+    let play = |id: &str| format!("PLAY {URL} RTSP/1.0\nCSeq: 4\nSession: {id}\nRange: npt=0-\n");
+    let (id1, id2) = (session_of(&r1), session_of(&r2));
+    let a = asked(super::handle(&s, &mut c1, &request(&play(&id1)), ms(100)));
+    assert!(
+        matches!(&a.question, Question::Play(p) if p.seek_ns == Some(0) && p.streams.len() == 1)
+    );
+    let a = asked(on_answer(
+        &s,
+        &mut c1,
+        a,
+        Answer::Played(Ok(vec![engine_info(9, 0)])),
+    ));
+    let starts = (a.commands.commands().iter())
+        .filter(|(_, c)| matches!(c, fjord_engine::Command::Start { at, .. } if *at == ms(600)))
+        .count();
+    assert_eq!(starts, 1, "its stream starts at the group's start");
+    assert!(
+        matches!(a.question, Question::Wait(w) if w == ms(580)),
+        "replied 20 ms before"
+    );
+    // A later PLAY gets the same start, the engine not asked again.
+    let a2 = asked(super::handle(&s, &mut c2, &request(&play(&id2)), ms(200)));
+    assert!(matches!(a2.question, Question::Wait(w) if w == ms(580)));
+    for (c, a) in [(&mut c1, a), (&mut c2, a2)] {
+        let r = replied(on_answer(&s, c, a, Answer::Woke));
+        assert_eq!(r.response.status, 200);
+        assert!(
+            header(&r, "RTP-Info").contains("seq=9"),
+            "{}",
+            header(&r, "RTP-Info")
+        );
+    }
+    // After the start, a SETUP gets a group of its own (staggered start).
+    let mut c3 = FakeClient::new(3);
+    let (next, r3) = setup_new_stream(&s, &mut c3, ms(700)).await;
+    assert_eq!(r3.response.status, 200);
+    assert_ne!(next, rtp.ip(), "the next group");
+    let teardown = |id: &str| format!("TEARDOWN {URL} RTSP/1.0\nCSeq: 9\nSession: {id}\n");
+    let mut r = ask_unsent(&s, &mut c3, &teardown(&session_of(&r3))).await;
+    let ended: Vec<_> = commands(&s, &mut r).into_iter().map(|c| c.1).collect();
+    assert_eq!(
+        ended,
+        ["other", "remove"],
+        "its last member gone: BYE, removed"
+    );
+    // The group plays on for the one left; the last TEARDOWN ends it.
+    let mut r = ask_unsent(&s, &mut c1, &teardown(&id1)).await;
+    assert!(commands(&s, &mut r).is_empty(), "a member left");
+    let mut r = ask_unsent(&s, &mut c2, &teardown(&id2)).await;
+    assert_eq!(commands(&s, &mut r).len(), 2, "the last: BYE, removed");
+    assert!(no_load(&s), "its reservation given back");
+    let mut c4 = FakeClient::new(4);
+    let (again, _) = setup_new_stream(&s, &mut c4, ms(800)).await;
+    assert_eq!(again, rtp.ip(), "its address is free again");
+}
+
+/// A group's start the engine could not position is 500, and the next
+/// PLAY tries again; a failed bind refuses the SETUP and ends the group
+/// made for it; a full pool refuses with 453.
+#[tokio::test]
+async fn multicast_refusals_give_back_what_they_took() {
+    use super::{Answer, Question, on_answer};
+    let dir = tempfile::tempdir().unwrap();
+    let s = multicast_server(dir.path(), "239.255.9.1/32");
+    let t0 = Instant::now();
+    let mut c1 = FakeClient::new(1);
+    let a = asked(step_at(&s, &mut c1, MULTICAST_SETUP, t0).await);
+    let failed = Answer::Bound(Err(std::io::Error::other("no socket")));
+    let r = replied(on_answer(&s, &mut c1, a, failed));
+    assert_eq!(r.response.status, 500);
+    assert!(s.core.lock().sessions.all().next().is_none() && no_load(&s));
+    let (_, r1) = setup_new_stream(&s, &mut c1, t0).await;
+    assert_eq!(
+        r1.response.status, 200,
+        "the group's address was given back"
+    );
+    // The pool's one group is taken: a client that wants a lower TTL
+    // needs another.
+    let low = MULTICAST_SETUP.replace("multicast", "multicast;ttl=1");
+    let mut c2 = FakeClient::new(2);
+    let r = replied(step_at(&s, &mut c2, &low, t0).await);
+    assert_eq!(r.response.status, 453);
+    let play = format!(
+        "PLAY {URL} RTSP/1.0\nCSeq: 4\nSession: {}\n",
+        session_of(&r1)
+    );
+    let a = asked(super::handle(&s, &mut c1, &request(&play), t0));
+    let r = replied(on_answer(&s, &mut c1, a, Answer::Played(Err(454))));
+    assert_eq!(r.response.status, 500, "the group could not start");
+    let a = asked(super::handle(&s, &mut c1, &request(&play), t0));
+    assert!(matches!(a.question, Question::Play(_)), "asked again");
+}
+
+/// DESCRIBE `?broadcast` reads the schedules the core keeps: 503 while a
+/// configured broadcast starts, its schedule once published, 404 once
+/// it failed or for a title not broadcast.
+#[tokio::test]
+async fn a_broadcasts_schedule_is_published_or_its_failure_known() {
+    let broadcast = || Config {
+        broadcasts: vec![crate::config::BroadcastConfig {
+            title: "t.ts".into(),
+            scheme: "cautious-harmonic".into(),
+            max_start_s: 5.0,
+        }],
+        ..Config::default()
+    };
+    let (dir, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let s = server(dir.path(), broadcast());
+    let mut c = FakeClient::new(1);
+    let describe =
+        |t: &str| format!("DESCRIBE rtsp://198.18.0.1:8554/{t}?broadcast RTSP/1.0\nCSeq: 2\n");
+    assert_eq!(
+        ask(&s, &mut c, &describe("t.ts")).await.response.status,
+        503
+    );
+    assert_eq!(
+        ask(&s, &mut c, &describe("notes.txt"))
+            .await
+            .response
+            .status,
+        404
+    );
+    let json = "{\"version\":1}";
+    s.core
+        .lock()
+        .broadcasts
+        .started("t.ts", json.into(), vec![]);
+    let r = ask(&s, &mut c, &describe("t.ts")).await;
+    assert_eq!(
+        (r.response.status, &r.response.body[..]),
+        (200, json.as_bytes())
+    );
+    let s = server(other.path(), broadcast());
+    s.core.lock().broadcasts.failed("t.ts");
+    assert_eq!(
+        ask(&s, &mut c, &describe("t.ts")).await.response.status,
+        404
+    );
 }

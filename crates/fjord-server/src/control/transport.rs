@@ -33,11 +33,21 @@ pub(crate) enum Bind {
         rtp: SocketAddr,
         shard: u64,
     },
+    /// A pair of the server's range on `local` sending a multicast
+    /// group's stream to `rtp` and `rtcp` with `ttl`.
+    Group {
+        local: IpAddr,
+        rtp: SocketAddr,
+        rtcp: SocketAddr,
+        ttl: u8,
+    },
 }
 
 /// What the driver bound for a [`Bind`].
 pub(crate) enum Bound {
     Own(PortPair),
+    /// What a group's stream sends on.
+    Group(Output),
     Shared {
         pair: Arc<SharedPair>,
         rtp: UdpSocket,
@@ -143,6 +153,7 @@ pub(super) fn udp_made(
         )
     };
     match bound.map_err(|e| refuse(453, &e.to_string()))? {
+        Bound::Group(_) => Err(refuse(500, "a group's sockets for a unicast stream")),
         Bound::Own(pair) => {
             let rtcp_peer = SocketAddr::new(udp.dest, client_rtcp);
             let reader = (pair.rtcp.try_clone()).map_err(|e| refuse(500, &e.to_string()))?;

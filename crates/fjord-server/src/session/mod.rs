@@ -5,17 +5,16 @@ use std::{
     collections::HashMap,
     fmt,
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex, MutexGuard},
+    sync::Arc,
     task::Waker,
     time::Instant,
 };
 
-use fjord_engine::{Command, Title};
+use fjord_engine::Title;
 
 use crate::{
     admission::{Admission, Reservation},
-    outbox::Outbox,
-    shared::{RtcpSink, SharedPair},
+    shared::SharedPair,
 };
 use fjord_proto::{
     rtcp::{ReportBlock, RtcpInfo},
@@ -38,6 +37,11 @@ impl SessionId {
         self.0
     }
 
+    /// The id a shared pair's route owner names.
+    pub fn from_number(n: u64) -> Self {
+        Self(n)
+    }
+
     /// The id a `Session` header names; none unless it has the form this
     /// server gives ids, so no other spelling finds a session.
     pub fn parse(s: &str) -> Option<Self> {
@@ -54,7 +58,7 @@ impl fmt::Display for SessionId {
 }
 
 /// A session's state. It has no lock of its own: every session lives in
-/// [`Sessions`], which the server keeps under one lock.
+/// [`Sessions`], part of the control core the server keeps under one lock.
 pub struct Session {
     pub id: SessionId,
     /// The RTSP connection that created the session; when it closes, the
@@ -110,7 +114,7 @@ pub struct Stream {
     pub _connected: Option<crate::shared::ConnectedPlace>,
     /// The multicast group whose engine stream this is: shared, so the
     /// session only leaves it ([`crate::multicast`]).
-    pub group: Option<Arc<crate::multicast::Group>>,
+    pub group: Option<crate::multicast::GroupId>,
 }
 
 /// How a stream's RTCP from the client comes in, undone when it ends.
@@ -218,6 +222,24 @@ impl Session {
         }
     }
 
+    /// Takes out the streams `which` picks (the session goes on with the
+    /// others).
+    pub fn take_streams(&mut self, which: impl Fn(&Stream) -> bool) -> Vec<Stream> {
+        let (ended, kept): (Vec<Stream>, Vec<Stream>) = std::mem::take(&mut self.streams)
+            .into_vec()
+            .into_iter()
+            .partition(|st| which(st));
+        self.streams = kept.into_boxed_slice();
+        ended
+    }
+
+    /// The session has ended: the connection's task waiting for that wakes.
+    pub fn ended(&mut self) {
+        if let Some(w) = self.on_end.take() {
+            w.wake();
+        }
+    }
+
     /// Has `waker` woken when the session ends.
     pub fn wake_on_end(&mut self, waker: &Waker) {
         if !self.on_end.as_ref().is_some_and(|w| w.will_wake(waker)) {
@@ -282,7 +304,8 @@ impl Caps {
 /// Every live session, by id, with how many each connection and each
 /// client address holds, and the engine threads' admission counts their
 /// streams (and the multicast groups and broadcasts) hold. No lock
-/// inside: the server keeps the table in a [`SessionTable`].
+/// inside: it is part of the control core (`crate::core::Core`), which
+/// ends sessions and their streams.
 #[derive(Default)]
 pub struct Sessions {
     /// Boxed: a session is large, and the table holds capacity to spare.
@@ -319,7 +342,9 @@ impl Sessions {
         (self.set.len(), conn, addr)
     }
 
-    fn take(&mut self, id: SessionId) -> Option<Box<Session>> {
+    /// Takes session `id` out of the table, its streams still in it (for
+    /// the core to end: `crate::core::Core::remove`).
+    pub fn take(&mut self, id: SessionId) -> Option<Box<Session>> {
         let s = self.set.remove(&id)?;
         let down = |n: &mut usize| {
             *n = n.saturating_sub(1);
@@ -381,122 +406,6 @@ impl Sessions {
             }
         }
         (idle, oldest)
-    }
-
-    /// Ends a session: its engine streams stop (the commands in `out`), its
-    /// sockets close, its ports return to the pool.
-    pub fn remove(&mut self, id: SessionId, out: &mut Outbox) -> bool {
-        let Some(mut s) = self.take(id) else {
-            return false;
-        };
-        for st in std::mem::take(&mut s.streams).into_vec() {
-            end_stream(&s, st, out, &mut self.admission, "session ended");
-        }
-        if let Some(w) = s.on_end.take() {
-            w.wake();
-        }
-        true
-    }
-
-    /// Ends the streams of session `id` that `which` picks (RFC 2326
-    /// §10.7: a TEARDOWN of one stream's URL); the session stays with the
-    /// others.
-    pub fn remove_streams(
-        &mut self,
-        id: SessionId,
-        which: impl Fn(&Stream) -> bool,
-        out: &mut Outbox,
-    ) {
-        let Some(s) = self.set.get_mut(&id) else {
-            return;
-        };
-        let (ended, kept): (Vec<Stream>, Vec<Stream>) = std::mem::take(&mut s.streams)
-            .into_vec()
-            .into_iter()
-            .partition(|st| which(st));
-        s.streams = kept.into_boxed_slice();
-        for st in ended {
-            end_stream(s, st, out, &mut self.admission, "stream torn down");
-        }
-    }
-}
-
-/// Gives back what a stream held: its engine stream (or its place in a
-/// multicast group), its admission reservation, its RTCP intake.
-/// `why` ends the log line ("session ended": scripts and tests read it).
-fn end_stream(s: &Session, st: Stream, out: &mut Outbox, admission: &mut Admission, why: &str) {
-    let r = st.reports;
-    tracing::info!(
-        session = %s.id,
-        track = st.track,
-        receiver_reports = r.reports,
-        lost = r.lost(),
-        jitter = r.jitter,
-        "{why}"
-    );
-    admission.release(&st.reservation);
-    match &st.group {
-        Some(g) => g.leave(out, admission),
-        None => out.push(st.shard, Command::Remove { id: st.engine_id }),
-    }
-    match st.rtcp {
-        StreamRtcp::Reader(t) => t.abort(),
-        StreamRtcp::Route(pair, client) => pair.unroute(client, s.id.number()),
-        StreamRtcp::None => {}
-    }
-}
-
-/// The server's sessions under the one lock the control plane takes for
-/// each decision, and never across an `await` (its guard cannot be held
-/// there: the connection tasks must be `Send`).
-#[derive(Default)]
-pub struct SessionTable(Mutex<Sessions>);
-
-impl SessionTable {
-    pub fn new(admission: Admission) -> Self {
-        Self(Mutex::new(Sessions::new(admission)))
-    }
-
-    pub fn lock(&self) -> MutexGuard<'_, Sessions> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// RTCP that a shared pair routed by the client's address: about the
-/// streams of the route's session set up with that address.
-impl RtcpSink for SessionTable {
-    fn rtcp_from(&self, owner: u64, client: SocketAddr, infos: &[RtcpInfo], now: Instant) {
-        let mut sessions = self.lock();
-        let Some(s) = sessions.get_mut(SessionId(owner)) else {
-            return;
-        };
-        let routed_here = |st: &Stream| matches!(&st.rtcp, StreamRtcp::Route(_, a) if crate::shared::same_client(*a, client));
-        s.on_rtcp(routed_here, infos, now);
-    }
-}
-
-/// Reads RTCP from a UDP client for as long as the stream lives; only the
-/// client's own address counts.
-pub async fn rtcp_reader(
-    socket: tokio::net::UdpSocket,
-    client: SocketAddr,
-    sessions: Arc<SessionTable>,
-    (session, engine_id): (SessionId, u64),
-) {
-    let mut buf = [0u8; 1500];
-    loop {
-        let Ok((n, from)) = socket.recv_from(&mut buf).await else {
-            return;
-        };
-        if from.ip() != client.ip() {
-            continue;
-        }
-        if let Ok(infos) = fjord_proto::rtcp::parse_compound(&buf[..n]) {
-            let mut table = sessions.lock();
-            if let Some(s) = table.get_mut(session) {
-                s.on_rtcp(|st| st.engine_id == engine_id, &infos, Instant::now());
-            }
-        }
     }
 }
 

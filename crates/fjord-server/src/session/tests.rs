@@ -6,7 +6,10 @@ use std::{net::UdpSocket, time::Duration};
 use socket2::Socket;
 
 use super::*;
+use fjord_engine::Command;
+
 use crate::{
+    core::{Core, CoreLock},
     outbox::Outbox,
     ports::PortPool,
     shared::{RouteError, SharedPorts},
@@ -99,7 +102,7 @@ fn the_table_counts_sessions_per_connection_and_per_address() {
     let dir = tempfile::tempdir().unwrap();
     let title = title(dir.path());
     let mut out = Outbox::default();
-    let mut sessions = Sessions::default();
+    let mut core = Core::default();
     let caps = Caps {
         total: 100,
         per_connection: 2,
@@ -117,8 +120,8 @@ fn the_table_counts_sessions_per_connection_and_per_address() {
     };
     let first = new(1, "127.0.0.1");
     let first_id = first.id;
-    assert_eq!(sessions.insert_within(first, caps), Ok(()));
-    let mut add = |s| sessions.insert_within(s, caps);
+    assert_eq!(core.sessions.insert_within(first, caps), Ok(()));
+    let mut add = |s| core.sessions.insert_within(s, caps);
     assert_eq!(add(new(1, "127.0.0.1")), Ok(()));
     assert_eq!(add(new(1, "127.0.0.1")), Err(Full::Connection));
     assert_eq!(add(new(2, "127.0.0.2")), Ok(()), "another client");
@@ -128,14 +131,14 @@ fn the_table_counts_sessions_per_connection_and_per_address() {
         "another connection"
     );
     assert_eq!(add(new(4, "127.0.0.1")), Err(Full::Address));
-    assert!(sessions.remove(first_id, &mut out));
+    assert!(core.remove(first_id, &mut out));
     assert!(out.commands().is_empty(), "it had no stream");
-    let mut add = |s| sessions.insert_within(s, caps);
+    let mut add = |s| core.sessions.insert_within(s, caps);
     assert_eq!(add(new(4, "127.0.0.1")), Ok(()), "its place is free again");
     assert_eq!(add(new(1, "127.0.0.1")), Err(Full::Address));
     let tight = Caps { total: 4, ..caps };
     let s = new(5, "127.0.0.3");
-    assert_eq!(sessions.insert_within(s, tight), Err(Full::Server));
+    assert_eq!(core.sessions.insert_within(s, tight), Err(Full::Server));
 }
 
 /// Requests and RTCP keep a session only once it has played.
@@ -183,9 +186,9 @@ fn routed_session(title: &Arc<Title>) -> Session {
     )
 }
 
-fn reports(table: &SessionTable, id: SessionId, engine_id: u64) -> (u64, u32) {
-    let mut sessions = table.lock();
-    let Some(s) = sessions.get_mut(id) else {
+fn reports(table: &CoreLock, id: SessionId, engine_id: u64) -> (u64, u32) {
+    let mut core = table.lock();
+    let Some(s) = core.sessions.get_mut(id) else {
         return (0, 0);
     };
     let st = s.streams.iter().find(|st| st.engine_id == engine_id);
@@ -206,7 +209,7 @@ const ROOM: Caps = Caps {
 #[tokio::test]
 async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
     let dir = tempfile::tempdir().unwrap();
-    let table = Arc::new(SessionTable::default());
+    let table = Arc::new(CoreLock::default());
     let pool = PortPool::new(46000, 46099);
     let ports = SharedPorts::new(2, 2, 64, table.clone());
     let ip: IpAddr = "127.0.0.1".parse().unwrap();
@@ -236,8 +239,8 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
             ..Stream::test_stream(id)
         });
     }
-    table.lock().insert_within(a, ROOM).unwrap();
-    table.lock().insert_within(b, ROOM).unwrap();
+    table.lock().sessions.insert_within(a, ROOM).unwrap();
+    table.lock().sessions.insert_within(b, ROOM).unwrap();
     pair.route(addr_a, ida.number()).unwrap();
     pair.route(addr_b, idb.number()).unwrap();
     assert_eq!(pair.route(addr_a, idb.number()), Err(RouteError::Taken));
@@ -286,7 +289,7 @@ async fn rtcp_is_routed_by_the_clients_address_and_bounded() {
 #[test]
 fn removing_some_streams_keeps_the_session() {
     let dir = tempfile::tempdir().unwrap();
-    let mut sessions = Sessions::default();
+    let mut core = Core::default();
     let mut out = Outbox::default();
     let peer = SocketAddr::from(([127, 0, 0, 1], 9));
     let mut s = Session::new(
@@ -300,14 +303,14 @@ fn removing_some_streams_keeps_the_session() {
         s.add_stream(Stream::test_stream(id));
     }
     let id = s.id;
-    sessions.insert_within(s, ROOM).unwrap();
-    sessions.remove_streams(id, |st| st.engine_id == 1, &mut out);
+    core.sessions.insert_within(s, ROOM).unwrap();
+    core.remove_streams(id, |st| st.engine_id == 1, &mut out);
     assert_eq!(
         removed(&out),
         [(0, Some(1))],
         "that stream's engine stream only"
     );
-    let s = sessions.get_mut(id).expect("the session stays");
+    let s = core.sessions.get_mut(id).expect("the session stays");
     let left: Vec<u64> = s.streams.iter().map(|st| st.engine_id).collect();
     assert_eq!(left, [2]);
 }
