@@ -7,6 +7,9 @@
 //! track in each:
 //! `NAME/init.mp4` and `NAME/seg-N.m4s`; an ADTS or MP3 title's packed
 //! audio ([`super::packed`]): `NAME/seg-N.aac`, `NAME/seg-N.mp3`.
+//! A live recording still being written has an EVENT media playlist of
+//! the segments no later snapshot changes ([`settled`]), fetched again by
+//! players as it grows; the VOD one once it ends.
 
 use std::sync::Arc;
 
@@ -96,8 +99,9 @@ pub(crate) async fn playlist(
     title: &str,
     which: Playlist,
 ) -> Result<String, (u16, String)> {
+    let target_s = server.config().hls_segment_s.max(1);
     Ok(match form(server, cache, title).await? {
-        Form::Fragmented(f) => fragmented_playlist(&f, which)?,
+        Form::Fragmented(f) => fragmented_playlist(&f, which, target_s)?,
         Form::Ranges {
             segments,
             uri,
@@ -210,11 +214,19 @@ fn ts_params(t: &Title) -> fjord_media::ts::params::Params {
     }
 }
 
-/// A playlist of a fragmented title.
-fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> Result<String, (u16, String)> {
-    let segments: Vec<Segment> = f
-        .title
-        .fragments
+/// A playlist of a fragmented title, whose segments are cut
+/// `target_s` apart.
+fn fragmented_playlist(
+    f: &fmp4::Fragments,
+    which: Playlist,
+    target_s: u64,
+) -> Result<String, (u16, String)> {
+    let fragments = &f.title.fragments;
+    let listed = match f.growing {
+        Some(_) => settled(&fragments.iter().map(|s| s.duration_ns).collect::<Vec<_>>()),
+        None => fragments.len(),
+    };
+    let segments: Vec<Segment> = fragments[..listed]
         .iter()
         .map(|s| Segment {
             offset: 0,
@@ -233,7 +245,18 @@ fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> Result<String, (
         })
         .collect();
     let video = f.title.tracks.iter().find(|t| t.video);
+    // I-frame playlists are VOD only: none while a recording grows.
+    let frames = if f.growing.is_some() {
+        Vec::new()
+    } else {
+        frames
+    };
     Ok(match which {
+        Playlist::Media if f.growing.is_some() => {
+            // Twice the target: segments end at key frames past it.
+            let uri = |i| format!("seg-{i}.m4s");
+            fjord_proto::hls::event_playlist(&segments, Some("init.mp4"), uri, 2 * target_s)
+        }
         Playlist::Media => match f.packed {
             Some(p) => fjord_proto::hls::segment_playlist(&segments, None, |i| {
                 format!("seg-{i}.{}", p.ext())
@@ -262,9 +285,46 @@ fn fragmented_playlist(f: &fmp4::Fragments, which: Playlist) -> Result<String, (
     })
 }
 
+/// How close to a growing recording's end a segment may end and still be
+/// listed: a track's samples that fall in it may lie in a later fragment
+/// of the file (audio arriving after the video key frame that cuts it).
+const SETTLED_NS: u64 = 1_000_000_000;
+
+/// How many of a growing recording's segments (of these durations) no
+/// later snapshot changes: its last takes the rest of the file, and grows
+/// with it; the ones before it, unless they end within [`SETTLED_NS`] of
+/// the end.
+fn settled(durations_ns: &[u64]) -> usize {
+    let total: u64 = durations_ns.iter().sum();
+    let mut end = 0;
+    (durations_ns[..durations_ns.len().saturating_sub(1)].iter())
+        .take_while(|d| {
+            end += **d;
+            end + SETTLED_NS <= total
+        })
+        .count()
+}
+
 /// What a title's name escapes in a relative URI.
 const SEGMENT_URI: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'_')
     .remove(b'.')
     .remove(b'~');
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_growing_recordings_playlist_lists_the_segments_that_will_not_change() {
+        const S: u64 = 1_000_000_000;
+        assert_eq!(settled(&[]), 0);
+        // The last segment grows with the file.
+        assert_eq!(settled(&[6 * S]), 0);
+        assert_eq!(settled(&[6 * S, 6 * S, 3 * S]), 2);
+        // One ending within a second of the end may still gain samples.
+        assert_eq!(settled(&[6 * S, 6 * S, S / 2]), 1);
+        assert_eq!(settled(&[6 * S, 6 * S, S]), 2);
+    }
+}

@@ -6,14 +6,17 @@
 //! fjord decodes the published frames. A publisher killed and replaced
 //! within `live_grace_s` continues the same file (the frames of both, in
 //! order). A server killed (SIGKILL) in the middle of a recording and
-//! started again serves it up to its last fragment.
+//! started again serves it up to its last fragment. While a recording
+//! grows, a viewer finds it in the API, seeks back into it over RTSP and
+//! plays it over HLS (an EVENT playlist that grows, VOD once it ends),
+//! getting the file's frames.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::common::{Server, generate_media, run_bounded};
+use crate::common::{Server, curl, generate_media, raw_exchange, run_bounded};
 
 const CONFIG: &str = "live_timeout_s = 2\nlive_record = [\"live/**\"]\n\
 [[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\", \"other/**\"]\n\
@@ -26,6 +29,16 @@ fn source() -> &'static Path {
         let args = "-f lavfi -i testsrc=size=320x240:rate=25 -f lavfi -i sine=frequency=440:sample_rate=44100 \
             -t 6 -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska";
         generate_media("live-record-6s.mkv", &args.split(' ').collect::<Vec<_>>())
+    })
+}
+
+/// 30 s as [`source`].
+fn source_30s() -> &'static Path {
+    static SRC: OnceLock<PathBuf> = OnceLock::new();
+    SRC.get_or_init(|| {
+        let args = "-f lavfi -i testsrc=size=320x240:rate=25 -f lavfi -i sine=frequency=440:sample_rate=44100 \
+            -t 30 -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska";
+        generate_media("live-record-30s.mkv", &args.split(' ').collect::<Vec<_>>())
     })
 }
 
@@ -72,12 +85,16 @@ fn md5_column(framemd5: &str) -> Vec<String> {
 }
 
 fn publish(server: &Server, path: &str) -> Child {
+    publish_file(server, path, source())
+}
+
+fn publish_file(server: &Server, path: &str, file: &Path) -> Child {
     let url = server
         .url(path)
         .replacen("rtsp://", "rtsp://pub:secret@", 1);
     Command::new("ffmpeg")
         .args(["-nostdin", "-v", "error", "-re", "-i"])
-        .arg(source())
+        .arg(file)
         .args(["-c", "copy", "-f", "rtsp", &url])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -235,4 +252,144 @@ fn a_publisher_back_within_the_grace_continues_the_same_recording() {
     assert!(k >= 25, "the first publisher's part is {k} frames");
     assert_prefix(&got[..k], &src, src.len(), "the first publisher's frames");
     assert_prefix(&got[k..], &src, 0, "the second publisher's frames");
+}
+
+/// A media playlist's segment count, and whether it is the growing
+/// recording's (EVENT, no ENDLIST) or the closed title's (VOD, ENDLIST).
+fn segments_of(playlist: &str) -> (usize, bool) {
+    let event = playlist.contains("#EXT-X-PLAYLIST-TYPE:EVENT\n");
+    let ended = playlist.contains("#EXT-X-ENDLIST");
+    assert!(event != ended, "{playlist}");
+    let n = playlist.lines().filter(|l| l.starts_with("seg-")).count();
+    (n, event)
+}
+
+/// Where `run` lies in `all` (every one of its items in a row there).
+fn run_at(run: &[String], all: &[String], what: &str) -> usize {
+    assert!(!run.is_empty(), "{what}: nothing");
+    let at = (0..all.len())
+        .find(|&i| all[i..].starts_with(run))
+        .unwrap_or_else(|| panic!("{what}: {} frames, not a run of the file's", run.len()));
+    at
+}
+
+/// The duration a DESCRIBE of `title` answers (`a=range:npt=0-D`).
+fn recorded_s(server: &Server, title: &str) -> f64 {
+    let describe = format!("DESCRIBE {} RTSP/1.0\r\nCSeq: 1\r\n\r\n", server.url(title));
+    let (sdp, _) = raw_exchange(
+        &server.addr(),
+        describe.as_bytes(),
+        Duration::from_millis(500),
+    );
+    assert!(sdp.starts_with("RTSP/1.0 200"), "{sdp}");
+    (sdp.lines())
+        .find_map(|l| l.strip_prefix("a=range:npt=0-"))
+        .and_then(|d| d.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{sdp}"))
+}
+
+#[test]
+fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
+    let config = format!("{CONFIG}[[user]]\nname = \"ops\"\npassword = \"pager\"\nadmin = true\n");
+    let (server, http) = Server::start_http(&config);
+    let started = Instant::now();
+    let mut p = publish_file(&server, "live/grow", source_30s());
+    wait_for_log(&server, "live stream recorded", Duration::from_secs(10));
+    // The viewer finds the recording's name in the API.
+    let api = format!("{}/api/v1/live", server.admin());
+    let (live, code) = curl(&["--digest", "-u", "ops:pager", &api]);
+    assert_eq!(code, 200, "{live}");
+    let live: serde_json::Value = serde_json::from_str(&live).unwrap();
+    let title = live[0]["recording"].as_str().unwrap().to_owned();
+    assert!(title.starts_with("live/grow/"), "{live}");
+    let at = |s: u64| {
+        std::thread::sleep(
+            (started + Duration::from_secs(s)).saturating_duration_since(Instant::now()),
+        )
+    };
+    at(9);
+    let playlist = format!("http://127.0.0.1:{http}/{title}/media.m3u8");
+    let (first, code) = curl(&["-i", &playlist]);
+    assert_eq!(code, 200, "{first}");
+    assert!(
+        first
+            .to_ascii_lowercase()
+            .contains("cache-control: max-age=1"),
+        "{first}"
+    );
+    let (n1, event) = segments_of(&first);
+    assert!(event && n1 >= 1, "{first}");
+    // ffmpeg follows the growing playlist from its first segment.
+    let mut cmd = Command::new("ffmpeg");
+    cmd.args([
+        "-nostdin",
+        "-v",
+        "error",
+        "-live_start_index",
+        "0",
+        "-i",
+        &playlist,
+    ])
+    .args(["-map", "0:v", "-pix_fmt", "yuv420p", "-f", "framemd5", "-"]);
+    let hls = std::thread::spawn(move || run_bounded(cmd, Duration::from_secs(80)));
+    at(13);
+    // A seek back to 5 s, played to what was recorded at its DESCRIBE
+    // (between the two of ours) over RTSP.
+    let before = recorded_s(&server, &title);
+    assert!((9.0..14.0).contains(&before), "{before} s recorded");
+    let url = server.url(&title);
+    let rtsp = std::thread::spawn(move || {
+        let args = "-map 0:v -fps_mode passthrough -pix_fmt yuv420p -f framemd5 -";
+        let mut args: Vec<&str> = args.split(' ').collect();
+        args.splice(0..0, ["-ss", "5", "-i", &url]);
+        md5_column(&ffmpeg(&args, Duration::from_secs(30)))
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = recorded_s(&server, &title);
+    let played = rtsp.join().unwrap();
+    assert!(
+        p.try_wait().unwrap().is_none(),
+        "the publisher ended before the play did"
+    );
+    let (second, _) = curl(&[&playlist]);
+    let (n2, event) = segments_of(&second);
+    assert!(event && n2 > n1, "{n1} then {n2} segments:\n{second}");
+    assert!(
+        second.starts_with(&first[first.find("#EXTM3U").unwrap()..first.rfind("#EXTINF").unwrap()]),
+        "the playlist changed:\n{first}\n{second}"
+    );
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "publisher: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_log(&server, "live recording closed", Duration::from_secs(10));
+    let (file, _) = recording(&server.media_root(), "live/grow");
+    let frames = decoded_md5s(file.to_str().unwrap());
+    // Over RTSP: the file's frames, from the key frame at or before 5 s
+    // (x264's, a second apart) to the end recorded at the DESCRIBE.
+    // ffmpeg's first frame out after its seek is the key frame before
+    // 5 s (decoded as the start of the play), then from 5 s on.
+    let k = run_at(&played[1..], &frames, "RTSP");
+    assert_eq!(played[0], frames[k - 25], "the key frame before 5 s");
+    assert_eq!(k, 125, "the play began at frame {k}");
+    let end = k + played.len() - 1;
+    let (lo, hi) = ((before * 25.0) as usize, (after * 25.0) as usize);
+    assert!(
+        end + 3 >= lo && end <= hi + 3,
+        "played to frame {end}, {lo} to {hi} recorded"
+    );
+    // Over HLS: every frame of the file, read while it grew, then to its end.
+    let (last, _) = curl(&[&playlist]);
+    assert!(!segments_of(&last).1, "{last}");
+    let out = hls.join().unwrap();
+    assert!(
+        !out.timed_out && out.status.success(),
+        "ffmpeg HLS: {}",
+        out.stderr
+    );
+    let got = md5_column(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(got.len(), frames.len(), "HLS frames");
+    assert!(got == frames, "HLS frames differ from the file's");
 }
