@@ -221,12 +221,7 @@ fn fragmented_playlist(
     which: Playlist,
     target_s: u64,
 ) -> Result<String, (u16, String)> {
-    let fragments = &f.title.fragments;
-    let listed = match f.growing {
-        Some(_) => settled(&fragments.iter().map(|s| s.duration_ns).collect::<Vec<_>>()),
-        None => fragments.len(),
-    };
-    let segments: Vec<Segment> = fragments[..listed]
+    let segments: Vec<Segment> = f.title.fragments[..settled_of(f)]
         .iter()
         .map(|s| Segment {
             offset: 0,
@@ -283,6 +278,16 @@ fn fragmented_playlist(
             fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &variant)
         }
     })
+}
+
+/// How many of a title's segments its playlist lists: all, or of a
+/// growing recording those [`settled`].
+pub(super) fn settled_of(f: &fmp4::Fragments) -> usize {
+    let fragments = &f.title.fragments;
+    match f.growing {
+        Some(_) => settled(&fragments.iter().map(|s| s.duration_ns).collect::<Vec<_>>()),
+        None => fragments.len(),
+    }
 }
 
 /// How close to a growing recording's end a segment may end and still be

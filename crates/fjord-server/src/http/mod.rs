@@ -501,6 +501,13 @@ async fn segment(
         Ok(f) => f,
         Err((status, why)) => return (None, Response::error(status, &why, close)),
     };
+    if let (Some(i), Some(_)) = (which, f.growing)
+        && i >= hls::settled_of(&f)
+    {
+        // Not listed yet: it still grows with the recording.
+        let why = "no such segment yet: the recording grows; fetch the playlist again";
+        return (None, Response::error(404, why, close));
+    }
     let (Some(entity), Some(parts)) = (f.entity(which), f.parts(which)) else {
         return (None, Response::error(404, "no such segment", close));
     };

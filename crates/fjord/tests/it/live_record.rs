@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::common::{Server, curl, generate_media, raw_exchange, run_bounded};
+use crate::common::{Server, curl, curl_status, generate_media, raw_exchange, run_bounded};
 
 const CONFIG: &str = "live_timeout_s = 2\nlive_record = [\"live/**\"]\n\
 [[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\", \"other/**\"]\n\
@@ -267,10 +267,9 @@ fn segments_of(playlist: &str) -> (usize, bool) {
 /// Where `run` lies in `all` (every one of its items in a row there).
 fn run_at(run: &[String], all: &[String], what: &str) -> usize {
     assert!(!run.is_empty(), "{what}: nothing");
-    let at = (0..all.len())
+    (0..all.len())
         .find(|&i| all[i..].starts_with(run))
-        .unwrap_or_else(|| panic!("{what}: {} frames, not a run of the file's", run.len()));
-    at
+        .unwrap_or_else(|| panic!("{what}: {} frames, not a run of the file's", run.len()))
 }
 
 /// The duration a DESCRIBE of `title` answers (`a=range:npt=0-D`).
@@ -286,6 +285,37 @@ fn recorded_s(server: &Server, title: &str) -> f64 {
         .find_map(|l| l.strip_prefix("a=range:npt=0-"))
         .and_then(|d| d.trim().parse().ok())
         .unwrap_or_else(|| panic!("{sdp}"))
+}
+
+/// Trick play of the growing `title` (its snapshot at the DESCRIBE):
+/// Scale 4 from 2 s plays to its end at four times the pace; a PLAY past
+/// its end is refused with the reason.
+fn fast_forward(server: &Server, title: &str) {
+    let (mut c, mut rx, recorded) = crate::client::open(server, title, false);
+    let url = c.control_url().to_string();
+    let past = format!("npt={}-", recorded + 5.0);
+    let r = c.request("PLAY", &url, &[("Range", &past)], b"").unwrap();
+    assert_eq!(r.status, 457, "{}", String::from_utf8_lossy(&r.body));
+    let started = Instant::now();
+    let r = c
+        .request("PLAY", &url, &[("Scale", "4"), ("Range", "npt=2-")], b"")
+        .unwrap();
+    assert_eq!((r.status, r.header("Scale")), (200, Some("4")));
+    let cap = crate::client::recv(&mut c, &mut rx, crate::client::QUIET, crate::client::LIMIT);
+    assert_eq!(cap.end, fjord_client::EndReason::Bye);
+    let took = started.elapsed().as_secs_f64();
+    let pictures = cap.packets.iter().filter(|p| p.marker).count();
+    // Key frames only, a second apart, sent in a quarter of the time.
+    let seconds = recorded - 2.0;
+    assert!(
+        took < seconds / 3.0,
+        "{took:.1} s for {seconds:.1} s at Scale 4"
+    );
+    let want = seconds as usize;
+    assert!(
+        pictures + 2 >= want && pictures <= want + 2,
+        "{pictures} pictures in {seconds:.1} s"
+    );
 }
 
 #[test]
@@ -346,6 +376,7 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
     });
     std::thread::sleep(Duration::from_millis(1500));
     let after = recorded_s(&server, &title);
+    fast_forward(&server, &title);
     let played = rtsp.join().unwrap();
     assert!(
         p.try_wait().unwrap().is_none(),
@@ -354,6 +385,9 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
     let (second, _) = curl(&[&playlist]);
     let (n2, event) = segments_of(&second);
     assert!(event && n2 > n1, "{n1} then {n2} segments:\n{second}");
+    // The segment after the listed ones still grows: not served yet.
+    let unlisted = format!("http://127.0.0.1:{http}/{title}/seg-{n2}.m4s");
+    assert_eq!(curl_status(&[&unlisted]), 404);
     assert!(
         second.starts_with(&first[first.find("#EXTM3U").unwrap()..first.rfind("#EXTINF").unwrap()]),
         "the playlist changed:\n{first}\n{second}"
