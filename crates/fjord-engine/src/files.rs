@@ -314,3 +314,43 @@ impl Files {
         changed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(path: &Path, compare: Compare) -> Identity {
+        Identity {
+            compare,
+            ..Identity::of(&std::fs::metadata(path).unwrap())
+        }
+    }
+
+    /// A growing recording's media may grow under its snapshot, not
+    /// shrink or be replaced; its index may be replaced (the next
+    /// snapshot's); any other file may not change at all.
+    #[test]
+    fn a_growing_file_may_be_appended_to_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let (media, index) = (dir.path().join("r.mp4"), dir.path().join("r.mp4.fjidx"));
+        std::fs::write(&media, b"fragment").unwrap();
+        std::fs::write(&index, b"index").unwrap();
+        let appended = identity(&media, Compare::Appended);
+        let fixed = identity(&media, Compare::All);
+        let replaced = identity(&index, Compare::Never);
+        let now = |p: &Path| std::fs::metadata(p).unwrap();
+        use std::io::Write;
+        let mut f = File::options().append(true).open(&media).unwrap();
+        f.write_all(b" and the next").unwrap();
+        assert!(appended.matches(&now(&media)));
+        assert!(!fixed.matches(&now(&media)));
+        f.set_len(3).unwrap();
+        assert!(!appended.matches(&now(&media)));
+        std::fs::write(dir.path().join("new"), b"fragment and more").unwrap();
+        std::fs::rename(dir.path().join("new"), &media).unwrap();
+        assert!(!appended.matches(&now(&media)), "another file");
+        std::fs::write(dir.path().join("next"), b"the next index").unwrap();
+        std::fs::rename(dir.path().join("next"), &index).unwrap();
+        assert!(replaced.matches(&now(&index)));
+    }
+}
