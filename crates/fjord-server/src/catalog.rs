@@ -214,7 +214,12 @@ impl Catalog {
     /// file is opened (canonicalize only stats and reads links). fjord's own
     /// files (indexes, parity, temporaries) and hidden files are not titles;
     /// any other file is, and its content decides whether it can be served.
+    /// `PATH/latest.mp4` is the file of the newest recording at `PATH`
+    /// ([`growing::Growing::latest`]).
     pub fn resolve(&self, title: &str) -> Result<PathBuf, CatalogError> {
+        // `PATH/latest.mp4`: the stream's newest recording.
+        let latest = self.growing.latest(title);
+        let title = latest.as_deref().unwrap_or(title);
         let rel = Path::new(title);
         let plain = rel.components().all(|c| match c {
             Component::Normal(name) => !name.as_encoded_bytes().starts_with(b"."),
@@ -232,6 +237,9 @@ impl Catalog {
     /// The title with its name, ingesting it first when it is new or its
     /// file changed. Sessions keep the name the catalog holds.
     pub async fn open(&self, title: &str) -> Result<(Arc<str>, Arc<Title>), CatalogError> {
+        // `PATH/latest.mp4`: the stream's newest recording, by its own name.
+        let latest = self.growing.latest(title);
+        let title = latest.as_deref().unwrap_or(title);
         let path = match (self.resolve(title), &self.edge, &self.storage) {
             (Ok(path), ..) => path,
             (Err(CatalogError::NotFound), Some(edge), Some(storage)) if plain(title) => {

@@ -5,43 +5,68 @@
 //! made again when a request comes and the file has grown since. Sessions
 //! keep the snapshot they started with. When the recording ends it is
 //! forgotten here, and the next open ingests the whole file as any title's.
+//!
+//! `PATH/latest.mp4` names the newest recording of the stream at `PATH`
+//! since the server started (growing or whole), for viewers who know the
+//! stream's path but not when its recording began.
 
 use std::{collections::HashMap, sync::Mutex};
 
-/// The recordings being written, by title: the bytes of each file that
-/// are durable (0: no whole fragment yet).
+/// The name under a stream's path that stands for its newest recording.
+pub const LATEST: &str = "latest.mp4";
+
 #[derive(Default)]
 pub struct Growing {
-    durable: Mutex<HashMap<String, u64>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The recordings being written, by title: the bytes of each file
+    /// that are durable (0: no whole fragment yet).
+    durable: HashMap<String, u64>,
+    /// The newest recording's title, by `PATH/latest.mp4`.
+    latest: HashMap<String, String>,
 }
 
 impl Growing {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
-        self.durable.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The recording of `title` begins: it is no title until a fragment
-    /// is durable.
+    /// The recording of `title` (`PATH/STAMP.mp4`) begins: it is no title
+    /// until a fragment is durable; it is `PATH`'s newest.
     pub fn began(&self, title: &str) {
-        self.lock().insert(title.to_owned(), 0);
+        let mut state = self.lock();
+        state.durable.insert(title.to_owned(), 0);
+        if let Some((path, _)) = title.rsplit_once('/') {
+            let alias = format!("{path}/{LATEST}");
+            state.latest.insert(alias, title.to_owned());
+        }
     }
 
     /// Its first `durable` bytes are whole fragments, synced.
     pub fn grew(&self, title: &str, durable: u64) {
-        if let Some(d) = self.lock().get_mut(title) {
+        if let Some(d) = self.lock().durable.get_mut(title) {
             *d = durable.max(*d);
         }
     }
 
     /// The recording ended: `title` is a title as any other.
     pub fn ended(&self, title: &str) {
-        self.lock().remove(title);
+        self.lock().durable.remove(title);
     }
 
     /// How much of `title` is durable, if it is a recording still being
     /// written.
     pub fn durable(&self, title: &str) -> Option<u64> {
-        self.lock().get(title).copied()
+        self.lock().durable.get(title).copied()
+    }
+
+    /// The title `name` stands for, when it is a `PATH/latest.mp4` of a
+    /// stream recorded since the server started.
+    pub fn latest(&self, name: &str) -> Option<String> {
+        self.lock().latest.get(name).cloned()
     }
 }
 
@@ -87,6 +112,23 @@ mod tests {
         assert_eq!(g.durable("live/b/y.mp4"), None);
         g.ended("live/a/x.mp4");
         assert_eq!(g.durable("live/a/x.mp4"), None);
+    }
+
+    #[test]
+    fn latest_names_a_paths_newest_recording_growing_or_whole() {
+        let g = Growing::default();
+        assert_eq!(g.latest("live/a/latest.mp4"), None);
+        g.began("live/a/2026-11-29T01-00-00Z.mp4");
+        let latest = g.latest("live/a/latest.mp4");
+        assert_eq!(latest.as_deref(), Some("live/a/2026-11-29T01-00-00Z.mp4"));
+        g.ended("live/a/2026-11-29T01-00-00Z.mp4");
+        assert_eq!(g.latest("live/a/latest.mp4"), latest);
+        g.began("live/a/2026-11-29T02-00-00Z.mp4");
+        let latest = g.latest("live/a/latest.mp4");
+        assert_eq!(latest.as_deref(), Some("live/a/2026-11-29T02-00-00Z.mp4"));
+        // Only the path's own.
+        assert_eq!(g.latest("live/latest.mp4"), None);
+        assert_eq!(g.latest("live/a/2026-11-29T01-00-00Z.mp4"), None);
     }
 
     #[test]

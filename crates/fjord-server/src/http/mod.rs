@@ -464,7 +464,9 @@ async fn adaptive(
 /// or a second while it is a recording that grows (players fetch it
 /// again for the new segments, RFC 8216 §6.2.1).
 fn playlist_cache<'a>(server: &Server, title: &str, configured: &'a str) -> &'a str {
-    match server.catalog.growing().durable(title) {
+    let growing = server.catalog.growing();
+    let latest = growing.latest(title);
+    match growing.durable(latest.as_deref().unwrap_or(title)) {
         Some(_) => "max-age=1",
         None => configured,
     }

@@ -7,9 +7,10 @@
 //! within `live_grace_s` continues the same file (the frames of both, in
 //! order). A server killed (SIGKILL) in the middle of a recording and
 //! started again serves it up to its last fragment. While a recording
-//! grows, a viewer finds it in the API, seeks back into it over RTSP and
-//! plays it over HLS (an EVENT playlist that grows, VOD once it ends),
-//! getting the file's frames.
+//! grows, a viewer finds it in the API, seeks back into it over RTSP,
+//! fast-forwards it, and plays it over HLS by the path's alias
+//! `latest.mp4` (an EVENT playlist that grows, VOD once it ends), getting
+//! the file's frames.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -338,7 +339,8 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
         )
     };
     at(9);
-    let playlist = format!("http://127.0.0.1:{http}/{title}/media.m3u8");
+    // HLS by the stream's alias for its newest recording.
+    let playlist = format!("http://127.0.0.1:{http}/live/grow/latest.mp4/media.m3u8");
     let (first, code) = curl(&["-i", &playlist]);
     assert_eq!(code, 200, "{first}");
     assert!(
@@ -386,7 +388,7 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
     let (n2, event) = segments_of(&second);
     assert!(event && n2 > n1, "{n1} then {n2} segments:\n{second}");
     // The segment after the listed ones still grows: not served yet.
-    let unlisted = format!("http://127.0.0.1:{http}/{title}/seg-{n2}.m4s");
+    let unlisted = format!("http://127.0.0.1:{http}/live/grow/latest.mp4/seg-{n2}.m4s");
     assert_eq!(curl_status(&[&unlisted]), 404);
     assert!(
         second.starts_with(&first[first.find("#EXTM3U").unwrap()..first.rfind("#EXTINF").unwrap()]),
