@@ -221,14 +221,15 @@ fn fragmented_playlist(
     which: Playlist,
     target_s: u64,
 ) -> Result<String, (u16, String)> {
-    let segments: Vec<Segment> = f.title.fragments[..settled_of(f)]
-        .iter()
+    let all: Vec<Segment> = (f.title.fragments.iter())
         .map(|s| Segment {
             offset: 0,
             len: s.len(),
             duration_ns: s.duration_ns,
         })
         .collect();
+    let segments = &all[..settled_of(f)];
+    let growing = f.growing.is_some();
     let frames: Vec<IFrame> = (f.title.fragments.iter().enumerate())
         .filter_map(|(i, s)| {
             Some(IFrame {
@@ -240,32 +241,31 @@ fn fragmented_playlist(
         })
         .collect();
     let video = f.title.tracks.iter().find(|t| t.video);
-    // I-frame playlists are VOD only: none while a recording grows.
-    let frames = if f.growing.is_some() {
-        Vec::new()
-    } else {
-        frames
-    };
     Ok(match which {
-        Playlist::Media if f.growing.is_some() => {
+        Playlist::Media if growing => {
             // Twice the target: segments end at key frames past it.
             let uri = |i| format!("seg-{i}.m4s");
-            fjord_proto::hls::event_playlist(&segments, Some("init.mp4"), uri, 2 * target_s)
+            fjord_proto::hls::event_playlist(segments, Some("init.mp4"), uri, 2 * target_s)
         }
         Playlist::Media => match f.packed {
-            Some(p) => fjord_proto::hls::segment_playlist(&segments, None, |i| {
+            Some(p) => fjord_proto::hls::segment_playlist(segments, None, |i| {
                 format!("seg-{i}.{}", p.ext())
             }),
-            None => fjord_proto::hls::segment_playlist(&segments, Some("init.mp4"), |i| {
+            None => fjord_proto::hls::segment_playlist(segments, Some("init.mp4"), |i| {
                 format!("seg-{i}.m4s")
             }),
         },
+        // I-frame playlists are VOD only.
+        Playlist::IFrames if growing => {
+            let why = "no I-frame playlist while the recording grows; there is one once it ends";
+            return Err((404, why.to_owned()));
+        }
         Playlist::IFrames if video.is_some() && !frames.is_empty() => {
             fjord_proto::hls::i_frame_playlist(&frames, Some("init.mp4"))
         }
         Playlist::IFrames => return Err((404, "this title has no video key frames".to_owned())),
         Playlist::Multivariant => {
-            let i_frames = video.filter(|_| !frames.is_empty()).map(|v| {
+            let i_frames = video.filter(|_| !frames.is_empty() && !growing).map(|v| {
                 let bps = fjord_proto::hls::i_frame_bandwidth(&frames);
                 ("iframes.m3u8".to_owned(), bps, v.codec.clone())
             });
@@ -275,7 +275,8 @@ fn fragmented_playlist(
                 frame_rate: f.title.frame_rate,
                 i_frames,
             };
-            fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &variant)
+            // Its bandwidth from every segment, a growing one's last too.
+            fjord_proto::hls::multivariant_playlist(&all, "media.m3u8", &variant)
         }
     })
 }

@@ -352,6 +352,11 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
     );
     let (n1, event) = segments_of(&first);
     assert!(event && n1 >= 1, "{first}");
+    // The multivariant playlist rates it; no I-frame playlist yet.
+    let (multivariant, _) = curl(&[&playlist.replace("media.m3u8", "index.m3u8")]);
+    assert!(!multivariant.contains("BANDWIDTH=0,"), "{multivariant}");
+    assert!(!multivariant.contains("I-FRAME"), "{multivariant}");
+    assert_eq!(curl_status(&[&playlist.replace("media", "iframes")]), 404);
     // ffmpeg follows the growing playlist from its first segment.
     let mut cmd = Command::new("ffmpeg");
     cmd.args([
