@@ -33,11 +33,26 @@ struct Identity {
     ino: u64,
     size: u64,
     mtime_ns: i64,
+    compare: Compare,
 }
 
-/// The `mtime_ns` of a file written while it is served (an edge title's
-/// media, whose slices land as they are fetched): not compared.
-const WRITTEN_WHILE_SERVED: i64 = i64::MIN;
+/// What of a file's identity tells that it changed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Compare {
+    /// Everything: it is never written while served.
+    All,
+    /// All but its modification time: it is written while served (an
+    /// edge title's, whose slices land as they are fetched).
+    NotMtime,
+    /// Its device and inode, and that it did not shrink: a file that
+    /// grows while served (a live recording's media), of which the title
+    /// reads only what it had when loaded.
+    Appended,
+    /// Nothing: it is replaced by rename while served (a growing
+    /// recording's index, by the next snapshot's), the title keeping its
+    /// mapping of the file it loaded.
+    Never,
+}
 
 impl Identity {
     fn of(meta: &std::fs::Metadata) -> Self {
@@ -46,20 +61,22 @@ impl Identity {
             ino: meta.ino(),
             size: meta.size(),
             mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+            compare: Compare::All,
         }
     }
 
     /// Whether `meta` is still the file this was taken of.
     fn matches(&self, meta: &std::fs::Metadata) -> bool {
-        let now = Identity::of(meta);
-        match self.mtime_ns {
-            WRITTEN_WHILE_SERVED => {
-                Identity {
-                    mtime_ns: WRITTEN_WHILE_SERVED,
-                    ..now
-                } == *self
-            }
-            _ => now == *self,
+        let now = Identity {
+            compare: self.compare,
+            ..Identity::of(meta)
+        };
+        let same_file = (now.dev, now.ino) == (self.dev, self.ino);
+        match self.compare {
+            Compare::All => now == *self,
+            Compare::NotMtime => same_file && now.size == self.size,
+            Compare::Appended => same_file && now.size >= self.size,
+            Compare::Never => true,
         }
     }
 }
@@ -161,8 +178,20 @@ impl Files {
     /// File `slot` is written while it is served (slices landing): only
     /// its identity and size say whether it changed.
     pub(crate) fn written_while_served(&mut self, slot: Slot) {
+        self.compare(slot, Compare::NotMtime);
+    }
+
+    /// The title is a growing recording's snapshot: its media file grows
+    /// (only its identity, and that it did not shrink, are compared), its
+    /// index is replaced by the next snapshot's (not compared).
+    pub(crate) fn grows(&mut self) {
+        self.compare(Slot::Media, Compare::Appended);
+        self.compare(Slot::Index, Compare::Never);
+    }
+
+    fn compare(&mut self, slot: Slot, compare: Compare) {
         if let Some((_, id)) = &mut self.paths[slot as usize] {
-            id.mtime_ns = WRITTEN_WHILE_SERVED;
+            id.compare = compare;
         }
     }
 
@@ -283,5 +312,45 @@ impl Files {
             .any(|(path, was)| std::fs::metadata(path).map_or(true, |m| !was.matches(&m)));
         self.changed.fetch_or(changed, Ordering::Relaxed);
         changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(path: &Path, compare: Compare) -> Identity {
+        Identity {
+            compare,
+            ..Identity::of(&std::fs::metadata(path).unwrap())
+        }
+    }
+
+    /// A growing recording's media may grow under its snapshot, not
+    /// shrink or be replaced; its index may be replaced (the next
+    /// snapshot's); any other file may not change at all.
+    #[test]
+    fn a_growing_file_may_be_appended_to_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let (media, index) = (dir.path().join("r.mp4"), dir.path().join("r.mp4.fjidx"));
+        std::fs::write(&media, b"fragment").unwrap();
+        std::fs::write(&index, b"index").unwrap();
+        let appended = identity(&media, Compare::Appended);
+        let fixed = identity(&media, Compare::All);
+        let replaced = identity(&index, Compare::Never);
+        let now = |p: &Path| std::fs::metadata(p).unwrap();
+        use std::io::Write;
+        let mut f = File::options().append(true).open(&media).unwrap();
+        f.write_all(b" and the next").unwrap();
+        assert!(appended.matches(&now(&media)));
+        assert!(!fixed.matches(&now(&media)));
+        f.set_len(3).unwrap();
+        assert!(!appended.matches(&now(&media)));
+        std::fs::write(dir.path().join("new"), b"fragment and more").unwrap();
+        std::fs::rename(dir.path().join("new"), &media).unwrap();
+        assert!(!appended.matches(&now(&media)), "another file");
+        std::fs::write(dir.path().join("next"), b"the next index").unwrap();
+        std::fs::rename(dir.path().join("next"), &index).unwrap();
+        assert!(replaced.matches(&now(&index)));
     }
 }

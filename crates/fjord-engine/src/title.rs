@@ -49,6 +49,8 @@ pub struct Title {
     needs_repair: AtomicBool,
     /// A file failed [`Title::verify`]: its sessions end, it is loaded afresh.
     corrupt: AtomicBool,
+    /// A snapshot of a recording still being written ([`Title::grows`]).
+    growing: bool,
 }
 
 /// What brings a filled title's files onto local disk (none for a local
@@ -126,6 +128,7 @@ impl Title {
             files,
             needs_repair: AtomicBool::new(false),
             corrupt: AtomicBool::new(false),
+            growing: false,
         })
     }
 
@@ -134,6 +137,23 @@ impl Title {
     /// Waits: call it where blocking is allowed.
     pub fn fill_media(&self, range: Range<u64>) -> Result<Option<Hold>, String> {
         self.fill(Slot::Media, range)
+    }
+
+    /// Marks the title a snapshot of a recording still being written, its
+    /// index made from the media file's durable prefix
+    /// (`fjord_media::ingest::snapshot`): the file growing past it, or the
+    /// index replaced by the next snapshot's, is no change that ends its
+    /// sessions (they play what the snapshot holds).
+    pub fn grows(&mut self) {
+        self.growing = true;
+        self.files.grows();
+    }
+
+    /// Whether the title is a growing recording's snapshot: its media is
+    /// [`Title::media`] up to [`Title::media_len`], the index's source
+    /// size, not the whole file.
+    pub fn is_growing(&self) -> bool {
+        self.growing
     }
 
     /// Whether the title's files are filled in as they are read (an edge's).
@@ -402,9 +422,16 @@ impl Title {
     }
 
     /// The media file as mapped (of an edge's title, zeros where its
-    /// slices are not filled in: [`Title::fill_media`] them first).
+    /// slices are not filled in: [`Title::fill_media`] them first; of a
+    /// growing recording's snapshot, its durable prefix).
     pub fn media(&self) -> &[u8] {
-        &self.media
+        match self.growing {
+            true => self
+                .media
+                .get(..self.index.source().size as usize)
+                .unwrap_or(&self.media),
+            false => &self.media,
+        }
     }
 
     /// Whether a file of the title failed to read (EIO) while it played:

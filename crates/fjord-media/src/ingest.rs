@@ -189,6 +189,46 @@ pub fn ingest_paced(
     Ok(plan.report)
 }
 
+/// The index of the first `len` bytes of `media`, a file that is still
+/// being written (a live recording, `len` what is durable of it): planned
+/// from those bytes alone, without parity, written beside it. Its source
+/// identity names no version of the file (no hashes, no mtime), so it is
+/// never taken for the whole file's index: the next ingest makes that
+/// afresh. Reads the prefix (planning), never hashes it.
+pub fn snapshot(media: &Path, len: u64, opts: &TsOptions) -> Result<Index, IngestError> {
+    let open_err = |source| IngestError::Open {
+        path: media.to_owned(),
+        source,
+    };
+    let file = File::open(media).map_err(open_err)?;
+    // SAFETY: read-only mapping; the writer only appends, see `index::map_media`.
+    let data = unsafe { Guarded::map(&file) }.map_err(open_err)?;
+    let prefix = data.get(..len as usize).ok_or(IngestError::Changed {
+        path: media.to_owned(),
+    })?;
+    let plan = format::plan(prefix, opts, &mut |_, _| {}).map_err(format_error(media))?;
+    if data.damaged() {
+        return Err(IngestError::Changed {
+            path: media.to_owned(),
+        });
+    }
+    let source = SourceId {
+        size: len,
+        mtime_ns: 0,
+        content_hash: [0; 32],
+        sample_hash: [0; 32],
+    };
+    let index_path = index::index_path_for(media);
+    index::write(&index_path, &plan, &source).map_err(|source| IngestError::WriteIndex {
+        path: index_path.clone(),
+        source,
+    })?;
+    Index::open(&index_path).map_err(|source| IngestError::ReadBack {
+        path: index_path,
+        source,
+    })
+}
+
 fn format_error(path: &Path) -> impl Fn(FormatError) -> IngestError {
     move |e| {
         let path = path.to_owned();

@@ -177,3 +177,66 @@ fn a_cut_fragmented_file_serves_what_it_holds_and_a_broken_one_is_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A fragmented file still being written, indexed from its durable
+/// prefix: only the fragments before the length given count (the bytes
+/// after, a fragment half written, are never read); a later, longer
+/// snapshot holds the earlier one's packets unchanged, then more; and
+/// the whole file's ingest never takes a snapshot's index for its own.
+#[test]
+fn a_growing_fragmented_file_is_indexed_up_to_its_durable_length() {
+    let dir = scratch();
+    let flat = source(&dir);
+    let frag = remux(
+        &flat,
+        &dir,
+        "g.mp4",
+        &["-movflags", "frag_keyframe+empty_moov+default_base_moof"],
+    );
+    let data = std::fs::read(&frag).unwrap();
+    let moofs: Vec<usize> = (data.windows(4).enumerate())
+        .filter(|(_, w)| *w == b"moof")
+        .map(|(i, _)| i - 4)
+        .collect();
+    assert!(moofs.len() >= 4, "{} fragments", moofs.len());
+    let snap = |len: usize| {
+        let idx = fjord_media::ingest::snapshot(&frag, len as u64, &Default::default()).unwrap();
+        let records: Vec<Vec<_>> = (idx.tracks())
+            .map(|t| {
+                (0..t.packet_count())
+                    .map(|i| t.packet(i).unwrap())
+                    .collect()
+            })
+            .collect();
+        (idx.duration_ns(), idx.source().size, records)
+    };
+    // Two fragments, and half of the third's bytes.
+    let (d2, size2, r2) = snap(moofs[2] + 100);
+    assert_eq!(size2, moofs[2] as u64 + 100);
+    for t in &r2 {
+        assert!(!t.is_empty());
+        assert!(t.iter().all(|r| r.file_end() <= moofs[2] as u64));
+    }
+    let (d3, _, r3) = snap(moofs[3]);
+    assert!(d3 > d2, "{d3} > {d2}");
+    for (a, b) in r2.iter().zip(&r3) {
+        assert!(b.len() > a.len());
+        assert_eq!(a[..], b[..a.len()]);
+    }
+    let (_, report) = fjord_media::open_or_ingest(
+        &frag,
+        &Default::default(),
+        &fjord_media::no_parity,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert!(
+        report.is_some(),
+        "the snapshot's index was taken for the file's"
+    );
+    // Bad lengths: past the end, or no fragment yet.
+    assert!(
+        fjord_media::ingest::snapshot(&frag, data.len() as u64 + 1, &Default::default()).is_err()
+    );
+    assert!(fjord_media::ingest::snapshot(&frag, moofs[0] as u64, &Default::default()).is_err());
+}

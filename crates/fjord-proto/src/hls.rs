@@ -88,13 +88,37 @@ pub fn segment_playlist(
     init_uri: Option<&str>,
     segment_uri: impl Fn(usize) -> String,
 ) -> String {
+    whole_segments(segments, init_uri, segment_uri, None)
+}
+
+/// [`segment_playlist`] of a title still growing: an EVENT playlist
+/// (RFC 8216 §6.2.1), without `#EXT-X-ENDLIST`, that players fetch again
+/// for the segments added since. Its target duration, which must not
+/// change as it grows, is at least `target_s`.
+pub fn event_playlist(
+    segments: &[Segment],
+    init_uri: Option<&str>,
+    segment_uri: impl Fn(usize) -> String,
+    target_s: u64,
+) -> String {
+    whole_segments(segments, init_uri, segment_uri, Some(target_s))
+}
+
+/// A VOD playlist, or with `event` (a least target duration) an EVENT one.
+fn whole_segments(
+    segments: &[Segment],
+    init_uri: Option<&str>,
+    segment_uri: impl Fn(usize) -> String,
+    event: Option<u64>,
+) -> String {
     use std::fmt::Write;
     let longest = segments.iter().map(|s| s.duration_ns).max().unwrap_or(0);
-    let target = longest.div_ceil(1_000_000_000).max(1);
+    let target = (longest.div_ceil(1_000_000_000).max(1)).max(event.unwrap_or(0));
     let version = if init_uri.is_some() { 7 } else { 3 };
+    let kind = if event.is_some() { "EVENT" } else { "VOD" };
     let mut m = format!(
         "#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-TARGETDURATION:{target}\n\
-         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n"
+         #EXT-X-PLAYLIST-TYPE:{kind}\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n"
     );
     if let Some(init) = init_uri {
         let _ = writeln!(m, "#EXT-X-MAP:URI=\"{init}\"");
@@ -107,7 +131,9 @@ pub fn segment_playlist(
             segment_uri(i)
         );
     }
-    m.push_str("#EXT-X-ENDLIST\n");
+    if event.is_none() {
+        m.push_str("#EXT-X-ENDLIST\n");
+    }
     m
 }
 

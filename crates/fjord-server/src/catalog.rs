@@ -5,7 +5,10 @@
 //! packets, are made afterwards, in the background, so the first client
 //! does not wait for them; clients that open the title once they are
 //! written are offered the repair streams and sent the prefabricated
-//! packets.
+//! packets. A live recording still being written is a title too
+//! ([`growing`]): a snapshot of what of it is durable.
+
+pub mod growing;
 
 use std::{
     io,
@@ -88,6 +91,8 @@ pub struct Catalog {
     storage: Option<Storage>,
     /// Where titles not under the roots are looked for (an edge's origin).
     edge: Option<crate::edge::Edge>,
+    /// Live recordings being written.
+    growing: growing::Growing,
 }
 
 type Slot = tokio::sync::Mutex<Option<Loaded>>;
@@ -139,6 +144,8 @@ struct Loaded {
     head: Option<HeadPin>,
     /// An origin title's version (`None`: a title under the roots).
     origin: Option<crate::edge::Version>,
+    /// A snapshot of a growing recording, `size` its durable bytes.
+    growing: bool,
 }
 
 impl Catalog {
@@ -170,6 +177,7 @@ impl Catalog {
             pending,
             storage,
             edge: None,
+            growing: Default::default(),
         })
     }
 
@@ -191,6 +199,11 @@ impl Catalog {
         self
     }
 
+    /// The live recordings being written (told by their threads).
+    pub fn growing(&self) -> &growing::Growing {
+        &self.growing
+    }
+
     pub fn roots(&self) -> Vec<PathBuf> {
         self.pool.roots().map(Path::to_owned).collect()
     }
@@ -201,7 +214,12 @@ impl Catalog {
     /// file is opened (canonicalize only stats and reads links). fjord's own
     /// files (indexes, parity, temporaries) and hidden files are not titles;
     /// any other file is, and its content decides whether it can be served.
+    /// `PATH/latest.mp4` is the file of the newest recording at `PATH`
+    /// ([`growing::Growing::latest`]).
     pub fn resolve(&self, title: &str) -> Result<PathBuf, CatalogError> {
+        // `PATH/latest.mp4`: the stream's newest recording.
+        let latest = self.growing.latest(title);
+        let title = latest.as_deref().unwrap_or(title);
         let rel = Path::new(title);
         let plain = rel.components().all(|c| match c {
             Component::Normal(name) => !name.as_encoded_bytes().starts_with(b"."),
@@ -219,6 +237,9 @@ impl Catalog {
     /// The title with its name, ingesting it first when it is new or its
     /// file changed. Sessions keep the name the catalog holds.
     pub async fn open(&self, title: &str) -> Result<(Arc<str>, Arc<Title>), CatalogError> {
+        // `PATH/latest.mp4`: the stream's newest recording, by its own name.
+        let latest = self.growing.latest(title);
+        let title = latest.as_deref().unwrap_or(title);
         let path = match (self.resolve(title), &self.edge, &self.storage) {
             (Ok(path), ..) => path,
             (Err(CatalogError::NotFound), Some(edge), Some(storage)) if plain(title) => {
@@ -226,6 +247,9 @@ impl Catalog {
             }
             (Err(e), ..) => return Err(e),
         };
+        if let Some(durable) = self.growing.durable(title) {
+            return self.open_growing(title, path, durable).await;
+        }
         let (key, slot) = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             slots.open(title, unused)
@@ -238,6 +262,7 @@ impl Catalog {
         if let Some(l) = loaded.as_ref()
             && l.size == meta.len()
             && l.mtime == mtime
+            && !l.growing
             && !l.title.files_changed()
             && !l.title.damaged()
         {
@@ -298,8 +323,57 @@ impl Catalog {
             mtime,
             head,
             origin: None,
+            growing: false,
         });
         Ok((key, title))
+    }
+
+    /// A recording being written, `durable` bytes of its file at `path`
+    /// whole fragments: the snapshot loaded if it holds them all, else one
+    /// made now (no parity, packets or verification: they are made when
+    /// the recording ends and it is ingested whole).
+    async fn open_growing(
+        &self,
+        title: &str,
+        path: PathBuf,
+        durable: u64,
+    ) -> Result<(Arc<str>, Arc<Title>), CatalogError> {
+        let (key, slot) = {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.open(title, unused)
+        };
+        let mut loaded = slot.lock().await;
+        let snapshot = loaded.as_ref().filter(|l| l.growing);
+        let len = match growing::open(durable, snapshot.map(|l| l.size)) {
+            growing::Open::NotYet => {
+                let why = "the recording has no whole fragment yet; ask again in a second";
+                return Err(CatalogError::Unavailable(why.to_owned()));
+            }
+            growing::Open::Loaded => {
+                let t = snapshot.map(|l| l.title.clone());
+                return t.map(|t| (key, t)).ok_or(CatalogError::NotFound);
+            }
+            growing::Open::Snapshot(len) => len,
+        };
+        let options = self.options;
+        let t = tokio::task::spawn_blocking(move || {
+            let index = fjord_media::ingest::snapshot(&path, len, &options).map_err(classify)?;
+            let mut t = Title::new(index, &path)
+                .map_err(|e| failed(&format_args!("{}: {e}", path.display())))?;
+            t.grows();
+            Ok::<_, CatalogError>(Arc::new(t))
+        })
+        .await
+        .map_err(|e| CatalogError::Failed(e.to_string()))??;
+        *loaded = Some(Loaded {
+            title: t.clone(),
+            size: len,
+            mtime: SystemTime::UNIX_EPOCH,
+            head: None,
+            origin: None,
+            growing: true,
+        });
+        Ok((key, t))
     }
 
     /// A title of the edge's origin, at its version there now: the one
@@ -330,6 +404,7 @@ impl Catalog {
             mtime: SystemTime::UNIX_EPOCH,
             head: Some(head),
             origin: Some(version),
+            growing: false,
         });
         Ok((key, t))
     }

@@ -79,6 +79,14 @@ fn a_fragmented_title_names_its_init_segment_and_codecs() {
         m.contains("#EXTINF:2.500,\nseg-1.m4s\n#EXT-X-ENDLIST\n"),
         "{m}"
     );
+    // Growing: EVENT, no ENDLIST, a target that holds as it grows.
+    let e = event_playlist(&segs, Some("init.mp4"), |i| format!("seg-{i}.m4s"), 12);
+    assert!(
+        e.contains("#EXT-X-TARGETDURATION:12\n#EXT-X-PLAYLIST-TYPE:EVENT\n"),
+        "{e}"
+    );
+    assert!(e.ends_with("#EXTINF:2.500,\nseg-1.m4s\n"), "{e}");
+    assert!(!e.contains("ENDLIST"), "{e}");
     let variant = Variant {
         codecs: Some("avc1.64001f,mp4a.40.2".into()),
         resolution: Some((1280, 720)),

@@ -6,7 +6,9 @@
 //! segments (all tracks, or one) are worked out once, from its `moov`, its
 //! Matroska block headers or its index, on a blocking thread, and kept for
 //! the next requests while the file stays the same (an origin title's:
-//! while its version does, [`super::origin`]).
+//! while its version does, [`super::origin`]). A live recording still
+//! being written is cut from the snapshot the catalog serves: the bytes of
+//! its file that are whole fragments, synced, never those after.
 
 use std::{
     collections::HashMap,
@@ -40,6 +42,9 @@ pub(crate) struct Fragments {
     pub etag: String,
     pub modified: SystemTime,
     pub title: Fragmented,
+    /// Of a recording still being written: its durable bytes, all that
+    /// was read.
+    pub growing: Option<u64>,
 }
 
 impl Fragments {
@@ -111,7 +116,7 @@ impl Cache {
         let cache = self.clone();
         let target_ns = server.config().hls_segment_s.max(1) * 1_000_000_000;
         tokio::task::spawn_blocking(move || {
-            let (path, entity) = match title.is_filled() {
+            let (path, mut entity) = match title.is_filled() {
                 true => (
                     PathBuf::from(format!("origin:{name}")),
                     super::origin_entity(&title, &name),
@@ -123,6 +128,11 @@ impl Cache {
                     (path, Entity::of(&meta, &name))
                 }
             };
+            let growing = title.is_growing().then(|| title.media_len());
+            if let Some(len) = growing {
+                // The segments are the snapshot's, whatever the file holds by now.
+                entity.etag = format!("{}-g{len}\"", entity.etag.trim_end_matches('"'));
+            }
             if let Some(f) = cache.lookup(&(path.clone(), only, webm), &entity.etag) {
                 return Ok(f);
             }
@@ -138,9 +148,10 @@ impl Cache {
                     modified: entity.modified,
                     title: super::packed::fragmented(&title, kind, target_ns)
                         .ok_or((500, "the title's index could not be read".to_owned()))?,
+                    growing,
                 },
                 Some(_) => return Err((404, "packed audio has one track".to_owned())),
-                None => make((&path, origin), (only, webm), entity, target_ns)?,
+                None => make((&path, origin, growing), (only, webm), entity, target_ns)?,
             };
             let f = Arc::new(f);
             cache.keep(f.clone());
@@ -179,10 +190,11 @@ pub(crate) fn is_fragmentable(format: &str) -> bool {
 }
 
 /// Reads the title's `moov` (Matroska: its block headers) and cuts it
-/// into fragments: of the file at `path`, or of the origin title's media,
-/// filled in first.
+/// into fragments: of the file at `path` (of a growing recording, its
+/// first `growing` bytes), or of the origin title's media, filled in
+/// first.
 fn make(
-    (path, origin): (&Path, Option<Arc<fjord_engine::Title>>),
+    (path, origin, growing): (&Path, Option<Arc<fjord_engine::Title>>, Option<u64>),
     (only, webm): (Option<usize>, bool),
     entity: Entity,
     target_ns: u64,
@@ -196,14 +208,13 @@ fn make(
         }
         None => {
             let data = fjord_media::index::map_media(path).map_err(|e| (500, e.to_string()))?;
-            (cut(&data, (only, webm), target_ns)?, data.damaged(), None)
+            let len = growing.map_or(data.len(), |n| n as usize);
+            let prefix = data.get(..len).ok_or((503, CHANGED.to_owned()))?;
+            (cut(prefix, (only, webm), target_ns)?, data.damaged(), None)
         }
     };
     if damaged {
-        return Err((
-            503,
-            "the title changed while it was read; ask again".to_owned(),
-        ));
+        return Err((503, CHANGED.to_owned()));
     }
     Ok(Fragments {
         path: path.to_owned(),
@@ -214,8 +225,11 @@ fn make(
         etag: entity.etag,
         modified: entity.modified,
         title,
+        growing,
     })
 }
+
+const CHANGED: &str = "the title changed while it was read; ask again";
 
 /// The fragments of the title whose media is `data`.
 fn cut(

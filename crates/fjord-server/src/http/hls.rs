@@ -7,6 +7,9 @@
 //! track in each:
 //! `NAME/init.mp4` and `NAME/seg-N.m4s`; an ADTS or MP3 title's packed
 //! audio ([`super::packed`]): `NAME/seg-N.aac`, `NAME/seg-N.mp3`.
+//! A live recording still being written has an EVENT media playlist of
+//! the segments no later snapshot changes ([`settled`]), fetched again by
+//! players as it grows; the VOD one once it ends.
 
 use std::sync::Arc;
 
@@ -97,8 +100,9 @@ pub(crate) async fn playlist(
     title: &str,
     (which, backups): (Playlist, Vec<String>),
 ) -> Result<String, (u16, String)> {
+    let target_s = server.config().hls_segment_s.max(1);
     Ok(match form(server, cache, title).await? {
-        Form::Fragmented(f) => fragmented_playlist(&f, (which, backups))?,
+        Form::Fragmented(f) => fragmented_playlist(&f, (which, backups), target_s)?,
         Form::Ranges {
             segments,
             uri,
@@ -212,21 +216,23 @@ fn ts_params(t: &Title) -> fjord_media::ts::params::Params {
     }
 }
 
-/// A playlist of a fragmented title.
+/// A playlist of a fragmented title, whose segments are cut
+/// `target_s` apart; a multivariant one lists the media playlist at
+/// `backups` too.
 fn fragmented_playlist(
     f: &fmp4::Fragments,
     (which, backups): (Playlist, Vec<String>),
+    target_s: u64,
 ) -> Result<String, (u16, String)> {
-    let segments: Vec<Segment> = f
-        .title
-        .fragments
-        .iter()
+    let all: Vec<Segment> = (f.title.fragments.iter())
         .map(|s| Segment {
             offset: 0,
             len: s.len(),
             duration_ns: s.duration_ns,
         })
         .collect();
+    let segments = &all[..settled_of(f)];
+    let growing = f.growing.is_some();
     let frames: Vec<IFrame> = (f.title.fragments.iter().enumerate())
         .filter_map(|(i, s)| {
             Some(IFrame {
@@ -239,20 +245,30 @@ fn fragmented_playlist(
         .collect();
     let video = f.title.tracks.iter().find(|t| t.video);
     Ok(match which {
+        Playlist::Media if growing => {
+            // Twice the target: segments end at key frames past it.
+            let uri = |i| format!("seg-{i}.m4s");
+            fjord_proto::hls::event_playlist(segments, Some("init.mp4"), uri, 2 * target_s)
+        }
         Playlist::Media => match f.packed {
-            Some(p) => fjord_proto::hls::segment_playlist(&segments, None, |i| {
+            Some(p) => fjord_proto::hls::segment_playlist(segments, None, |i| {
                 format!("seg-{i}.{}", p.ext())
             }),
-            None => fjord_proto::hls::segment_playlist(&segments, Some("init.mp4"), |i| {
+            None => fjord_proto::hls::segment_playlist(segments, Some("init.mp4"), |i| {
                 format!("seg-{i}.m4s")
             }),
         },
+        // I-frame playlists are VOD only.
+        Playlist::IFrames if growing => {
+            let why = "no I-frame playlist while the recording grows; there is one once it ends";
+            return Err((404, why.to_owned()));
+        }
         Playlist::IFrames if video.is_some() && !frames.is_empty() => {
             fjord_proto::hls::i_frame_playlist(&frames, Some("init.mp4"))
         }
         Playlist::IFrames => return Err((404, "this title has no video key frames".to_owned())),
         Playlist::Multivariant => {
-            let i_frames = video.filter(|_| !frames.is_empty()).map(|v| {
+            let i_frames = video.filter(|_| !frames.is_empty() && !growing).map(|v| {
                 let bps = fjord_proto::hls::i_frame_bandwidth(&frames);
                 ("iframes.m3u8".to_owned(), bps, v.codec.clone())
             });
@@ -263,9 +279,40 @@ fn fragmented_playlist(
                 i_frames,
                 backups,
             };
-            fjord_proto::hls::multivariant_playlist(&segments, "media.m3u8", &variant)
+            // Its bandwidth from every segment, a growing one's last too.
+            fjord_proto::hls::multivariant_playlist(&all, "media.m3u8", &variant)
         }
     })
+}
+
+/// How many of a title's segments its playlist lists: all, or of a
+/// growing recording those [`settled`].
+pub(super) fn settled_of(f: &fmp4::Fragments) -> usize {
+    let fragments = &f.title.fragments;
+    match f.growing {
+        Some(_) => settled(&fragments.iter().map(|s| s.duration_ns).collect::<Vec<_>>()),
+        None => fragments.len(),
+    }
+}
+
+/// How close to a growing recording's end a segment may end and still be
+/// listed: a track's samples that fall in it may lie in a later fragment
+/// of the file (audio arriving after the video key frame that cuts it).
+const SETTLED_NS: u64 = 1_000_000_000;
+
+/// How many of a growing recording's segments (of these durations) no
+/// later snapshot changes: its last takes the rest of the file, and grows
+/// with it; the ones before it, unless they end within [`SETTLED_NS`] of
+/// the end.
+fn settled(durations_ns: &[u64]) -> usize {
+    let total: u64 = durations_ns.iter().sum();
+    let mut end = 0;
+    (durations_ns[..durations_ns.len().saturating_sub(1)].iter())
+        .take_while(|d| {
+            end += **d;
+            end + SETTLED_NS <= total
+        })
+        .count()
 }
 
 /// What a title's name escapes in a relative URI.
@@ -274,3 +321,20 @@ const SEGMENT_URI: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUM
     .remove(b'_')
     .remove(b'.')
     .remove(b'~');
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_growing_recordings_playlist_lists_the_segments_that_will_not_change() {
+        const S: u64 = 1_000_000_000;
+        assert_eq!(settled(&[]), 0);
+        // The last segment grows with the file.
+        assert_eq!(settled(&[6 * S]), 0);
+        assert_eq!(settled(&[6 * S, 6 * S, 3 * S]), 2);
+        // One ending within a second of the end may still gain samples.
+        assert_eq!(settled(&[6 * S, 6 * S, S / 2]), 1);
+        assert_eq!(settled(&[6 * S, 6 * S, S]), 2);
+    }
+}

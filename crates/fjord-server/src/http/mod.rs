@@ -460,12 +460,18 @@ async fn adaptive(
             };
             let text = hls::playlist(server, fragments, title, (which, backups)).await;
             let r = generated(req, "application/vnd.apple.mpegurl", text);
-            (None, r.cached(&cache.playlist))
+            (
+                None,
+                r.cached(playlist_cache(server, title, &cache.playlist)),
+            )
         }
         Route::Manifest => {
             let text = dash::manifest(server, fragments, title).await;
             let r = generated(req, "application/dash+xml", text);
-            (None, r.cached(&cache.playlist))
+            (
+                None,
+                r.cached(playlist_cache(server, title, &cache.playlist)),
+            )
         }
         Route::Init(only) => segment(server, fragments, req, title, (only, false), None).await,
         Route::Segment(only, i) => {
@@ -475,6 +481,18 @@ async fn adaptive(
         Route::WebmSegment(k, i) => {
             segment(server, fragments, req, title, (Some(k), true), Some(i)).await
         }
+    }
+}
+
+/// How long caches keep a playlist or manifest of `title`: as configured,
+/// or a second while it is a recording that grows (players fetch it
+/// again for the new segments, RFC 8216 §6.2.1).
+fn playlist_cache<'a>(server: &Server, title: &str, configured: &'a str) -> &'a str {
+    let growing = server.catalog.growing();
+    let latest = growing.latest(title);
+    match growing.durable(latest.as_deref().unwrap_or(title)) {
+        Some(_) => "max-age=1",
+        None => configured,
     }
 }
 
@@ -509,18 +527,31 @@ async fn segment(
         Ok(f) => f,
         Err((status, why)) => return (None, Response::error(status, &why, close)),
     };
+    if let (Some(i), Some(_)) = (which, f.growing)
+        && i >= hls::settled_of(&f)
+    {
+        // Not listed yet: it still grows with the recording.
+        let why = "no such segment yet: the recording grows; fetch the playlist again";
+        return (None, Response::error(404, why, close));
+    }
     let (Some(entity), Some(parts)) = (f.entity(which), f.parts(which)) else {
         return (None, Response::error(404, "no such segment", close));
     };
     let (path, etag, origin) = (f.path.clone(), f.etag.clone(), f.origin.clone());
+    let growing = f.growing;
     // The file opened must be the one the segments were cut from (it may
     // have been replaced since): its byte ranges are theirs. An origin
-    // title's media is the version they were cut from.
+    // title's media is the version they were cut from; a growing
+    // recording's, a prefix of the file, which is only appended to.
     let opened = tokio::task::spawn_blocking(move || match origin {
         Some(t) => Some((std::fs::File::from(t.fd().try_clone_to_owned().ok()?), true)),
         None => {
             let file = std::fs::File::open(&path).ok()?;
-            let same = plan::Entity::of(&file.metadata().ok()?, "").etag == etag;
+            let meta = file.metadata().ok()?;
+            let same = match growing {
+                Some(len) => meta.len() >= len,
+                None => plan::Entity::of(&meta, "").etag == etag,
+            };
             Some((file, same))
         }
     });

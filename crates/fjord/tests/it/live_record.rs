@@ -6,14 +6,18 @@
 //! fjord decodes the published frames. A publisher killed and replaced
 //! within `live_grace_s` continues the same file (the frames of both, in
 //! order). A server killed (SIGKILL) in the middle of a recording and
-//! started again serves it up to its last fragment.
+//! started again serves it up to its last fragment. While a recording
+//! grows, a viewer finds it in the API, seeks back into it over RTSP,
+//! fast-forwards it, and plays it over HLS by the path's alias
+//! `latest.mp4` (an EVENT playlist that grows, VOD once it ends), getting
+//! the file's frames.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::common::{Server, generate_media, run_bounded};
+use crate::common::{Server, curl, curl_status, generate_media, raw_exchange, run_bounded};
 
 const CONFIG: &str = "live_timeout_s = 2\nlive_record = [\"live/**\"]\n\
 [[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\", \"other/**\"]\n\
@@ -26,6 +30,16 @@ fn source() -> &'static Path {
         let args = "-f lavfi -i testsrc=size=320x240:rate=25 -f lavfi -i sine=frequency=440:sample_rate=44100 \
             -t 6 -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska";
         generate_media("live-record-6s.mkv", &args.split(' ').collect::<Vec<_>>())
+    })
+}
+
+/// 30 s as [`source`].
+fn source_30s() -> &'static Path {
+    static SRC: OnceLock<PathBuf> = OnceLock::new();
+    SRC.get_or_init(|| {
+        let args = "-f lavfi -i testsrc=size=320x240:rate=25 -f lavfi -i sine=frequency=440:sample_rate=44100 \
+            -t 30 -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska";
+        generate_media("live-record-30s.mkv", &args.split(' ').collect::<Vec<_>>())
     })
 }
 
@@ -72,12 +86,16 @@ fn md5_column(framemd5: &str) -> Vec<String> {
 }
 
 fn publish(server: &Server, path: &str) -> Child {
+    publish_file(server, path, source())
+}
+
+fn publish_file(server: &Server, path: &str, file: &Path) -> Child {
     let url = server
         .url(path)
         .replacen("rtsp://", "rtsp://pub:secret@", 1);
     Command::new("ffmpeg")
         .args(["-nostdin", "-v", "error", "-re", "-i"])
-        .arg(source())
+        .arg(file)
         .args(["-c", "copy", "-f", "rtsp", &url])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -235,4 +253,185 @@ fn a_publisher_back_within_the_grace_continues_the_same_recording() {
     assert!(k >= 25, "the first publisher's part is {k} frames");
     assert_prefix(&got[..k], &src, src.len(), "the first publisher's frames");
     assert_prefix(&got[k..], &src, 0, "the second publisher's frames");
+}
+
+/// A media playlist's segment count, and whether it is the growing
+/// recording's (EVENT, no ENDLIST) or the closed title's (VOD, ENDLIST).
+fn segments_of(playlist: &str) -> (usize, bool) {
+    let event = playlist.contains("#EXT-X-PLAYLIST-TYPE:EVENT\n");
+    let ended = playlist.contains("#EXT-X-ENDLIST");
+    assert!(event != ended, "{playlist}");
+    let n = playlist.lines().filter(|l| l.starts_with("seg-")).count();
+    (n, event)
+}
+
+/// Where `run` lies in `all` (every one of its items in a row there).
+fn run_at(run: &[String], all: &[String], what: &str) -> usize {
+    assert!(!run.is_empty(), "{what}: nothing");
+    (0..all.len())
+        .find(|&i| all[i..].starts_with(run))
+        .unwrap_or_else(|| panic!("{what}: {} frames, not a run of the file's", run.len()))
+}
+
+/// The duration a DESCRIBE of `title` answers (`a=range:npt=0-D`).
+fn recorded_s(server: &Server, title: &str) -> f64 {
+    let describe = format!("DESCRIBE {} RTSP/1.0\r\nCSeq: 1\r\n\r\n", server.url(title));
+    let (sdp, _) = raw_exchange(
+        &server.addr(),
+        describe.as_bytes(),
+        Duration::from_millis(500),
+    );
+    assert!(sdp.starts_with("RTSP/1.0 200"), "{sdp}");
+    (sdp.lines())
+        .find_map(|l| l.strip_prefix("a=range:npt=0-"))
+        .and_then(|d| d.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{sdp}"))
+}
+
+/// Trick play of the growing `title` (its snapshot at the DESCRIBE):
+/// Scale 4 from 2 s plays to its end at four times the pace; a PLAY past
+/// its end is refused with the reason.
+fn fast_forward(server: &Server, title: &str) {
+    let (mut c, mut rx, recorded) = crate::client::open(server, title, false);
+    let url = c.control_url().to_string();
+    let past = format!("npt={}-", recorded + 5.0);
+    let r = c.request("PLAY", &url, &[("Range", &past)], b"").unwrap();
+    assert_eq!(r.status, 457, "{}", String::from_utf8_lossy(&r.body));
+    let started = Instant::now();
+    let r = c
+        .request("PLAY", &url, &[("Scale", "4"), ("Range", "npt=2-")], b"")
+        .unwrap();
+    assert_eq!((r.status, r.header("Scale")), (200, Some("4")));
+    let cap = crate::client::recv(&mut c, &mut rx, crate::client::QUIET, crate::client::LIMIT);
+    assert_eq!(cap.end, fjord_client::EndReason::Bye);
+    let took = started.elapsed().as_secs_f64();
+    let pictures = cap.packets.iter().filter(|p| p.marker).count();
+    // Key frames only, a second apart, sent in a quarter of the time (a
+    // half allowed for a loaded machine).
+    let seconds = recorded - 2.0;
+    assert!(
+        took < seconds / 2.0,
+        "{took:.1} s for {seconds:.1} s at Scale 4"
+    );
+    let want = seconds as usize;
+    assert!(
+        pictures + 2 >= want && pictures <= want + 2,
+        "{pictures} pictures in {seconds:.1} s"
+    );
+}
+
+#[test]
+fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
+    let config = format!("{CONFIG}[[user]]\nname = \"ops\"\npassword = \"pager\"\nadmin = true\n");
+    let (server, http) = Server::start_http(&config);
+    let started = Instant::now();
+    let mut p = publish_file(&server, "live/grow", source_30s());
+    wait_for_log(&server, "live stream recorded", Duration::from_secs(10));
+    // The viewer finds the recording's name in the API.
+    let api = format!("{}/api/v1/live", server.admin());
+    let (live, code) = curl(&["--digest", "-u", "ops:pager", &api]);
+    assert_eq!(code, 200, "{live}");
+    let live: serde_json::Value = serde_json::from_str(&live).unwrap();
+    let title = live[0]["recording"].as_str().unwrap().to_owned();
+    assert!(title.starts_with("live/grow/"), "{live}");
+    let at = |s: u64| {
+        std::thread::sleep(
+            (started + Duration::from_secs(s)).saturating_duration_since(Instant::now()),
+        )
+    };
+    at(9);
+    // HLS by the stream's alias for its newest recording.
+    let playlist = format!("http://127.0.0.1:{http}/live/grow/latest.mp4/media.m3u8");
+    let (first, code) = curl(&["-i", &playlist]);
+    assert_eq!(code, 200, "{first}");
+    assert!(
+        first
+            .to_ascii_lowercase()
+            .contains("cache-control: max-age=1"),
+        "{first}"
+    );
+    let (n1, event) = segments_of(&first);
+    assert!(event && n1 >= 1, "{first}");
+    // The multivariant playlist rates it; no I-frame playlist yet.
+    let (multivariant, _) = curl(&[&playlist.replace("media.m3u8", "index.m3u8")]);
+    assert!(!multivariant.contains("BANDWIDTH=0,"), "{multivariant}");
+    assert!(!multivariant.contains("I-FRAME"), "{multivariant}");
+    assert_eq!(curl_status(&[&playlist.replace("media", "iframes")]), 404);
+    // ffmpeg follows the growing playlist from its first segment.
+    let mut cmd = Command::new("ffmpeg");
+    cmd.args([
+        "-nostdin",
+        "-v",
+        "error",
+        "-live_start_index",
+        "0",
+        "-i",
+        &playlist,
+    ])
+    .args(["-map", "0:v", "-pix_fmt", "yuv420p", "-f", "framemd5", "-"]);
+    let hls = std::thread::spawn(move || run_bounded(cmd, Duration::from_secs(80)));
+    at(13);
+    // A seek back to 5 s, played to what was recorded at its DESCRIBE
+    // (between the two of ours) over RTSP.
+    let before = recorded_s(&server, &title);
+    assert!((9.0..14.0).contains(&before), "{before} s recorded");
+    let url = server.url(&title);
+    let rtsp = std::thread::spawn(move || {
+        let args = "-map 0:v -fps_mode passthrough -pix_fmt yuv420p -f framemd5 -";
+        let mut args: Vec<&str> = args.split(' ').collect();
+        args.splice(0..0, ["-ss", "5", "-i", &url]);
+        md5_column(&ffmpeg(&args, Duration::from_secs(30)))
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = recorded_s(&server, &title);
+    fast_forward(&server, &title);
+    let played = rtsp.join().unwrap();
+    assert!(
+        p.try_wait().unwrap().is_none(),
+        "the publisher ended before the play did"
+    );
+    let (second, _) = curl(&[&playlist]);
+    let (n2, event) = segments_of(&second);
+    assert!(event && n2 > n1, "{n1} then {n2} segments:\n{second}");
+    // The segment after the listed ones still grows: not served yet.
+    let unlisted = format!("http://127.0.0.1:{http}/live/grow/latest.mp4/seg-{n2}.m4s");
+    assert_eq!(curl_status(&[&unlisted]), 404);
+    assert!(
+        second.starts_with(&first[first.find("#EXTM3U").unwrap()..first.rfind("#EXTINF").unwrap()]),
+        "the playlist changed:\n{first}\n{second}"
+    );
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "publisher: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_log(&server, "live recording closed", Duration::from_secs(10));
+    let (file, _) = recording(&server.media_root(), "live/grow");
+    let frames = decoded_md5s(file.to_str().unwrap());
+    // Over RTSP: the file's frames, from the key frame at or before 5 s
+    // (x264's, a second apart) to the end recorded at the DESCRIBE.
+    // ffmpeg's first frame out after its seek is the key frame before
+    // 5 s (decoded as the start of the play), then from 5 s on.
+    let k = run_at(&played[1..], &frames, "RTSP");
+    assert_eq!(played[0], frames[k - 25], "the key frame before 5 s");
+    assert_eq!(k, 125, "the play began at frame {k}");
+    let end = k + played.len() - 1;
+    let (lo, hi) = ((before * 25.0) as usize, (after * 25.0) as usize);
+    assert!(
+        end + 3 >= lo && end <= hi + 3,
+        "played to frame {end}, {lo} to {hi} recorded"
+    );
+    // Over HLS: every frame of the file, read while it grew, then to its end.
+    let (last, _) = curl(&[&playlist]);
+    assert!(!segments_of(&last).1, "{last}");
+    let out = hls.join().unwrap();
+    assert!(
+        !out.timed_out && out.status.success(),
+        "ffmpeg HLS: {}",
+        out.stderr
+    );
+    let got = md5_column(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(got.len(), frames.len(), "HLS frames");
+    assert!(got == frames, "HLS frames differ from the file's");
 }

@@ -6,9 +6,12 @@
 //! as each fragment completes. The intake never waits for the disk: the
 //! queue between them is bounded, and a recording that falls behind it is
 //! stopped (an error in the log, `fjord_live_recordings{outcome=
-//! "stopped"}`), the file whole up to its last fragment. When the stream
-//! ends the file is closed and opened as a title (ingested: index,
-//! parity, packets), so viewers can play it at once.
+//! "stopped"}`), the file whole up to its last fragment. While it is
+//! written, the catalog is told after each fragment how much of the file
+//! is durable, and serves that much as a title
+//! (`crate::catalog::growing`). When the stream ends the file is closed
+//! and opened as a title (ingested: index, parity, packets), so viewers
+//! can play it whole at once.
 
 use std::{
     fs::File,
@@ -105,6 +108,7 @@ pub(super) fn start(server: &Server, path: &str, tracks: &[Track]) -> Option<Rec
             return None;
         }
     };
+    server.catalog.growing().began(&title);
     let (tx, rx) = mpsc::sync_channel(QUEUE);
     let weak = server.live.server.get().cloned().unwrap_or_default();
     let rt = tokio::runtime::Handle::try_current().ok();
@@ -113,6 +117,7 @@ pub(super) fn start(server: &Server, path: &str, tracks: &[Track]) -> Option<Rec
         .name("fjord-record".to_owned())
         .spawn(move || run(rx, recorder, file, (name, weak, rt)));
     if let Err(e) = spawned {
+        server.catalog.growing().ended(&title);
         tracing::error!(path, "live stream not recorded: {e}");
         return None;
     }
@@ -149,9 +154,10 @@ fn create(root: &Path, path: &str) -> std::io::Result<(File, String)> {
 
 type Ingest = (String, Weak<Server>, Option<tokio::runtime::Handle>);
 
-/// The recording's thread: packets in, fragments written and synced;
-/// when the intake's end is dropped (the stream ended, or the recording
-/// stopped), the last fragment, then the title is ingested.
+/// The recording's thread: packets in, fragments written and synced,
+/// each told to the catalog; when the intake's end is dropped (the stream
+/// ended, or the recording stopped), the last fragment, then the title is
+/// ingested whole.
 fn run(
     rx: mpsc::Receiver<Input>,
     mut recorder: Recorder,
@@ -170,6 +176,9 @@ fn run(
         }
         if !out.is_empty() {
             failed = write(&mut file, &mut out).err();
+            if failed.is_none() && recorder.fragments() > 0 {
+                grew(&server, &title, &file);
+            }
         }
     }
     recorder.finish(&mut out);
@@ -181,6 +190,7 @@ fn run(
     let Some(server) = server.upgrade() else {
         return;
     };
+    server.catalog.growing().ended(&title);
     if let Some(e) = failed {
         tracing::error!(title, "live recording failed: {e}");
         server.metrics.recording(Outcome::Failed);
@@ -195,6 +205,15 @@ fn run(
     );
     server.metrics.recording(Outcome::Done);
     ingest(server, title, rt);
+}
+
+/// Tells the catalog the file's length: all of it is whole fragments,
+/// synced (`write` returned).
+fn grew(server: &Weak<Server>, title: &str, file: &File) {
+    let (Some(server), Ok(meta)) = (server.upgrade(), file.metadata()) else {
+        return;
+    };
+    server.catalog.growing().grew(title, meta.len());
 }
 
 /// Appends `out` to the file and syncs it: what a crash leaves is whole

@@ -1,0 +1,140 @@
+//! Live recordings still being written (`docs/live.md#recording`), as
+//! titles: the recording's thread says how much of its file is durable
+//! (whole fragments, synced) after each fragment; the catalog opens such a
+//! title as a snapshot of that prefix (`fjord_media::ingest::snapshot`),
+//! made again when a request comes and the file has grown since. Sessions
+//! keep the snapshot they started with. When the recording ends it is
+//! forgotten here, and the next open ingests the whole file as any title's.
+//!
+//! `PATH/latest.mp4` names the newest recording of the stream at `PATH`
+//! since the server started (growing or whole), for viewers who know the
+//! stream's path but not when its recording began.
+
+use std::{collections::HashMap, sync::Mutex};
+
+/// The name under a stream's path that stands for its newest recording.
+pub const LATEST: &str = "latest.mp4";
+
+#[derive(Default)]
+pub struct Growing {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The recordings being written, by title: the bytes of each file
+    /// that are durable (0: no whole fragment yet).
+    durable: HashMap<String, u64>,
+    /// The newest recording's title, by `PATH/latest.mp4`.
+    latest: HashMap<String, String>,
+}
+
+impl Growing {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The recording of `title` (`PATH/STAMP.mp4`) begins: it is no title
+    /// until a fragment is durable; it is `PATH`'s newest.
+    pub fn began(&self, title: &str) {
+        let mut state = self.lock();
+        state.durable.insert(title.to_owned(), 0);
+        if let Some((path, _)) = title.rsplit_once('/') {
+            let alias = format!("{path}/{LATEST}");
+            state.latest.insert(alias, title.to_owned());
+        }
+    }
+
+    /// Its first `durable` bytes are whole fragments, synced.
+    pub fn grew(&self, title: &str, durable: u64) {
+        if let Some(d) = self.lock().durable.get_mut(title) {
+            *d = durable.max(*d);
+        }
+    }
+
+    /// The recording ended: `title` is a title as any other.
+    pub fn ended(&self, title: &str) {
+        self.lock().durable.remove(title);
+    }
+
+    /// How much of `title` is durable, if it is a recording still being
+    /// written.
+    pub fn durable(&self, title: &str) -> Option<u64> {
+        self.lock().durable.get(title).copied()
+    }
+
+    /// The title `name` stands for, when it is a `PATH/latest.mp4` of a
+    /// stream recorded since the server started.
+    pub fn latest(&self, name: &str) -> Option<String> {
+        self.lock().latest.get(name).cloned()
+    }
+}
+
+/// What an open of a growing title does.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Open {
+    /// Nothing to serve yet: no whole fragment.
+    NotYet,
+    /// The snapshot loaded holds all that is durable: it is served.
+    Loaded,
+    /// A snapshot of the first `.0` bytes is made (none is loaded, or the
+    /// one loaded holds less).
+    Snapshot(u64),
+}
+
+/// What to do for a request of a recording `durable` bytes of which are
+/// durable, when a snapshot of `loaded` bytes is loaded (`None`: none).
+pub fn open(durable: u64, loaded: Option<u64>) -> Open {
+    match loaded {
+        _ if durable == 0 => Open::NotYet,
+        Some(len) if len >= durable => Open::Loaded,
+        _ => Open::Snapshot(durable),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recording_is_a_title_from_its_first_durable_fragment_to_its_end() {
+        let g = Growing::default();
+        assert_eq!(g.durable("live/a/x.mp4"), None);
+        g.began("live/a/x.mp4");
+        assert_eq!(g.durable("live/a/x.mp4"), Some(0));
+        assert_eq!(open(0, None), Open::NotYet);
+        g.grew("live/a/x.mp4", 1000);
+        // Never back: a late report of a shorter length changes nothing.
+        g.grew("live/a/x.mp4", 600);
+        assert_eq!(g.durable("live/a/x.mp4"), Some(1000));
+        // Another title's recording is its own.
+        g.grew("live/b/y.mp4", 5);
+        assert_eq!(g.durable("live/b/y.mp4"), None);
+        g.ended("live/a/x.mp4");
+        assert_eq!(g.durable("live/a/x.mp4"), None);
+    }
+
+    #[test]
+    fn latest_names_a_paths_newest_recording_growing_or_whole() {
+        let g = Growing::default();
+        assert_eq!(g.latest("live/a/latest.mp4"), None);
+        g.began("live/a/2026-11-29T01-00-00Z.mp4");
+        let latest = g.latest("live/a/latest.mp4");
+        assert_eq!(latest.as_deref(), Some("live/a/2026-11-29T01-00-00Z.mp4"));
+        g.ended("live/a/2026-11-29T01-00-00Z.mp4");
+        assert_eq!(g.latest("live/a/latest.mp4"), latest);
+        g.began("live/a/2026-11-29T02-00-00Z.mp4");
+        let latest = g.latest("live/a/latest.mp4");
+        assert_eq!(latest.as_deref(), Some("live/a/2026-11-29T02-00-00Z.mp4"));
+        // Only the path's own.
+        assert_eq!(g.latest("live/latest.mp4"), None);
+        assert_eq!(g.latest("live/a/2026-11-29T01-00-00Z.mp4"), None);
+    }
+
+    #[test]
+    fn a_snapshot_is_made_again_only_when_the_file_grew() {
+        assert_eq!(open(1000, None), Open::Snapshot(1000));
+        assert_eq!(open(1000, Some(1000)), Open::Loaded);
+        assert_eq!(open(2500, Some(1000)), Open::Snapshot(2500));
+    }
+}
