@@ -1435,3 +1435,44 @@ async fn an_open_server_takes_no_publisher() {
     let r = ask(&s, &mut c, &announce("live/cam", 1)).await;
     assert_eq!(r.response.status, 405);
 }
+
+#[tokio::test]
+async fn a_describe_of_a_title_homed_on_another_member_is_sent_there_with_302() {
+    use fjord_cluster::placement::{Node, rank};
+    // A peer name that `t.ts` ranks before this node's ("a").
+    let peer = (0..)
+        .map(|i| format!("b{i}"))
+        .find(|b| {
+            let nodes = [b.as_str(), "a"].map(|name| Node {
+                name,
+                load: 0,
+                capacity: 0,
+            });
+            rank("t.ts", &nodes)[0].name == b
+        })
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "node_name = \"a\"\n[[peer]]\nname = \"{peer}\"\nrtsp = \"rtsp://198.18.0.9:554\"\n"
+    );
+    let s = std::sync::Arc::new(server(dir.path(), toml::from_str(&config).unwrap()));
+    let listeners = crate::cluster::Listeners {
+        rtsp: ([198, 18, 0, 1], 8554).into(),
+        http: None,
+        rtsps: None,
+    };
+    crate::cluster::Cluster::start(&s, listeners);
+    let mut c = FakeClient::new(1);
+    let r = ask(
+        &s,
+        &mut c,
+        &format!("DESCRIBE {URL}?x=1 RTSP/1.0\nCSeq: 1\n"),
+    )
+    .await;
+    assert_eq!(r.response.status, 302);
+    assert_eq!(header(&r, "Location"), "rtsp://198.18.0.9:554/t.ts?x=1");
+    assert!(c.sessions.is_empty(), "no session for a request sent on");
+    // What is not DESCRIBE is answered here (a session's requests stay).
+    let r = ask(&s, &mut c, &format!("OPTIONS {URL} RTSP/1.0\nCSeq: 2\n")).await;
+    assert_eq!(r.response.status, 200);
+}
