@@ -106,12 +106,14 @@ fn rtspclientsink_publishes(protocols: &str) {
          location={}",
         publisher_url(&server, "live/gst")
     );
+    // Its errors, for the assertion on how it ended.
+    let said = server.root.path().join("rtspclientsink.log");
     let publisher = Command::new("gst-launch-1.0")
         .args(["-q", "-e"])
         .args(publish.split_whitespace())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&said).unwrap())
         .spawn()
         .unwrap();
     server.wait_for_log("live stream recording", Duration::from_secs(20));
@@ -137,7 +139,11 @@ fn rtspclientsink_publishes(protocols: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
     match publisher.try_wait().unwrap() {
-        Some(status) => assert!(status.success(), "rtspclientsink: {status}"),
+        Some(status) => assert!(
+            status.success(),
+            "rtspclientsink: {status}: {}",
+            std::fs::read_to_string(&said).unwrap_or_default()
+        ),
         None => {
             let _ = publisher.kill();
             let _ = publisher.wait();

@@ -116,6 +116,19 @@ fn wait_for_log(server: &Server, needle: &str, limit: Duration) {
     }
 }
 
+/// Waits for `publisher` to end well and its recording under `dir` to
+/// close: the file, and its title.
+fn closed_recording(server: &Server, publisher: Child, dir: &str) -> (PathBuf, String) {
+    let out = publisher.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "publisher: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_log(server, "live recording closed", Duration::from_secs(10));
+    recording(&server.media_root(), dir)
+}
+
 /// The one recording under `dir`, as a path and a title relative to `root`.
 fn recording(root: &Path, dir: &str) -> (PathBuf, String) {
     let files: Vec<PathBuf> = (std::fs::read_dir(root.join(dir)).unwrap())
@@ -147,15 +160,7 @@ fn assert_prefix(got: &[String], src: &[String], missing: usize, what: &str) {
 #[test]
 fn a_published_stream_is_recorded_as_a_title_with_the_published_packets() {
     let server = Server::start(CONFIG);
-    let p = publish(&server, "live/rec");
-    let out = p.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "publisher: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    wait_for_log(&server, "live recording closed", Duration::from_secs(10));
-    let (file, title) = recording(&server.media_root(), "live/rec");
+    let (file, title) = closed_recording(&server, publish(&server, "live/rec"), "live/rec");
     wait_for_log(&server, "title ready", Duration::from_secs(10));
     let file_s = file.to_str().unwrap();
     let probe = Command::new("ffprobe")
@@ -233,15 +238,8 @@ fn a_publisher_back_within_the_grace_continues_the_same_recording() {
     let _ = first.kill();
     let _ = first.wait();
     wait_for_log(&server, "live stream held", Duration::from_secs(5));
-    let second = publish(&server, "live/again").wait_with_output().unwrap();
-    assert!(
-        second.status.success(),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
+    let (file, _) = closed_recording(&server, publish(&server, "live/again"), "live/again");
     assert!(server.log_text().contains("continued by a new publisher"));
-    wait_for_log(&server, "live recording closed", Duration::from_secs(10));
-    let (file, _) = recording(&server.media_root(), "live/again");
     // The first publisher's video packets from the start, then the
     // second's: compared as stored, since decoding the first part's last
     // B-frames without the references the kill cut off conceals them.
@@ -400,14 +398,7 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
         second.starts_with(&first[first.find("#EXTM3U").unwrap()..first.rfind("#EXTINF").unwrap()]),
         "the playlist changed:\n{first}\n{second}"
     );
-    let out = p.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "publisher: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    wait_for_log(&server, "live recording closed", Duration::from_secs(10));
-    let (file, _) = recording(&server.media_root(), "live/grow");
+    let (file, _) = closed_recording(&server, p, "live/grow");
     let frames = decoded_md5s(file.to_str().unwrap());
     // Over RTSP: the file's frames, from the key frame at or before 5 s
     // (x264's, a second apart) to the end recorded at the DESCRIBE.
