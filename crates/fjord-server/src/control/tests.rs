@@ -1476,3 +1476,16 @@ async fn a_describe_of_a_title_homed_on_another_member_is_sent_there_with_302() 
     let r = ask(&s, &mut c, &format!("OPTIONS {URL} RTSP/1.0\nCSeq: 2\n")).await;
     assert_eq!(r.response.status, 200);
 }
+
+#[tokio::test]
+async fn an_announce_over_its_bound_or_of_no_sdp_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = "live_max_sdp_bytes = 100\n[[user]]\npaths = [\"**\"]\npublish = [\"live/**\"]\n";
+    let s = server(dir.path(), toml::from_str(rule).unwrap());
+    let mut c = FakeClient::new(1);
+    let r = ask(&s, &mut c, &announce("live/cam", 1)).await;
+    assert_eq!(r.response.status, 413, "an SDP over live_max_sdp_bytes");
+    let not_sdp = "ANNOUNCE rtsp://198.18.0.1:8554/live/cam RTSP/1.0\nCSeq: 2\n\
+                   Content-Type: application/sdp\nContent-Length: 8\n\nnot sdp!";
+    assert_eq!(ask(&s, &mut c, not_sdp).await.response.status, 400);
+}
