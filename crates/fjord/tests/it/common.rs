@@ -17,6 +17,6 @@ pub use media::{TsClip, clip_bytes, generate_media, ingest, media, muxed_10mbit,
 pub use net::{
     free_port, in_private_network, raw_exchange, read_until_close, status_of, transport_param,
 };
-pub use process::{Output, run_bounded, run_bounded_with};
+pub use process::{Output, run_bounded, run_bounded_with, stdout_of};
 pub use s3::S3Server;
 pub use server::{ALICE, Server, certificate};

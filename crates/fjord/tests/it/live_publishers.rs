@@ -9,23 +9,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Server, run_bounded};
+use crate::common::{Server, stdout_of};
 
 const CONFIG: &str = "live_timeout_s = 2\nlive_grace_s = 0\nlive_record = [\"live/**\"]\n\
 [[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\"]\n\
 [[user]]\npaths = [\"**\"]\n";
-
-fn run(program: &str, args: &[&str], limit: Duration) -> String {
-    let mut cmd = Command::new(program);
-    cmd.args(args);
-    let out = run_bounded(cmd, limit);
-    assert!(
-        !out.timed_out && out.status.success(),
-        "{program} {args:?}: {}",
-        out.stderr
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// The MD5 column of ffmpeg's framemd5 of `input`'s stream `map`: its
 /// packets as stored (`-c copy`) or its frames decoded to I420.
@@ -37,7 +25,7 @@ fn md5s(input: &str, map: &str, packets: bool, limit: Duration) -> Vec<String> {
         ["-pix_fmt", "yuv420p"]
     });
     args.extend(["-f", "framemd5", "-"]);
-    (run("ffmpeg", &args, limit).lines())
+    (stdout_of("ffmpeg", &args, limit).lines())
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| Some(l.rsplit(',').next()?.trim().to_owned()))
         .collect()
@@ -97,7 +85,7 @@ fn rtspclientsink_publishes(protocols: &str) {
         .into_iter()
         .chain(encode.split_whitespace())
         .collect();
-    run("gst-launch-1.0", &args, Duration::from_secs(30));
+    stdout_of("gst-launch-1.0", &args, Duration::from_secs(30));
     let src = src.to_str().unwrap();
     let server = Server::start(CONFIG);
     let publish = format!(
@@ -169,10 +157,10 @@ fn an_h265_stream_is_recorded_with_the_published_packets() {
     let mut args = vec!["-nostdin", "-v", "error"];
     args.extend(encode.split(' '));
     args.push(src);
-    run("ffmpeg", &args, Duration::from_secs(60));
+    stdout_of("ffmpeg", &args, Duration::from_secs(60));
     let server = Server::start(CONFIG);
     let url = publisher_url(&server, "live/hevc");
-    run(
+    stdout_of(
         "ffmpeg",
         &[
             "-nostdin", "-v", "error", "-re", "-i", src, "-c", "copy", "-f", "rtsp", &url,
@@ -181,7 +169,7 @@ fn an_h265_stream_is_recorded_with_the_published_packets() {
     );
     server.wait_for_log("live recording closed", Duration::from_secs(10));
     let file = recording(&server.media_root(), "live/hevc");
-    let probe = run(
+    let probe = stdout_of(
         "ffprobe",
         &[
             "-v",

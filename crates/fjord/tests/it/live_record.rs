@@ -17,7 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::common::{Server, curl, curl_status, generate_media, raw_exchange, run_bounded};
+use crate::common::{
+    Server, curl, curl_status, generate_media, raw_exchange, run_bounded, stdout_of,
+};
 
 const CONFIG: &str = "live_timeout_s = 2\nlive_record = [\"live/**\"]\n\
 [[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\", \"other/**\"]\n\
@@ -26,33 +28,32 @@ const CONFIG: &str = "live_timeout_s = 2\nlive_record = [\"live/**\"]\n\
 /// 6 s of 320x240 H.264 (a key frame a second, x264's B-frames) and AAC.
 fn source() -> &'static Path {
     static SRC: OnceLock<PathBuf> = OnceLock::new();
-    SRC.get_or_init(|| {
-        let args = "-f lavfi -i testsrc=size=320x240:rate=25 -f lavfi -i sine=frequency=440:sample_rate=44100 \
-            -t 6 -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska";
-        generate_media("live-record-6s.mkv", &args.split(' ').collect::<Vec<_>>())
-    })
+    SRC.get_or_init(|| clip(6))
 }
 
 /// 30 s as [`source`].
 fn source_30s() -> &'static Path {
     static SRC: OnceLock<PathBuf> = OnceLock::new();
-    SRC.get_or_init(|| {
-        let args = "-f lavfi -i testsrc=size=320x240:rate=25 -f lavfi -i sine=frequency=440:sample_rate=44100 \
-            -t 30 -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska";
-        generate_media("live-record-30s.mkv", &args.split(' ').collect::<Vec<_>>())
-    })
+    SRC.get_or_init(|| clip(30))
+}
+
+/// `seconds` of [`source`]'s media, made once per test run.
+fn clip(seconds: u32) -> PathBuf {
+    let args = format!(
+        "-f lavfi -i testsrc=size=320x240:rate=25 -f lavfi -i sine=frequency=440:sample_rate=44100 \
+         -t {seconds} -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -c:a aac -b:a 64k -f matroska"
+    );
+    let args: Vec<&str> = args.split_whitespace().collect();
+    generate_media(&format!("live-record-{seconds}s.mkv"), &args)
 }
 
 fn ffmpeg(args: &[&str], limit: Duration) -> String {
-    let mut cmd = Command::new("ffmpeg");
-    cmd.args(["-nostdin", "-v", "error"]).args(args);
-    let out = run_bounded(cmd, limit);
-    assert!(
-        !out.timed_out && out.status.success(),
-        "ffmpeg {args:?}: {}",
-        out.stderr
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let args: Vec<&str> = ["-nostdin", "-v", "error"]
+        .iter()
+        .chain(args)
+        .copied()
+        .collect();
+    stdout_of("ffmpeg", &args, limit)
 }
 
 /// The MD5s of stream `index`'s packets as stored (`-c copy`).

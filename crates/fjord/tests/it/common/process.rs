@@ -12,6 +12,20 @@ pub struct Output {
     pub timed_out: bool,
 }
 
+/// Runs `program` with `args` to completion within `limit` and asserts
+/// that it succeeded; its standard output.
+pub fn stdout_of(program: &str, args: &[&str], limit: Duration) -> String {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    let out = run_bounded(cmd, limit);
+    assert!(
+        !out.timed_out && out.status.success(),
+        "{program} {args:?}: {}",
+        out.stderr
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Runs `cmd` to completion, killing it after `limit`.
 pub fn run_bounded(cmd: Command, limit: Duration) -> Output {
     run_bounded_with(cmd, limit, None)
