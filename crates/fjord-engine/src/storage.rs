@@ -92,6 +92,13 @@ impl Source for Title {
         }
     }
 
+    fn table_bytes(&self, t: usize, uses: Uses) -> u64 {
+        // Found from the mappings' lengths, as `tables` finds them.
+        let mut out = Vec::new();
+        self.tables(t, 0..1, uses, &mut out);
+        out.iter().map(|e| e.range.len() as u64).sum()
+    }
+
     fn head(&self, out: &mut Vec<Extent>) {
         let mut add = |slot: Slot, bytes: &[u8]| self.files().extent(slot, bytes, out);
         let index = self.index();

@@ -39,7 +39,7 @@ use crate::{
     still::Still,
     timeline::{
         Rate, bytes_per_packet, learned_rate, packet_at_or_after, packets_in, piece_packets,
-        title_bytes_per_s,
+        tables_reach, title_bytes_per_s,
     },
 };
 
@@ -441,8 +441,8 @@ impl Storage {
             // What a session holds at its disk's lead now: `low` and a read
             // (what it passed is released a chunk's worth at a time), and
             // a partial chunk at both ends of the two files it reads. (Two
-            // reads and six chunks charged 3.9 MB for a 4.5 Mbit/s stream
-            // holding 2.3 MB: 135 of 160 admitted at a 512 MiB budget.)
+            // reads and six 256 KiB chunks charged 3.9 MB for a 4.5 Mbit/s
+            // stream holding 2.3 MB: 135 of 160 admitted at 512 MiB.)
             memory: (bytes_per_s as f64 * lead.high.as_secs_f64()) as u64 + 4 * CHUNK as u64,
             origin: source.filled(),
         };
@@ -926,9 +926,7 @@ impl Worker {
             Some((to, deadline)) => {
                 // From the window's end as it is now (a seek moved it).
                 let from = e.cursor.window().1;
-                // Whole chunks are pinned: a partial one at either end.
-                let bytes = u64::from(to.saturating_sub(from)) * bytes_per_packet(&*e.source)
-                    + 2 * CHUNK as u64;
+                let bytes = self.refill_bytes(e, from, to);
                 self.inner.committed.fetch_add(bytes, Relaxed);
                 e.refill = Some((to, bytes));
                 e.asked = now;
@@ -938,6 +936,18 @@ impl Worker {
             }
             None => st.checks.push(Reverse((at, id, generation))),
         }
+    }
+
+    /// What a refill of `e`'s packets `from..to` will pin: the packets,
+    /// the tables ahead that the next refill is planned from, and a
+    /// partial chunk at either end of both runs.
+    fn refill_bytes(&self, e: &Entry, from: u32, to: u32) -> u64 {
+        let high = self.lead(e).high;
+        let reach = tables_reach(&*e.source, e.track, Rate(e.cursor.rate()), high, to);
+        let tables = u64::from(reach.saturating_sub(to)) * e.source.table_bytes(e.track, e.uses);
+        u64::from(to.saturating_sub(from)) * bytes_per_packet(&*e.source)
+            + tables
+            + 4 * CHUNK as u64
     }
 
     /// When to look at `e` next, or the refill it needs now (to which
@@ -1065,7 +1075,7 @@ impl Worker {
     fn pin(&self, r: &Refill, packets: Range<u32>) -> (Result<Vec<ChunkKey>, PinError>, u64) {
         let mut chunks = Vec::new();
         let mut tables = Vec::new();
-        let next = self.tables_reach(r, packets.end);
+        let next = tables_reach(&*r.source, r.track, r.rate, r.high, packets.end);
         r.source
             .tables(r.track, packets.start..next, r.uses, &mut tables);
         let mut extents = Vec::new();
@@ -1099,7 +1109,7 @@ impl Worker {
             extents.clear();
             r.source.extents(r.track, start..end, r.uses, &mut extents);
             if end == r.packets.end {
-                let reach = self.tables_reach(r, end);
+                let reach = tables_reach(&*r.source, r.track, r.rate, r.high, end);
                 r.source.tables(r.track, end..reach, r.uses, &mut extents);
             }
             let mut chunks = Vec::new();
@@ -1113,17 +1123,6 @@ impl Worker {
         }
         self.inner.pins.unpin(&whole);
         (Ok(grants), bytes)
-    }
-
-    /// The packet the tables pinned with a refill ending at `end` reach:
-    /// the next refill reads to about the lead (at the session's rate)
-    /// past it and its search probes up to twice as far; three times
-    /// covers a title's average rate with room for its peaks.
-    fn tables_reach(&self, r: &Refill, end: u32) -> u32 {
-        let count = r.source.packet_count(r.track);
-        let ahead = r.rate.title(3 * r.high);
-        let ahead = packets_in(&*r.source, r.track, Duration::from_nanos(ahead));
-        end.saturating_add(ahead).min(count)
     }
 
     fn finish(&self, r: Refill, result: Result<Vec<Grant>, PinError>, bytes: u64) {

@@ -110,6 +110,9 @@ pub trait Source: Send + Sync {
     fn tables(&self, t: usize, packets: Range<u32>, uses: Uses, out: &mut Vec<Extent>) {
         let _ = (t, packets, uses, out);
     }
+    /// Bytes of those tables per packet of track `t` read the way `uses`
+    /// says (what a refill pins of them besides the packets).
+    fn table_bytes(&self, t: usize, uses: Uses) -> u64;
     /// How many packets behind its position a session may still read
     /// (records of a block whose repair packets are still to go).
     fn trailing_packets(&self, t: usize) -> u32;

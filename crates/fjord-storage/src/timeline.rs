@@ -92,6 +92,22 @@ pub(crate) fn piece_packets(source: &dyn Source, t: usize, bytes_per_s: u64) -> 
     n.clamp(1, u128::from(u32::MAX)) as u32
 }
 
+/// The packet the tables pinned with a refill ending at `end` reach, for
+/// a session moving at `rate` with a lead up to `high`: the next refill
+/// reads to about the lead past it and its search probes up to twice as
+/// far; three times covers a title's average rate with room for its peaks.
+pub(crate) fn tables_reach(
+    source: &dyn Source,
+    t: usize,
+    rate: Rate,
+    high: Duration,
+    end: u32,
+) -> u32 {
+    let count = source.packet_count(t);
+    let ahead = Duration::from_nanos(rate.title(3 * high));
+    end.saturating_add(packets_in(source, t, ahead)).min(count)
+}
+
 /// About how many bytes of its files one packet of `source` pins.
 pub(crate) fn bytes_per_packet(source: &dyn Source) -> u64 {
     let bytes: u64 = source.files().iter().map(|f| f.len as u64).sum();

@@ -121,6 +121,9 @@ impl Source for Fake {
             range: packets.start as usize * PACKET..packets.end as usize * PACKET,
         });
     }
+    fn table_bytes(&self, _: usize, _: Uses) -> u64 {
+        PACKET as u64
+    }
     fn head(&self, _: &mut Vec<Extent>) {}
     fn trailing_packets(&self, _: usize) -> u32 {
         1
