@@ -461,10 +461,12 @@ impl Storage {
     /// its reads and partial chunks (see [`crate::lead::memory_cap`]).
     fn set_memory_cap(&self, ledger: &Ledger) {
         let cfg = &self.inner.config;
-        // Six partial chunks, not the four a stream is charged: room for
-        // the piece it plays and the tables ahead (four let 160 streams
-        // grow their leads into the whole budget, then wait for it, late).
-        let per_stream = cfg.lead.read_bytes.saturating_add(6 * CHUNK as u64);
+        // Besides its `low`: the read it holds and the one it may have
+        // queued (committed before it is pinned), and partial chunks at both
+        // ends of the packets and the tables of each. Less let 160 streams
+        // grow their leads into the whole budget, then wait for it, late
+        // (one read and six 64 KiB chunks: 167 streams at a busy disk).
+        let per_stream = (2 * cfg.lead.read_bytes).saturating_add(8 * CHUNK as u64);
         let cap =
             crate::lead::memory_cap(cfg.budget, ledger.streams(), ledger.promised(), per_stream);
         self.inner
