@@ -17,6 +17,7 @@
 
 pub mod cgroup;
 pub mod library;
+pub mod pool;
 pub mod procfs;
 pub mod report;
 
@@ -78,6 +79,43 @@ pub struct StorageConfig {
     /// The `fjord` binary (serve, ingest).
     pub fjord_exe: PathBuf,
     pub progress: bool,
+    /// Disks of the storage pool (1: the library's own disk; more: loop
+    /// devices, each throttled as one disk, [`pool`]).
+    pub roots: usize,
+    /// Zipf exponent of the titles' popularity (title 0 first); 0: uniform.
+    pub zipf: f64,
+}
+
+/// What a run serves from: the media roots, and the disks under them.
+struct Disks {
+    roots: Vec<PathBuf>,
+    devs: Vec<Device>,
+}
+
+impl Disks {
+    fn names(&self) -> String {
+        let names: Vec<String> = self
+            .devs
+            .iter()
+            .map(|d| format!("{} ({})", d.name, d.id()))
+            .collect();
+        names.join(" + ")
+    }
+
+    /// Per disk: what the cgroup read from it, and `/sys/block/DEV/stat`.
+    #[allow(clippy::type_complexity)]
+    fn each(&self, cg: &Cgroup) -> Vec<(Option<(u64, u64)>, Option<(u64, u64)>)> {
+        let each = |d| (cg.io_read_of(d), cgroup::disk_stat(d));
+        self.devs.iter().map(each).collect()
+    }
+
+    /// `/sys/block/DEV/stat` summed over the disks.
+    fn stat(&self) -> Option<(u64, u64)> {
+        self.devs.iter().try_fold((0, 0), |(a, b), d| {
+            let (x, y) = cgroup::disk_stat(d)?;
+            Some((a + x, b + y))
+        })
+    }
 }
 
 /// One run's figures.
@@ -115,6 +153,9 @@ pub struct RunResult {
     /// The whole server process over the run.
     pub process: ThreadRow,
     pub disk: DiskRow,
+    /// Each disk of a pool (`--roots` above 1; empty for one disk).
+    #[serde(default)]
+    pub disks: Vec<DiskRow>,
     /// The cgroup's memory: most charged at once (page cache included).
     pub memory_peak_bytes: Option<u64>,
     /// From `fjord serve --stats-file`; `None`: the server wrote none.
@@ -267,6 +308,12 @@ pub struct StorageReport {
     pub library_total_bytes: u64,
     pub cgroup: String,
     pub device: String,
+    /// The storage pool's disks (1: the library's own).
+    #[serde(default)]
+    pub roots: usize,
+    /// Zipf exponent of the titles' popularity; 0: uniform.
+    #[serde(default)]
+    pub zipf: f64,
     pub sessions: usize,
     pub seconds: f64,
     pub seed: u64,
@@ -519,13 +566,30 @@ pub fn run(cfg: &StorageConfig, command: &str) -> anyhow::Result<StorageReport> 
         bail!("--sessions and --seconds must be positive");
     }
     install_handler();
+    if cfg.roots > 1 && (cfg.baseline || cfg.ingest_mb.is_some()) {
+        bail!("--roots above 1 runs without --baseline and --ingest-mb");
+    }
     let lib = prepare_library(cfg)?;
-    let dev = cgroup::device_of(&lib.root)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("fjord-bench-storage")
+        .tempdir()?;
+    let pool = (cfg.roots > 1)
+        .then(|| pool::mount(&lib, cfg.roots, scratch.path(), cfg.progress))
+        .transpose()?;
+    let roots = pool
+        .as_ref()
+        .map_or_else(|| vec![lib.root.clone()], |p| p.roots.clone());
+    let devs = roots
+        .iter()
+        .map(|r| cgroup::device_of(r))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let dev = &devs[0];
+    let disks = Disks {
+        roots,
+        devs: devs.clone(),
+    };
     let delayacct_before = cgroup::enable_delayacct()?;
     let result = (|| {
-        let scratch = tempfile::Builder::new()
-            .prefix("fjord-bench-storage")
-            .tempdir()?;
         let mut report = StorageReport {
             command: command.to_string(),
             machine: machine(),
@@ -535,14 +599,15 @@ pub fn run(cfg: &StorageConfig, command: &str) -> anyhow::Result<StorageReport> 
             library_media_bytes: lib.media_bytes(),
             library_total_bytes: lib.total_bytes(),
             device: format!(
-                "{} ({}){}",
-                dev.name,
-                dev.id(),
+                "{}{}",
+                disks.names(),
                 dev.partition_of
                     .as_ref()
                     .map(|p| format!(", the disk of partition {p}"))
                     .unwrap_or_default()
             ),
+            roots: cfg.roots,
+            zipf: cfg.zipf,
             sessions: cfg.sessions,
             seconds: cfg.seconds,
             seed: cfg.seed,
@@ -558,24 +623,55 @@ pub fn run(cfg: &StorageConfig, command: &str) -> anyhow::Result<StorageReport> 
             runs.push(("baseline", Limits::default()));
         }
         for (name, limits) in runs {
-            let r = run_one(cfg, &lib, &dev, name, limits, scratch.path(), &mut report)?;
+            let r = run_one(cfg, &lib, &disks, name, limits, scratch.path(), &mut report)?;
             report.runs.push(r);
         }
         Ok(report)
     })();
     cgroup::restore_delayacct(&delayacct_before);
+    drop(pool);
     result
+}
+
+/// Gives each session a title of Zipf(`cfg.zipf`) popularity (the
+/// library's first title the most asked for), at its position where the
+/// title is long enough.
+fn zipf_titles(starts: &mut [load::SessionStart], titles: &[(String, f64)], cfg: &StorageConfig) {
+    let plan = crate::cluster::plan::plan(starts.len(), 0.0, titles.len(), cfg.zipf, 1, cfg.seed);
+    for (s, a) in starts.iter_mut().zip(plan) {
+        let (url, duration) = &titles[a.title];
+        s.url = url.clone();
+        s.npt_s = s.npt_s.min((duration - cfg.seconds).max(0.0));
+    }
 }
 
 fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
 
+/// A disk row from (bytes, reads) of the cgroup and of the whole device,
+/// before and after `elapsed` seconds.
+type Reads = (Option<(u64, u64)>, Option<(u64, u64)>);
+
+fn disk_row(device: String, elapsed: f64, cgroup: Reads, whole: Reads) -> DiskRow {
+    let delta = |(a, b): Reads| Some((b?.0.saturating_sub(a?.0), b?.1.saturating_sub(a?.1)));
+    let (cg, dev) = (delta(cgroup), delta(whole));
+    DiskRow {
+        device,
+        seconds: elapsed,
+        cgroup_read_mb: cg.map(|c| mb(c.0)),
+        cgroup_read_mbps: cg.map(|c| mb(c.0) / elapsed),
+        cgroup_read_iops: cg.map(|c| c.1 as f64 / elapsed),
+        device_read_mbps: dev.map(|d| mb(d.0 * 512) / elapsed),
+        device_read_iops: dev.map(|d| d.1 as f64 / elapsed),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_one(
     cfg: &StorageConfig,
     lib: &Library,
-    dev: &Device,
+    disks: &Disks,
     name: &str,
     limits: Limits,
     scratch: &Path,
@@ -583,11 +679,11 @@ fn run_one(
 ) -> anyhow::Result<RunResult> {
     let setting = match limits.memory {
         Some(m) => format!(
-            "memory {} MiB, reads {} MB/s and {} IOPS on {}, caches dropped",
+            "memory {} MiB, reads {} MB/s and {} IOPS on {} (each), caches dropped",
             m >> 20,
             limits.read_bps.unwrap_or(0) / 1_000_000,
             limits.read_iops.unwrap_or(0),
-            dev.name
+            disks.names()
         ),
         None => "no limits, every file read into the page cache first".to_string(),
     };
@@ -607,7 +703,7 @@ fn run_one(
         }
         None => None,
     };
-    let cg = Cgroup::create(dev, limits)?;
+    let cg = Cgroup::create(&disks.devs, limits)?;
     report.cgroup = cg.describe();
     if limits.memory.is_some() {
         pb_msg("dropping caches");
@@ -617,11 +713,15 @@ fn run_one(
         library::warm(lib, cfg.progress)?;
     }
     let config = scratch.join(format!("serve-{name}.toml"));
+    let root = match &disks.roots[..] {
+        [one] => format!("root = {one:?}"),
+        many => format!("roots = {many:?}"),
+    };
     let toml = format!(
-        "root = {:?}\nbind = \"127.0.0.1\"\nport = 0\nthreads = {}\n\
+        "{}\nbind = \"127.0.0.1\"\nport = 0\nthreads = {}\n\
          capacity_pps_per_core = 1000000000000\nmax_sessions = 100000\n\
          max_connections = 100000\nmax_connections_per_address = 0\nmax_sessions_per_address = 0\n{}",
-        lib.root,
+        root,
         cfg.threads,
         // The operator tells the server what its disk reads (as `fjord
         // bench disk` would): admission and bulk pacing use it.
@@ -652,7 +752,10 @@ fn run_one(
             .with_context(|| format!("DESCRIBE {url}: {}", server.log_text()))?;
         titles.push((url, d));
     }
-    let starts = load::random_starts(&titles, cfg.sessions, cfg.seconds, cfg.seed);
+    let mut starts = load::random_starts(&titles, cfg.sessions, cfg.seconds, cfg.seed);
+    if cfg.zipf > 0.0 {
+        zipf_titles(&mut starts, &titles, cfg);
+    }
     report.starts = starts
         .iter()
         .map(|s| {
@@ -674,7 +777,8 @@ fn run_one(
     let tasks0 = procfs::tasks(pid);
     let proc0 = procfs::process(pid).unwrap_or_default();
     let io0 = cg.io_read();
-    let disk0 = cgroup::disk_stat(dev);
+    let disk0 = disks.stat();
+    let per_disk0 = disks.each(&cg);
     let t0 = Instant::now();
     let mut blkio = procfs::BlkioTracker::new(&tasks0, t0);
     let engine_tids: Vec<u32> = tasks0
@@ -758,7 +862,8 @@ fn run_one(
     blkio.sample(&tasks1, Instant::now());
     let proc1 = procfs::process(pid).unwrap_or_default();
     let io1 = cg.io_read();
-    let disk1 = cgroup::disk_stat(dev);
+    let disk1 = disks.stat();
+    let per_disk1 = disks.each(&cg);
     let memory_peak_bytes = cg.memory_peak();
     if let Some(s) = procfs::read_server_stats(&stats_path) {
         if let Some(st) = &s.storage {
@@ -815,30 +920,13 @@ fn run_one(
     process.d_state_ms = None;
     let d_sample_ms = dstate.period_ms();
     let blkio_artefacts = process.io_blocked_artefacts;
-    let disk = DiskRow {
-        device: format!("{} ({})", dev.name, dev.id()),
-        seconds: elapsed,
-        cgroup_read_mb: match (io0, io1) {
-            (Some(a), Some(b)) => Some(mb(b.0 - a.0)),
-            _ => None,
-        },
-        cgroup_read_mbps: match (io0, io1) {
-            (Some(a), Some(b)) => Some(mb(b.0 - a.0) / elapsed),
-            _ => None,
-        },
-        cgroup_read_iops: match (io0, io1) {
-            (Some(a), Some(b)) => Some((b.1 - a.1) as f64 / elapsed),
-            _ => None,
-        },
-        device_read_mbps: match (disk0, disk1) {
-            (Some(a), Some(b)) => Some(mb((b.0 - a.0) * 512) / elapsed),
-            _ => None,
-        },
-        device_read_iops: match (disk0, disk1) {
-            (Some(a), Some(b)) => Some((b.1 - a.1) as f64 / elapsed),
-            _ => None,
-        },
-    };
+    let disk = disk_row(disks.names(), elapsed, (io0, io1), (disk0, disk1));
+    let per_disk = (disks.devs.iter().zip(per_disk0.iter().zip(&per_disk1)))
+        .map(|(d, ((io0, st0), (io1, st1)))| {
+            let name = format!("{} ({})", d.name, d.id());
+            disk_row(name, elapsed, (*io0, *io1), (*st0, *st1))
+        })
+        .collect::<Vec<_>>();
     let server_summary = match last_stats {
         Some(s) => Some(summarise_server(&s, pinned_peak)),
         None => {
@@ -895,6 +983,11 @@ fn run_one(
         engine_threads,
         process,
         disk,
+        disks: if per_disk.len() > 1 {
+            per_disk
+        } else {
+            Vec::new()
+        },
         memory_peak_bytes,
         server: server_summary,
         server_note,

@@ -102,7 +102,7 @@ enum Kind {
 #[derive(Debug)]
 pub struct Cgroup {
     kind: Kind,
-    dev: Device,
+    devs: Vec<Device>,
 }
 
 /// Directories to remove on Ctrl-C.
@@ -146,10 +146,10 @@ pub fn remove_live() {
 }
 
 impl Cgroup {
-    /// Makes the cgroup with these limits on `dev`: v1 where its memory
-    /// and blkio hierarchies are mounted, else v2. A cgroup left by an
-    /// earlier run is removed first.
-    pub fn create(dev: &Device, limits: Limits) -> anyhow::Result<Cgroup> {
+    /// Makes the cgroup with these limits on each of `devs`: v1 where its
+    /// memory and blkio hierarchies are mounted, else v2. A cgroup left by
+    /// an earlier run is removed first.
+    pub fn create(devs: &[Device], limits: Limits) -> anyhow::Result<Cgroup> {
         let v1_mem = Path::new(V1_ROOT).join("memory");
         let v1_blkio = Path::new(V1_ROOT).join("blkio");
         let cg = if v1_mem.join("memory.limit_in_bytes").exists()
@@ -171,22 +171,24 @@ impl Cgroup {
                     memory: memory.clone(),
                     blkio: blkio.clone(),
                 },
-                dev: dev.clone(),
+                devs: devs.to_vec(),
             };
             if let Some(m) = limits.memory {
                 write(&memory.join("memory.limit_in_bytes"), &m.to_string())?;
             }
-            if let Some(b) = limits.read_bps {
-                write(
-                    &blkio.join("blkio.throttle.read_bps_device"),
-                    &format!("{} {b}", dev.id()),
-                )?;
-            }
-            if let Some(i) = limits.read_iops {
-                write(
-                    &blkio.join("blkio.throttle.read_iops_device"),
-                    &format!("{} {i}", dev.id()),
-                )?;
+            for dev in devs {
+                if let Some(b) = limits.read_bps {
+                    write(
+                        &blkio.join("blkio.throttle.read_bps_device"),
+                        &format!("{} {b}", dev.id()),
+                    )?;
+                }
+                if let Some(i) = limits.read_iops {
+                    write(
+                        &blkio.join("blkio.throttle.read_iops_device"),
+                        &format!("{} {i}", dev.id()),
+                    )?;
+                }
             }
             cg
         } else if let Some(root) = v2_root() {
@@ -212,7 +214,7 @@ impl Cgroup {
             }
             let cg = Cgroup {
                 kind: Kind::V2 { dir: dir.clone() },
-                dev: dev.clone(),
+                devs: devs.to_vec(),
             };
             if let Some(m) = limits.memory {
                 write(&dir.join("memory.max"), &m.to_string())?;
@@ -224,7 +226,7 @@ impl Cgroup {
             if let Some(i) = limits.read_iops {
                 io += &format!(" riops={i}");
             }
-            if !io.is_empty() {
+            for dev in devs.iter().filter(|_| !io.is_empty()) {
                 write(&dir.join("io.max"), &format!("{}{io}", dev.id()))?;
             }
             cg
@@ -256,10 +258,18 @@ impl Cgroup {
         }
     }
 
-    /// (bytes read, read operations) on the device by the cgroup's
+    /// (bytes read, read operations) on its devices by the cgroup's
     /// processes so far.
     pub fn io_read(&self) -> Option<(u64, u64)> {
-        let id = self.dev.id();
+        self.devs.iter().try_fold((0, 0), |(b, o), dev| {
+            let (db, dop) = self.io_read_of(dev)?;
+            Some((b + db, o + dop))
+        })
+    }
+
+    /// (bytes read, read operations) on `dev` by the cgroup's processes.
+    pub fn io_read_of(&self, dev: &Device) -> Option<(u64, u64)> {
+        let id = dev.id();
         match &self.kind {
             Kind::V1 { blkio, .. } => {
                 let field = |file: &str| -> Option<u64> {
@@ -351,7 +361,7 @@ pub fn available(dir: &Path) -> Result<(), String> {
     if !Path::new("/proc/sys/kernel/task_delayacct").exists() {
         return Err("no /proc/sys/kernel/task_delayacct (kernel before 5.14)".into());
     }
-    let probe = Cgroup::create(&dev, Limits::default()).map_err(|e| format!("{e:#}"))?;
+    let probe = Cgroup::create(&[dev], Limits::default()).map_err(|e| format!("{e:#}"))?;
     drop(probe);
     Ok(())
 }

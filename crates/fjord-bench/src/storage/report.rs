@@ -49,9 +49,27 @@ pub fn markdown(r: &StorageReport) -> String {
     let _ = writeln!(s, "- {}", r.cgroup);
     let _ = writeln!(
         s,
-        "- load: {} sessions, each a uniformly random title from a uniformly random position in [0, duration − {:.0} s] (seed {}), received for {:.0} s by `fjord load` on one thread with plain UDP sockets (no UDP_GRO, as players)",
-        r.sessions, r.seconds, r.seed, r.seconds
+        "- load: {} sessions, each {} from a uniformly random position in [0, duration − {:.0} s] (seed {}), received for {:.0} s by `fjord load` on one thread with plain UDP sockets (no UDP_GRO, as players)",
+        r.sessions,
+        if r.zipf > 0.0 {
+            format!(
+                "a title of Zipf({}) popularity, the first title the most asked for,",
+                r.zipf
+            )
+        } else {
+            "a uniformly random title".to_string()
+        },
+        r.seconds,
+        r.seed,
+        r.seconds
     );
+    if r.roots > 1 {
+        let _ = writeln!(
+            s,
+            "- pool: {} disks, each a loop device (direct I/O) over an ext4 image beside the library, throttled on its own; title k on disk k mod {}",
+            r.roots, r.roots
+        );
+    }
     for run in &r.runs {
         let _ = writeln!(s, "- run `{}`: {}", run.name, run.setting);
     }
@@ -142,19 +160,22 @@ pub fn markdown(r: &StorageReport) -> String {
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
     for run in &r.runs {
-        let d = &run.disk;
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} MB | {} | {} | {} | {} | {} |",
-            run.name,
-            d.device,
-            opt(d.cgroup_read_mb, 1),
-            opt(d.cgroup_read_mbps, 1),
-            opt(d.cgroup_read_iops, 0),
-            opt(d.device_read_mbps, 1),
-            opt(d.device_read_iops, 0),
-            opt_mb(run.memory_peak_bytes),
-        );
+        let pool = run.disks.iter().map(|d| (d, "each disk".to_string()));
+        let rows = std::iter::once((&run.disk, opt_mb(run.memory_peak_bytes))).chain(pool);
+        for (d, memory) in rows {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} MB | {} | {} | {} | {} | {} |",
+                run.name,
+                d.device,
+                opt(d.cgroup_read_mb, 1),
+                opt(d.cgroup_read_mbps, 1),
+                opt(d.cgroup_read_iops, 0),
+                opt(d.device_read_mbps, 1),
+                opt(d.device_read_iops, 0),
+                memory,
+            );
+        }
     }
     let _ = writeln!(
         s,

@@ -53,6 +53,16 @@ pub struct StorageArgs {
     /// harshest case; larger spreads them like arriving viewers)
     #[arg(long, default_value_t = 5)]
     pub stagger_ms: u64,
+    /// Disks of the storage pool: 1 serves the library from its own disk;
+    /// more copies it once onto that many loop devices (images beside the
+    /// library, title k on disk k mod N), each throttled to --disk-mbps and
+    /// --disk-iops, served as `roots`
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=8))]
+    pub roots: u64,
+    /// Zipf exponent of the titles' popularity, the first title the most
+    /// asked for (0: every title alike)
+    #[arg(long, default_value_t = 0.0)]
+    pub zipf: f64,
     /// Engine threads of the server [default: its own, one per core]
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -91,6 +101,8 @@ pub fn run(a: StorageArgs) -> anyhow::Result<()> {
         threads: a.threads,
         fjord_exe: crate::fjord_exe()?,
         progress: true,
+        roots: a.roots as usize,
+        zipf: a.zipf,
     };
     let command = crate::command_line();
     if a.prepare_only {
