@@ -267,6 +267,31 @@ impl Edge {
         Ok(Some(self.slices(object, file, vec![first])))
     }
 
+    /// The frame table published beside the Matroska or WebM title `name`
+    /// (`NAME.fjfrm`, `fjord_media::mkv::table`), fetched whole; `None`
+    /// when there is none. Which version of the media it is of, the table
+    /// says itself. Blocks: call it off the runtime's threads, as fills.
+    pub fn frame_table(&self, name: &str) -> Result<Option<Vec<u8>>, String> {
+        let key = self.url.key(&format!("{name}.fjfrm"));
+        let fetch = async {
+            let Some(object) = (self.open_optional(&key).await).map_err(|e| e.to_string())? else {
+                return Ok(None);
+            };
+            let file = self.cache.map(&object).map_err(|e| e.to_string())?;
+            let _held =
+                (self.cache.hold(&object, 0..object.size).await).map_err(|e| e.to_string())?;
+            let bytes = fjord_edge::files::read_slice(file.path(), 0, object.size);
+            bytes.map(Some).map_err(|e| e.to_string())
+        };
+        let within = async { tokio::time::timeout(FILL_WITHIN, fetch).await };
+        self.runtime.block_on(within).unwrap_or_else(|_| {
+            Err(format!(
+                "{key}: it did not come from the origin within {} s",
+                FILL_WITHIN.as_secs()
+            ))
+        })
+    }
+
     async fn hold(&self, object: &Object, range: Range<u64>) -> Result<SliceHold, EdgeError> {
         self.cache
             .hold(object, range)

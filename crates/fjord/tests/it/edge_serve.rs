@@ -257,7 +257,7 @@ fn ffmpeg_and_gstreamer_play_an_origin_mp4_title_bit_exact() {
 
 /// MP4 and Matroska titles of the origin over HLS and DASH from an edge
 /// that has none of them cached: fragmented MP4 cut from what it fetched
-/// of each (an MP4's `moov`, a Matroska file whole), samples filled in
+/// of each (an MP4's `moov`, a Matroska file's frame table and head), samples filled in
 /// as the segments are sent. ffmpeg reads every packet of the file.
 #[test]
 fn hls_and_dash_of_origin_mp4_and_matroska_titles_are_the_files_packets() {
@@ -279,6 +279,135 @@ fn hls_and_dash_of_origin_mp4_and_matroska_titles_are_the_files_packets() {
             let got = formats::framemd5(&["-i", &url], copy, manifest);
             let what = format!("{} {manifest}", case.file);
             formats::assert_packets_match(&got, &want, &what);
+        }
+    }
+    server.assert_alive();
+}
+
+/// A Matroska or WebM title of several slices: noisy 640x360 video at
+/// about 9 Mbit/s, H.264 and AAC for 12 s, or VP8 (whose rate control in
+/// real-time mode gives about half) and Opus for 24 s.
+fn big_matroska(webm: bool) -> PathBuf {
+    let (name, seconds, codecs): (&str, &str, &[&str]) = match webm {
+        false => (
+            "edge-big.mkv",
+            "12",
+            &[
+                "-c:v",
+                "libx264",
+                "-preset",
+                "ultrafast",
+                "-c:a",
+                "aac",
+                "-f",
+                "matroska",
+            ],
+        ),
+        true => (
+            "edge-big-24s.webm",
+            "24",
+            &[
+                "-c:v",
+                "libvpx",
+                "-deadline",
+                "realtime",
+                "-cpu-used",
+                "8",
+                "-c:a",
+                "libopus",
+                "-f",
+                "webm",
+            ],
+        ),
+    };
+    let mut args = vec![
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=640x360:rate=25,noise=alls=40:allf=t",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=frequency=440:sample_rate=48000",
+        "-t",
+        seconds,
+        "-g",
+        "50",
+        "-b:v",
+        "9M",
+        "-maxrate",
+        "9M",
+        "-bufsize",
+        "2M",
+    ];
+    args.extend(codecs);
+    crate::common::generate_media(name, &args)
+}
+
+/// The origin's bytes of the media part so far, from the edge's metrics.
+fn media_bytes_fetched(server: &Server, part: &str) -> u64 {
+    let (metrics, _) = crate::common::curl(&[&format!("{}/metrics", server.admin())]);
+    let line = format!("fjord_origin_part_bytes_total{{part=\"{part}\"}} ");
+    (metrics.lines())
+        .find_map(|l| l.strip_prefix(&line))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line}in\n{metrics}"))
+}
+
+/// An uncached Matroska and WebM title of several slices over HLS from an
+/// edge: its playlists, init segment and first segment come having fetched
+/// its frame table and a few slices of the file, not the whole of it
+/// (the segments cut from the table), and then ffmpeg reads every packet
+/// of the file over HLS and DASH.
+#[test]
+fn hls_of_an_origin_matroska_title_starts_without_fetching_all_of_it() {
+    let s3 = S3Server::start("films");
+    let sources = [big_matroska(false), big_matroska(true)];
+    let names = ["big.mkv", "big.webm"];
+    let named: Vec<(&Path, &str)> = (sources.iter().zip(names))
+        .map(|(s, n)| (s.as_path(), n))
+        .collect();
+    let dir = published(&s3, &named);
+    let cache = tempfile::tempdir().unwrap();
+    let http = free_port();
+    // Segments of 2 s: the first is a sixth of the title.
+    let mut server = edge_with(&s3, cache.path(), http, "hls_segment_s = 2\n");
+    let mut fetched_before = 0;
+    for (source, name) in sources.iter().zip(names) {
+        let len = std::fs::metadata(source).unwrap().len();
+        assert!(slices(len) >= 6, "{name}: {len} bytes");
+        assert!(
+            dir.path().join(format!("{name}.fjfrm")).exists(),
+            "{name}: no frame table"
+        );
+        let base = format!("http://127.0.0.1:{http}/{name}");
+        let text = |path: &str| {
+            String::from_utf8(crate::common::curl_bytes(&format!("{base}/{path}"))).unwrap()
+        };
+        assert!(text("index.m3u8").contains("media.m3u8"));
+        let playlist = text("media.m3u8");
+        let first = playlist
+            .lines()
+            .find(|l| l.ends_with(".m4s"))
+            .expect("a segment");
+        assert!(!crate::common::curl_bytes(&format!("{base}/init.mp4")).is_empty());
+        assert!(!crate::common::curl_bytes(&format!("{base}/{first}")).is_empty());
+        let fetched = media_bytes_fetched(&server, "media") - fetched_before;
+        eprintln!("{name}: {fetched} of its {len} bytes fetched for its first segment");
+        fetched_before += fetched;
+        assert!(
+            fetched <= 3 * SLICE_BYTES && fetched * 2 < len,
+            "{name}: {fetched} of its {len} bytes fetched for its first segment"
+        );
+    }
+    assert!(media_bytes_fetched(&server, "frames") > 0);
+    let copy = crate::containers::COPY_FROM_FIRST;
+    for (source, name) in sources.iter().zip(names) {
+        let want = formats::framemd5(&["-i", source.to_str().unwrap()], copy, "source");
+        for manifest in ["index.m3u8", "manifest.mpd"] {
+            let url = format!("http://127.0.0.1:{http}/{name}/{manifest}");
+            let got = formats::framemd5(&["-i", &url], copy, manifest);
+            formats::assert_packets_match(&got, &want, &format!("{name} {manifest}"));
         }
     }
     server.assert_alive();
