@@ -4,7 +4,8 @@
 //! (`fjord_media::mp4::fragments`, `fjord_media::mkv::fragments`), an ADTS
 //! or MP3 title as packed audio for HLS ([`super::packed`]). A title's
 //! segments (all tracks, or one) are worked out once, from its `moov`, its
-//! Matroska block headers or its index, on a blocking thread, and kept for
+//! Matroska block headers (an origin title's: its frame table) or its
+//! index, on a blocking thread, and kept for
 //! the next requests while the file stays the same (an origin title's:
 //! while its version does, [`super::origin`]). A live recording still
 //! being written is cut from the snapshot the catalog serves: the bytes of
