@@ -11,7 +11,6 @@ use fjord_edge::slice::SLICE_BYTES;
 use crate::client::{LIMIT, QUIET, open, recv};
 use crate::common::s3::{S3_KEY_ID, S3_SECRET};
 use crate::common::{S3Server, Server, TsClip, assert_contiguous, free_port, media, muxed_10mbit};
-use crate::edge::publish;
 use crate::formats;
 
 /// A title of several slices: 10 s at about 6 Mbit/s.
@@ -29,6 +28,11 @@ fn big_title() -> PathBuf {
 /// `files` published to `s3` under their names, from a directory of
 /// copies (publish writes sidecars beside them).
 fn published(s3: &S3Server, files: &[(&Path, &str)]) -> tempfile::TempDir {
+    published_with(s3, files, &[])
+}
+
+/// [`published`] with more `fjord publish` arguments.
+fn published_with(s3: &S3Server, files: &[(&Path, &str)], more: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let copies: Vec<PathBuf> = files
         .iter()
@@ -39,7 +43,7 @@ fn published(s3: &S3Server, files: &[(&Path, &str)]) -> tempfile::TempDir {
         })
         .collect();
     let refs: Vec<&Path> = copies.iter().map(PathBuf::as_path).collect();
-    let out = publish(s3, &refs);
+    let out = crate::edge::publish_with(s3, &refs, more);
     assert!(out.status.success(), "publish: {}", out.stderr);
     dir
 }
@@ -93,6 +97,8 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     let source = std::fs::read(&big).unwrap();
     let len = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().len();
     let (index_len, packets_len) = (len("big.ts.fjidx"), len("big.ts.fjpkt"));
+    // Of the parity, its first slice: no session asks for repair.
+    let parity_len = len("big.ts.fjfec").min(SLICE_BYTES);
     assert!(slices(source.len() as u64) >= 3, "{} bytes", source.len());
     let cache = tempfile::tempdir().unwrap();
     let http = free_port();
@@ -115,7 +121,9 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     let gets = s3.requests("GetObject");
     let of = |suffix: &str| gets.iter().filter(|l| l.contains(suffix)).count();
     let (index_gets, packet_gets) = (of("big.ts.fjidx"), of("big.ts.fjpkt"));
-    let media_gets = gets.len() - index_gets - packet_gets;
+    let parity_gets = of("big.ts.fjfec");
+    let media_gets = gets.len() - index_gets - packet_gets - parity_gets;
+    assert_eq!(parity_gets, 1, "{gets:#?}");
     assert_eq!(media_gets, slices(source.len() as u64), "{gets:#?}");
     assert_eq!(packet_gets, slices(packets_len), "{gets:#?}");
     assert!(index_gets <= slices(index_len), "{gets:#?}");
@@ -126,13 +134,14 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     assert_eq!(slices(index_len), 1);
     let bytes = format!(
         "fjord_origin_bytes_total {}\n",
-        source.len() as u64 + index_len + packets_len
+        source.len() as u64 + index_len + packets_len + parity_len
     );
     assert!(metrics.contains(&bytes), "{bytes}in\n{metrics}");
     let parts = [
         ("media", source.len() as u64),
         ("index", index_len),
         ("packets", packets_len),
+        ("parity", parity_len),
     ];
     for (part, n) in parts {
         let line = format!("fjord_origin_part_bytes_total{{part=\"{part}\"}} {n}\n");
@@ -410,6 +419,53 @@ fn hls_of_an_origin_matroska_title_starts_without_fetching_all_of_it() {
             formats::assert_packets_match(&got, &want, &format!("{name} {manifest}"));
         }
     }
+    server.assert_alive();
+}
+
+/// Repair streams of an origin title published with parity, played as
+/// the FEC tests play them (`fjord play --drop`, which asks for repair):
+/// every dropped packet is recovered and the title comes out bit-exact.
+/// A session that does not ask for repair fetches no more of the parity
+/// than its first slice (its header and block tables, which the title's
+/// open reads); the one that asks fetches the rest as it plays.
+#[test]
+fn an_origin_title_published_with_parity_is_repaired_bit_exact() {
+    let s3 = S3Server::start("films");
+    let big = big_title();
+    let dir = published_with(&s3, &[(&big, "big.ts")], &["--fec", "12:8"]);
+    let source = std::fs::read(&big).unwrap();
+    let parity_len = std::fs::metadata(dir.path().join("big.ts.fjfec"))
+        .unwrap()
+        .len();
+    assert!(slices(parity_len) >= 2, "{parity_len} bytes of parity");
+    let cache = tempfile::tempdir().unwrap();
+    let mut server = edge(&s3, cache.path(), free_port());
+    let mut c = RtspClient::connect(&server.url("big.ts")).unwrap();
+    let sdp = c.describe_fec().unwrap().sdp;
+    assert!(sdp.contains("a=group:FEC-FR S1 R1\r\n"), "{sdp}");
+    plays_whole(&server, "big.ts", false, &source);
+    let parity = media_bytes_fetched(&server, "parity");
+    assert_eq!(
+        parity, SLICE_BYTES,
+        "parity fetched for a session without repair"
+    );
+    let out = tempfile::tempdir().unwrap();
+    let args = ["--drop", "0.05", "--seed", "3"];
+    let (report, got) = crate::fec::play_url(&server.url("big.ts"), out.path(), "big.ts", &args);
+    assert!(
+        got == source,
+        "output differs from the source\n{}",
+        report.text
+    );
+    assert!(report.get("dropped") > 10, "{}", report.text);
+    assert_eq!(
+        report.get("recovered"),
+        report.get("lost"),
+        "{}",
+        report.text
+    );
+    assert_eq!(report.get("unrecoverable"), 0, "{}", report.text);
+    assert_eq!(media_bytes_fetched(&server, "parity"), parity_len);
     server.assert_alive();
 }
 
