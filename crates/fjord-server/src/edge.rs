@@ -287,13 +287,18 @@ impl Edge {
     }
 
     /// The frame table published beside the Matroska or WebM title `name`
-    /// (`NAME.fjfrm`, `fjord_media::mkv::table`), fetched whole; `None`
+    /// (`NAME.fjfrm`, `fjord_media::mkv::table`), fetched whole (with the
+    /// origin not answering, the version last seen, if cached); `None`
     /// when there is none. Which version of the media it is of, the table
     /// says itself. Blocks: call it off the runtime's threads, as fills.
     pub fn frame_table(&self, name: &str) -> Result<Option<Vec<u8>>, String> {
         let key = self.url.key(&format!("{name}.fjfrm"));
         let fetch = async {
-            let Some(object) = (self.open_optional(&key).await).map_err(|e| e.to_string())? else {
+            let object = match self.open_optional(&key).await {
+                Ok(object) => object,
+                Err(e) => Some(self.cache.last_known(&key).ok_or(e.to_string())?),
+            };
+            let Some(object) = object else {
                 return Ok(None);
             };
             let file = self.cache.map(&object).map_err(|e| e.to_string())?;

@@ -155,6 +155,22 @@ pub fn fragment_demuxed(
     ))
 }
 
+/// What [`fragment_demuxed`] and [`super::webm::track_demuxed`] read of
+/// the frames of `d` (besides the file's head, which has its tracks): a
+/// VP9 track's first key frame, whose header its sample entry is made
+/// from ([`config`]).
+pub fn frame_reads(d: &demux::Demuxed) -> Vec<std::ops::Range<u64>> {
+    (d.tracks.iter().zip(&d.frames))
+        .filter(|(t, _)| t.codec_id == "V_VP9")
+        .filter_map(|(_, frames)| {
+            let f = frames
+                .iter()
+                .find(|f| f.key && Vpx::Vp9.is_key_frame(f.lead[0]))?;
+            Some(f.offset..f.offset + u64::from(f.size))
+        })
+        .collect()
+}
+
 /// A video track: decode times are the presentation times in order,
 /// `shift` earlier; media time is title time plus `shift`, so decode
 /// times stay positive.

@@ -3,9 +3,9 @@
 //! file (its time, byte range, key flag and first two bytes), made once
 //! by `fjord publish`. With it an edge cuts the title into HLS and DASH
 //! segments having fetched only the file's head (the EBML header, Info,
-//! Tracks) and a VP9 track's first key frame ([`Table::reads`]), and the
-//! segments are the bytes cut from the whole file
-//! ([`super::fragments::fragment_demuxed`]).
+//! Tracks: [`Table::head`]) and a VP9 track's first key frame
+//! ([`super::fragments::frame_reads`]), and the segments are the bytes
+//! cut from the whole file ([`super::fragments::fragment_demuxed`]).
 //!
 //! Layout, little-endian: the magic `FJFRM\r\n\x1a`, the version (u32),
 //! the media's length (u64), its head's length (u64: where its first
@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 
 use super::demux::{self, Demuxed, Frame};
 use crate::format::FormatError;
-use crate::vpx::Vpx;
 
 pub const MAGIC: &[u8; 8] = b"FJFRM\r\n\x1a";
 pub const VERSION: u32 = 1;
@@ -102,17 +101,11 @@ impl Table {
         Ok(d)
     }
 
-    /// What of the media fragmenting reads besides the table: its head,
-    /// and the frame a VP9 track's sample entry is read from (its first
-    /// key frame: of every track, since the codecs are in the head).
-    pub fn reads(&self) -> Vec<std::ops::Range<u64>> {
-        let firsts = self.frames.iter().filter_map(|frames| {
-            let f = frames
-                .iter()
-                .find(|f| f.key && Vpx::Vp9.is_key_frame(f.lead[0]))?;
-            Some(f.offset..f.offset + u64::from(f.size))
-        });
-        std::iter::once(0..self.head_len).chain(firsts).collect()
+    /// What [`Table::demuxed`] reads of the media: its head. Fragmenting
+    /// reads a few frames' bytes besides
+    /// ([`super::fragments::frame_reads`]).
+    pub fn head(&self) -> std::ops::Range<u64> {
+        0..self.head_len
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {

@@ -51,28 +51,33 @@ pub(super) fn hold_parsed(
 }
 
 /// The title's Matroska file demuxed from its frame table, what that
-/// reads of the file filled in by `fill`; `None` when it has no table or
-/// one not of this file (said in the log), so the whole file is read.
+/// reads of the file filled in by `fill`; `None` when it has no table,
+/// or one that cannot be had or is not of this file (said in the log), so
+/// the whole file is read.
 fn from_table(
     title: &Title,
     table: FrameTable,
     fill: &mut dyn FnMut(Range<u64>) -> Result<(), String>,
 ) -> Result<Option<Demuxed>, String> {
-    let Some(bytes) = table()? else {
-        return Ok(None);
+    let bytes = match table() {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
+        Err(e) => return unusable(&format!("it could not be fetched: {e}")),
     };
     let table = match Table::parse(&bytes) {
         Ok(t) if t.media_len == title.media_len() => t,
         Ok(_) => return unusable("it is of a file of another length"),
         Err(e) => return unusable(&e.to_string()),
     };
-    for r in table.reads() {
+    fill(table.head())?;
+    let d = match table.demuxed(title.media()) {
+        Ok(d) => d,
+        Err(e) => return unusable(&e.to_string()),
+    };
+    for r in fjord_media::mkv::fragments::frame_reads(&d) {
         fill(r)?;
     }
-    match table.demuxed(title.media()) {
-        Ok(d) => Ok(Some(d)),
-        Err(e) => unusable(&e.to_string()),
-    }
+    Ok(Some(d))
 }
 
 fn unusable(why: &str) -> Result<Option<Demuxed>, String> {
