@@ -402,7 +402,12 @@ fn hls_of_an_origin_matroska_title_starts_without_fetching_all_of_it() {
         assert!(!crate::common::curl_bytes(&format!("{base}/init.mp4")).is_empty());
         assert!(!crate::common::curl_bytes(&format!("{base}/{first}")).is_empty());
         let fetched = media_bytes_fetched(&server, "media") - fetched_before;
-        eprintln!("{name}: {fetched} of its {len} bytes fetched for its first segment");
+        let table = std::fs::metadata(dir.path().join(format!("{name}.fjfrm")))
+            .unwrap()
+            .len();
+        eprintln!(
+            "{name}: {fetched} of its {len} bytes fetched for its first segment; frame table {table} bytes"
+        );
         fetched_before += fetched;
         assert!(
             fetched <= 3 * SLICE_BYTES && fetched * 2 < len,
