@@ -67,7 +67,8 @@ pub struct Object {
 }
 
 /// What an object is to its title, told by its name: fjord publishes a
-/// title's index as `NAME.fjidx` and its packets as `NAME.fjpkt` beside
+/// title's index as `NAME.fjidx`, its packets as `NAME.fjpkt`, its parity
+/// as `NAME.fjfec` and a Matroska file's frame table as `NAME.fjfrm` beside
 /// the media `NAME`. Origin bytes are counted per part, so an operator
 /// sees what a cache's misses cost in each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,15 +76,25 @@ pub enum Part {
     Media,
     Index,
     Packets,
+    Frames,
+    Parity,
 }
 
 impl Part {
-    pub const ALL: [Part; 3] = [Part::Media, Part::Index, Part::Packets];
+    pub const ALL: [Part; 5] = [
+        Part::Media,
+        Part::Index,
+        Part::Packets,
+        Part::Frames,
+        Part::Parity,
+    ];
 
     pub fn of(key: &str) -> Part {
         match key.rsplit_once('.').map(|(_, ext)| ext) {
             Some("fjidx") => Part::Index,
             Some("fjpkt") => Part::Packets,
+            Some("fjfrm") => Part::Frames,
+            Some("fjfec") => Part::Parity,
             _ => Part::Media,
         }
     }
@@ -93,6 +104,8 @@ impl Part {
             Part::Media => "media",
             Part::Index => "index",
             Part::Packets => "packets",
+            Part::Frames => "frames",
+            Part::Parity => "parity",
         }
     }
 }
@@ -106,7 +119,7 @@ pub struct Stats {
     pub origin_requests: AtomicU64,
     pub origin_bytes: AtomicU64,
     /// `origin_bytes` by the [`Part`] of a title fetched, in its order.
-    pub origin_part_bytes: [AtomicU64; 3],
+    pub origin_part_bytes: [AtomicU64; 5],
     /// Time spent in ranged GETs, in microseconds (over `origin_requests`:
     /// their mean latency).
     pub origin_micros: AtomicU64,
@@ -737,12 +750,14 @@ mod tests {
             "films/a.ts",
             "a.ts.fjidx",
             "dir.v2/a.mkv.fjpkt",
+            "a.webm.fjfrm",
+            "a.ts.fjfec",
             "noext",
             "a.fjidx.ts",
         ]
         .map(Part::of);
         use Part::*;
-        assert_eq!(parts, [Media, Index, Packets, Media, Media]);
+        assert_eq!(parts, [Media, Index, Packets, Frames, Parity, Media, Media]);
     }
 
     fn data(len: u64, seed: u8) -> Vec<u8> {

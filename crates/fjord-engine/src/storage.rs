@@ -1,7 +1,7 @@
 //! A title as the storage layer sees it (`fjord_storage::Source`): its
 //! mapped files, the bytes each run of packets touches, whether a file
 //! changed on disk since it was loaded, the fill of bytes not yet on local
-//! disk (an edge title's media, index and packet file), and the rebuild of
+//! disk (an edge title's media, index, packet file and parity), and the rebuild of
 //! bytes the disk fails to read.
 
 use std::{ops::Range, path::Path};
@@ -134,6 +134,7 @@ impl Source for Title {
             f if f == Slot::Media as usize => self.fill(Slot::Media, range),
             f if f == Slot::Index as usize => self.fill(Slot::Index, range),
             f if f == Slot::Prefab as usize => self.fill(Slot::Prefab, range),
+            f if f == Slot::Parity as usize => self.fill(Slot::Parity, range),
             _ => Ok(None),
         }
     }

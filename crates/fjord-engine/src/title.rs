@@ -60,6 +60,7 @@ struct Fills {
     index: Option<Arc<dyn Filled>>,
     media: Option<Arc<dyn Filled>>,
     prefab: Option<Arc<dyn Filled>>,
+    parity: Option<Arc<dyn Filled>>,
 }
 
 /// Why [`Title::verify`] failed.
@@ -106,6 +107,7 @@ impl Title {
             index: Some(index_fill),
             media: Some(media_fill),
             prefab: None,
+            parity: None,
         };
         Self::open(index, media_path, index_path, fills)
     }
@@ -179,7 +181,7 @@ impl Title {
             Slot::Media => &self.fills.media,
             Slot::Index => &self.fills.index,
             Slot::Prefab => &self.fills.prefab,
-            Slot::Parity => return Ok(None),
+            Slot::Parity => &self.fills.parity,
         };
         fill.as_ref().map(|f| f.fill(range)).transpose()
     }
@@ -208,6 +210,23 @@ impl Title {
         self.attach_prefab(path, Check::Later)?;
         self.files.written_while_served(Slot::Prefab);
         self.fills.prefab = Some(fill);
+        Ok(())
+    }
+
+    /// [`Title::attach_fec`] of a parity sidecar on local disk only in
+    /// part (an edge's, as [`Title::attach_filled_prefab`]): its header,
+    /// track entries and meta checksum must be filled in; its block tables
+    /// are filled in with the title's head, its repair symbols as the
+    /// sessions that asked for repair reach them.
+    pub fn attach_filled_fec(
+        &mut self,
+        path: &Path,
+        index_path: &Path,
+        fill: Arc<dyn Filled>,
+    ) -> Result<(), SidecarError> {
+        self.attach_fec(path, index_path, Check::Later)?;
+        self.files.written_while_served(Slot::Parity);
+        self.fills.parity = Some(fill);
         Ok(())
     }
 

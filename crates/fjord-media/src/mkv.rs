@@ -2,8 +2,9 @@
 //! VP9, AAC and Opus track becomes an RTP track; frames stay in the file,
 //! referenced by offset ([`demux`] finds them, the codecs' packetizers cut
 //! them); [`fragments`] makes the same tracks fragmented MP4 for HLS and
-//! DASH. An AV1 track is served by HLS and DASH only: its index track has
-//! no packets ([`crate::av1`]: no RTSP player here depacketizes it, so it
+//! DASH, from the file or from its frame table and head ([`table`]). An
+//! AV1 track is served by HLS and DASH only: its index track has no
+//! packets ([`crate::av1`]: no RTSP player here depacketizes it, so it
 //! could not be tested).
 
 use crate::format::{FormatError, MAX_RTP_PAYLOAD};
@@ -21,6 +22,7 @@ use crate::{aac, av1, opus};
 pub mod demux;
 pub mod ebml;
 pub mod fragments;
+pub mod table;
 #[cfg(test)]
 mod testfile;
 pub mod webm;
@@ -225,9 +227,7 @@ fn track_plan(
         .map(|f| f.time_ns.saturating_sub(t0).max(0) as u64)
         .collect();
     let (desc, end, dropped) = match codec {
-        Codec::Aac { .. } | Codec::Opus { .. } => {
-            audio(data, codec, frames, &pts, pt, &mut packets)
-        }
+        Codec::Aac { .. } | Codec::Opus { .. } => audio(codec, frames, &pts, pt, &mut packets),
         _ => {
             let (desc, dropped) = video(data, codec, frames, &pts, pt, &mut packets, &mut sync)?;
             let step = t.default_duration_ns.unwrap_or_else(|| mean_gap(&pts));
@@ -304,7 +304,7 @@ fn video(
                 // The bitstream decides: a block flagged key that is not
                 // (or a superframe starting with a hidden inter frame)
                 // cannot start playback.
-                key &= v.is_key_frame(data[f.offset as usize]);
+                key &= v.is_key_frame(f.lead[0]);
                 vpx::packetize_frame(*v, key, f.offset, f.size, s, rtp, packets);
             }
             _ => {}
@@ -345,7 +345,6 @@ fn mean_gap(pts: &[u64]) -> u64 {
 /// presentation time. Returns the description, the end of the last
 /// frame and how many frames were dropped.
 fn audio(
-    data: &[u8],
     codec: &Codec,
     frames: &[Frame],
     pts: &[u64],
@@ -362,10 +361,7 @@ fn audio(
         _ => unreachable!("video is planned by `video`"),
     };
     let (mut dropped, mut last_send, mut end) = (0, 0u64, 0u64);
-    for (f, (ticks, dur)) in frames
-        .iter()
-        .zip(audio_ticks(data, codec, frames, pts, clock))
-    {
+    for (f, (ticks, dur)) in frames.iter().zip(audio_ticks(codec, frames, pts, clock)) {
         let send = ticks_to_ns(ticks.max(0) as u64, clock).max(last_send);
         last_send = send;
         end = end.max(ticks_to_ns(
@@ -391,7 +387,6 @@ fn audio(
 /// durations, taking the container's time instead only where it strays
 /// from the count by more than its own rounding (a gap in the audio).
 fn audio_ticks(
-    data: &[u8],
     codec: &Codec,
     frames: &[Frame],
     pts: &[u64],
@@ -410,8 +405,7 @@ fn audio_ticks(
         };
         let dur = match codec {
             Codec::Opus { .. } => {
-                let at = f.offset as usize;
-                opus::packet_ticks(data[at], data.get(at + 1).copied().filter(|_| f.size > 1))
+                opus::packet_ticks(f.lead[0], Some(f.lead[1]).filter(|_| f.size > 1))
             }
             _ => Some(1024),
         };

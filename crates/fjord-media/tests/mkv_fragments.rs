@@ -4,13 +4,15 @@
 //! codecs, whose packets equal the source's byte for byte, at the same
 //! times (to the millisecond Matroska stores), every segment starting
 //! with a video key frame; each track alone likewise, and each track of a
-//! WebM title as DASH WebM (generated clusters, frames by reference).
+//! WebM title as DASH WebM (generated clusters, frames by reference);
+//! and each cut again from the file's frame table and head alone, equal.
 
 mod media;
 
 use std::{collections::HashMap, path::Path, process::Command};
 
-use fjord_media::mkv::fragments::fragment;
+use fjord_media::mkv::fragments::{fragment, fragment_demuxed};
+use fjord_media::mkv::table::{self, Table};
 use fjord_media::mkv::webm;
 use fjord_media::mp4::fragments::{Fragmented, Part};
 use media::*;
@@ -184,9 +186,63 @@ fn check(name: &str, codec_args: &[&str], codecs: &str, probed: &[&str]) {
         same(&alone, &of_k, &format!("{name} track {k} alone"));
     }
     assert!(fragment(&data, 1, Some(f.tracks.len())).is_err());
+    cut_from_table(
+        &data,
+        name.ends_with(".webm") && !codecs.starts_with("av01"),
+    );
     // DASH WebM is for VP8, VP9 and Opus (AV1 goes as fragmented MP4).
     if name.ends_with(".webm") && !codecs.starts_with("av01") {
         dash_webm(&dir, &data, &f, &want);
+    }
+}
+
+/// What an edge cuts of the file from its frame table and only the bytes
+/// the table says to read (the rest zeros, as unfetched slices are) is
+/// what is cut from the whole file: every track, each alone, and (`webm`)
+/// each as DASH WebM.
+fn cut_from_table(data: &[u8], webm: bool) {
+    let t = Table::parse(&table::of_media(data).unwrap().expect("a table")).unwrap();
+    let mut holed = vec![0u8; data.len()];
+    let copy = |holed: &mut [u8], r: std::ops::Range<u64>| {
+        let r = r.start as usize..r.end as usize;
+        holed[r.clone()].copy_from_slice(&data[r.clone()]);
+        r.len()
+    };
+    let mut read = copy(&mut holed, t.head());
+    let d = t.demuxed(&holed).unwrap();
+    for r in fjord_media::mkv::fragments::frame_reads(&d) {
+        read += copy(&mut holed, r);
+    }
+    assert!(
+        read * 20 < data.len(),
+        "{read} of {} bytes read",
+        data.len()
+    );
+    let target = 2_000_000_000;
+    let same = |a: &Fragmented, b: &Fragmented, what: &str| {
+        assert_eq!(a.init, b.init, "{what}: init segment");
+        assert_eq!(a.fragments, b.fragments, "{what}: segments");
+        assert_eq!(
+            (&a.tracks, &a.codecs, a.resolution),
+            (&b.tracks, &b.codecs, b.resolution)
+        );
+        assert_eq!(a.frame_rate, b.frame_rate, "{what}: frame rate");
+    };
+    for only in std::iter::once(None).chain((0..d.tracks.len()).map(Some)) {
+        let Ok(want) = fragment(data, target, only) else {
+            continue;
+        };
+        let got = fragment_demuxed(&holed, &d, target, only).unwrap();
+        same(&got, &want, &format!("track {only:?} from the table"));
+        if let (true, Some(k)) = (webm, only) {
+            let want = webm::track(data, target, k).unwrap();
+            let got = webm::track_demuxed(&holed, &d, target, k).unwrap();
+            same(
+                &got,
+                &want,
+                &format!("DASH WebM of track {k} from the table"),
+            );
+        }
     }
 }
 

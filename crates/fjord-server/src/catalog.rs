@@ -718,7 +718,7 @@ fn load(
 }
 
 /// Extensions of files fjord writes beside the media.
-const OWN_EXTENSIONS: &[&str] = &["fjidx", "fjfec", "fjpkt"];
+const OWN_EXTENSIONS: &[&str] = &["fjidx", "fjfec", "fjpkt", "fjfrm"];
 
 /// What a client is told when a title cannot be served: why, never where
 /// (the operator's log has the file's path).

@@ -4,16 +4,20 @@
 //! ([`fjord_edge::SliceCache`]) by the same storage layer and engine as a
 //! local title.
 //!
-//! The title's index and media, and its packet file when it was published
-//! with one (`NAME.fjpkt`), are the cache's sparse files of their objects,
-//! mapped as a local title's files are ([`Title::filled`]). Before
-//! the storage layer reads bytes of either ahead, its fill holds the slices
-//! that cover them: fetched from the origin if they are not on disk, and
-//! kept there while they are pinned. So a session starts once its first
-//! slices are in, never after the whole title, and nothing is sent from a
-//! hole. Only the index's head (header, strings, sync tables:
-//! [`fjord_media::index::head_ranges`]) is fetched before the title opens;
-//! its packet records come as sessions reach them.
+//! The title's index and media, and its packet file and parity when it was
+//! published with them (`NAME.fjpkt`, `NAME.fjfec`), are the cache's
+//! sparse files of their objects, mapped as a local title's files are
+//! ([`Title::filled`]). Before the storage layer reads bytes of any of
+//! them ahead, its fill holds the slices that cover them: fetched from the
+//! origin if they are not on disk, and kept there while they are pinned.
+//! So a session starts once its first slices are in, never after the
+//! whole title, and nothing is sent from a hole. Only the heads of the
+//! index (header, strings, sync tables:
+//! [`fjord_media::index::head_ranges`]), packet file and parity are
+//! fetched before the title opens; packet records and repair symbols come
+//! as sessions reach them (repair symbols for sessions with repair
+//! streams only). A Matroska title's frame table (`NAME.fjfrm`) is
+//! fetched at its first HLS or DASH request ([`Edge::frame_table`]).
 //!
 //! The version served is the ETags the origin gives at each open (one HEAD
 //! each, at once): a changed object is a new title; sessions on
@@ -73,6 +77,8 @@ pub struct Version {
     media: Object,
     /// The prefabricated packets, when published with them.
     packets: Option<Object>,
+    /// The parity sidecar, when published with one.
+    parity: Option<Object>,
 }
 
 /// The keys of a title's objects.
@@ -80,6 +86,7 @@ struct Keys {
     index: ObjectPath,
     media: ObjectPath,
     packets: ObjectPath,
+    parity: ObjectPath,
 }
 
 impl Version {
@@ -131,19 +138,22 @@ impl Edge {
             index: self.url.key(&format!("{name}.fjidx")),
             media: self.url.key(name),
             packets: self.url.key(&format!("{name}.fjpkt")),
+            parity: self.url.key(&format!("{name}.fjfec")),
         };
         let heads = async {
             tokio::try_join!(
                 self.cache.open_object(&keys.index),
                 self.cache.open_object(&keys.media),
                 self.open_optional(&keys.packets),
+                self.open_optional(&keys.parity),
             )
         };
         match tokio::time::timeout(ASK_WITHIN, heads).await {
-            Ok(Ok((index, media, packets))) => Ok(Version {
+            Ok(Ok((index, media, packets, parity))) => Ok(Version {
                 index,
                 media,
                 packets,
+                parity,
             }),
             Ok(Err(CacheError::NotFound { .. })) => Err(EdgeError::NotFound),
             Ok(Err(e)) => Err(unavailable(&e)),
@@ -167,6 +177,7 @@ impl Edge {
                 index,
                 media,
                 packets: known(&keys.packets),
+                parity: known(&keys.parity),
             }),
             _ => Err(EdgeError::Unavailable(format!(
                 "the origin did not answer within {} ms and this title is not cached; try again later",
@@ -189,9 +200,10 @@ impl Edge {
         let disk = |e: CacheError| EdgeError::Failed(e.to_string());
         let index_file = self.cache.map(&v.index).map_err(disk)?;
         let media_file = self.cache.map(&v.media).map_err(disk)?;
-        let (head, packets) = tokio::try_join!(
+        let (head, packets, parity) = tokio::try_join!(
             self.index_head(&v.index, &index_file),
-            self.packets(v.packets.as_ref())
+            self.packets(v.packets.as_ref()),
+            self.parity(v.parity.as_ref()),
         )?;
         let index = self.slices(&v.index, index_file, head);
         let media = self.slices(&v.media, media_file, Vec::new());
@@ -213,6 +225,13 @@ impl Edge {
                 if let Err(e) = title.attach_filled_prefab(&path, packets) {
                     // Headers are built from the index instead.
                     tracing::warn!(file = %path.display(), "the origin's packet file is not used: {e}");
+                }
+            }
+            if let Some(parity) = parity {
+                let path = parity.file.path().to_owned();
+                if let Err(e) = title.attach_filled_fec(&path, &index_path, parity) {
+                    // Served without repair streams.
+                    tracing::warn!(file = %path.display(), "the origin's parity is not used: {e}");
                 }
             }
             let title = Arc::new(title);
@@ -265,6 +284,63 @@ impl Edge {
             .hold(object, 0..object.size.min(fjord_edge::slice::SLICE_BYTES))
             .await?;
         Ok(Some(self.slices(object, file, vec![first])))
+    }
+
+    /// The frame table published beside the Matroska or WebM title `name`
+    /// (`NAME.fjfrm`, `fjord_media::mkv::table`), fetched whole (with the
+    /// origin not answering, the version last seen, if cached); `None`
+    /// when there is none. Which version of the media it is of, the table
+    /// says itself. Blocks: call it off the runtime's threads, as fills.
+    pub fn frame_table(&self, name: &str) -> Result<Option<Vec<u8>>, String> {
+        let key = self.url.key(&format!("{name}.fjfrm"));
+        let fetch = async {
+            let object = match self.open_optional(&key).await {
+                Ok(object) => object,
+                Err(e) => Some(self.cache.last_known(&key).ok_or(e.to_string())?),
+            };
+            let Some(object) = object else {
+                return Ok(None);
+            };
+            let file = self.cache.map(&object).map_err(|e| e.to_string())?;
+            let _held =
+                (self.cache.hold(&object, 0..object.size).await).map_err(|e| e.to_string())?;
+            let bytes = fjord_edge::files::read_slice(file.path(), 0, object.size);
+            bytes.map(Some).map_err(|e| e.to_string())
+        };
+        let within = async { tokio::time::timeout(FILL_WITHIN, fetch).await };
+        self.runtime.block_on(within).unwrap_or_else(|_| {
+            Err(format!(
+                "{key}: it did not come from the origin within {} s",
+                FILL_WITHIN.as_secs()
+            ))
+        })
+    }
+
+    /// The parity sidecar's slices, what its open reads fetched: its
+    /// first slice (header, track entries) and its meta checksum, where the
+    /// header says. Its block tables come with the title's head, its repair
+    /// symbols only for sessions that asked for repair.
+    async fn parity(&self, object: Option<&Object>) -> Result<Option<Arc<Slices>>, EdgeError> {
+        let Some(object) = object else {
+            return Ok(None);
+        };
+        let file = (self.cache.map(object)).map_err(|e| EdgeError::Failed(e.to_string()))?;
+        let first = 0..object.size.min(fjord_edge::slice::SLICE_BYTES);
+        let mut holds = vec![self.hold(object, first.clone()).await?];
+        let path = file.path().to_owned();
+        let head =
+            tokio::task::spawn_blocking(move || fjord_edge::files::read_slice(&path, 0, first.end));
+        let head = head.await.map_err(|e| EdgeError::Failed(e.to_string()))?;
+        let head = head.map_err(|e| EdgeError::Failed(e.to_string()))?;
+        // meta_len, where the checksum of the tables starts (`fjord_fec::sidecar`).
+        if let Some(at) = head
+            .get(128..136)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        {
+            let sum = at.min(object.size)..at.saturating_add(32).min(object.size);
+            holds.push(self.hold(object, sum).await?);
+        }
+        Ok(Some(self.slices(object, file, holds)))
     }
 
     async fn hold(&self, object: &Object, range: Range<u64>) -> Result<SliceHold, EdgeError> {

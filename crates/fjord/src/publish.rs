@@ -17,7 +17,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// Objects are named by the file's name under the origin's prefix:
 /// `fjord publish films/a.ts s3://lib/v1` writes `v1/a.ts`,
 /// `v1/a.ts.fjfec`, `v1/a.ts.fjpkt` and, last, `v1/a.ts.fjidx` (so a title
-/// whose index is at the origin is whole there). Files over 16 MiB go as
+/// whose index is at the origin is whole there); of a Matroska or WebM
+/// file also its frame table, `NAME.fjfrm` (an edge cuts its HLS and DASH
+/// segments from it without fetching the whole file). Files over 16 MiB go as
 /// multipart uploads. An object already there with the same size and
 /// BLAKE3 is skipped, so a publish that stopped is resumed by running it
 /// again; every upload is checked by the store (SHA-256 of each request)
@@ -58,6 +60,9 @@ pub fn run(args: PublishArgs) -> anyhow::Result<()> {
     let objects = objects_of(files)?;
     let origin = Origin::connect(url, &origin_config(&args)?)?;
     crate::ingest_all(files, 7, args.fec, args.prefab)?;
+    for media in files {
+        frame_table(media).with_context(|| format!("{}: its frame table", media.display()))?;
+    }
     let objects: Vec<(PathBuf, String)> = objects.into_iter().filter(|(p, _)| p.exists()).collect();
     let total: u64 = objects
         .iter()
@@ -85,6 +90,16 @@ fn origin_config(args: &PublishArgs) -> anyhow::Result<OriginConfig> {
     })
 }
 
+/// Writes the frame table of `media` beside it when it is a Matroska or
+/// WebM file (`fjord_media::mkv::table`).
+fn frame_table(media: &std::path::Path) -> anyhow::Result<()> {
+    let data = fjord_media::index::map_media(media)?;
+    if let Some(table) = fjord_media::mkv::table::of_media(&data)? {
+        std::fs::write(fjord_media::mkv::table::path_for(media), table)?;
+    }
+    Ok(())
+}
+
 /// Each title's files and their object names, the index last.
 fn objects_of(files: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, String)>> {
     let mut names = std::collections::HashSet::new();
@@ -99,6 +114,7 @@ fn objects_of(files: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, String)>> {
         let sidecars = [
             fjord_fec::sidecar_path_for(media),
             fjord_media::prefab::prefab_path_for(media),
+            fjord_media::mkv::table::path_for(media),
             fjord_media::index::index_path_for(media),
         ];
         objects.push((media.clone(), name.to_owned()));
@@ -169,8 +185,15 @@ mod tests {
     fn objects_are_named_by_file_index_last() {
         let o = objects_of(&[PathBuf::from("dir/a.ts")]).unwrap();
         let names: Vec<&str> = o.iter().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(names, ["a.ts", "a.ts.fjfec", "a.ts.fjpkt", "a.ts.fjidx"]);
-        assert_eq!(o[3].0, std::path::Path::new("dir/a.ts.fjidx"));
+        let want = [
+            "a.ts",
+            "a.ts.fjfec",
+            "a.ts.fjpkt",
+            "a.ts.fjfrm",
+            "a.ts.fjidx",
+        ];
+        assert_eq!(names, want);
+        assert_eq!(o[4].0, std::path::Path::new("dir/a.ts.fjidx"));
         let twice = objects_of(&[PathBuf::from("x/a.ts"), PathBuf::from("y/a.ts")]);
         assert!(twice.is_err());
     }

@@ -2,7 +2,9 @@
 //! presentation time, key-frame flag and byte range in the file (blocks of
 //! SimpleBlock and BlockGroup, Xiph, EBML and fixed lacing, clusters of
 //! known or unknown size), and the seek index (Cues, or rebuilt from key
-//! frames when the file has none). No payload byte is read.
+//! frames when the file has none). Of a frame's payload only its first two
+//! bytes are read ([`Frame::lead`]: what fragmenting asks of them, so a
+//! frame table can carry it, [`super::table`]).
 
 use memchr::memmem;
 
@@ -128,6 +130,9 @@ pub struct Frame {
     /// A lace's second or later frame: its time is the block's plus the
     /// track's default duration per frame, or the block's when it has none.
     pub laced: bool,
+    /// Its first two bytes (the second 0 in a one-byte frame): a VP8/VP9
+    /// frame's key flag, an Opus packet's TOC and frame count.
+    pub lead: [u8; 2],
 }
 
 /// A place to start playing: a key frame's time and its cluster.
@@ -150,6 +155,9 @@ pub struct Demuxed {
     pub cues: Vec<Cue>,
     pub cues_rebuilt: bool,
     pub duration_ns: Option<u64>,
+    /// Where the first Cluster starts: what is before it (the EBML header,
+    /// Info, Tracks) is the file's head.
+    pub clusters_at: Option<u64>,
     /// Bytes of blocks cut off by the end of the file.
     pub truncated_bytes: u64,
     /// Bytes skipped to find the next cluster after a broken one.
@@ -218,7 +226,10 @@ impl Demuxer<'_> {
                 }
             };
             pos = match e.id {
-                CLUSTER => self.cluster(&e, cut)?,
+                CLUSTER => {
+                    self.out.clusters_at.get_or_insert(e.start as u64);
+                    self.cluster(&e, cut)?
+                }
                 INFO | TRACKS | CUES if cut => return Err(truncated_in(e.id)),
                 INFO => self.info(&e),
                 TRACKS => self.tracks(&e)?,
@@ -422,6 +433,7 @@ impl Demuxer<'_> {
                     size: u32::try_from(size).map_err(|_| FormatError::TooLarge)?,
                     key: key && i == 0,
                     laced: i > 0,
+                    lead: lead(data, offset as usize, size),
                 });
             }
             offset += size as u64;
@@ -457,6 +469,12 @@ impl Demuxer<'_> {
         }
         Ok(self.out)
     }
+}
+
+/// The first two bytes of the frame at `data[at..at + size]`.
+fn lead(data: &[u8], at: usize, size: usize) -> [u8; 2] {
+    let byte = |k: usize| data.get(at + k).copied().filter(|_| k < size).unwrap_or(0);
+    [byte(0), byte(1)]
 }
 
 fn truncated_in(id: u32) -> FormatError {

@@ -78,9 +78,9 @@ pub(super) fn title<'a>(
                 .map(|f| f.time_ns.saturating_sub(t0).max(0) as u64)
                 .collect();
             let track = match s.codec {
-                Codec::Aac { rate, .. } => audio_track(data, s, &pts, rate),
-                Codec::Opus { .. } => audio_track(data, s, &pts, 48_000),
-                _ => video_track(data, s, &pts),
+                Codec::Aac { rate, .. } => audio_track(s, &pts, rate),
+                Codec::Opus { .. } => audio_track(s, &pts, 48_000),
+                _ => video_track(s, &pts),
             };
             cmaf::Track {
                 id: k as u32 + 1,
@@ -99,8 +99,20 @@ pub fn fragment(
     target_ns: u64,
     only: Option<usize>,
 ) -> Result<Fragmented, FormatError> {
-    let d = demux::demux(data, &mut |_| {})?;
-    let Title { served, tracks, .. } = title(data, &d, only)?;
+    fragment_demuxed(data, &demux::demux(data, &mut |_| {})?, target_ns, only)
+}
+
+/// [`fragment`] of the file `data` demuxed as `d` (by [`demux::demux`],
+/// or from its frame table: [`super::table::Table::demuxed`]). Of `data`
+/// it reads the head (its tracks' elements) and a VP9 track's first key
+/// frame, nothing else.
+pub fn fragment_demuxed(
+    data: &[u8],
+    d: &demux::Demuxed,
+    target_ns: u64,
+    only: Option<usize>,
+) -> Result<Fragmented, FormatError> {
+    let Title { served, tracks, .. } = title(data, d, only)?;
     let configs = (served.iter().zip(&tracks))
         .map(|(s, t)| config(data, s, t))
         .collect::<Result<Vec<_>, _>>()?;
@@ -143,10 +155,26 @@ pub fn fragment(
     ))
 }
 
+/// What [`fragment_demuxed`] and [`super::webm::track_demuxed`] read of
+/// the frames of `d` (besides the file's head, which has its tracks): a
+/// VP9 track's first key frame, whose header its sample entry is made
+/// from ([`config`]).
+pub fn frame_reads(d: &demux::Demuxed) -> Vec<std::ops::Range<u64>> {
+    (d.tracks.iter().zip(&d.frames))
+        .filter(|(t, _)| t.codec_id == "V_VP9")
+        .filter_map(|(_, frames)| {
+            let f = frames
+                .iter()
+                .find(|f| f.key && Vpx::Vp9.is_key_frame(f.lead[0]))?;
+            Some(f.offset..f.offset + u64::from(f.size))
+        })
+        .collect()
+}
+
 /// A video track: decode times are the presentation times in order,
 /// `shift` earlier; media time is title time plus `shift`, so decode
 /// times stay positive.
-fn video_track(data: &[u8], s: &Served, pts: &[u64]) -> cmaf::Track {
+fn video_track(s: &Served, pts: &[u64]) -> cmaf::Track {
     let ticks: Vec<i64> = (pts.iter())
         .map(|&p| (u128::from(p) * u128::from(VIDEO_TIMESCALE) / 1_000_000_000) as i64)
         .collect();
@@ -162,7 +190,7 @@ fn video_track(data: &[u8], s: &Served, pts: &[u64]) -> cmaf::Track {
     let samples = (s.frames.iter().enumerate())
         .map(|(i, f)| {
             let key = match s.codec {
-                Codec::Vpx(v) => f.key && v.is_key_frame(data[f.offset as usize]),
+                Codec::Vpx(v) => f.key && v.is_key_frame(f.lead[0]),
                 _ => f.key,
             };
             let dur = dts.get(i + 1).map_or(last, |n| (n - dts[i]) as u32);
@@ -185,8 +213,8 @@ fn video_track(data: &[u8], s: &Served, pts: &[u64]) -> cmaf::Track {
 /// An audio track counted in samples at `rate` (as RTSP stamps it); its
 /// CodecDelay (Opus's pre-skip) an edit list that starts it past the
 /// samples the decoder primes with, as block times count them.
-fn audio_track(data: &[u8], s: &Served, pts: &[u64], rate: u32) -> cmaf::Track {
-    let times = audio_ticks(data, &s.codec, s.frames, pts, rate);
+fn audio_track(s: &Served, pts: &[u64], rate: u32) -> cmaf::Track {
+    let times = audio_ticks(&s.codec, s.frames, pts, rate);
     let samples = (s.frames.iter().enumerate())
         .map(|(i, f)| {
             let (at, dur) = times[i];

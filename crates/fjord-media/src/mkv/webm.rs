@@ -25,13 +25,23 @@ const MS: i64 = 1_000_000;
 /// Track `k` of the WebM title `data` as DASH WebM segments of at least
 /// `target_ns`, cut where its fragmented MP4 is.
 pub fn track(data: &[u8], target_ns: u64, k: usize) -> Result<Fragmented, FormatError> {
-    let d = demux::demux(data, &mut |_| {})?;
+    track_demuxed(data, &demux::demux(data, &mut |_| {})?, target_ns, k)
+}
+
+/// [`track`] of the file `data` demuxed as `d` (reading of `data` what
+/// [`super::fragments::fragment_demuxed`] does).
+pub fn track_demuxed(
+    data: &[u8],
+    d: &demux::Demuxed,
+    target_ns: u64,
+    k: usize,
+) -> Result<Fragmented, FormatError> {
     if d.doc_type != "webm" {
         return Err(demux::invalid("DASH WebM is made of WebM files only"));
     }
     let Title {
         served, tracks, t0, ..
-    } = title(data, &d, Some(k))?;
+    } = title(data, d, Some(k))?;
     let s = &served[k];
     if !matches!(s.codec, Codec::Vpx(_) | Codec::Opus { .. }) {
         return Err(demux::invalid("DASH WebM carries VP8, VP9 and Opus only"));
@@ -46,9 +56,9 @@ pub fn track(data: &[u8], target_ns: u64, k: usize) -> Result<Fragmented, Format
         .iter()
         .map(|(runs, duration_ns)| Fragment {
             duration_ns: *duration_ns,
-            parts: runs.first().map_or_else(Vec::new, |(_, r)| {
-                clusters(data, s, &s.frames[r.clone()], t0)
-            }),
+            parts: runs
+                .first()
+                .map_or_else(Vec::new, |(_, r)| clusters(s, &s.frames[r.clone()], t0)),
             key_frame_end: None,
         })
         .collect();
@@ -97,7 +107,7 @@ fn init(data: &[u8], s: &Served, total_ns: u64) -> Vec<u8> {
 
 /// `frames` as Clusters: a new one when a block's time no longer fits
 /// the 16-bit offset from its cluster's.
-fn clusters(data: &[u8], s: &Served, frames: &[Frame], t0: i64) -> Vec<Part> {
+fn clusters(s: &Served, frames: &[Frame], t0: i64) -> Vec<Part> {
     let ms = |f: &Frame| (f.time_ns.saturating_sub(t0).max(0) + MS / 2) / MS;
     let mut parts = Vec::with_capacity(frames.len() * 2);
     let mut at = 0;
@@ -108,7 +118,7 @@ fn clusters(data: &[u8], s: &Served, frames: &[Frame], t0: i64) -> Vec<Part> {
             .take_while(|f| ms(f) - base <= i64::from(i16::MAX) && ms(f) >= base)
             .count()
             .max(1);
-        cluster(data, s, &frames[at..at + n], base, &ms, &mut parts);
+        cluster(s, &frames[at..at + n], base, &ms, &mut parts);
         at += n;
     }
     parts
@@ -116,7 +126,6 @@ fn clusters(data: &[u8], s: &Served, frames: &[Frame], t0: i64) -> Vec<Part> {
 
 /// One Cluster at `base` ms holding `frames`, each a SimpleBlock.
 fn cluster(
-    data: &[u8],
     s: &Served,
     frames: &[Frame],
     base: i64,
@@ -141,7 +150,7 @@ fn cluster(
         head.extend_from_slice(&track);
         head.extend_from_slice(&((ms(f) - base) as i16).to_be_bytes());
         let key = match s.codec {
-            Codec::Vpx(v) => f.key && v.is_key_frame(data[f.offset as usize]),
+            Codec::Vpx(v) => f.key && v.is_key_frame(f.lead[0]),
             _ => true,
         };
         head.push(if key { 0x80 } else { 0 });

@@ -67,7 +67,7 @@ pub(super) fn metrics(reg: &mut Registry, cache: &SliceCache) {
         let v = st.origin_part_bytes[p as usize].load(Relaxed);
         (vec![("part", p.name().to_owned())], v)
     });
-    let help = "Bytes fetched from the origin, by the part of a title: media, index, packets";
+    let help = "Bytes fetched from the origin, by the part of a title: media, index, packets, frames, parity";
     counter(reg, "fjord_origin_part_bytes", help, by_part);
     let micros = st.origin_micros.load(Relaxed);
     let help = "Time spent in origin GETs (over fjord_origin_requests: their mean latency)";

@@ -4,7 +4,8 @@
 //! (`fjord_media::mp4::fragments`, `fjord_media::mkv::fragments`), an ADTS
 //! or MP3 title as packed audio for HLS ([`super::packed`]). A title's
 //! segments (all tracks, or one) are worked out once, from its `moov`, its
-//! Matroska block headers or its index, on a blocking thread, and kept for
+//! Matroska block headers (an origin title's: its frame table) or its
+//! index, on a blocking thread, and kept for
 //! the next requests while the file stays the same (an origin title's:
 //! while its version does, [`super::origin`]). A live recording still
 //! being written is cut from the snapshot the catalog serves: the bytes of
@@ -17,6 +18,7 @@ use std::{
     time::SystemTime,
 };
 
+use fjord_media::mkv::demux::Demuxed;
 use fjord_media::mp4::fragments::{Fragmented, Part};
 use fjord_proto::http::Entity;
 
@@ -151,7 +153,15 @@ impl Cache {
                     growing,
                 },
                 Some(_) => return Err((404, "packed audio has one track".to_owned())),
-                None => make((&path, origin, growing), (only, webm), entity, target_ns)?,
+                None => {
+                    let table = || {
+                        srv.catalog
+                            .edge()
+                            .map_or(Ok(None), |e| e.frame_table(&name))
+                    };
+                    let at = (path.as_path(), origin, growing);
+                    make(at, (only, webm), entity, target_ns, &table)?
+                }
             };
             let f = Arc::new(f);
             cache.keep(f.clone());
@@ -192,17 +202,18 @@ pub(crate) fn is_fragmentable(format: &str) -> bool {
 /// Reads the title's `moov` (Matroska: its block headers) and cuts it
 /// into fragments: of the file at `path` (of a growing recording, its
 /// first `growing` bytes), or of the origin title's media, filled in
-/// first.
+/// first (of a Matroska file, as much as its frame `table` spares).
 fn make(
     (path, origin, growing): (&Path, Option<Arc<fjord_engine::Title>>, Option<u64>),
     (only, webm): (Option<usize>, bool),
     entity: Entity,
     target_ns: u64,
+    table: super::origin::FrameTable,
 ) -> Result<Fragments, (u16, String)> {
     let (title, damaged, origin) = match origin {
         Some(t) => {
-            let holds = super::origin::hold_parsed(&t).map_err(|e| (503, e))?;
-            let made = cut(t.media(), (only, webm), target_ns);
+            let (holds, d) = super::origin::hold_parsed(&t, table).map_err(|e| (503, e))?;
+            let made = cut(t.media(), d.as_ref(), (only, webm), target_ns);
             drop(holds);
             (made?, t.damaged(), Some(t))
         }
@@ -210,7 +221,11 @@ fn make(
             let data = fjord_media::index::map_media(path).map_err(|e| (500, e.to_string()))?;
             let len = growing.map_or(data.len(), |n| n as usize);
             let prefix = data.get(..len).ok_or((503, CHANGED.to_owned()))?;
-            (cut(prefix, (only, webm), target_ns)?, data.damaged(), None)
+            (
+                cut(prefix, None, (only, webm), target_ns)?,
+                data.damaged(),
+                None,
+            )
         }
     };
     if damaged {
@@ -231,17 +246,22 @@ fn make(
 
 const CHANGED: &str = "the title changed while it was read; ask again";
 
-/// The fragments of the title whose media is `data`.
+/// The fragments of the title whose media is `data` (a Matroska file's
+/// demuxed already: `demuxed`).
 fn cut(
     data: &[u8],
+    demuxed: Option<&Demuxed>,
     (only, webm): (Option<usize>, bool),
     target_ns: u64,
 ) -> Result<Fragmented, (u16, String)> {
-    let made = match (webm, only) {
-        (true, Some(k)) => fjord_media::mkv::webm::track(data, target_ns, k),
-        (true, None) => return Err((404, "DASH WebM has one track per segment".to_owned())),
+    use fjord_media::mkv::{fragments, webm};
+    let made = match (webm, only, demuxed) {
+        (true, Some(k), Some(d)) => webm::track_demuxed(data, d, target_ns, k),
+        (true, Some(k), None) => webm::track(data, target_ns, k),
+        (true, None, _) => return Err((404, "DASH WebM has one track per segment".to_owned())),
+        (_, _, Some(d)) => fragments::fragment_demuxed(data, d, target_ns, only),
         _ if fjord_media::mkv::demux::looks_like_matroska(data) => {
-            fjord_media::mkv::fragments::fragment(data, target_ns, only)
+            fragments::fragment(data, target_ns, only)
         }
         _ => fjord_media::mp4::fragments::fragment(data, target_ns, only),
     };

@@ -44,8 +44,14 @@ async fn the_origin_client_writes_and_reads_a_real_s3_server() {
 
 /// `fjord publish FILES s3://films/lib` against `s3`, bounded in time.
 pub(crate) fn publish(s3: &S3Server, files: &[&Path]) -> crate::common::Output {
+    publish_with(s3, files, &[])
+}
+
+/// [`publish`] with more `fjord publish` arguments (`--fec K:M`).
+pub(crate) fn publish_with(s3: &S3Server, files: &[&Path], more: &[&str]) -> crate::common::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
     cmd.args(["publish", "--endpoint", &s3.endpoint])
+        .args(more)
         .args(files)
         .arg("s3://films/lib")
         .env("AWS_ACCESS_KEY_ID", S3_KEY_ID)

@@ -11,7 +11,6 @@ use fjord_edge::slice::SLICE_BYTES;
 use crate::client::{LIMIT, QUIET, open, recv};
 use crate::common::s3::{S3_KEY_ID, S3_SECRET};
 use crate::common::{S3Server, Server, TsClip, assert_contiguous, free_port, media, muxed_10mbit};
-use crate::edge::publish;
 use crate::formats;
 
 /// A title of several slices: 10 s at about 6 Mbit/s.
@@ -29,6 +28,11 @@ fn big_title() -> PathBuf {
 /// `files` published to `s3` under their names, from a directory of
 /// copies (publish writes sidecars beside them).
 fn published(s3: &S3Server, files: &[(&Path, &str)]) -> tempfile::TempDir {
+    published_with(s3, files, &[])
+}
+
+/// [`published`] with more `fjord publish` arguments.
+fn published_with(s3: &S3Server, files: &[(&Path, &str)], more: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let copies: Vec<PathBuf> = files
         .iter()
@@ -39,7 +43,7 @@ fn published(s3: &S3Server, files: &[(&Path, &str)]) -> tempfile::TempDir {
         })
         .collect();
     let refs: Vec<&Path> = copies.iter().map(PathBuf::as_path).collect();
-    let out = publish(s3, &refs);
+    let out = crate::edge::publish_with(s3, &refs, more);
     assert!(out.status.success(), "publish: {}", out.stderr);
     dir
 }
@@ -93,6 +97,8 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     let source = std::fs::read(&big).unwrap();
     let len = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().len();
     let (index_len, packets_len) = (len("big.ts.fjidx"), len("big.ts.fjpkt"));
+    // Of the parity, its first slice: no session asks for repair.
+    let parity_len = len("big.ts.fjfec").min(SLICE_BYTES);
     assert!(slices(source.len() as u64) >= 3, "{} bytes", source.len());
     let cache = tempfile::tempdir().unwrap();
     let http = free_port();
@@ -115,7 +121,9 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     let gets = s3.requests("GetObject");
     let of = |suffix: &str| gets.iter().filter(|l| l.contains(suffix)).count();
     let (index_gets, packet_gets) = (of("big.ts.fjidx"), of("big.ts.fjpkt"));
-    let media_gets = gets.len() - index_gets - packet_gets;
+    let parity_gets = of("big.ts.fjfec");
+    let media_gets = gets.len() - index_gets - packet_gets - parity_gets;
+    assert_eq!(parity_gets, 1, "{gets:#?}");
     assert_eq!(media_gets, slices(source.len() as u64), "{gets:#?}");
     assert_eq!(packet_gets, slices(packets_len), "{gets:#?}");
     assert!(index_gets <= slices(index_len), "{gets:#?}");
@@ -126,13 +134,14 @@ fn an_edge_plays_an_uncached_title_bit_exact_fetching_each_slice_once() {
     assert_eq!(slices(index_len), 1);
     let bytes = format!(
         "fjord_origin_bytes_total {}\n",
-        source.len() as u64 + index_len + packets_len
+        source.len() as u64 + index_len + packets_len + parity_len
     );
     assert!(metrics.contains(&bytes), "{bytes}in\n{metrics}");
     let parts = [
         ("media", source.len() as u64),
         ("index", index_len),
         ("packets", packets_len),
+        ("parity", parity_len),
     ];
     for (part, n) in parts {
         let line = format!("fjord_origin_part_bytes_total{{part=\"{part}\"}} {n}\n");
@@ -257,7 +266,7 @@ fn ffmpeg_and_gstreamer_play_an_origin_mp4_title_bit_exact() {
 
 /// MP4 and Matroska titles of the origin over HLS and DASH from an edge
 /// that has none of them cached: fragmented MP4 cut from what it fetched
-/// of each (an MP4's `moov`, a Matroska file whole), samples filled in
+/// of each (an MP4's `moov`, a Matroska file's frame table and head), samples filled in
 /// as the segments are sent. ffmpeg reads every packet of the file.
 #[test]
 fn hls_and_dash_of_origin_mp4_and_matroska_titles_are_the_files_packets() {
@@ -281,6 +290,187 @@ fn hls_and_dash_of_origin_mp4_and_matroska_titles_are_the_files_packets() {
             formats::assert_packets_match(&got, &want, &what);
         }
     }
+    server.assert_alive();
+}
+
+/// A Matroska or WebM title of several slices: noisy 640x360 video at
+/// about 9 Mbit/s, H.264 and AAC for 12 s, or VP8 (whose rate control in
+/// real-time mode gives about half) and Opus for 24 s.
+fn big_matroska(webm: bool) -> PathBuf {
+    let (name, seconds, codecs): (&str, &str, &[&str]) = match webm {
+        false => (
+            "edge-big.mkv",
+            "12",
+            &[
+                "-c:v",
+                "libx264",
+                "-preset",
+                "ultrafast",
+                "-c:a",
+                "aac",
+                "-f",
+                "matroska",
+            ],
+        ),
+        true => (
+            "edge-big-24s.webm",
+            "24",
+            &[
+                "-c:v",
+                "libvpx",
+                "-deadline",
+                "realtime",
+                "-cpu-used",
+                "8",
+                "-c:a",
+                "libopus",
+                "-f",
+                "webm",
+            ],
+        ),
+    };
+    let mut args = vec![
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=640x360:rate=25,noise=alls=40:allf=t",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=frequency=440:sample_rate=48000",
+        "-t",
+        seconds,
+        "-g",
+        "50",
+        "-b:v",
+        "9M",
+        "-maxrate",
+        "9M",
+        "-bufsize",
+        "2M",
+    ];
+    args.extend(codecs);
+    crate::common::generate_media(name, &args)
+}
+
+/// The origin's bytes of the media part so far, from the edge's metrics.
+fn media_bytes_fetched(server: &Server, part: &str) -> u64 {
+    let (metrics, _) = crate::common::curl(&[&format!("{}/metrics", server.admin())]);
+    let line = format!("fjord_origin_part_bytes_total{{part=\"{part}\"}} ");
+    (metrics.lines())
+        .find_map(|l| l.strip_prefix(&line))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line}in\n{metrics}"))
+}
+
+/// An uncached Matroska and WebM title of several slices over HLS from an
+/// edge: its playlists, init segment and first segment come having fetched
+/// its frame table and a few slices of the file, not the whole of it
+/// (the segments cut from the table), and then ffmpeg reads every packet
+/// of the file over HLS and DASH.
+#[test]
+fn hls_of_an_origin_matroska_title_starts_without_fetching_all_of_it() {
+    let s3 = S3Server::start("films");
+    let sources = [big_matroska(false), big_matroska(true)];
+    let names = ["big.mkv", "big.webm"];
+    let named: Vec<(&Path, &str)> = (sources.iter().zip(names))
+        .map(|(s, n)| (s.as_path(), n))
+        .collect();
+    let dir = published(&s3, &named);
+    let cache = tempfile::tempdir().unwrap();
+    let http = free_port();
+    // Segments of 2 s: the first is a sixth of the title.
+    let mut server = edge_with(&s3, cache.path(), http, "hls_segment_s = 2\n");
+    let mut fetched_before = 0;
+    for (source, name) in sources.iter().zip(names) {
+        let len = std::fs::metadata(source).unwrap().len();
+        assert!(slices(len) >= 6, "{name}: {len} bytes");
+        assert!(
+            dir.path().join(format!("{name}.fjfrm")).exists(),
+            "{name}: no frame table"
+        );
+        let base = format!("http://127.0.0.1:{http}/{name}");
+        let text = |path: &str| {
+            String::from_utf8(crate::common::curl_bytes(&format!("{base}/{path}"))).unwrap()
+        };
+        assert!(text("index.m3u8").contains("media.m3u8"));
+        let playlist = text("media.m3u8");
+        let first = playlist
+            .lines()
+            .find(|l| l.ends_with(".m4s"))
+            .expect("a segment");
+        assert!(!crate::common::curl_bytes(&format!("{base}/init.mp4")).is_empty());
+        assert!(!crate::common::curl_bytes(&format!("{base}/{first}")).is_empty());
+        let fetched = media_bytes_fetched(&server, "media") - fetched_before;
+        let table = std::fs::metadata(dir.path().join(format!("{name}.fjfrm")))
+            .unwrap()
+            .len();
+        eprintln!(
+            "{name}: {fetched} of its {len} bytes fetched for its first segment; frame table {table} bytes"
+        );
+        fetched_before += fetched;
+        assert!(
+            fetched <= 3 * SLICE_BYTES && fetched * 2 < len,
+            "{name}: {fetched} of its {len} bytes fetched for its first segment"
+        );
+    }
+    assert!(media_bytes_fetched(&server, "frames") > 0);
+    let copy = crate::containers::COPY_FROM_FIRST;
+    for (source, name) in sources.iter().zip(names) {
+        let want = formats::framemd5(&["-i", source.to_str().unwrap()], copy, "source");
+        for manifest in ["index.m3u8", "manifest.mpd"] {
+            let url = format!("http://127.0.0.1:{http}/{name}/{manifest}");
+            let got = formats::framemd5(&["-i", &url], copy, manifest);
+            formats::assert_packets_match(&got, &want, &format!("{name} {manifest}"));
+        }
+    }
+    server.assert_alive();
+}
+
+/// Repair streams of an origin title published with parity, played as
+/// the FEC tests play them (`fjord play --drop`, which asks for repair):
+/// every dropped packet is recovered and the title comes out bit-exact.
+/// A session that does not ask for repair fetches no more of the parity
+/// than its first slice (its header and block tables, which the title's
+/// open reads); the one that asks fetches the rest as it plays.
+#[test]
+fn an_origin_title_published_with_parity_is_repaired_bit_exact() {
+    let s3 = S3Server::start("films");
+    let big = big_title();
+    let dir = published_with(&s3, &[(&big, "big.ts")], &["--fec", "12:8"]);
+    let source = std::fs::read(&big).unwrap();
+    let parity_len = std::fs::metadata(dir.path().join("big.ts.fjfec"))
+        .unwrap()
+        .len();
+    assert!(slices(parity_len) >= 2, "{parity_len} bytes of parity");
+    let cache = tempfile::tempdir().unwrap();
+    let mut server = edge(&s3, cache.path(), free_port());
+    let mut c = RtspClient::connect(&server.url("big.ts")).unwrap();
+    let sdp = c.describe_fec().unwrap().sdp;
+    assert!(sdp.contains("a=group:FEC-FR S1 R1\r\n"), "{sdp}");
+    plays_whole(&server, "big.ts", false, &source);
+    let parity = media_bytes_fetched(&server, "parity");
+    assert_eq!(
+        parity, SLICE_BYTES,
+        "parity fetched for a session without repair"
+    );
+    let out = tempfile::tempdir().unwrap();
+    let args = ["--drop", "0.05", "--seed", "3"];
+    let (report, got) = crate::fec::play_url(&server.url("big.ts"), out.path(), "big.ts", &args);
+    assert!(
+        got == source,
+        "output differs from the source\n{}",
+        report.text
+    );
+    assert!(report.get("dropped") > 10, "{}", report.text);
+    assert_eq!(
+        report.get("recovered"),
+        report.get("lost"),
+        "{}",
+        report.text
+    );
+    assert_eq!(report.get("unrecoverable"), 0, "{}", report.text);
+    assert_eq!(media_bytes_fetched(&server, "parity"), parity_len);
     server.assert_alive();
 }
 

@@ -42,13 +42,13 @@ fn server() -> Server {
 }
 
 /// The numbers of a `fjord play` report line (its source-packet part).
-struct Report {
+pub(crate) struct Report {
     fields: BTreeMap<String, u64>,
-    text: String,
+    pub(crate) text: String,
 }
 
 impl Report {
-    fn get(&self, name: &str) -> u64 {
+    pub(crate) fn get(&self, name: &str) -> u64 {
         *self
             .fields
             .get(name)
@@ -56,15 +56,17 @@ impl Report {
     }
 }
 
-/// Runs `fjord play URL -o out ARGS`; returns the report and the output.
+/// Runs `fjord play URL -o out ARGS` of `fec.ts`; returns the report and
+/// the output.
 fn play(server: &Server, dir: &Path, name: &str, args: &[&str]) -> (Report, Vec<u8>) {
+    play_url(&server.url("fec.ts"), dir, name, args)
+}
+
+/// [`play`] of the title at `url`.
+pub(crate) fn play_url(url: &str, dir: &Path, name: &str, args: &[&str]) -> (Report, Vec<u8>) {
     let out = dir.join(name);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fjord"));
-    cmd.arg("play")
-        .arg(server.url("fec.ts"))
-        .arg("-o")
-        .arg(&out)
-        .args(args);
+    cmd.arg("play").arg(url).arg("-o").arg(&out).args(args);
     let r = run_bounded(cmd, Duration::from_secs(60));
     let text = String::from_utf8_lossy(&r.stdout).into_owned();
     assert!(
