@@ -178,6 +178,14 @@ fn u16_at(b: &[u8], at: usize) -> Result<u16, SidecarError> {
 fn u32_at(b: &[u8], at: usize) -> Result<u32, SidecarError> {
     get(b, at).map(u32::from_le_bytes)
 }
+/// Where the meta checksum lies in a sidecar whose first bytes are
+/// `header` (at least [`HEADER_LEN`]): what a reader that fetches a sidecar
+/// in parts needs besides the header to verify its tables.
+pub fn meta_checksum_range(header: &[u8]) -> Result<Range<u64>, SidecarError> {
+    let at = u64_at(header, 128)?;
+    Ok(at..at.saturating_add(CHECKSUM_LEN as u64))
+}
+
 fn u64_at(b: &[u8], at: usize) -> Result<u64, SidecarError> {
     get(b, at).map(u64::from_le_bytes)
 }

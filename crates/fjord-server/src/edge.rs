@@ -332,12 +332,8 @@ impl Edge {
             tokio::task::spawn_blocking(move || fjord_edge::files::read_slice(&path, 0, first.end));
         let head = head.await.map_err(|e| EdgeError::Failed(e.to_string()))?;
         let head = head.map_err(|e| EdgeError::Failed(e.to_string()))?;
-        // meta_len, where the checksum of the tables starts (`fjord_fec::sidecar`).
-        if let Some(at) = head
-            .get(128..136)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
-        {
-            let sum = at.min(object.size)..at.saturating_add(32).min(object.size);
+        if let Ok(sum) = fjord_fec::sidecar::meta_checksum_range(&head) {
+            let sum = sum.start.min(object.size)..sum.end.min(object.size);
             holds.push(self.hold(object, sum).await?);
         }
         Ok(Some(self.slices(object, file, holds)))
