@@ -216,13 +216,28 @@ impl Files {
         Ok(())
     }
 
-    /// File `slot` opened anew (the same inode, even if renamed since) for
-    /// reading it whole: without the kernel's read-ahead (up to the
-    /// device's read_ahead_kb, 8 MB on virtio disks), so bulk work puts in
-    /// the disk's queue what it was paced for, not more.
+    /// File `slot` for reading it whole, without the kernel's read-ahead
+    /// (up to the device's read_ahead_kb, 8 MB on virtio disks), so bulk
+    /// work puts in the disk's queue what it was paced for, not more. A
+    /// duplicate of the title's descriptor, not the file opened anew: on
+    /// FUSE an open drops the file's page cache, pages locked for sessions
+    /// too (without `keep_cache`), and the engine then faulted them in. It
+    /// shares the title's open file, which thus reads only what it is asked
+    /// (the storage layer asks with `readahead(2)`; faults of the mapping
+    /// do not look at it).
     pub(crate) fn whole_reader(&self, slot: Slot) -> io::Result<WholeReader> {
         let mapped = self.mapped[slot as usize];
-        let file = File::open(format!("/proc/self/fd/{}", mapped.fd))?;
+        if mapped.fd < 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "the title has no such file",
+            ));
+        }
+        // SAFETY: the descriptor is open while the title is (see `read_at`);
+        // it is only duplicated here.
+        let file = unsafe { std::os::fd::BorrowedFd::borrow_raw(mapped.fd) }
+            .try_clone_to_owned()
+            .map(File::from)?;
         // SAFETY: a plain syscall on a descriptor we own.
         unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
         Ok(WholeReader {
