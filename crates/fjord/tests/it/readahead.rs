@@ -82,16 +82,11 @@ fn the_lead_grows_when_a_root_slows_and_shrinks_when_it_recovers() {
     };
     let fast = until(&stats, Duration::from_secs(5), |s| lead_ms(s) > 0);
     assert_eq!(lead_ms(&fast), 500, "a fast disk: the floor; {fast}");
-    // Past the title's head (2 s kept resident from load): an engine
-    // thread faults on a FUSE page at a session's start when the root
-    // slows then (on main too; see the note of issue 39), which is not
-    // what this test is about.
-    std::thread::sleep(Duration::from_secs(2));
-    // Reads of 128 KiB (FUSE's largest) taking 160 ms each: a chunk of the
-    // packet file is two (the whole index is one chunk, kept from load),
-    // 320 ms, under the floor's 500 ms: the first slow refill is not late,
-    // and the lead then covers twice its latency.
-    fuse.slow(160, true);
+    // Reads taking 320 ms longer: a refill (64 KiB, a chunk of the packet
+    // file, one FUSE read; the whole index is kept from load) under the
+    // floor's 500 ms, so the first slow refill is not late, and the lead
+    // then covers twice its latency.
+    fuse.slow(320, true);
     let slow = until(&stats, Duration::from_secs(8), |s| lead_ms(s) >= 600);
     let grown = lead_ms(&slow);
     assert!(grown >= 600, "the lead did not grow on a slow root: {slow}");
