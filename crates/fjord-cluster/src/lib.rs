@@ -31,9 +31,9 @@
 #![forbid(unsafe_code)]
 
 pub mod answer;
-pub mod mark;
 #[cfg(feature = "client")]
 pub mod etcd;
+pub mod mark;
 pub mod member;
 #[cfg(feature = "client")]
 pub mod membership;

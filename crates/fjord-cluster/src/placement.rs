@@ -145,8 +145,8 @@ fn onward<'a>(ranked: &[&Node<'a>], me: &str, via: &[&str]) -> Choice<'a> {
 /// The bound on each node's load: with `L` sessions in the cluster and
 /// `C` its capacity, a node of capacity `c` takes one more while its
 /// load is under `(1 + ε)·(L + 1)·c / C` (so after it takes it, it is
-/// at most one over `1 + ε` times its share). A cluster's total is ever
-/// under the sum of these, so some node is always under its bound. No
+/// at most one over `1 + ε` times its share). The cluster's load is
+/// always under the sum of these, so some node is under its bound. No
 /// bound when ε is 0 or a node's capacity is unknown (its load is too:
 /// static peers).
 #[derive(Clone, Copy, Debug)]

@@ -339,7 +339,7 @@ impl Default for Config {
             cluster_ttl_s: 5,
             cluster_copies: 1,
             cluster_hot_rps: 20.0,
-            cluster_balance_pct: 10,
+            cluster_balance_pct: 60,
         }
     }
 }

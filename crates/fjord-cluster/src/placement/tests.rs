@@ -78,7 +78,11 @@ fn a_hot_title_is_served_by_its_first_nodes_least_loaded_first() {
         Choice::To(b),
         "the less loaded home"
     );
-    assert_eq!(choose("hot.ts", a, &n, rule(2), &[]), Choice::Here, "a home with room");
+    assert_eq!(
+        choose("hot.ts", a, &n, rule(2), &[]),
+        Choice::Here,
+        "a home with room"
+    );
     assert_eq!(choose("hot.ts", c, &n, rule(3), &[]), Choice::Here);
 }
 
@@ -91,8 +95,14 @@ fn a_full_node_sends_on_to_the_next_in_order_and_none_with_room_keeps_it() {
         node.capacity = 10;
         node.load = if node.name == order[0] { 10 } else { 0 };
     }
-    assert_eq!(choose("t.ts", order[0], &n, rule(1), &[]), Choice::To(order[1]));
-    assert_eq!(choose("t.ts", order[2], &n, rule(1), &[]), Choice::To(order[1]));
+    assert_eq!(
+        choose("t.ts", order[0], &n, rule(1), &[]),
+        Choice::To(order[1])
+    );
+    assert_eq!(
+        choose("t.ts", order[2], &n, rule(1), &[]),
+        Choice::To(order[1])
+    );
     assert_eq!(choose("t.ts", order[1], &n, rule(1), &[]), Choice::Here);
     for node in n.iter_mut() {
         node.load = 10;
@@ -134,16 +144,32 @@ fn a_home_past_the_bound_passes_new_viewers_to_the_next_node_which_keeps_them() 
     }
     // 29 sessions with the new one: a third is 9.7, +10 % is 10.6.
     let rule = balanced(1, 10);
-    assert_eq!(choose("t.ts", order[0], &n, rule, &[]), Choice::To(order[1]));
-    assert_eq!(choose("t.ts", order[2], &n, rule, &[]), Choice::To(order[1]));
+    assert_eq!(
+        choose("t.ts", order[0], &n, rule, &[]),
+        Choice::To(order[1])
+    );
+    assert_eq!(
+        choose("t.ts", order[2], &n, rule, &[]),
+        Choice::To(order[1])
+    );
     assert_eq!(choose("t.ts", order[1], &n, rule, &[]), Choice::Here);
     // Sent on: kept, even where this node's view says it is over too.
     n.iter_mut().for_each(|x| x.load = 20);
-    assert_eq!(choose("t.ts", order[1], &n, rule, &[order[0]]), Choice::Here);
+    assert_eq!(
+        choose("t.ts", order[1], &n, rule, &[order[0]]),
+        Choice::Here
+    );
     // Within the bound (or without one) the home keeps its titles.
-    assert_eq!(choose("t.ts", order[2], &n, rule, &[]), Choice::To(order[0]));
-    n.iter_mut().for_each(|x| x.load = if x.name == order[0] { 40 } else { 0 });
-    assert_eq!(choose("t.ts", order[0], &n, balanced(1, 0), &[]), Choice::Here);
+    assert_eq!(
+        choose("t.ts", order[2], &n, rule, &[]),
+        Choice::To(order[0])
+    );
+    n.iter_mut()
+        .for_each(|x| x.load = if x.name == order[0] { 40 } else { 0 });
+    assert_eq!(
+        choose("t.ts", order[0], &n, balanced(1, 0), &[]),
+        Choice::Here
+    );
     // Unknown capacities (static peers): unknown loads, no bound.
     n.iter_mut().for_each(|x| x.capacity = 0);
     assert_eq!(choose("t.ts", order[0], &n, rule, &[]), Choice::Here);
@@ -167,7 +193,10 @@ fn a_full_node_sends_a_marked_request_on_once_and_never_back() {
     let last = choose("t.ts", order[2], &n, rule, &[order[0], order[1]]);
     assert_eq!(last, Choice::Here);
     // Full with nowhere new to go: here.
-    assert_eq!(choose("t.ts", order[1], &n, rule, &[order[0]]), Choice::Here);
+    assert_eq!(
+        choose("t.ts", order[1], &n, rule, &[order[0]]),
+        Choice::Here
+    );
 }
 
 proptest! {

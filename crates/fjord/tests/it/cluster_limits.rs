@@ -264,7 +264,10 @@ fn a_home_node_past_its_bound_sends_a_new_viewer_on_and_the_mark_keeps_it_there(
         let mut c = fjord_client::RtspClient::connect(&home.rtsp("clip.ts")).unwrap();
         let track = c.describe().expect("DESCRIBE").track_urls[0].clone();
         let transport = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
-        assert_eq!(c.request("SETUP", &track, &transport, &[]).unwrap().status, 200);
+        assert_eq!(
+            c.request("SETUP", &track, &transport, &[]).unwrap().status,
+            200
+        );
         c
     };
     let held: Vec<_> = (0..2).map(hold).collect();
