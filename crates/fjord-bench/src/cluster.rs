@@ -61,6 +61,7 @@ pub struct ClusterConfig {
     pub mbit: u32,
     pub ttl_s: u32,
     pub hot_rps: f64,
+    pub balance_pct: u32,
     pub seed: u64,
     pub fjord_exe: PathBuf,
     /// Keep the scratch directory (logs, configs) and say where.
@@ -91,6 +92,7 @@ pub struct ClusterReport {
     pub mbit: u32,
     pub ttl_s: u32,
     pub hot_rps: f64,
+    pub balance_pct: u32,
     pub gap_ms: f64,
     /// A title's length, s (about: they differ by a few ms).
     pub title_s: f64,
@@ -131,6 +133,7 @@ pub fn run(cfg: &ClusterConfig, command: &str) -> anyhow::Result<ClusterReport> 
         etcd: &etcd,
         ttl_s: cfg.ttl_s,
         hot_rps: cfg.hot_rps,
+        balance_pct: cfg.balance_pct,
     };
     let plan = plan::plan(
         cfg.sessions,
@@ -179,6 +182,7 @@ pub fn run(cfg: &ClusterConfig, command: &str) -> anyhow::Result<ClusterReport> 
         mbit: cfg.mbit,
         ttl_s: cfg.ttl_s,
         hot_rps: cfg.hot_rps,
+        balance_pct: cfg.balance_pct,
         gap_ms: cfg.gap.as_secs_f64() * 1e3,
         title_s: crate::storage::library::seconds_of(cfg.title_mb),
         publish_s,

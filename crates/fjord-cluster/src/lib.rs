@@ -7,11 +7,17 @@
 //! for a title asked for here, whether to serve it or which member to
 //! send it to ([`placement::choose`]: rendezvous hashing over the members,
 //! a home set of `k` nodes growing with the title's request rate across
-//! the cluster, [`popularity`]).
+//! the cluster, [`popularity`]; loads bounded to `1 + ε` of the mean,
+//! spilling to the next nodes in order), and the mark a redirect carries
+//! ([`mark`]).
 //!
 //! The contract: every node computes the same home set from the same
 //! members; a member joining or leaving moves only the titles it is (or
-//! becomes) first for, about 1/N; a node that stops renewing its lease
+//! becomes) first for, about 1/N; with loads as placement saw them, no
+//! node takes a viewer past `1 + ε` of its share while another can; a
+//! request sent on by placement is never sent back to a node it came
+//! through, and takes at most [`placement::HOPS`] redirects (a forged
+//! mark only skips balancing); a node that stops renewing its lease
 //! leaves every view within the lease's TTL; etcd not answering leaves the
 //! last members in place (logged, counted), never an empty cluster.
 //! Placement and popularity are pure code (no sockets, clocks or
@@ -19,14 +25,15 @@
 
 //!
 //! Without the `client` feature (on by default) only the pure parts are
-//! built: records, etcd's answers decoded ([`answer`]), placement and
-//! popularity; the fuzz targets use them so, without the HTTP client.
+//! built: records, etcd's answers decoded ([`answer`]), placement, marks
+//! and popularity; the fuzz targets use them so, without the HTTP client.
 
 #![forbid(unsafe_code)]
 
 pub mod answer;
 #[cfg(feature = "client")]
 pub mod etcd;
+pub mod mark;
 pub mod member;
 #[cfg(feature = "client")]
 pub mod membership;

@@ -4,7 +4,10 @@
 //! node name); its home set is the first `k`. A member that joins or
 //! leaves moves only the titles it ranks first (about 1/N of them), and
 //! every node computes the same order from the same members with nothing
-//! shared but their names. Pure code: members and loads in, a choice out.
+//! shared but their names. Loads are bounded (consistent hashing with
+//! bounded loads): a node over `1 + ε` of its share of the cluster's load
+//! passes new viewers to the next nodes in the title's order. Pure code:
+//! members and loads in, a choice out.
 
 /// A member as placement sees it: its name and how full it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,24 +60,117 @@ pub fn home<'a>(title: &str, nodes: &[Node<'a>], copies: usize) -> Vec<&'a str> 
     ranked.iter().take(k).map(|n| n.name).collect()
 }
 
+/// How a title's requests are placed, beside its order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Home nodes of the title (at least one).
+    pub copies: usize,
+    /// ε of bounded loads, in percent: a node takes a new viewer only
+    /// while its load, the viewer counted, is within `1 + ε` of its
+    /// share of the cluster's ([`Bound`]); 0: no bound.
+    pub balance_pct: u32,
+}
+
+/// The most redirects one request takes: one by placement, one more when
+/// the node it was sent to is full. A request sent on this often is
+/// served where it lands (or refused there).
+pub const HOPS: usize = 2;
+
 /// Where a request for `title` that reached `me` goes, among `nodes`
-/// (which hold `me`, with its load now), the title having `copies` home
-/// nodes: here when `me` is a home node with room; else the least loaded
-/// home node with room (by share of its capacity, then by order); when
-/// every home node is full, the next node in the title's order with room
-/// (here, if that is `me`). With no room anywhere: here, which refuses it.
-pub fn choose<'a>(title: &str, me: &str, nodes: &[Node<'a>], copies: usize) -> Choice<'a> {
+/// (which hold `me`, with its load now), sent on by placement from `via`
+/// (its mark; empty: not sent by placement).
+///
+/// Not sent on: here when `me` is a home node with room, under the
+/// bound; else the least loaded home node so (by share of its capacity,
+/// then by order); else the next node in the title's order so (here, if
+/// that is `me`). A node is under the bound when taking one more viewer
+/// keeps it within `1 + ε` of its part of the cluster's load
+/// (Mirrokni, Thorup, Zadimoghaddam, "Consistent hashing with bounded
+/// loads"); with none both under it and with room, the same without the
+/// bound. With no room anywhere: here, which refuses it.
+///
+/// Sent on: here unless `me` is full (loads other nodes see are up to a
+/// renewal old; the sender judged by them, so sending back could loop);
+/// full, the next node in order with room that the request has not been
+/// through, while it has taken fewer than [`HOPS`] redirects.
+pub fn choose<'a>(
+    title: &str,
+    me: &str,
+    nodes: &[Node<'a>],
+    rule: Rule,
+    via: &[&str],
+) -> Choice<'a> {
     let ranked = rank(title, nodes);
-    let k = copies.clamp(1, ranked.len().max(1)).min(ranked.len());
-    let (homes, rest) = ranked.split_at(k);
-    if homes.iter().any(|n| n.name == me && !n.full()) {
-        return Choice::Here;
+    if !via.is_empty() {
+        return onward(&ranked, me, via);
     }
-    let least = homes.iter().filter(|n| !n.full()).min_by_key(|n| share(n));
-    let next = least.or_else(|| rest.iter().find(|n| !n.full()));
-    match next {
+    let k = rule.copies.clamp(1, ranked.len().max(1)).min(ranked.len());
+    let (homes, rest) = ranked.split_at(k);
+    let bound = Bound::of(nodes, rule.balance_pct);
+    let balanced = pick(homes, rest, me, |n| !n.full() && bound.takes(n));
+    match balanced.or_else(|| pick(homes, rest, me, |n| !n.full())) {
         Some(n) if n.name != me => Choice::To(n.name),
         _ => Choice::Here,
+    }
+}
+
+/// The node a request goes to among those `open` takes: `me` when a
+/// home; else the least loaded home; else the first of the rest.
+fn pick<'n, 'a>(
+    homes: &[&'n Node<'a>],
+    rest: &[&'n Node<'a>],
+    me: &str,
+    open: impl Fn(&Node) -> bool,
+) -> Option<&'n Node<'a>> {
+    if let Some(n) = homes.iter().find(|n| n.name == me && open(n)) {
+        return Some(n);
+    }
+    let least = homes.iter().filter(|n| open(n)).min_by_key(|n| share(n));
+    least.or_else(|| rest.iter().find(|n| open(n))).copied()
+}
+
+/// Where a request placement sent through `via` goes from `me`.
+fn onward<'a>(ranked: &[&Node<'a>], me: &str, via: &[&str]) -> Choice<'a> {
+    let full = ranked.iter().any(|n| n.name == me && n.full());
+    if !full || via.len() >= HOPS {
+        return Choice::Here;
+    }
+    let fresh = |n: &&&Node| n.name != me && !via.contains(&n.name) && !n.full();
+    match ranked.iter().find(fresh) {
+        Some(n) => Choice::To(n.name),
+        None => Choice::Here,
+    }
+}
+
+/// The bound on each node's load: with `L` sessions in the cluster and
+/// `C` its capacity, a node of capacity `c` takes one more while its
+/// load is under `(1 + ε)·(L + 1)·c / C` (so after it takes it, it is
+/// at most one over `1 + ε` times its share). The cluster's load is
+/// always under the sum of these, so some node is under its bound. No
+/// bound when ε is 0 or a node's capacity is unknown (its load is too:
+/// static peers).
+#[derive(Clone, Copy, Debug)]
+pub struct Bound {
+    /// `100 + ε` in percent, `L + 1` and `C`; none: no bound.
+    of: Option<(u128, u128, u128)>,
+}
+
+impl Bound {
+    pub fn of(nodes: &[Node], balance_pct: u32) -> Bound {
+        let known = !nodes.is_empty() && nodes.iter().all(|n| n.capacity != 0);
+        let of = (balance_pct != 0 && known).then(|| {
+            let load: u128 = nodes.iter().map(|n| u128::from(n.load)).sum();
+            let capacity: u128 = nodes.iter().map(|n| u128::from(n.capacity)).sum();
+            (100 + u128::from(balance_pct), load + 1, capacity)
+        });
+        Bound { of }
+    }
+
+    /// Whether `n` takes one more viewer within the bound.
+    pub fn takes(&self, n: &Node) -> bool {
+        self.of.is_none_or(|(pct, load, capacity)| {
+            u128::from(n.load) * capacity * 100 < pct * load * u128::from(n.capacity)
+        })
     }
 }
 

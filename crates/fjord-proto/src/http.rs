@@ -24,6 +24,9 @@ pub struct Request {
     /// The target's path as sent (still percent-encoded, no scheme,
     /// authority or query): what a log may show.
     pub target: String,
+    /// The target's query as sent, after its `?` (no fragment); empty:
+    /// none. A cluster's redirect keeps it, and reads its mark there.
+    pub query: String,
     /// The connection stays open after the response.
     pub keep_alive: bool,
     /// The `Authorization` value, checked before any file is looked up.
@@ -110,6 +113,7 @@ pub fn parse(buf: &[u8]) -> Parsed {
             method,
             path: crate::rtsp::url::canonical_path(&target[1..]).ok(),
             target: target.to_owned(),
+            query: query_of(req.path.unwrap_or_default()).to_owned(),
             keep_alive,
             authorization: header("Authorization"),
             range: header("Range"),
@@ -130,6 +134,12 @@ pub fn raw_path(target: &str) -> Option<&str> {
     };
     let path = target.split(['?', '#']).next()?;
     path.starts_with('/').then_some(path)
+}
+
+/// The query of a request target, as sent: between its `?` and any `#`.
+fn query_of(target: &str) -> &str {
+    let target = target.split('#').next().unwrap_or_default();
+    target.split_once('?').map_or("", |(_, q)| q)
 }
 
 /// RFC 9112 §3.2: an HTTP/1.1 request carries exactly one `Host`, and no

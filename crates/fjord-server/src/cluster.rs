@@ -4,8 +4,10 @@
 //! rendezvous order. DESCRIBE and the HTTP requests that start a viewing
 //! (a download, a multivariant playlist, a manifest) ask
 //! [`Cluster::redirect`]: a title whose home set does not hold this node
-//! (or this node full) is answered 302 to the least loaded home node with
-//! room. Media playlists and segments are served where asked: a viewer
+//! (or this node full, or past its bound of load) is answered 302 to the
+//! least loaded home node with room, or the next node in order, the
+//! `Location` marked as sent on by placement (served where it lands,
+//! never sent back). Media playlists and segments are served where asked: a viewer
 //! keeps the node its playlist came from, so a node that comes back takes
 //! titles only for new viewers; a multivariant playlist also names the
 //! title's next nodes ([`Cluster::elsewhere`]), which an HLS player fails
@@ -18,8 +20,8 @@ use std::{
 };
 
 use fjord_cluster::{
-    Etcd, Member, View, membership,
-    placement::{self, Choice, Node},
+    Etcd, Member, View, mark, membership,
+    placement::{self, Choice, Node, Rule},
     popularity::{PUBLISHED, Rates},
     probe,
 };
@@ -143,8 +145,9 @@ impl Cluster {
     }
 
     /// The answer's `Location` for a request of `title` (path and query
-    /// `path`) that is to be served elsewhere; a request served here
-    /// counts toward the title's rate.
+    /// `path`) that is to be served elsewhere, marked as sent on from
+    /// here (and from where its own mark says it was sent from:
+    /// [`mark`]); a request served here counts toward the title's rate.
     pub(crate) fn redirect(
         &self,
         server: &Server,
@@ -158,17 +161,26 @@ impl Cluster {
         let others = node.view.others();
         let config = server.config();
         let rate = rates().rate(title, now) + others.iter().map(|m| m.rate_of(title)).sum::<f64>();
-        let members = others.len() + 1;
-        let copies =
-            placement::copies(rate, config.cluster_hot_rps, config.cluster_copies, members);
+        let rule = Rule {
+            copies: placement::copies(
+                rate,
+                config.cluster_hot_rps,
+                config.cluster_copies,
+                others.len() + 1,
+            ),
+            balance_pct: config.cluster_balance_pct,
+        };
         let mut nodes = candidates(&others, scheme);
         let (load, capacity) = load(server);
+        let me = node.me.name.as_str();
         nodes.push(Node {
-            name: &node.me.name,
+            name: me,
             load,
             capacity,
         });
-        let to = match placement::choose(title, &node.me.name, &nodes, copies) {
+        let marked = mark::read(path.split_once('?').map_or("", |(_, q)| q));
+        let mut via: Vec<&str> = marked.iter().map(String::as_str).collect();
+        let to = match placement::choose(title, me, &nodes, rule, &via) {
             Choice::Here => {
                 rates().hit(title, now);
                 return None;
@@ -179,7 +191,8 @@ impl Cluster {
         let base = scheme.base(member)?;
         node.redirects
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Some(format!("{base}{path}"))
+        via.push(me);
+        Some(format!("{base}{}", mark::put(path, &via)))
     }
 
     /// Where `path` (a title's media playlist) is also served should this

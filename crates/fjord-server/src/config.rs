@@ -248,6 +248,10 @@ pub struct Config {
     /// title; a title asked for more gets more home nodes. 0: always
     /// `cluster_copies`.
     pub cluster_hot_rps: f64,
+    /// ε of bounded loads, in percent: a node takes a new viewer only
+    /// while within `1 + ε` of its share of the cluster's sessions, else
+    /// sends it to the title's next node in order; 0: no bound.
+    pub cluster_balance_pct: u32,
 }
 
 impl Default for Config {
@@ -335,6 +339,7 @@ impl Default for Config {
             cluster_ttl_s: 5,
             cluster_copies: 1,
             cluster_hot_rps: 20.0,
+            cluster_balance_pct: 60,
         }
     }
 }
@@ -636,6 +641,9 @@ impl Config {
             || !(self.cluster_hot_rps >= 0.0 && self.cluster_hot_rps.is_finite())
         {
             return bad("cluster_copies must be at least 1 and cluster_hot_rps 0 or more");
+        }
+        if self.cluster_balance_pct > 1000 {
+            return bad("cluster_balance_pct must be between 0 and 1000");
         }
         let tls = |url: &str, scheme: &str| url.is_empty() || url.starts_with(scheme);
         let mut names = std::collections::HashSet::new();
@@ -955,6 +963,7 @@ mod tests {
             "cluster_ttl_s = 1".to_owned(),
             "cluster_copies = 0".to_owned(),
             "cluster_hot_rps = -1".to_owned(),
+            "cluster_balance_pct = 1001".to_owned(),
             "advertise_rtsp = \"http://a\"".to_owned(),
             "advertise_rtsps = \"rtsp://a\"".to_owned(),
             "advertise_https = \"http://a\"".to_owned(),

@@ -17,6 +17,13 @@ fn names(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("node-{i}")).collect()
 }
 
+fn rule(copies: usize) -> Rule {
+    Rule {
+        copies,
+        balance_pct: 0,
+    }
+}
+
 fn first<'a>(title: &str, nodes: &[Node<'a>]) -> &'a str {
     home(title, nodes, 1)[0]
 }
@@ -67,12 +74,16 @@ fn a_hot_title_is_served_by_its_first_nodes_least_loaded_first() {
         node.load = if node.name == a { 50 } else { 10 };
     }
     assert_eq!(
-        choose("hot.ts", c, &n, 2),
+        choose("hot.ts", c, &n, rule(2), &[]),
         Choice::To(b),
         "the less loaded home"
     );
-    assert_eq!(choose("hot.ts", a, &n, 2), Choice::Here, "a home with room");
-    assert_eq!(choose("hot.ts", c, &n, 3), Choice::Here);
+    assert_eq!(
+        choose("hot.ts", a, &n, rule(2), &[]),
+        Choice::Here,
+        "a home with room"
+    );
+    assert_eq!(choose("hot.ts", c, &n, rule(3), &[]), Choice::Here);
 }
 
 #[test]
@@ -84,13 +95,19 @@ fn a_full_node_sends_on_to_the_next_in_order_and_none_with_room_keeps_it() {
         node.capacity = 10;
         node.load = if node.name == order[0] { 10 } else { 0 };
     }
-    assert_eq!(choose("t.ts", order[0], &n, 1), Choice::To(order[1]));
-    assert_eq!(choose("t.ts", order[2], &n, 1), Choice::To(order[1]));
-    assert_eq!(choose("t.ts", order[1], &n, 1), Choice::Here);
+    assert_eq!(
+        choose("t.ts", order[0], &n, rule(1), &[]),
+        Choice::To(order[1])
+    );
+    assert_eq!(
+        choose("t.ts", order[2], &n, rule(1), &[]),
+        Choice::To(order[1])
+    );
+    assert_eq!(choose("t.ts", order[1], &n, rule(1), &[]), Choice::Here);
     for node in n.iter_mut() {
         node.load = 10;
     }
-    assert_eq!(choose("t.ts", order[2], &n, 1), Choice::Here);
+    assert_eq!(choose("t.ts", order[2], &n, rule(1), &[]), Choice::Here);
 }
 
 #[test]
@@ -105,8 +122,81 @@ fn copies_grow_with_the_rate_within_the_members() {
 
 #[test]
 fn no_members_is_here() {
-    assert_eq!(choose("t.ts", "me", &[], 1), Choice::Here);
+    assert_eq!(choose("t.ts", "me", &[], rule(1), &[]), Choice::Here);
     assert!(home("t.ts", &[], 1).is_empty());
+}
+
+fn balanced(copies: usize, pct: u32) -> Rule {
+    Rule {
+        copies,
+        balance_pct: pct,
+    }
+}
+
+#[test]
+fn a_home_past_the_bound_passes_new_viewers_to_the_next_node_which_keeps_them() {
+    let names = names(3);
+    let mut n = nodes(&names);
+    let order: Vec<&str> = rank("t.ts", &n).iter().map(|n| n.name).collect();
+    for node in n.iter_mut() {
+        node.capacity = 100;
+        node.load = if node.name == order[0] { 12 } else { 8 };
+    }
+    // 29 sessions with the new one: a third is 9.7, +10 % is 10.6.
+    let rule = balanced(1, 10);
+    assert_eq!(
+        choose("t.ts", order[0], &n, rule, &[]),
+        Choice::To(order[1])
+    );
+    assert_eq!(
+        choose("t.ts", order[2], &n, rule, &[]),
+        Choice::To(order[1])
+    );
+    assert_eq!(choose("t.ts", order[1], &n, rule, &[]), Choice::Here);
+    // Sent on: kept, even where this node's view says it is over too.
+    n.iter_mut().for_each(|x| x.load = 20);
+    assert_eq!(
+        choose("t.ts", order[1], &n, rule, &[order[0]]),
+        Choice::Here
+    );
+    // Within the bound (or without one) the home keeps its titles.
+    assert_eq!(
+        choose("t.ts", order[2], &n, rule, &[]),
+        Choice::To(order[0])
+    );
+    n.iter_mut()
+        .for_each(|x| x.load = if x.name == order[0] { 40 } else { 0 });
+    assert_eq!(
+        choose("t.ts", order[0], &n, balanced(1, 0), &[]),
+        Choice::Here
+    );
+    // Unknown capacities (static peers): unknown loads, no bound.
+    n.iter_mut().for_each(|x| x.capacity = 0);
+    assert_eq!(choose("t.ts", order[0], &n, rule, &[]), Choice::Here);
+}
+
+#[test]
+fn a_full_node_sends_a_marked_request_on_once_and_never_back() {
+    let names = names(4);
+    let mut n = nodes(&names);
+    let order: Vec<&str> = rank("t.ts", &n).iter().map(|n| n.name).collect();
+    for node in n.iter_mut() {
+        node.capacity = 10;
+        node.load = if node.name == order[1] { 10 } else { 0 };
+    }
+    let rule = balanced(1, 10);
+    // From order[0] to a full order[1]: on to order[2], not back.
+    let sent = choose("t.ts", order[1], &n, rule, &[order[0]]);
+    assert_eq!(sent, Choice::To(order[2]));
+    // A second hop is the last: served (or refused) where it lands.
+    n.iter_mut().for_each(|x| x.load = 10);
+    let last = choose("t.ts", order[2], &n, rule, &[order[0], order[1]]);
+    assert_eq!(last, Choice::Here);
+    // Full with nowhere new to go: here.
+    assert_eq!(
+        choose("t.ts", order[1], &n, rule, &[order[0]]),
+        Choice::Here
+    );
 }
 
 proptest! {
@@ -150,11 +240,73 @@ proptest! {
         let rb: Vec<&str> = rank(&title, &b).iter().map(|x| x.name).collect();
         prop_assert_eq!(&ra, &rb);
         let me = &all[me % n];
-        match choose(&title, me, &a, 1) {
+        match choose(&title, me, &a, rule(1), &[]) {
             Choice::Here => {}
             Choice::To(to) => {
                 prop_assert!(all.iter().any(|x| x == to));
                 prop_assert_ne!(to, me.as_str());
+            }
+        }
+    }
+
+    /// Viewers arriving at random entries, each placed with the loads
+    /// as they are and following its redirect: no node ever holds more
+    /// than 1 + ε of its share of the cluster's sessions, plus one.
+    #[test]
+    fn no_node_takes_a_viewer_past_the_bound(
+        n in 2usize..7, pct in 1u32..60, caps in prop::collection::vec(1u64..4, 7),
+        arrivals in prop::collection::vec((0usize..40, 0usize..7), 1..300),
+    ) {
+        let all = names(n);
+        let mut a = nodes(&all);
+        for (node, c) in a.iter_mut().zip(&caps) {
+            node.capacity = c * 1000;
+        }
+        let rule = balanced(1, pct);
+        for (title, entry) in arrivals {
+            let title = format!("t{title}.ts");
+            let entry = all[entry % n].as_str();
+            let to = match choose(&title, entry, &a, rule, &[]) {
+                Choice::Here => entry,
+                Choice::To(to) => {
+                    prop_assert_eq!(choose(&title, to, &a, rule, &[entry]), Choice::Here);
+                    to
+                }
+            };
+            a.iter_mut().find(|x| x.name == to).unwrap().load += 1;
+            let load: u64 = a.iter().map(|x| x.load).sum();
+            let capacity: u64 = a.iter().map(|x| x.capacity).sum();
+            for x in &a {
+                let bound = (1.0 + pct as f64 / 100.0) * (load * x.capacity) as f64 / capacity as f64;
+                prop_assert!(x.load as f64 <= bound + 1.0, "{} holds {} of {}", x.name, x.load, load);
+            }
+        }
+    }
+
+    /// A request placement sent on is served where it lands unless that
+    /// node is full; then sent on once more at most, never to a node it
+    /// came through.
+    #[test]
+    fn a_marked_request_is_never_sent_back(
+        n in 2usize..8, title in ".{0,30}", me in 0usize..8, from in prop::collection::vec(0usize..8, 1..=2),
+        loads in prop::collection::vec((0u64..6, 0u64..6), 8), pct in 0u32..50,
+    ) {
+        let all = names(n);
+        let mut a = nodes(&all);
+        for (node, (load, cap)) in a.iter_mut().zip(loads) {
+            node.load = load;
+            node.capacity = cap;
+        }
+        let me = &all[me % n];
+        let via: Vec<&str> = from.iter().map(|i| all[i % n].as_str()).filter(|v| v != me).collect();
+        prop_assume!(!via.is_empty());
+        let room = a.iter().any(|x| x.name == me && !x.full());
+        match choose(&title, me, &a, balanced(1, pct), &via) {
+            Choice::Here => {}
+            Choice::To(to) => {
+                prop_assert!(!room && via.len() < HOPS);
+                prop_assert!(to != me && !via.contains(&to));
+                prop_assert!(a.iter().any(|x| x.name == to && !x.full()));
             }
         }
     }

@@ -49,6 +49,15 @@ fn a_head_is_parsed_once_complete() {
     );
     let absolute = request("GET http://u:pw@h:8080/d/t.ts?x=1 HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_eq!(absolute.target, "/d/t.ts", "no userinfo in what is logged");
+    assert_eq!(absolute.query, "x=1");
+    let marked = request("GET /t.ts/index.m3u8?a&fjord-placed=n1#f HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(
+        marked.path.as_deref(),
+        Some("t.ts/index.m3u8"),
+        "the title without its query"
+    );
+    assert_eq!(marked.query, "a&fjord-placed=n1");
+    assert_eq!(get("").query, "");
     assert_eq!(
         request("HEAD /t.ts HTTP/1.1\r\nHost: h\r\n\r\n").method,
         Method::Head

@@ -333,11 +333,12 @@ fn moved(
     if route.is_some_and(|r| !starts(r)) {
         return None;
     }
-    let (scheme, path) = (
-        crate::cluster::Scheme::http(tls),
-        crate::cluster::path_of(&req.target),
-    );
-    let to = server.cluster.redirect(server, title, scheme, path)?;
+    let path = match req.query.as_str() {
+        "" => req.target.clone(),
+        query => format!("{}?{query}", req.target),
+    };
+    let scheme = crate::cluster::Scheme::http(tls);
+    let to = server.cluster.redirect(server, title, scheme, &path)?;
     let r = Response::error(302, "this title is served by another node", !req.keep_alive);
     Some(r.with_header("Location", to))
 }

@@ -89,6 +89,7 @@ pub(crate) struct Node {
     pub(crate) server: Server,
     pub(crate) ip: String,
     http: u16,
+    name: String,
 }
 
 impl Node {
@@ -103,7 +104,18 @@ impl Node {
         let server = Server::start_with(&config, |root| {
             std::fs::copy(&media().clip, root.join("clip.ts")).unwrap();
         });
-        Node { server, ip, http }
+        let name = format!("node-{n}");
+        Node {
+            server,
+            ip,
+            http,
+            name,
+        }
+    }
+
+    /// `url` as this node sends a viewer there: marked as placed by it.
+    pub(crate) fn placed(&self, url: &str) -> String {
+        format!("{url}?fjord-placed={}", self.name)
     }
 
     pub(crate) fn rtsp(&self, title: &str) -> String {
@@ -190,11 +202,11 @@ pub(crate) fn home_and_entry<'a>(nodes: &[&'a Node], title: &str) -> (&'a Node, 
     for (node, (status, location)) in nodes.iter().zip(&answers) {
         if node.ip != home.ip {
             assert_eq!(*status, 302, "{answers:?}");
-            assert_eq!(location.as_deref(), Some(home.rtsp(title).as_str()));
+            assert_eq!(location, &Some(node.placed(&home.rtsp(title))));
             let playlist = format!("{title}/index.m3u8");
             let (status, location) = node.get(&playlist);
             assert_eq!(status, 302);
-            assert_eq!(location, Some(home.http(&playlist)));
+            assert_eq!(location, Some(node.placed(&home.http(&playlist))));
         }
     }
     let entry = nodes.iter().find(|n| n.ip != home.ip).unwrap();
@@ -495,7 +507,8 @@ fn over_tls_a_title_is_sent_to_its_home_nodes_tls_urls() {
     .arg(entry.https(playlist));
     let head = run_bounded(c, Duration::from_secs(15));
     let moved = status_and_location(&String::from_utf8_lossy(&head.stdout));
-    assert_eq!(moved, (302, Some(home.https(playlist))), "{}", head.stderr);
+    let placed = entry.placed(&home.https(playlist));
+    assert_eq!(moved, (302, Some(placed)), "{}", head.stderr);
     let got = dir.path().join("clip.ts");
     let mut c = Command::new("curl");
     c.args([
@@ -521,7 +534,7 @@ fn over_tls_a_title_is_sent_to_its_home_nodes_tls_urls() {
 
     // RTSPS at the entry: 302 to the home's rtsps:// URL; ffmpeg follows.
     let moved = describe_over_tls(&entry.rtsps("clip.ts"), &ca);
-    assert_eq!(moved, (302, Some(home.rtsps("clip.ts"))));
+    assert_eq!(moved, (302, Some(entry.placed(&home.rtsps("clip.ts")))));
     assert_eq!(describe_over_tls(&home.rtsps("clip.ts"), &ca).0, 200);
     ffmpeg_receives_every_frame_at(&entry.rtsps("clip.ts"), "tcp", "rtsps through a redirect");
 }

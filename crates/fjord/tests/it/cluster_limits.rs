@@ -4,7 +4,10 @@
 //! answer cap (16 MiB), are left out with a warning while the nodes route
 //! on; more than 1,024 keys under the members' prefix are capped to the
 //! oldest (the real nodes), logged; a node at `max_sessions` sends a new
-//! viewer of a title it is home to on to the title's next node.
+//! viewer of a title it is home to on to the title's next node, and so
+//! does one past its bound of load (`cluster_balance_pct`), with a mark
+//! the next node keeps the viewer by, where without it it would send it
+//! back.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -231,9 +234,11 @@ fn a_full_home_node_sends_a_new_viewer_to_the_titles_next_node() {
     wait_view(next, Duration::from_secs(3), full);
 
     // A new viewer at the full home node: redirected, not refused.
-    assert_eq!(home.describe("clip.ts"), (302, Some(next.rtsp("clip.ts"))));
+    let to = home.placed(&next.rtsp("clip.ts"));
+    assert_eq!(home.describe("clip.ts"), (302, Some(to)));
     let playlist = "clip.ts/index.m3u8";
-    assert_eq!(home.get(playlist), (302, Some(next.http(playlist))));
+    let to = home.placed(&next.http(playlist));
+    assert_eq!(home.get(playlist), (302, Some(to)));
     assert_eq!(next.describe("clip.ts").0, 200);
     curl_downloads_the_clip(&home.http("clip.ts"));
     ffmpeg_receives_every_frame_at(&home.rtsp("clip.ts"), "tcp", "from a full node");
@@ -245,4 +250,50 @@ fn a_full_home_node_sends_a_new_viewer_to_the_titles_next_node() {
         assert!(t.elapsed() < Duration::from_secs(8), "{}", home.cluster());
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn a_home_node_past_its_bound_sends_a_new_viewer_on_and_the_mark_keeps_it_there() {
+    let (_etcd, nodes) = two_nodes("cluster_balance_pct = 10\n");
+    let all: Vec<&Node> = nodes.iter().collect();
+    let (home, next) = home_and_entry(&all, "clip.ts");
+
+    // Two sessions at the home node: of 3 with a new one, a node's half
+    // is 1.5, +10 % is 1.65; 2 are past it.
+    let hold = |_| {
+        let mut c = fjord_client::RtspClient::connect(&home.rtsp("clip.ts")).unwrap();
+        let track = c.describe().expect("DESCRIBE").track_urls[0].clone();
+        let transport = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
+        assert_eq!(
+            c.request("SETUP", &track, &transport, &[]).unwrap().status,
+            200
+        );
+        c
+    };
+    let held: Vec<_> = (0..2).map(hold).collect();
+    let to = home.placed(&next.rtsp("clip.ts"));
+    assert_eq!(home.describe("clip.ts"), (302, Some(to.clone())));
+    let sent = |n: &Node| n.cluster()["redirects"].as_u64().unwrap();
+    let (home_sent, next_sent) = (sent(home), sent(next));
+
+    // The next node judging without a bound (as one judging the home by
+    // a load record not yet renewed would): a viewer not marked it sends
+    // back home, a loop; the marked one it serves.
+    let text = std::fs::read_to_string(next.server.config_path()).unwrap();
+    let text = text.replace("cluster_balance_pct = 10", "cluster_balance_pct = 0");
+    std::fs::write(next.server.config_path(), text).unwrap();
+    next.server.signal("HUP");
+    next.server
+        .wait_for_log("config reloaded", Duration::from_secs(5));
+    let back = next.placed(&home.rtsp("clip.ts"));
+    assert_eq!(next.describe("clip.ts"), (302, Some(back)));
+    let marked = to.strip_prefix(&format!("rtsp://{}:{}/", next.ip, next.server.port));
+    assert_eq!(next.describe(marked.unwrap()).0, 200);
+
+    // ffmpeg entering at the home node plays it at the next, bit-exact,
+    // sent on once (by the home node) and not back.
+    ffmpeg_receives_every_frame_at(&home.rtsp("clip.ts"), "tcp", "past the bound");
+    assert_eq!(sent(home), home_sent + 1);
+    assert_eq!(sent(next), next_sent + 1, "only the unmarked DESCRIBE");
+    drop(held);
 }

@@ -42,6 +42,9 @@ pub struct ClusterArgs {
     /// The nodes' cluster_hot_rps
     #[arg(long, default_value_t = 1.5)]
     pub hot_rps: f64,
+    /// The nodes' cluster_balance_pct (ε of bounded loads; 0: no bound)
+    #[arg(long, default_value_t = fjord_server::Config::default().cluster_balance_pct)]
+    pub balance_pct: u32,
     /// Seed of the viewers' plan
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -70,6 +73,7 @@ pub fn run(a: ClusterArgs) -> anyhow::Result<()> {
         mbit: a.mbit,
         ttl_s: a.ttl_s,
         hot_rps: a.hot_rps,
+        balance_pct: a.balance_pct,
         seed: a.seed,
         fjord_exe: crate::fjord_exe()?,
         keep: a.keep,
