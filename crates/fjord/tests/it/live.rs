@@ -131,11 +131,17 @@ fn gstreamer_md5s(url: &str, limit: Duration) -> Vec<String> {
         out.display()
     );
     let mut cmd = Command::new("gst-launch-1.0");
-    cmd.args(["-q", "-e"]).args(pipeline.split_whitespace());
+    // Not quiet: when nothing arrives, its progress says how far it got.
+    cmd.arg("-e").args(pipeline.split_whitespace());
     // Ends on the server's BYE; else interrupted (EOS, so filesink flushes).
     let run = run_bounded_with(cmd, limit, Some(limit - Duration::from_secs(2)));
     let frames = std::fs::read(&out).unwrap_or_default();
-    assert!(!frames.is_empty(), "GStreamer got nothing: {}", run.stderr);
+    assert!(
+        !frames.is_empty(),
+        "GStreamer got nothing: {}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        run.stderr
+    );
     (frames.chunks_exact(320 * 240 * 3 / 2))
         .map(|f| {
             md5::Md5::digest(f)

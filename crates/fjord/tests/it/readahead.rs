@@ -26,6 +26,16 @@ fn clip() -> PathBuf {
     .make("readahead.ts")
 }
 
+/// The clip ingested as `a.ts` under `dir/plain`, and a FUSE view of that
+/// directory (`None`, the test skipped, without fusepy).
+fn on_fuse(dir: &Path) -> Option<(PathBuf, FaultFs)> {
+    let plain = dir.join("plain");
+    fs::create_dir_all(&plain).unwrap();
+    ingest(&plain, &["--fec", "off"], &[(clip(), "a.ts")]);
+    let fuse = FaultFs::mount(&plain, dir)?;
+    Some((plain, fuse))
+}
+
 /// The server's stats file's storage figures, as last written.
 fn storage(path: &Path) -> serde_json::Value {
     fs::read_to_string(path)
@@ -61,10 +71,7 @@ fn until(
 #[ignore = "timing: `make test` runs it alone after the parallel suite (reads delayed in real time)"]
 fn the_lead_grows_when_a_root_slows_and_shrinks_when_it_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let plain = dir.path().join("plain");
-    fs::create_dir_all(&plain).unwrap();
-    ingest(&plain, &["--fec", "off"], &[(clip(), "a.ts")]);
-    let Some(fuse) = FaultFs::mount(&plain, dir.path()) else {
+    let Some((plain, fuse)) = on_fuse(dir.path()) else {
         return;
     };
     let stats = dir.path().join("stats.json");
@@ -140,10 +147,7 @@ fn engine_faults(server: &Server) -> u64 {
 #[test]
 fn a_title_on_fuse_plays_from_its_head_without_an_engine_fault() {
     let dir = tempfile::tempdir().unwrap();
-    let plain = dir.path().join("plain");
-    fs::create_dir_all(&plain).unwrap();
-    ingest(&plain, &["--fec", "off"], &[(clip(), "a.ts")]);
-    let Some(fuse) = FaultFs::mount(&plain, dir.path()) else {
+    let Some((_, fuse)) = on_fuse(dir.path()) else {
         return;
     };
     let server = Server::start_on(fuse.mount_point(), "");
