@@ -822,7 +822,11 @@ async fn a_describe_of_a_title_homed_on_another_member_is_sent_there_with_302() 
     )
     .await;
     assert_eq!(r.response.status, 302);
-    assert_eq!(header(&r, "Location"), "rtsp://198.18.0.9:554/t.ts?x=1");
+    // The query kept, and marked as sent on by placement from here.
+    assert_eq!(
+        header(&r, "Location"),
+        "rtsp://198.18.0.9:554/t.ts?x=1&fjord-placed=a"
+    );
     assert!(c.sessions.is_empty(), "no session for a request sent on");
     // What is not DESCRIBE is answered here (a session's requests stay).
     let r = ask(&s, &mut c, &format!("OPTIONS {URL} RTSP/1.0\nCSeq: 2\n")).await;
