@@ -103,19 +103,18 @@ impl Disks {
     }
 
     /// Per disk: what the cgroup read from it, and `/sys/block/DEV/stat`.
-    #[allow(clippy::type_complexity)]
-    fn each(&self, cg: &Cgroup) -> Vec<(Option<(u64, u64)>, Option<(u64, u64)>)> {
+    fn each(&self, cg: &Cgroup) -> Vec<(Counts, Counts)> {
         let each = |d| (cg.io_read_of(d), cgroup::disk_stat(d));
         self.devs.iter().map(each).collect()
     }
+}
 
-    /// `/sys/block/DEV/stat` summed over the disks.
-    fn stat(&self) -> Option<(u64, u64)> {
-        self.devs.iter().try_fold((0, 0), |(a, b), d| {
-            let (x, y) = cgroup::disk_stat(d)?;
-            Some((a + x, b + y))
-        })
-    }
+/// `/sys/block/DEV/stat` of every disk of [`Disks::each`], summed.
+fn whole_stat(each: &[(Counts, Counts)]) -> Counts {
+    each.iter().try_fold((0, 0), |(a, b), (_, st)| {
+        let (x, y) = (*st)?;
+        Some((a + x, b + y))
+    })
 }
 
 /// One run's figures.
@@ -583,11 +582,8 @@ pub fn run(cfg: &StorageConfig, command: &str) -> anyhow::Result<StorageReport> 
         .iter()
         .map(|r| cgroup::device_of(r))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let dev = &devs[0];
-    let disks = Disks {
-        roots,
-        devs: devs.clone(),
-    };
+    let disks = Disks { roots, devs };
+    let dev = &disks.devs[0];
     let delayacct_before = cgroup::enable_delayacct()?;
     let result = (|| {
         let mut report = StorageReport {
@@ -649,9 +645,12 @@ fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
 
-/// A disk row from (bytes, reads) of the cgroup and of the whole device,
+/// (bytes or sectors, reads) so far, where they could be read.
+type Counts = Option<(u64, u64)>;
+
+/// A disk row from [`Counts`] of the cgroup and of the whole device,
 /// before and after `elapsed` seconds.
-type Reads = (Option<(u64, u64)>, Option<(u64, u64)>);
+type Reads = (Counts, Counts);
 
 fn disk_row(device: String, elapsed: f64, cgroup: Reads, whole: Reads) -> DiskRow {
     let delta = |(a, b): Reads| Some((b?.0.saturating_sub(a?.0), b?.1.saturating_sub(a?.1)));
@@ -777,8 +776,8 @@ fn run_one(
     let tasks0 = procfs::tasks(pid);
     let proc0 = procfs::process(pid).unwrap_or_default();
     let io0 = cg.io_read();
-    let disk0 = disks.stat();
     let per_disk0 = disks.each(&cg);
+    let disk0 = whole_stat(&per_disk0);
     let t0 = Instant::now();
     let mut blkio = procfs::BlkioTracker::new(&tasks0, t0);
     let engine_tids: Vec<u32> = tasks0
@@ -862,8 +861,8 @@ fn run_one(
     blkio.sample(&tasks1, Instant::now());
     let proc1 = procfs::process(pid).unwrap_or_default();
     let io1 = cg.io_read();
-    let disk1 = disks.stat();
     let per_disk1 = disks.each(&cg);
+    let disk1 = whole_stat(&per_disk1);
     let memory_peak_bytes = cg.memory_peak();
     if let Some(s) = procfs::read_server_stats(&stats_path) {
         if let Some(st) = &s.storage {
