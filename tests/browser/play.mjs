@@ -7,15 +7,22 @@
 // end (the last frame) is written to --shot.
 //
 //   node play.mjs --player hls|dash --url URL --shot FILE [--timeout-s 60]
-//                 [--max-buffer-s S]
+//                 [--max-buffer-s S] [--live-back-s S]
 //
 // --max-buffer-s: hls.js buffers at most S seconds ahead (default 30), so
 // that it is still fetching segments while the test does something.
+// --live-back-s: a live (growing) playlist: once S + 1 s have played,
+// seek back S s and play on at twice the pace to the end, once the
+// playlist has one (`live_at_seek`: hls.js still took it for live).
+//
+// `fetched` lists every segment and init segment the page received:
+// URL, status and MD5 of the body, for the test to compare.
 
 import { chromium } from "playwright-core";
 import { createServer } from "node:http";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { createHash } from "node:crypto";
 
 const { values: opt } = parseArgs({
   options: {
@@ -24,6 +31,7 @@ const { values: opt } = parseArgs({
     shot: { type: "string" },
     "timeout-s": { type: "string", default: "60" },
     "max-buffer-s": { type: "string" },
+    "live-back-s": { type: "string" },
   },
 });
 // The players' browser builds, as files (their packages do not export them).
@@ -63,6 +71,13 @@ try {
   const page = await browser.newPage({ viewport: { width: 640, height: 360 } });
   const console_errors = [];
   page.on("console", (m) => m.type() === "error" && console_errors.push(m.text()));
+  const fetched = [];
+  page.on("response", async (r) => {
+    if (!/\/(seg-[^/]*|init\.mp4)$/.test(new URL(r.url()).pathname)) return;
+    const body = await r.body().catch(() => null);
+    const md5 = body && createHash("md5").update(body).digest("hex");
+    fetched.push({ url: r.url(), status: r.status(), md5 });
+  });
   await page.goto(PAGE);
   await page.addScriptTag({ path: libraries[opt.player] });
   result = await page.evaluate(play, {
@@ -70,9 +85,11 @@ try {
     url: opt.url,
     timeoutMs: Number(opt["timeout-s"]) * 1000,
     maxBufferS: opt["max-buffer-s"] ? Number(opt["max-buffer-s"]) : null,
+    liveBackS: opt["live-back-s"] ? Number(opt["live-back-s"]) : null,
   });
   await page.screenshot({ path: opt.shot });
   result.console_errors = console_errors;
+  result.fetched = fetched;
 } finally {
   await browser.close();
   site.close();
@@ -81,7 +98,7 @@ console.log(JSON.stringify(result));
 process.exit(result.ended && result.errors.length === 0 ? 0 : 1);
 
 // Runs in the page.
-function play({ player, url, timeoutMs, maxBufferS }) {
+function play({ player, url, timeoutMs, maxBufferS, liveBackS }) {
   return new Promise((resolve) => {
     const v = document.getElementById("v");
     const r = { events: [], errors: [], ended: false, seeked_to: null, played_after_seek: null };
@@ -98,8 +115,9 @@ function play({ player, url, timeoutMs, maxBufferS }) {
       r.paused = v.paused;
       resolve(r);
     };
+    let hls = null;
     if (player === "hls") {
-      const hls = new Hls(maxBufferS === null ? {} :
+      hls = new Hls(maxBufferS === null ? {} :
         { maxBufferLength: maxBufferS, maxMaxBufferLength: maxBufferS });
       hls.on(Hls.Events.ERROR, (_, d) => {
         log(`hls error ${d.type} ${d.details} fatal=${d.fatal}`);
@@ -125,6 +143,16 @@ function play({ player, url, timeoutMs, maxBufferS }) {
     v.addEventListener("seeked", () => { seeked = r.seeked_to !== null; });
     v.addEventListener("timeupdate", () => {
       if (seeked) r.played_after_seek = Math.max(r.played_after_seek ?? 0, v.currentTime);
+      if (liveBackS !== null) {
+        if (r.seeked_to === null && v.currentTime > liveBackS + 1) {
+          r.live_at_seek = hls?.levels[hls.currentLevel]?.details?.live ?? null;
+          r.seeked_from = v.currentTime;
+          r.seeked_to = v.currentTime - liveBackS;
+          v.currentTime = r.seeked_to;
+          v.playbackRate = 2;
+        }
+        return;
+      }
       if (r.seeked_to === null && v.currentTime > 1 && v.duration > 4) {
         r.seeked_to = v.duration / 2;
         v.currentTime = r.seeked_to;

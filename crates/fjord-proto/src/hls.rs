@@ -91,29 +91,32 @@ pub fn segment_playlist(
     whole_segments(segments, init_uri, segment_uri, None)
 }
 
-/// [`segment_playlist`] of a title still growing: an EVENT playlist
-/// (RFC 8216 §6.2.1), without `#EXT-X-ENDLIST`, that players fetch again
-/// for the segments added since. Its target duration, which must not
-/// change as it grows, is at least `target_s`.
+/// [`segment_playlist`] of a live recording: an EVENT playlist (RFC 8216
+/// §6.2.1) that players fetch again for the segments added since,
+/// `#EXT-X-ENDLIST` appended once the recording `ended`. An EVENT
+/// playlist may only have lines appended, so its target duration, at
+/// least `target_s`, and its type stay as they were while it grew.
 pub fn event_playlist(
     segments: &[Segment],
     init_uri: Option<&str>,
     segment_uri: impl Fn(usize) -> String,
-    target_s: u64,
+    (target_s, ended): (u64, bool),
 ) -> String {
-    whole_segments(segments, init_uri, segment_uri, Some(target_s))
+    whole_segments(segments, init_uri, segment_uri, Some((target_s, ended)))
 }
 
-/// A VOD playlist, or with `event` (a least target duration) an EVENT one.
+/// A VOD playlist, or with `event` (a least target duration, ended) an
+/// EVENT one.
 fn whole_segments(
     segments: &[Segment],
     init_uri: Option<&str>,
     segment_uri: impl Fn(usize) -> String,
-    event: Option<u64>,
+    event: Option<(u64, bool)>,
 ) -> String {
     use std::fmt::Write;
     let longest = segments.iter().map(|s| s.duration_ns).max().unwrap_or(0);
-    let target = (longest.div_ceil(1_000_000_000).max(1)).max(event.unwrap_or(0));
+    let least = event.map_or(0, |(target_s, _)| target_s);
+    let target = longest.div_ceil(1_000_000_000).max(1).max(least);
     let version = if init_uri.is_some() { 7 } else { 3 };
     let kind = if event.is_some() { "EVENT" } else { "VOD" };
     let mut m = format!(
@@ -131,7 +134,7 @@ fn whole_segments(
             segment_uri(i)
         );
     }
-    if event.is_none() {
+    if event.is_none_or(|(_, ended)| ended) {
         m.push_str("#EXT-X-ENDLIST\n");
     }
     m

@@ -80,13 +80,26 @@ fn a_fragmented_title_names_its_init_segment_and_codecs() {
         "{m}"
     );
     // Growing: EVENT, no ENDLIST, a target that holds as it grows.
-    let e = event_playlist(&segs, Some("init.mp4"), |i| format!("seg-{i}.m4s"), 12);
+    let e = event_playlist(
+        &segs,
+        Some("init.mp4"),
+        |i| format!("seg-{i}.m4s"),
+        (12, false),
+    );
     assert!(
         e.contains("#EXT-X-TARGETDURATION:12\n#EXT-X-PLAYLIST-TYPE:EVENT\n"),
         "{e}"
     );
     assert!(e.ends_with("#EXTINF:2.500,\nseg-1.m4s\n"), "{e}");
     assert!(!e.contains("ENDLIST"), "{e}");
+    // Ended: the same lines, ENDLIST appended (RFC 8216 §6.2.1).
+    let done = event_playlist(
+        &segs,
+        Some("init.mp4"),
+        |i| format!("seg-{i}.m4s"),
+        (12, true),
+    );
+    assert_eq!(done, format!("{e}#EXT-X-ENDLIST\n"));
     let variant = Variant {
         codecs: Some("avc1.64001f,mp4a.40.2".into()),
         resolution: Some((1280, 720)),

@@ -6,14 +6,25 @@
 //! keep the snapshot they started with. When the recording ends it is
 //! forgotten here, and the next open ingests the whole file as any title's.
 //!
+//! A recording that ended while the server ran keeps its HLS playlist an
+//! EVENT one ([`Growing::ended_here`]): players that followed it as it
+//! grew may only see lines appended (RFC 8216 §6.2.1).
+//!
 //! `PATH/latest.mp4` names the newest recording of the stream at `PATH`
 //! since the server started (growing or whole), for viewers who know the
 //! stream's path but not when its recording began.
 
-use std::{collections::HashMap, sync::Mutex};
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Mutex,
+};
 
 /// The name under a stream's path that stands for its newest recording.
 pub const LATEST: &str = "latest.mp4";
+
+/// How many ended recordings are remembered as such, newest kept: a
+/// player follows a growing playlist to its end, not for days after.
+const ENDED_KEPT: usize = 1024;
 
 #[derive(Default)]
 pub struct Growing {
@@ -27,6 +38,8 @@ struct State {
     durable: HashMap<String, u64>,
     /// The newest recording's title, by `PATH/latest.mp4`.
     latest: HashMap<String, String>,
+    /// Recordings that ended, oldest first, at most [`ENDED_KEPT`].
+    ended: VecDeque<String>,
 }
 
 impl Growing {
@@ -54,7 +67,19 @@ impl Growing {
 
     /// The recording ended: `title` is a title as any other.
     pub fn ended(&self, title: &str) {
-        self.lock().durable.remove(title);
+        let mut state = self.lock();
+        if state.durable.remove(title).is_some() {
+            if state.ended.len() == ENDED_KEPT {
+                state.ended.pop_front();
+            }
+            state.ended.push_back(title.to_owned());
+        }
+    }
+
+    /// `title` is a recording that grew and ended while this server ran
+    /// (one of the last [`ENDED_KEPT`]).
+    pub fn ended_here(&self, title: &str) -> bool {
+        self.lock().ended.iter().any(|t| t == title)
     }
 
     /// How much of `title` is durable, if it is a recording still being
@@ -110,8 +135,26 @@ mod tests {
         // Another title's recording is its own.
         g.grew("live/b/y.mp4", 5);
         assert_eq!(g.durable("live/b/y.mp4"), None);
+        assert!(!g.ended_here("live/a/x.mp4"));
         g.ended("live/a/x.mp4");
         assert_eq!(g.durable("live/a/x.mp4"), None);
+        assert!(g.ended_here("live/a/x.mp4"));
+        // Only what began here ends here.
+        g.ended("live/b/y.mp4");
+        assert!(!g.ended_here("live/b/y.mp4"));
+    }
+
+    #[test]
+    fn ended_recordings_are_remembered_up_to_a_bound_newest_kept() {
+        let g = Growing::default();
+        for i in 0..=ENDED_KEPT {
+            let t = format!("live/a/{i}.mp4");
+            g.began(&t);
+            g.ended(&t);
+        }
+        assert!(!g.ended_here("live/a/0.mp4"));
+        assert!(g.ended_here("live/a/1.mp4"));
+        assert!(g.ended_here(&format!("live/a/{ENDED_KEPT}.mp4")));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! audio ([`super::packed`]): `NAME/seg-N.aac`, `NAME/seg-N.mp3`.
 //! A live recording still being written has an EVENT media playlist of
 //! the segments no later snapshot changes ([`settled`]), fetched again by
-//! players as it grows; the VOD one once it ends.
+//! players as it grows, and `#EXT-X-ENDLIST` appended once it ends.
 
 use std::sync::Arc;
 
@@ -102,7 +102,12 @@ pub(crate) async fn playlist(
 ) -> Result<String, (u16, String)> {
     let target_s = server.config().hls_segment_s.max(1);
     Ok(match form(server, cache, title).await? {
-        Form::Fragmented(f) => fragmented_playlist(&f, (which, backups), target_s)?,
+        Form::Fragmented(f) => {
+            let growing = server.catalog.growing();
+            let named = growing.latest(title);
+            let ended_here = growing.ended_here(named.as_deref().unwrap_or(title));
+            fragmented_playlist(&f, (which, backups), (target_s, ended_here))?
+        }
         Form::Ranges {
             segments,
             uri,
@@ -218,11 +223,12 @@ fn ts_params(t: &Title) -> fjord_media::ts::params::Params {
 
 /// A playlist of a fragmented title, whose segments are cut
 /// `target_s` apart; a multivariant one lists the media playlist at
-/// `backups` too.
+/// `backups` too. A live recording's media playlist is an EVENT one,
+/// growing or `ended_here` (its players may have followed it as it grew).
 fn fragmented_playlist(
     f: &fmp4::Fragments,
     (which, backups): (Playlist, Vec<String>),
-    target_s: u64,
+    (target_s, ended_here): (u64, bool),
 ) -> Result<String, (u16, String)> {
     let all: Vec<Segment> = (f.title.fragments.iter())
         .map(|s| Segment {
@@ -245,10 +251,11 @@ fn fragmented_playlist(
         .collect();
     let video = f.title.tracks.iter().find(|t| t.video);
     Ok(match which {
-        Playlist::Media if growing => {
+        Playlist::Media if growing || ended_here => {
             // Twice the target: segments end at key frames past it.
             let uri = |i| format!("seg-{i}.m4s");
-            fjord_proto::hls::event_playlist(segments, Some("init.mp4"), uri, 2 * target_s)
+            let event = (2 * target_s, !growing);
+            fjord_proto::hls::event_playlist(segments, Some("init.mp4"), uri, event)
         }
         Playlist::Media => match f.packed {
             Some(p) => fjord_proto::hls::segment_playlist(segments, None, |i| {

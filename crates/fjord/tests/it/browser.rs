@@ -85,3 +85,39 @@ fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
     }
     s.assert_healthy();
 }
+
+/// Chromium plays `url` with `player` (hls.js or dash.js; `args` to
+/// play.mjs) to its end within `timeout_s`; what play.mjs said. Its last
+/// frame is kept as `target/tmp/browser/SHOT`.
+pub(crate) fn chromium_plays(
+    player: &str,
+    url: &str,
+    args: &[&str],
+    timeout_s: u64,
+    shot: &str,
+) -> serde_json::Value {
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
+    assert!(
+        driver.join("node_modules/playwright-core").is_dir(),
+        "the browser test's npm packages are missing: `make test` installs them"
+    );
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser");
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut node = Command::new("node");
+    node.arg(driver.join("play.mjs"))
+        .args(["--player", player, "--url", url])
+        .args(["--timeout-s", &timeout_s.to_string()])
+        .args(args)
+        .arg("--shot")
+        .arg(shots.join(shot));
+    let out = run_bounded(node, Duration::from_secs(timeout_s + 40));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{player} {url}: {said}\n{}",
+        out.stderr
+    );
+    let r: serde_json::Value = serde_json::from_str(said.trim()).unwrap();
+    assert_eq!(r["ended"], true, "{said}");
+    r
+}

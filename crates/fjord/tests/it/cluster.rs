@@ -15,6 +15,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::browser::chromium_plays;
 use crate::common::{Server, clip_bytes, free_port, get_json, media, run_bounded};
 use crate::peers::{ffmpeg_receives_every_frame_at, gstreamer_receives_the_file_at};
 
@@ -232,34 +233,7 @@ fn openrtsp_receives_the_file(url: &str) {
 
 /// Chromium plays `url` (HLS, hls.js) to its end.
 fn chromium_plays_hls(url: &str) {
-    chromium_plays("hls", url, &[]);
-}
-
-/// Chromium plays `url` with `player` (hls.js or dash.js; `args` to
-/// play.mjs) to its end; what play.mjs said.
-fn chromium_plays(player: &str, url: &str, args: &[&str]) -> serde_json::Value {
-    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
-    assert!(
-        driver.join("node_modules/playwright-core").is_dir(),
-        "the browser test's npm packages are missing: `make test` installs them"
-    );
-    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cluster-{player}.png"));
-    let mut node = Command::new("node");
-    node.arg(driver.join("play.mjs"))
-        .args(["--player", player, "--url", url, "--timeout-s", "60"])
-        .args(args)
-        .arg("--shot")
-        .arg(&shot);
-    let out = run_bounded(node, Duration::from_secs(100));
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{player} {url}: {said}\n{}",
-        out.stderr
-    );
-    let r: serde_json::Value = serde_json::from_str(said.trim()).unwrap();
-    assert_eq!(r["ended"], true, "{said}");
-    r
+    chromium_plays("hls", url, &[], 60, "cluster-hls.png");
 }
 
 #[test]
@@ -418,7 +392,15 @@ fn an_hls_viewer_whose_home_node_dies_mid_title_plays_on_at_the_next_node() {
     // misses) have left the dead node out.
     let url = entry.http("clip.ts/index.m3u8");
     let said = std::thread::scope(|s| {
-        let playing = s.spawn(|| chromium_plays("hls", &url, &["--max-buffer-s", "1"]));
+        let playing = s.spawn(|| {
+            chromium_plays(
+                "hls",
+                &url,
+                &["--max-buffer-s", "1"],
+                60,
+                "cluster-failover.png",
+            )
+        });
         (home.server).wait_for_log("target=\"/clip.ts\" ", Duration::from_secs(40));
         home.server.signal("KILL");
         playing.join().unwrap()

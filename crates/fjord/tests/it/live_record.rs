@@ -9,16 +9,20 @@
 //! started again serves it up to its last fragment. While a recording
 //! grows, a viewer finds it in the API, seeks back into it over RTSP,
 //! fast-forwards it, and plays it over HLS by the path's alias
-//! `latest.mp4` (an EVENT playlist that grows, VOD once it ends), getting
-//! the file's frames.
+//! `latest.mp4` (an EVENT playlist that grows, `ENDLIST` appended once it
+//! ends), getting the file's frames; hls.js in chromium seeks back 20 s
+//! into it while it grows and plays to its end.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use md5::Digest;
+
+use crate::browser::chromium_plays;
 use crate::common::{
-    Server, curl, curl_status, generate_media, raw_exchange, run_bounded, stdout_of,
+    Server, curl, curl_bytes, curl_status, generate_media, raw_exchange, run_bounded, stdout_of,
 };
 
 const CONFIG: &str = "live_timeout_s = 2\nlive_record = [\"live/**\"]\n\
@@ -256,12 +260,15 @@ fn a_publisher_back_within_the_grace_continues_the_same_recording() {
 
 /// A media playlist's segment count, and whether it is the growing
 /// recording's (EVENT, no ENDLIST) or the closed title's (VOD, ENDLIST).
+/// A recording's media playlist: EVENT, growing or ended; how many
+/// segments it lists, and whether it ended.
 fn segments_of(playlist: &str) -> (usize, bool) {
-    let event = playlist.contains("#EXT-X-PLAYLIST-TYPE:EVENT\n");
-    let ended = playlist.contains("#EXT-X-ENDLIST");
-    assert!(event != ended, "{playlist}");
+    assert!(
+        playlist.contains("#EXT-X-PLAYLIST-TYPE:EVENT\n"),
+        "{playlist}"
+    );
     let n = playlist.lines().filter(|l| l.starts_with("seg-")).count();
-    (n, event)
+    (n, playlist.contains("#EXT-X-ENDLIST"))
 }
 
 /// Where `run` lies in `all` (every one of its items in a row there).
@@ -349,8 +356,8 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
             .contains("cache-control: max-age=1"),
         "{first}"
     );
-    let (n1, event) = segments_of(&first);
-    assert!(event && n1 >= 1, "{first}");
+    let (n1, ended) = segments_of(&first);
+    assert!(!ended && n1 >= 1, "{first}");
     // The multivariant playlist rates it; no I-frame playlist yet.
     let (multivariant, _) = curl(&[&playlist.replace("media.m3u8", "index.m3u8")]);
     assert!(!multivariant.contains("BANDWIDTH=0,"), "{multivariant}");
@@ -390,8 +397,8 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
         "the publisher ended before the play did"
     );
     let (second, _) = curl(&[&playlist]);
-    let (n2, event) = segments_of(&second);
-    assert!(event && n2 > n1, "{n1} then {n2} segments:\n{second}");
+    let (n2, ended) = segments_of(&second);
+    assert!(!ended && n2 > n1, "{n1} then {n2} segments:\n{second}");
     // The segment after the listed ones still grows: not served yet.
     let unlisted = format!("http://127.0.0.1:{http}/live/grow/latest.mp4/seg-{n2}.m4s");
     assert_eq!(curl_status(&[&unlisted]), 404);
@@ -419,8 +426,13 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
         "played to frame {end}, {lo} to {hi} recorded"
     );
     // Over HLS: every frame of the file, read while it grew, then to its end.
+    // Ended: the same playlist, lines only appended (RFC 8216 §6.2.1).
     let (last, _) = curl(&[&playlist]);
-    assert!(!segments_of(&last).1, "{last}");
+    assert!(segments_of(&last).1, "{last}");
+    assert!(
+        last.starts_with(&second),
+        "not appended to:\n{second}\n{last}"
+    );
     let out = hls.join().unwrap();
     assert!(
         !out.timed_out && out.status.success(),
@@ -430,4 +442,44 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
     let got = md5_column(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(got.len(), frames.len(), "HLS frames");
     assert!(got == frames, "HLS frames differ from the file's");
+}
+
+/// hls.js in chromium follows a growing recording's EVENT playlist, seeks
+/// back 20 s into it while it grows, and plays on to its end once the
+/// playlist ends; every segment it was sent is, byte for byte, the one
+/// the ended recording serves.
+#[test]
+fn hls_js_seeks_back_into_a_growing_recording_and_plays_it_to_the_end() {
+    let (mut server, http) = Server::start_http(CONFIG);
+    let p = publish_file(&server, "live/js", source_30s());
+    let base = format!("http://127.0.0.1:{http}/live/js/latest.mp4");
+    let listed = Instant::now() + Duration::from_secs(15);
+    while !curl(&[&format!("{base}/media.m3u8")]).0.contains("seg-0") {
+        assert!(Instant::now() < listed, "no segment listed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let url = format!("{base}/index.m3u8");
+    let r = chromium_plays("hls", &url, &["--live-back-s", "20"], 90, "live-hls.png");
+    let said = r.to_string();
+    assert_eq!(r["live_at_seek"], true, "{said}");
+    let (from, to) = (r["seeked_from"].as_f64(), r["seeked_to"].as_f64());
+    assert!(from.unwrap() - to.unwrap() == 20.0, "{said}");
+    assert!(r["played_after_seek"].as_f64().unwrap() > 29.0, "{said}");
+    closed_recording(&server, p, "live/js");
+    let fetched = r["fetched"].as_array().unwrap();
+    let (last, _) = curl(&[&format!("{base}/media.m3u8")]);
+    // It fetched every segment the ended playlist lists, the last too.
+    let got = |name: &str| {
+        (fetched.iter()).any(|f| f["url"].as_str().unwrap().ends_with(&format!("/{name}")))
+    };
+    let mut names = last.lines().filter(|l| l.starts_with("seg-"));
+    assert!(names.all(got) && got("init.mp4"), "{said}\n{last}");
+    for f in fetched.iter().filter(|f| f["status"] == 200) {
+        let url = f["url"].as_str().unwrap();
+        let now: String = (md5::Md5::digest(curl_bytes(url)).iter())
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(f["md5"].as_str(), Some(now.as_str()), "{url}");
+    }
+    server.assert_healthy();
 }
