@@ -79,19 +79,30 @@ impl Growing {
     /// `title` is a recording that grew and ended while this server ran
     /// (one of the last [`ENDED_KEPT`]).
     pub fn ended_here(&self, title: &str) -> bool {
-        self.lock().ended.iter().any(|t| t == title)
+        let state = self.lock();
+        let title = state.named(title);
+        state.ended.iter().any(|t| t == title)
     }
 
-    /// How much of `title` is durable, if it is a recording still being
-    /// written.
+    /// How much of `title` (or the recording a `latest.mp4` names) is
+    /// durable, if it is a recording still being written.
     pub fn durable(&self, title: &str) -> Option<u64> {
-        self.lock().durable.get(title).copied()
+        let state = self.lock();
+        state.durable.get(state.named(title)).copied()
     }
 
     /// The title `name` stands for, when it is a `PATH/latest.mp4` of a
     /// stream recorded since the server started.
     pub fn latest(&self, name: &str) -> Option<String> {
         self.lock().latest.get(name).cloned()
+    }
+}
+
+impl State {
+    /// The recording `name` stands for: itself, or the one a
+    /// `latest.mp4` names.
+    fn named<'a>(&'a self, name: &'a str) -> &'a str {
+        self.latest.get(name).map_or(name, String::as_str)
     }
 }
 
@@ -164,8 +175,11 @@ mod tests {
         g.began("live/a/2026-11-29T01-00-00Z.mp4");
         let latest = g.latest("live/a/latest.mp4");
         assert_eq!(latest.as_deref(), Some("live/a/2026-11-29T01-00-00Z.mp4"));
+        g.grew("live/a/2026-11-29T01-00-00Z.mp4", 700);
+        assert_eq!(g.durable("live/a/latest.mp4"), Some(700));
         g.ended("live/a/2026-11-29T01-00-00Z.mp4");
         assert_eq!(g.latest("live/a/latest.mp4"), latest);
+        assert!(g.ended_here("live/a/latest.mp4"));
         g.began("live/a/2026-11-29T02-00-00Z.mp4");
         let latest = g.latest("live/a/latest.mp4");
         assert_eq!(latest.as_deref(), Some("live/a/2026-11-29T02-00-00Z.mp4"));

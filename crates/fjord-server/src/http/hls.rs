@@ -103,9 +103,7 @@ pub(crate) async fn playlist(
     let target_s = server.config().hls_segment_s.max(1);
     Ok(match form(server, cache, title).await? {
         Form::Fragmented(f) => {
-            let growing = server.catalog.growing();
-            let named = growing.latest(title);
-            let ended_here = growing.ended_here(named.as_deref().unwrap_or(title));
+            let ended_here = server.catalog.growing().ended_here(title);
             fragmented_playlist(&f, (which, backups), (target_s, ended_here))?
         }
         Form::Ranges {

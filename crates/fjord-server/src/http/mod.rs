@@ -393,7 +393,12 @@ async fn download(
         Ok(path) => {
             let file = std::fs::File::open(path).map_err(|_| CatalogError::NotFound)?;
             let meta = file.metadata().map_err(|_| CatalogError::NotFound)?;
-            let entity = plan::Entity::of(&meta, &name);
+            let mut entity = plan::Entity::of(&meta, &name);
+            // A recording still written: its whole, synced fragments only.
+            if let Some(durable) = srv.catalog.growing().durable(&name) {
+                entity.size = durable.min(entity.size);
+                entity.etag = format!("{}-g{durable}\"", entity.etag.trim_end_matches('"'));
+            }
             Ok((send::Body::file(Arc::new(file), entity.size), entity))
         }
         Err(CatalogError::NotFound) if title.is_filled() => {
@@ -407,7 +412,8 @@ async fn download(
     });
     match opened.await.unwrap_or(Err(CatalogError::NotFound)) {
         Ok((body, entity)) => {
-            let cache = &server.config().http_cache_control.media;
+            let media = &server.config().http_cache_control.media;
+            let cache = recording_cache(server, path, media);
             (Some(body), plan::respond(req, &entity).cached(cache))
         }
         Err(e) => (None, not_served(&e, !req.keep_alive)),
@@ -463,7 +469,7 @@ async fn adaptive(
             let r = generated(req, "application/vnd.apple.mpegurl", text);
             (
                 None,
-                r.cached(playlist_cache(server, title, &cache.playlist)),
+                r.cached(recording_cache(server, title, &cache.playlist)),
             )
         }
         Route::Manifest => {
@@ -471,7 +477,7 @@ async fn adaptive(
             let r = generated(req, "application/dash+xml", text);
             (
                 None,
-                r.cached(playlist_cache(server, title, &cache.playlist)),
+                r.cached(recording_cache(server, title, &cache.playlist)),
             )
         }
         Route::Init(only) => segment(server, fragments, req, title, (only, false), None).await,
@@ -488,10 +494,8 @@ async fn adaptive(
 /// How long caches keep a playlist or manifest of `title`: as configured,
 /// or a second while it is a recording that grows (players fetch it
 /// again for the new segments, RFC 8216 §6.2.1).
-fn playlist_cache<'a>(server: &Server, title: &str, configured: &'a str) -> &'a str {
-    let growing = server.catalog.growing();
-    let latest = growing.latest(title);
-    match growing.durable(latest.as_deref().unwrap_or(title)) {
+fn recording_cache<'a>(server: &Server, title: &str, configured: &'a str) -> &'a str {
+    match server.catalog.growing().durable(title) {
         Some(_) => "max-age=1",
         None => configured,
     }

@@ -271,6 +271,22 @@ fn segments_of(playlist: &str) -> (usize, bool) {
     (n, playlist.contains("#EXT-X-ENDLIST"))
 }
 
+/// The type of an MP4 file's last top-level box, if its boxes end exactly
+/// at its end.
+fn last_box(mp4: &[u8]) -> Option<[u8; 4]> {
+    let (mut at, mut last) = (0, None);
+    while at < mp4.len() {
+        let head = mp4.get(at..at + 16)?;
+        let size = match u32::from_be_bytes(head[..4].try_into().unwrap()) {
+            1 => u64::from_be_bytes(head[8..16].try_into().unwrap()) as usize,
+            n => n as usize,
+        };
+        last = Some(head[4..8].try_into().unwrap());
+        at = at.checked_add(size.max(8))?;
+    }
+    (at == mp4.len()).then_some(last?)
+}
+
 /// Where `run` lies in `all` (every one of its items in a row there).
 fn run_at(run: &[String], all: &[String], what: &str) -> usize {
     assert!(!run.is_empty(), "{what}: nothing");
@@ -363,6 +379,14 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
     assert!(!multivariant.contains("BANDWIDTH=0,"), "{multivariant}");
     assert!(!multivariant.contains("I-FRAME"), "{multivariant}");
     assert_eq!(curl_status(&[&playlist.replace("media", "iframes")]), 404);
+    // A download is what is durable: whole fragments, none half written.
+    let download = curl_bytes(&playlist.replace("/media.m3u8", ""));
+    assert_eq!(
+        last_box(&download),
+        Some(*b"mdat"),
+        "{} bytes",
+        download.len()
+    );
     // ffmpeg follows the growing playlist from its first segment.
     let mut cmd = Command::new("ffmpeg");
     cmd.args([
@@ -407,6 +431,7 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
         "the playlist changed:\n{first}\n{second}"
     );
     let (file, _) = closed_recording(&server, p, "live/grow");
+    assert!(std::fs::read(&file).unwrap().starts_with(&download));
     let frames = decoded_md5s(file.to_str().unwrap());
     // Over RTSP: a run of the file's frames from about 5 s (frame 125)
     // to the end recorded at the DESCRIBE. fjord starts the play at the
