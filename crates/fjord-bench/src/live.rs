@@ -7,6 +7,9 @@
 //!   peers` runs it) takes ffmpeg publishing the source (`-re`, RTSP over
 //!   UDP, `-c copy`); N plain receivers (`fjord load`) view the live path.
 //! - **fjord VOD**: the same server, N receivers playing the source file.
+//! - **kernel floor** ([`floor`]): a relay with no server, one thread
+//!   sending each gathered frame to the same N plain receivers as fjord's
+//!   engine does (video only).
 //! - **MediaMTX** (where a binary is found, [`peers::mediamtx::find`]):
 //!   the same publisher to it, the same N receivers.
 //!
@@ -21,6 +24,7 @@
 //! at the probe, matched by the payload's hash (the RTP header differs per
 //! viewer, the payload does not).
 
+mod floor;
 mod probe;
 pub mod report;
 
@@ -77,6 +81,8 @@ pub struct Row {
 
 pub struct LiveReport {
     pub config: LiveConfig,
+    /// The viewers', the publisher's and the relay's receivers' CPU.
+    pub load_cpu: usize,
     pub source: String,
     pub rows: Vec<Row>,
     pub notes: Vec<String>,
@@ -254,13 +260,16 @@ pub fn run(cfg: &LiveConfig) -> anyhow::Result<LiveReport> {
         }
         (false, _) => None,
     };
+    // The next CPU the process may use: found before it is pinned to it.
+    let load_cpu = (cfg.cpu + 1) % available_cpus();
     let at = Rows {
         cfg,
         source: &source,
         scratch: scratch.path(),
         mediamtx: mediamtx.as_ref(),
+        load_cpu,
     };
-    pin_current_thread(at.load_cpu());
+    pin_current_thread(load_cpu);
     let load_before = load_average();
     let mut rows = vec![];
     for &n in &cfg.viewers {
@@ -274,6 +283,7 @@ pub fn run(cfg: &LiveConfig) -> anyhow::Result<LiveReport> {
     ));
     Ok(LiveReport {
         config: cfg.clone(),
+        load_cpu,
         source: format!(
             "{} (1280x720 25 fps testsrc2, H.264 CBR {VIDEO_KBPS} kbit/s, AAC 128 kbit/s; made by ffmpeg)",
             source.display()
@@ -290,22 +300,19 @@ struct Rows<'a> {
     scratch: &'a Path,
     /// MediaMTX's version and executable, when it is measured.
     mediamtx: Option<&'a (String, PathBuf)>,
+    /// The viewers', the publisher's and this process's CPU.
+    load_cpu: usize,
 }
 
 impl Rows<'_> {
-    /// The viewers', the publisher's and this process's CPU.
-    fn load_cpu(&self) -> usize {
-        (self.cfg.cpu + 1) % available_cpus()
-    }
-
-    /// fjord live, fjord VOD, MediaMTX at `n` viewers.
+    /// fjord live, fjord VOD, the floor, MediaMTX at `n` viewers.
     fn rows(&self, n: usize) -> anyhow::Result<Vec<Row>> {
         let (cfg, source) = (self.cfg, self.source);
         let root = source.parent().unwrap_or(Path::new("."));
         let (mut server, base) = start_fjord(cfg, root, self.scratch)?;
         let live = format!("{base}/live/bench");
         let publish_url = live.replacen("rtsp://", "rtsp://pub:secret@", 1);
-        let row = publish(&mut server, source, (&publish_url, &live), self.load_cpu())
+        let row = publish(&mut server, source, (&publish_url, &live), self.load_cpu)
             .and_then(|tap| measure(&server, &live, n, cfg, Some(tap)));
         let mut rows = vec![named(row, "fjord live", n)];
         let name = (source.file_name())
@@ -315,10 +322,12 @@ impl Rows<'_> {
         let vod = measure(&server, &format!("{base}/{name}"), n, cfg, None);
         rows.push(named(vod, "fjord VOD (the same file)", n));
         drop(server);
+        let relay = floor::row(source, n, cfg, self.load_cpu);
+        rows.push(named(relay, "kernel floor: a relay, no server (video)", n));
         if let Some((version, exe)) = self.mediamtx {
             let row = start_mediamtx(cfg, exe, self.scratch).and_then(|(mut server, base)| {
                 let url = format!("{base}/bench");
-                let tap = publish(&mut server, source, (&url, &url), self.load_cpu())?;
+                let tap = publish(&mut server, source, (&url, &url), self.load_cpu)?;
                 measure(&server, &url, n, cfg, Some(tap))
             });
             rows.push(named(row, version, n));

@@ -153,7 +153,7 @@ fn probe_viewer(url: &str) -> anyhow::Result<(RtspClient, UdpSocket)> {
     let video = medias.take_while(|l| !l.starts_with("m=video")).count();
     let track = d.track_urls.get(video).context("no video track")?.clone();
     let (rtp, _rtcp) = bind_pair("127.0.0.1".parse()?)?;
-    receive_options(rtp.as_raw_fd(), RCVBUF, false);
+    probe_socket(&rtp);
     let p = rtp.local_addr()?.port();
     let transport = format!("RTP/AVP;unicast;client_port={p}-{}", p + 1);
     let r = c.request("SETUP", &track, &[("Transport", &transport)], &[])?;
@@ -196,6 +196,21 @@ pub fn latency(
     delay: Duration,
     run: Duration,
 ) -> anyhow::Result<(f64, f64, f64, usize)> {
+    let viewers = || {
+        let probes = (0..super::PROBES).map(|_| probe_viewer(url));
+        probes.collect::<anyhow::Result<Vec<_>>>()
+    };
+    latency_at(tap, viewers, delay, run)
+}
+
+/// [`latency`] of the probe sockets `probes` makes after `delay` (with
+/// what must live while they receive: their RTSP sessions).
+pub fn latency_at<T>(
+    tap: Tap,
+    probes: impl FnOnce() -> anyhow::Result<Vec<(T, UdpSocket)>>,
+    delay: Duration,
+    run: Duration,
+) -> anyhow::Result<(f64, f64, f64, usize)> {
     let (mut batch, mut sent, mut got) = (RecvBatch::new(), vec![], vec![]);
     let (tap, ip) = (tap.fd.as_raw_fd(), rtp_of as fn(&[u8]) -> Option<&[u8]>);
     let wait = Instant::now() + delay;
@@ -204,9 +219,7 @@ pub fn latency(
         drain(tap, ip, &mut batch, &mut sent);
     }
     let played = realtime_ns();
-    let probes = (0..super::PROBES)
-        .map(|_| probe_viewer(url))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let probes = probes()?;
     let end = Instant::now() + run;
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(5));
@@ -225,6 +238,12 @@ pub fn latency(
     ns.sort_unstable();
     let q = |f: f64| ns[((ns.len() - 1) as f64 * f).round() as usize] as f64 / 1e6;
     Ok((q(0.5), q(0.99), q(1.0), ns.len()))
+}
+
+/// A probe socket as [`latency_at`] reads it: its receive buffer seconds
+/// of the stream, kernel timestamps on.
+pub fn probe_socket(rtp: &UdpSocket) {
+    receive_options(rtp.as_raw_fd(), RCVBUF, false);
 }
 
 /// Each probe packet's arrival less the tap's last sighting of the same

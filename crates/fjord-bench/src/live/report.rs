@@ -94,14 +94,15 @@ pub fn markdown(report: &LiveReport, command: &str) -> String {
          The viewers are `fjord load` (plain UDP receivers, no GRO) on CPU {}, {} s per row; the VOD row plays the same file from the same server after the live row. \
          CPU is the server's threads' time on a CPU (`/proc/PID/task/*/schedstat`) over the receive window, per packet the viewers received. \
          KiB/viewer is the server's highest anonymous resident memory (`RssAnon`: heap, not the mapped title) while the viewers play, less before they came, over N. \
-         Latency: a packet socket on `lo` (a kernel filter on the publisher's UDP source ports) timestamps each publisher packet as it goes to the server; {PROBES} more viewers, set up a quarter into the row (after the N, so the last the server sends to), receive the video with kernel timestamps (SO_TIMESTAMPNS); a packet's latency is its arrival at a probe less the tap's last sighting of the same payload (hashed; the header differs per viewer), counting only packets published after the probes played (not the backlog a joining viewer gets at once). On loopback the server's send includes the delivery to each receiver, so the last of N viewers waits for the deliveries to the N before it.\n",
+         Latency: a packet socket on `lo` (a kernel filter on the publisher's UDP source ports) timestamps each publisher packet as it goes to the server; {PROBES} more viewers, set up a quarter into the row (after the N, so the last the server sends to), receive the video with kernel timestamps (SO_TIMESTAMPNS); a packet's latency is its arrival at a probe less the tap's last sighting of the same payload (hashed; the header differs per viewer), counting only packets published after the probes played (not the backlog a joining viewer gets at once). On loopback the server's send includes the delivery to each receiver, so the last of N viewers waits for the deliveries to the N before it. \
+         The kernel floor row is a relay thread of the bench, pinned and scheduled as the servers: ffmpeg publishes the video alone to it as plain RTP (`-f rtp`); it waits 500 µs after a packet, as fjord's engine does, and sends what came, unchanged, to each of N + {PROBES} connected sockets (one `sendmsg` with `UDP_SEGMENT` per run of equal sizes), read by plain receivers on the viewers' CPU; its CPU is the relay thread's, per video packet received (the server rows count audio packets too). It is what this kernel spends to hand each frame to N loopback receivers, with no server logic.\n",
         c.cpu,
         if c.realtime {
             "SCHED_FIFO"
         } else {
             "normal priority"
         },
-        (c.cpu + 1) % crate::capacity::available_cpus(),
+        report.load_cpu,
         c.seconds
     );
     md

@@ -308,7 +308,7 @@ fn run_of(cfg: &PeersConfig, rep: usize, packets: u64, s: &Sent, received: u64) 
 
 /// N receivers and N senders, each sender connected to its receiver as a
 /// server's session socket is to its client.
-fn sockets(n: usize, gro: bool) -> anyhow::Result<(Vec<UdpSocket>, Vec<UdpSocket>)> {
+pub(crate) fn sockets(n: usize, gro: bool) -> anyhow::Result<(Vec<UdpSocket>, Vec<UdpSocket>)> {
     let (mut rx, mut tx) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
         let r = UdpSocket::bind("127.0.0.1:0").context("binding a floor receiver")?;
@@ -376,7 +376,7 @@ fn sleep_until(at: Instant) {
     }
 }
 
-fn make_realtime() -> anyhow::Result<()> {
+pub(crate) fn make_realtime() -> anyhow::Result<()> {
     let param = libc::sched_param {
         sched_priority: REALTIME_PRIORITY,
     };
@@ -424,7 +424,7 @@ fn send_burst(fd: RawFd, bytes: &[u8], burst: usize) -> anyhow::Result<()> {
 
 /// Errors that lose a packet (the receivers count the loss) but are no
 /// failure of the floor.
-fn transient(e: io::Error) -> anyhow::Result<()> {
+pub(crate) fn transient(e: io::Error) -> anyhow::Result<()> {
     match e.raw_os_error() {
         Some(libc::ENOBUFS | libc::ECONNREFUSED | libc::EAGAIN) => Ok(()),
         _ => bail!("floor send: {e}"),
@@ -432,7 +432,7 @@ fn transient(e: io::Error) -> anyhow::Result<()> {
 }
 
 /// The receivers until `stop`: packets counted from `warm` on, and in all.
-fn receive(
+pub(crate) fn receive(
     socks: &[UdpSocket],
     gro: bool,
     warm: Instant,
