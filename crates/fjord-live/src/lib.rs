@@ -9,6 +9,8 @@
 //!   start from (H.264 and H.265 IDR/parameter sets, MPEG-TS random access).
 //! - [`loss`]: packets a publisher's track lost on the way in, counted
 //!   from sequence numbers as a receiver report counts them.
+//! - [`reception`]: what a receiver report tells the publisher of a
+//!   track: loss, highest sequence number, jitter, its last sender report.
 //! - [`ring`]: the packets since the last key frame, which a viewer that
 //!   joins is sent first, within a byte budget.
 //! - [`publish`]: a publishing session's steps (ANNOUNCE, SETUP of each
@@ -33,6 +35,7 @@ pub mod handover;
 pub mod keyframe;
 pub mod loss;
 pub mod publish;
+pub mod reception;
 pub mod record;
 pub mod ring;
 pub mod rtp;

@@ -52,11 +52,22 @@ impl Loss {
     }
 
     pub fn lost(&self) -> u64 {
-        let expected = match self.started {
+        self.lost_before + self.expected().saturating_sub(self.received)
+    }
+
+    /// Packets expected since the numbering (re)started: the highest
+    /// extended sequence number less the first, plus one.
+    pub fn expected(&self) -> u64 {
+        match self.started {
             true => self.highest - self.first + 1,
             false => 0,
-        };
-        self.lost_before + expected.saturating_sub(self.received)
+        }
+    }
+
+    /// The highest sequence number seen, extended by its wraps (RFC 3550
+    /// §6.4.1: the low 16 bits the number, the high 16 the cycles).
+    pub fn highest(&self) -> u64 {
+        self.highest
     }
 }
 

@@ -76,6 +76,42 @@ pub fn sender_report(
     compound.write_into(out).unwrap_or(0)
 }
 
+/// Upper bound for what [`write_receiver_report`] writes (RR with one block 32
+/// + SDES with a 255-byte CNAME 268).
+pub const RECEIVER_REPORT_MAX_LEN: usize = 300;
+
+/// Write RR (from `reporter`, of `block`) + SDES(CNAME) as one compound
+/// packet into `out`; returns the length written, or 0 if `out` is too
+/// small (size it with [`RECEIVER_REPORT_MAX_LEN`]).
+pub fn write_receiver_report(
+    out: &mut [u8],
+    reporter: u32,
+    block: &ReportBlock,
+    cname: &str,
+) -> usize {
+    let mut end = cname.len().min(255);
+    while !cname.is_char_boundary(end) {
+        end -= 1;
+    }
+    let b = rtcp_types::ReportBlock::builder(block.ssrc)
+        .fraction_lost(block.fraction_lost)
+        .cumulative_lost(block.cumulative_lost)
+        .extended_sequence_number(block.highest_seq)
+        .interarrival_jitter(block.jitter)
+        .last_sender_report_timestamp(block.lsr)
+        .delay_since_last_sender_report_timestamp(block.dlsr);
+    Compound::builder()
+        .add_packet(ReceiverReport::builder(reporter).add_report_block(b))
+        .add_packet(
+            Sdes::builder().add_chunk(
+                SdesChunk::builder(reporter)
+                    .add_item(SdesItem::builder(SdesItem::CNAME, &cname[..end])),
+            ),
+        )
+        .write_into(out)
+        .unwrap_or(0)
+}
+
 /// A session's sender report built once, then patched in place for each
 /// report: the hot path neither builds nor allocates (the seeds' network
 /// level framing, applied to RTCP). The sender info sits at fixed offsets
@@ -375,6 +411,29 @@ mod tests {
                 blocks: vec![]
             }
         );
+    }
+
+    #[test]
+    fn a_receiver_report_written_reads_back_with_its_cname() {
+        let block = ReportBlock {
+            ssrc: 7,
+            fraction_lost: 51,
+            cumulative_lost: 2,
+            highest_seq: 0x0001_0003,
+            jitter: 40,
+            lsr: 0x3344_5566,
+            dlsr: 98_304,
+        };
+        let mut out = [0u8; RECEIVER_REPORT_MAX_LEN];
+        let n = write_receiver_report(&mut out, 99, &block, &"é".repeat(200));
+        assert!(n > 0 && n <= RECEIVER_REPORT_MAX_LEN);
+        let info = parse_compound(&out[..n]).unwrap();
+        let rr = RtcpInfo::ReceiverReport {
+            reporter_ssrc: 99,
+            blocks: vec![block],
+        };
+        assert_eq!(info, vec![rr, RtcpInfo::Other]);
+        assert_eq!(write_receiver_report(&mut [0u8; 16], 99, &block, "x"), 0);
     }
 
     #[test]

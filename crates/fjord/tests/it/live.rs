@@ -653,3 +653,81 @@ fn packets_a_publisher_lost_are_counted_in_the_api() {
         "{track}"
     );
 }
+
+/// A UDP publisher gets receiver reports on its RTCP port (RFC 3550
+/// §6.4.2): of its own SSRC and numbering, the packets it lost on the way
+/// and the highest sequence number, and its last sender report echoed
+/// with the time since.
+#[test]
+fn a_udp_publisher_gets_receiver_reports_of_what_arrived() {
+    use fjord_proto::rtcp::{NtpTime, RtcpInfo, parse_compound, sender_report};
+    let server = Server::start(&format!("rtcp_interval_s = 1\n{USERS}"));
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    let (rtp, rtcp) = fjord_client::bind_pair("127.0.0.1".parse().unwrap()).unwrap();
+    let port = rtp.local_addr().unwrap().port();
+    let reply = exchange(&mut s, &announce(&server, "open/rr", SDP));
+    assert_eq!(status_of(&reply), Some(200), "{reply}");
+    let setup = format!(
+        "SETUP {}/streamid=0 RTSP/1.0\r\nCSeq: 2\r\nTransport: RTP/AVP/UDP;unicast;client_port={port}-{};mode=record\r\n\r\n",
+        server.url("open/rr"),
+        port + 1
+    );
+    let reply = exchange(&mut s, &setup);
+    assert_eq!(status_of(&reply), Some(200), "{reply}");
+    let transport = (reply.lines())
+        .find_map(|l| l.strip_prefix("Transport: "))
+        .unwrap();
+    let ports = crate::common::transport_param(transport, "server_port").unwrap();
+    let server_rtp: u16 = ports.split('-').next().unwrap().parse().unwrap();
+    let rtp_to = std::net::SocketAddr::from(([127, 0, 0, 1], server_rtp));
+    let rtcp_to = std::net::SocketAddr::from(([127, 0, 0, 1], server_rtp + 1));
+    let session = (reply.lines())
+        .find_map(|l| l.strip_prefix("Session: "))
+        .and_then(|v| v.split(';').next())
+        .unwrap()
+        .to_owned();
+    let record = format!(
+        "RECORD {} RTSP/1.0\r\nCSeq: 3\r\nSession: {session}\r\n\r\n",
+        server.url("open/rr")
+    );
+    assert_eq!(status_of(&exchange(&mut s, &record)), Some(200));
+    // 65530 to 3 (wrapping), 65533 and 1 lost.
+    for i in (0u16..10).filter(|i| ![3, 7].contains(i)) {
+        let seq = 65530u16.wrapping_add(i);
+        let mut packet = vec![0x80, 96];
+        packet.extend(seq.to_be_bytes());
+        packet.extend((u32::from(i) * 3600).to_be_bytes());
+        packet.extend(0x1234_5678u32.to_be_bytes());
+        packet.extend([0x41, 0x9a, 0x00, 0x01]);
+        rtp.send_to(&packet, rtp_to).unwrap();
+    }
+    let ntp = NtpTime(0x1122_3344_5566_7788);
+    let mut sr = [0u8; 128];
+    let n = sender_report(&mut sr, 0x1234_5678, ntp, 36_000, 8, 64, "publisher", false);
+    rtcp.send_to(&sr[..n], rtcp_to).unwrap();
+    // The first report after the sender report names it.
+    rtcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 1500];
+    let block = loop {
+        let (n, from) = rtcp
+            .recv_from(&mut buf)
+            .expect("no receiver report within 5 s");
+        assert_eq!(from, rtcp_to);
+        let blocks = parse_compound(&buf[..n])
+            .unwrap()
+            .into_iter()
+            .find_map(|i| match i {
+                RtcpInfo::ReceiverReport { blocks, .. } => Some(blocks),
+                _ => None,
+            });
+        let block = blocks.expect("a receiver report first")[0];
+        if block.lsr != 0 {
+            break block;
+        }
+    };
+    assert_eq!(block.ssrc, 0x1234_5678);
+    assert_eq!(block.cumulative_lost, 2, "{block:?}");
+    assert_eq!(block.highest_seq, 65536 + 3, "{block:?}");
+    assert_eq!(block.lsr, ntp.middle32());
+    assert!(block.dlsr > 0 && block.dlsr < 2 * 65536, "{block:?}");
+}

@@ -51,6 +51,8 @@ fn take(
     let Some(t) = stream.tracks.get_mut(track) else {
         return true;
     };
+    let raw = (header.ssrc, header.seq, header.timestamp);
+    t.reception.packet(raw, t.clock_rate, now);
     let key = keyframe::starts_key(t.codec, &bytes[header.payload]);
     let numbered = (header.seq, header.timestamp);
     let (seq, ts) = t.renumber.map(numbered, now, t.clock_rate);

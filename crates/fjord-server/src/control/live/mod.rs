@@ -20,6 +20,7 @@ mod intake;
 mod publish;
 mod record;
 pub(crate) mod report;
+mod rtcp;
 mod view;
 
 use std::{
@@ -101,6 +102,9 @@ struct TrackIn {
     /// Packets received and lost on the way in, by viewers' numbering
     /// (a continued stream counts on, not anew).
     loss: fjord_live::loss::Loss,
+    /// What the receiver reports to the publisher say: of its own
+    /// numbering (UDP publishers, [`rtcp::report`]).
+    reception: fjord_live::reception::Reception,
 }
 
 impl Live {

@@ -48,6 +48,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
             renumber: Default::default(),
             pending: Vec::new(),
             loss: Default::default(),
+            reception: Default::default(),
         })
         .collect();
     let id = server.next_id();
@@ -192,9 +193,13 @@ pub(super) fn setup(server: &Server, conn: &mut dyn Client, req: &Request, now: 
             client_rtp,
             client_rtcp,
             ..
-        } => match udp(server, (local, peer), (id, track, stream.publisher)) {
-            Ok((port, task)) => {
-                stream.tasks.push(task);
+        } => match udp(
+            server,
+            (local, peer, client_rtcp),
+            (id, track, stream.publisher),
+        ) {
+            Ok((port, tasks)) => {
+                stream.tasks.extend(tasks);
                 format!(
                     "RTP/AVP/UDP;unicast;client_port={client_rtp}-{client_rtcp};server_port={port}-{};mode=record",
                     port + 1
@@ -210,24 +215,26 @@ pub(super) fn setup(server: &Server, conn: &mut dyn Client, req: &Request, now: 
         .into()
 }
 
-/// Binds a port pair for a track and starts reading its RTP port; the
-/// RTCP socket is kept by the task so the pair stays ours.
+/// Binds a port pair for a track, starts reading its RTP port, and on
+/// its RTCP port the publisher's reports, to which receiver reports go
+/// back (to `peer`'s port `rtcp`).
 fn udp(
     server: &Server,
-    (local, peer): (IpAddr, IpAddr),
+    (local, peer, rtcp): (IpAddr, IpAddr, u16),
     track: (u64, usize, u64),
-) -> std::io::Result<(u16, tokio::task::AbortHandle)> {
+) -> std::io::Result<(u16, [tokio::task::AbortHandle; 2])> {
     let pair = server.ports.bind(local)?;
     let port = pair.rtp_port;
-    pair.rtp.set_nonblocking(true)?;
-    let socket = tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(pair.rtp))?;
+    let tokio_socket = |s: socket2::Socket| {
+        s.set_nonblocking(true)?;
+        tokio::net::UdpSocket::from_std(std::net::UdpSocket::from(s))
+    };
+    let (socket, reports) = (tokio_socket(pair.rtp)?, tokio_socket(pair.rtcp)?);
     let weak = (server.live.server.get().cloned()).unwrap_or_default();
-    let rtcp = pair.rtcp;
-    let task = tokio::spawn(async move {
-        let _rtcp = rtcp;
-        super::intake::receive(weak, track, socket, peer).await;
-    });
-    Ok((port, task.abort_handle()))
+    let receive = tokio::spawn(super::intake::receive(weak.clone(), track, socket, peer));
+    let to = std::net::SocketAddr::new(peer, rtcp);
+    let report = tokio::spawn(super::rtcp::report(weak, track, reports, to));
+    Ok((port, [receive.abort_handle(), report.abort_handle()]))
 }
 
 pub(super) fn record(server: &Server, conn: &dyn Client, req: &Request, now: Instant) -> Reply {
