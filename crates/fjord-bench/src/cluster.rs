@@ -62,6 +62,7 @@ pub struct ClusterConfig {
     pub ttl_s: u32,
     pub hot_rps: f64,
     pub balance_pct: u32,
+    pub copy_share_pct: u32,
     pub seed: u64,
     pub fjord_exe: PathBuf,
     /// Keep the scratch directory (logs, configs) and say where.
@@ -93,6 +94,7 @@ pub struct ClusterReport {
     pub ttl_s: u32,
     pub hot_rps: f64,
     pub balance_pct: u32,
+    pub copy_share_pct: u32,
     pub gap_ms: f64,
     /// A title's length, s (about: they differ by a few ms).
     pub title_s: f64,
@@ -134,6 +136,7 @@ pub fn run(cfg: &ClusterConfig, command: &str) -> anyhow::Result<ClusterReport> 
         ttl_s: cfg.ttl_s,
         hot_rps: cfg.hot_rps,
         balance_pct: cfg.balance_pct,
+        copy_share_pct: cfg.copy_share_pct,
     };
     let plan = plan::plan(
         cfg.sessions,
@@ -183,6 +186,7 @@ pub fn run(cfg: &ClusterConfig, command: &str) -> anyhow::Result<ClusterReport> 
         ttl_s: cfg.ttl_s,
         hot_rps: cfg.hot_rps,
         balance_pct: cfg.balance_pct,
+        copy_share_pct: cfg.copy_share_pct,
         gap_ms: cfg.gap.as_secs_f64() * 1e3,
         title_s: crate::storage::library::seconds_of(cfg.title_mb),
         publish_s,

@@ -77,7 +77,7 @@ pub fn markdown(r: &ClusterReport) -> String {
     let mut md = format!(
         "# fjord bench cluster\n\n`{}`\n\n{} nodes, each in its namespace behind a veth limited to {} Mbit/s each way (tbf); \
          etcd; origin SeaweedFS (master, 3 volume servers, replication 002, filer with S3 gateway). \
-         Library: {} ({:.2} GB published, in {:.0} s). cluster_ttl_s = {}, cluster_hot_rps = {}, cluster_balance_pct = {}; a viewer every {:.0} ms.\n\n",
+         Library: {} ({:.2} GB published, in {:.0} s). cluster_ttl_s = {}, cluster_hot_rps = {}, cluster_balance_pct = {}, cluster_copy_share_pct = {}; a viewer every {:.0} ms.\n\n",
         r.command,
         r.nodes,
         r.mbit,
@@ -87,6 +87,7 @@ pub fn markdown(r: &ClusterReport) -> String {
         r.ttl_s,
         r.hot_rps,
         r.balance_pct,
+        r.copy_share_pct,
         r.gap_ms
     );
     md += "| figure | routed | alone (no cluster) | target |\n|---|---:|---:|---:|\n";
