@@ -7,9 +7,10 @@
 //! (a download, a multivariant playlist, a manifest) ask
 //! [`Cluster::redirect`]: a title whose home set does not hold this node
 //! (or holds a less loaded one, or this node full, or past its bound of
-//! load) is answered 302 to the least loaded home node with room, or the next node in order, the
-//! `Location` marked as sent on by placement (served where it lands,
-//! never sent back). Media playlists and segments are served where asked: a viewer
+//! load) is answered 302 to the least loaded home node with room, or the
+//! next node in order, the `Location` marked as sent on by placement
+//! (served where it lands, never sent back). Media playlists and segments
+//! are served where asked: a viewer
 //! keeps the node its playlist came from, so a node that comes back takes
 //! titles only for new viewers; a multivariant playlist also names the
 //! title's next nodes ([`Cluster::elsewhere`]), which an HLS player fails
@@ -162,7 +163,6 @@ impl Cluster {
         let now = node.epoch.elapsed().as_nanos() as u64;
         let rates = || node.rates.lock().unwrap_or_else(|e| e.into_inner());
         let others = node.view.others();
-        let config = server.config();
         let mut nodes = candidates(&others, scheme);
         let (load, capacity) = load(server);
         let me = node.me.name.as_str();
@@ -172,27 +172,7 @@ impl Cluster {
             capacity,
         });
         let rate = rates().rate(title, now) + others.iter().map(|m| m.rate_of(title)).sum::<f64>();
-        let sessions = sessions_of(server, title)
-            + (others.iter())
-                .filter(|m| nodes.iter().any(|n| n.name == m.name))
-                .map(|m| m.sessions_of(title))
-                .sum::<u64>();
-        let cluster_load = nodes.iter().map(|n| n.load).sum();
-        let rule = Rule {
-            copies: placement::copies(
-                rate,
-                config.cluster_hot_rps,
-                config.cluster_copies,
-                nodes.len(),
-            )
-            .max(placement::copies_for_sessions(
-                sessions,
-                cluster_load,
-                nodes.len(),
-                config.cluster_copy_share_pct,
-            )),
-            balance_pct: config.cluster_balance_pct,
-        };
+        let rule = rule_for(server, title, rate, &others, &nodes, scheme);
         let marked = mark::read(path.split_once('?').map_or("", |(_, q)| q));
         let mut via: Vec<&str> = marked.iter().map(String::as_str).collect();
         let to = match placement::choose(title, me, &nodes, rule, &via) {
@@ -249,6 +229,35 @@ impl Cluster {
             health: node.view.health(),
             redirects: node.redirects.load(std::sync::atomic::Ordering::Relaxed),
         })
+    }
+}
+
+/// How `title`, asked for `rate` times a second across the cluster, is
+/// placed among `nodes` (the `others` with a URL of `scheme`, and this
+/// node): its homes by that rate and by its sessions across them, and the
+/// bound on their loads.
+fn rule_for(
+    server: &Server,
+    title: &str,
+    rate: f64,
+    others: &[Member],
+    nodes: &[Node],
+    scheme: Scheme,
+) -> Rule {
+    let config = server.config();
+    let sessions = sessions_of(server, title)
+        + (others.iter())
+            .filter(|m| scheme.base(m).is_some())
+            .map(|m| m.sessions_of(title))
+            .sum::<u64>();
+    let load = nodes.iter().map(|n| n.load).sum();
+    let (n, least) = (nodes.len(), config.cluster_copies);
+    let by_rate = placement::copies(rate, config.cluster_hot_rps, least, n);
+    let by_sessions =
+        placement::copies_for_sessions(sessions, load, n, config.cluster_copy_share_pct);
+    Rule {
+        copies: by_rate.max(by_sessions),
+        balance_pct: config.cluster_balance_pct,
     }
 }
 
