@@ -245,8 +245,8 @@ pub struct Config {
     /// Home nodes of every title at least.
     pub cluster_copies: usize,
     /// Requests a second across the cluster one home node takes for a
-    /// title; a title asked for more gets more home nodes. 0: always
-    /// `cluster_copies`.
+    /// title; a title asked for more gets more home nodes. 0: not by
+    /// rate.
     pub cluster_hot_rps: f64,
     /// A title gets one home node per this percent of a node's balanced
     /// share of the cluster's sessions (theirs over the members) that its
