@@ -62,6 +62,7 @@ pub struct ClusterConfig {
     pub ttl_s: u32,
     pub hot_rps: f64,
     pub balance_pct: u32,
+    pub copy_share_pct: u32,
     pub seed: u64,
     pub fjord_exe: PathBuf,
     /// Keep the scratch directory (logs, configs) and say where.
@@ -74,6 +75,9 @@ pub struct Phase {
     pub viewers: Vec<Outcome>,
     /// Bytes each node fetched from the origin.
     pub origin_bytes: Vec<u64>,
+    /// Of them, the index's and packets' (what `distinct_bytes` counts:
+    /// not the parity header and checksums an edge reads at open).
+    pub origin_played_bytes: Vec<u64>,
     /// Bytes an edge fetches to send each title played, once
     /// ([`library::played_bytes`]).
     pub distinct_bytes: u64,
@@ -93,6 +97,7 @@ pub struct ClusterReport {
     pub ttl_s: u32,
     pub hot_rps: f64,
     pub balance_pct: u32,
+    pub copy_share_pct: u32,
     pub gap_ms: f64,
     /// A title's length, s (about: they differ by a few ms).
     pub title_s: f64,
@@ -134,6 +139,7 @@ pub fn run(cfg: &ClusterConfig, command: &str) -> anyhow::Result<ClusterReport> 
         ttl_s: cfg.ttl_s,
         hot_rps: cfg.hot_rps,
         balance_pct: cfg.balance_pct,
+        copy_share_pct: cfg.copy_share_pct,
     };
     let plan = plan::plan(
         cfg.sessions,
@@ -183,6 +189,7 @@ pub fn run(cfg: &ClusterConfig, command: &str) -> anyhow::Result<ClusterReport> 
         ttl_s: cfg.ttl_s,
         hot_rps: cfg.hot_rps,
         balance_pct: cfg.balance_pct,
+        copy_share_pct: cfg.copy_share_pct,
         gap_ms: cfg.gap.as_secs_f64() * 1e3,
         title_s: crate::storage::library::seconds_of(cfg.title_mb),
         publish_s,
@@ -204,6 +211,13 @@ fn start_nodes(
         .collect()
 }
 
+/// The origin parts a title is played from (the index and packets),
+/// as `/metrics` names their bytes.
+const PLAYED_PARTS: [&str; 2] = [
+    "fjord_origin_part_bytes_total{part=\"index\"}",
+    "fjord_origin_part_bytes_total{part=\"packets\"}",
+];
+
 /// Plays `plan` against `nodes`, calling `kill` once at `kill_at_s`.
 fn phase(
     lib: &crate::storage::library::Library,
@@ -213,10 +227,11 @@ fn phase(
     kill: &mut dyn FnMut(&mut [Node]),
 ) -> anyhow::Result<Phase> {
     let entries: Arc<Vec<String>> = Arc::new(nodes.iter().map(|n| n.url.clone()).collect());
-    let before: Vec<f64> = nodes
-        .iter()
-        .map(|n| n.value("fjord_origin_bytes_total").unwrap_or(0.0))
-        .collect();
+    let fetched = |n: &Node| -> [f64; 2] {
+        let played = PLAYED_PARTS.iter().map(|p| n.value(p).unwrap_or(0.0)).sum();
+        [n.value("fjord_origin_bytes_total").unwrap_or(0.0), played]
+    };
+    let before: Vec<[f64; 2]> = nodes.iter().map(fetched).collect();
     let t0 = Instant::now();
     let out = Arc::new(Mutex::new(Vec::with_capacity(plan.len())));
     let mut threads = Vec::with_capacity(plan.len());
@@ -246,9 +261,13 @@ fn phase(
         t.join()
             .map_err(|_| anyhow::anyhow!("a viewer thread panicked"))?;
     }
-    let origin_bytes = (nodes.iter().zip(&before))
-        .map(|(n, b)| (n.value("fjord_origin_bytes_total").unwrap_or(*b) - b).max(0.0) as u64)
-        .collect();
+    let after: Vec<[f64; 2]> = nodes.iter().map(fetched).collect();
+    let grown = |i: usize| -> Vec<u64> {
+        (after.iter().zip(&before))
+            .map(|(a, b)| (a[i] - b[i]).max(0.0) as u64)
+            .collect()
+    };
+    let (origin_bytes, origin_played_bytes) = (grown(0), grown(1));
     let mut viewers = std::mem::take(&mut *out.lock().unwrap_or_else(|e| e.into_inner()));
     viewers.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
     let mut played: Vec<&str> = viewers
@@ -265,6 +284,7 @@ fn phase(
     Ok(Phase {
         viewers,
         origin_bytes,
+        origin_played_bytes,
         distinct_bytes,
         kill_at_s: killed,
     })

@@ -1,20 +1,22 @@
 //! fjord's cluster of edges: which node serves a title.
 //!
 //! In: this node's name and URLs, and either etcd's endpoints (members
-//! keep a lease on a key holding their URLs, capacity, load and most
-//! asked-for titles: [`membership`], over etcd's JSON gateway, [`etcd`])
+//! keep a lease on a key holding their URLs, capacity, load, most
+//! asked-for titles and titles with most sessions: [`membership`], over etcd's JSON gateway, [`etcd`])
 //! or a static list of peers (probed for liveness: [`probe`]). Out: a [`View`] of the other members, and
 //! for a title asked for here, whether to serve it or which member to
 //! send it to ([`placement::choose`]: rendezvous hashing over the members,
 //! a home set of `k` nodes growing with the title's request rate across
-//! the cluster, [`popularity`]; loads bounded to `1 + ε` of the mean,
-//! spilling to the next nodes in order), and the mark a redirect carries
-//! ([`mark`]).
+//! the cluster, [`popularity`], and with its share of the cluster's
+//! sessions, [`placement::copies_for_sessions`]; the least loaded home
+//! taking the viewer; loads bounded to `1 + ε` of the mean, spilling to
+//! the next nodes in order), and the mark a redirect carries ([`mark`]).
 //!
 //! The contract: every node computes the same home set from the same
 //! members; a member joining or leaving moves only the titles it is (or
 //! becomes) first for, about 1/N; with loads as placement saw them, no
-//! node takes a viewer past `1 + ε` of its share while another can; a
+//! node takes a viewer past `1 + ε` of its share (and [`placement::FEW`]
+//! sessions) while another can; a
 //! request sent on by placement is never sent back to a node it came
 //! through, and takes at most [`placement::HOPS`] redirects (a forged
 //! mark only skips balancing); a node that stops renewing its lease

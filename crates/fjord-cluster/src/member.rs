@@ -30,6 +30,10 @@ pub struct Member {
     /// second, decayed), for the cluster's sum.
     #[serde(default)]
     pub hot: Vec<(String, f64)>,
+    /// The titles with the most sessions here, with their sessions, for
+    /// the cluster's sum (what a title costs: its home set grows with it).
+    #[serde(default)]
+    pub busy: Vec<(String, u64)>,
 }
 
 /// The largest record taken from etcd: a record is a name, two URLs and
@@ -67,6 +71,13 @@ impl Member {
             .find(|(t, _)| t == title)
             .map_or(0.0, |(_, r)| r.max(0.0))
     }
+
+    /// This member's sessions of `title`, as it published them.
+    pub fn sessions_of(&self, title: &str) -> u64 {
+        (self.busy.iter())
+            .find(|(t, _)| t == title)
+            .map_or(0, |(_, n)| *n)
+    }
 }
 
 #[cfg(test)]
@@ -84,10 +95,15 @@ mod tests {
             capacity: 100,
             load: 3,
             hot: vec![("t.ts".into(), 2.5)],
+            busy: vec![("t.ts".into(), 7)],
         };
         assert_eq!(Member::from_json(&m.to_json()).unwrap(), m);
         assert_eq!(m.rate_of("t.ts"), 2.5);
         assert_eq!(m.rate_of("u.ts"), 0.0);
+        assert_eq!((m.sessions_of("t.ts"), m.sessions_of("u.ts")), (7, 0));
+        // A record of a node that publishes no sessions (an older one).
+        let old = br#"{"name":"a","rtsp":"rtsp://x","hot":[["t.ts",1.0]]}"#;
+        assert_eq!(Member::from_json(old).unwrap().sessions_of("t.ts"), 0);
         for bad in [
             &b"{}"[..],
             b"not json",

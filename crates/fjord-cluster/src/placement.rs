@@ -4,7 +4,9 @@
 //! node name); its home set is the first `k`. A member that joins or
 //! leaves moves only the titles it ranks first (about 1/N of them), and
 //! every node computes the same order from the same members with nothing
-//! shared but their names. Loads are bounded (consistent hashing with
+//! shared but their names. A title's viewers go to the least loaded of
+//! its homes; a title holding much of the cluster's load gets more homes
+//! ([`copies_for_sessions`]). Loads are bounded (consistent hashing with
 //! bounded loads): a node over `1 + ε` of its share of the cluster's load
 //! passes new viewers to the next nodes in the title's order. Pure code:
 //! members and loads in, a choice out.
@@ -80,14 +82,14 @@ pub const HOPS: usize = 2;
 /// (which hold `me`, with its load now), sent on by placement from `via`
 /// (its mark; empty: not sent by placement).
 ///
-/// Not sent on: here when `me` is a home node with room, under the
-/// bound; else the least loaded home node so (by share of its capacity,
-/// then by order); else the next node in the title's order so (here, if
-/// that is `me`). A node is under the bound when taking one more viewer
-/// keeps it within `1 + ε` of its part of the cluster's load
-/// (Mirrokni, Thorup, Zadimoghaddam, "Consistent hashing with bounded
-/// loads"); with none both under it and with room, the same without the
-/// bound. With no room anywhere: here, which refuses it.
+/// Not sent on: the least loaded home node with room, under the bound
+/// (by share of its capacity; between equals `me`, then the first in
+/// order); else the next node in the title's order so (here, if that is
+/// `me`). A node is under the bound when taking one more viewer keeps it
+/// within `1 + ε` of its part of the cluster's load, or [`FEW`] sessions
+/// over it (Mirrokni, Thorup, Zadimoghaddam, "Consistent hashing with
+/// bounded loads"); with none both under it and with room, the same
+/// without the bound. With no room anywhere: here, which refuses it.
 ///
 /// Sent on: here unless `me` is full (loads other nodes see are up to a
 /// renewal old; the sender judged by them, so sending back could loop);
@@ -114,18 +116,17 @@ pub fn choose<'a>(
     }
 }
 
-/// The node a request goes to among those `open` takes: `me` when a
-/// home; else the least loaded home; else the first of the rest.
+/// The node a request goes to among those `open` takes: the least
+/// loaded home (`me` between equals: no redirect); else the first of the
+/// rest. Every home, `me` too, is judged by load: a title has several
+/// homes to spread its viewers over them.
 fn pick<'n, 'a>(
     homes: &[&'n Node<'a>],
     rest: &[&'n Node<'a>],
     me: &str,
     open: impl Fn(&Node) -> bool,
 ) -> Option<&'n Node<'a>> {
-    if let Some(n) = homes.iter().find(|n| n.name == me && open(n)) {
-        return Some(n);
-    }
-    let least = homes.iter().filter(|n| open(n)).min_by_key(|n| share(n));
+    let least = (homes.iter().filter(|n| open(n))).min_by_key(|n| (share(n), n.name != me));
     least.or_else(|| rest.iter().find(|n| open(n))).copied()
 }
 
@@ -142,13 +143,21 @@ fn onward<'a>(ranked: &[&Node<'a>], me: &str, via: &[&str]) -> Choice<'a> {
     }
 }
 
+/// Sessions too few to be worth an origin fetch: a node within this
+/// many of its bound is under it, and a title gets no more homes than
+/// one per this many of its sessions. Each viewer sent to a node that
+/// does not hold its title costs a fetch of the whole title; balancing
+/// a few sessions (at a cluster's start, or in a small one) is not
+/// worth that.
+pub const FEW: u64 = 3;
+
 /// The bound on each node's load: with `L` sessions in the cluster and
 /// `C` its capacity, a node of capacity `c` takes one more while its
-/// load is under `(1 + ε)·(L + 1)·c / C` (so after it takes it, it is
-/// at most one over `1 + ε` times its share). The cluster's load is
-/// always under the sum of these, so some node is under its bound. No
-/// bound when ε is 0 or a node's capacity is unknown (its load is too:
-/// static peers).
+/// load is under `(1 + ε)·(L + 1)·c / C + FEW` (so after it takes it, it
+/// is at most [`FEW`] and one over `1 + ε` times its share). The
+/// cluster's load is always under the sum of these, so some node is
+/// under its bound. No bound when ε is 0 or a node's capacity is unknown
+/// (its load is too: static peers).
 #[derive(Clone, Copy, Debug)]
 pub struct Bound {
     /// `100 + ε` in percent, `L + 1` and `C`; none: no bound.
@@ -169,7 +178,8 @@ impl Bound {
     /// Whether `n` takes one more viewer within the bound.
     pub fn takes(&self, n: &Node) -> bool {
         self.of.is_none_or(|(pct, load, capacity)| {
-            u128::from(n.load) * capacity * 100 < pct * load * u128::from(n.capacity)
+            let over = u128::from(n.load.saturating_sub(FEW));
+            over * capacity * 100 < pct * load * u128::from(n.capacity)
         })
     }
 }
@@ -195,6 +205,25 @@ pub fn copies(rate: f64, per_copy: f64, least: usize, members: usize) -> usize {
         0
     };
     hot.max(least).clamp(1, members.max(1))
+}
+
+/// How many home nodes a title needs for what it costs: one per
+/// `share_pct` percent of a node's balanced share of the cluster's
+/// sessions that the title's sessions take (`sessions` of the title and
+/// `load` of the cluster, the viewer placed counted in neither), so that
+/// no home holds more than that much of one title; at most one per
+/// [`FEW`] of its sessions and `members`, at least one. `share_pct` 0:
+/// one.
+pub fn copies_for_sessions(sessions: u64, load: u64, members: usize, share_pct: u32) -> usize {
+    let (s, n) = (u128::from(sessions) + 1, members.max(1) as u128);
+    if share_pct == 0 {
+        return 1;
+    }
+    // s / (pct/100 · (load + 1) / n), rounded up.
+    let per = u128::from(share_pct) * (u128::from(load) + 1);
+    let by_share = (s * n * 100).div_ceil(per);
+    let by_few = (s / u128::from(FEW)).max(1);
+    by_share.min(by_few).min(n) as usize
 }
 
 #[cfg(test)]

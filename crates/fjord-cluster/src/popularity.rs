@@ -1,6 +1,7 @@
 //! How often each title is asked for at this node: an exponentially
-//! decayed rate per title, for at most [`TRACKED`] titles. Pure code: the
-//! time is an argument.
+//! decayed rate per title, for at most [`TRACKED`] titles; and which
+//! titles hold the most sessions ([`busiest`]). Pure code: the time is an
+//! argument.
 
 use std::collections::HashMap;
 
@@ -68,6 +69,21 @@ impl Rates {
     }
 }
 
+/// The `n` titles with the most sessions, with their sessions, most
+/// first (then by name), from each session's title.
+pub fn busiest<'a>(sessions: impl Iterator<Item = &'a str>, n: usize) -> Vec<(String, u64)> {
+    let mut count: HashMap<&str, u64> = HashMap::new();
+    for title in sessions {
+        *count.entry(title).or_default() += 1;
+    }
+    let mut all: Vec<(String, u64)> = (count.into_iter())
+        .map(|(t, c)| (t.to_owned(), c))
+        .collect();
+    all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    all.truncate(n);
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +120,13 @@ mod tests {
         let top = r.top(3, TRACKED as u64 * 3);
         assert_eq!(top[0].0, "hot");
         assert_eq!(top.len(), 3);
+    }
+
+    #[test]
+    fn the_busiest_titles_are_counted_from_the_sessions() {
+        let sessions = ["b", "a", "c", "a", "b", "a"];
+        let want = [("a", 3), ("b", 2)].map(|(t, n)| (t.to_owned(), n));
+        assert_eq!(busiest(sessions.into_iter(), 2), want);
+        assert!(busiest([].into_iter(), 2).is_empty());
     }
 }

@@ -1,13 +1,16 @@
 //! This node in a cluster of edges (docs/cluster.md): where a request for
 //! a title is served. The members come from etcd or `[[peer]]` tables
 //! ([`fjord_cluster`]); a title's home nodes are the first of its
-//! rendezvous order. DESCRIBE and the HTTP requests that start a viewing
+//! rendezvous order, more of them the more it is asked for and the more
+//! of the cluster's sessions it holds (each member publishes its titles'
+//! rates and sessions). DESCRIBE and the HTTP requests that start a viewing
 //! (a download, a multivariant playlist, a manifest) ask
 //! [`Cluster::redirect`]: a title whose home set does not hold this node
-//! (or this node full, or past its bound of load) is answered 302 to the
-//! least loaded home node with room, or the next node in order, the
-//! `Location` marked as sent on by placement (served where it lands,
-//! never sent back). Media playlists and segments are served where asked: a viewer
+//! (or holds a less loaded one, or this node full, or past its bound of
+//! load) is answered 302 to the least loaded home node with room, or the
+//! next node in order, the `Location` marked as sent on by placement
+//! (served where it lands, never sent back). Media playlists and segments
+//! are served where asked: a viewer
 //! keeps the node its playlist came from, so a node that comes back takes
 //! titles only for new viewers; a multivariant playlist also names the
 //! title's next nodes ([`Cluster::elsewhere`]), which an HLS player fails
@@ -22,7 +25,7 @@ use std::{
 use fjord_cluster::{
     Etcd, Member, View, mark, membership,
     placement::{self, Choice, Node, Rule},
-    popularity::{PUBLISHED, Rates},
+    popularity::{PUBLISHED, Rates, busiest},
     probe,
 };
 
@@ -112,6 +115,7 @@ impl Cluster {
                 capacity: 0,
                 load: 0,
                 hot: Vec::new(),
+                busy: Vec::new(),
             })
             .collect();
         let etcd = !config.cluster_etcd.is_empty();
@@ -159,17 +163,6 @@ impl Cluster {
         let now = node.epoch.elapsed().as_nanos() as u64;
         let rates = || node.rates.lock().unwrap_or_else(|e| e.into_inner());
         let others = node.view.others();
-        let config = server.config();
-        let rate = rates().rate(title, now) + others.iter().map(|m| m.rate_of(title)).sum::<f64>();
-        let rule = Rule {
-            copies: placement::copies(
-                rate,
-                config.cluster_hot_rps,
-                config.cluster_copies,
-                others.len() + 1,
-            ),
-            balance_pct: config.cluster_balance_pct,
-        };
         let mut nodes = candidates(&others, scheme);
         let (load, capacity) = load(server);
         let me = node.me.name.as_str();
@@ -178,6 +171,8 @@ impl Cluster {
             load,
             capacity,
         });
+        let rate = rates().rate(title, now) + others.iter().map(|m| m.rate_of(title)).sum::<f64>();
+        let rule = rule_for(server, title, rate, &others, &nodes, scheme);
         let marked = mark::read(path.split_once('?').map_or("", |(_, q)| q));
         let mut via: Vec<&str> = marked.iter().map(String::as_str).collect();
         let to = match placement::choose(title, me, &nodes, rule, &via) {
@@ -224,12 +219,45 @@ impl Cluster {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .top(PUBLISHED, now);
+        me.busy = {
+            let core = server.core.lock();
+            busiest(core.sessions.all().map(|s| &*s.title_name), PUBLISHED)
+        };
         Some(Status {
             me,
             others: node.view.others().to_vec(),
             health: node.view.health(),
             redirects: node.redirects.load(std::sync::atomic::Ordering::Relaxed),
         })
+    }
+}
+
+/// How `title`, asked for `rate` times a second across the cluster, is
+/// placed among `nodes` (the `others` with a URL of `scheme`, and this
+/// node): its homes by that rate and by its sessions across them, and the
+/// bound on their loads.
+fn rule_for(
+    server: &Server,
+    title: &str,
+    rate: f64,
+    others: &[Member],
+    nodes: &[Node],
+    scheme: Scheme,
+) -> Rule {
+    let config = server.config();
+    let sessions = sessions_of(server, title)
+        + (others.iter())
+            .filter(|m| scheme.base(m).is_some())
+            .map(|m| m.sessions_of(title))
+            .sum::<u64>();
+    let load = nodes.iter().map(|n| n.load).sum();
+    let (n, least) = (nodes.len(), config.cluster_copies);
+    let by_rate = placement::copies(rate, config.cluster_hot_rps, least, n);
+    let by_sessions =
+        placement::copies_for_sessions(sessions, load, n, config.cluster_copy_share_pct);
+    Rule {
+        copies: by_rate.max(by_sessions),
+        balance_pct: config.cluster_balance_pct,
     }
 }
 
@@ -265,6 +293,15 @@ fn as_node(m: &Member) -> Node<'_> {
 fn load(server: &Server) -> (u64, u64) {
     let sessions = server.core.lock().sessions.all().count() as u64;
     (sessions, server.config().max_sessions as u64)
+}
+
+/// This node's sessions of `title` now.
+fn sessions_of(server: &Server, title: &str) -> u64 {
+    let core = server.core.lock();
+    core.sessions
+        .all()
+        .filter(|s| *s.title_name == *title)
+        .count() as u64
 }
 
 /// `me` with its load now.
@@ -320,6 +357,7 @@ fn record_of(config: &Config, at: Listeners) -> Member {
         capacity: config.max_sessions as u64,
         load: 0,
         hot: Vec::new(),
+        busy: Vec::new(),
     }
 }
 
@@ -346,6 +384,7 @@ mod tests {
             capacity: 0,
             load: 0,
             hot: Vec::new(),
+            busy: Vec::new(),
         };
         assert_eq!(Scheme::rtsp(false).base(&plain), Some("rtsp://a:554"));
         assert_eq!(Scheme::http(false).base(&plain), Some("http://a:80"));

@@ -245,9 +245,13 @@ pub struct Config {
     /// Home nodes of every title at least.
     pub cluster_copies: usize,
     /// Requests a second across the cluster one home node takes for a
-    /// title; a title asked for more gets more home nodes. 0: always
-    /// `cluster_copies`.
+    /// title; a title asked for more gets more home nodes. 0: not by
+    /// rate.
     pub cluster_hot_rps: f64,
+    /// A title gets one home node per this percent of a node's balanced
+    /// share of the cluster's sessions (theirs over the members) that its
+    /// sessions take; 0: not by sessions.
+    pub cluster_copy_share_pct: u32,
     /// ε of bounded loads, in percent: a node takes a new viewer only
     /// while within `1 + ε` of its share of the cluster's sessions, else
     /// sends it to the title's next node in order; 0: no bound.
@@ -339,6 +343,7 @@ impl Default for Config {
             cluster_ttl_s: 5,
             cluster_copies: 1,
             cluster_hot_rps: 20.0,
+            cluster_copy_share_pct: 25,
             cluster_balance_pct: 60,
         }
     }
@@ -642,8 +647,10 @@ impl Config {
         {
             return bad("cluster_copies must be at least 1 and cluster_hot_rps 0 or more");
         }
-        if self.cluster_balance_pct > 1000 {
-            return bad("cluster_balance_pct must be between 0 and 1000");
+        if self.cluster_balance_pct > 1000 || self.cluster_copy_share_pct > 1000 {
+            return bad(
+                "cluster_balance_pct and cluster_copy_share_pct must be between 0 and 1000",
+            );
         }
         let tls = |url: &str, scheme: &str| url.is_empty() || url.starts_with(scheme);
         let mut names = std::collections::HashSet::new();
@@ -964,6 +971,7 @@ mod tests {
             "cluster_copies = 0".to_owned(),
             "cluster_hot_rps = -1".to_owned(),
             "cluster_balance_pct = 1001".to_owned(),
+            "cluster_copy_share_pct = 1001".to_owned(),
             "advertise_rtsp = \"http://a\"".to_owned(),
             "advertise_rtsps = \"rtsp://a\"".to_owned(),
             "advertise_https = \"http://a\"".to_owned(),

@@ -20,6 +20,7 @@ pub struct Cluster<'a> {
     pub ttl_s: u32,
     pub hot_rps: f64,
     pub balance_pct: u32,
+    pub copy_share_pct: u32,
 }
 
 pub struct Node {
@@ -52,12 +53,14 @@ impl Node {
         if let Some(c) = cluster {
             text += &format!(
                 "cluster_etcd = [\"{}\"]\nnode_name = \"n{}\"\nadvertise_rtsp = \"rtsp://{ip}:{RTSP}\"\n\
-                 cluster_ttl_s = {}\ncluster_hot_rps = {}\ncluster_balance_pct = {}\n",
+                 cluster_ttl_s = {}\ncluster_hot_rps = {}\ncluster_balance_pct = {}\n\
+                 cluster_copy_share_pct = {}\n",
                 c.etcd,
                 i + 1,
                 c.ttl_s,
                 c.hot_rps,
-                c.balance_pct
+                c.balance_pct,
+                c.copy_share_pct
             );
         }
         let config = dir.join(format!("node{i}.toml"));

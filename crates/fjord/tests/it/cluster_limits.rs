@@ -7,7 +7,8 @@
 //! viewer of a title it is home to on to the title's next node, and so
 //! does one past its bound of load (`cluster_balance_pct`), with a mark
 //! the next node keeps the viewer by, where without it it would send it
-//! back.
+//! back; a title holding much of the cluster's sessions gets a second
+//! home (`cluster_copy_share_pct`), where new viewers go.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -252,16 +253,11 @@ fn a_full_home_node_sends_a_new_viewer_to_the_titles_next_node() {
     }
 }
 
-#[test]
-fn a_home_node_past_its_bound_sends_a_new_viewer_on_and_the_mark_keeps_it_there() {
-    let (_etcd, nodes) = two_nodes("cluster_balance_pct = 10\n");
-    let all: Vec<&Node> = nodes.iter().collect();
-    let (home, next) = home_and_entry(&all, "clip.ts");
-
-    // Two sessions at the home node: of 3 with a new one, a node's half
-    // is 1.5, +10 % is 1.65; 2 are past it.
-    let hold = |_| {
-        let mut c = fjord_client::RtspClient::connect(&home.rtsp("clip.ts")).unwrap();
+/// `n` sessions of `clip.ts` set up at `node` (over TCP), held until
+/// dropped.
+fn hold(node: &Node, n: usize) -> Vec<fjord_client::RtspClient> {
+    let one = |_| {
+        let mut c = fjord_client::RtspClient::connect(&node.rtsp("clip.ts")).unwrap();
         let track = c.describe().expect("DESCRIBE").track_urls[0].clone();
         let transport = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
         assert_eq!(
@@ -270,7 +266,48 @@ fn a_home_node_past_its_bound_sends_a_new_viewer_on_and_the_mark_keeps_it_there(
         );
         c
     };
-    let held: Vec<_> = (0..2).map(hold).collect();
+    (0..n).map(one).collect()
+}
+
+#[test]
+fn a_title_holding_much_of_the_clusters_sessions_gets_a_second_home() {
+    let (_etcd, nodes) = two_nodes("");
+    let all: Vec<&Node> = nodes.iter().collect();
+    let (home, next) = home_and_entry(&all, "clip.ts");
+    assert_eq!(next.describe("clip.ts").0, 302, "one home at first");
+
+    // Five sessions of it at the home node: with a new one, six, all the
+    // cluster's (a node's share 3): two homes at the defaults (one per
+    // quarter of a share, at most one per 3 sessions). Within the bound.
+    let held = hold(home, 5);
+    let busy = |v: &Value| v["others"][0]["busy"] == json!([["clip.ts", 5]]);
+    wait_view(next, Duration::from_secs(3), busy);
+    // The home sends a new viewer to the other home, less loaded, which
+    // serves it unmarked too: a home now.
+    let to = home.placed(&next.rtsp("clip.ts"));
+    assert_eq!(home.describe("clip.ts"), (302, Some(to)));
+    assert_eq!(next.describe("clip.ts").0, 200);
+    ffmpeg_receives_every_frame_at(&home.rtsp("clip.ts"), "tcp", "at its second home");
+
+    // The sessions end: one home again.
+    drop(held);
+    let t = Instant::now();
+    while next.describe("clip.ts").0 != 302 {
+        assert!(t.elapsed() < Duration::from_secs(8), "{}", next.cluster());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_home_node_past_its_bound_sends_a_new_viewer_on_and_the_mark_keeps_it_there() {
+    // Not by sessions: the title would get a second home.
+    let (_etcd, nodes) = two_nodes("cluster_balance_pct = 10\ncluster_copy_share_pct = 0\n");
+    let all: Vec<&Node> = nodes.iter().collect();
+    let (home, next) = home_and_entry(&all, "clip.ts");
+
+    // Eight sessions at the home node: of 9 with a new one, a node's half
+    // is 4.5, +10 % is 4.95, and FEW (3) over it 7.95; 8 are past it.
+    let held = hold(home, 8);
     let to = home.placed(&next.rtsp("clip.ts"));
     assert_eq!(home.describe("clip.ts"), (302, Some(to.clone())));
     let sent = |n: &Node| n.cluster()["redirects"].as_u64().unwrap();

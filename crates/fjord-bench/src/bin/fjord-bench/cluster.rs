@@ -45,6 +45,10 @@ pub struct ClusterArgs {
     /// The nodes' cluster_balance_pct (ε of bounded loads; 0: no bound)
     #[arg(long, default_value_t = fjord_server::Config::default().cluster_balance_pct)]
     pub balance_pct: u32,
+    /// The nodes' cluster_copy_share_pct (a title's homes by its share of
+    /// the sessions; 0: not by sessions)
+    #[arg(long, default_value_t = fjord_server::Config::default().cluster_copy_share_pct)]
+    pub copy_share_pct: u32,
     /// Seed of the viewers' plan
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -74,6 +78,7 @@ pub fn run(a: ClusterArgs) -> anyhow::Result<()> {
         ttl_s: a.ttl_s,
         hot_rps: a.hot_rps,
         balance_pct: a.balance_pct,
+        copy_share_pct: a.copy_share_pct,
         seed: a.seed,
         fjord_exe: crate::fjord_exe()?,
         keep: a.keep,
