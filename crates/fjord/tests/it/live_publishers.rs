@@ -3,7 +3,9 @@
 //! Opus (opusenc), over UDP (its default) and over TCP; ffmpeg views it and decodes every frame from the key
 //! frame it joins at, and the recording's H.264 packets are the
 //! published ones. ffmpeg publishes H.265 (libx265) and the recording's
-//! video packets are the source's.
+//! video packets are the source's. GStreamer publishes MPEG-TS
+//! (`mpegtsmux`, MP2T over RTP) and a viewer that joins gets the
+//! published TS packets byte for byte from a random access point.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -191,5 +193,68 @@ fn an_h265_stream_is_recorded_with_the_published_packets() {
     assert_eq!(
         md5s(&file, "0:v", false, Duration::from_secs(30)).len(),
         100
+    );
+}
+
+/// GStreamer publishes an MPEG-TS stream (MP2T, RFC 2250) over TCP; a
+/// viewer joining two seconds in gets, over TCP, what was published: TS
+/// packets byte for byte, in order, from a random access point (the
+/// stream's last key frame when it joined), for the four seconds it
+/// watches.
+#[test]
+fn gstreamer_publishes_mpeg_ts_and_a_viewer_gets_its_packets_from_a_key_frame() {
+    let server = Server::start(CONFIG);
+    let sent = server.root.path().join("published.ts");
+    // 8 s of live video, a key frame a second, muxed once: the same bytes
+    // to a file and to fjord.
+    let publish = format!(
+        "videotestsrc is-live=true num-buffers=200 ! video/x-raw,width=320,height=240,framerate=25/1 ! \
+         x264enc key-int-max=25 speed-preset=veryfast tune=zerolatency ! h264parse ! mpegtsmux ! \
+         tee name=t t. ! queue ! filesink location={} t. ! queue ! \
+         rtspclientsink protocols=tcp location={}",
+        sent.display(),
+        publisher_url(&server, "live/ts")
+    );
+    let mut publisher = Command::new("gst-launch-1.0")
+        .args(["-q", "-e"])
+        .args(publish.split_whitespace())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    server.wait_for_log("live stream recording", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(2));
+    let mut viewer = fjord_client::RtspClient::connect(&server.url("live/ts")).unwrap();
+    let d = viewer.describe().unwrap();
+    assert!(d.sdp.contains("MP2T/90000"), "{}", d.sdp);
+    viewer.setup_tcp(&d.track_urls[0]).unwrap();
+    viewer.play(None).unwrap();
+    let cap = fjord_client::capture(
+        &mut viewer,
+        Duration::from_secs(5),
+        Duration::from_secs(30),
+        None,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while publisher.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+    let ts = std::fs::read(&sent).unwrap();
+    let (from, to) = crate::common::assert_contiguous(&ts, &cap.packets, "MP2T viewer");
+    assert!(
+        crate::common::starts_at_random_access(&ts, from),
+        "joined at byte {from}"
+    );
+    assert!(from > 0, "joined at the start, not two seconds in");
+    // Four seconds of a stream of about 1.7 MB in 8.
+    assert!(
+        to - from > ts.len() / 3,
+        "{} of {} bytes",
+        to - from,
+        ts.len()
     );
 }
