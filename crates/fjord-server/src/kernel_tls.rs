@@ -42,7 +42,7 @@ pub(crate) enum Handoff {
     /// The kernel holds its keys.
     Kernel(KernelTls),
     /// The socket refused the ULP (why): rustls keeps the connection.
-    User(Handshaken, io::Error),
+    User(Box<Handshaken>, io::Error),
     /// The kernel refused the keys rustls gave up: the connection is lost.
     Refused(io::Error),
     /// The client stalled mid-record, sent a bad one, or closed.
@@ -53,7 +53,7 @@ pub(crate) enum Handoff {
 pub(crate) async fn handoff(mut tls: Handshaken, idle: Duration) -> Handoff {
     let fd = tls.get_ref().0.io.as_raw_fd();
     if let Err(e) = set_ulp(fd) {
-        return Handoff::User(tls, e);
+        return Handoff::User(Box::new(tls), e);
     }
     let drained = match tokio::time::timeout(idle, drain(&mut tls)).await {
         Ok(Ok(drained)) => drained,

@@ -107,7 +107,7 @@ async fn connection(
                     Ok(Handoff::User(tls, e)) => {
                         tracing::debug!(%peer, "the socket refused kTLS ({e}): user space");
                         server.metrics.https("user");
-                        serve(&server, &fragments, wire::TlsWire::new(tls), (peer, true)).await
+                        serve(&server, &fragments, wire::TlsWire::new(*tls), (peer, true)).await
                     }
                     Ok(Handoff::Refused(e)) => {
                         server.metrics.https("kernel_failed");
