@@ -113,9 +113,10 @@ async fn connection(
                         server.metrics.https("kernel_failed");
                         tracing::warn!(%peer, "the kernel refused the TLS keys: {e}")
                     }
-                    Ok(Handoff::Client(e)) | Err(e) => {
-                        tracing::debug!(%peer, "TLS handshake failed: {e}")
+                    Ok(Handoff::Client(e)) => {
+                        tracing::debug!(%peer, "HTTPS ended before the kernel took it: {e}")
                     }
+                    Err(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
                 };
             }
             match t.handshake(stream, &server.config()).await {
