@@ -77,7 +77,7 @@ build:
 # (tests/vm/run.sh: fetched once into ~/.cache/fjord/vm): it has kTLS,
 # which the test machines' kernels lack, so there each HTTPS connection's
 # keys go to the kernel and bodies by sendfile (RTSPS is sealed in user
-# space either way: its tests are not run again). About two minutes under
+# space either way: its tests are not run again). About three minutes under
 # TCG on two cores; a failure is run again one test at a time, once, as
 # the guest's timers slip when the host is loaded.
 VM_TESTS := kernel_tls:: tls::https_ tls::a_resumed tls::clients_stalling tls::hls_and_dash
