@@ -56,6 +56,7 @@ mod guard;
 pub mod heap_count;
 mod heap_trim;
 mod http;
+mod kernel_tls;
 mod lifecycle;
 mod metrics;
 mod multicast;

@@ -11,18 +11,18 @@
 //!
 //! Where the kernel has TLS (kTLS: the `tls` upper-layer protocol, probed
 //! once at start), an HTTPS connection's keys go to the kernel after the
-//! handshake ([`Tls::handshake_to_kernel`], through the `ktls` crate) and
-//! the body goes by `sendfile`, as over plain HTTP. Where it has not (the
-//! project's test machines), HTTPS is sealed in user space as above. RTSPS
-//! is sealed in user space either way.
+//! handshake ([`Tls::handshake_to_kernel`], `kernel_tls`) and the body
+//! goes by `sendfile`, as over plain HTTP. Where it has not (the project's
+//! test machines; `tests/vm/` runs the tests in a kernel that has), or a
+//! socket refuses it, HTTPS is sealed in user space as above. RTSPS is
+//! sealed in user space either way.
 
 use std::{
-    os::fd::AsRawFd,
     path::Path,
     sync::{Arc, RwLock},
 };
 
-use ktls::{CorkStream, KtlsStream};
+use ktls::CorkStream;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
@@ -30,7 +30,10 @@ use tokio::{
 };
 use tokio_rustls::{TlsAcceptor, server::TlsStream};
 
-use crate::{Config, ConfigError};
+use crate::{
+    Config, ConfigError,
+    kernel_tls::{self, Handoff},
+};
 
 pub(crate) struct Tls {
     acceptor: RwLock<TlsAcceptor>,
@@ -44,7 +47,7 @@ impl Tls {
         if config.tls_cert.as_os_str().is_empty() {
             return Ok(None); // no probe of the kernel either
         }
-        let kernel = kernel_tls();
+        let kernel = kernel_tls::available();
         let Some(acceptor) = acceptor(config, kernel)? else {
             return Ok(None);
         };
@@ -74,18 +77,16 @@ impl Tls {
         self.kernel
     }
 
-    /// Completes the TLS handshake of `stream` (the outer error), then
-    /// hands its keys to the kernel (the inner one): what is written to
-    /// the socket from then on, by `sendfile` too, is encrypted there.
+    /// Completes the TLS handshake of `stream` (the error), then hands its
+    /// keys to the kernel if it takes them: what is written to the socket
+    /// from then on, by `sendfile` too, is encrypted there.
     pub(crate) async fn handshake_to_kernel(
         &self,
         stream: TcpStream,
         config: &Config,
-    ) -> std::io::Result<Result<KtlsStream<TcpStream>, ktls::Error>> {
-        // Corked: the handshake reads no record past its own, so none is
-        // left in rustls when the kernel takes over.
+    ) -> std::io::Result<Handoff> {
         let tls = self.handshake(CorkStream::new(stream), config).await?;
-        Ok(ktls::config_ktls_server(tls).await)
+        Ok(kernel_tls::handoff(tls, config.idle_timeout()).await)
     }
 
     /// Completes the TLS handshake of `stream` within `request_timeout_s`.
@@ -116,29 +117,6 @@ impl Tls {
         let (stream, state) = self.handshake(stream, config).await?.into_inner();
         Ok((stream, crate::rtsps::TlsConn::new(state)))
     }
-}
-
-/// Whether the kernel takes TLS keys: the `tls` ULP set on a loopback
-/// connection (the kernel loads its module on demand; `ENOENT` when it has
-/// none).
-fn kernel_tls() -> bool {
-    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
-        return false;
-    };
-    let Ok(conn) = listener.local_addr().and_then(std::net::TcpStream::connect) else {
-        return false;
-    };
-    // SAFETY: setsockopt on a socket we own, with a 3-byte value we own.
-    let set = unsafe {
-        libc::setsockopt(
-            conn.as_raw_fd(),
-            libc::SOL_TCP,
-            libc::TCP_ULP,
-            b"tls".as_ptr().cast(),
-            3,
-        )
-    };
-    set == 0
 }
 
 fn acceptor(config: &Config, kernel: bool) -> Result<Option<TlsAcceptor>, ConfigError> {

@@ -36,6 +36,7 @@ use tokio::{
 use crate::{
     CatalogError, Server,
     guard::Verdict,
+    kernel_tls::Handoff,
     slots::{Slot, Slots},
 };
 use fjord_proto::http::{self as plan, Parsed, Response};
@@ -99,13 +100,21 @@ async fn connection(
             let Some(t) = &server.tls else { return };
             if t.kernel() {
                 return match t.handshake_to_kernel(stream, &server.config()).await {
-                    Ok(Ok(k)) => {
+                    Ok(Handoff::Kernel(k)) => {
                         server.metrics.https("kernel");
-                        serve(&server, &fragments, wire::KernelTls(k), (peer, true)).await
+                        serve(&server, &fragments, k, (peer, true)).await
                     }
-                    Ok(Err(e)) => {
+                    Ok(Handoff::User(tls, e)) => {
+                        tracing::debug!(%peer, "the socket refused kTLS ({e}): user space");
+                        server.metrics.https("user");
+                        serve(&server, &fragments, wire::TlsWire::new(*tls), (peer, true)).await
+                    }
+                    Ok(Handoff::Refused(e)) => {
                         server.metrics.https("kernel_failed");
                         tracing::warn!(%peer, "the kernel refused the TLS keys: {e}")
+                    }
+                    Ok(Handoff::Client(e)) => {
+                        tracing::debug!(%peer, "HTTPS ended before the kernel took it: {e}")
                     }
                     Err(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
                 };

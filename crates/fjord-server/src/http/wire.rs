@@ -19,12 +19,13 @@ use std::{
     time::Duration,
 };
 
-use ktls::KtlsStream;
 use tokio::{
     io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf},
     net::TcpStream,
 };
 use tokio_rustls::server::TlsStream;
+
+use crate::kernel_tls::KernelTls;
 
 /// Plaintext read and sealed at a time over TLS: four full records, so a
 /// write fills rustls's send queue (64 KiB by default) in one call.
@@ -90,14 +91,16 @@ impl Wire for TcpStream {
 }
 
 /// An HTTPS connection after its handshake, with the buffer its file
-/// bytes pass through (made at its first body, kept for the next).
-pub(crate) struct TlsWire {
-    stream: TlsStream<TcpStream>,
+/// bytes pass through (made at its first body, kept for the next). `IO`:
+/// the socket, or the socket as read for a handoff to the kernel that the
+/// socket refused (`kernel_tls`).
+pub(crate) struct TlsWire<IO> {
+    stream: TlsStream<IO>,
     buf: Vec<u8>,
 }
 
-impl TlsWire {
-    pub(crate) fn new(stream: TlsStream<TcpStream>) -> TlsWire {
+impl<IO> TlsWire<IO> {
+    pub(crate) fn new(stream: TlsStream<IO>) -> TlsWire<IO> {
         TlsWire {
             stream,
             buf: Vec::new(),
@@ -105,7 +108,7 @@ impl TlsWire {
     }
 }
 
-impl Wire for TlsWire {
+impl<IO: AsyncRead + AsyncWrite + Unpin + Send> Wire for TlsWire<IO> {
     async fn send_resident(
         &mut self,
         fd: RawFd,
@@ -137,49 +140,37 @@ impl Wire for TlsWire {
     }
 }
 
-/// `AsyncRead` and `AsyncWrite` of a wire type through its stream field.
-macro_rules! through {
-    ($wire:ty, $field:tt) => {
-        impl AsyncRead for $wire {
-            fn poll_read(
-                mut self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                buf: &mut ReadBuf<'_>,
-            ) -> Poll<io::Result<()>> {
-                Pin::new(&mut self.$field).poll_read(cx, buf)
-            }
-        }
-
-        impl AsyncWrite for $wire {
-            fn poll_write(
-                mut self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                buf: &[u8],
-            ) -> Poll<io::Result<usize>> {
-                Pin::new(&mut self.$field).poll_write(cx, buf)
-            }
-
-            fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                Pin::new(&mut self.$field).poll_flush(cx)
-            }
-
-            fn poll_shutdown(
-                mut self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-            ) -> Poll<io::Result<()>> {
-                Pin::new(&mut self.$field).poll_shutdown(cx)
-            }
-        }
-    };
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsWire<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
 }
 
-through!(TlsWire, stream);
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsWire<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
 
 /// An HTTPS connection whose keys the kernel holds (kTLS): heads are
-/// written through the stream, file bytes by `sendfile` as over plain TCP;
-/// the kernel encrypts both.
-pub(crate) struct KernelTls(pub(crate) KtlsStream<TcpStream>);
-
+/// written through it, file bytes by `sendfile` as over plain TCP; the
+/// kernel encrypts both.
 impl Wire for KernelTls {
     async fn send_resident(
         &mut self,
@@ -187,8 +178,6 @@ impl Wire for KernelTls {
         range: Range<u64>,
         stall: Duration,
     ) -> io::Result<()> {
-        self.0.get_mut().send_resident(fd, range, stall).await
+        self.tcp().send_resident(fd, range, stall).await
     }
 }
-
-through!(KernelTls, 0);

@@ -24,6 +24,7 @@ mod files;
 mod formats;
 mod http;
 mod http_titles;
+mod kernel_tls;
 mod limits;
 mod live;
 mod live_mutated;

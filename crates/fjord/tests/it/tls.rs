@@ -74,7 +74,12 @@ fn ffmpeg_gstreamer_and_curl_over_tls_bit_exact() {
 /// curl's HTTPS GET of `url` offering the TLS 1.3 suites `suites` (or,
 /// with `tls12`, the TLS 1.2 ciphers): the status, the body and the
 /// suite the connection used.
-fn curl_suite(url: &str, suites: &str, tls12: bool, extra: &[&str]) -> (u16, Vec<u8>, String) {
+pub(crate) fn curl_suite(
+    url: &str,
+    suites: &str,
+    tls12: bool,
+    extra: &[&str],
+) -> (u16, Vec<u8>, String) {
     let mut c = Command::new("curl");
     c.args(["-s", "-v", "-k", "--max-time", "60", "-w", "\n%{http_code}"]);
     match tls12 {
@@ -97,11 +102,11 @@ fn curl_suite(url: &str, suites: &str, tls12: bool, extra: &[&str]) -> (u16, Vec
 }
 
 /// A certificate's config, RTSPS on a free port.
-fn https_only(dir: &std::path::Path) -> String {
+pub(crate) fn https_only(dir: &std::path::Path) -> String {
     format!("{}rtsps_port = 0\n", certificate(dir))
 }
 
-fn md5_hex(bytes: &[u8]) -> String {
+pub(crate) fn md5_hex(bytes: &[u8]) -> String {
     let sum = md5::Md5::digest(bytes);
     sum.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -161,25 +166,34 @@ fn https_each_cipher_in_the_clients_order_bit_exact() {
     }
     // Each connection went the way this kernel allows: its keys to the
     // kernel (kTLS) where it takes them, sealed in user space where not.
-    let (encryption, other) = match kernel_takes_tls_keys() {
+    let (encryption, other) = expected_encryption();
+    let connections = 2 * cases.len() as u64;
+    let count = |e| https_connections(&server, e);
+    assert_eq!(count(encryption), connections, "{encryption}");
+    assert_eq!((count(other), count("kernel_failed")), (0, 0), "{other}");
+}
+
+/// The encryption HTTPS connections get on this kernel (`kernel` where it
+/// takes TLS keys, else `user`), and the other.
+pub(crate) fn expected_encryption() -> (&'static str, &'static str) {
+    match kernel_takes_tls_keys() {
         true => ("kernel", "user"),
         false => ("user", "kernel"),
-    };
+    }
+}
+
+/// `fjord_https_connections_total` of `encryption`.
+pub(crate) fn https_connections(server: &Server, encryption: &str) -> u64 {
     let (metrics, _) = crate::common::curl(&[&format!("{}/metrics", server.admin())]);
-    let count = |e: &str| {
-        let name = format!("fjord_https_connections_total{{encryption=\"{e}\"}} ");
-        (metrics.lines())
-            .find_map(|l| l.strip_prefix(&name))
-            .map_or(0, |n| n.trim().parse::<u64>().unwrap())
-    };
-    let connections = 2 * cases.len() as u64;
-    assert_eq!(count(encryption), connections, "{metrics}");
-    assert_eq!((count(other), count("kernel_failed")), (0, 0), "{metrics}");
+    let name = format!("fjord_https_connections_total{{encryption=\"{encryption}\"}} ");
+    (metrics.lines())
+        .find_map(|l| l.strip_prefix(&name))
+        .map_or(0, |n| n.trim().parse::<u64>().unwrap())
 }
 
 /// Whether this kernel takes TLS keys: the `tls` ULP set on a loopback
 /// connection (Python, apart from fjord's own probe).
-fn kernel_takes_tls_keys() -> bool {
+pub(crate) fn kernel_takes_tls_keys() -> bool {
     let probe = "import socket\n\
         l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()\n\
         c = socket.create_connection(l.getsockname())\n\
@@ -192,7 +206,7 @@ fn kernel_takes_tls_keys() -> bool {
 }
 
 /// Runs `tls_clients.py MODE PORT PATH`, its JSON line.
-fn python_client(mode: &str, port: u16, path: &str) -> serde_json::Value {
+pub(crate) fn python_client(mode: &str, port: u16, path: &str) -> serde_json::Value {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/tls_clients.py");
     let mut c = Command::new("python3");
     c.arg(script).args([mode, &port.to_string(), path]);
@@ -223,7 +237,7 @@ fn a_resumed_tls_session_downloads_bit_exact() {
 }
 
 /// `clip.ts` and `big.ts`, that clip repeated to about 32 MB.
-fn with_big_title(root: &std::path::Path) -> Vec<u8> {
+pub(crate) fn with_big_title(root: &std::path::Path) -> Vec<u8> {
     let clip = clip_bytes();
     let big: Vec<u8> = std::iter::repeat_n(clip, (32 << 20) / clip.len() + 1)
         .flatten()

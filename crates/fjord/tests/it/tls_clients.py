@@ -7,6 +7,8 @@ printing one JSON line.
                      then nothing: when the server closed
   garbage PORT PATH  after the handshake, a request's record with one
                      byte flipped: when and how the server closed
+  halfclose PORT PATH  the handshake's last flight and the request in one
+                     write, then a half-close: the answer's status and MD5
 """
 
 import hashlib
@@ -52,8 +54,10 @@ def resume(port, path):
     return out
 
 
-def handshaken(port):
-    """A socket and the TLS object over memory buffers that did its handshake."""
+def handshaken(port, last_flight=True):
+    """A socket and the TLS object over memory buffers that did its
+    handshake (its last flight left in `outg` unless `last_flight`), and
+    its buffers."""
     raw = socket.create_connection(("127.0.0.1", port), timeout=30)
     inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
     tls = context().wrap_bio(inc, outg)
@@ -67,8 +71,9 @@ def handshaken(port):
             if not data:
                 raise SystemExit("closed during the handshake")
             inc.write(data)
-    raw.sendall(outg.read())
-    return raw, tls, outg
+    if last_flight:
+        raw.sendall(outg.read())
+    return raw, tls, inc, outg
 
 
 def closed_after(raw):
@@ -83,7 +88,7 @@ def closed_after(raw):
 
 
 def misbehave(port, path, how):
-    raw, tls, outg = handshaken(port)
+    raw, tls, _, outg = handshaken(port)
     tls.write(request(path))
     record = bytearray(outg.read())
     if how == "stall":
@@ -95,9 +100,37 @@ def misbehave(port, path, how):
     return {"closed_after_s": round(after, 2), "how": how_closed}
 
 
+def half_closed(port, path):
+    raw, tls, inc, outg = handshaken(port, last_flight=False)
+    tls.write(request(path))
+    raw.sendall(outg.read())
+    raw.shutdown(socket.SHUT_WR)
+    data = b""
+    while True:
+        try:
+            got = tls.read(1 << 16)
+            if not got:  # the server's close_notify
+                break
+            data += got
+        except ssl.SSLWantReadError:
+            got = raw.recv(1 << 16)
+            if not got:
+                break
+            inc.write(got)
+        except ssl.SSLZeroReturnError:
+            break
+    head, _, body = data.partition(b"\r\n\r\n")
+    return {"status": head.split(b"\r\n")[0].decode(), "md5": hashlib.md5(body).hexdigest()}
+
+
 def main():
     mode, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    out = resume(port, path) if mode == "resume" else misbehave(port, path, mode)
+    if mode == "resume":
+        out = resume(port, path)
+    elif mode == "halfclose":
+        out = half_closed(port, path)
+    else:
+        out = misbehave(port, path, mode)
     print(json.dumps(out))
 
 
