@@ -208,6 +208,14 @@ const MAX_ITEMS: usize = 31;
 
 /// Parse a compound packet (e.g. a client's RR + SDES). Stops after
 /// [`MAX_RTCP_PACKETS`]; an invalid packet fails the whole compound.
+/// Whether `head` (a datagram's first bytes) starts an RTCP compound
+/// packet as RFC 3550 A.2 checks it: version 2, no padding on the first
+/// packet, and that packet an SR or an RR. Enough to take a datagram as a
+/// receiver's sign of life without reading all of it.
+pub fn starts_compound(head: &[u8]) -> bool {
+    matches!(head, [first, 200 | 201, ..] if first >> 6 == 2 && first & 0x20 == 0)
+}
+
 pub fn parse_compound(data: &[u8]) -> Result<Vec<RtcpInfo>, RtcpError> {
     let invalid = |e: rtcp_types::RtcpParseError| RtcpError::Invalid(e.to_string());
     let compound = Compound::parse(data).map_err(invalid)?;
@@ -434,6 +442,37 @@ mod tests {
         };
         assert_eq!(info, vec![rr, RtcpInfo::Other]);
         assert_eq!(write_receiver_report(&mut [0u8; 16], 99, &block, "x"), 0);
+    }
+
+    #[test]
+    fn a_compound_packet_is_known_by_its_first_header() {
+        let mut out = [0u8; RECEIVER_REPORT_MAX_LEN];
+        let block = ReportBlock {
+            ssrc: 1,
+            fraction_lost: 0,
+            cumulative_lost: 0,
+            highest_seq: 0,
+            jitter: 0,
+            lsr: 0,
+            dlsr: 0,
+        };
+        let n = write_receiver_report(&mut out, 2, &block, "x");
+        assert!(starts_compound(&out[..n]) && starts_compound(&out[..2]));
+        let mut sr = [0u8; SENDER_REPORT_MAX_LEN];
+        let n = sender_report(&mut sr, 1, NtpTime(0), 0, 0, 0, "x", false);
+        assert!(starts_compound(&sr[..n]));
+        // An RTP packet (version 2, PT 96 or 224 with the marker), SDES
+        // first, padding, version 1, too short: no.
+        for bad in [
+            &[0x80, 96][..],
+            &[0x80, 0xe0],
+            &[0x81, 202],
+            &[0xa0, 201],
+            &[0x40, 200],
+            &[0x80],
+        ] {
+            assert!(!starts_compound(bad), "{bad:?}");
+        }
     }
 
     #[test]

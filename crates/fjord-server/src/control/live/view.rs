@@ -230,19 +230,21 @@ fn read_rtcp(server: &Server, id: &str, output: &Output) -> Option<tokio::task::
 }
 
 /// Reads a UDP viewer's RTCP while it watches: a compound packet from its
-/// address is a sign of life.
+/// address is a sign of life. Only its first header is read (the rest of
+/// the datagram is let go): the task lives as long as the viewer, and a
+/// whole datagram's buffer in each was most of a live viewer's memory.
 async fn rtcp_reader(
     server: Weak<Server>,
     id: String,
     from: IpAddr,
     socket: tokio::net::UdpSocket,
 ) {
-    let mut buf = [0u8; 1500];
+    let mut head = [0u8; 4];
     loop {
-        let Ok((n, src)) = socket.recv_from(&mut buf).await else {
+        let Ok((n, src)) = socket.recv_from(&mut head).await else {
             return;
         };
-        if src.ip() != from || fjord_proto::rtcp::parse_compound(&buf[..n]).is_err() {
+        if src.ip() != from || !fjord_proto::rtcp::starts_compound(&head[..n]) {
             continue;
         }
         let Some(server) = server.upgrade() else {
