@@ -6,24 +6,17 @@
 //! starts, seeks to the middle, plays on from there and reaches the end
 //! with no error event. Screenshots stay in `target/tmp/browser/`.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
 
 use crate::common::run_bounded;
 use crate::http::{remux, server};
 
 #[test]
 fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
-    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
-    assert!(
-        driver.join("node_modules/playwright-core").is_dir(),
-        "the browser test's npm packages are missing: `make test` installs them (npm ci in tests/browser)"
-    );
-    assert!(
-        Path::new("/usr/bin/chromium").exists(),
-        "chromium is missing: `make test` installs Debian's chromium"
-    );
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser");
-    std::fs::create_dir_all(&shots).unwrap();
     let (mut s, port) = server();
     remux(&s, &["-c", "copy", "-f", "mp4"], "clip.mp4");
     remux(&s, &["-vn", "-c:a", "copy", "-f", "adts"], "clip.aac");
@@ -55,20 +48,8 @@ fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
     ];
     for (player, path, shot, width) in cases {
         let url = format!("http://127.0.0.1:{port}/{path}");
-        let mut node = Command::new("node");
-        node.arg(driver.join("play.mjs"))
-            .args(["--player", player, "--url", &url, "--timeout-s", "60"])
-            .arg("--shot")
-            .arg(shots.join(shot));
-        let out = run_bounded(node, Duration::from_secs(100));
-        let said = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{player} {path}: {said}\n{}",
-            out.stderr
-        );
-        let r: serde_json::Value = serde_json::from_str(said.trim()).unwrap();
-        assert_eq!(r["ended"], true, "{said}");
+        let r = chromium_plays(player, &url, &[], 60, shot);
+        let said = r.to_string();
         let seeked_to = r["seeked_to"].as_f64().unwrap();
         assert!(seeked_to > 4.0, "{said}");
         let played = r["played_after_seek"].as_f64().unwrap_or(0.0);
@@ -81,7 +62,10 @@ fn chromium_plays_hls_and_dash_with_hls_js_and_dash_js() {
             (r["duration"].as_f64().unwrap() - 10.0).abs() < 0.5,
             "{said}"
         );
-        assert!(shots.join(shot).metadata().unwrap().len() > 1000);
+        assert!(
+            shots().join(shot).metadata().unwrap().len() > 1000,
+            "{shot}"
+        );
     }
     s.assert_healthy();
 }
@@ -99,17 +83,19 @@ pub(crate) fn chromium_plays(
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
     assert!(
         driver.join("node_modules/playwright-core").is_dir(),
-        "the browser test's npm packages are missing: `make test` installs them"
+        "the browser test's npm packages are missing: `make test` installs them (npm ci in tests/browser)"
     );
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser");
-    std::fs::create_dir_all(&shots).unwrap();
+    assert!(
+        Path::new("/usr/bin/chromium").exists(),
+        "chromium is missing: `make test` installs Debian's chromium"
+    );
     let mut node = Command::new("node");
     node.arg(driver.join("play.mjs"))
         .args(["--player", player, "--url", url])
         .args(["--timeout-s", &timeout_s.to_string()])
         .args(args)
         .arg("--shot")
-        .arg(shots.join(shot));
+        .arg(shots().join(shot));
     let out = run_bounded(node, Duration::from_secs(timeout_s + 40));
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
@@ -120,4 +106,11 @@ pub(crate) fn chromium_plays(
     let r: serde_json::Value = serde_json::from_str(said.trim()).unwrap();
     assert_eq!(r["ended"], true, "{said}");
     r
+}
+
+/// Where the screenshots are kept.
+fn shots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
