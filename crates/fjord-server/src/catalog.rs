@@ -215,16 +215,13 @@ impl Catalog {
     /// files (indexes, parity, temporaries) and hidden files are not titles;
     /// any other file is, and its content decides whether it can be served.
     /// `PATH/latest.mp4` is the file of the newest recording at `PATH`
-    /// ([`growing::Growing::latest`]).
+    /// ([`Catalog::latest`]).
     pub fn resolve(&self, title: &str) -> Result<PathBuf, CatalogError> {
         // `PATH/latest.mp4`: the stream's newest recording.
-        let latest = self.growing.latest(title);
+        let latest = self.latest(title);
         let title = latest.as_deref().unwrap_or(title);
         let rel = Path::new(title);
-        let plain = rel.components().all(|c| match c {
-            Component::Normal(name) => !name.as_encoded_bytes().starts_with(b"."),
-            _ => false,
-        });
+        let plain = below(rel);
         let ours = rel
             .extension()
             .is_some_and(|e| OWN_EXTENSIONS.iter().any(|o| e.eq_ignore_ascii_case(o)));
@@ -234,11 +231,34 @@ impl Catalog {
         self.pool.find(rel).ok_or(CatalogError::NotFound)
     }
 
+    /// The name `title` is held under: itself, or the recording a
+    /// `PATH/latest.mp4` stands for.
+    pub fn name_of(&self, title: &str) -> String {
+        self.latest(title).unwrap_or_else(|| title.to_owned())
+    }
+
+    /// The recording `PATH/latest.mp4` stands for: the newest begun since
+    /// the start ([`growing::Growing::latest`]), else the newest file named
+    /// as a recording in `PATH` of the first root, where recordings are
+    /// written (one recorded before a restart).
+    fn latest(&self, title: &str) -> Option<String> {
+        if let Some(t) = self.growing.latest(title) {
+            return Some(t);
+        }
+        let dir = title.strip_suffix(growing::LATEST)?.strip_suffix('/')?;
+        if !below(Path::new(dir)) {
+            return None;
+        }
+        let names = std::fs::read_dir(self.pool.roots().next()?.join(dir)).ok()?;
+        let names = names.filter_map(|e| e.ok()?.file_name().into_string().ok());
+        Some(format!("{dir}/{}", growing::newest(names)?))
+    }
+
     /// The title with its name, ingesting it first when it is new or its
     /// file changed. Sessions keep the name the catalog holds.
     pub async fn open(&self, title: &str) -> Result<(Arc<str>, Arc<Title>), CatalogError> {
         // `PATH/latest.mp4`: the stream's newest recording, by its own name.
-        let latest = self.growing.latest(title);
+        let latest = self.latest(title);
         let title = latest.as_deref().unwrap_or(title);
         let path = match (self.resolve(title), &self.edge, &self.storage) {
             (Ok(path), ..) => path,
@@ -412,6 +432,15 @@ impl Catalog {
 
 /// Whether `title` is a name an origin may hold: the name `fjord publish`
 /// gives a file (no directories, not hidden, not one of fjord's own).
+/// Whether `rel` names something below a root: no `..`, no absolute
+/// path, nothing hidden.
+fn below(rel: &Path) -> bool {
+    rel.components().all(|c| match c {
+        Component::Normal(name) => !name.as_encoded_bytes().starts_with(b"."),
+        _ => false,
+    })
+}
+
 fn plain(title: &str) -> bool {
     let ours = Path::new(title)
         .extension()

@@ -11,8 +11,9 @@
 //! grew may only see lines appended (RFC 8216 §6.2.1).
 //!
 //! `PATH/latest.mp4` names the newest recording of the stream at `PATH`
-//! since the server started (growing or whole), for viewers who know the
-//! stream's path but not when its recording began.
+//! (growing or whole), for viewers who know the stream's path but not
+//! when its recording began: the newest since the server started, else
+//! the newest file in `PATH` named as recordings are ([`newest`]).
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -106,6 +107,23 @@ impl State {
     }
 }
 
+/// The newest of `names` that is named as a recording is (its UTC start,
+/// `YYYY-MM-DDTHH-MM-SSZ.mp4`, so the newest sorts last).
+pub fn newest(names: impl Iterator<Item = String>) -> Option<String> {
+    names.filter(|n| is_recording(n)).max()
+}
+
+fn is_recording(name: &str) -> bool {
+    let b = name.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    b.len() == 24
+        && name.ends_with("Z.mp4")
+        && (b[4], b[7], b[10], b[13], b[16]) == (b'-', b'-', b'T', b'-', b'-')
+        && [0..4, 5..7, 8..10, 11..13, 14..16, 17..19]
+            .into_iter()
+            .all(digits)
+}
+
 /// What an open of a growing title does.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Open {
@@ -186,6 +204,23 @@ mod tests {
         // Only the path's own.
         assert_eq!(g.latest("live/latest.mp4"), None);
         assert_eq!(g.latest("live/a/2026-11-29T01-00-00Z.mp4"), None);
+    }
+
+    #[test]
+    fn the_newest_file_named_as_a_recording_is_the_latest() {
+        let names = [
+            "2026-11-29T01-00-00Z.mp4",
+            "2026-11-30T00-59-59Z.mp4",
+            "2026-11-29T23-00-00Z.mp4",
+            // Not recordings: another name, a later one of another shape.
+            "zzz.mp4",
+            "2026-12-01T00-00-00Z.mkv",
+            "2026-12-01T00-00-00.mp4",
+            "2026-12-0xT00-00-00Z.mp4",
+        ];
+        let latest = newest(names.iter().map(|n| n.to_string()));
+        assert_eq!(latest.as_deref(), Some("2026-11-30T00-59-59Z.mp4"));
+        assert_eq!(newest(["a.mp4".to_string()].into_iter()), None);
     }
 
     #[test]

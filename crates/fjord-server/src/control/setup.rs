@@ -66,8 +66,10 @@ pub(super) fn answer(
     let Ok(target) = title_path(&req.uri) else {
         return status(404).into();
     };
+    // A `latest.mp4` is the recording it names, as its session holds it.
+    let title = server.catalog.name_of(&target.title);
     // The table's lock is let go here: the SETUP takes it again.
-    let named = named_session(&mut server.core.lock().sessions, conn, req, &target.title);
+    let named = named_session(&mut server.core.lock().sessions, conn, req, &title);
     match named {
         Ok(Some((id, name, title))) => {
             with_title(server, (conn, out), req, (Some(id), name, title), now)

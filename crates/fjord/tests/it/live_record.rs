@@ -6,7 +6,8 @@
 //! fjord decodes the published frames. A publisher killed and replaced
 //! within `live_grace_s` continues the same file (the frames of both, in
 //! order). A server killed (SIGKILL) in the middle of a recording and
-//! started again serves it up to its last fragment. While a recording
+//! started again serves it up to its last fragment, by its name and by
+//! its path's `latest.mp4`. While a recording
 //! grows, a viewer finds it in the API, seeks back into it over RTSP,
 //! fast-forwards it, and plays it over HLS by the path's alias
 //! `latest.mp4` (an EVENT playlist that grows, `ENDLIST` appended once it
@@ -224,13 +225,23 @@ fn a_recording_left_by_a_killed_server_is_served_up_to_its_last_fragment() {
     let _ = p.kill();
     let _ = p.wait();
     let (file, title) = recording(media.path(), "live/crash");
-    let server = Server::start_on(media.path(), CONFIG);
+    let http = crate::common::free_port();
+    let server = Server::start_on(media.path(), &format!("http_port = {http}\n{CONFIG}"));
     let src = decoded_md5s(source().to_str().unwrap());
     let played = decoded_md5s(&server.url(&title));
     // At least two whole fragments (a key frame a second) were synced.
     assert!(played.len() >= 50, "{} frames", played.len());
     assert_prefix(&played, &src, src.len(), "frames played after the crash");
     assert!(decoded_md5s(file.to_str().unwrap()).len() >= played.len());
+    // The path's alias still names it after the restart, over RTSP (the
+    // SETUP of a second track names the alias too) and HTTP.
+    let by_alias = decoded_md5s(&server.url("live/crash/latest.mp4"));
+    assert_eq!(by_alias, played, "latest.mp4 over RTSP after a restart");
+    let latest = format!("http://127.0.0.1:{http}/live/crash/latest.mp4");
+    assert!(
+        curl_bytes(&latest) == std::fs::read(&file).unwrap(),
+        "latest.mp4 after a restart"
+    );
 }
 
 #[test]
