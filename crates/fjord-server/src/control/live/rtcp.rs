@@ -37,12 +37,17 @@ pub(super) async fn report(
     loop {
         let block = tokio::select! {
             got = socket.recv_from(&mut buf) => {
-                let Ok((n, from)) = got else { return };
-                let reports = parse_compound(&buf[..n]).unwrap_or_default();
+                // An error is the ICMP of a report the publisher did not
+                // take (its RTCP port closed): no reason to stop.
+                let Ok((n, from)) = got else { continue };
+                let Ok(reports) = parse_compound(&buf[..n]) else { continue };
+                if from.ip() != to.ip() {
+                    continue;
+                }
                 let Some(server) = server.upgrade() else { return };
                 let mut state = server.live.lock();
                 let Some(r) = reception(&mut state, (id, track, publisher)) else { return };
-                for info in reports.into_iter().filter(|_| from.ip() == to.ip()) {
+                for info in reports {
                     if let RtcpInfo::SenderReport { ssrc, ntp, .. } = info {
                         r.sender_report(ssrc, ntp, Instant::now());
                     }
