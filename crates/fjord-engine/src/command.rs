@@ -145,6 +145,22 @@ pub type LivePacket = Arc<[u8]>;
 /// shared by the threads).
 pub type LiveBatch = Arc<[LivePacket]>;
 
+/// A live viewer's packets to send first: those of `chunks`, shared with
+/// the stream's other viewers, in order, less the first `skip`. A
+/// reference per chunk, not per packet, as the control plane holds them
+/// (`fjord_live::ring`).
+#[derive(Default)]
+pub struct Backlog {
+    pub chunks: Vec<LiveBatch>,
+    pub skip: usize,
+}
+
+impl Backlog {
+    pub fn iter(&self) -> impl Iterator<Item = &LivePacket> + Clone {
+        self.chunks.iter().flat_map(|c| c.iter()).skip(self.skip)
+    }
+}
+
 /// A viewer of one track of a live stream.
 pub struct LiveViewer {
     /// Unique among the engine's streams.
@@ -159,8 +175,8 @@ pub struct LiveViewer {
     /// Packets to send first, in order: the stream since its last key
     /// frame. Packets that arrive before the viewer starts
     /// ([`Command::Start`], once its PLAY reply is written) join
-    /// them, by reference.
-    pub backlog: Vec<LivePacket>,
+    /// them, a batch by reference.
+    pub backlog: Backlog,
     /// Whether it was started; the control plane adds it unstarted.
     pub started: bool,
 }

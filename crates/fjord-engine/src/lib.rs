@@ -56,8 +56,8 @@ mod trick;
 mod wheel;
 
 pub use command::{
-    Command, LATE, LiveBatch, LivePacket, LiveViewer, MAX_SCALE, Output, PlayInfo, REAL_TIME,
-    RepairSpec, SessionSpec, Start, ThreadStats, Until,
+    Backlog, Command, LATE, LiveBatch, LivePacket, LiveViewer, MAX_SCALE, Output, PlayInfo,
+    REAL_TIME, RepairSpec, SessionSpec, Start, ThreadStats, Until,
 };
 pub use datapath::UdpSocket;
 pub use thread::{DEFAULT_BURST, Engine, EngineConfig, wake_grid};

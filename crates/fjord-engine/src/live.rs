@@ -32,7 +32,7 @@ use fjord_proto::rtcp::{NtpTime, SENDER_REPORT_MAX_LEN, sender_report};
 
 use crate::{
     Output,
-    command::{LiveBatch, LivePacket, LiveViewer, ThreadStats},
+    command::{Backlog, LiveBatch, LivePacket, LiveViewer, ThreadStats},
     datapath::{self, Batch, Burst, DataPath, MAX_BATCH_PACKETS, MmapWritev, Packet},
     interleaved::Connection,
 };
@@ -181,7 +181,7 @@ impl Live {
         for (feed, packets) in pending.iter() {
             let waiting = feeds.get_mut(feed).into_iter().flatten();
             for v in waiting.filter(|v| !v.started) {
-                v.backlog.extend(packets.iter().cloned());
+                v.backlog.chunks.push(packets.clone());
             }
         }
         *use_fallback |= !out.path.sends_memory();
@@ -219,8 +219,8 @@ impl Live {
         sink.stats.packets += flow.packets;
         sink.stats.bytes += flow.bytes;
         for v in feeds.values_mut().flatten() {
-            if v.started && !v.backlog.is_empty() {
-                v.backlog = Vec::new();
+            if v.started && !v.backlog.chunks.is_empty() {
+                v.backlog = Backlog::default();
             }
         }
         pending.clear();
@@ -444,7 +444,10 @@ mod tests {
                 rtcp: socket().into(),
                 rtcp_peer: peer,
             },
-            backlog,
+            backlog: Backlog {
+                chunks: vec![backlog.into()],
+                skip: 0,
+            },
             started: false,
         }
     }

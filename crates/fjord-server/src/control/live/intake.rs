@@ -146,16 +146,28 @@ pub(super) fn interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8
 /// Hands out what connection `conn`'s publisher sent since the last time.
 pub(super) fn hand_out_interleaved(server: &Server, conn: u64) {
     let mut state = server.live.lock();
-    let mut batches = vec![];
-    for (&id, s) in (state.streams.iter_mut()).filter(|(_, s)| s.conn == Some(conn)) {
-        for (track, t) in s.tracks.iter_mut().enumerate() {
-            if !t.pending.is_empty() {
-                batches.push(((id, track), std::mem::take(&mut t.pending)));
-            }
-        }
+    let ids: Vec<u64> = (state.streams.iter())
+        .filter_map(|(&id, s)| (s.conn == Some(conn)).then_some(id))
+        .collect();
+    for id in ids {
+        hand_out_pending(server, &mut state, id);
     }
-    for (at, mut batch) in batches {
-        hand_out(server, &state, at, &mut batch);
+}
+
+/// Hands out what stream `id`'s interleaved publisher sent and is not yet
+/// handed out. A viewer joining gets those packets in its backlog (the
+/// ring has them), so they go first: handed out after, they would reach
+/// it twice.
+pub(super) fn hand_out_pending(server: &Server, state: &mut State, id: u64) {
+    let Some(s) = state.streams.get_mut(&id) else {
+        return;
+    };
+    let batches: Vec<_> = (s.tracks.iter_mut().enumerate())
+        .filter(|(_, t)| !t.pending.is_empty())
+        .map(|(track, t)| (track, std::mem::take(&mut t.pending)))
+        .collect();
+    for (track, mut batch) in batches {
+        hand_out(server, state, (id, track), &mut batch);
     }
 }
 

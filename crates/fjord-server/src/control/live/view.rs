@@ -12,7 +12,7 @@ use std::{
     time::Instant,
 };
 
-use fjord_engine::{Command, LiveViewer, Output};
+use fjord_engine::{Backlog, Command, LiveViewer, Output};
 use fjord_proto::rtsp::{
     framing::{Method, Request},
     response::Response,
@@ -348,6 +348,9 @@ fn transport_for(
 /// the reply is written (the reply's [`PlayStart`]).
 fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
     let mut state = server.live.lock();
+    if let Some(stream) = state.viewers.get(id).map(|v| v.stream) {
+        super::intake::hand_out_pending(server, &mut state, stream);
+    }
     let super::State {
         streams, viewers, ..
     } = &mut *state;
@@ -369,14 +372,14 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
             continue;
         };
         let t = &stream.tracks[w.track];
-        let backlog: Vec<_> = (stream.ring.backlog())
-            .filter(|e| e.track == w.track)
-            .map(|e| e.packet.clone())
-            .collect();
+        let joined = stream.ring.backlog(w.track);
+        let backlog = Backlog {
+            chunks: joined.chunks,
+            skip: joined.skip,
+        };
         let (seq_delta, ts_delta): (u16, u32) = (rand::random(), rand::random());
         // The first packet it will get: the backlog's, else the next.
-        let first = backlog
-            .first()
+        let first = (backlog.iter().next())
             .map(|p| header_of(p))
             .or(t.renumber.last().map(|(s, ts)| (s.wrapping_add(1), ts)));
         if let Some((seq, ts)) = first {
