@@ -18,7 +18,7 @@ use std::{
         atomic::{AtomicUsize, Ordering},
         mpsc,
     },
-    time::SystemTime,
+    time::{Instant, SystemTime},
 };
 
 use fjord_engine::{Title, VerifyError};
@@ -145,7 +145,7 @@ struct Loaded {
     /// An origin title's version (`None`: a title under the roots).
     origin: Option<crate::edge::Version>,
     /// A snapshot of a growing recording, `size` its durable bytes.
-    growing: bool,
+    growing: Option<growing::Made>,
 }
 
 impl Catalog {
@@ -282,7 +282,7 @@ impl Catalog {
         if let Some(l) = loaded.as_ref()
             && l.size == meta.len()
             && l.mtime == mtime
-            && !l.growing
+            && l.growing.is_none()
             && !l.title.files_changed()
             && !l.title.damaged()
         {
@@ -343,7 +343,7 @@ impl Catalog {
             mtime,
             head,
             origin: None,
-            growing: false,
+            growing: None,
         });
         Ok((key, title))
     }
@@ -363,8 +363,9 @@ impl Catalog {
             slots.open(title, unused)
         };
         let mut loaded = slot.lock().await;
-        let snapshot = loaded.as_ref().filter(|l| l.growing);
-        let len = match growing::open(durable, snapshot.map(|l| l.size)) {
+        let snapshot = loaded.as_ref().filter(|l| l.growing.is_some());
+        let made = snapshot.and_then(|l| Some((l.size, l.growing?)));
+        let len = match growing::open(durable, made, Instant::now()) {
             growing::Open::NotYet => {
                 let why = "the recording has no whole fragment yet; ask again in a second";
                 return Err(CatalogError::Unavailable(why.to_owned()));
@@ -376,6 +377,7 @@ impl Catalog {
             growing::Open::Snapshot(len) => len,
         };
         let options = self.options;
+        let at = Instant::now();
         let t = tokio::task::spawn_blocking(move || {
             let index = fjord_media::ingest::snapshot(&path, len, &options).map_err(classify)?;
             let mut t = Title::new(index, &path)
@@ -391,7 +393,10 @@ impl Catalog {
             mtime: SystemTime::UNIX_EPOCH,
             head: None,
             origin: None,
-            growing: true,
+            growing: Some(growing::Made {
+                at,
+                took: at.elapsed(),
+            }),
         });
         Ok((key, t))
     }
@@ -424,7 +429,7 @@ impl Catalog {
             mtime: SystemTime::UNIX_EPOCH,
             head: Some(head),
             origin: Some(version),
-            growing: false,
+            growing: None,
         });
         Ok((key, t))
     }
@@ -566,7 +571,7 @@ fn derive_worker(
                         &mut background_pacer(storage.as_ref(), &job.path),
                     );
                 }
-                let started = std::time::Instant::now();
+                let started = Instant::now();
                 let mut made = false;
                 let mut outcome = |r: Result<(), String>, done: &str, without: &str| match r {
                     Ok(()) => {
@@ -609,7 +614,7 @@ fn derive_worker(
 /// Checks a title's files whole (`Title::verify`); one that fails is
 /// damaged: its sessions end and the next client loads it afresh.
 fn verify(name: &str, title: &Title, pacer: &mut dyn FnMut(u64)) {
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     match title.verify(pacer) {
         Ok(()) => {
             let seconds = started.elapsed().as_secs_f32();
