@@ -179,6 +179,11 @@ pub struct LiveViewer {
     pub backlog: Backlog,
     /// Whether it was started; the control plane adds it unstarted.
     pub started: bool,
+    /// The track's RTP clock rate, for its sender reports' timestamps.
+    pub clock_rate: u32,
+    /// Packets and payload octets sent to it, for its sender reports:
+    /// counted by the engine, zero when added.
+    pub sent: (u32, u32),
 }
 
 pub enum Command {

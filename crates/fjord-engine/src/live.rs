@@ -21,14 +21,16 @@
 //!
 //! [`Command::LivePackets`]: crate::Command::LivePackets
 
+mod report;
+
 use std::{
     collections::HashMap,
     net::SocketAddr,
     os::fd::{AsFd, BorrowedFd},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
-use fjord_proto::rtcp::{NtpTime, SENDER_REPORT_MAX_LEN, sender_report};
+use report::Clock;
 
 use crate::{
     Output,
@@ -62,6 +64,10 @@ pub(crate) struct Live {
     /// For a thread whose path cannot send from memory, or failed here.
     fallback: MmapWritev,
     use_fallback: bool,
+    /// Each feed's clock, for sender reports ([`report`]).
+    clocks: HashMap<u64, Clock>,
+    /// When the viewers' next sender reports are due.
+    next_report: Option<Instant>,
 }
 
 /// Where a packet is sent and what the thread counts.
@@ -69,6 +75,7 @@ pub(crate) struct Sink<'a> {
     pub connections: &'a mut HashMap<u64, Connection>,
     pub stats: &'a mut ThreadStats,
     pub cname: &'a str,
+    pub rtcp_interval: Duration,
 }
 
 /// The thread's data path and its reused batch, lent for a flush.
@@ -102,6 +109,9 @@ impl Live {
     /// flush.
     pub(crate) fn packets(&mut self, feed: u64, packets: LiveBatch, now: Instant) {
         if self.feeds.contains_key(&feed) && !packets.is_empty() {
+            if let Some(c) = Clock::after(&packets, now) {
+                self.clocks.insert(feed, c);
+            }
             self.pending_packets += packets.len();
             self.pending.push((feed, packets));
             self.since.get_or_insert(now);
@@ -134,8 +144,9 @@ impl Live {
     /// and is forgotten.
     pub(crate) fn end(&mut self, feed: u64, out: &mut Out<'_>, sink: &mut Sink<'_>) {
         self.flush(out, sink);
+        let clock = self.clocks.remove(&feed);
         for v in self.feeds.remove(&feed).unwrap_or_default() {
-            bye(&v, sink);
+            report::send(&v, clock.as_ref(), sink, true);
         }
     }
 
@@ -151,6 +162,7 @@ impl Live {
     fn forget_empty(&mut self) {
         self.feeds.retain(|_, v| !v.is_empty());
         let feeds = &self.feeds;
+        self.clocks.retain(|f, _| feeds.contains_key(f));
         self.pending.retain(|(f, _)| feeds.contains_key(f));
         self.pending_packets = self.pending.iter().map(|(_, p)| p.len()).sum();
         if self.pending.is_empty() {
@@ -218,16 +230,48 @@ impl Live {
         *out.batch = Some(batch.recycle());
         sink.stats.packets += flow.packets;
         sink.stats.bytes += flow.bytes;
-        for v in feeds.values_mut().flatten() {
-            if v.started && !v.backlog.chunks.is_empty() {
+        for (feed, viewers) in feeds.iter_mut() {
+            let new = counted(
+                (pending.iter())
+                    .filter(|(f, _)| f == feed)
+                    .flat_map(|(_, p)| p.iter()),
+            );
+            for v in viewers.iter_mut().filter(|v| v.started) {
+                let old = counted(v.backlog.iter());
                 v.backlog = Backlog::default();
+                v.sent.0 = v.sent.0.wrapping_add(old.0).wrapping_add(new.0);
+                v.sent.1 = v.sent.1.wrapping_add(old.1).wrapping_add(new.1);
             }
         }
         pending.clear();
         self.pending_packets = 0;
         self.since = None;
         self.backlog_due = false;
+        self.report(sink);
     }
+
+    /// Sends each started viewer a sender report when they are due.
+    fn report(&mut self, sink: &mut Sink<'_>) {
+        let now = Instant::now();
+        if self.next_report.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_report = Some(now + sink.rtcp_interval);
+        for (feed, viewers) in &self.feeds {
+            let clock = self.clocks.get(feed);
+            for v in viewers.iter().filter(|v| v.started) {
+                report::send(v, clock, sink, false);
+            }
+        }
+    }
+}
+
+/// Packets and payload octets of `packets` as a viewer is sent them
+/// (those with a whole RTP header), for sender reports.
+fn counted<'a>(packets: impl Iterator<Item = &'a LivePacket>) -> (u32, u32) {
+    packets.filter(|p| p.len() >= 12).fold((0, 0), |(n, o), p| {
+        (n.wrapping_add(1), o.wrapping_add((p.len() - 12) as u32))
+    })
 }
 
 /// Puts `run` (packets for viewer `v`, whose RTP leaves `socket` for
@@ -348,38 +392,6 @@ fn header(v: &LiveViewer, packet: &[u8]) -> Option<[u8; 12]> {
     Some(h)
 }
 
-fn bye(v: &LiveViewer, sink: &mut Sink<'_>) {
-    let mut buf = [0u8; SENDER_REPORT_MAX_LEN];
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let n = sender_report(
-        &mut buf,
-        v.ssrc,
-        NtpTime::from_unix(now),
-        0,
-        0,
-        0,
-        sink.cname,
-        true,
-    );
-    let report = &buf[..n];
-    match &v.output {
-        Output::Udp {
-            rtcp, rtcp_peer, ..
-        } => {
-            let _ = rtcp.socket().send_to(report, &(*rtcp_peer).into());
-        }
-        Output::Interleaved {
-            conn, rtcp_channel, ..
-        } => {
-            if let Some(c) = sink.connections.get_mut(conn) {
-                c.send_or_queue(*rtcp_channel, [&[], report, &[]], Instant::now());
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::io;
@@ -449,6 +461,8 @@ mod tests {
                 skip: 0,
             },
             started: false,
+            clock_rate: 90_000,
+            sent: (0, 0),
         }
     }
 
@@ -476,6 +490,7 @@ mod tests {
             connections: &mut connections,
             stats: &mut stats,
             cname: "fjord",
+            rtcp_interval: Duration::from_secs(5),
         };
         f(&mut out, &mut sink);
         stats

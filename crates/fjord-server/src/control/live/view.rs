@@ -399,6 +399,8 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
             output,
             backlog,
             started: false,
+            clock_rate: t.clock_rate,
+            sent: (0, 0),
         };
         server
             .engine
