@@ -109,7 +109,7 @@ impl Live {
     /// flush.
     pub(crate) fn packets(&mut self, feed: u64, packets: LiveBatch, now: Instant) {
         if self.feeds.contains_key(&feed) && !packets.is_empty() {
-            if let Some(c) = Clock::after(&packets, now) {
+            if let (Some(c), None) = (Clock::of_batch(&packets, now), self.clocks.get(&feed)) {
                 self.clocks.insert(feed, c);
             }
             self.pending_packets += packets.len();
@@ -188,6 +188,7 @@ impl Live {
             pending,
             fallback,
             use_fallback,
+            clocks,
             ..
         } = self;
         for (feed, packets) in pending.iter() {
@@ -239,8 +240,15 @@ impl Live {
             for v in viewers.iter_mut().filter(|v| v.started) {
                 let old = counted(v.backlog.iter());
                 v.backlog = Backlog::default();
+                let first = v.sent == (0, 0);
                 v.sent.0 = v.sent.0.wrapping_add(old.0).wrapping_add(new.0);
                 v.sent.1 = v.sent.1.wrapping_add(old.1).wrapping_add(new.1);
+                // Its first report with its first packets, as a VOD
+                // session's: players that map tracks by reports (ffmpeg)
+                // then never remap a track they have played.
+                if first && v.sent != (0, 0) {
+                    report::send(v, clocks.get(feed), sink, false);
+                }
             }
         }
         pending.clear();

@@ -245,7 +245,11 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
                 }
             }
             Ok(None) => {
+                let published = live;
                 hand_out(&mut live);
+                if published && !report_to_publisher(server, conn).await {
+                    return Served::Close;
+                }
                 return Served::Frames(last);
             }
             Err(e) => {
@@ -257,6 +261,20 @@ async fn serve_frames(server: &Server, conn: &mut Conn, buf: &mut Vec<u8>) -> Se
             }
         }
     }
+}
+
+/// Writes the receiver reports due to the publisher on `conn`; false when
+/// the connection failed.
+async fn report_to_publisher(server: &Server, conn: &mut Conn) -> bool {
+    let Ok(local) = conn.local() else {
+        return true;
+    };
+    for frame in crate::control::live::reports_due(server, conn.id, local.ip()) {
+        if !conn.write(server, frame).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// Answers one request; false when the connection is to close.

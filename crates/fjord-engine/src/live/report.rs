@@ -1,10 +1,17 @@
-//! RTCP sender reports to live viewers (RFC 3550 §6.4.1): every
-//! `rtcp_interval_s` while packets flow, and with the BYE that ends a
-//! viewer. Each maps the wall clock to the viewer's RTP timestamps: a
-//! feed's clock is the timestamp of its newest packet, run on at the
-//! track's rate from when the packet came. Every track of a stream is so
-//! mapped to the same instants of arrival, which keeps them in sync for
-//! players that sync tracks by their reports.
+//! RTCP sender reports to live viewers (RFC 3550 §6.4.1): a viewer's
+//! first with its first packets, then every `rtcp_interval_s` while
+//! packets flow, and one with the BYE that ends it. Each maps the wall
+//! clock to the viewer's RTP timestamps, linearly, as a sender's clock
+//! runs: a feed's clock is the timestamp of the first packet this thread
+//! got of it, run on at the track's rate from when it came. Every track of
+//! a stream is so anchored at the same moment, which keeps the tracks in
+//! sync for players that sync them by their reports. It is never moved:
+//! a mapping taken afresh from each packet's arrival jitters with it, and
+//! ffmpeg shifts a track's times by each change (seen: a frame dropped
+//! as out of order). A publisher that continues a held stream is
+//! renumbered to follow on by the wall clock (`fjord_live::handover`), so
+//! the mapping holds across it; a publisher's clock that drifts from ours
+//! moves its packets away from the mapping, every track alike.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,7 +23,7 @@ use crate::{
     command::{LiveBatch, LiveViewer},
 };
 
-/// A feed's newest packet's timestamp and when it came.
+/// A feed's first packet's timestamp and when it came.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Clock {
     ts: u32,
@@ -24,8 +31,9 @@ pub(super) struct Clock {
 }
 
 impl Clock {
-    /// The clock after `batch`, which came at `at`.
-    pub(super) fn after(batch: &LiveBatch, at: Instant) -> Option<Clock> {
+    /// The clock of a feed whose first batch is `batch`, which came at
+    /// `at`.
+    pub(super) fn of_batch(batch: &LiveBatch, at: Instant) -> Option<Clock> {
         let p = batch.last()?;
         let ts = u32::from_be_bytes(p.get(4..8)?.try_into().ok()?);
         Some(Clock { ts, at })
@@ -82,18 +90,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_clock_runs_on_from_the_newest_packet_at_the_tracks_rate() {
+    fn the_clock_runs_on_from_a_packet_at_the_tracks_rate() {
         let t0 = Instant::now();
         let mut p = [0u8; 12];
         p[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
         let batch: LiveBatch = vec![Arc::from(&[0u8; 12][..]), Arc::from(&p[..])].into();
-        let c = Clock::after(&batch, t0).unwrap();
+        let c = Clock::of_batch(&batch, t0).unwrap();
         assert_eq!(c.at(t0, 90_000), u32::MAX);
         // 1.5 s at 90 kHz, wrapping.
         let later = t0 + Duration::from_millis(1500);
         assert_eq!(c.at(later, 90_000), 135_000 - 1);
         assert_eq!(c.at(later, 48_000), 72_000 - 1);
         let empty: LiveBatch = Vec::new().into();
-        assert!(Clock::after(&empty, t0).is_none());
+        assert!(Clock::of_batch(&empty, t0).is_none());
     }
 }

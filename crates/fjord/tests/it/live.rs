@@ -673,7 +673,7 @@ fn packets_a_publisher_lost_are_counted_in_the_api() {
 /// with the time since.
 #[test]
 fn a_udp_publisher_gets_receiver_reports_of_what_arrived() {
-    use fjord_proto::rtcp::{NtpTime, RtcpInfo, parse_compound, sender_report};
+    use fjord_proto::rtcp::{RtcpInfo, parse_compound};
     let server = Server::start(&format!("rtcp_interval_s = 1\n{USERS}"));
     let mut s = TcpStream::connect(server.addr()).unwrap();
     let (rtp, rtcp) = fjord_client::bind_pair("127.0.0.1".parse().unwrap()).unwrap();
@@ -690,20 +690,10 @@ fn a_udp_publisher_gets_receiver_reports_of_what_arrived() {
     let server_rtp: u16 = ports.split('-').next().unwrap().parse().unwrap();
     let rtp_to = std::net::SocketAddr::from(([127, 0, 0, 1], server_rtp));
     let rtcp_to = std::net::SocketAddr::from(([127, 0, 0, 1], server_rtp + 1));
-    // 65530 to 3 (wrapping), 65533 and 1 lost.
-    for i in (0u16..10).filter(|i| ![3, 7].contains(i)) {
-        let seq = 65530u16.wrapping_add(i);
-        let mut packet = vec![0x80, 96];
-        packet.extend(seq.to_be_bytes());
-        packet.extend((u32::from(i) * 3600).to_be_bytes());
-        packet.extend(0x1234_5678u32.to_be_bytes());
-        packet.extend([0x41, 0x9a, 0x00, 0x01]);
+    for packet in packets_with_two_lost() {
         rtp.send_to(&packet, rtp_to).unwrap();
     }
-    let ntp = NtpTime(0x1122_3344_5566_7788);
-    let mut sr = [0u8; 128];
-    let n = sender_report(&mut sr, 0x1234_5678, ntp, 36_000, 8, 64, "publisher", false);
-    rtcp.send_to(&sr[..n], rtcp_to).unwrap();
+    rtcp.send_to(&publishers_sender_report(), rtcp_to).unwrap();
     // The first report after the sender report names it.
     rtcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 1500];
@@ -724,11 +714,103 @@ fn a_udp_publisher_gets_receiver_reports_of_what_arrived() {
             break block;
         }
     };
+    assert_reports_what_arrived(&block);
+}
+
+/// RTP packets 65530 to 3 (wrapping) of SSRC 0x12345678, 65533 and 1
+/// lost.
+fn packets_with_two_lost() -> Vec<Vec<u8>> {
+    let sent = (0u16..10).filter(|i| ![3, 7].contains(i));
+    sent.map(|i| {
+        let seq = 65530u16.wrapping_add(i);
+        let mut packet = vec![0x80, 96];
+        packet.extend(seq.to_be_bytes());
+        packet.extend((u32::from(i) * 3600).to_be_bytes());
+        packet.extend(0x1234_5678u32.to_be_bytes());
+        packet.extend([0x41, 0x9a, 0x00, 0x01]);
+        packet
+    })
+    .collect()
+}
+
+const PUBLISHERS_NTP: fjord_proto::rtcp::NtpTime =
+    fjord_proto::rtcp::NtpTime(0x1122_3344_5566_7788);
+
+fn publishers_sender_report() -> Vec<u8> {
+    let mut sr = [0u8; 128];
+    let n = fjord_proto::rtcp::sender_report(
+        &mut sr,
+        0x1234_5678,
+        PUBLISHERS_NTP,
+        36_000,
+        8,
+        64,
+        "publisher",
+        false,
+    );
+    sr[..n].to_vec()
+}
+
+/// A receiver report of [`packets_with_two_lost`] after
+/// [`publishers_sender_report`].
+fn assert_reports_what_arrived(block: &fjord_proto::rtcp::ReportBlock) {
     assert_eq!(block.ssrc, 0x1234_5678);
     assert_eq!(block.cumulative_lost, 2, "{block:?}");
     assert_eq!(block.highest_seq, 65536 + 3, "{block:?}");
-    assert_eq!(block.lsr, ntp.middle32());
+    assert_eq!(block.lsr, PUBLISHERS_NTP.middle32());
     assert!(block.dlsr > 0 && block.dlsr < 2 * 65536, "{block:?}");
+}
+
+/// A publisher over TCP gets its receiver reports on its tracks' RTCP
+/// channels, as a UDP one on its RTCP port.
+#[test]
+fn a_tcp_publisher_gets_receiver_reports_on_its_rtcp_channel() {
+    use fjord_proto::rtcp::{RtcpInfo, parse_compound};
+    let server = Server::start(&format!("rtcp_interval_s = 1\n{USERS}"));
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    let tcp = "RTP/AVP/TCP;unicast;interleaved=0-1;mode=record";
+    publish_by_hand_over(&server, &mut s, ("open/rr-tcp", SDP), tcp);
+    let frame = |channel: u8, payload: &[u8]| {
+        let mut f = vec![b'$', channel];
+        f.extend((payload.len() as u16).to_be_bytes());
+        f.extend(payload);
+        f
+    };
+    for packet in packets_with_two_lost() {
+        s.write_all(&frame(0, &packet)).unwrap();
+    }
+    s.write_all(&frame(1, &publishers_sender_report())).unwrap();
+    // Reports are written after a read of the publisher's frames: it
+    // goes on sending (an empty receiver report of its own).
+    let keepalive = [0x80, 201, 0, 1, 0x12, 0x34, 0x56, 0x78];
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let (mut got, deadline) = (Vec::new(), Instant::now() + Duration::from_secs(5));
+    let block = loop {
+        assert!(Instant::now() < deadline, "no receiver report within 5 s");
+        s.write_all(&frame(1, &keepalive)).unwrap();
+        let mut buf = [0u8; 1500];
+        if let Ok(n) = s.read(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        let Some(at) = got.windows(2).position(|w| w == [b'$', 1]) else {
+            continue;
+        };
+        let Some(head) = got.get(at + 2..at + 4) else {
+            continue;
+        };
+        let len = usize::from(u16::from_be_bytes([head[0], head[1]]));
+        let Some(payload) = got.get(at + 4..at + 4 + len) else {
+            continue;
+        };
+        let infos = parse_compound(payload).unwrap();
+        let blocks = infos.into_iter().find_map(|i| match i {
+            RtcpInfo::ReceiverReport { blocks, .. } => Some(blocks),
+            _ => None,
+        });
+        break blocks.expect("a receiver report")[0];
+    };
+    assert_reports_what_arrived(&block);
 }
 
 /// A live viewer gets RTCP sender reports every `rtcp_interval_s` (RFC

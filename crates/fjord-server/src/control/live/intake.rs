@@ -110,7 +110,7 @@ fn hand_out(
 
 /// A `$` frame on `conn`: a publisher's RTP is taken (handed out with the
 /// rest of the read, [`hand_out_interleaved`], or at [`MAX_BATCH`]), its
-/// RTCP dropped.
+/// RTCP read for sender reports.
 pub(super) fn interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8]) -> bool {
     let mut state = server.live.lock();
     let found = state.streams.iter().find_map(|(id, s)| {
@@ -138,7 +138,10 @@ pub(super) fn interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8
             }
             true
         }
-        Some((_, _, false)) => true,
+        Some((id, track, false)) => {
+            super::rtcp::read_interleaved(&mut state, (id, track), payload);
+            true
+        }
         None => false,
     }
 }

@@ -103,8 +103,11 @@ struct TrackIn {
     /// (a continued stream counts on, not anew).
     loss: fjord_live::loss::Loss,
     /// What the receiver reports to the publisher say: of its own
-    /// numbering (UDP publishers, [`rtcp::report`]).
+    /// numbering ([`rtcp::report`] over UDP, [`rtcp::due_interleaved`]
+    /// over TCP).
     reception: fjord_live::reception::Reception,
+    /// When a publisher over TCP is next sent a receiver report.
+    next_report: Option<Instant>,
 }
 
 impl Live {
@@ -192,6 +195,12 @@ pub(crate) fn on_interleaved(server: &Server, conn: u64, channel: u8, payload: &
 /// to the engine: called after each read's frames, and before a request.
 pub(crate) fn hand_out_interleaved(server: &Server, conn: u64) {
     intake::hand_out_interleaved(server, conn)
+}
+
+/// Receiver reports due to connection `conn`'s publisher, as interleaved
+/// frames to write; `local`: the connection's own address (the CNAME).
+pub(crate) fn reports_due(server: &Server, conn: u64, local: std::net::IpAddr) -> Vec<Vec<u8>> {
+    rtcp::due_interleaved(server, conn, local, Instant::now())
 }
 
 /// Whether connection `conn` publishes or views a live stream: it is not

@@ -49,6 +49,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
             pending: Vec::new(),
             loss: Default::default(),
             reception: Default::default(),
+            next_report: None,
         })
         .collect();
     let id = server.next_id();

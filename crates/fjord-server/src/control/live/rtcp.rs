@@ -1,11 +1,14 @@
-//! RTCP with a UDP publisher (RFC 3550 §6.4): on a track's RTCP port its
-//! sender reports are read (their time is echoed back), and every
-//! `rtcp_interval_s` it gets a receiver report of that track: loss,
-//! highest sequence number and jitter of its own numbering
-//! ([`fjord_live::reception`]). Ends with the stream or its publisher.
+//! RTCP with a publisher (RFC 3550 §6.4): its sender reports are read
+//! (their time is echoed back), and every `rtcp_interval_s` it gets a
+//! receiver report of each track: loss, highest sequence number and
+//! jitter of its own numbering ([`fjord_live::reception`]). Over UDP a task
+//! per track reads its RTCP port and sends ([`report`]; it ends with the
+//! stream or its publisher); over TCP the reports are read from the
+//! track's RTCP channel and written on it after a read of the publisher's
+//! frames ([`due_interleaved`]).
 
 use std::{
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     sync::Weak,
     time::{Duration, Instant},
 };
@@ -31,8 +34,7 @@ pub(super) async fn report(
     // The first tick is at once: nothing is received yet.
     tick.tick().await;
     let cname = format!("fjord@{}", socket.local_addr().map_or(to.ip(), |a| a.ip()));
-    // Any SSRC of ours will do: reports name the publisher's.
-    let ours = (id as u32).wrapping_mul(0x9e37_79b9) ^ track as u32;
+    let ours = our_ssrc(id, track);
     let (mut buf, mut out) = (vec![0u8; 1500], [0u8; RECEIVER_REPORT_MAX_LEN]);
     loop {
         let block = tokio::select! {
@@ -68,6 +70,12 @@ pub(super) async fn report(
     }
 }
 
+/// The SSRC fjord's reports on track `track` of stream `id` go out as:
+/// any will do, the reports name the publisher's.
+fn our_ssrc(id: u64, track: usize) -> u32 {
+    (id as u32).wrapping_mul(0x9e37_79b9) ^ track as u32
+}
+
 /// Track `track` of stream `id`'s reception, while `publisher` publishes it.
 fn reception(
     state: &mut State,
@@ -76,4 +84,55 @@ fn reception(
     let stream = state.streams.get_mut(&id)?;
     (stream.publisher == publisher).then_some(())?;
     stream.tracks.get_mut(track).map(|t| &mut t.reception)
+}
+
+/// An interleaved publisher's RTCP on track `track` of stream `id`: its
+/// sender reports are noted for the next receiver report.
+pub(super) fn read_interleaved(state: &mut State, (id, track): (u64, usize), payload: &[u8]) {
+    let Ok(reports) = parse_compound(payload) else {
+        return;
+    };
+    let Some(t) = (state.streams.get_mut(&id)).and_then(|s| s.tracks.get_mut(track)) else {
+        return;
+    };
+    for info in reports {
+        if let RtcpInfo::SenderReport { ssrc, ntp, .. } = info {
+            t.reception.sender_report(ssrc, ntp, Instant::now());
+        }
+    }
+}
+
+/// The receiver reports due at `now` to connection `conn`'s publisher
+/// over TCP: a `$` frame on each track's RTCP channel every
+/// `rtcp_interval_s`, the first an interval after the first call.
+pub(super) fn due_interleaved(
+    server: &Server,
+    conn: u64,
+    local: IpAddr,
+    now: Instant,
+) -> Vec<Vec<u8>> {
+    let interval = Duration::from_secs(server.config().rtcp_interval_s.max(1));
+    let mut state = server.live.lock();
+    let mut frames = Vec::new();
+    for (&id, s) in (state.streams.iter_mut()).filter(|(_, s)| s.conn == Some(conn)) {
+        for (i, t) in s.tracks.iter_mut().enumerate() {
+            let Some(channel) = t.channel else { continue };
+            let due = *t.next_report.get_or_insert(now + interval);
+            if now < due {
+                continue;
+            }
+            t.next_report = Some(now + interval);
+            let Some(block) = t.reception.block(now) else {
+                continue;
+            };
+            let mut out = [0u8; RECEIVER_REPORT_MAX_LEN];
+            let cname = format!("fjord@{local}");
+            let n = write_receiver_report(&mut out, our_ssrc(id, i), &block, &cname);
+            let mut frame = vec![b'$', channel.wrapping_add(1)];
+            frame.extend_from_slice(&(n as u16).to_be_bytes());
+            frame.extend_from_slice(&out[..n]);
+            frames.push(frame);
+        }
+    }
+    frames
 }
