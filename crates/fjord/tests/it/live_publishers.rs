@@ -310,10 +310,14 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
     let durable =
         crate::common::curl_bytes(&format!("http://127.0.0.1:{http}/live/tsrec/latest.ts"));
     assert!(
-        !durable.is_empty() && durable.len() % crate::common::TS == 0,
+        !durable.is_empty() && durable.len().is_multiple_of(crate::common::TS),
         "{} bytes",
         durable.len()
     );
+    // HLS: the snapshot's byte ranges, a playlist of what was durable.
+    let hls = format!("http://127.0.0.1:{http}/live/tsrec/latest.ts/media.m3u8");
+    let (playlist, code) = crate::common::curl(&[&hls]);
+    assert!(code == 200 && playlist.contains("#EXTINF"), "{playlist}");
     let deadline = Instant::now() + Duration::from_secs(20);
     while publisher.try_wait().unwrap().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
@@ -328,7 +332,9 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
     // same): the recording is what it sent.
     let unsent = ts.len() - got.len().min(ts.len());
     assert!(
-        ts.starts_with(&got) && unsent % crate::common::TS == 0 && unsent < 7 * crate::common::TS,
+        ts.starts_with(&got)
+            && unsent.is_multiple_of(crate::common::TS)
+            && unsent < 7 * crate::common::TS,
         "the recording ({} bytes) is not the published TS ({} bytes)",
         got.len(),
         ts.len()
