@@ -209,11 +209,7 @@ impl Recorder {
         let Some(Some(rec)) = self.tracks.get_mut(track) else {
             return;
         };
-        let limits = crate::Limits {
-            max_packet_bytes: u16::MAX as usize,
-            ..crate::Limits::default()
-        };
-        let Ok(h) = crate::rtp::parse(packet, &limits) else {
+        let Some(h) = header(packet) else {
             return;
         };
         let mut frames = Vec::new();
@@ -386,6 +382,16 @@ impl Record for Recorder {
     fn cuts(&self) -> u32 {
         self.fragments()
     }
+}
+
+/// The header of an RTP packet the intake took (checked against its own
+/// size limit there), or `None`.
+fn header(packet: &[u8]) -> Option<crate::rtp::Header> {
+    let limits = crate::Limits {
+        max_packet_bytes: u16::MAX as usize,
+        ..crate::Limits::default()
+    };
+    crate::rtp::parse(packet, &limits).ok()
 }
 
 /// The sample entry and depacketizer of a track, or why it is left out.

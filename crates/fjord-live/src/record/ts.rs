@@ -120,11 +120,7 @@ impl Record for TsRecorder {
         if track != self.track {
             return;
         }
-        let limits = crate::Limits {
-            max_packet_bytes: u16::MAX as usize,
-            ..crate::Limits::default()
-        };
-        let Ok(h) = crate::rtp::parse(packet, &limits) else {
+        let Some(h) = super::header(packet) else {
             return;
         };
         if !self.in_order(h.seq) {
