@@ -7,7 +7,8 @@
 //! (`mpegtsmux`, MP2T over RTP) and a viewer that joins gets the
 //! published TS packets byte for byte from next to a random access point;
 //! recorded, it is a `.ts` title of the published bytes, served by the
-//! path's `latest.ts` while it grows, that ffmpeg plays over RTSP.
+//! path's `latest.ts` while it grows, that ffmpeg plays over RTSP; one a
+//! killed server left is whole TS packets and plays after a restart.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -368,4 +369,60 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
         played.len()
     );
     assert_prefix(&played, &decoded, "frames played over RTSP");
+}
+
+/// A server killed (SIGKILL) while it records an MPEG-TS stream leaves a
+/// file of whole TS packets, synced a run (a second of media) at a time;
+/// started again, it serves the file as a title by the path's
+/// `latest.ts`, over RTSP (the seconds that were durable) and HTTP.
+#[test]
+fn an_mpeg_ts_recording_left_by_a_killed_server_is_whole_ts_packets_and_plays() {
+    let media = tempfile::tempdir().unwrap();
+    let server = Server::start_on(media.path(), CONFIG);
+    let publish = format!(
+        "videotestsrc is-live=true num-buffers=250 ! video/x-raw,width=320,height=240,framerate=25/1 ! \
+         x264enc key-int-max=25 speed-preset=veryfast tune=zerolatency ! h264parse ! mpegtsmux ! \
+         rtspclientsink protocols=tcp location={}",
+        publisher_url(&server, "live/tscrash")
+    );
+    let mut publisher = Command::new("gst-launch-1.0")
+        .args(["-q", "-e"])
+        .args(publish.split_whitespace())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    server.wait_for_log("live stream recorded", Duration::from_secs(20));
+    // Some 4 s of media: three runs or more synced.
+    std::thread::sleep(Duration::from_millis(4500));
+    server.signal("KILL");
+    drop(server);
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+    let file = recording(media.path(), "live/tscrash", "ts");
+    let bytes = std::fs::read(&file).unwrap();
+    let ts = crate::common::TS;
+    assert!(
+        !bytes.is_empty() && bytes.chunks(ts).all(|p| p.len() == ts && p[0] == 0x47),
+        "{} bytes, not whole TS packets",
+        bytes.len()
+    );
+    let http = crate::common::free_port();
+    let server = Server::start_on(media.path(), &format!("http_port = {http}\n{CONFIG}"));
+    let played = md5s(
+        &server.url("live/tscrash/latest.ts"),
+        "0:v",
+        false,
+        Duration::from_secs(30),
+    );
+    // At least two runs, a second each, were synced.
+    assert!(played.len() >= 50, "{} frames", played.len());
+    let recorded = md5s(&file, "0:v", false, Duration::from_secs(30));
+    assert_prefix(&played, &recorded, "latest.ts over RTSP after a restart");
+    let latest = format!("http://127.0.0.1:{http}/live/tscrash/latest.ts");
+    assert!(
+        crate::common::curl_bytes(&latest) == bytes,
+        "latest.ts over HTTP after a restart"
+    );
 }
