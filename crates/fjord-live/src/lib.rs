@@ -17,8 +17,10 @@
 //!   track with `mode=record`, RECORD) and the paths in use.
 //! - [`depacketize`]: RTP payloads back into frames (H.264, AAC, Opus),
 //!   a frame damaged by loss dropped and counted.
-//! - [`record`]: a stream recorded as a fragmented MP4 title: packets in,
-//!   the file's bytes out, a fragment per key frame a second or more apart.
+//! - [`record`]: a stream recorded as a title: packets in, the file's
+//!   bytes out. Fragmented MP4, a fragment per key frame a second or more
+//!   apart; or, for an MP2T track, its TS packets as they came
+//!   ([`record::ts`]), in runs a second of media apart.
 //! - [`handover`]: a stream whose publisher went, held for the next one
 //!   (`live_grace_s`): whether a new ANNOUNCE continues it, and the
 //!   renumbering that keeps its viewers' sequence numbers and timestamps

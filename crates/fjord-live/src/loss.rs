@@ -7,7 +7,7 @@
 /// A jump of the sequence number larger than this (forward or back) is
 /// taken as the sender restarting its numbering, not as loss (RFC 3550
 /// A.1's `MAX_DROPOUT`).
-const MAX_DROPOUT: u16 = 3000;
+pub(crate) const MAX_DROPOUT: u16 = 3000;
 
 #[derive(Clone, Debug, Default)]
 pub struct Loss {

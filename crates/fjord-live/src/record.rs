@@ -1,4 +1,10 @@
-//! A live stream recorded as a fragmented MP4 title: a publisher's RTP
+//! A live stream recorded as a title: [`recorder`] chooses the format by
+//! the stream's tracks. A stream with an MP2T track is recorded as the
+//! MPEG-TS it carries ([`ts`]); any other as fragmented MP4 ([`Recorder`]),
+//! described here. Both are a [`Record`]: RTP packets in, the file's
+//! bytes out in runs each of which leaves the file whole.
+//!
+//! The fragmented MP4: a publisher's RTP
 //! packets in ([`crate::depacketize`] makes the frames), the file's bytes
 //! out: the init segment (`ftyp` + `moov`, from the SDP's codec
 //! configuration: `sprop-parameter-sets`, `sprop-vps`/`-sps`/`-pps`,
@@ -21,6 +27,57 @@ use fjord_media::cmaf::write::{self, Codec, Run, Sample, TrackSpec};
 
 use crate::depacketize::{AuHeaders, Counts, Depacketizer, Frame, Payload};
 use crate::sdp::Track;
+
+/// A recording's writer, of the format [`recorder`] chose.
+pub trait Record: Send + std::fmt::Debug {
+    /// The file's name extension: `mp4`, `ts`.
+    fn extension(&self) -> &'static str;
+    /// The file's first bytes.
+    fn init(&self) -> Vec<u8>;
+    /// Takes an RTP packet of track `track`; a run of bytes it completes
+    /// is appended to `out`, after which the file is whole.
+    fn push(&mut self, track: usize, packet: &[u8], out: &mut Vec<u8>);
+    /// The stream ended: what is held becomes the last run.
+    fn finish(&mut self, out: &mut Vec<u8>);
+    /// Another publisher continues the stream, its packets renumbered to
+    /// follow on.
+    fn next_publisher(&mut self);
+    /// Frames (MP4) or payloads (TS) written, and those dropped.
+    fn counts(&self) -> Counts;
+    /// The runs handed out so far: fragments, or runs of TS packets.
+    fn cuts(&self) -> u32;
+}
+
+/// The recording of a stream of `tracks` (the ANNOUNCE's), and why tracks
+/// are left out; `Err` when none can be recorded. With an MP2T track, its
+/// TS packets are the file (`.ts`) and every other track is left out (a
+/// TS carries its own program); else a fragmented MP4 of the tracks it
+/// can hold.
+pub fn recorder(
+    tracks: &[Track],
+    limits: RecordLimits,
+) -> Result<(Box<dyn Record>, Vec<String>), String> {
+    let Some(mp2t) = tracks
+        .iter()
+        .position(|t| t.codec == crate::sdp::Codec::Mp2t)
+    else {
+        let (r, left_out) = Recorder::new(tracks, limits)?;
+        return Ok((Box::new(r), left_out));
+    };
+    let left_out = (tracks.iter().enumerate())
+        .filter(|&(i, _)| i != mp2t)
+        .map(|(i, t)| {
+            format!(
+                "track {i} ({}) is not recorded: the stream is recorded as the MPEG-TS of track {mp2t}",
+                t.encoding
+            )
+        })
+        .collect();
+    Ok((
+        Box::new(ts::TsRecorder::new(tracks, mp2t, limits)),
+        left_out,
+    ))
+}
 
 /// The bounds of one recording.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,11 +209,7 @@ impl Recorder {
         let Some(Some(rec)) = self.tracks.get_mut(track) else {
             return;
         };
-        let limits = crate::Limits {
-            max_packet_bytes: u16::MAX as usize,
-            ..crate::Limits::default()
-        };
-        let Ok(h) = crate::rtp::parse(packet, &limits) else {
+        let Some(h) = header(packet) else {
             return;
         };
         let mut frames = Vec::new();
@@ -301,6 +354,46 @@ fn samples(r: &mut Rec, next: Option<i64>) -> Vec<Sample> {
     out
 }
 
+impl Record for Recorder {
+    fn extension(&self) -> &'static str {
+        "mp4"
+    }
+
+    fn init(&self) -> Vec<u8> {
+        Recorder::init(self)
+    }
+
+    fn push(&mut self, track: usize, packet: &[u8], out: &mut Vec<u8>) {
+        Recorder::push(self, track, packet, out)
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        Recorder::finish(self, out)
+    }
+
+    fn next_publisher(&mut self) {
+        Recorder::next_publisher(self)
+    }
+
+    fn counts(&self) -> Counts {
+        Recorder::counts(self)
+    }
+
+    fn cuts(&self) -> u32 {
+        self.fragments()
+    }
+}
+
+/// The header of an RTP packet the intake took (checked against its own
+/// size limit there), or `None`.
+fn header(packet: &[u8]) -> Option<crate::rtp::Header> {
+    let limits = crate::Limits {
+        max_packet_bytes: u16::MAX as usize,
+        ..crate::Limits::default()
+    };
+    crate::rtp::parse(packet, &limits).ok()
+}
+
 /// The sample entry and depacketizer of a track, or why it is left out.
 fn codec_of(t: &Track) -> Result<(Codec, Payload), String> {
     let fmtp = t.fmtp.as_deref().unwrap_or_default();
@@ -442,3 +535,4 @@ fn avc_size(avcc: &[u8]) -> (u16, u16) {
 mod hevc;
 #[cfg(test)]
 mod tests;
+pub mod ts;

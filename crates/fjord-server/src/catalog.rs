@@ -214,10 +214,10 @@ impl Catalog {
     /// file is opened (canonicalize only stats and reads links). fjord's own
     /// files (indexes, parity, temporaries) and hidden files are not titles;
     /// any other file is, and its content decides whether it can be served.
-    /// `PATH/latest.mp4` is the file of the newest recording at `PATH`
-    /// ([`Catalog::latest`]).
+    /// `PATH/latest.mp4` (`.ts`) is the file of the newest recording of
+    /// that format at `PATH` ([`Catalog::latest`]).
     pub fn resolve(&self, title: &str) -> Result<PathBuf, CatalogError> {
-        // `PATH/latest.mp4`: the stream's newest recording.
+        // `PATH/latest.EXT`: the stream's newest recording.
         let latest = self.latest(title);
         let title = latest.as_deref().unwrap_or(title);
         let rel = Path::new(title);
@@ -232,12 +232,12 @@ impl Catalog {
     }
 
     /// The name `title` is held under: itself, or the recording a
-    /// `PATH/latest.mp4` stands for.
+    /// `PATH/latest.EXT` stands for.
     pub fn name_of(&self, title: &str) -> String {
         self.latest(title).unwrap_or_else(|| title.to_owned())
     }
 
-    /// The recording `PATH/latest.mp4` stands for: the newest begun since
+    /// The recording `PATH/latest.EXT` stands for: the newest begun since
     /// the start ([`growing::Growing::latest`]), else the newest file named
     /// as a recording in `PATH` of the first root, where recordings are
     /// written (one recorded before a restart).
@@ -245,19 +245,19 @@ impl Catalog {
         if let Some(t) = self.growing.latest(title) {
             return Some(t);
         }
-        let dir = title.strip_suffix(growing::LATEST)?.strip_suffix('/')?;
+        let (dir, ext) = growing::alias(title)?;
         if !below(Path::new(dir)) {
             return None;
         }
         let names = std::fs::read_dir(self.pool.roots().next()?.join(dir)).ok()?;
         let names = names.filter_map(|e| e.ok()?.file_name().into_string().ok());
-        Some(format!("{dir}/{}", growing::newest(names)?))
+        Some(format!("{dir}/{}", growing::newest(names, ext)?))
     }
 
     /// The title with its name, ingesting it first when it is new or its
     /// file changed. Sessions keep the name the catalog holds.
     pub async fn open(&self, title: &str) -> Result<(Arc<str>, Arc<Title>), CatalogError> {
-        // `PATH/latest.mp4`: the stream's newest recording, by its own name.
+        // `PATH/latest.EXT`: the stream's newest recording, by its own name.
         let latest = self.latest(title);
         let title = latest.as_deref().unwrap_or(title);
         let path = match (self.resolve(title), &self.edge, &self.storage) {

@@ -51,6 +51,8 @@ fn record(packets: &[(usize, Vec<u8>)]) -> (Recorder, Vec<u8>) {
     let (mut r, left) = Recorder::new(&a.tracks, RecordLimits::default()).unwrap();
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(left[0].contains("X-FOO"));
+    let (chosen, _) = recorder(&a.tracks, RecordLimits::default()).unwrap();
+    assert_eq!(chosen.extension(), "mp4");
     let mut file = r.init();
     for (track, p) in packets {
         r.push(*track, p, &mut file);
@@ -133,6 +135,9 @@ fn configurations_are_read_from_the_sdp_or_the_track_left_out() {
     let mp2t = "v=0\r\no=- 0 0 IN IP4 1.2.3.4\r\ns=x\r\nt=0 0\r\nm=video 0 RTP/AVP 33\r\n";
     let a = sdp::parse(mp2t.as_bytes(), &Limits::default()).unwrap();
     assert!(Recorder::new(&a.tracks, RecordLimits::default()).is_err());
+    // Its TS packets are the file instead.
+    let (chosen, left) = recorder(&a.tracks, RecordLimits::default()).unwrap();
+    assert_eq!((chosen.extension(), left.len()), ("ts", 0));
 }
 
 #[test]

@@ -10,10 +10,12 @@
 //! EVENT one ([`Growing::ended_here`]): players that followed it as it
 //! grew may only see lines appended (RFC 8216 §6.2.1).
 //!
-//! `PATH/latest.mp4` names the newest recording of the stream at `PATH`
-//! (growing or whole), for viewers who know the stream's path but not
-//! when its recording began: the newest since the server started, else
-//! the newest file in `PATH` named as recordings are ([`newest`]).
+//! `PATH/latest.mp4` names the newest MP4 recording of the stream at
+//! `PATH` (growing or whole), `PATH/latest.ts` its newest MPEG-TS one
+//! (the alias's extension is its file's, so the name says the format), for
+//! viewers who know the stream's path but not when its recording began:
+//! the newest since the server started, else the newest file in `PATH`
+//! named as recordings are ([`newest`]).
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -21,8 +23,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// The name under a stream's path that stands for its newest recording.
-pub const LATEST: &str = "latest.mp4";
+/// The extensions of recordings: `PATH/latest.EXT` stands for the
+/// stream's newest recording of each.
+const RECORDED: [&str; 2] = ["mp4", "ts"];
 
 /// How many ended recordings are remembered as such, newest kept: a
 /// player follows a growing playlist to its end, not for days after.
@@ -38,7 +41,7 @@ struct State {
     /// The recordings being written, by title: the bytes of each file
     /// that are durable (0: no whole fragment yet).
     durable: HashMap<String, u64>,
-    /// The newest recording's title, by `PATH/latest.mp4`.
+    /// The newest recording's title, by `PATH/latest.EXT`.
     latest: HashMap<String, String>,
     /// Recordings that ended, oldest first, at most [`ENDED_KEPT`].
     ended: VecDeque<String>,
@@ -49,18 +52,20 @@ impl Growing {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The recording of `title` (`PATH/STAMP.mp4`) begins: it is no title
-    /// until a fragment is durable; it is `PATH`'s newest.
+    /// The recording of `title` (`PATH/STAMP.EXT`) begins: it is no title
+    /// until a run of it is durable; it is `PATH`'s newest of its format.
     pub fn began(&self, title: &str) {
         let mut state = self.lock();
         state.durable.insert(title.to_owned(), 0);
-        if let Some((path, _)) = title.rsplit_once('/') {
-            let alias = format!("{path}/{LATEST}");
+        let (path, name) = title.rsplit_once('/').unwrap_or_default();
+        if let Some((_, ext)) = name.rsplit_once('.').filter(|(_, e)| RECORDED.contains(e)) {
+            let alias = format!("{path}/latest.{ext}");
             state.latest.insert(alias, title.to_owned());
         }
     }
 
-    /// Its first `durable` bytes are whole fragments, synced.
+    /// Its first `durable` bytes are whole runs (fragments, TS packets),
+    /// synced.
     pub fn grew(&self, title: &str, durable: u64) {
         if let Some(d) = self.lock().durable.get_mut(title) {
             *d = durable.max(*d);
@@ -86,14 +91,14 @@ impl Growing {
         state.ended.iter().any(|t| t == title)
     }
 
-    /// How much of `title` (or the recording a `latest.mp4` names) is
+    /// How much of `title` (or the recording a `latest.EXT` names) is
     /// durable, if it is a recording still being written.
     pub fn durable(&self, title: &str) -> Option<u64> {
         let state = self.lock();
         state.durable.get(state.named(title)).copied()
     }
 
-    /// The title `name` stands for, when it is a `PATH/latest.mp4` of a
+    /// The title `name` stands for, when it is a `PATH/latest.EXT` of a
     /// stream recorded since the server started.
     pub fn latest(&self, name: &str) -> Option<String> {
         self.lock().latest.get(name).cloned()
@@ -102,23 +107,34 @@ impl Growing {
 
 impl State {
     /// The recording `name` stands for: itself, or the one a
-    /// `latest.mp4` names.
+    /// `latest.EXT` names.
     fn named<'a>(&'a self, name: &'a str) -> &'a str {
         self.latest.get(name).map_or(name, String::as_str)
     }
 }
 
-/// The newest of `names` that is named as a recording is (its UTC start,
-/// `YYYY-MM-DDTHH-MM-SSZ.mp4`, so the newest sorts last).
-pub fn newest(names: impl Iterator<Item = String>) -> Option<String> {
-    names.filter(|n| is_recording(n)).max()
+/// The stream's path and the extension when `name` is an alias,
+/// `PATH/latest.EXT` of a recorded extension.
+pub fn alias(name: &str) -> Option<(&str, &str)> {
+    let (path, file) = name.rsplit_once('/')?;
+    let ext = file.strip_prefix("latest.")?;
+    RECORDED.contains(&ext).then_some((path, ext))
 }
 
-fn is_recording(name: &str) -> bool {
-    let b = name.as_bytes();
+/// The newest of `names` that is named as a recording of extension `ext`
+/// is (its UTC start, `YYYY-MM-DDTHH-MM-SSZ.EXT`, so the newest sorts
+/// last).
+pub fn newest(names: impl Iterator<Item = String>, ext: &str) -> Option<String> {
+    names.filter(|n| is_recording(n, ext)).max()
+}
+
+fn is_recording(name: &str, ext: &str) -> bool {
+    let Some(stamp) = name.strip_suffix(ext).and_then(|n| n.strip_suffix("Z.")) else {
+        return false;
+    };
+    let b = stamp.as_bytes();
     let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    b.len() == 24
-        && name.ends_with("Z.mp4")
+    b.len() == 19
         && (b[4], b[7], b[10], b[13], b[16]) == (b'-', b'-', b'T', b'-', b'-')
         && [0..4, 5..7, 8..10, 11..13, 14..16, 17..19]
             .into_iter()
@@ -128,7 +144,7 @@ fn is_recording(name: &str) -> bool {
 /// What an open of a growing title does.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Open {
-    /// Nothing to serve yet: no whole fragment.
+    /// Nothing to serve yet: no whole run.
     NotYet,
     /// The snapshot loaded holds all that is durable: it is served.
     Loaded,
@@ -221,6 +237,15 @@ mod tests {
         // Only the path's own.
         assert_eq!(g.latest("live/latest.mp4"), None);
         assert_eq!(g.latest("live/a/2026-11-29T01-00-00Z.mp4"), None);
+        // An MPEG-TS recording is `latest.ts`; `latest.mp4` stays the MP4.
+        g.began("live/a/2026-11-29T03-00-00Z.ts");
+        let ts = g.latest("live/a/latest.ts");
+        assert_eq!(ts.as_deref(), Some("live/a/2026-11-29T03-00-00Z.ts"));
+        assert_eq!(g.latest("live/a/latest.mp4"), latest);
+        assert_eq!(g.durable("live/a/latest.ts"), Some(0));
+        assert_eq!(alias("live/a/latest.ts"), Some(("live/a", "ts")));
+        assert_eq!(alias("live/a/latest.mkv"), None);
+        assert_eq!(alias("latest.mp4"), None);
     }
 
     #[test]
@@ -235,9 +260,14 @@ mod tests {
             "2026-12-01T00-00-00.mp4",
             "2026-12-0xT00-00-00Z.mp4",
         ];
-        let latest = newest(names.iter().map(|n| n.to_string()));
+        let latest = newest(names.iter().map(|n| n.to_string()), "mp4");
         assert_eq!(latest.as_deref(), Some("2026-11-30T00-59-59Z.mp4"));
-        assert_eq!(newest(["a.mp4".to_string()].into_iter()), None);
+        assert_eq!(newest(["a.mp4".to_string()].into_iter(), "mp4"), None);
+        // Each format's own: the newest .ts is older here.
+        let names = names.iter().map(|n| n.to_string());
+        let ts = ["2026-11-28T00-00-00Z.ts".to_string(), "x.ts".to_string()];
+        let latest = newest(names.chain(ts), "ts");
+        assert_eq!(latest.as_deref(), Some("2026-11-28T00-00-00Z.ts"));
     }
 
     #[test]

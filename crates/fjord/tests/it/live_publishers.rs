@@ -5,7 +5,10 @@
 //! published ones. ffmpeg publishes H.265 (libx265) and the recording's
 //! video packets are the source's. GStreamer publishes MPEG-TS
 //! (`mpegtsmux`, MP2T over RTP) and a viewer that joins gets the
-//! published TS packets byte for byte from next to a random access point.
+//! published TS packets byte for byte from next to a random access point;
+//! recorded, it is a `.ts` title of the published bytes, served by the
+//! path's `latest.ts` while it grows, that ffmpeg plays over RTSP; one a
+//! killed server left is whole TS packets and plays after a restart.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -39,11 +42,11 @@ fn publisher_url(server: &Server, path: &str) -> String {
         .replacen("rtsp://", "rtsp://pub:secret@", 1)
 }
 
-/// The one recording under `root/dir`.
-fn recording(root: &Path, dir: &str) -> String {
+/// The one recording under `root/dir`, of extension `ext`.
+fn recording(root: &Path, dir: &str, ext: &str) -> String {
     let files: Vec<_> = (std::fs::read_dir(root.join(dir)).unwrap())
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "mp4"))
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     files[0].to_str().unwrap().to_owned()
@@ -140,7 +143,7 @@ fn rtspclientsink_publishes(protocols: &str) {
         }
     }
     server.wait_for_log("live recording closed", Duration::from_secs(10));
-    let file = recording(&server.media_root(), "live/gst");
+    let file = recording(&server.media_root(), "live/gst", "mp4");
     let (got, sent) = (
         md5s(&file, "0:v", true, Duration::from_secs(30)),
         md5s(src, "0:v", true, Duration::from_secs(30)),
@@ -170,7 +173,7 @@ fn an_h265_stream_is_recorded_with_the_published_packets() {
         Duration::from_secs(20),
     );
     server.wait_for_log("live recording closed", Duration::from_secs(10));
-    let file = recording(&server.media_root(), "live/hevc");
+    let file = recording(&server.media_root(), "live/hevc", "mp4");
     let probe = stdout_of(
         "ffprobe",
         &[
@@ -257,5 +260,169 @@ fn gstreamer_publishes_mpeg_ts_and_a_viewer_gets_its_packets_from_a_key_frame() 
         "{} of {} bytes",
         to - from,
         ts.len()
+    );
+}
+
+/// GStreamer publishes 6 s of MPEG-TS (MP2T) to a recorded path. While it
+/// grows, the path's `latest.ts` is a title of what is durable: a
+/// DESCRIBE says a second or more of it, a download is whole TS packets,
+/// the published stream's start. Once the publisher is gone the recording
+/// is `PATH/STAMP.ts`, byte for byte the published TS, and ffmpeg playing
+/// it over RTSP from fjord decodes every published frame.
+#[test]
+fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
+    let (server, http) = Server::start_http(CONFIG);
+    let sent = server.root.path().join("published.ts");
+    let publish = format!(
+        "videotestsrc is-live=true num-buffers=150 ! video/x-raw,width=320,height=240,framerate=25/1 ! \
+         x264enc key-int-max=25 speed-preset=veryfast tune=zerolatency ! h264parse ! mpegtsmux ! \
+         tee name=t t. ! queue ! filesink location={} t. ! queue ! \
+         rtspclientsink protocols=tcp location={}",
+        sent.display(),
+        publisher_url(&server, "live/tsrec")
+    );
+    let mut publisher = Command::new("gst-launch-1.0")
+        .args(["-q", "-e"])
+        .args(publish.split_whitespace())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    server.wait_for_log("live stream recorded", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(3));
+    let describe = format!(
+        "DESCRIBE {} RTSP/1.0\r\nCSeq: 1\r\n\r\n",
+        server.url("live/tsrec/latest.ts")
+    );
+    let (sdp, _) = crate::common::raw_exchange(
+        &server.addr(),
+        describe.as_bytes(),
+        Duration::from_millis(500),
+    );
+    let recorded: f64 = (sdp.lines())
+        .find_map(|l| l.strip_prefix("a=range:npt=0-"))
+        .and_then(|d| d.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{sdp}"));
+    assert!(
+        (1.0..6.0).contains(&recorded),
+        "{recorded} s while it grows"
+    );
+    let durable =
+        crate::common::curl_bytes(&format!("http://127.0.0.1:{http}/live/tsrec/latest.ts"));
+    assert!(
+        !durable.is_empty() && durable.len().is_multiple_of(crate::common::TS),
+        "{} bytes",
+        durable.len()
+    );
+    // HLS: the snapshot's byte ranges, a playlist of what was durable.
+    let hls = format!("http://127.0.0.1:{http}/live/tsrec/latest.ts/media.m3u8");
+    let (playlist, code) = crate::common::curl(&[&hls]);
+    assert!(code == 200 && playlist.contains("#EXTINF"), "{playlist}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while publisher.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+    server.wait_for_log("live recording closed", Duration::from_secs(10));
+    let file = recording(&server.media_root(), "live/tsrec", "ts");
+    let (got, ts) = (std::fs::read(&file).unwrap(), std::fs::read(&sent).unwrap());
+    // rtpmp2tpay (GStreamer 1.22) sends 7 TS packets a payload and drops
+    // what it holds at EOS, fewer than 7 (its own depayloader gets the
+    // same): the recording is what it sent.
+    let unsent = ts.len() - got.len().min(ts.len());
+    assert!(
+        ts.starts_with(&got)
+            && unsent.is_multiple_of(crate::common::TS)
+            && unsent < 7 * crate::common::TS,
+        "the recording ({} bytes) is not the published TS ({} bytes)",
+        got.len(),
+        ts.len()
+    );
+    assert!(
+        ts.starts_with(&durable),
+        "the growing title's download is the stream's start"
+    );
+    let title = file
+        .strip_prefix(server.media_root().to_str().unwrap())
+        .unwrap();
+    let played = md5s(
+        &server.url(title.trim_start_matches('/')),
+        "0:v",
+        false,
+        Duration::from_secs(30),
+    );
+    let decoded = md5s(
+        sent.to_str().unwrap(),
+        "0:v",
+        false,
+        Duration::from_secs(30),
+    );
+    assert_eq!(decoded.len(), 150);
+    // Every published frame but the last few, which the payloader's
+    // unsent packets end (149 seen: a P-frame of this still picture may
+    // take a TS packet or two).
+    assert!(
+        played.len() + 5 >= decoded.len(),
+        "{} frames played",
+        played.len()
+    );
+    assert_prefix(&played, &decoded, "frames played over RTSP");
+}
+
+/// A server killed (SIGKILL) while it records an MPEG-TS stream leaves a
+/// file of whole TS packets, synced a run (a second of media) at a time;
+/// started again, it serves the file as a title by the path's
+/// `latest.ts`, over RTSP (the seconds that were durable) and HTTP.
+#[test]
+fn an_mpeg_ts_recording_left_by_a_killed_server_is_whole_ts_packets_and_plays() {
+    let media = tempfile::tempdir().unwrap();
+    let server = Server::start_on(media.path(), CONFIG);
+    let publish = format!(
+        "videotestsrc is-live=true num-buffers=250 ! video/x-raw,width=320,height=240,framerate=25/1 ! \
+         x264enc key-int-max=25 speed-preset=veryfast tune=zerolatency ! h264parse ! mpegtsmux ! \
+         rtspclientsink protocols=tcp location={}",
+        publisher_url(&server, "live/tscrash")
+    );
+    let mut publisher = Command::new("gst-launch-1.0")
+        .args(["-q", "-e"])
+        .args(publish.split_whitespace())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    server.wait_for_log("live stream recorded", Duration::from_secs(20));
+    // Some 4 s of media: three runs or more synced.
+    std::thread::sleep(Duration::from_millis(4500));
+    server.signal("KILL");
+    drop(server);
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+    let file = recording(media.path(), "live/tscrash", "ts");
+    let bytes = std::fs::read(&file).unwrap();
+    let ts = crate::common::TS;
+    assert!(
+        !bytes.is_empty() && bytes.chunks(ts).all(|p| p.len() == ts && p[0] == 0x47),
+        "{} bytes, not whole TS packets",
+        bytes.len()
+    );
+    let http = crate::common::free_port();
+    let server = Server::start_on(media.path(), &format!("http_port = {http}\n{CONFIG}"));
+    let played = md5s(
+        &server.url("live/tscrash/latest.ts"),
+        "0:v",
+        false,
+        Duration::from_secs(30),
+    );
+    // At least two runs, a second each, were synced.
+    assert!(played.len() >= 50, "{} frames", played.len());
+    let recorded = md5s(&file, "0:v", false, Duration::from_secs(30));
+    assert_prefix(&played, &recorded, "latest.ts over RTSP after a restart");
+    let latest = format!("http://127.0.0.1:{http}/live/tscrash/latest.ts");
+    assert!(
+        crate::common::curl_bytes(&latest) == bytes,
+        "latest.ts over HTTP after a restart"
     );
 }

@@ -1,14 +1,15 @@
 //! A live stream recorded as a title (`docs/live.md#recording`): where
 //! `live_record` globs match the path, the stream's packets are also
 //! handed, by reference, to a thread of the recording's own that makes
-//! the fragmented MP4 (`fjord_live::record`) and writes it in the first
-//! media root, `PATH/YYYY-MM-DDTHH-MM-SSZ.mp4` by its UTC start, synced
-//! as each fragment completes. The intake never waits for the disk: the
-//! queue between them is bounded, and a recording that falls behind it is
-//! stopped (an error in the log, `fjord_live_recordings{outcome=
-//! "stopped"}`), the file whole up to its last fragment. While it is
-//! written, the catalog is told after each fragment how much of the file
-//! is durable, and serves that much as a title
+//! the file (`fjord_live::record`: a fragmented MP4, or the MPEG-TS of an
+//! MP2T track) and writes it in the first media root,
+//! `PATH/YYYY-MM-DDTHH-MM-SSZ.mp4` (or `.ts`) by its UTC start, synced as
+//! each run of it (a fragment, a second of TS packets) completes. The
+//! intake never waits for the disk: the queue between them is bounded,
+//! and a recording that falls behind it is stopped (an error in the log,
+//! `fjord_live_recordings{outcome="stopped"}`), the file whole up to its
+//! last run. While it is written, the catalog is told after each run how
+//! much of the file is durable, and serves that much as a title
 //! (`crate::catalog::growing`). When the stream ends the file is closed
 //! and opened as a title (ingested: index, parity, packets), so viewers
 //! can play it whole at once.
@@ -23,7 +24,7 @@ use std::{
 
 use fjord_engine::LivePacket;
 use fjord_live::{
-    record::{RecordLimits, Recorder},
+    record::{self, Record, RecordLimits},
     sdp::Track,
 };
 
@@ -58,7 +59,7 @@ impl Recording {
     }
 
     /// A publisher continues the stream: the recording goes on in the
-    /// same file from its next key frame (`Recorder::next_publisher`).
+    /// same file (an MP4's from its next key frame: `Record::next_publisher`).
     pub(super) fn next_publisher(&mut self, metrics: &Metrics) {
         self.send(metrics, Input::NextPublisher);
     }
@@ -89,7 +90,7 @@ pub(super) fn start(server: &Server, path: &str, tracks: &[Track]) -> Option<Rec
     if !config.records(path) {
         return None;
     }
-    let (recorder, left_out) = match Recorder::new(tracks, RecordLimits::default()) {
+    let (recorder, left_out) = match record::recorder(tracks, RecordLimits::default()) {
         Ok(r) => r,
         Err(why) => {
             tracing::warn!(path, "live stream not recorded: {why}");
@@ -100,7 +101,7 @@ pub(super) fn start(server: &Server, path: &str, tracks: &[Track]) -> Option<Rec
         tracing::warn!(path, "{why}");
     }
     let root = server.catalog.roots().into_iter().next()?;
-    let (file, title) = match create(&root, path) {
+    let (file, title) = match create(&root, path, recorder.extension()) {
         Ok(f) => f,
         Err(e) => {
             tracing::error!(path, "live stream not recorded: {e}");
@@ -128,9 +129,9 @@ pub(super) fn start(server: &Server, path: &str, tracks: &[Track]) -> Option<Rec
     })
 }
 
-/// The file of a recording starting now: `root/PATH/STAMP.mp4`, a
+/// The file of a recording starting now: `root/PATH/STAMP.EXT`, a
 /// suffix added if a recording of the same second exists; and its title.
-fn create(root: &Path, path: &str) -> std::io::Result<(File, String)> {
+fn create(root: &Path, path: &str, ext: &str) -> std::io::Result<(File, String)> {
     let dir = root.join(path);
     std::fs::create_dir_all(&dir)?;
     // RFC 3339 with `-` for `:`, which some filesystems and URLs mind.
@@ -139,8 +140,8 @@ fn create(root: &Path, path: &str) -> std::io::Result<(File, String)> {
         .replace(':', "-");
     for n in 0..100 {
         let name = match n {
-            0 => format!("{stamp}.mp4"),
-            n => format!("{stamp}-{n}.mp4"),
+            0 => format!("{stamp}.{ext}"),
+            n => format!("{stamp}-{n}.{ext}"),
         };
         let at: PathBuf = dir.join(&name);
         match File::options().write(true).create_new(true).open(&at) {
@@ -154,13 +155,13 @@ fn create(root: &Path, path: &str) -> std::io::Result<(File, String)> {
 
 type Ingest = (String, Weak<Server>, Option<tokio::runtime::Handle>);
 
-/// The recording's thread: packets in, fragments written and synced,
-/// each told to the catalog; when the intake's end is dropped (the stream
-/// ended, or the recording stopped), the last fragment, then the title is
-/// ingested whole.
+/// The recording's thread: packets in, runs (fragments, TS packets)
+/// written and synced, each told to the catalog; when the intake's end is
+/// dropped (the stream ended, or the recording stopped), the last run,
+/// then the title is ingested whole.
 fn run(
     rx: mpsc::Receiver<Input>,
-    mut recorder: Recorder,
+    mut recorder: Box<dyn Record>,
     mut file: File,
     (title, server, rt): Ingest,
 ) {
@@ -176,7 +177,7 @@ fn run(
         }
         if !out.is_empty() {
             failed = write(&mut file, &mut out).err();
-            if failed.is_none() && recorder.fragments() > 0 {
+            if failed.is_none() && recorder.cuts() > 0 {
                 grew(&server, &title, &file);
             }
         }
@@ -198,7 +199,7 @@ fn run(
     }
     tracing::info!(
         title,
-        fragments = recorder.fragments(),
+        runs = recorder.cuts(),
         frames = counts.frames,
         dropped = counts.dropped,
         "live recording closed"
@@ -207,8 +208,8 @@ fn run(
     ingest(server, title, rt);
 }
 
-/// Tells the catalog the file's length: all of it is whole fragments,
-/// synced (`write` returned).
+/// Tells the catalog the file's length: all of it is whole runs (MP4
+/// fragments, TS packets), synced (`write` returned).
 fn grew(server: &Weak<Server>, title: &str, file: &File) {
     let (Some(server), Ok(meta)) = (server.upgrade(), file.metadata()) else {
         return;
@@ -217,7 +218,7 @@ fn grew(server: &Weak<Server>, title: &str, file: &File) {
 }
 
 /// Appends `out` to the file and syncs it: what a crash leaves is whole
-/// up to the last fragment written.
+/// up to the last run written.
 fn write(file: &mut File, out: &mut Vec<u8>) -> std::io::Result<()> {
     file.write_all(out)?;
     out.clear();
@@ -266,9 +267,11 @@ mod tests {
     #[test]
     fn a_recordings_file_is_named_by_its_start_and_never_overwritten() {
         let root = tempfile::tempdir().unwrap();
-        let (_, a) = create(root.path(), "live/cam1").unwrap();
-        let (_, b) = create(root.path(), "live/cam1").unwrap();
+        let (_, a) = create(root.path(), "live/cam1", "mp4").unwrap();
+        let (_, b) = create(root.path(), "live/cam1", "mp4").unwrap();
+        let (_, c) = create(root.path(), "live/cam1", "ts").unwrap();
         assert!(a.starts_with("live/cam1/20") && a.ends_with("Z.mp4"), "{a}");
+        assert!(c.starts_with("live/cam1/20") && c.ends_with("Z.ts"), "{c}");
         assert_ne!(a, b);
         assert!(root.path().join(&a).is_file() && root.path().join(&b).is_file());
     }
