@@ -130,6 +130,18 @@ impl Live {
         self.forget_empty();
     }
 
+    /// Ends viewer `id` with RTCP BYE (a multicast group's last member
+    /// left), after what was pending.
+    pub(crate) fn bye(&mut self, id: u64, out: &mut Out<'_>, sink: &mut Sink<'_>) {
+        if (self.feeds.values().flatten()).any(|v| v.id == id) {
+            self.flush(out, sink);
+            for v in self.feeds.values().flatten().filter(|v| v.id == id) {
+                bye(v, sink);
+            }
+            self.remove(id);
+        }
+    }
+
     /// The stream ended: each viewer gets what was pending, then RTCP BYE,
     /// and is forgotten.
     pub(crate) fn end(&mut self, feed: u64, out: &mut Out<'_>, sink: &mut Sink<'_>) {

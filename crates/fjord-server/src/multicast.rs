@@ -183,11 +183,18 @@ impl Groups {
         Ok(id)
     }
 
-    /// A group of the pool for good (a broadcast channel's).
+    /// A group of the pool until [`Groups::release`] (a broadcast
+    /// channel's, for good; a live stream's).
     pub(crate) fn reserve(&mut self, config: &Config) -> Result<IpAddr, GroupError> {
         let addr = free_address(config.multicast_pool, &self.in_use).ok_or(GroupError::PoolFull)?;
         self.in_use.insert(addr);
         Ok(addr)
+    }
+
+    /// Gives back an address [`Groups::reserve`] took (a live stream's
+    /// group ended).
+    pub(crate) fn release(&mut self, addr: IpAddr) {
+        self.in_use.remove(&addr);
     }
 
     pub(crate) fn get(&self, id: GroupId) -> Option<&Group> {
@@ -223,6 +230,19 @@ impl Groups {
         }
         tracing::info!(group = %g.addr, title = %g.title, "multicast group ended");
     }
+}
+
+/// The RTP and RTCP ports of a group's stream `n`, the first's RTP port
+/// `base`: stream `i` at `base + 2i`.
+pub(crate) fn ports(base: u16, n: usize) -> (u16, u16) {
+    let rtp = base.saturating_add((n as u16).saturating_mul(2));
+    (rtp, rtp.saturating_add(1))
+}
+
+/// Where stream `n` of group `addr` sends its RTP and RTCP ([`ports`]).
+pub(crate) fn destination(addr: IpAddr, base: u16, n: usize) -> (SocketAddr, SocketAddr) {
+    let (rtp, rtcp) = ports(base, n);
+    (SocketAddr::new(addr, rtp), SocketAddr::new(addr, rtcp))
 }
 
 /// The first address of `pool` neither in use nor well-known.
@@ -304,17 +324,12 @@ impl Group {
     /// The RTP and RTCP ports of stream `n`: track `i` is stream `i`, its
     /// repair stream `tracks + i`.
     pub(crate) fn ports(&self, n: usize) -> (u16, u16) {
-        let rtp = self.port.saturating_add((n as u16).saturating_mul(2));
-        (rtp, rtp.saturating_add(1))
+        ports(self.port, n)
     }
 
     /// Where stream `n`'s RTP and RTCP go.
     pub(crate) fn destination(&self, n: usize) -> (SocketAddr, SocketAddr) {
-        let (rtp, rtcp) = self.ports(n);
-        (
-            SocketAddr::new(self.addr, rtp),
-            SocketAddr::new(self.addr, rtcp),
-        )
+        destination(self.addr, self.port, n)
     }
 
     /// A session, or a SETUP waiting for the group's sockets, joins;

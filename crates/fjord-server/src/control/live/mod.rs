@@ -17,6 +17,7 @@
 //! tasks, the engine commands, the timeouts.
 
 mod intake;
+mod multicast;
 mod publish;
 mod record;
 pub(crate) mod report;
@@ -55,6 +56,8 @@ struct State {
     streams: HashMap<u64, Stream>,
     /// Viewers' RTSP sessions, by session id.
     viewers: HashMap<String, view::Viewing>,
+    /// The multicast group of a stream, by stream id.
+    groups: HashMap<u64, multicast::Group>,
 }
 
 /// One publisher's stream.
@@ -291,6 +294,7 @@ fn end(server: &Server, id: u64, why: &str) {
         }
         !watches
     });
+    let group = state.groups.remove(&id);
     drop(state);
     for task in &stream.tasks {
         task.abort();
@@ -301,6 +305,9 @@ fn end(server: &Server, id: u64, why: &str) {
                 .engine
                 .send(thread, Command::LiveEnd { feed: t.feed });
         }
+    }
+    if let Some(g) = group {
+        multicast::stream_ended(server, g);
     }
     tracing::info!(
         path = stream.path,

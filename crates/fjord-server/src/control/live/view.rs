@@ -30,12 +30,51 @@ pub(super) struct Viewing {
     /// The stream's id.
     pub stream: u64,
     tracks: Vec<Watched>,
-    playing: bool,
+    /// The tracks it set up over multicast: it is a member of the
+    /// stream's group (`multicast.rs`), and has no `tracks`.
+    group: Vec<usize>,
+    pub playing: bool,
     /// When it last sent a request or RTCP.
     last: Instant,
 }
 
 impl Viewing {
+    pub(super) fn new(conn: u64, stream: u64) -> Viewing {
+        Viewing {
+            conn,
+            stream,
+            tracks: Vec::new(),
+            group: Vec::new(),
+            playing: false,
+            last: Instant::now(),
+        }
+    }
+
+    /// It takes `track` from the stream's group; true if it is its first
+    /// (it joins the group). A session's tracks all go by multicast or
+    /// none.
+    pub(super) fn watch_group(&mut self, track: usize) -> Result<bool, Reply> {
+        if self.playing {
+            return Err(refuse(455, "SETUP before PLAY"));
+        }
+        if !self.tracks.is_empty() {
+            return Err(refuse(
+                461,
+                "a session's tracks all go by multicast or none",
+            ));
+        }
+        let first = self.group.is_empty();
+        if !self.group.contains(&track) {
+            self.group.push(track);
+        }
+        Ok(first)
+    }
+
+    /// The tracks it set up over multicast.
+    pub(super) fn group_tracks(&self) -> &[usize] {
+        &self.group
+    }
+
     /// Its RTCP is no longer read (it ended), so its sockets close.
     pub(super) fn stop_reading(&self) {
         self.tracks.iter().for_each(Watched::stop_reading);
@@ -121,8 +160,15 @@ fn in_session(
             _ => return refuse(454, "no such session on this connection"),
         }
     };
+    let member = server
+        .live
+        .lock()
+        .viewers
+        .get(id)
+        .is_some_and(|v| !v.group.is_empty());
     match req.method {
         Method::Setup => setup(server, (conn, out), req, (stream, Some(id))),
+        Method::Play if member => super::multicast::play(server, id),
         Method::Play => play(server, conn, id),
         Method::Teardown => {
             for ch in remove(server, id) {
@@ -150,7 +196,8 @@ fn setup(
     req: &Request,
     (stream, session): (u64, Option<&str>),
 ) -> Reply {
-    let asked = match transport::choose_for(req.header("Transport").unwrap_or_default(), false) {
+    let offered = server.config().multicast;
+    let asked = match transport::choose_for(req.header("Transport").unwrap_or_default(), offered) {
         Ok(t) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
@@ -164,6 +211,9 @@ fn setup(
             None => return refuse(404, "no track of the stream has that URL"),
         }
     };
+    if let TransportRequest::Multicast { .. } = asked {
+        return super::multicast::setup(server, conn, (stream, session), track);
+    }
     let ssrc: u32 = rand::random();
     let id = session.map_or_else(session_id, str::to_owned);
     let (output, channels, reply) = match transport_for(server, (conn, out), asked, ssrc) {
@@ -172,18 +222,16 @@ fn setup(
     };
     let rtcp = read_rtcp(server, &id, &output);
     let mut state = server.live.lock();
-    let viewing = state.viewers.entry(id.clone()).or_insert_with(|| Viewing {
-        conn: conn.id(),
-        stream,
-        tracks: Vec::new(),
-        playing: false,
-        last: Instant::now(),
-    });
-    if viewing.playing {
+    let viewing =
+        (state.viewers.entry(id.clone())).or_insert_with(|| Viewing::new(conn.id(), stream));
+    if viewing.playing || !viewing.group.is_empty() {
         if let Some(task) = rtcp {
             task.abort();
         }
-        return refuse(455, "SETUP before PLAY");
+        return match viewing.playing {
+            true => refuse(455, "SETUP before PLAY"),
+            false => refuse(461, "a session's tracks all go by multicast or none"),
+        };
     }
     (viewing.tracks.iter())
         .filter(|w| w.track == track)
@@ -339,7 +387,7 @@ fn transport_for(
             let reply = transport::reply_tcp(rtp_channel, rtcp_channel, ssrc);
             Ok((output, Some([rtp_channel, rtcp_channel]), reply))
         }
-        TransportRequest::Multicast { .. } => Err(refuse(461, "live streams are unicast")),
+        TransportRequest::Multicast { .. } => Err(refuse(500, "multicast is a group's")),
     }
 }
 
@@ -419,7 +467,7 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
 }
 
 /// Sequence number and timestamp of a packet the intake checked.
-fn header_of(p: &[u8]) -> (u16, u32) {
+pub(super) fn header_of(p: &[u8]) -> (u16, u32) {
     let seq = u16::from_be_bytes([p[2], p[3]]);
     let ts = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
     (seq, ts)
@@ -435,5 +483,8 @@ pub(super) fn remove(server: &Server, id: &str) -> Vec<[u8; 2]> {
         (server.engine).send(viewing.conn, Command::LiveRemove { id: w.id });
     }
     viewing.stop_reading();
+    if !viewing.group.is_empty() {
+        super::multicast::leave(server, viewing.stream);
+    }
     viewing.tracks.iter().filter_map(|w| w.channels).collect()
 }
