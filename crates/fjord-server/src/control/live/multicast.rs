@@ -155,7 +155,8 @@ pub(super) fn setup(
     (stream, session): (u64, Option<&str>),
     track: usize,
 ) -> Reply {
-    let made = match server.live.lock().groups.contains_key(&stream) {
+    let has_group = server.live.lock().groups.contains_key(&stream);
+    let made = match has_group {
         true => None,
         false => match open(server, conn, stream) {
             Ok(g) => Some(g),
