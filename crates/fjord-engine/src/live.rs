@@ -601,6 +601,36 @@ mod tests {
         assert_eq!(batch.packets[0].head(), &as_sent_to(5000, &p[5])[..12]);
     }
 
+    /// `bye` of a viewer (a multicast group's last member left): what was
+    /// pending leaves first, then RTCP BYE to its RTCP peer, and it is
+    /// forgotten; another id is no viewer's.
+    #[test]
+    fn a_viewer_ended_with_bye_gets_what_was_pending_then_bye() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut v = viewer(1, 5000, vec![]);
+        v.started = true;
+        if let Output::Udp { rtcp_peer, .. } = &mut v.output {
+            *rtcp_peer = rx.local_addr().unwrap();
+        }
+        let mut live = Live::default();
+        let mut path = Recorder::default();
+        with(&mut path, |out, sink| {
+            live.add(v, out, sink);
+            live.packets(7, vec![packet(1)].into(), Instant::now());
+            live.bye(2, out, sink);
+            assert_eq!(live.viewers(), 1, "no viewer 2");
+            live.bye(1, out, sink);
+        });
+        assert_eq!(live.viewers(), 0);
+        assert_eq!(path.bursts.len(), 1, "the pending packet");
+        let mut buf = [0u8; 256];
+        let n = rx.recv(&mut buf).unwrap();
+        let parsed = fjord_proto::rtcp::parse_compound(&buf[..n]).unwrap();
+        let bye = fjord_proto::rtcp::RtcpInfo::Bye { ssrcs: vec![5000] };
+        assert!(parsed.contains(&bye), "{parsed:?}");
+    }
+
     /// Through a real data path (GSO) to a real socket: a viewer's socket
     /// is bound but not connected, and each packet arrives whole, its
     /// header the viewer's.

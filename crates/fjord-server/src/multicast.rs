@@ -649,6 +649,19 @@ mod tests {
         }
     }
 
+    /// An address taken with `reserve` (a live stream's group) is no one
+    /// else's until released, then the next to be picked.
+    #[test]
+    fn a_reserved_address_is_taken_until_released() {
+        let mut m = Groups::default();
+        let config = Config::default();
+        let first = m.reserve(&config).unwrap();
+        let g = group_for(&mut m, "a.ts", &config, Instant::now());
+        assert_ne!(m.get(g).unwrap().addr, first);
+        m.release(first);
+        assert_eq!(m.reserve(&config).unwrap(), first);
+    }
+
     /// A full pool refuses with 453, a broadcast channel's address as
     /// well as a session's group.
     #[test]

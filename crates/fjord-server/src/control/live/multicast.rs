@@ -330,3 +330,81 @@ pub(super) fn leave(server: &Server, stream: u64) {
 pub(super) fn stream_ended(server: &Server, group: Group) {
     group.end(server, false);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output() -> Output {
+        let s = || socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None);
+        let to = "239.255.0.1:5004".parse().unwrap();
+        Output::Udp {
+            rtp: s().unwrap().into(),
+            rtp_peer: to,
+            rtcp: s().unwrap().into(),
+            rtcp_peer: to,
+        }
+    }
+
+    /// A group of two tracks (engine viewers 10 and 11) at 239.255.0.1.
+    fn group() -> Group {
+        let at = ("239.255.0.1".parse().unwrap(), 5004, 3);
+        Group::new(at, vec![(10, output()), (11, output())])
+    }
+
+    /// Every member is told the same group, ports by track, SSRC by
+    /// track; no track beyond the stream's.
+    #[test]
+    fn a_setup_names_the_group_and_the_tracks_ports() {
+        let g = group();
+        let ssrc = |i: usize| format!("ssrc={:08X}", g.senders[i].ssrc);
+        let t0 = g.transport(0).unwrap();
+        assert_eq!(
+            t0,
+            format!(
+                "RTP/AVP;multicast;destination=239.255.0.1;port=5004-5005;ttl=3;{}",
+                ssrc(0)
+            )
+        );
+        assert_eq!(g.transport(0).unwrap(), t0, "the same for every member");
+        assert!(g.transport(1).unwrap().contains("port=5006-5007;"));
+        assert!(g.transport(1).unwrap().ends_with(&ssrc(1)));
+        assert!(g.transport(2).is_none());
+        assert_eq!(g.key(), 10, "its viewers on the first one's thread");
+    }
+
+    /// The first PLAY hands the engine one viewer per track (its feed,
+    /// its backlog, the group's numbering); later ones hand it none.
+    #[test]
+    fn the_group_starts_once_with_a_backlog_per_track() {
+        let mut g = group();
+        let packet = |n: u8| -> LivePacket { vec![0x80, 96, 0, n, 0, 0, 0, 0, 0, 0, 0, 0].into() };
+        let viewers = g.start(&[7, 8], |t| vec![packet(t as u8)]);
+        let got: Vec<_> = (viewers.iter())
+            .map(|v| (v.id, v.feed, v.backlog[0][3], v.started))
+            .collect();
+        assert_eq!(got, [(10, 7, 0, false), (11, 8, 1, false)]);
+        assert!(
+            viewers
+                .iter()
+                .all(|v| (v.seq_delta, v.ts_delta) == (g.seq_delta, g.ts_delta))
+        );
+        assert_eq!(
+            g.numbered((1, 2)),
+            (
+                1u16.wrapping_add(g.seq_delta),
+                2u32.wrapping_add(g.ts_delta)
+            )
+        );
+        assert!(g.start(&[7, 8], |_| Vec::new()).is_empty(), "started once");
+    }
+
+    #[test]
+    fn the_last_member_leaving_ends_the_group() {
+        let mut g = group();
+        g.members = 2;
+        assert!(!g.leave());
+        assert!(g.leave());
+        assert!(g.leave(), "an empty group stays ended");
+    }
+}
