@@ -4,7 +4,10 @@
 //! (sequence number, timestamp and SSRC shifted by the viewer's offsets);
 //! the rest of the packet leaves by reference. A viewer gets the packets
 //! since the stream's last key frame first ([`LiveViewer::backlog`]), then
-//! each new one as it arrives: the publisher paces the stream.
+//! each new one as it arrives: the publisher paces the stream. A viewer
+//! whose output is a multicast group's sockets is the whole group's: one
+//! send per packet for all its members. [`Command::Bye`] of a viewer's id
+//! ends it with RTCP BYE (a group's last member left).
 //!
 //! Packets arrive in batches ([`Command::LivePackets`], one per receive
 //! batch of a publisher's track) and wait in `pending` [`GATHER`] after the
@@ -20,6 +23,7 @@
 //! viewer gets every packet or is dropped as stalled.
 //!
 //! [`Command::LivePackets`]: crate::Command::LivePackets
+//! [`Command::Bye`]: crate::Command::Bye
 
 use std::{
     collections::HashMap,

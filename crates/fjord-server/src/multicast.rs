@@ -16,6 +16,10 @@
 //! and finished by the engine's answer positioning its streams
 //! (`control/multicast.rs`).
 //!
+//! A live stream's multicast viewers take their group's address from the
+//! same pool ([`Groups::reserve`], [`Groups::release`];
+//! `control/live/multicast.rs` holds the rest of such a group).
+//!
 //! The server picks every group and port (RFC 2326 §12.39 lets it): a
 //! client's `destination=` and `port=` are ignored, else any client could
 //! aim a title's RTP at any group of the LAN (SSDP's, mDNS's). Groups other

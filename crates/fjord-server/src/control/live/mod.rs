@@ -4,7 +4,8 @@
 //! same path. Each packet is held once ([`fjord_engine::LivePacket`]) and
 //! handed to the engine threads that have viewers of it, which send it to
 //! each by reference. A viewer joins at the last key frame (the
-//! [`fjord_live::ring::Ring`] of the stream).
+//! [`fjord_live::ring::Ring`] of the stream). Multicast viewers share the
+//! stream's one group (`multicast.rs`), sent each packet once.
 //!
 //! A stream whose publisher went (its connection closed, or it sent nothing
 //! for `live_timeout_s`) is held `live_grace_s` with its viewers: a

@@ -1,6 +1,6 @@
 //! Viewers of a live stream: DESCRIBE (the publisher's SDP, rewritten),
-//! SETUP of a track over UDP or TCP, PLAY from the last key frame,
-//! TEARDOWN. The engine sends; this hands it each viewer's output and
+//! SETUP of a track over UDP or TCP (over multicast: the stream's group,
+//! `multicast.rs`), PLAY from the last key frame, TEARDOWN. The engine sends; this hands it each viewer's output and
 //! numbering, and the packets it joins with. A viewer that sends neither
 //! a request nor RTCP for `session_timeout_s` is ended (RFC 2326 §12.37),
 //! as a VOD session is: its UDP RTCP is read by a task per track, its
