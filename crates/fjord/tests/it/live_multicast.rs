@@ -138,6 +138,29 @@ fn request(c: &mut RtspClient, method: &str, url: &str, session: &str) -> fjord_
         .unwrap()
 }
 
+/// The `seq` of track 0 in a PLAY reply's RTP-Info.
+fn info_seq(r: &fjord_client::Response) -> u16 {
+    let info = r.header("RTP-Info").expect("RTP-Info");
+    let track0 = info.split(',').find(|t| t.starts_with("url=trackID=0;"));
+    let seq = track0.and_then(|t| t.split(';').find_map(|p| p.strip_prefix("seq=")));
+    seq.and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{info}"))
+}
+
+/// The sequence number of the next RTP packet of `ssrc` on `socket`.
+fn next_seq(socket: &std::net::UdpSocket, ssrc: u32) -> u16 {
+    let (end, mut buf) = (Instant::now() + Duration::from_secs(2), [0u8; 2048]);
+    while Instant::now() < end {
+        if let Ok(n) = socket.recv(&mut buf)
+            && n >= 12
+            && buf[8..12] == ssrc.to_be_bytes()
+        {
+            return u16::from_be_bytes([buf[2], buf[3]]);
+        }
+    }
+    panic!("no packet of the group within 2 s");
+}
+
 /// Whether an RTCP BYE (packet type 203) arrives on `socket` within `limit`.
 fn bye_within(socket: &std::net::UdpSocket, limit: Duration) -> bool {
     let (end, mut buf) = (Instant::now() + limit, [0u8; 1500]);
@@ -160,6 +183,8 @@ fn bye_within(socket: &std::net::UdpSocket, limit: Duration) -> bool {
 fn a_live_group_ends_with_its_last_member_and_its_address_goes_to_the_next() {
     in_private_network(|| {
         let (mut server, publishers) = serve_live(&["live/a", "live/b"]);
+        // Packets to number the group's start by.
+        std::thread::sleep(Duration::from_millis(500));
         let (mut a, sa, ta) = setup(&server, "live/a");
         assert!(
             ta.contains("destination=239.255.7.1;port=5004-5005;ttl=1;"),
@@ -186,18 +211,20 @@ fn a_live_group_ends_with_its_last_member_and_its_address_goes_to_the_next() {
         let (rtp, rtcp) = (join("239.255.7.1", 5004), join("239.255.7.1", 5005));
         let ssrc = u32::from_str_radix(&param(&ta, "ssrc"), 16).unwrap();
         let url = server.url("live/a");
+        // RTP-Info gives the group's sequence number of the next packet:
+        // the first PLAY's, the backlog's first; a later one's, next to
+        // what flows.
         let r = request(&mut a, "PLAY", &url, &sa);
         assert_eq!(r.status, 200, "{r:?}");
-        assert!(
-            r.header("RTP-Info")
-                .is_some_and(|i| i.contains("url=trackID=0;seq=")),
-            "{r:?}"
-        );
+        assert_eq!(info_seq(&r), next_seq(&rtp, ssrc), "{r:?}");
         assert!(
             count_ssrc(&rtp, ssrc, Duration::from_secs(1)) > 10,
             "the group flows"
         );
-        assert_eq!(request(&mut b, "PLAY", &url, &sb).status, 200);
+        let r = request(&mut b, "PLAY", &url, &sb);
+        assert_eq!(r.status, 200, "{r:?}");
+        let ahead = info_seq(&r).wrapping_sub(next_seq(&rtp, ssrc)) as i16;
+        assert!((-30..=30).contains(&ahead), "{ahead} packets off: {r:?}");
         assert_eq!(request(&mut a, "TEARDOWN", &url, &sa).status, 200);
         assert!(
             count_ssrc(&rtp, ssrc, Duration::from_millis(500)) > 3,
