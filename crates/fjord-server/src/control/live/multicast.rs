@@ -155,6 +155,18 @@ pub(super) fn setup(
     (stream, session): (u64, Option<&str>),
     track: usize,
 ) -> Reply {
+    // Refused before a group is made for it.
+    let may = session.and_then(|id| {
+        server
+            .live
+            .lock()
+            .viewers
+            .get(id)
+            .map(Viewing::may_watch_group)
+    });
+    if let Some(Err(r)) = may {
+        return r;
+    }
     let has_group = server.live.lock().groups.contains_key(&stream);
     let made = match has_group {
         true => None,

@@ -54,6 +54,16 @@ impl Viewing {
     /// (it joins the group). A session's tracks all go by multicast or
     /// none.
     pub(super) fn watch_group(&mut self, track: usize) -> Result<bool, Reply> {
+        self.may_watch_group()?;
+        let first = self.group.is_empty();
+        if !self.group.contains(&track) {
+            self.group.push(track);
+        }
+        Ok(first)
+    }
+
+    /// Why it cannot take a track from the group, if it cannot.
+    pub(super) fn may_watch_group(&self) -> Result<(), Reply> {
         if self.playing {
             return Err(refuse(455, "SETUP before PLAY"));
         }
@@ -63,11 +73,7 @@ impl Viewing {
                 "a session's tracks all go by multicast or none",
             ));
         }
-        let first = self.group.is_empty();
-        if !self.group.contains(&track) {
-            self.group.push(track);
-        }
-        Ok(first)
+        Ok(())
     }
 
     /// The tracks it set up over multicast.
