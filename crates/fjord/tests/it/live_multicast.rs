@@ -4,7 +4,9 @@
 //! every frame from the key frame they join at, and the engine sends each
 //! publisher packet once for both; a stream's group is the same for every
 //! viewer, another stream gets another; the group ends (RTCP BYE) with its
-//! last member's TEARDOWN and its address goes to the next group; without
+//! last member's TEARDOWN, or its silence for `session_timeout_s`, and its
+//! address goes to the next group; a PLAY's RTP-Info numbers the group's
+//! next packet; without
 //! `multicast = true` a multicast SETUP of a live path gets 461.
 
 use std::process::Child;
@@ -19,10 +21,11 @@ use crate::multicast::{count_ssrc, join};
 
 /// A server offering multicast, its groups from 239.255.7.0/24, with the
 /// live tests' users and an operator; and an ffmpeg publisher of each of
-/// `paths`, recording once the call returns.
-fn serve_live(paths: &[&str]) -> (Server, Vec<Child>) {
+/// `paths`, recording once the call returns; `extra` settings first.
+fn serve_live(extra: &str, paths: &[&str]) -> (Server, Vec<Child>) {
     let ops = "[[user]]\nname = \"ops\"\npassword = \"pager\"\nadmin = true\n";
-    let config = format!("multicast = true\nmulticast_pool = \"239.255.7.0/24\"\n{USERS}{ops}");
+    let config =
+        format!("{extra}multicast = true\nmulticast_pool = \"239.255.7.0/24\"\n{USERS}{ops}");
     let server = Server::start(&config);
     let publishers = (paths.iter())
         .map(|p| publish(&with(&server, "pub:secret", p), "tcp"))
@@ -70,7 +73,7 @@ fn received(server: &Server) -> u64 {
 #[test]
 fn two_ffmpeg_viewers_of_a_live_path_share_one_multicast_group() {
     in_private_network(|| {
-        let (mut server, publishers) = serve_live(&["live/m"]);
+        let (mut server, publishers) = serve_live("", &["live/m"]);
         std::thread::sleep(Duration::from_millis(1200));
         let url = server.url("live/m");
         let view = || {
@@ -182,7 +185,7 @@ fn bye_within(socket: &std::net::UdpSocket, limit: Duration) -> bool {
 #[test]
 fn a_live_group_ends_with_its_last_member_and_its_address_goes_to_the_next() {
     in_private_network(|| {
-        let (mut server, publishers) = serve_live(&["live/a", "live/b"]);
+        let (mut server, publishers) = serve_live("", &["live/a", "live/b"]);
         // Packets to number the group's start by.
         std::thread::sleep(Duration::from_millis(500));
         let (mut a, sa, ta) = setup(&server, "live/a");
@@ -269,4 +272,28 @@ fn a_live_paths_multicast_setup_without_the_opt_in_gets_461() {
     let why = String::from_utf8_lossy(&r.body);
     assert!(why.contains("does not offer"), "{why}");
     stop(vec![p]);
+}
+
+/// A member that sends no request for `session_timeout_s` is ended, and
+/// with it, the last, the group: RTCP BYE to it, nothing more sent.
+#[test]
+fn a_silent_last_member_ends_the_group_at_the_session_timeout() {
+    in_private_network(|| {
+        let (mut server, publishers) = serve_live("session_timeout_s = 2\n", &["live/t"]);
+        std::thread::sleep(Duration::from_millis(500));
+        let (mut c, session, transport) = setup(&server, "live/t");
+        let (rtp, rtcp) = (join("239.255.7.1", 5004), join("239.255.7.1", 5005));
+        let ssrc = u32::from_str_radix(&param(&transport, "ssrc"), 16).unwrap();
+        let r = request(&mut c, "PLAY", &server.url("live/t"), &session);
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(count_ssrc(&rtp, ssrc, Duration::from_millis(500)) > 3);
+        assert!(bye_within(&rtcp, Duration::from_secs(5)), "the group's BYE");
+        server.wait_for_log("live viewer timed out", Duration::from_secs(1));
+        server.wait_for_log("live multicast group ended", Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(100));
+        while rtp.recv(&mut [0u8; 2048]).is_ok() {}
+        assert_eq!(count_ssrc(&rtp, ssrc, Duration::from_millis(500)), 0);
+        server.assert_alive();
+        stop(publishers);
+    });
 }
