@@ -156,14 +156,7 @@ pub(super) fn setup(
     track: usize,
 ) -> Reply {
     // Refused before a group is made for it.
-    let may = session.and_then(|id| {
-        server
-            .live
-            .lock()
-            .viewers
-            .get(id)
-            .map(Viewing::may_watch_group)
-    });
+    let may = session.and_then(|id| server.live.lock().viewers.get(id).map(|v| v.may_add(true)));
     if let Some(Err(r)) = may {
         return r;
     }
@@ -253,9 +246,9 @@ fn open(server: &Server, conn: &dyn Client, stream: u64) -> Result<Group, Reply>
     Ok(Group::new((addr, port, ttl), senders))
 }
 
-/// PLAY of member `id` (not yet playing): the group's first PLAY starts
-/// it, from the packets since the last key frame, once the reply is
-/// written. RTP-Info: the group's numbering of the next packet of each
+/// PLAY of member `id`: the group's first PLAY starts it, from the
+/// packets since the last key frame, once the reply is written; a later
+/// one (another member's, or this one's again) joins what flows. RTP-Info: the group's numbering of the next packet of each
 /// track the session set up.
 pub(super) fn play(server: &Server, id: &str) -> Reply {
     let mut state = server.live.lock();

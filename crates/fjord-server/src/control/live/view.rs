@@ -1,7 +1,8 @@
 //! Viewers of a live stream: DESCRIBE (the publisher's SDP, rewritten),
 //! SETUP of a track over UDP or TCP (over multicast: the stream's group,
-//! `multicast.rs`), PLAY from the last key frame, TEARDOWN. The engine sends; this hands it each viewer's output and
-//! numbering, and the packets it joins with. A viewer that sends neither
+//! `multicast.rs`), PLAY from the last key frame, TEARDOWN. The engine
+//! sends; this hands it each viewer's output and numbering, and the
+//! packets it joins with. A viewer that sends neither
 //! a request nor RTCP for `session_timeout_s` is ended (RFC 2326 §12.37),
 //! as a VOD session is: its UDP RTCP is read by a task per track, its
 //! interleaved RTCP comes with the connection's `$` frames.
@@ -54,7 +55,7 @@ impl Viewing {
     /// (it joins the group). A session's tracks all go by multicast or
     /// none.
     pub(super) fn watch_group(&mut self, track: usize) -> Result<bool, Reply> {
-        self.may_watch_group()?;
+        self.may_add(true)?;
         let first = self.group.is_empty();
         if !self.group.contains(&track) {
             self.group.push(track);
@@ -62,18 +63,21 @@ impl Viewing {
         Ok(first)
     }
 
-    /// Why it cannot take a track from the group, if it cannot.
-    pub(super) fn may_watch_group(&self) -> Result<(), Reply> {
+    /// Why it cannot take another track (from the group when
+    /// `multicast`), if it cannot.
+    pub(super) fn may_add(&self, multicast: bool) -> Result<(), Reply> {
         if self.playing {
             return Err(refuse(455, "SETUP before PLAY"));
         }
-        if !self.tracks.is_empty() {
-            return Err(refuse(
-                461,
-                "a session's tracks all go by multicast or none",
-            ));
+        match multicast {
+            true if !self.tracks.is_empty() => {}
+            false if !self.group.is_empty() => {}
+            _ => return Ok(()),
         }
-        Ok(())
+        Err(refuse(
+            461,
+            "a session's tracks all go by multicast or none",
+        ))
     }
 
     /// The tracks it set up over multicast.
@@ -230,14 +234,11 @@ fn setup(
     let mut state = server.live.lock();
     let viewing =
         (state.viewers.entry(id.clone())).or_insert_with(|| Viewing::new(conn.id(), stream));
-    if viewing.playing || !viewing.group.is_empty() {
+    if let Err(r) = viewing.may_add(false) {
         if let Some(task) = rtcp {
             task.abort();
         }
-        return match viewing.playing {
-            true => refuse(455, "SETUP before PLAY"),
-            false => refuse(461, "a session's tracks all go by multicast or none"),
-        };
+        return r;
     }
     (viewing.tracks.iter())
         .filter(|w| w.track == track)
