@@ -270,7 +270,7 @@ pub enum Command {
     },
     /// End session `id` now, as the server shuts down or an operator ends
     /// it: RTCP BYE, playing or paused, and never woken again (a `Remove`
-    /// follows).
+    /// follows). A live viewer's `id`: RTCP BYE, and it is forgotten.
     Bye {
         id: u64,
     },

@@ -4,7 +4,10 @@
 //! (sequence number, timestamp and SSRC shifted by the viewer's offsets);
 //! the rest of the packet leaves by reference. A viewer gets the packets
 //! since the stream's last key frame first ([`LiveViewer::backlog`]), then
-//! each new one as it arrives: the publisher paces the stream.
+//! each new one as it arrives: the publisher paces the stream. A viewer
+//! whose output is a multicast group's sockets is the whole group's: one
+//! send per packet for all its members. [`Command::Bye`] of a viewer's id
+//! ends it with RTCP BYE (a group's last member left).
 //!
 //! Packets arrive in batches ([`Command::LivePackets`], one per receive
 //! batch of a publisher's track) and wait in `pending` [`GATHER`] after the
@@ -20,6 +23,7 @@
 //! viewer gets every packet or is dropped as stalled.
 //!
 //! [`Command::LivePackets`]: crate::Command::LivePackets
+//! [`Command::Bye`]: crate::Command::Bye
 
 mod report;
 
@@ -138,6 +142,20 @@ impl Live {
             viewers.retain(|v| v.id != id);
         }
         self.forget_empty();
+    }
+
+    /// Ends viewer `id` with RTCP BYE (a multicast group's last member
+    /// left), after what was pending.
+    pub(crate) fn bye(&mut self, id: u64, out: &mut Out<'_>, sink: &mut Sink<'_>) {
+        if (self.feeds.values().flatten()).any(|v| v.id == id) {
+            self.flush(out, sink);
+            for (feed, viewers) in &self.feeds {
+                for v in viewers.iter().filter(|v| v.id == id) {
+                    report::send(v, self.clocks.get(feed), sink, true);
+                }
+            }
+            self.remove(id);
+        }
     }
 
     /// The stream ended: each viewer gets what was pending, then RTCP BYE,
@@ -260,8 +278,10 @@ impl Live {
 
     /// Sends each started viewer a sender report when they are due.
     fn report(&mut self, sink: &mut Sink<'_>) {
+        // The first are an interval on: a viewer's first went with its
+        // first packets.
         let now = Instant::now();
-        if self.next_report.is_some_and(|t| now < t) {
+        if now < *self.next_report.get_or_insert(now + sink.rtcp_interval) {
             return;
         }
         self.next_report = Some(now + sink.rtcp_interval);
@@ -613,6 +633,44 @@ mod tests {
         assert_eq!(batch.bursts.len(), 1);
         assert_eq!(batch.bursts[0].packets, 0..5);
         assert_eq!(batch.packets[0].head(), &as_sent_to(5000, &p[5])[..12]);
+    }
+
+    /// `bye` of a viewer (a multicast group's last member left): what was
+    /// pending leaves first, then RTCP BYE to its RTCP peer, and it is
+    /// forgotten; another id is no viewer's.
+    #[test]
+    fn a_viewer_ended_with_bye_gets_what_was_pending_then_bye() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut v = viewer(1, 5000, vec![]);
+        v.started = true;
+        if let Output::Udp { rtcp_peer, .. } = &mut v.output {
+            *rtcp_peer = rx.local_addr().unwrap();
+        }
+        let mut live = Live::default();
+        let mut path = Recorder::default();
+        with(&mut path, |out, sink| {
+            live.add(v, out, sink);
+            live.packets(7, vec![packet(1)].into(), Instant::now());
+            live.bye(2, out, sink);
+            assert_eq!(live.viewers(), 1, "no viewer 2");
+            live.bye(1, out, sink);
+        });
+        assert_eq!(live.viewers(), 0);
+        assert_eq!(path.bursts.len(), 1, "the pending packet");
+        // Its first sender report went with its first packet; then the BYE.
+        let mut buf = [0u8; 256];
+        let bye = fjord_proto::rtcp::RtcpInfo::Bye { ssrcs: vec![5000] };
+        let reports: Vec<_> = (0..2)
+            .map(|_| {
+                let n = rx.recv(&mut buf).unwrap();
+                fjord_proto::rtcp::parse_compound(&buf[..n]).unwrap()
+            })
+            .collect();
+        assert!(
+            !reports[0].contains(&bye) && reports[1].contains(&bye),
+            "{reports:?}"
+        );
     }
 
     /// Through a real data path (GSO) to a real socket: a viewer's socket

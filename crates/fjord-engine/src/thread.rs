@@ -560,7 +560,8 @@ impl Worker {
                     s.pace(first, offsets);
                 }
             }
-            Command::Bye { id } => self.bye(id),
+            Command::Bye { id } if self.ids.contains_key(&id) => self.bye(id),
+            Command::Bye { id } => self.live(|live, out, sink| live.bye(id, out, sink)),
             Command::LiveAdd(viewer) => self.live(|live, out, sink| live.add(*viewer, out, sink)),
             Command::LivePackets { feed, packets } => {
                 self.live.packets(feed, packets, Instant::now());

@@ -16,6 +16,10 @@
 //! and finished by the engine's answer positioning its streams
 //! (`control/multicast.rs`).
 //!
+//! A live stream's multicast viewers take their group's address from the
+//! same pool ([`Groups::reserve`], [`Groups::release`];
+//! `control/live/multicast.rs` holds the rest of such a group).
+//!
 //! The server picks every group and port (RFC 2326 §12.39 lets it): a
 //! client's `destination=` and `port=` are ignored, else any client could
 //! aim a title's RTP at any group of the LAN (SSDP's, mDNS's). Groups other
@@ -183,11 +187,18 @@ impl Groups {
         Ok(id)
     }
 
-    /// A group of the pool for good (a broadcast channel's).
+    /// A group of the pool until [`Groups::release`] (a broadcast
+    /// channel's, for good; a live stream's).
     pub(crate) fn reserve(&mut self, config: &Config) -> Result<IpAddr, GroupError> {
         let addr = free_address(config.multicast_pool, &self.in_use).ok_or(GroupError::PoolFull)?;
         self.in_use.insert(addr);
         Ok(addr)
+    }
+
+    /// Gives back an address [`Groups::reserve`] took (a live stream's
+    /// group ended).
+    pub(crate) fn release(&mut self, addr: IpAddr) {
+        self.in_use.remove(&addr);
     }
 
     pub(crate) fn get(&self, id: GroupId) -> Option<&Group> {
@@ -223,6 +234,19 @@ impl Groups {
         }
         tracing::info!(group = %g.addr, title = %g.title, "multicast group ended");
     }
+}
+
+/// The RTP and RTCP ports of a group's stream `n`, the first's RTP port
+/// `base`: stream `i` at `base + 2i`.
+pub(crate) fn ports(base: u16, n: usize) -> (u16, u16) {
+    let rtp = base.saturating_add((n as u16).saturating_mul(2));
+    (rtp, rtp.saturating_add(1))
+}
+
+/// Where stream `n` of group `addr` sends its RTP and RTCP ([`ports`]).
+pub(crate) fn destination(addr: IpAddr, base: u16, n: usize) -> (SocketAddr, SocketAddr) {
+    let (rtp, rtcp) = ports(base, n);
+    (SocketAddr::new(addr, rtp), SocketAddr::new(addr, rtcp))
 }
 
 /// The first address of `pool` neither in use nor well-known.
@@ -304,17 +328,12 @@ impl Group {
     /// The RTP and RTCP ports of stream `n`: track `i` is stream `i`, its
     /// repair stream `tracks + i`.
     pub(crate) fn ports(&self, n: usize) -> (u16, u16) {
-        let rtp = self.port.saturating_add((n as u16).saturating_mul(2));
-        (rtp, rtp.saturating_add(1))
+        ports(self.port, n)
     }
 
     /// Where stream `n`'s RTP and RTCP go.
     pub(crate) fn destination(&self, n: usize) -> (SocketAddr, SocketAddr) {
-        let (rtp, rtcp) = self.ports(n);
-        (
-            SocketAddr::new(self.addr, rtp),
-            SocketAddr::new(self.addr, rtcp),
-        )
+        destination(self.addr, self.port, n)
     }
 
     /// A session, or a SETUP waiting for the group's sockets, joins;
@@ -632,6 +651,19 @@ mod tests {
         ] {
             assert!(check(bad).is_err(), "{bad}");
         }
+    }
+
+    /// An address taken with `reserve` (a live stream's group) is no one
+    /// else's until released, then the next to be picked.
+    #[test]
+    fn a_reserved_address_is_taken_until_released() {
+        let mut m = Groups::default();
+        let config = Config::default();
+        let first = m.reserve(&config).unwrap();
+        let g = group_for(&mut m, "a.ts", &config, Instant::now());
+        assert_ne!(m.get(g).unwrap().addr, first);
+        m.release(first);
+        assert_eq!(m.reserve(&config).unwrap(), first);
     }
 
     /// A full pool refuses with 453, a broadcast channel's address as

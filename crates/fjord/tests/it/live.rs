@@ -25,7 +25,7 @@ use crate::common::{Server, generate_media, run_bounded, run_bounded_with, statu
 /// Connections idle for 4 s are closed, but not those of publishers
 /// and viewers. Who publishes: `pub` to `live/**` (and reads everything), alice only
 /// reads, anyone reads and may publish to `open/**`.
-const USERS: &str = "live_timeout_s = 2\nidle_timeout_s = 4\n\
+pub(crate) const USERS: &str = "live_timeout_s = 2\nidle_timeout_s = 4\n\
 [[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\"]\n\
 [[user]]\nname = \"alice\"\npassword = \"wonderland\"\npaths = [\"**\"]\n\
 [[user]]\npaths = [\"**\"]\npublish = [\"open/**\"]\n";
@@ -43,7 +43,7 @@ fn source() -> &'static std::path::Path {
 
 /// MD5 of each decoded video frame of `input` (a file or a URL), as
 /// ffmpeg's framemd5 gives them.
-fn decoded_md5s(input: &str, before: &[&str], limit: Duration) -> Vec<String> {
+pub(crate) fn decoded_md5s(input: &str, before: &[&str], limit: Duration) -> Vec<String> {
     let mut cmd = Command::new("ffmpeg");
     cmd.args(["-nostdin", "-v", "error"])
         .args(before)
@@ -72,7 +72,7 @@ fn source_md5s() -> &'static [String] {
 
 /// `got` is a run of the source's frames starting at a key frame (every
 /// 25th); at least `min` of them.
-fn assert_every_frame_from_a_key_frame(got: &[String], min: usize, what: &str) {
+pub(crate) fn assert_every_frame_from_a_key_frame(got: &[String], min: usize, what: &str) {
     let src = source_md5s();
     assert!(got.len() >= min, "{what}: only {} frames", got.len());
     let at = src.iter().position(|m| *m == got[0]);
@@ -86,7 +86,7 @@ fn assert_every_frame_from_a_key_frame(got: &[String], min: usize, what: &str) {
 }
 
 /// ffmpeg publishing the source in real time to `url` over `transport`.
-fn publish(url: &str, transport: &str) -> Child {
+pub(crate) fn publish(url: &str, transport: &str) -> Child {
     publish_with(url, transport, &[])
 }
 
@@ -112,7 +112,7 @@ fn publish_with(url: &str, transport: &str, extra: &[&str]) -> Child {
         .unwrap()
 }
 
-fn with(server: &Server, who: &str, path: &str) -> String {
+pub(crate) fn with(server: &Server, who: &str, path: &str) -> String {
     server
         .url(path)
         .replacen("rtsp://", &format!("rtsp://{who}@"), 1)

@@ -27,6 +27,7 @@ mod http_titles;
 mod kernel_tls;
 mod limits;
 mod live;
+mod live_multicast;
 mod live_mutated;
 mod live_publishers;
 mod live_record;

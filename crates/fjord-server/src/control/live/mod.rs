@@ -4,7 +4,8 @@
 //! same path. Each packet is held once ([`fjord_engine::LivePacket`]) and
 //! handed to the engine threads that have viewers of it, which send it to
 //! each by reference. A viewer joins at the last key frame (the
-//! [`fjord_live::ring::Ring`] of the stream).
+//! [`fjord_live::ring::Ring`] of the stream). Multicast viewers share the
+//! stream's one group (`multicast.rs`), sent each packet once.
 //!
 //! A stream whose publisher went (its connection closed, or it sent nothing
 //! for `live_timeout_s`) is held `live_grace_s` with its viewers: a
@@ -17,6 +18,7 @@
 //! tasks, the engine commands, the timeouts.
 
 mod intake;
+mod multicast;
 mod publish;
 mod record;
 pub(crate) mod report;
@@ -55,6 +57,8 @@ struct State {
     streams: HashMap<u64, Stream>,
     /// Viewers' RTSP sessions, by session id.
     viewers: HashMap<String, view::Viewing>,
+    /// The multicast group of a stream, by stream id.
+    groups: HashMap<u64, multicast::Group>,
 }
 
 /// One publisher's stream.
@@ -300,6 +304,7 @@ fn end(server: &Server, id: u64, why: &str) {
         }
         !watches
     });
+    let group = state.groups.remove(&id);
     drop(state);
     for task in &stream.tasks {
         task.abort();
@@ -310,6 +315,9 @@ fn end(server: &Server, id: u64, why: &str) {
                 .engine
                 .send(thread, Command::LiveEnd { feed: t.feed });
         }
+    }
+    if let Some(g) = group {
+        multicast::stream_ended(server, g);
     }
     tracing::info!(
         path = stream.path,

@@ -1,7 +1,8 @@
 //! Viewers of a live stream: DESCRIBE (the publisher's SDP, rewritten),
-//! SETUP of a track over UDP or TCP, PLAY from the last key frame,
-//! TEARDOWN. The engine sends; this hands it each viewer's output and
-//! numbering, and the packets it joins with. A viewer that sends neither
+//! SETUP of a track over UDP or TCP (over multicast: the stream's group,
+//! `multicast.rs`), PLAY from the last key frame, TEARDOWN. The engine
+//! sends; this hands it each viewer's output and numbering, and the
+//! packets it joins with. A viewer that sends neither
 //! a request nor RTCP for `session_timeout_s` is ended (RFC 2326 §12.37),
 //! as a VOD session is: its UDP RTCP is read by a task per track, its
 //! interleaved RTCP comes with the connection's `$` frames.
@@ -30,12 +31,60 @@ pub(super) struct Viewing {
     /// The stream's id.
     pub stream: u64,
     tracks: Vec<Watched>,
-    playing: bool,
+    /// The tracks it set up over multicast: it is a member of the
+    /// stream's group (`multicast.rs`), and has no `tracks`.
+    group: Vec<usize>,
+    pub playing: bool,
     /// When it last sent a request or RTCP.
     last: Instant,
 }
 
 impl Viewing {
+    pub(super) fn new(conn: u64, stream: u64) -> Viewing {
+        Viewing {
+            conn,
+            stream,
+            tracks: Vec::new(),
+            group: Vec::new(),
+            playing: false,
+            last: Instant::now(),
+        }
+    }
+
+    /// It takes `track` from the stream's group; true if it is its first
+    /// (it joins the group). A session's tracks all go by multicast or
+    /// none.
+    pub(super) fn watch_group(&mut self, track: usize) -> Result<bool, Reply> {
+        self.may_add(true)?;
+        let first = self.group.is_empty();
+        if !self.group.contains(&track) {
+            self.group.push(track);
+        }
+        Ok(first)
+    }
+
+    /// Why it cannot take another track (from the group when
+    /// `multicast`), if it cannot.
+    pub(super) fn may_add(&self, multicast: bool) -> Result<(), Reply> {
+        if self.playing {
+            return Err(refuse(455, "SETUP before PLAY"));
+        }
+        match multicast {
+            true if !self.tracks.is_empty() => {}
+            false if !self.group.is_empty() => {}
+            _ => return Ok(()),
+        }
+        Err(refuse(
+            461,
+            "a session's tracks all go by multicast or none",
+        ))
+    }
+
+    /// The tracks it set up over multicast.
+    pub(super) fn group_tracks(&self) -> &[usize] {
+        &self.group
+    }
+
     /// Its RTCP is no longer read (it ended), so its sockets close.
     pub(super) fn stop_reading(&self) {
         self.tracks.iter().for_each(Watched::stop_reading);
@@ -121,8 +170,15 @@ fn in_session(
             _ => return refuse(454, "no such session on this connection"),
         }
     };
+    let member = server
+        .live
+        .lock()
+        .viewers
+        .get(id)
+        .is_some_and(|v| !v.group.is_empty());
     match req.method {
         Method::Setup => setup(server, (conn, out), req, (stream, Some(id))),
+        Method::Play if member => super::multicast::play(server, id),
         Method::Play => play(server, conn, id),
         Method::Teardown => {
             for ch in remove(server, id) {
@@ -150,7 +206,8 @@ fn setup(
     req: &Request,
     (stream, session): (u64, Option<&str>),
 ) -> Reply {
-    let asked = match transport::choose_for(req.header("Transport").unwrap_or_default(), false) {
+    let offered = server.config().multicast;
+    let asked = match transport::choose_for(req.header("Transport").unwrap_or_default(), offered) {
         Ok(t) => t,
         Err(e) => return refuse(e.status(), &e.to_string()),
     };
@@ -164,6 +221,9 @@ fn setup(
             None => return refuse(404, "no track of the stream has that URL"),
         }
     };
+    if let TransportRequest::Multicast { .. } = asked {
+        return super::multicast::setup(server, conn, (stream, session), track);
+    }
     let ssrc: u32 = rand::random();
     let id = session.map_or_else(session_id, str::to_owned);
     let (output, channels, reply) = match transport_for(server, (conn, out), asked, ssrc) {
@@ -172,18 +232,13 @@ fn setup(
     };
     let rtcp = read_rtcp(server, &id, &output);
     let mut state = server.live.lock();
-    let viewing = state.viewers.entry(id.clone()).or_insert_with(|| Viewing {
-        conn: conn.id(),
-        stream,
-        tracks: Vec::new(),
-        playing: false,
-        last: Instant::now(),
-    });
-    if viewing.playing {
+    let viewing =
+        (state.viewers.entry(id.clone())).or_insert_with(|| Viewing::new(conn.id(), stream));
+    if let Err(r) = viewing.may_add(false) {
         if let Some(task) = rtcp {
             task.abort();
         }
-        return refuse(455, "SETUP before PLAY");
+        return r;
     }
     (viewing.tracks.iter())
         .filter(|w| w.track == track)
@@ -339,7 +394,7 @@ fn transport_for(
             let reply = transport::reply_tcp(rtp_channel, rtcp_channel, ssrc);
             Ok((output, Some([rtp_channel, rtcp_channel]), reply))
         }
-        TransportRequest::Multicast { .. } => Err(refuse(461, "live streams are unicast")),
+        TransportRequest::Multicast { .. } => Err(refuse(500, "multicast is a group's")),
     }
 }
 
@@ -371,12 +426,8 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
         let Some(output) = w.output.take() else {
             continue;
         };
+        let backlog = backlog(stream, w.track);
         let t = &stream.tracks[w.track];
-        let joined = stream.ring.backlog(w.track);
-        let backlog = Backlog {
-            chunks: joined.chunks,
-            skip: joined.skip,
-        };
         let (seq_delta, ts_delta): (u16, u32) = (rand::random(), rand::random());
         // The first packet it will get: the backlog's, else the next.
         let first = (backlog.iter().next())
@@ -423,8 +474,18 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
     reply
 }
 
+/// Track `track`'s packets since the stream's last key frame, as the
+/// ring's shared chunks.
+pub(super) fn backlog(stream: &mut Stream, track: usize) -> Backlog {
+    let joined = stream.ring.backlog(track);
+    Backlog {
+        chunks: joined.chunks,
+        skip: joined.skip,
+    }
+}
+
 /// Sequence number and timestamp of a packet the intake checked.
-fn header_of(p: &[u8]) -> (u16, u32) {
+pub(super) fn header_of(p: &[u8]) -> (u16, u32) {
     let seq = u16::from_be_bytes([p[2], p[3]]);
     let ts = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
     (seq, ts)
@@ -440,5 +501,8 @@ pub(super) fn remove(server: &Server, id: &str) -> Vec<[u8; 2]> {
         (server.engine).send(viewing.conn, Command::LiveRemove { id: w.id });
     }
     viewing.stop_reading();
+    if !viewing.group.is_empty() {
+        super::multicast::leave(server, viewing.stream);
+    }
     viewing.tracks.iter().filter_map(|w| w.channels).collect()
 }

@@ -20,6 +20,7 @@ use crate::drive::request as handle;
 use crate::{Catalog, Config, Server, outbox::Outbox, session::SessionId};
 
 mod asking;
+mod live_multicast;
 mod multicast;
 mod publish;
 

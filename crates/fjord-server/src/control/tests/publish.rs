@@ -5,7 +5,7 @@ use super::*;
 
 /// An ANNOUNCE of `path` with one H.264 track (`streamid=0`), as ffmpeg
 /// sends it.
-fn announce(path: &str, cseq: u32) -> String {
+pub(super) fn announce(path: &str, cseq: u32) -> String {
     let sdp = "v=0\no=- 0 0 IN IP4 127.0.0.1\ns=No Name\nc=IN IP4 127.0.0.1\nt=0 0\n\
                m=video 0 RTP/AVP 96\na=rtpmap:96 H264/90000\n\
                a=fmtp:96 packetization-mode=1\na=control:streamid=0\n";

@@ -1,0 +1,429 @@
+//! Multicast viewers of a live stream (`multicast = true`): one group per
+//! stream, its address from the pool VOD groups take theirs from
+//! ([`crate::multicast::Groups`]), every track of the stream at
+//! `multicast_port + 2i`. The group is one engine live viewer per track
+//! whose output is the group's sockets, so each publisher packet leaves
+//! once for all its members. The first member's PLAY starts it from the
+//! last key frame, as a unicast viewer's PLAY does; later members join
+//! what already flows. It ends (RTCP BYE to the group, its address back
+//! in the pool) with its last member (TEARDOWN, timeout, connection
+//! closed) or with the stream.
+//!
+//! The server picks the group, its ports and TTL (`multicast_ttl`): a
+//! client's `destination=`, `port=` and `ttl=` are ignored, as for VOD
+//! groups, and the reply's Transport says what it gets.
+
+use std::net::IpAddr;
+
+use fjord_engine::{Backlog, Command, LiveViewer, Output};
+use fjord_proto::rtsp::{response::Response, transport};
+
+use super::super::{Client, PlayStart, Reply};
+use super::{
+    State, Stream, refuse, session_header, session_id,
+    view::{Viewing, backlog, header_of},
+};
+use crate::{Server, multicast};
+
+/// A live stream's group.
+pub(super) struct Group {
+    addr: IpAddr,
+    /// RTP port of track 0.
+    port: u16,
+    ttl: u8,
+    /// One per track of the stream, in its order.
+    senders: Vec<Sender>,
+    /// Added to the publisher's sequence numbers and timestamps.
+    seq_delta: u16,
+    ts_delta: u32,
+    /// Sessions that set up a track of it.
+    members: usize,
+    /// Its viewers are the engine's (its first member played).
+    started: bool,
+}
+
+/// The engine viewer sending one track to the group.
+struct Sender {
+    id: u64,
+    ssrc: u32,
+    /// Until the group starts.
+    output: Option<Output>,
+}
+
+impl Group {
+    /// A group at `addr` sending each track `i` from `outputs[i]`, the
+    /// engine viewer `ids[i]`.
+    fn new((addr, port, ttl): (IpAddr, u16, u8), senders: Vec<(u64, Output)>) -> Group {
+        let senders = (senders.into_iter())
+            .map(|(id, output)| Sender {
+                id,
+                ssrc: rand::random(),
+                output: Some(output),
+            })
+            .collect();
+        Group {
+            addr,
+            port,
+            ttl,
+            senders,
+            seq_delta: rand::random(),
+            ts_delta: rand::random(),
+            members: 0,
+            started: false,
+        }
+    }
+
+    /// Names the engine thread of its viewers (a shard for
+    /// [`fjord_engine::Engine::send`]).
+    fn key(&self) -> u64 {
+        self.senders.first().map_or(0, |s| s.id)
+    }
+
+    /// The Transport of a SETUP of `track`: the group, the track's ports,
+    /// its SSRC.
+    fn transport(&self, track: usize) -> Option<String> {
+        let ssrc = self.senders.get(track)?.ssrc;
+        let (rtp, rtcp) = multicast::ports(self.port, track);
+        Some(transport::reply_multicast(
+            self.addr, rtp, rtcp, self.ttl, ssrc,
+        ))
+    }
+
+    /// A publisher's (sequence number, timestamp) as the group numbers it.
+    fn numbered(&self, (seq, ts): (u16, u32)) -> (u16, u32) {
+        (
+            seq.wrapping_add(self.seq_delta),
+            ts.wrapping_add(self.ts_delta),
+        )
+    }
+
+    /// The first PLAY: the engine viewer of each track (its feed and clock
+    /// rate in `feeds`), its output taken, with `backlog(i)`, the packets
+    /// track `i` starts with. None once started.
+    fn start(
+        &mut self,
+        feeds: &[(u64, u32)],
+        mut backlog: impl FnMut(usize) -> Backlog,
+    ) -> Vec<LiveViewer> {
+        if std::mem::replace(&mut self.started, true) {
+            return Vec::new();
+        }
+        let (seq_delta, ts_delta) = (self.seq_delta, self.ts_delta);
+        (self.senders.iter_mut().zip(feeds).enumerate())
+            .filter_map(|(i, (s, &(feed, clock_rate)))| {
+                Some(LiveViewer {
+                    id: s.id,
+                    feed,
+                    ssrc: s.ssrc,
+                    seq_delta,
+                    ts_delta,
+                    output: s.output.take()?,
+                    backlog: backlog(i),
+                    started: false,
+                    clock_rate,
+                    sent: (0, 0),
+                })
+            })
+            .collect()
+    }
+
+    /// A session leaves; true when it was the last.
+    fn leave(&mut self) -> bool {
+        self.members = self.members.saturating_sub(1);
+        self.members == 0
+    }
+
+    /// Ends the group: RTCP BYE from its engine viewers (when `bye`; the
+    /// stream's end says it to every viewer itself), its address back in
+    /// the pool.
+    fn end(self, server: &Server, bye: bool) {
+        if self.started && bye {
+            let key = self.key();
+            for s in &self.senders {
+                server.engine.send(key, Command::Bye { id: s.id });
+            }
+        }
+        server.core.lock().groups.release(self.addr);
+        tracing::info!(group = %self.addr, "live multicast group ended");
+    }
+}
+
+/// SETUP of `track` of stream `stream` over multicast: the session (new,
+/// or `session`) becomes a member of the stream's group, made for its
+/// first member.
+pub(super) fn setup(
+    server: &Server,
+    conn: &dyn Client,
+    (stream, session): (u64, Option<&str>),
+    track: usize,
+) -> Reply {
+    // Refused before a group is made for it.
+    let may = session.and_then(|id| server.live.lock().viewers.get(id).map(|v| v.may_add(true)));
+    if let Some(Err(r)) = may {
+        return r;
+    }
+    let has_group = server.live.lock().groups.contains_key(&stream);
+    let made = match has_group {
+        true => None,
+        false => match open(server, conn, stream) {
+            Ok(g) => Some(g),
+            Err(r) => return r,
+        },
+    };
+    let id = session.map_or_else(session_id, str::to_owned);
+    let mut state = server.live.lock();
+    let made = match made {
+        Some(g) if !state.groups.contains_key(&stream) && state.streams.contains_key(&stream) => {
+            state.groups.insert(stream, g);
+            None
+        }
+        // Another SETUP made one meanwhile, or the stream ended.
+        other => other,
+    };
+    let reply = join(&mut state, conn.id(), (stream, &id), track);
+    let unused = match state.groups.get(&stream) {
+        Some(g) if g.members == 0 => state.groups.remove(&stream),
+        _ => None,
+    };
+    drop(state);
+    for g in made.into_iter().chain(unused) {
+        g.end(server, false);
+    }
+    match reply {
+        Ok(transport) => Response::new(200)
+            .header("Transport", transport)
+            .header("Session", session_header(server, &id))
+            .into(),
+        Err(r) => r,
+    }
+}
+
+/// Session `id` of connection `conn` takes `track` of the stream's group:
+/// the reply's Transport.
+fn join(
+    state: &mut State,
+    conn: u64,
+    (stream, id): (u64, &str),
+    track: usize,
+) -> Result<String, Reply> {
+    let State {
+        viewers, groups, ..
+    } = state;
+    let Some(group) = groups.get_mut(&stream) else {
+        return Err(refuse(404, "the stream ended"));
+    };
+    let transport = (group.transport(track)).ok_or_else(|| refuse(404, "no such track"))?;
+    let viewing = (viewers.entry(id.to_owned())).or_insert_with(|| Viewing::new(conn, stream));
+    if viewing.watch_group(track)? {
+        group.members += 1;
+    }
+    Ok(transport)
+}
+
+/// A group for stream `stream`: an address of the pool, and per track a
+/// pair of sockets sending to it from the connection's local address.
+fn open(server: &Server, conn: &dyn Client, stream: u64) -> Result<Group, Reply> {
+    let local = conn.local().map_err(|e| refuse(500, &e.to_string()))?.ip();
+    let tracks = (server.live.lock().streams.get(&stream)).map(|s| s.tracks.len());
+    let tracks = tracks.ok_or_else(|| refuse(404, "the stream ended"))?;
+    let config = server.config();
+    let addr = (server.core.lock().groups.reserve(&config))
+        .map_err(|e| refuse(e.status(), &e.to_string()))?;
+    let (port, ttl) = (config.multicast_port, config.multicast_ttl);
+    let mut senders = Vec::with_capacity(tracks);
+    for i in 0..tracks {
+        let to = multicast::destination(addr, port, i);
+        match server.ports.bind_to_group(local, to, ttl) {
+            Ok(output) => senders.push((server.next_id(), output)),
+            Err(e) => {
+                server.core.lock().groups.release(addr);
+                return Err(refuse(
+                    453,
+                    &format!("cannot open the group's sockets: {e}"),
+                ));
+            }
+        }
+    }
+    tracing::info!(group = %addr, "live multicast group made");
+    Ok(Group::new((addr, port, ttl), senders))
+}
+
+/// PLAY of member `id`: the group's first PLAY starts it, from the
+/// packets since the last key frame, once the reply is written; a later
+/// one (another member's, or this one's again) joins what flows. RTP-Info: the group's numbering of the next packet of each
+/// track the session set up.
+pub(super) fn play(server: &Server, id: &str) -> Reply {
+    let mut state = server.live.lock();
+    if let Some(stream) = state.viewers.get(id).map(|v| v.stream) {
+        super::intake::hand_out_pending(server, &mut state, stream);
+    }
+    let State {
+        streams,
+        viewers,
+        groups,
+        ..
+    } = &mut *state;
+    let Some(viewing) = viewers.get_mut(id) else {
+        return refuse(454, "no such session");
+    };
+    let (Some(stream), Some(group)) = (
+        streams.get_mut(&viewing.stream),
+        groups.get_mut(&viewing.stream),
+    ) else {
+        return refuse(404, "the stream ended");
+    };
+    let next: Vec<_> = (0..stream.tracks.len())
+        .map(|t| next_packet(stream, t, group.started))
+        .collect();
+    let feeds: Vec<_> = (stream.tracks.iter())
+        .map(|t| (t.feed, t.clock_rate))
+        .collect();
+    let viewers = group.start(&feeds, |t| backlog(stream, t));
+    let key = group.key();
+    let mut starts = Vec::new();
+    for v in viewers {
+        starts.push((key, v.id));
+        server.engine.send(key, Command::LiveAdd(Box::new(v)));
+    }
+    stream.threads.insert(key % server.engine.threads() as u64);
+    let infos: Vec<String> = (viewing.group_tracks().iter())
+        .filter_map(|&t| {
+            let (seq, ts) = group.numbered(next[t]?);
+            Some(format!("url=trackID={t};seq={seq};rtptime={ts}"))
+        })
+        .collect();
+    viewing.playing = true;
+    let mut response = Response::new(200)
+        .header("Session", session_header(server, id))
+        .header("Range", "npt=0.000-");
+    if !infos.is_empty() {
+        response = response.header("RTP-Info", infos.join(","));
+    }
+    let mut reply: Reply = response.into();
+    if !starts.is_empty() {
+        reply.start = Some(PlayStart {
+            streams: starts,
+            origin_ns: 0,
+        });
+    }
+    reply
+}
+
+/// The publisher's numbering of the next packet of `track` the group
+/// sends: before it `started`, the backlog's first; else (or with no
+/// backlog) the one after the last received.
+fn next_packet(stream: &mut Stream, track: usize, started: bool) -> Option<(u16, u32)> {
+    let first = (!started).then(|| stream.ring.backlog(track));
+    let first = first.and_then(|b| b.iter().next().map(|p| header_of(p)));
+    let after = || (stream.tracks[track].renumber.last()).map(|(s, ts)| (s.wrapping_add(1), ts));
+    first.or_else(after)
+}
+
+/// Member session of `stream` gone: the last one ends the group.
+pub(super) fn leave(server: &Server, stream: u64) {
+    let mut state = server.live.lock();
+    let last = state.groups.get_mut(&stream).is_some_and(Group::leave);
+    let ended = last.then(|| state.groups.remove(&stream)).flatten();
+    drop(state);
+    if let Some(g) = ended {
+        g.end(server, true);
+    }
+}
+
+/// Stream `stream` ended (its viewers, the group's too, got RTCP BYE
+/// from the engine): its group's address goes back to the pool.
+pub(super) fn stream_ended(server: &Server, group: Group) {
+    group.end(server, false);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output() -> Output {
+        let s = || socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None);
+        let to = "239.255.0.1:5004".parse().unwrap();
+        Output::Udp {
+            rtp: s().unwrap().into(),
+            rtp_peer: to,
+            rtcp: s().unwrap().into(),
+            rtcp_peer: to,
+        }
+    }
+
+    /// A group of two tracks (engine viewers 10 and 11) at 239.255.0.1.
+    fn group() -> Group {
+        let at = ("239.255.0.1".parse().unwrap(), 5004, 3);
+        Group::new(at, vec![(10, output()), (11, output())])
+    }
+
+    /// Every member is told the same group, ports by track, SSRC by
+    /// track; no track beyond the stream's.
+    #[test]
+    fn a_setup_names_the_group_and_the_tracks_ports() {
+        let g = group();
+        let ssrc = |i: usize| format!("ssrc={:08X}", g.senders[i].ssrc);
+        let t0 = g.transport(0).unwrap();
+        assert_eq!(
+            t0,
+            format!(
+                "RTP/AVP;multicast;destination=239.255.0.1;port=5004-5005;ttl=3;{}",
+                ssrc(0)
+            )
+        );
+        assert_eq!(g.transport(0).unwrap(), t0, "the same for every member");
+        assert!(g.transport(1).unwrap().contains("port=5006-5007;"));
+        assert!(g.transport(1).unwrap().ends_with(&ssrc(1)));
+        assert!(g.transport(2).is_none());
+        assert_eq!(g.key(), 10, "its viewers on the first one's thread");
+    }
+
+    /// The first PLAY hands the engine one viewer per track (its feed,
+    /// its backlog, the group's numbering); later ones hand it none.
+    #[test]
+    fn the_group_starts_once_with_a_backlog_per_track() {
+        let mut g = group();
+        let packet = |n: u8| -> fjord_engine::LivePacket {
+            vec![0x80, 96, 0, n, 0, 0, 0, 0, 0, 0, 0, 0].into()
+        };
+        let viewers = g.start(&[(7, 90_000), (8, 48_000)], |t| Backlog {
+            chunks: vec![vec![packet(t as u8)].into()],
+            skip: 0,
+        });
+        let got: Vec<_> = (viewers.iter())
+            .map(|v| {
+                (
+                    v.id,
+                    v.feed,
+                    v.clock_rate,
+                    v.backlog.iter().next().unwrap()[3],
+                    v.started,
+                )
+            })
+            .collect();
+        assert_eq!(got, [(10, 7, 90_000, 0, false), (11, 8, 48_000, 1, false)]);
+        assert!(
+            viewers
+                .iter()
+                .all(|v| (v.seq_delta, v.ts_delta) == (g.seq_delta, g.ts_delta))
+        );
+        assert_eq!(
+            g.numbered((1, 2)),
+            (
+                1u16.wrapping_add(g.seq_delta),
+                2u32.wrapping_add(g.ts_delta)
+            )
+        );
+        let none = g.start(&[(7, 90_000), (8, 48_000)], |_| Backlog::default());
+        assert!(none.is_empty(), "started once");
+    }
+
+    #[test]
+    fn the_last_member_leaving_ends_the_group() {
+        let mut g = group();
+        g.members = 2;
+        assert!(!g.leave());
+        assert!(g.leave());
+        assert!(g.leave(), "an empty group stays ended");
+    }
+}
