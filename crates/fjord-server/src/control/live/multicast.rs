@@ -174,6 +174,9 @@ pub(super) fn setup(
     let mut state = server.live.lock();
     let made = match made {
         Some(g) if !state.groups.contains_key(&stream) && state.streams.contains_key(&stream) => {
+            // Logged once kept: a group made by a SETUP that lost the
+            // race with another is ended unused.
+            tracing::info!(group = %g.addr, "live multicast group made");
             state.groups.insert(stream, g);
             None
         }
@@ -244,7 +247,6 @@ fn open(server: &Server, conn: &dyn Client, stream: u64) -> Result<Group, Reply>
             }
         }
     }
-    tracing::info!(group = %addr, "live multicast group made");
     Ok(Group::new((addr, port, ttl), senders))
 }
 
