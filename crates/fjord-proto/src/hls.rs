@@ -60,12 +60,31 @@ pub fn cut(
 
 /// The media playlist of `segments`, each a byte range of `uri`.
 pub fn media_playlist(segments: &[Segment], uri: &str) -> String {
+    byte_ranges(segments, uri, None)
+}
+
+/// [`media_playlist`] of a live recording: an EVENT playlist (RFC 8216
+/// §6.2.1), `#EXT-X-ENDLIST` appended once the recording `ended`; its
+/// target duration at least `target_s` (see [`event_playlist`]).
+pub fn event_media_playlist(
+    segments: &[Segment],
+    uri: &str,
+    (target_s, ended): (u64, bool),
+) -> String {
+    byte_ranges(segments, uri, Some((target_s, ended)))
+}
+
+/// A VOD playlist of byte ranges, or with `event` (a least target
+/// duration, ended) an EVENT one.
+fn byte_ranges(segments: &[Segment], uri: &str, event: Option<(u64, bool)>) -> String {
     use std::fmt::Write;
     let longest = segments.iter().map(|s| s.duration_ns).max().unwrap_or(0);
-    let target = longest.div_ceil(1_000_000_000).max(1);
+    let least = event.map_or(0, |(target_s, _)| target_s);
+    let target = longest.div_ceil(1_000_000_000).max(1).max(least);
+    let kind = if event.is_some() { "EVENT" } else { "VOD" };
     let mut m = format!(
         "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:{target}\n\
-         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n"
+         #EXT-X-PLAYLIST-TYPE:{kind}\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n"
     );
     for s in segments {
         let _ = write!(
@@ -76,7 +95,9 @@ pub fn media_playlist(segments: &[Segment], uri: &str) -> String {
             s.offset
         );
     }
-    m.push_str("#EXT-X-ENDLIST\n");
+    if event.is_none_or(|(_, ended)| ended) {
+        m.push_str("#EXT-X-ENDLIST\n");
+    }
     m
 }
 

@@ -258,3 +258,23 @@ fn a_packed_audio_segment_says_its_time_in_an_id3_tag() {
     );
     assert!(m.contains("#EXTINF:6.000,\nseg-0.aac\n"), "{m}");
 }
+
+/// A growing recording's byte-range playlist is EVENT: while it grows no
+/// end, and ended only lines appended (the target duration stays).
+#[test]
+fn a_recordings_byte_range_playlist_is_an_event_one_that_only_grows() {
+    let seg = |offset, duration_s| Segment {
+        offset,
+        len: 1000,
+        duration_ns: duration_s * S,
+    };
+    let growing = event_media_playlist(&[seg(0, 2)], "x.ts", (12, false));
+    assert!(growing.contains("#EXT-X-TARGETDURATION:12\n#EXT-X-PLAYLIST-TYPE:EVENT\n"));
+    assert!(!growing.contains("#EXT-X-ENDLIST"), "{growing}");
+    let ended = event_media_playlist(&[seg(0, 2), seg(1000, 3)], "x.ts", (12, true));
+    assert!(ended.starts_with(&growing), "{growing}\n{ended}");
+    assert!(
+        ended.ends_with("#EXT-X-BYTERANGE:1000@1000\nx.ts\n#EXT-X-ENDLIST\n"),
+        "{ended}"
+    );
+}

@@ -109,21 +109,46 @@ pub(crate) async fn playlist(
         Form::Ranges {
             segments,
             uri,
-            title,
-        } => ts_playlist(&segments, &uri, title, (which, backups)).await?,
+            title: t,
+        } => {
+            let growing = server.catalog.growing();
+            let live = (growing.durable(title).is_some(), growing.ended_here(title));
+            ts_playlist(&segments, (&uri, t), (which, backups), (target_s, live)).await?
+        }
     })
 }
 
 /// A playlist of a TS title whose segments are `segments` of the file at
-/// `uri`.
+/// `uri`. A live recording (`live`: growing, or ended here) has an EVENT
+/// media playlist, as a fragmented one has.
 async fn ts_playlist(
     segments: &[Segment],
-    uri: &str,
-    title: Arc<Title>,
+    (uri, title): (&str, Arc<Title>),
     (which, backups): (Playlist, Vec<String>),
+    (target_s, (growing, ended_here)): (u64, (bool, bool)),
 ) -> Result<String, (u16, String)> {
-    if which == Playlist::Media {
-        return Ok(fjord_proto::hls::media_playlist(segments, uri));
+    match which {
+        Playlist::Media if growing || ended_here => {
+            let durations: Vec<u64> = segments.iter().map(|s| s.duration_ns).collect();
+            let listed = if growing {
+                settled(&durations)
+            } else {
+                segments.len()
+            };
+            // Twice the target: segments end at key frames past it.
+            let event = (2 * target_s, !growing);
+            return Ok(fjord_proto::hls::event_media_playlist(
+                &segments[..listed],
+                uri,
+                event,
+            ));
+        }
+        Playlist::Media => return Ok(fjord_proto::hls::media_playlist(segments, uri)),
+        Playlist::IFrames if growing => {
+            let why = "no I-frame playlist while the recording grows; there is one once it ends";
+            return Err((404, why.to_owned()));
+        }
+        _ => {}
     }
     // Every key frame's records, and the bytes the codecs are read from,
     // may be read from the disk.
@@ -151,7 +176,7 @@ async fn ts_playlist(
                 .split(',')
                 .find(|c| c.starts_with("avc") || c.starts_with("hvc"));
             let variant = Variant {
-                i_frames: (!frames.is_empty()).then(|| {
+                i_frames: (!frames.is_empty() && !growing).then(|| {
                     let bps = fjord_proto::hls::i_frame_bandwidth(&frames);
                     (
                         "iframes.m3u8".to_owned(),

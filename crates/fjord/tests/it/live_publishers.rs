@@ -266,12 +266,15 @@ fn gstreamer_publishes_mpeg_ts_and_a_viewer_gets_its_packets_from_a_key_frame() 
 /// GStreamer publishes 6 s of MPEG-TS (MP2T) to a recorded path. While it
 /// grows, the path's `latest.ts` is a title of what is durable: a
 /// DESCRIBE says a second or more of it, a download is whole TS packets,
-/// the published stream's start. Once the publisher is gone the recording
+/// the published stream's start, its HLS playlist an EVENT one that only
+/// grows. Once the publisher is gone the recording
 /// is `PATH/STAMP.ts`, byte for byte the published TS, and ffmpeg playing
 /// it over RTSP from fjord decodes every published frame.
 #[test]
 fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
-    let (server, http) = Server::start_http(CONFIG);
+    // Segments of a second (a key frame a second): some settle while the
+    // six seconds are recorded.
+    let (server, http) = Server::start_http(&format!("hls_segment_s = 1\n{CONFIG}"));
     let sent = server.root.path().join("published.ts");
     let publish = format!(
         "videotestsrc is-live=true num-buffers=150 ! video/x-raw,width=320,height=240,framerate=25/1 ! \
@@ -315,10 +318,15 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
         "{} bytes",
         durable.len()
     );
-    // HLS: the snapshot's byte ranges, a playlist of what was durable.
+    // HLS: an EVENT playlist of the snapshot's settled byte ranges.
     let hls = format!("http://127.0.0.1:{http}/live/tsrec/latest.ts/media.m3u8");
-    let (playlist, code) = crate::common::curl(&[&hls]);
-    assert!(code == 200 && playlist.contains("#EXTINF"), "{playlist}");
+    let (growing, code) = crate::common::curl(&[&hls]);
+    assert!(code == 200 && growing.contains("#EXTINF"), "{growing}");
+    assert!(
+        growing.contains("#EXT-X-PLAYLIST-TYPE:EVENT\n"),
+        "{growing}"
+    );
+    assert!(!growing.contains("#EXT-X-ENDLIST"), "{growing}");
     let deadline = Instant::now() + Duration::from_secs(20);
     while publisher.try_wait().unwrap().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
@@ -326,6 +334,12 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
     let _ = publisher.kill();
     let _ = publisher.wait();
     server.wait_for_log("live recording closed", Duration::from_secs(10));
+    // Ended: the same playlist, lines appended, the last `#EXT-X-ENDLIST`.
+    let (ended, _) = crate::common::curl(&[&hls]);
+    assert!(
+        ended.starts_with(&growing) && ended.ends_with("#EXT-X-ENDLIST\n"),
+        "growing:\n{growing}\nended:\n{ended}"
+    );
     let file = recording(&server.media_root(), "live/tsrec", "ts");
     let (got, ts) = (std::fs::read(&file).unwrap(), std::fs::read(&sent).unwrap());
     // rtpmp2tpay (GStreamer 1.22) sends 7 TS packets a payload and drops
