@@ -1,9 +1,9 @@
 //! A publisher's input (fjord-live): ANNOUNCE bodies, RTP packets and the
 //! key-frame check of their payloads, the join ring they fill, the loss
 //! counted from their sequence numbers, and the recording made of them
-//! (the depacketizers, the fragmented MP4 written, read back by fjord's
-//! MP4 ingest; or an MP2T track's TS packets, checked whole), never panic
-//! and stay within their limits.
+//! (the depacketizers, LATM's StreamMuxConfig among them, the fragmented
+//! MP4 written, read back by fjord's MP4 ingest; or an MP2T track's TS
+//! packets, checked whole), never panic and stay within their limits.
 #![no_main]
 
 use fjord_live::{
@@ -26,6 +26,10 @@ fuzz_target!(|data: &[u8]| {
     let Some((&split, rest)) = data.split_first() else {
         return;
     };
+    // A LATM StreamMuxConfig (an SDP's `config`) read or refused.
+    if let Ok(c) = fjord_live::latm::config(rest) {
+        assert!(c.sub_frames >= 1 && c.asc.len() <= rest.len());
+    }
     // The head an SDP, the tail packets: 2-byte length, then the packet.
     let (body, mut packets) = rest.split_at((split as usize * 4).min(rest.len()));
     let Ok(announced) = sdp::parse(body, &limits) else {
@@ -53,6 +57,10 @@ fuzz_target!(|data: &[u8]| {
             frame: 1024,
         },
         Payload::Opus,
+        Payload::Latm {
+            sub_frames: 1,
+            frame: 1024,
+        },
     ]
     .map(|p| Depacketizer::new(p, 8192));
     let mut file = recorder.as_ref().map(|r| r.init()).unwrap_or_default();
@@ -89,7 +97,9 @@ fuzz_target!(|data: &[u8]| {
             assert!(loss.received() <= taken && loss.lost() < taken * 3000);
         }
     }
-    let _ = ring.backlog().count();
+    for track in 0..codecs.len() {
+        let _ = ring.backlog(track).iter().count();
+    }
     if let Some(mut r) = recorder {
         r.finish(&mut file);
         match r.extension() {

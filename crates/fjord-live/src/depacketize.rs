@@ -3,7 +3,8 @@
 //! STAP-A, FU-A) and H.265 (RFC 7798 without DONL: single NAL units, AP,
 //! FU) into access units of 4-byte-length-prefixed NAL units (the MP4
 //! form), AAC (`MPEG4-GENERIC`, RFC 3640 AU headers, fragmented
-//! AUs too) and Opus (RFC 7587: a packet is a frame). No reordering: a
+//! AUs too; `MP4A-LATM`, RFC 6416, an AudioMuxElement in packets up to
+//! the marker, [`crate::latm`]) and Opus (RFC 7587: a packet is a frame). No reordering: a
 //! packet lost or out of order drops the frame it damages, counted. Every
 //! frame is within `max_frame_bytes` (a larger one is dropped, counted).
 //! No crate depacketizes into owned frames without its own I/O around it
@@ -35,6 +36,12 @@ pub enum Payload {
     /// AAC in RFC 3640 AU headers; `frame` samples per AU (1024).
     Aac {
         headers: AuHeaders,
+        frame: u32,
+    },
+    /// AAC in LATM AudioMuxElements of `sub_frames` AUs each; `frame`
+    /// samples per AU.
+    Latm {
+        sub_frames: usize,
         frame: u32,
     },
     Opus,
@@ -98,7 +105,7 @@ impl Depacketizer {
             Payload::Aac { headers, frame } => {
                 return self.aac((ts, marker), p, headers, frame, out);
             }
-            Payload::Opus => self.add(p),
+            Payload::Opus | Payload::Latm { .. } => self.add(p),
         }
         if marker || self.payload == Payload::Opus {
             self.complete(out);
@@ -299,6 +306,9 @@ impl Depacketizer {
             self.counts.dropped += 1;
             return;
         }
+        if let Payload::Latm { sub_frames, frame } = self.payload {
+            return self.latm((ts, &buf), (sub_frames, frame), out);
+        }
         let key = match self.payload {
             Payload::H264 => has_key_nal(&buf, |b| b & 0x1f == 5),
             Payload::H265 => has_key_nal(&buf, |b| (16..=23).contains(&((b >> 1) & 0x3f))),
@@ -306,6 +316,31 @@ impl Depacketizer {
         };
         self.counts.frames += 1;
         out.push(Frame { ts, data: buf, key });
+    }
+}
+
+impl Depacketizer {
+    /// The AUs of a whole LATM frame, stamped `frame` samples apart.
+    fn latm(
+        &mut self,
+        (ts, buf): (u32, &[u8]),
+        (sub_frames, frame): (usize, u32),
+        out: &mut Vec<Frame>,
+    ) {
+        let units = crate::latm::access_units(buf, sub_frames)
+            .filter(|u| !u.is_empty() && u.iter().all(|u| !u.is_empty()));
+        let Some(units) = units else {
+            self.counts.dropped += 1;
+            return;
+        };
+        for (i, au) in units.into_iter().enumerate() {
+            self.counts.frames += 1;
+            out.push(Frame {
+                ts: ts.wrapping_add(frame.wrapping_mul(i as u32)),
+                data: au.to_vec(),
+                key: true,
+            });
+        }
     }
 }
 

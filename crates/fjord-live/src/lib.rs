@@ -15,8 +15,9 @@
 //!   joins is sent first, within a byte budget.
 //! - [`publish`]: a publishing session's steps (ANNOUNCE, SETUP of each
 //!   track with `mode=record`, RECORD) and the paths in use.
-//! - [`depacketize`]: RTP payloads back into frames (H.264, AAC, Opus),
-//!   a frame damaged by loss dropped and counted.
+//! - [`depacketize`]: RTP payloads back into frames (H.264, H.265, AAC
+//!   in RFC 3640 AU headers or in LATM ([`latm`]), Opus), a frame
+//!   damaged by loss dropped and counted.
 //! - [`record`]: a stream recorded as a title: packets in, the file's
 //!   bytes out. Fragmented MP4, a fragment per key frame a second or more
 //!   apart; or, for an MP2T track, its TS packets as they came
@@ -35,6 +36,7 @@
 pub mod depacketize;
 pub mod handover;
 pub mod keyframe;
+pub mod latm;
 pub mod loss;
 pub mod publish;
 pub mod reception;

@@ -149,7 +149,7 @@ impl Recorder {
                     let video = codec.is_video();
                     let last_dur = match payload {
                         Payload::H264 | Payload::H265 => t.clock_rate / 25,
-                        Payload::Aac { frame, .. } => frame,
+                        Payload::Aac { frame, .. } | Payload::Latm { frame, .. } => frame,
                         Payload::Opus => 960,
                     };
                     let size = match &codec {
@@ -405,6 +405,7 @@ fn codec_of(t: &Track) -> Result<(Codec, Payload), String> {
         }
         "H265" => Ok((Codec::Hevc(hevc::hvcc(fmtp)?), Payload::H265)),
         "MPEG4-GENERIC" => aac(t, fmtp),
+        "MP4A-LATM" => latm(t, fmtp),
         "OPUS" => {
             let channels = t.channels.unwrap_or(2).clamp(1, 2);
             let mut head = b"OpusHead".to_vec();
@@ -433,11 +434,7 @@ fn aac(t: &Track, fmtp: &str) -> Result<(Codec, Payload), String> {
     {
         return Err("AU headers other than sizes and indexes".to_owned());
     }
-    let hex = param(fmtp, "config").ok_or("no config in its fmtp")?;
-    let asc = (0..hex.len() / 2)
-        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("x"), 16))
-        .collect::<Result<Vec<u8>, _>>()
-        .map_err(|_| "its config is not hex")?;
+    let asc = hex(param(fmtp, "config").ok_or("no config in its fmtp")?)?;
     if asc.len() < 2 {
         return Err("its config is too short".to_owned());
     }
@@ -454,6 +451,34 @@ fn aac(t: &Track, fmtp: &str) -> Result<(Codec, Payload), String> {
             frame: 1024,
         },
     ))
+}
+
+/// AAC in LATM with its StreamMuxConfig in the SDP (`cpresent=0`).
+fn latm(t: &Track, fmtp: &str) -> Result<(Codec, Payload), String> {
+    if param(fmtp, "cpresent").is_some_and(|v| v != "0") {
+        return Err("LATM with its config in the stream (cpresent=1)".to_owned());
+    }
+    let smc = hex(param(fmtp, "config").ok_or("no config in its fmtp")?)?;
+    let c = crate::latm::config(&smc).map_err(|e| format!("its LATM config: {e}"))?;
+    let channels = t.channels.unwrap_or((c.asc[1] >> 3) & 0xf).max(1);
+    let codec = Codec::Aac {
+        asc: c.asc,
+        rate: t.clock_rate,
+        channels,
+    };
+    let payload = Payload::Latm {
+        sub_frames: c.sub_frames,
+        frame: 1024,
+    };
+    Ok((codec, payload))
+}
+
+/// The bytes a hexadecimal `config` says.
+fn hex(hex: &str) -> Result<Vec<u8>, String> {
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("x"), 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| "its config is not hex".to_owned())
 }
 
 /// An `a=fmtp` parameter's value (names are case-insensitive).

@@ -96,13 +96,20 @@ fn publish(server: &Server, path: &str) -> Child {
 }
 
 fn publish_file(server: &Server, path: &str, file: &Path) -> Child {
+    publish_with(server, path, file, &[])
+}
+
+/// ffmpeg publishes `file` to `path`, `args` before its output.
+fn publish_with(server: &Server, path: &str, file: &Path, args: &[&str]) -> Child {
     let url = server
         .url(path)
         .replacen("rtsp://", "rtsp://pub:secret@", 1);
     Command::new("ffmpeg")
         .args(["-nostdin", "-v", "error", "-re", "-i"])
         .arg(file)
-        .args(["-c", "copy", "-f", "rtsp", &url])
+        .args(["-c", "copy"])
+        .args(args)
+        .args(["-f", "rtsp", &url])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -211,6 +218,25 @@ fn a_published_stream_is_recorded_as_a_title_with_the_published_packets() {
     let other = publish(&server, "other/x").wait_with_output().unwrap();
     assert!(other.status.success());
     assert!(!server.media_root().join("other").exists());
+}
+
+/// AAC published in LATM (RFC 6416, `MP4A-LATM`: ffmpeg's `-rtpflags
+/// latm`, GStreamer's `rtpmp4apay`) is recorded as AAC: its
+/// AudioSpecificConfig from the SDP's StreamMuxConfig, its access units
+/// the published ones.
+#[test]
+fn aac_published_in_latm_is_recorded_with_the_published_access_units() {
+    let server = Server::start(CONFIG);
+    let publisher = publish_with(&server, "live/latm", source(), &["-rtpflags", "latm"]);
+    let (file, _) = closed_recording(&server, publisher, "live/latm");
+    let file_s = file.to_str().unwrap();
+    let src = source().to_str().unwrap();
+    let (got, all) = (packet_md5s(file_s, 1), packet_md5s(src, 1));
+    assert!(got.len() > 100, "{} audio packets recorded", got.len());
+    let at = (all.iter().position(|m| *m == got[0])).expect("a published access unit");
+    assert!(at <= 5, "audio starts at packet {at}");
+    assert_prefix(&got, &all[at..], 3, "LATM access units");
+    assert!(!server.log_text().contains("left out of the recording"));
 }
 
 #[test]
