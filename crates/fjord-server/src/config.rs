@@ -89,6 +89,9 @@ pub struct Config {
     /// Globs of the live paths whose streams are recorded as titles
     /// (`docs/live.md#recording`); none: nothing is recorded.
     pub live_record: Vec<String>,
+    /// A recording's file ends at the first key frame past this many
+    /// seconds and the next begins there; 0: one file per stream.
+    pub live_record_max_s: u64,
     pub max_connections: usize,
     /// Of `max_connections`, at most this many from one client address
     /// (RTSP and HTTP together); 0: no cap.
@@ -293,6 +296,7 @@ impl Default for Config {
             live_max_packet_bytes: 1500,
             live_max_buffer_bytes: 16 << 20,
             live_record: Vec::new(),
+            live_record_max_s: 3600,
             max_connections: 1024,
             max_connections_per_address: 128,
             max_sessions: 1024,
@@ -565,6 +569,9 @@ impl Config {
         // Viewers of a held stream wait in memory: bounded like the other live limits.
         if self.live_grace_s > 300 {
             return bad("live_grace_s must be at most 300");
+        }
+        if self.live_record_max_s > 7 * 86_400 {
+            return bad("live_record_max_s must be at most 604800 (a week)");
         }
         if self.max_header_bytes < 256 {
             return bad("max_header_bytes must be at least 256");
@@ -928,6 +935,11 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("fec = \"12\"").unwrap();
         assert!(c.validate().is_err());
+        assert_eq!(Config::default().live_record_max_s, 3600);
+        let c: Config = toml::from_str("live_record_max_s = 604801").unwrap();
+        assert!(c.validate().is_err());
+        let c: Config = toml::from_str("live_record_max_s = 0").unwrap();
+        assert!(c.validate().is_ok());
         let c: Config = toml::from_str("live_grace_s = 301").unwrap();
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("live_grace_s = 0").unwrap();

@@ -239,6 +239,61 @@ fn aac_published_in_latm_is_recorded_with_the_published_access_units() {
     assert!(!server.log_text().contains("left out of the recording"));
 }
 
+/// With `live_record_max_s` a recording is files of that length or a
+/// little more, each from a key frame: together every published video
+/// packet from the first key frame on, none twice, none missing between
+/// them; each a title of its own.
+#[test]
+fn a_recording_past_live_record_max_s_goes_on_in_a_new_file_at_a_key_frame() {
+    let server = Server::start(&format!("live_record_max_s = 2\n{CONFIG}"));
+    let out = publish(&server, "live/split").wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = server.media_root().join("live/split");
+    let files = || -> Vec<PathBuf> {
+        let mut f: Vec<PathBuf> = (std::fs::read_dir(&dir).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "mp4"))
+            .collect();
+        f.sort();
+        f
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while server.log_text().matches("live recording closed").count() < files().len().max(2) {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let files = files();
+    assert!(
+        (2..=4).contains(&files.len()),
+        "6 s in {} files",
+        files.len()
+    );
+    let src = packet_md5s(source().to_str().unwrap(), 0);
+    let mut got = Vec::new();
+    for f in &files {
+        let packets = packet_md5s(f.to_str().unwrap(), 0);
+        // Each begins with a key frame: one a second in the source.
+        let at = src
+            .iter()
+            .position(|m| *m == packets[0])
+            .expect("a published packet");
+        assert_eq!(at % 25, 0, "{} begins at packet {at}", f.display());
+        got.extend(packets);
+    }
+    assert_prefix(&got, &src, 0, "video packets of the files in turn");
+    let title = files[1].strip_prefix(server.media_root()).unwrap();
+    let played = decoded_md5s(&server.url(title.to_str().unwrap()));
+    assert!(
+        played.len() >= 50,
+        "the second file played {} frames",
+        played.len()
+    );
+}
+
 #[test]
 fn a_recording_left_by_a_killed_server_is_served_up_to_its_last_fragment() {
     let media = tempfile::tempdir().unwrap();

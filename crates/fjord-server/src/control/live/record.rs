@@ -19,11 +19,12 @@ use std::{
     io::Write,
     path::{Path, PathBuf},
     sync::{Arc, Weak, mpsc},
-    time::SystemTime,
+    time::{Duration, Instant, SystemTime},
 };
 
 use fjord_engine::LivePacket;
 use fjord_live::{
+    Limits, keyframe,
     record::{self, Record, RecordLimits},
     sdp::Track,
 };
@@ -90,7 +91,7 @@ pub(super) fn start(server: &Server, path: &str, tracks: &[Track]) -> Option<Rec
     if !config.records(path) {
         return None;
     }
-    let (recorder, left_out) = match record::recorder(tracks, RecordLimits::default()) {
+    let (_, left_out) = match record::recorder(tracks, RecordLimits::default()) {
         Ok(r) => r,
         Err(why) => {
             tracing::warn!(path, "live stream not recorded: {why}");
@@ -101,7 +102,13 @@ pub(super) fn start(server: &Server, path: &str, tracks: &[Track]) -> Option<Rec
         tracing::warn!(path, "{why}");
     }
     let root = server.catalog.roots().into_iter().next()?;
-    let (file, title) = match create(&root, path, recorder.extension()) {
+    let plan = Plan {
+        root,
+        path: path.to_owned(),
+        tracks: tracks.to_vec(),
+        max: (config.live_record_max_s > 0).then(|| Duration::from_secs(config.live_record_max_s)),
+    };
+    let file = match Part::begin(server, &plan) {
         Ok(f) => f,
         Err(e) => {
             tracing::error!(path, "live stream not recorded: {e}");
@@ -109,14 +116,13 @@ pub(super) fn start(server: &Server, path: &str, tracks: &[Track]) -> Option<Rec
             return None;
         }
     };
-    server.catalog.growing().began(&title);
+    let title = file.title.clone();
     let (tx, rx) = mpsc::sync_channel(QUEUE);
     let weak = server.live.server.get().cloned().unwrap_or_default();
     let rt = tokio::runtime::Handle::try_current().ok();
-    let name = title.clone();
     let spawned = std::thread::Builder::new()
         .name("fjord-record".to_owned())
-        .spawn(move || run(rx, recorder, file, (name, weak, rt)));
+        .spawn(move || run(rx, plan, file, (weak, rt)));
     if let Err(e) = spawned {
         server.catalog.growing().ended(&title);
         tracing::error!(path, "live stream not recorded: {e}");
@@ -127,6 +133,61 @@ pub(super) fn start(server: &Server, path: &str, tracks: &[Track]) -> Option<Rec
         tx: Some(tx),
         title,
     })
+}
+
+/// What each file of a recording is made of: where, of which tracks, and
+/// for how long at most (`live_record_max_s`).
+struct Plan {
+    root: PathBuf,
+    path: String,
+    tracks: Vec<Track>,
+    max: Option<Duration>,
+}
+
+/// One file of a recording being written.
+struct Part {
+    recorder: Box<dyn Record>,
+    file: File,
+    title: String,
+    began: Instant,
+    failed: Option<std::io::Error>,
+}
+
+impl Part {
+    /// A new file of the recording, its head written, told to the catalog.
+    fn begin(server: &Server, plan: &Plan) -> Result<Part, String> {
+        let (recorder, _) = record::recorder(&plan.tracks, RecordLimits::default())?;
+        let (mut file, title) =
+            create(&plan.root, &plan.path, recorder.extension()).map_err(|e| e.to_string())?;
+        let mut out = recorder.init();
+        let failed = write(&mut file, &mut out).err();
+        server.catalog.growing().began(&title);
+        Ok(Part {
+            recorder,
+            file,
+            title,
+            began: Instant::now(),
+            failed,
+        })
+    }
+}
+
+/// Whether a recording's file that began `age` ago ends before this
+/// packet (of track `track`, payload `payload`) and the next one begins
+/// with it: past `max`, at a key frame of the first video track (at any
+/// packet without video), so each file starts where a decoder can.
+fn ends_before(
+    age: Duration,
+    max: Option<Duration>,
+    tracks: &[Track],
+    (track, payload): (usize, &[u8]),
+) -> bool {
+    let key_track = tracks.iter().position(|t| t.codec.is_video());
+    max.is_some_and(|max| age >= max)
+        && match key_track {
+            Some(k) => k == track && keyframe::starts_key(tracks[k].codec, payload),
+            None => true,
+        }
 }
 
 /// The file of a recording starting now: `root/PATH/STAMP.EXT`, a
@@ -153,68 +214,84 @@ fn create(root: &Path, path: &str, ext: &str) -> std::io::Result<(File, String)>
     Err(std::io::Error::other("100 recordings of this second exist"))
 }
 
-type Ingest = (String, Weak<Server>, Option<tokio::runtime::Handle>);
+type Ingest = (Weak<Server>, Option<tokio::runtime::Handle>);
 
 /// The recording's thread: packets in, runs (fragments, TS packets)
-/// written and synced, each told to the catalog; when the intake's end is
-/// dropped (the stream ended, or the recording stopped), the last run,
-/// then the title is ingested whole.
-fn run(
-    rx: mpsc::Receiver<Input>,
-    mut recorder: Box<dyn Record>,
-    mut file: File,
-    (title, server, rt): Ingest,
-) {
-    let mut out = recorder.init();
-    let mut failed = write(&mut file, &mut out).err();
+/// written and synced, each told to the catalog; a file past
+/// `live_record_max_s` ends at the next key frame, which begins the next
+/// file. When the intake's end is dropped (the stream ended, or the
+/// recording stopped), the last run, then each file is ingested whole.
+fn run(rx: mpsc::Receiver<Input>, plan: Plan, mut file: Part, (server, rt): Ingest) {
+    let mut out = Vec::new();
     while let Ok(input) = rx.recv() {
-        if failed.is_some() {
+        if file.failed.is_some() {
             continue;
         }
         match input {
-            Input::Packet(track, packet) => recorder.push(track, &packet, &mut out),
-            Input::NextPublisher => recorder.next_publisher(),
+            Input::Packet(track, packet) => {
+                let payload = fjord_live::rtp::parse(&packet, &Limits::default());
+                let payload = payload.map_or(&[][..], |h| &packet[h.payload]);
+                if ends_before(
+                    file.began.elapsed(),
+                    plan.max,
+                    &plan.tracks,
+                    (track, payload),
+                ) {
+                    let Some(s) = server.upgrade() else { return };
+                    match Part::begin(&s, &plan) {
+                        Ok(next) => close(std::mem::replace(&mut file, next), &s, rt.as_ref()),
+                        Err(e) => tracing::error!(plan.path, "live recording not split: {e}"),
+                    }
+                }
+                file.recorder.push(track, &packet, &mut out);
+            }
+            Input::NextPublisher => file.recorder.next_publisher(),
         }
         if !out.is_empty() {
-            failed = write(&mut file, &mut out).err();
-            if failed.is_none() && recorder.cuts() > 0 {
-                grew(&server, &title, &file);
+            file.failed = write(&mut file.file, &mut out).err();
+            if file.failed.is_none() && file.recorder.cuts() > 0 {
+                grew(&server, &file);
             }
         }
     }
-    recorder.finish(&mut out);
-    if failed.is_none() {
-        failed = write(&mut file, &mut out).err();
+    if let Some(s) = server.upgrade() {
+        close(file, &s, rt.as_ref());
     }
-    drop(file);
-    let counts = recorder.counts();
-    let Some(server) = server.upgrade() else {
-        return;
-    };
-    server.catalog.growing().ended(&title);
-    if let Some(e) = failed {
-        tracing::error!(title, "live recording failed: {e}");
+}
+
+/// Ends a file of the recording: its last run written, then ingested as
+/// a title.
+fn close(mut f: Part, server: &Arc<Server>, rt: Option<&tokio::runtime::Handle>) {
+    let mut out = Vec::new();
+    f.recorder.finish(&mut out);
+    if f.failed.is_none() {
+        f.failed = write(&mut f.file, &mut out).err();
+    }
+    let counts = f.recorder.counts();
+    server.catalog.growing().ended(&f.title);
+    if let Some(e) = f.failed {
+        tracing::error!(title = f.title, "live recording failed: {e}");
         server.metrics.recording(Outcome::Failed);
         return;
     }
     tracing::info!(
-        title,
-        runs = recorder.cuts(),
+        title = f.title,
+        runs = f.recorder.cuts(),
         frames = counts.frames,
         dropped = counts.dropped,
         "live recording closed"
     );
     server.metrics.recording(Outcome::Done);
-    ingest(server, title, rt);
+    ingest(server.clone(), f.title, rt.cloned());
 }
 
 /// Tells the catalog the file's length: all of it is whole runs (MP4
 /// fragments, TS packets), synced (`write` returned).
-fn grew(server: &Weak<Server>, title: &str, file: &File) {
-    let (Some(server), Ok(meta)) = (server.upgrade(), file.metadata()) else {
+fn grew(server: &Weak<Server>, f: &Part) {
+    let (Some(server), Ok(meta)) = (server.upgrade(), f.file.metadata()) else {
         return;
     };
-    server.catalog.growing().grew(title, meta.len());
+    server.catalog.growing().grew(&f.title, meta.len());
 }
 
 /// Appends `out` to the file and syncs it: what a crash leaves is whole
@@ -262,6 +339,28 @@ mod tests {
         assert!(rx.recv().is_err());
         // The packets are the intake's, by reference.
         assert_eq!(Arc::strong_count(&packet), 1);
+    }
+
+    #[test]
+    fn a_file_ends_past_its_length_at_a_key_frame_of_the_video() {
+        let sdp = b"v=0\r\no=- 0 0 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n\
+            m=audio 0 RTP/AVP 97\r\na=rtpmap:97 OPUS/48000/2\r\n\
+            m=video 0 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\n";
+        let limits = fjord_live::Limits::default();
+        let tracks = fjord_live::sdp::parse(sdp, &limits).unwrap().tracks;
+        let (idr, p) = ([0x65u8, 0x88][..].to_vec(), [0x41u8, 0x9a][..].to_vec());
+        let max = Some(Duration::from_secs(60));
+        let (young, old) = (Duration::from_secs(59), Duration::from_secs(60));
+        assert!(ends_before(old, max, &tracks, (1, &idr)));
+        assert!(!ends_before(young, max, &tracks, (1, &idr)), "not yet");
+        assert!(!ends_before(old, max, &tracks, (1, &p)), "not a key frame");
+        assert!(!ends_before(old, max, &tracks, (0, &idr)), "the audio's");
+        assert!(
+            !ends_before(old, None, &tracks, (1, &idr)),
+            "one file a stream"
+        );
+        // Audio alone: at any packet.
+        assert!(ends_before(old, max, &tracks[..1], (0, &p)));
     }
 
     #[test]
