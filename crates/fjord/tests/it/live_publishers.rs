@@ -320,8 +320,18 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
     );
     // HLS: an EVENT playlist of the snapshot's settled byte ranges.
     let hls = format!("http://127.0.0.1:{http}/live/tsrec/latest.ts/media.m3u8");
-    let (growing, code) = crate::common::curl(&[&hls]);
-    assert!(code == 200 && growing.contains("#EXTINF"), "{growing}");
+    // A segment is listed once a second or more follows it: asked again
+    // while the six seconds are recorded.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let growing = loop {
+        let (growing, code) = crate::common::curl(&[&hls]);
+        assert_eq!(code, 200, "{growing}");
+        if growing.contains("#EXTINF") || Instant::now() > deadline {
+            break growing;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(growing.contains("#EXTINF"), "{growing}");
     assert!(
         growing.contains("#EXT-X-PLAYLIST-TYPE:EVENT\n"),
         "{growing}"
