@@ -290,22 +290,7 @@ fn payload_search_helper_is_aligned() {
 /// RTCP SRs (RFC 3550 §6.4.1) map NTP to RTP time the way the packets
 /// actually flow, and count what was sent.
 fn assert_sender_reports_map_the_clock(cap: &fjord_client::Capture) {
-    let srs: Vec<(std::time::Instant, u64, u32, u32, u32)> = cap
-        .rtcp
-        .iter()
-        .flat_map(|r| {
-            r.packets.iter().filter_map(move |p| match *p {
-                fjord_client::RtcpPacket::SenderReport {
-                    ntp,
-                    rtp_ts,
-                    packet_count,
-                    octet_count,
-                    ..
-                } => Some((r.arrival, ntp, rtp_ts, packet_count, octet_count)),
-                _ => None,
-            })
-        })
-        .collect();
+    let srs = crate::common::sender_reports(cap);
     let ntp_secs = |ntp: u64| (ntp >> 32) as f64 + (ntp & 0xffff_ffff) as f64 / 4_294_967_296.0;
     // The NTP clock is the wall clock (1900 epoch).
     let unix_now = std::time::SystemTime::now()

@@ -11,7 +11,7 @@ mod process;
 pub mod s3;
 mod server;
 
-pub use checks::{TS, assert_contiguous, find_aligned, starts_at_random_access};
+pub use checks::{TS, assert_contiguous, find_aligned, sender_reports, starts_at_random_access};
 pub use http::{curl, curl_bytes, curl_status, get_json};
 pub use media::{TsClip, clip_bytes, generate_media, ingest, media, muxed_10mbit, vbr_bytes};
 pub use net::{

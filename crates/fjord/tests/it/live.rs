@@ -839,20 +839,7 @@ fn a_live_viewer_gets_sender_reports_that_map_the_clock_and_count_what_it_was_se
     let _ = p.wait();
     let cap = own.join().unwrap();
     assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
-    let srs: Vec<_> = (cap.rtcp.iter())
-        .flat_map(|r| {
-            r.packets.iter().filter_map(move |p| match *p {
-                fjord_client::RtcpPacket::SenderReport {
-                    ntp,
-                    rtp_ts,
-                    packet_count,
-                    octet_count,
-                    ..
-                } => Some((r.arrival, ntp, rtp_ts, packet_count, octet_count)),
-                _ => None,
-            })
-        })
-        .collect();
+    let srs = crate::common::sender_reports(&cap);
     assert!(srs.len() >= 4, "{} sender reports in some 6 s", srs.len());
     let ntp_unix = |ntp: u64| (ntp >> 32) as f64 - 2_208_988_800.0;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);

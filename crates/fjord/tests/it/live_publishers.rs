@@ -11,7 +11,7 @@
 //! killed server left is whole TS packets and plays after a restart.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{Server, stdout_of};
@@ -34,6 +34,33 @@ fn md5s(input: &str, map: &str, packets: bool, limit: Duration) -> Vec<String> {
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| Some(l.rsplit(',').next()?.trim().to_owned()))
         .collect()
+}
+
+/// GStreamer publishes `frames` of live 320x240 H.264 at 25 fps (a key
+/// frame a second), muxed once into MPEG-TS, to `path` over TCP; the same
+/// bytes go to the file `copy` too, when given.
+fn publish_ts(server: &Server, path: &str, frames: u32, copy: Option<&Path>) -> Child {
+    let tee = copy.map_or(String::new(), |c| {
+        format!(
+            "tee name=t t. ! queue ! filesink location={} t. ! queue ! ",
+            c.display()
+        )
+    });
+    let publish = format!(
+        "videotestsrc is-live=true num-buffers={frames} ! \
+         video/x-raw,width=320,height=240,framerate=25/1 ! \
+         x264enc key-int-max=25 speed-preset=veryfast tune=zerolatency ! h264parse ! mpegtsmux ! \
+         {tee}rtspclientsink protocols=tcp location={}",
+        publisher_url(server, path)
+    );
+    Command::new("gst-launch-1.0")
+        .args(["-q", "-e"])
+        .args(publish.split_whitespace())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 fn publisher_url(server: &Server, path: &str) -> String {
@@ -210,22 +237,7 @@ fn gstreamer_publishes_mpeg_ts_and_a_viewer_gets_its_packets_from_a_key_frame() 
     let sent = server.root.path().join("published.ts");
     // 8 s of live video, a key frame a second, muxed once: the same bytes
     // to a file and to fjord.
-    let publish = format!(
-        "videotestsrc is-live=true num-buffers=200 ! video/x-raw,width=320,height=240,framerate=25/1 ! \
-         x264enc key-int-max=25 speed-preset=veryfast tune=zerolatency ! h264parse ! mpegtsmux ! \
-         tee name=t t. ! queue ! filesink location={} t. ! queue ! \
-         rtspclientsink protocols=tcp location={}",
-        sent.display(),
-        publisher_url(&server, "live/ts")
-    );
-    let mut publisher = Command::new("gst-launch-1.0")
-        .args(["-q", "-e"])
-        .args(publish.split_whitespace())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut publisher = publish_ts(&server, "live/ts", 200, Some(&sent));
     server.wait_for_log("live stream recording", Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(2));
     let mut viewer = fjord_client::RtspClient::connect(&server.url("live/ts")).unwrap();
@@ -276,22 +288,7 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
     // six seconds are recorded.
     let (server, http) = Server::start_http(&format!("hls_segment_s = 1\n{CONFIG}"));
     let sent = server.root.path().join("published.ts");
-    let publish = format!(
-        "videotestsrc is-live=true num-buffers=150 ! video/x-raw,width=320,height=240,framerate=25/1 ! \
-         x264enc key-int-max=25 speed-preset=veryfast tune=zerolatency ! h264parse ! mpegtsmux ! \
-         tee name=t t. ! queue ! filesink location={} t. ! queue ! \
-         rtspclientsink protocols=tcp location={}",
-        sent.display(),
-        publisher_url(&server, "live/tsrec")
-    );
-    let mut publisher = Command::new("gst-launch-1.0")
-        .args(["-q", "-e"])
-        .args(publish.split_whitespace())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut publisher = publish_ts(&server, "live/tsrec", 150, Some(&sent));
     server.wait_for_log("live stream recorded", Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(3));
     let describe = format!(
@@ -403,20 +400,7 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
 fn an_mpeg_ts_recording_left_by_a_killed_server_is_whole_ts_packets_and_plays() {
     let media = tempfile::tempdir().unwrap();
     let server = Server::start_on(media.path(), CONFIG);
-    let publish = format!(
-        "videotestsrc is-live=true num-buffers=250 ! video/x-raw,width=320,height=240,framerate=25/1 ! \
-         x264enc key-int-max=25 speed-preset=veryfast tune=zerolatency ! h264parse ! mpegtsmux ! \
-         rtspclientsink protocols=tcp location={}",
-        publisher_url(&server, "live/tscrash")
-    );
-    let mut publisher = Command::new("gst-launch-1.0")
-        .args(["-q", "-e"])
-        .args(publish.split_whitespace())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut publisher = publish_ts(&server, "live/tscrash", 250, None);
     server.wait_for_log("live stream recorded", Duration::from_secs(20));
     // Some 4 s of media: three runs or more synced.
     std::thread::sleep(Duration::from_millis(4500));

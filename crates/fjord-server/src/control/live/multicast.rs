@@ -18,10 +18,10 @@ use std::net::IpAddr;
 use fjord_engine::{Backlog, Command, LiveViewer, Output};
 use fjord_proto::rtsp::{response::Response, transport};
 
-use super::super::{Client, PlayStart, Reply};
+use super::super::{Client, Reply};
 use super::{
     State, Stream, refuse, session_header, session_id,
-    view::{Viewing, backlog, header_of},
+    view::{self, Viewing, backlog, header_of},
 };
 use crate::{Server, multicast};
 
@@ -295,20 +295,7 @@ pub(super) fn play(server: &Server, id: &str) -> Reply {
         })
         .collect();
     viewing.playing = true;
-    let mut response = Response::new(200)
-        .header("Session", session_header(server, id))
-        .header("Range", "npt=0.000-");
-    if !infos.is_empty() {
-        response = response.header("RTP-Info", infos.join(","));
-    }
-    let mut reply: Reply = response.into();
-    if !starts.is_empty() {
-        reply.start = Some(PlayStart {
-            streams: starts,
-            origin_ns: 0,
-        });
-    }
-    reply
+    view::play_reply(server, id, &infos, starts)
 }
 
 /// The publisher's numbering of the next packet of `track` the group

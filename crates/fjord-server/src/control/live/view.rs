@@ -460,6 +460,17 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
     }
     stream.threads.insert(thread);
     viewing.playing = true;
+    play_reply(server, id, &infos, starts)
+}
+
+/// The reply to viewer session `id`'s PLAY: its RTP-Info `infos`, and the
+/// engine viewers `starts` (thread key, id) started once it is written.
+pub(super) fn play_reply(
+    server: &Server,
+    id: &str,
+    infos: &[String],
+    starts: Vec<(u64, u64)>,
+) -> Reply {
     let mut response = Response::new(200)
         .header("Session", session_header(server, id))
         .header("Range", "npt=0.000-");
@@ -467,10 +478,12 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
         response = response.header("RTP-Info", infos.join(","));
     }
     let mut reply: Reply = response.into();
-    reply.start = Some(PlayStart {
-        streams: starts,
-        origin_ns: 0,
-    });
+    if !starts.is_empty() {
+        reply.start = Some(PlayStart {
+            streams: starts,
+            origin_ns: 0,
+        });
+    }
     reply
 }
 

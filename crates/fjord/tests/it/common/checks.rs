@@ -129,3 +129,25 @@ pub fn starts_at_random_access(ts: &[u8], offset: usize) -> bool {
     }
     false
 }
+
+/// A sender report a capture got: when it arrived, its NTP time, RTP
+/// time, packet and octet counts.
+pub type SenderReport = (std::time::Instant, u64, u32, u32, u32);
+
+/// The sender reports of `cap`, in arrival order.
+pub fn sender_reports(cap: &fjord_client::Capture) -> Vec<SenderReport> {
+    (cap.rtcp.iter())
+        .flat_map(|r| {
+            r.packets.iter().filter_map(move |p| match *p {
+                fjord_client::RtcpPacket::SenderReport {
+                    ntp,
+                    rtp_ts,
+                    packet_count,
+                    octet_count,
+                    ..
+                } => Some((r.arrival, ntp, rtp_ts, packet_count, octet_count)),
+                _ => None,
+            })
+        })
+        .collect()
+}
