@@ -68,10 +68,8 @@ pub(crate) struct Live {
     /// For a thread whose path cannot send from memory, or failed here.
     fallback: MmapWritev,
     use_fallback: bool,
-    /// Each feed's clock, for sender reports ([`report`]).
+    /// Each feed's clock, for the sender report of a BYE ([`report`]).
     clocks: HashMap<u64, Clock>,
-    /// When the viewers' next sender reports are due.
-    next_report: Option<Instant>,
 }
 
 /// Where a packet is sent and what the thread counts.
@@ -79,7 +77,6 @@ pub(crate) struct Sink<'a> {
     pub connections: &'a mut HashMap<u64, Connection>,
     pub stats: &'a mut ThreadStats,
     pub cname: &'a str,
-    pub rtcp_interval: Duration,
 }
 
 /// The thread's data path and its reused batch, lent for a flush.
@@ -206,7 +203,6 @@ impl Live {
             pending,
             fallback,
             use_fallback,
-            clocks,
             ..
         } = self;
         for (feed, packets) in pending.iter() {
@@ -258,39 +254,14 @@ impl Live {
             for v in viewers.iter_mut().filter(|v| v.started) {
                 let old = counted(v.backlog.iter());
                 v.backlog = Backlog::default();
-                let first = v.sent == (0, 0);
                 v.sent.0 = v.sent.0.wrapping_add(old.0).wrapping_add(new.0);
                 v.sent.1 = v.sent.1.wrapping_add(old.1).wrapping_add(new.1);
-                // Its first report with its first packets, as a VOD
-                // session's: players that map tracks by reports (ffmpeg)
-                // then never remap a track they have played.
-                if first && v.sent != (0, 0) {
-                    report::send(v, clocks.get(feed), sink, false);
-                }
             }
         }
         pending.clear();
         self.pending_packets = 0;
         self.since = None;
         self.backlog_due = false;
-        self.report(sink);
-    }
-
-    /// Sends each started viewer a sender report when they are due.
-    fn report(&mut self, sink: &mut Sink<'_>) {
-        // The first are an interval on: a viewer's first went with its
-        // first packets.
-        let now = Instant::now();
-        if now < *self.next_report.get_or_insert(now + sink.rtcp_interval) {
-            return;
-        }
-        self.next_report = Some(now + sink.rtcp_interval);
-        for (feed, viewers) in &self.feeds {
-            let clock = self.clocks.get(feed);
-            for v in viewers.iter().filter(|v| v.started) {
-                report::send(v, clock, sink, false);
-            }
-        }
     }
 }
 
@@ -518,7 +489,6 @@ mod tests {
             connections: &mut connections,
             stats: &mut stats,
             cname: "fjord",
-            rtcp_interval: Duration::from_secs(5),
         };
         f(&mut out, &mut sink);
         stats
@@ -658,19 +628,23 @@ mod tests {
         });
         assert_eq!(live.viewers(), 0);
         assert_eq!(path.bursts.len(), 1, "the pending packet");
-        // Its first sender report went with its first packet; then the BYE.
         let mut buf = [0u8; 256];
+        let n = rx.recv(&mut buf).unwrap();
+        let parsed = fjord_proto::rtcp::parse_compound(&buf[..n]).unwrap();
         let bye = fjord_proto::rtcp::RtcpInfo::Bye { ssrcs: vec![5000] };
-        let reports: Vec<_> = (0..2)
-            .map(|_| {
-                let n = rx.recv(&mut buf).unwrap();
-                fjord_proto::rtcp::parse_compound(&buf[..n]).unwrap()
-            })
-            .collect();
-        assert!(
-            !reports[0].contains(&bye) && reports[1].contains(&bye),
-            "{reports:?}"
-        );
+        assert!(parsed.contains(&bye), "{parsed:?}");
+        // Its sender report counts the packet it was sent.
+        let counted = parsed.iter().any(|i| {
+            matches!(
+                i,
+                fjord_proto::rtcp::RtcpInfo::SenderReport {
+                    packets: 1,
+                    octets: 3,
+                    ..
+                }
+            )
+        });
+        assert!(counted, "{parsed:?}");
     }
 
     /// Through a real data path (GSO) to a real socket: a viewer's socket

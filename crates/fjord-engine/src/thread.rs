@@ -600,7 +600,6 @@ impl Worker {
             connections: &mut self.connections,
             stats: &mut self.stats,
             cname: &self.config.cname,
-            rtcp_interval: self.config.rtcp_interval,
         };
         f(&mut self.live, &mut out, &mut sink);
         if let Some(at) = (self.connections.values())

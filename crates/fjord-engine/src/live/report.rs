@@ -1,17 +1,14 @@
-//! RTCP sender reports to live viewers (RFC 3550 §6.4.1): a viewer's
-//! first with its first packets, then every `rtcp_interval_s` while
-//! packets flow, and one with the BYE that ends it. Each maps the wall
-//! clock to the viewer's RTP timestamps, linearly, as a sender's clock
-//! runs: a feed's clock is the timestamp of the first packet this thread
-//! got of it, run on at the track's rate from when it came. Every track of
-//! a stream is so anchored at the same moment, which keeps the tracks in
-//! sync for players that sync them by their reports. It is never moved:
-//! a mapping taken afresh from each packet's arrival jitters with it, and
-//! ffmpeg shifts a track's times by each change (seen: a frame dropped
-//! as out of order). A publisher that continues a held stream is
-//! renumbered to follow on by the wall clock (`fjord_live::handover`), so
-//! the mapping holds across it; a publisher's clock that drifts from ours
-//! moves its packets away from the mapping, every track alike.
+//! The RTCP sender report a live viewer's BYE carries (RFC 3550 §6.4.1):
+//! the wall clock as NTP time, the packets and payload octets it was
+//! sent, and an RTP time: the feed's first packet's timestamp (the first
+//! this thread got), run on at the track's rate from its arrival.
+//!
+//! No report goes while packets flow. A mapping from arrival is right
+//! only for a publisher that sends its tracks in step; GStreamer's
+//! `rtspclientsink` does not, ffmpeg as a viewer resyncs its tracks by the
+//! first reports, and a test saw it drop the frames after the key frame.
+//! The publisher's own reports, relayed in the viewers' numbering, would
+//! be the right mapping: not built.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
