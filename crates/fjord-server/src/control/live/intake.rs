@@ -66,7 +66,7 @@ fn take(
         .ring
         .push(track, ts, key, bytes.len(), packet.clone());
     if let Some(r) = stream.recording.as_mut() {
-        r.packet(&server.metrics, track, &packet);
+        r.packet(&server.metrics, (track, key), &packet);
     }
     batch.push(packet);
     true

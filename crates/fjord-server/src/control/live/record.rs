@@ -24,7 +24,6 @@ use std::{
 
 use fjord_engine::LivePacket;
 use fjord_live::{
-    Limits, keyframe,
     record::{self, Record, RecordLimits},
     sdp::Track,
 };
@@ -42,7 +41,8 @@ pub(super) const QUEUE: usize = 8192;
 /// What the recording's thread is handed: a packet of a track, or the
 /// place where the next publisher continues the stream.
 enum Input {
-    Packet(usize, LivePacket),
+    /// Track, whether it starts a key frame, the packet.
+    Packet(usize, bool, LivePacket),
     NextPublisher,
 }
 
@@ -54,9 +54,15 @@ pub(super) struct Recording {
 }
 
 impl Recording {
-    /// Hands a packet of track `track` to the recording, never waiting.
-    pub(super) fn packet(&mut self, metrics: &Metrics, track: usize, packet: &LivePacket) {
-        self.send(metrics, Input::Packet(track, packet.clone()));
+    /// Hands a packet of track `track` to the recording, never waiting;
+    /// `key`: it starts a key frame (the intake's [`fjord_live::keyframe::starts_key`]).
+    pub(super) fn packet(
+        &mut self,
+        metrics: &Metrics,
+        (track, key): (usize, bool),
+        packet: &LivePacket,
+    ) {
+        self.send(metrics, Input::Packet(track, key, packet.clone()));
     }
 
     /// A publisher continues the stream: the recording goes on in the
@@ -173,19 +179,19 @@ impl Part {
 }
 
 /// Whether a recording's file that began `age` ago ends before this
-/// packet (of track `track`, payload `payload`) and the next one begins
-/// with it: past `max`, at a key frame of the first video track (at any
-/// packet without video), so each file starts where a decoder can.
+/// packet (of track `track`; `key`: it starts a key frame) and the next
+/// one begins with it: past `max`, at a key frame of the first video
+/// track (at any packet without video), so each file starts where a
+/// decoder can.
 fn ends_before(
     age: Duration,
     max: Option<Duration>,
     tracks: &[Track],
-    (track, payload): (usize, &[u8]),
+    (track, key): (usize, bool),
 ) -> bool {
-    let key_track = tracks.iter().position(|t| t.codec.is_video());
     max.is_some_and(|max| age >= max)
-        && match key_track {
-            Some(k) => k == track && keyframe::starts_key(tracks[k].codec, payload),
+        && match tracks.iter().position(|t| t.codec.is_video()) {
+            Some(k) => k == track && key,
             None => true,
         }
 }
@@ -228,15 +234,8 @@ fn run(rx: mpsc::Receiver<Input>, plan: Plan, mut file: Part, (server, rt): Inge
             continue;
         }
         match input {
-            Input::Packet(track, packet) => {
-                let payload = fjord_live::rtp::parse(&packet, &Limits::default());
-                let payload = payload.map_or(&[][..], |h| &packet[h.payload]);
-                if ends_before(
-                    file.began.elapsed(),
-                    plan.max,
-                    &plan.tracks,
-                    (track, payload),
-                ) {
+            Input::Packet(track, key, packet) => {
+                if ends_before(file.began.elapsed(), plan.max, &plan.tracks, (track, key)) {
                     let Some(s) = server.upgrade() else { return };
                     match Part::begin(&s, &plan) {
                         Ok(next) => close(std::mem::replace(&mut file, next), &s, rt.as_ref()),
@@ -326,13 +325,13 @@ mod tests {
         };
         let metrics = Metrics::default();
         let packet: LivePacket = Arc::from(&[0x80u8, 96, 0, 0][..]);
-        r.packet(&metrics, 0, &packet);
-        r.packet(&metrics, 0, &packet);
+        r.packet(&metrics, (0, false), &packet);
+        r.packet(&metrics, (0, false), &packet);
         assert!(!r.stopped());
         // The queue is full: the packet is not waited for, the recording stops.
-        r.packet(&metrics, 0, &packet);
+        r.packet(&metrics, (0, false), &packet);
         assert!(r.stopped());
-        r.packet(&metrics, 0, &packet);
+        r.packet(&metrics, (0, false), &packet);
         // The writer gets what was queued, then the end.
         assert_eq!(rx.try_iter().count(), 2);
         r.next_publisher(&metrics);
@@ -348,19 +347,21 @@ mod tests {
             m=video 0 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\n";
         let limits = fjord_live::Limits::default();
         let tracks = fjord_live::sdp::parse(sdp, &limits).unwrap().tracks;
-        let (idr, p) = ([0x65u8, 0x88][..].to_vec(), [0x41u8, 0x9a][..].to_vec());
         let max = Some(Duration::from_secs(60));
         let (young, old) = (Duration::from_secs(59), Duration::from_secs(60));
-        assert!(ends_before(old, max, &tracks, (1, &idr)));
-        assert!(!ends_before(young, max, &tracks, (1, &idr)), "not yet");
-        assert!(!ends_before(old, max, &tracks, (1, &p)), "not a key frame");
-        assert!(!ends_before(old, max, &tracks, (0, &idr)), "the audio's");
+        assert!(ends_before(old, max, &tracks, (1, true)));
+        assert!(!ends_before(young, max, &tracks, (1, true)), "not yet");
         assert!(
-            !ends_before(old, None, &tracks, (1, &idr)),
+            !ends_before(old, max, &tracks, (1, false)),
+            "not a key frame"
+        );
+        assert!(!ends_before(old, max, &tracks, (0, true)), "the audio's");
+        assert!(
+            !ends_before(old, None, &tracks, (1, true)),
             "one file a stream"
         );
         // Audio alone: at any packet.
-        assert!(ends_before(old, max, &tracks[..1], (0, &p)));
+        assert!(ends_before(old, max, &tracks[..1], (0, false)));
     }
 
     #[test]
