@@ -57,11 +57,16 @@ impl Growing {
     pub fn began(&self, title: &str) {
         let mut state = self.lock();
         state.durable.insert(title.to_owned(), 0);
-        let (path, name) = title.rsplit_once('/').unwrap_or_default();
-        if let Some((_, ext)) = name.rsplit_once('.').filter(|(_, e)| RECORDED.contains(e)) {
-            let alias = format!("{path}/latest.{ext}");
+        if let Some(alias) = alias_of(title) {
             state.latest.insert(alias, title.to_owned());
         }
+    }
+
+    /// The newest file of the recording whose first file is `title`: a
+    /// recording longer than `live_record_max_s` goes on in new files.
+    pub fn newest_file(&self, title: &str) -> String {
+        let latest = alias_of(title).and_then(|a| self.latest(&a));
+        latest.unwrap_or_else(|| title.to_owned())
     }
 
     /// Its first `durable` bytes are whole runs (fragments, TS packets),
@@ -111,6 +116,15 @@ impl State {
     fn named<'a>(&'a self, name: &'a str) -> &'a str {
         self.latest.get(name).map_or(name, String::as_str)
     }
+}
+
+/// `PATH/latest.EXT` of a recording's file `PATH/STAMP.EXT`.
+fn alias_of(title: &str) -> Option<String> {
+    let (path, name) = title.rsplit_once('/')?;
+    let (_, ext) = name
+        .rsplit_once('.')
+        .filter(|(_, e)| RECORDED.contains(e))?;
+    Some(format!("{path}/latest.{ext}"))
 }
 
 /// The stream's path and the extension when `name` is an alias,

@@ -245,22 +245,57 @@ fn aac_published_in_latm_is_recorded_with_the_published_access_units() {
 /// them; each a title of its own.
 #[test]
 fn a_recording_past_live_record_max_s_goes_on_in_a_new_file_at_a_key_frame() {
-    let server = Server::start(&format!("live_record_max_s = 2\n{CONFIG}"));
-    let out = publish(&server, "live/split").wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let config = format!(
+        "live_record_max_s = 2\n{CONFIG}[[user]]\nname = \"ops\"\npassword = \"pager\"\nadmin = true\n"
     );
+    let server = Server::start(&config);
+    let p = publish(&server, "live/split");
     let dir = server.media_root().join("live/split");
     let files = || -> Vec<PathBuf> {
-        let mut f: Vec<PathBuf> = (std::fs::read_dir(&dir).unwrap())
+        let mut f: Vec<PathBuf> = (std::fs::read_dir(&dir).into_iter().flatten())
             .map(|e| e.unwrap().path())
             .filter(|p| p.extension().is_some_and(|e| e == "mp4"))
             .collect();
         f.sort();
         f
     };
+    // While it is published, the API names the file being written.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while files().len() < 2 {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let api = format!("{}/api/v1/live", server.admin());
+    let (live, code) = curl(&["--digest", "-u", "ops:pager", &api]);
+    assert_eq!(code, 200, "{live}");
+    let live: serde_json::Value = serde_json::from_str(&live).unwrap();
+    let named = live[0]["recording"].as_str().unwrap().to_owned();
+    let now = files();
+    let newest = now
+        .last()
+        .unwrap()
+        .strip_prefix(server.media_root())
+        .unwrap();
+    // A third file may have begun between the two looks.
+    assert!(
+        named == newest.to_str().unwrap() || now.len() > 2,
+        "the API names {named}, the newest file is {}",
+        newest.display()
+    );
+    assert_ne!(
+        named,
+        files()[0]
+            .strip_prefix(server.media_root())
+            .unwrap()
+            .to_str()
+            .unwrap()
+    );
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let deadline = Instant::now() + Duration::from_secs(15);
     while server.log_text().matches("live recording closed").count() < files().len().max(2) {
         assert!(Instant::now() < deadline, "{}", server.log_text());

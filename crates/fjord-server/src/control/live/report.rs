@@ -14,7 +14,8 @@ pub(crate) struct StreamView {
     viewers: usize,
     /// Packets refused (malformed, too large, of an unknown channel).
     refused: u64,
-    /// The title it is recorded as (`live_record`), if it is.
+    /// The title it is recorded as now (`live_record`; a recording
+    /// longer than `live_record_max_s` goes on in new files), if it is.
     recording: Option<String>,
     /// The recording stopped before the stream (the disk fell behind).
     recording_stopped: bool,
@@ -30,6 +31,7 @@ pub(crate) struct TrackView {
 
 /// Every live stream now, by path.
 pub(crate) fn streams(server: &Server) -> Vec<StreamView> {
+    let growing = server.catalog.growing();
     let state = server.live.lock();
     let mut views: Vec<StreamView> = (state.streams.iter())
         .map(|(id, s)| StreamView {
@@ -37,7 +39,7 @@ pub(crate) fn streams(server: &Server) -> Vec<StreamView> {
             held: s.held.is_some(),
             viewers: state.viewers.values().filter(|v| v.stream == *id).count(),
             refused: s.refused,
-            recording: s.recording.as_ref().map(|r| r.title.clone()),
+            recording: (s.recording.as_ref()).map(|r| growing.newest_file(&r.title)),
             recording_stopped: s.recording.as_ref().is_some_and(|r| r.stopped()),
             tracks: (s.tracks.iter())
                 .map(|t| TrackView {
