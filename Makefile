@@ -3,7 +3,7 @@
 #               a bounded fuzz run of every target (FUZZ_SECONDS each)
 #   make run    build, make demo titles if ./media is empty, serve it
 #   make fuzz   run every fuzz target for FUZZ_SECONDS (nightly + cargo-fuzz)
-#   make test-vm  the HTTPS tests again in a kernel that has kTLS (QEMU)
+#   make test-vm  the HTTPS and RTSPS tests again in a kernel that has kTLS (QEMU)
 #   make peers  install the peers `fjord bench peers` compares fjord with
 
 SHELL := /bin/bash
@@ -75,12 +75,13 @@ build:
 
 # The HTTPS tests again, in Debian's own kernel booted in QEMU
 # (tests/vm/run.sh: fetched once into ~/.cache/fjord/vm): it has kTLS,
-# which the test machines' kernels lack, so there each HTTPS connection's
-# keys go to the kernel and bodies by sendfile (RTSPS is sealed in user
-# space either way: its tests are not run again). About three minutes under
+# which the test machines' kernels lack, so there each HTTPS and RTSPS
+# connection's keys go to the kernel, HTTPS bodies by sendfile and RTSPS's
+# interleaved RTP by the engine's writev. About three minutes under
 # TCG on two cores; a failure is run again one test at a time, once, as
 # the guest's timers slip when the host is loaded.
-VM_TESTS := kernel_tls:: tls::https_ tls::a_resumed tls::clients_stalling tls::hls_and_dash
+VM_TESTS := kernel_tls:: tls::https_ tls::a_resumed tls::clients_stalling tls::hls_and_dash \
+  tls::a_stalled_rtsps
 test-vm:
 	@it=$$($(CARGO) test --release -p fjord --test it --no-run 2>&1 | \
 	  sed -n 's/.*Executable tests\/it\/main.rs (\(.*\))$$/\1/p'); \

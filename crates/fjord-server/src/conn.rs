@@ -21,7 +21,7 @@ use crate::{
     Server,
     control::Client,
     outbox::Outbox,
-    rtsps::TlsConn,
+    rtsps::Encryption,
     session::{SessionId, Sessions},
 };
 
@@ -41,9 +41,9 @@ pub(crate) struct Conn {
     session: Option<SessionId>,
     /// Made on first use.
     more: Option<Box<More>>,
-    /// RTSPS: the TLS state every byte passes through (shared with the
-    /// engine once it owns the write side).
-    tls: Option<Arc<TlsConn>>,
+    /// RTSPS: who seals and opens its records (rustls's state is shared
+    /// with the engine once it owns the write side).
+    tls: Option<Encryption>,
 }
 
 #[derive(Default)]
@@ -99,7 +99,11 @@ impl Client for Conn {
             return Ok(());
         }
         let fd = self.stream.as_fd().try_clone_to_owned()?;
-        let seal = (self.tls.clone()).map(|t| t as Arc<dyn fjord_engine::seal::Seal>);
+        let seal = match &self.tls {
+            Some(Encryption::User(t)) => Some(t.clone() as Arc<dyn fjord_engine::seal::Seal>),
+            // The kernel seals what the engine writes.
+            Some(Encryption::Kernel) | None => None,
+        };
         out.push(
             self.id,
             Command::AttachConnection {
@@ -184,7 +188,7 @@ impl Conn {
             return true;
         }
         let timeout = server.config().request_timeout();
-        if let Some(tls) = &self.tls {
+        if let Some(Encryption::User(tls)) = &self.tls {
             return tls.write_all(&self.stream, &bytes, timeout).await.is_ok();
         }
         matches!(
@@ -197,7 +201,8 @@ impl Conn {
     /// `Ok(0)`: the client closed.
     fn read_some(&self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
         match &self.tls {
-            Some(tls) => tls.read_some(&self.stream, buf),
+            Some(Encryption::User(tls)) => tls.read_some(&self.stream, buf),
+            Some(Encryption::Kernel) => crate::kernel_tls::read_some(&self.stream, buf),
             None => read_some(&self.stream, buf),
         }
     }
@@ -349,14 +354,19 @@ struct Partial {
 /// `Conn`, not the accepted stream and address beside it; and it is one
 /// block, not an `async fn` or a loop awaited inside it: either would keep
 /// room for its arguments twice. Players keep this task while they play.
-/// Serves an RTSP connection; `tls`: its TLS state when it is RTSPS.
+/// Serves an RTSP connection; `tls`, when it is RTSPS: who encrypts it,
+/// and the bytes it sent that were opened before the kernel took it.
 pub(crate) fn serve_connection(
     server: Arc<Server>,
     stream: TcpStream,
     peer: SocketAddr,
     permit: crate::slots::Slot,
-    tls: Option<Arc<TlsConn>>,
+    tls: Option<(Encryption, Vec<u8>)>,
 ) -> impl Future<Output = ()> + Send {
+    let (tls, first) = tls.unzip();
+    // Held by the task as its request buffer, not beside it.
+    let mut partial =
+        (first.filter(|b| !b.is_empty())).map(|buf| Box::new(Partial { buf, since: None }));
     let _ = stream.set_nodelay(true);
     let mut conn = Conn {
         id: server.next_id(),
@@ -368,8 +378,7 @@ pub(crate) fn serve_connection(
     };
     tracing::debug!(%peer, conn = conn.id, "connected");
     async move {
-        let mut partial: Option<Box<Partial>> = None;
-        if let Some(tls) = &conn.tls {
+        if let Some(Encryption::User(tls)) = &conn.tls {
             let mut buf = Vec::new();
             if tls.start(&conn.stream, &mut buf).is_err() {
                 return;

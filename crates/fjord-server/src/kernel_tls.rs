@@ -1,8 +1,9 @@
-//! HTTPS connections whose keys the kernel holds (kTLS, the `tls`
-//! upper-layer protocol): after rustls's handshake the session's keys go
-//! to the socket, and from then on what is written to it, by `sendfile`
-//! too, is sealed by the kernel, and what is read is opened by it, a
-//! record at a time with the record's type beside.
+//! HTTPS and RTSPS connections whose keys the kernel holds (kTLS, the
+//! `tls` upper-layer protocol): after rustls's handshake the session's keys
+//! go to the socket, and from then on what is written to it, by `sendfile`
+//! or the engine's `writev` of interleaved RTP too, is sealed by the
+//! kernel, and what is read is opened by it, a record at a time with the
+//! record's type beside.
 //!
 //! The handoff ([`handoff`]) sets the ULP first, while rustls still holds
 //! the session: a socket that refuses it (the kernel wants an established
@@ -134,7 +135,7 @@ fn keys_to_kernel(fd: RawFd, conn: rustls::ServerConnection) -> io::Result<()> {
     Ok(())
 }
 
-/// An HTTPS connection whose keys the kernel holds.
+/// A connection whose keys the kernel holds.
 pub(crate) struct KernelTls {
     tcp: TcpStream,
     /// Requests rustls had opened before the handoff, read first.
@@ -150,6 +151,34 @@ impl KernelTls {
     pub(crate) fn tcp(&mut self) -> &mut TcpStream {
         &mut self.tcp
     }
+
+    /// The socket, and what rustls had opened before the handoff (to be
+    /// read first): an RTSPS connection reads it with [`read_some`].
+    pub(crate) fn into_parts(self) -> (TcpStream, Vec<u8>) {
+        (self.tcp, self.drained)
+    }
+}
+
+/// Reads the bytes of the stream `tcp` holds now into `room`, without
+/// waiting (`WouldBlock`): `Ok(0)` at its end, the client's close_notify
+/// or the socket's; a record of another type is an error.
+fn try_read(tcp: &TcpStream, room: &mut [u8]) -> io::Result<usize> {
+    let fd = tcp.as_raw_fd();
+    let (n, kind) = tcp.try_io(Interest::READABLE, || recv_record(fd, room))?;
+    match record(kind, &room[..n]) {
+        Record::Data => Ok(n),
+        Record::End => Ok(0),
+        Record::Bad(why) => Err(io::Error::new(io::ErrorKind::InvalidData, why)),
+    }
+}
+
+/// Appends what `tcp` holds to `buf`, as a plain connection's read does:
+/// `Ok(0)` when the client closed.
+pub(crate) fn read_some(tcp: &TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let mut chunk = [0u8; 4096];
+    let n = try_read(tcp, &mut chunk)?;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
 }
 
 const CHANGE_CIPHER_SPEC: u8 = 20;
@@ -260,27 +289,17 @@ impl AsyncRead for KernelTls {
         if this.ended || buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
-        let fd = this.tcp.as_raw_fd();
         loop {
             ready!(this.tcp.poll_read_ready(cx))?;
-            let room = buf.initialize_unfilled();
-            let got = (this.tcp).try_io(Interest::READABLE, || recv_record(fd, &mut *room));
-            let (n, kind) = match got {
-                Ok(got) => got,
+            match try_read(&this.tcp, buf.initialize_unfilled()) {
+                Ok(n) => {
+                    this.ended = n == 0;
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Poll::Ready(Err(e)),
-            };
-            return Poll::Ready(match record(kind, &room[..n]) {
-                Record::Data => {
-                    buf.advance(n);
-                    Ok(())
-                }
-                Record::End => {
-                    this.ended = true;
-                    Ok(())
-                }
-                Record::Bad(why) => Err(io::Error::new(io::ErrorKind::InvalidData, why)),
-            });
+            }
         }
     }
 }

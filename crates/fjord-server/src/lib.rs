@@ -435,8 +435,9 @@ async fn listen_rtsps(server: Arc<Server>, listener: TcpListener) {
         tokio::spawn(async move {
             let Some(tls) = &server.tls else { return };
             match tls.accept_rtsps(stream, &server.config()).await {
-                Ok((stream, state)) => {
-                    let tls = Some(Arc::new(state));
+                Ok((stream, encryption, first)) => {
+                    server.metrics.rtsps(encryption.name());
+                    let tls = Some((encryption, first));
                     conn::serve_connection(server.clone(), stream, peer, slot, tls).await
                 }
                 Err(e) => tracing::debug!(%peer, "TLS handshake failed: {e}"),

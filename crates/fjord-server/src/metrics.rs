@@ -19,6 +19,7 @@ pub(crate) struct Metrics {
     requests: Requests,
     refusals: ByName,
     https: ByName,
+    rtsps: ByName,
     recordings: ByName,
 }
 
@@ -85,6 +86,14 @@ impl Metrics {
             .inc();
     }
 
+    /// An RTSPS connection past its handshake, by who encrypts it:
+    /// `kernel` (kTLS) or `user` (rustls, with the engine).
+    pub(crate) fn rtsps(&self, encryption: &'static str) {
+        self.rtsps
+            .get_or_create(&[("encryption", encryption)])
+            .inc();
+    }
+
     pub(crate) fn recording(&self, how: Recording) {
         let outcome = match how {
             Recording::Done => "done",
@@ -111,6 +120,11 @@ impl Metrics {
             "fjord_https_connections",
             "HTTPS connections past their handshake, by who encrypts them (kernel: kTLS)",
             self.https.clone(),
+        );
+        registry.register(
+            "fjord_rtsps_connections",
+            "RTSPS connections past their handshake, by who encrypts them (kernel: kTLS)",
+            self.rtsps.clone(),
         );
         registry.register(
             "fjord_live_recordings",

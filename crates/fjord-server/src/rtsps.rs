@@ -1,5 +1,8 @@
 //! An RTSPS connection after its handshake, served on its own socket with
-//! no loopback bridge: one rustls state, behind a mutex, shared by the
+//! no loopback bridge ([`Encryption`]). Where the kernel holds its keys
+//! (kTLS), it is read a record at a time (`kernel_tls::read_some`) and
+//! written as a plain one, the engine's interleaved RTP too. Else one
+//! rustls state ([`TlsConn`]), behind a mutex, shared by the
 //! connection's task, which reads requests and RTCP through it (and writes
 //! replies until the engine owns the write side), and the engine thread
 //! that sends the connection's interleaved RTP, which seals each burst's
@@ -15,7 +18,7 @@
 use std::{
     io::{self, IoSlice, Read, Write},
     os::fd::{AsFd, BorrowedFd},
-    sync::{Mutex, MutexGuard},
+    sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
 
@@ -23,6 +26,24 @@ use fjord_engine::seal::{Flushed, Seal};
 use rustls::ServerConnection;
 use socket2::SockRef;
 use tokio::{io::Interest, net::TcpStream};
+
+/// Who seals and opens an RTSPS connection's records.
+pub(crate) enum Encryption {
+    /// rustls, in this process.
+    User(Arc<TlsConn>),
+    /// The kernel, which holds the keys (kTLS).
+    Kernel,
+}
+
+impl Encryption {
+    /// The metric's name for it (`fjord_rtsps_connections_total`).
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Encryption::User(_) => "user",
+            Encryption::Kernel => "kernel",
+        }
+    }
+}
 
 pub(crate) struct TlsConn(Mutex<ServerConnection>);
 

@@ -10,12 +10,12 @@
 //! from the title's mapping (`rtsps`).
 //!
 //! Where the kernel has TLS (kTLS: the `tls` upper-layer protocol, probed
-//! once at start), an HTTPS connection's keys go to the kernel after the
-//! handshake ([`Tls::handshake_to_kernel`], `kernel_tls`) and the body
-//! goes by `sendfile`, as over plain HTTP. Where it has not (the project's
+//! once at start), a connection's keys go to the kernel after the
+//! handshake ([`Tls::handshake_to_kernel`], `kernel_tls`): an HTTPS body
+//! goes by `sendfile`, and RTSPS's interleaved RTP by the engine's
+//! `writev`, as over plain connections. Where it has not (the project's
 //! test machines; `tests/vm/` runs the tests in a kernel that has), or a
-//! socket refuses it, HTTPS is sealed in user space as above. RTSPS is
-//! sealed in user space either way.
+//! socket refuses it, both are sealed in user space as above.
 
 use std::{
     path::Path,
@@ -33,6 +33,7 @@ use tokio_rustls::{TlsAcceptor, server::TlsStream};
 use crate::{
     Config, ConfigError,
     kernel_tls::{self, Handoff},
+    rtsps::{Encryption, TlsConn},
 };
 
 pub(crate) struct Tls {
@@ -52,10 +53,10 @@ impl Tls {
             return Ok(None);
         };
         if kernel {
-            tracing::info!("kTLS: the kernel encrypts HTTPS; bodies go by sendfile");
+            tracing::info!("kTLS: the kernel encrypts HTTPS and RTSPS; bodies go by sendfile");
         } else {
             tracing::info!(
-                "kTLS: this kernel has no `tls` ULP (modprobe tls); HTTPS is encrypted in user space"
+                "kTLS: this kernel has no `tls` ULP (modprobe tls); HTTPS and RTSPS are encrypted in user space"
             );
         }
         Ok(Some(Tls {
@@ -72,7 +73,7 @@ impl Tls {
         Ok(())
     }
 
-    /// Whether HTTPS connections go to the kernel ([`Self::handshake_to_kernel`]).
+    /// Whether HTTPS and RTSPS connections go to the kernel ([`Self::handshake_to_kernel`]).
     pub(crate) fn kernel(&self) -> bool {
         self.kernel
     }
@@ -107,15 +108,38 @@ impl Tls {
             })?
     }
 
-    /// Completes the TLS handshake of an RTSPS connection: its socket and
-    /// its TLS state, which the connection's task and the engine share.
+    /// Completes the TLS handshake of an RTSPS connection: its socket, who
+    /// encrypts it (the kernel where it takes the keys, else rustls, whose
+    /// state the connection's task and the engine share) and the bytes
+    /// opened before the kernel took it (its first request, if it sent it
+    /// right behind the handshake).
     pub(crate) async fn accept_rtsps(
         &self,
         stream: TcpStream,
         config: &Config,
-    ) -> std::io::Result<(TcpStream, crate::rtsps::TlsConn)> {
-        let (stream, state) = self.handshake(stream, config).await?.into_inner();
-        Ok((stream, crate::rtsps::TlsConn::new(state)))
+    ) -> std::io::Result<(TcpStream, Encryption, Vec<u8>)> {
+        let user = |stream, state| (stream, Encryption::User(Arc::new(TlsConn::new(state))));
+        if !self.kernel {
+            let (stream, state) = self.handshake(stream, config).await?.into_inner();
+            let (stream, e) = user(stream, state);
+            return Ok((stream, e, Vec::new()));
+        }
+        match self.handshake_to_kernel(stream, config).await? {
+            Handoff::Kernel(k) => {
+                let (stream, first) = k.into_parts();
+                Ok((stream, Encryption::Kernel, first))
+            }
+            Handoff::User(tls, why) => {
+                tracing::debug!("the socket refused kTLS ({why}): RTSPS in user space");
+                let (cork, state) = tls.into_inner();
+                let (stream, e) = user(cork.io, state);
+                Ok((stream, e, Vec::new()))
+            }
+            Handoff::Refused(e) => Err(std::io::Error::other(format!(
+                "the kernel refused the TLS keys: {e}"
+            ))),
+            Handoff::Client(e) => Err(e),
+        }
     }
 }
 

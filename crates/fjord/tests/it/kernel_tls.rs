@@ -124,10 +124,10 @@ impl Forger {
     }
 }
 
-/// Records no HTTPS client sends after the handshake, each followed by a
-/// request: each closes its own connection within a second or two (the
-/// kernel's reader hands their types to fjord, which used to panic on
-/// some), while a download beside goes on, bit-exact.
+/// Records no HTTPS or RTSPS client sends after the handshake, each
+/// followed by a request: each closes its own connection within a second
+/// or two (the kernel's reader hands their types to fjord, which used to
+/// panic on some), while a download beside goes on, bit-exact.
 #[test]
 fn records_no_client_sends_close_only_their_connection() {
     let dir = tempfile::tempdir().unwrap();
@@ -143,7 +143,11 @@ fn records_no_client_sends_close_only_their_connection() {
             &["--limit-rate", "8M"],
         )
     });
-    let request = b"GET /clip.ts HTTP/1.1\r\nHost: t\r\n\r\n";
+    let rtsps: u16 = (server.rtsps_url("").rsplit(':').next())
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .unwrap();
+    let http = b"GET /clip.ts HTTP/1.1\r\nHost: t\r\n\r\n";
+    let rtsp = b"OPTIONS * RTSP/1.0\r\nCSeq: 1\r\n\r\n";
     let cases: [(&str, u8, &[u8]); 6] = [
         ("change_cipher_spec", 20, &[1]),
         ("an alert of three bytes", 21, &[1, 0, 0]),
@@ -152,8 +156,9 @@ fn records_no_client_sends_close_only_their_connection() {
         ("a KeyUpdate", 22, &[24, 0, 0, 1, 0]),
         ("a record of type 99", 99, b"x"),
     ];
-    for (what, kind, body) in cases {
-        let mut client = Forger::connect(port);
+    let both = [(port, &http[..]), (rtsps, &rtsp[..])];
+    for ((port, request), (what, kind, body)) in both.iter().flat_map(|p| cases.map(|c| (p, c))) {
+        let mut client = Forger::connect(*port);
         client.send(kind, body);
         client.send(23, request);
         let t0 = std::time::Instant::now();

@@ -184,8 +184,13 @@ pub(crate) fn expected_encryption() -> (&'static str, &'static str) {
 
 /// `fjord_https_connections_total` of `encryption`.
 pub(crate) fn https_connections(server: &Server, encryption: &str) -> u64 {
+    connections(server, "https", encryption)
+}
+
+/// `fjord_{protocol}_connections_total` of `encryption`.
+fn connections(server: &Server, protocol: &str, encryption: &str) -> u64 {
     let (metrics, _) = crate::common::curl(&[&format!("{}/metrics", server.admin())]);
-    let name = format!("fjord_https_connections_total{{encryption=\"{encryption}\"}} ");
+    let name = format!("fjord_{protocol}_connections_total{{encryption=\"{encryption}\"}} ");
     (metrics.lines())
         .find_map(|l| l.strip_prefix(&name))
         .map_or(0, |n| n.trim().parse::<u64>().unwrap())
@@ -439,5 +444,10 @@ fn a_stalled_rtsps_client_does_not_delay_others() {
     }
     let log = server.log_text();
     assert_eq!(log.matches("took no data for").count(), 5, "{log}");
+    // Sealed by the kernel where it takes the keys (kTLS), the engine's
+    // interleaved RTP too; by rustls where not.
+    let (encryption, other) = expected_encryption();
+    let count = |e| connections(&server, "rtsps", e);
+    assert_eq!((count(encryption), count(other)), (6, 0), "{encryption}");
     server.assert_healthy();
 }
