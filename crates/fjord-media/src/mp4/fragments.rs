@@ -101,7 +101,7 @@ pub fn fragment(
 
 /// The served tracks of the MP4 file `data`, in order.
 fn sources(data: &[u8]) -> Result<Vec<Source>, FormatError> {
-    let (moov, moofs) = top_level(data)?;
+    let (moov, moofs, _) = top_level(data, 0)?;
     let moov = moov.ok_or_else(|| invalid("no 'moov' box"))?;
     let trex = fragmented::defaults(data, moov)?;
     let movie_timescale = movie_timescale(data, moov)?;
@@ -118,7 +118,16 @@ fn sources(data: &[u8]) -> Result<Vec<Source>, FormatError> {
             continue;
         };
         let frags = (&moofs[..], &trex[..]);
-        add_fragments(data, trak, frags, &mut track, &mut truncated, &mut warnings)?;
+        let next = &mut super::growing::Carry::after(&track.samples).next_dts;
+        add_fragments(
+            data,
+            trak,
+            frags,
+            &mut track,
+            next,
+            &mut truncated,
+            &mut warnings,
+        )?;
         if matches!(track.codec, Codec::Other(_)) || track.samples.is_empty() {
             continue;
         }
