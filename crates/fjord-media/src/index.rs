@@ -285,20 +285,28 @@ pub fn write(path: &Path, plan: &MediaPlan, src: &SourceId) -> io::Result<()> {
     durable::persist(tmp, path, 0o644)
 }
 
-/// [`write`] the index of `tail`, a plan of what follows `prev`'s (same
-/// tracks; sync points numbered from each track's first packet in
-/// `prev`; the header's fields the whole's): each track's packets and
-/// sync points are `prev`'s, copied as they are, then `tail`'s.
-pub fn write_joined(path: &Path, prev: &Index, tail: &MediaPlan, src: &SourceId) -> io::Result<()> {
-    if prev.track_count() != tail.tracks.len() {
+/// The index of a growing file's snapshot: [`write`] not synced (it is
+/// made again from the file, never taken after a restart: its source
+/// identity names no version of the file). With `prev`, `plan` is what
+/// follows `prev`'s plan (same tracks; sync points numbered from each
+/// track's first packet in `prev`; the header's fields the whole's): each
+/// track's packets and sync points are `prev`'s, copied as they are,
+/// then `plan`'s.
+pub fn write_snapshot(
+    path: &Path,
+    plan: &MediaPlan,
+    prev: Option<&Index>,
+    src: &SourceId,
+) -> io::Result<()> {
+    if prev.is_some_and(|p| p.track_count() != plan.tracks.len()) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "index: the plan joined has other tracks",
         ));
     }
     let mut tmp = durable::temp_beside(path, ".fjidx.tmp")?;
-    encode(tail, Some(prev), src, tmp.as_file_mut())?;
-    durable::persist(tmp, path, 0o644)
+    encode(plan, prev, src, tmp.as_file_mut())?;
+    durable::replace(tmp, path, 0o644)
 }
 
 fn too_big(what: &str) -> io::Error {

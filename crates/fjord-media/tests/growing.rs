@@ -209,3 +209,64 @@ fn a_broken_or_half_written_fragment_after_the_cut_plans_as_the_whole_prefix() {
     );
     assert!(s.resume.is_none());
 }
+
+/// What a snapshot costs, printed (the machine's figures, not asserted):
+/// at each of `FJORD_GROWING_MINUTES` (default 2,60) minutes of the
+/// fragmented MP4 `FJORD_GROWING_MP4`, the first snapshot (the whole
+/// prefix), the next one (one fragment more, planned on from it) and,
+/// for comparison, that one planned whole; best of three each.
+/// docs/live.md says how the figures there were made.
+#[test]
+#[ignore]
+fn snapshot_cost() {
+    let media = PathBuf::from(std::env::var("FJORD_GROWING_MP4").expect("FJORD_GROWING_MP4"));
+    let minutes = std::env::var("FJORD_GROWING_MINUTES").unwrap_or("2,60".to_owned());
+    let ends = box_ends_of(&media);
+    let last = *ends.last().unwrap();
+    let all = snapshot(&media, last, &Default::default(), None).unwrap();
+    let per_minute = last as f64 * 60e9 / all.index.duration_ns() as f64;
+    let best = |f: &dyn Fn() -> Snapshot| {
+        (0..3)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                let s = f();
+                (t.elapsed(), s)
+            })
+            .min_by_key(|(t, _)| *t)
+            .unwrap()
+    };
+    for m in minutes.split(',').map(|m| m.parse::<f64>().unwrap()) {
+        let at = ends
+            .partition_point(|&e| (e as f64) < m * per_minute)
+            .min(ends.len() - 1);
+        let (len, next) = (ends[at - 1], ends[at]);
+        let (first, prev) = best(&|| snapshot(&media, len, &Default::default(), None).unwrap());
+        let from = Some((&prev.index, prev.resume.as_ref().unwrap()));
+        let (on, s) = best(&|| snapshot(&media, next, &Default::default(), from).unwrap());
+        assert!(s.incremental);
+        let (whole, _) = best(&|| snapshot(&media, next, &Default::default(), None).unwrap());
+        println!(
+            "{m} min ({len} bytes, index {} bytes): first {first:.1?}, next {on:.1?} \
+             (planned whole: {whole:.1?})",
+            s.index.bytes().len()
+        );
+    }
+}
+
+/// [`box_ends`] of a file read box header by box header.
+fn box_ends_of(media: &Path) -> Vec<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(media).unwrap();
+    let len = f.metadata().unwrap().len();
+    let (mut ends, mut at) = (Vec::new(), 0u64);
+    while at + 8 <= len {
+        let mut h = [0u8; 8];
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.read_exact(&mut h).unwrap();
+        at += u64::from(u32::from_be_bytes(h[..4].try_into().unwrap()));
+        if &h[4..] != b"moof" {
+            ends.push(at);
+        }
+    }
+    ends
+}

@@ -394,6 +394,7 @@ impl Catalog {
         .await
         .map_err(|e| CatalogError::Failed(e.to_string()))??;
         let took = at.elapsed();
+        self.growing.made(incremental);
         tracing::debug!(
             title,
             len,

@@ -19,7 +19,10 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::Mutex,
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -34,6 +37,9 @@ const ENDED_KEPT: usize = 1024;
 #[derive(Default)]
 pub struct Growing {
     state: Mutex<State>,
+    /// Snapshots made: planned on from the one before, or whole.
+    incremental: AtomicU64,
+    whole: AtomicU64,
 }
 
 #[derive(Default)]
@@ -102,6 +108,23 @@ impl Growing {
     /// stream recorded since the server started.
     pub fn latest(&self, name: &str) -> Option<String> {
         self.lock().latest.get(name).cloned()
+    }
+
+    /// A snapshot was made, `incremental`ly (planned on from the one
+    /// before) or whole.
+    pub fn made(&self, incremental: bool) {
+        let n = if incremental {
+            &self.incremental
+        } else {
+            &self.whole
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Snapshots made since the start: (incrementally, whole).
+    pub fn snapshots(&self) -> (u64, u64) {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (n(&self.incremental), n(&self.whole))
     }
 }
 

@@ -522,6 +522,18 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
         second.starts_with(&first[first.find("#EXTM3U").unwrap()..first.rfind("#EXTINF").unwrap()]),
         "the playlist changed:\n{first}\n{second}"
     );
+    // The first snapshot planned the prefix whole; the later ones only
+    // the fragments since the one before.
+    let metrics = format!("{}/metrics", server.admin());
+    let (metrics, _) = curl(&["--digest", "-u", "ops:pager", &metrics]);
+    let made = |how: &str| -> u64 {
+        let line = format!("fjord_recording_snapshots_total{{planned=\"{how}\"}} ");
+        (metrics.lines().find_map(|l| l.strip_prefix(&line)))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{metrics}"))
+    };
+    assert_eq!(made("whole"), 1, "{metrics}");
+    assert!(made("incremental") >= 2, "{metrics}");
     let (file, _) = closed_recording(&server, p, "live/grow");
     assert!(std::fs::read(&file).unwrap().starts_with(&download));
     let frames = decoded_md5s(file.to_str().unwrap());
