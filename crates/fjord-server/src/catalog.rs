@@ -408,7 +408,11 @@ impl Catalog {
             mtime: SystemTime::UNIX_EPOCH,
             head: None,
             origin: None,
-            growing: Some(growing::Made { at, took }),
+            growing: Some(growing::Made {
+                at,
+                took,
+                planned_on: !incremental && resume.is_some(),
+            }),
             resume,
         });
         Ok((key, t))
