@@ -6,7 +6,8 @@
 //! crates do not expose, and they read `mdat` into memory. Only the box
 //! headers of the top level, the `moov` tree and the `moof` trees of a
 //! fragmented file (`fragmented`) are read; `mdat` is touched only at the
-//! NAL length fields of video samples.
+//! NAL length fields of video samples. A fragmented file still being
+//! written is planned on from a plan of a shorter prefix ([`growing`]).
 
 use crate::format::FormatError;
 use crate::h264::{self, AvcConfig};
