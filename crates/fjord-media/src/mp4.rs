@@ -390,6 +390,8 @@ fn plan_from(
 
 /// A served track, with the state its plan starts from.
 type Served = (Track, growing::Carry);
+/// The served tracks, and per audio or video track whether it is served.
+type Tracks = (Vec<Served>, Vec<bool>);
 
 /// The served tracks of `moov` with their samples in `moofs` (and the
 /// `moov`'s own, unless resuming `from`), and for each audio or video
@@ -401,7 +403,7 @@ fn read_tracks(
     moofs: &[Moof],
     from: Option<&growing::Resume>,
     notes: &mut Notes,
-) -> Result<Option<(Vec<Served>, Vec<bool>)>, FormatError> {
+) -> Result<Option<Tracks>, FormatError> {
     let trex = fragmented::defaults(data, moov)?;
     let movie_timescale = movie_timescale(data, moov)?;
     let mut tracks = Vec::new();
