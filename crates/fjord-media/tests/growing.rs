@@ -176,6 +176,31 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Bytes after a snapshot's end changed at random (a fragment written
+    /// wrong): the next snapshot is still the whole prefix's, or both fail.
+    #[test]
+    fn snapshots_after_random_damage_equal_the_whole(
+        which in 0usize..4,
+        cut in any::<prop::sample::Index>(),
+        more in 1usize..4,
+        damage in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+    ) {
+        let dir = scratch();
+        let (file, ends) = &copy(which, &dir);
+        let at = 2 + cut.index(ends.len() - 3);
+        let (len, next) = (ends[at], ends[(at + more).min(ends.len() - 1)]);
+        let mut data = std::fs::read(file).unwrap();
+        for (i, byte) in &damage {
+            data[len as usize + i.index((next - len) as usize)] ^= byte | 1;
+        }
+        std::fs::write(file, &data).unwrap();
+        grow(file, &[len, next]);
+    }
+}
+
 /// A fragment after the cut broken (its `trun` claims more samples than
 /// it holds), or only half of it durable: the next snapshot is what the
 /// whole prefix plans to (the track ended before it, with a warning),
