@@ -272,7 +272,7 @@ pub fn snapshot(
 
 /// Whether `resume` is where the plan of the index `idx` stopped.
 fn follows(idx: &Index, resume: &Resume) -> bool {
-    idx.source().size == resume.len() as u64
+    idx.source().size == resume.bytes() as u64
         && idx.track_count() == resume.packets().count()
         && (idx.tracks().zip(resume.packets())).all(|(t, n)| t.packet_count() as u64 == n)
 }

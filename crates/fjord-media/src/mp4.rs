@@ -340,7 +340,7 @@ fn plan_from(
     from: Option<&growing::Resume>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Option<(MediaPlan, Option<growing::Resume>)>, FormatError> {
-    let (moov, moofs, whole) = top_level(data, from.map_or(0, growing::Resume::len))?;
+    let (moov, moofs, whole) = top_level(data, from.map_or(0, growing::Resume::bytes))?;
     let moov = match from {
         Some(r) => r.moov(),
         None => moov.ok_or_else(|| invalid("no 'moov' box (the file may be incomplete)"))?,

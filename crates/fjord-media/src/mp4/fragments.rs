@@ -118,16 +118,9 @@ fn sources(data: &[u8]) -> Result<Vec<Source>, FormatError> {
             continue;
         };
         let frags = (&moofs[..], &trex[..]);
-        let next = &mut super::growing::Carry::after(&track.samples).next_dts;
-        add_fragments(
-            data,
-            trak,
-            frags,
-            &mut track,
-            next,
-            &mut truncated,
-            &mut warnings,
-        )?;
+        let mut next = super::growing::Carry::after(&track.samples).next_dts;
+        let (cut, w) = (&mut truncated, &mut warnings);
+        add_fragments(data, trak, frags, &mut track, &mut next, cut, w)?;
         if matches!(track.codec, Codec::Other(_)) || track.samples.is_empty() {
             continue;
         }

@@ -73,12 +73,8 @@ impl Resume {
     }
 
     /// Bytes planned.
-    pub fn len(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Packets planned, per served track.
