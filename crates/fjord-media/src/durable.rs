@@ -46,8 +46,10 @@ pub fn persist(tmp: NamedTempFile, path: &Path, mode: u32) -> io::Result<()> {
 }
 
 /// [`persist`] without syncing: after a crash `path` may hold the old
-/// file, the new or nothing; for files whose loss costs only their
-/// making again (a growing recording's snapshot index).
+/// file, the new, or one cut short; for files never taken after a
+/// restart, whose loss costs only their making again (a growing
+/// recording's snapshot index: its checksum or its source identity
+/// refuses it).
 pub fn replace(tmp: NamedTempFile, path: &Path, mode: u32) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     tmp.as_file()
