@@ -1,7 +1,8 @@
 //! Files fjord writes beside the media (index, parity, packets, a repaired
 //! copy) appear whole or not at all: written to a temporary file in the
-//! same directory, synced, then renamed over the name. While they are
-//! written, [`WriteBehind`] keeps their dirty pages few.
+//! same directory, synced, then renamed over the name ([`replace`]: not
+//! synced, for a file made again from what is durable anyway). While they
+//! are written, [`WriteBehind`] keeps their dirty pages few.
 
 use std::{
     fs::File,
@@ -41,6 +42,19 @@ pub fn persist(tmp: NamedTempFile, path: &Path, mode: u32) -> io::Result<()> {
     if let Ok(d) = File::open(dir_of(path)) {
         let _ = d.sync_all();
     }
+    Ok(())
+}
+
+/// [`persist`] without syncing: after a crash `path` may hold the old
+/// file, the new, or one cut short; for files never taken after a
+/// restart, whose loss costs only their making again (a growing
+/// recording's snapshot index: its checksum or its source identity
+/// refuses it).
+pub fn replace(tmp: NamedTempFile, path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))?;
+    tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
 

@@ -112,3 +112,16 @@ pub fn plan(
         Container::MpegAudio => mpeg_audio::plan(data),
     }
 }
+
+/// [`plan`] for a file still being written: also, for a fragmented MP4,
+/// where a plan of a longer prefix may go on from
+/// ([`crate::mp4::growing`]).
+pub fn plan_growing(
+    data: &[u8],
+    opts: &TsOptions,
+) -> Result<(MediaPlan, Option<crate::mp4::growing::Resume>), FormatError> {
+    match Container::sniff(data)? {
+        Container::Mp4 => crate::mp4::growing::plan_whole(data),
+        _ => Ok((plan(data, opts, &mut |_, _| {})?, None)),
+    }
+}

@@ -46,6 +46,7 @@ use crate::guard::{BeforeRead, Guarded};
 use crate::durable;
 use crate::plan::{
     BlockLayout, IngestReport, MAX_PREFIX, MediaPlan, PacketRecord, SyncPoint, TimingSource,
+    TrackPlan,
 };
 
 pub const MAGIC: [u8; 8] = *b"FJORDIDX";
@@ -279,9 +280,33 @@ pub enum IndexError {
 /// Write the index of a title atomically (temp file, fsync, rename).
 pub fn write(path: &Path, plan: &MediaPlan, src: &SourceId) -> io::Result<()> {
     let mut tmp = durable::temp_beside(path, ".fjidx.tmp")?;
-    encode(plan, src, tmp.as_file_mut())?;
+    encode(plan, None, src, tmp.as_file_mut())?;
     // As readable as its media.
     durable::persist(tmp, path, 0o644)
+}
+
+/// The index of a growing file's snapshot: [`write`] not synced (it is
+/// made again from the file, never taken after a restart: its source
+/// identity names no version of the file). With `prev`, `plan` is what
+/// follows `prev`'s plan (same tracks; sync points numbered from each
+/// track's first packet in `prev`; the header's fields the whole's): each
+/// track's packets and sync points are `prev`'s, copied as they are,
+/// then `plan`'s.
+pub fn write_snapshot(
+    path: &Path,
+    plan: &MediaPlan,
+    prev: Option<&Index>,
+    src: &SourceId,
+) -> io::Result<()> {
+    if prev.is_some_and(|p| p.track_count() != plan.tracks.len()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "index: the plan joined has other tracks",
+        ));
+    }
+    let mut tmp = durable::temp_beside(path, ".fjidx.tmp")?;
+    encode(plan, prev, src, tmp.as_file_mut())?;
+    durable::replace(tmp, path, 0o644)
 }
 
 fn too_big(what: &str) -> io::Error {
@@ -304,6 +329,13 @@ impl HashedOut<'_> {
     const FLUSH: usize = 1 << 20;
 
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if bytes.len() >= Self::FLUSH {
+            // A table copied whole (a joined index's): not through the buffer.
+            self.flush()?;
+            self.hasher.update(bytes);
+            self.written += bytes.len();
+            return self.file.write_all(bytes);
+        }
         self.buf.extend_from_slice(bytes);
         self.written += bytes.len();
         if self.buf.len() >= Self::FLUSH {
@@ -326,7 +358,8 @@ impl HashedOut<'_> {
     }
 }
 
-fn encode(p: &MediaPlan, src: &SourceId, file: &mut File) -> io::Result<()> {
+/// The index of `p`, each track's tables after `prev`'s if given.
+fn encode(p: &MediaPlan, prev: Option<&Index>, src: &SourceId, file: &mut File) -> io::Result<()> {
     let r = &p.report;
     if p.tracks.len() > MAX_TRACKS {
         return Err(too_big("track count"));
@@ -382,18 +415,24 @@ fn encode(p: &MediaPlan, src: &SourceId, file: &mut File) -> io::Result<()> {
     // table stays 8-byte aligned.
     let mut table_at = (strings_at + strings.len()).next_multiple_of(8);
     let u32_of = |v: usize| u32::try_from(v).map_err(|_| too_big("string table"));
-    for (track, (encoding, fmtp)) in p.tracks.iter().zip(track_strings) {
+    let before = |i: usize| prev.and_then(|x| x.track(i));
+    let counts = |i: usize, t: &TrackPlan| {
+        let (p0, s0) = before(i).map_or((0, 0), |b| (b.packet_count(), b.sync_count()));
+        (p0 + t.packets.len(), s0 + t.sync.len())
+    };
+    for (i, (track, (encoding, fmtp))) in p.tracks.iter().zip(track_strings).enumerate() {
+        let (packets, syncs) = counts(i, track);
         let packets_off = table_at;
-        let sync_off = packets_off + track.packets.len() * PACKET_RECORD_LEN;
-        table_at = sync_off + track.sync.len() * SYNC_RECORD_LEN;
+        let sync_off = packets_off + packets * PACKET_RECORD_LEN;
+        table_at = sync_off + syncs * SYNC_RECORD_LEN;
         let d = &track.desc;
         let entry_start = head.len();
         head.extend_from_slice(&[d.kind.code(), d.payload_type, d.channels, 0]);
         head.extend_from_slice(&d.clock_rate.to_le_bytes());
         head.extend_from_slice(&(packets_off as u64).to_le_bytes());
-        head.extend_from_slice(&(track.packets.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(packets as u64).to_le_bytes());
         head.extend_from_slice(&(sync_off as u64).to_le_bytes());
-        head.extend_from_slice(&(track.sync.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(syncs as u64).to_le_bytes());
         for v in [encoding.0, encoding.1, fmtp.0, fmtp.1] {
             head.extend_from_slice(&u32_of(v)?.to_le_bytes());
         }
@@ -417,7 +456,11 @@ fn encode(p: &MediaPlan, src: &SourceId, file: &mut File) -> io::Result<()> {
         written: 0,
     };
     out.put(&head)?;
-    for track in &p.tracks {
+    for (i, track) in p.tracks.iter().enumerate() {
+        let prev = before(i);
+        if let Some(b) = &prev {
+            out.put(b.records(0..b.packet_count()))?;
+        }
         for rec in &track.packets {
             if rec.offset > OFFSET_MASK || rec.file_end() > OFFSET_MASK {
                 return Err(too_big("media offset"));
@@ -433,6 +476,9 @@ fn encode(p: &MediaPlan, src: &SourceId, file: &mut File) -> io::Result<()> {
             b[32..36].copy_from_slice(&rec.skip.to_le_bytes());
             b[36..40].copy_from_slice(&rec.len2.to_le_bytes());
             out.put(&b)?;
+        }
+        if let Some(b) = &prev {
+            out.put(b.sync_table())?;
         }
         for s in &track.sync {
             let mut b = [0u8; SYNC_RECORD_LEN];

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::format::{self, FormatError};
 use crate::guard::Guarded;
 use crate::index::{self, Index, SourceId};
+use crate::mp4::growing::{self, Resume};
 use crate::plan::{ChooseLayouts, IngestReport};
 use crate::ts::TsOptions;
 
@@ -189,28 +190,58 @@ pub fn ingest_paced(
     Ok(plan.report)
 }
 
+/// A growing file's index ([`snapshot`]).
+pub struct Snapshot {
+    pub index: Index,
+    /// Where a later snapshot of the same file may plan on from (a
+    /// fragmented MP4's, when nothing in it stops that).
+    pub resume: Option<Resume>,
+    /// Whether only what follows the previous snapshot was planned.
+    pub incremental: bool,
+}
+
 /// The index of the first `len` bytes of `media`, a file that is still
 /// being written (a live recording, `len` what is durable of it): planned
 /// from those bytes alone, without parity, written beside it. Its source
 /// identity names no version of the file (no hashes, no mtime), so it is
 /// never taken for the whole file's index: the next ingest makes that
 /// afresh. Reads the prefix (planning), never hashes it.
-pub fn snapshot(media: &Path, len: u64, opts: &TsOptions) -> Result<Index, IngestError> {
+///
+/// With `prev`, a snapshot of a shorter prefix of the same file and its
+/// [`Snapshot::resume`], only the fragments after it are planned and
+/// joined to its index (`mp4::growing`): the index is the one planning
+/// the whole prefix makes; when it cannot be planned on from there, the
+/// whole prefix is planned.
+pub fn snapshot(
+    media: &Path,
+    len: u64,
+    opts: &TsOptions,
+    prev: Option<(&Index, &Resume)>,
+) -> Result<Snapshot, IngestError> {
     let open_err = |source| IngestError::Open {
         path: media.to_owned(),
         source,
     };
+    let changed = || IngestError::Changed {
+        path: media.to_owned(),
+    };
     let file = File::open(media).map_err(open_err)?;
     // SAFETY: read-only mapping; the writer only appends, see `index::map_media`.
     let data = unsafe { Guarded::map(&file) }.map_err(open_err)?;
-    let prefix = data.get(..len as usize).ok_or(IngestError::Changed {
-        path: media.to_owned(),
-    })?;
-    let plan = format::plan(prefix, opts, &mut |_, _| {}).map_err(format_error(media))?;
-    if data.damaged() {
-        return Err(IngestError::Changed {
-            path: media.to_owned(),
-        });
+    let prefix = data.get(..len as usize).ok_or_else(changed)?;
+    let tail = prev
+        .filter(|(idx, r)| follows(idx, r))
+        .and_then(|(idx, r)| Some((idx, growing::plan_on(prefix, r)?)));
+    let incremental = tail.is_some();
+    let (joined, plan, resume) = match tail {
+        Some((idx, (plan, resume))) => (Some(idx), plan, Some(resume)),
+        None => {
+            let (plan, resume) = format::plan_growing(prefix, opts).map_err(format_error(media))?;
+            (None, plan, resume)
+        }
+    };
+    if data.damaged() || joined.is_some_and(Index::damaged) {
+        return Err(changed());
     }
     let source = SourceId {
         size: len,
@@ -219,14 +250,31 @@ pub fn snapshot(media: &Path, len: u64, opts: &TsOptions) -> Result<Index, Inges
         sample_hash: [0; 32],
     };
     let index_path = index::index_path_for(media);
-    index::write(&index_path, &plan, &source).map_err(|source| IngestError::WriteIndex {
-        path: index_path.clone(),
-        source,
+    index::write_snapshot(&index_path, &plan, joined, &source).map_err(|source| {
+        IngestError::WriteIndex {
+            path: index_path.clone(),
+            source,
+        }
     })?;
-    Index::open(&index_path).map_err(|source| IngestError::ReadBack {
+    // Not read whole again (its checksum, every record) as an ingest's
+    // is: that would cost what the snapshot does. Serving bounds-checks
+    // every record read.
+    let index = Index::open_unverified(&index_path).map_err(|source| IngestError::ReadBack {
         path: index_path,
         source,
+    })?;
+    Ok(Snapshot {
+        index,
+        resume,
+        incremental,
     })
+}
+
+/// Whether `resume` is where the plan of the index `idx` stopped.
+fn follows(idx: &Index, resume: &Resume) -> bool {
+    idx.source().size == resume.bytes() as u64
+        && idx.track_count() == resume.packets().count()
+        && (idx.tracks().zip(resume.packets())).all(|(t, n)| t.packet_count() as u64 == n)
 }
 
 fn format_error(path: &Path) -> impl Fn(FormatError) -> IngestError {

@@ -12,7 +12,9 @@
 //! [`cmaf`] writes the fragmented MP4 that HLS and DASH serve (generated
 //! heads and byte ranges), [`mp4::fragments`] reads an MP4's `moov` and
 //! [`mkv::fragments`] a Matroska file's blocks (never their samples) into
-//! it;
+//! it; [`mp4::growing`] plans a fragmented MP4 still being written on from
+//! the plan of a shorter prefix of it, the index [`ingest::snapshot`]
+//! writes then the one planning the whole prefix makes;
 //! [`ts::params`] reads the codec facts an HLS playlist names from a TS's
 //! first key frame.
 

@@ -6,7 +6,8 @@
 //! crates do not expose, and they read `mdat` into memory. Only the box
 //! headers of the top level, the `moov` tree and the `moof` trees of a
 //! fragmented file (`fragmented`) are read; `mdat` is touched only at the
-//! NAL length fields of video samples.
+//! NAL length fields of video samples. A fragmented file still being
+//! written is planned on from a plan of a shorter prefix ([`growing`]).
 
 use crate::format::FormatError;
 use crate::h264::{self, AvcConfig};
@@ -20,6 +21,7 @@ use crate::{aac, av1};
 
 mod fragmented;
 pub mod fragments;
+pub mod growing;
 
 const NS: i128 = 1_000_000_000;
 /// Report progress every this many sample bytes.
@@ -307,45 +309,148 @@ struct Track {
 
 /// The plan of an MP4/MOV file.
 pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan, FormatError> {
-    let (moov, moofs) = top_level(data)?;
-    let moov = moov.ok_or_else(|| invalid("no 'moov' box (the file may be incomplete)"))?;
+    plan_whole(data, progress).map(|(plan, _)| plan)
+}
+
+/// The plan of the whole of `data`, and where it stopped if a plan of a
+/// longer prefix can resume there.
+fn plan_whole(
+    data: &[u8],
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(MediaPlan, Option<growing::Resume>), FormatError> {
+    // Only a plan resumed is ever refused.
+    plan_from(data, None, progress)?.ok_or_else(|| invalid("no plan"))
+}
+
+/// What a plan found worth saying, and how much of it is a fault of the
+/// samples (not a fact of the `moov`): a plan with faults is not resumed.
+#[derive(Default)]
+struct Notes {
+    warnings: Vec<String>,
+    truncated: u64,
+    faults: usize,
+}
+
+/// The plan of `data`: whole (`from` `None`), or only what lies past
+/// where `from` stopped (tracks of the new packets only, the rest the
+/// whole file's: [`growing`]); and where it stopped, if a later plan
+/// can resume there. `Ok(None)`: `from` cannot be resumed here.
+fn plan_from(
+    data: &[u8],
+    from: Option<&growing::Resume>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Option<(MediaPlan, Option<growing::Resume>)>, FormatError> {
+    let (moov, moofs, whole) = top_level(data, from.map_or(0, growing::Resume::bytes))?;
+    let moov = match from {
+        Some(r) => r.moov(),
+        None => moov.ok_or_else(|| invalid("no 'moov' box (the file may be incomplete)"))?,
+    };
+    let mut notes = Notes::default();
+    let Some((mut tracks, served)) = read_tracks(data, moov, &moofs, from, &mut notes)? else {
+        return Ok(None);
+    };
+    let mut plans = Vec::new();
+    let mut media_bytes = from.map_or(0, growing::Resume::media_bytes);
+    let mut done = 0u64;
+    let total = data.len() as u64;
+    for (i, (t, carry)) in tracks.iter_mut().enumerate() {
+        let pt = 96 + i as u8;
+        let said = notes.warnings.len();
+        let plan = track_plan(data, t, pt, carry, &mut notes.warnings, &mut |n| {
+            done += n;
+            progress(done.min(total), total);
+        })?;
+        notes.faults += notes.warnings.len() - said;
+        media_bytes += t.samples.iter().map(|s| u64::from(s.size)).sum::<u64>();
+        plans.push(plan);
+    }
+    let rtp_packets: u64 = tracks.iter().map(|(_, c)| c.packets).sum();
+    if rtp_packets > u64::from(u32::MAX) {
+        return Err(FormatError::TooLarge);
+    }
+    let duration_ns = tracks.iter().map(|(_, c)| c.end_ns).max().unwrap_or(0);
+    let names: Vec<&str> = tracks.iter().map(|(t, _)| t.codec.name()).collect();
+    let bitrate = growing::bitrate(media_bytes, duration_ns);
+    let mut report = IngestReport::new(format!("MP4 ({})", names.join(", ")), rtp_packets, bitrate);
+    let resume = (whole && notes.faults == 0 && notes.truncated == 0).then(|| {
+        let mut carries = tracks.iter().map(|(_, c)| *c);
+        let traks = served.iter().map(|&s| s.then(|| carries.next()).flatten());
+        growing::Resume::new(data.len(), moov, traks.collect(), media_bytes)
+    });
+    report.truncated_tail_bytes = notes.truncated;
+    report.warnings = notes.warnings;
+    let plan = MediaPlan {
+        tracks: plans,
+        duration_ns,
+        ts_per_rtp: 0,
+        report,
+    };
+    Ok(Some((plan, resume)))
+}
+
+/// A served track, with the state its plan starts from.
+type Served = (Track, growing::Carry);
+/// The served tracks, and per audio or video track whether it is served.
+type Tracks = (Vec<Served>, Vec<bool>);
+
+/// The served tracks of `moov` with their samples in `moofs` (and the
+/// `moov`'s own, unless resuming `from`), and for each audio or video
+/// track whether it is served. `None`: a track `from` did not serve has
+/// samples now (its payload type and every later track's would change).
+fn read_tracks(
+    data: &[u8],
+    moov: BoxRef,
+    moofs: &[Moof],
+    from: Option<&growing::Resume>,
+    notes: &mut Notes,
+) -> Result<Option<Tracks>, FormatError> {
     let trex = fragmented::defaults(data, moov)?;
     let movie_timescale = movie_timescale(data, moov)?;
-
-    let mut warnings = Vec::new();
-    let mut truncated = 0u64;
     let mut tracks = Vec::new();
-    let mut found = Vec::new();
+    let (mut found, mut served) = (Vec::new(), Vec::new());
     for trak in Boxes::of(data, moov) {
         let trak = trak?;
         if &trak.kind != b"trak" {
             continue;
         }
-        let Some(mut t) = read_track(data, trak, movie_timescale, &mut warnings, &mut truncated)?
-        else {
+        let (w, cut) = (&mut notes.warnings, &mut notes.truncated);
+        let Some(mut t) = read_track(data, trak, movie_timescale, w, cut)? else {
             continue;
         };
-        add_fragments(
-            data,
-            trak,
-            (&moofs, &trex),
-            &mut t,
-            &mut truncated,
-            &mut warnings,
-        )?;
+        // Resuming: the moov's samples are in the plan resumed.
+        let was = from.map(|r| r.track(served.len()));
+        let mut carry = match was {
+            Some(c) => {
+                t.samples.clear();
+                c.unwrap_or_default()
+            }
+            None => growing::Carry::after(&t.samples),
+        };
+        let said = notes.warnings.len();
+        let frags = (moofs, &trex[..]);
+        let (w, cut) = (&mut notes.warnings, &mut notes.truncated);
+        add_fragments(data, trak, frags, &mut t, &mut carry.next_dts, cut, w)?;
+        notes.faults += notes.warnings.len() - said;
         found.push(t.codec.name().to_owned());
+        let serve = match was {
+            Some(c) => c.is_some(),
+            None => !t.samples.is_empty(),
+        };
+        served.push(serve && !matches!(t.codec, Codec::Other(_)));
         if let Codec::Other(name) = &t.codec {
-            warnings.push(format!(
+            notes.warnings.push(format!(
                 "track with codec {name} skipped: fjord serves H.264, H.265, AV1 (HLS and DASH \
                  only), AAC and Opus"
             ));
-        } else if !t.samples.is_empty() {
+        } else if serve {
             if let Codec::Av1(_) = t.codec {
-                warnings.push(
+                notes.warnings.push(
                     "the AV1 track is served over HLS and DASH only; RTSP answers 415".to_owned(),
                 );
             }
-            tracks.push(t);
+            tracks.push((t, carry));
+        } else if !t.samples.is_empty() {
+            return Ok(None);
         }
     }
     if tracks.is_empty() {
@@ -359,53 +464,24 @@ pub fn plan(data: &[u8], progress: &mut dyn FnMut(u64, u64)) -> Result<MediaPlan
             )
         }));
     }
-
-    let mut plans = Vec::new();
-    let mut duration_ns = 0u64;
-    let mut media_bytes = 0u64;
-    let mut done = 0u64;
-    let total = data.len() as u64;
-    for (i, t) in tracks.iter().enumerate() {
-        let pt = 96 + i as u8;
-        let (plan, end) = track_plan(data, t, pt, &mut warnings, &mut |n| {
-            done += n;
-            progress(done.min(total), total);
-        })?;
-        duration_ns = duration_ns.max(end);
-        media_bytes += t.samples.iter().map(|s| u64::from(s.size)).sum::<u64>();
-        plans.push(plan);
-    }
-    if plans.iter().map(|p| p.packets.len() as u64).sum::<u64>() > u64::from(u32::MAX) {
-        return Err(FormatError::TooLarge);
-    }
-    let names: Vec<&str> = tracks.iter().map(|t| t.codec.name()).collect();
-    let rtp_packets = plans.iter().map(|p| p.packets.len() as u64).sum();
-    let bitrate = if duration_ns > 0 {
-        (u128::from(media_bytes) * 8 * NS as u128 / u128::from(duration_ns)) as u64
-    } else {
-        0
-    };
-    let mut report = IngestReport::new(format!("MP4 ({})", names.join(", ")), rtp_packets, bitrate);
-    report.truncated_tail_bytes = truncated;
-    report.warnings = warnings;
-    Ok(MediaPlan {
-        tracks: plans,
-        duration_ns,
-        ts_per_rtp: 0,
-        report,
-    })
+    Ok(Some((tracks, served)))
 }
 
 /// A `moof` box and the file offset of its header.
 type Moof = (u64, BoxRef);
 
-/// The first `moov` and every `moof` at the top level.
-fn top_level(data: &[u8]) -> Result<(Option<BoxRef>, Vec<Moof>), FormatError> {
+/// The first `moov` and every `moof` at the top level from byte `from`
+/// (a box's start), and whether the boxes end at the end of `data`, each
+/// whole (none cut short, none sized "to the end of the file"): where a
+/// later plan of a longer prefix can resume.
+fn top_level(data: &[u8], from: usize) -> Result<(Option<BoxRef>, Vec<Moof>, bool), FormatError> {
     let mut moov = None;
     let mut moofs = Vec::new();
-    let mut at = 0;
-    for b in Boxes::new(data, 0, data.len()).truncating() {
+    let mut at = from;
+    let mut whole = true;
+    for b in Boxes::new(data, from, data.len()).truncating() {
         let b = b?;
+        whole &= declared_end(data, at) == Some(b.end);
         match &b.kind {
             b"moov" if moov.is_none() => moov = Some(b),
             b"moof" => moofs.push((at as u64, b)),
@@ -413,19 +489,33 @@ fn top_level(data: &[u8]) -> Result<(Option<BoxRef>, Vec<Moof>), FormatError> {
         }
         at = b.end;
     }
-    Ok((moov, moofs))
+    Ok((moov, moofs, whole && at == data.len()))
+}
+
+/// Where the box whose header is at `at` says it ends (`None`: it runs to
+/// the end of the file, or its header is cut).
+fn declared_end(data: &[u8], at: usize) -> Option<usize> {
+    let word = |i: usize| Some(u32::from_be_bytes(data.get(i..i + 4)?.try_into().ok()?));
+    let size = match word(at)? {
+        0 => return None,
+        1 => (u64::from(word(at + 8)?) << 32) | u64::from(word(at + 12)?),
+        n => u64::from(n),
+    };
+    at.checked_add(usize::try_from(size).ok()?)
 }
 
 /// The fragments of a fragmented file and the `trex` defaults.
 type Fragments<'a> = (&'a [Moof], &'a [(u32, fragmented::Defaults)]);
 
 /// Appends a served track's samples in the fragments of a fragmented file
-/// (none in other files).
+/// (none in other files); `next_dts` is the decode time of a fragment's
+/// first sample when the fragment does not say (`tfdt`).
 fn add_fragments(
     data: &[u8],
     trak: BoxRef,
     (moofs, trex): Fragments<'_>,
     t: &mut Track,
+    next_dts: &mut i64,
     truncated: &mut u64,
     warnings: &mut Vec<String>,
 ) -> Result<(), FormatError> {
@@ -433,7 +523,7 @@ fn add_fragments(
         return Ok(());
     }
     let id = fragments::track_id(data, trak)?;
-    fragmented::append(data, moofs, id, trex, &mut t.samples, warnings)?;
+    fragmented::append(data, moofs, id, trex, next_dts, &mut t.samples, warnings)?;
     drop_past_end(data, &mut t.samples, truncated, warnings);
     Ok(())
 }
@@ -847,14 +937,16 @@ fn drop_past_end(
     }
 }
 
-/// Packets of one track and the end of its last presented sample.
+/// Packets of one track, planned on from `carry` (the packets before,
+/// for a plan resumed; updated to after these).
 fn track_plan(
     data: &[u8],
     t: &Track,
     pt: u8,
+    carry: &mut growing::Carry,
     warnings: &mut Vec<String>,
     passed: &mut dyn FnMut(u64),
-) -> Result<(TrackPlan, u64), FormatError> {
+) -> Result<TrackPlan, FormatError> {
     let timing = t.timing;
     let video = t.codec.is_video();
     let (desc, clock) = match &t.codec {
@@ -877,8 +969,7 @@ fn track_plan(
         t.samples.len() * 3 + (bytes / (crate::format::MAX_RTP_PAYLOAD as u64 - 3)) as usize,
     );
     let mut sync = Vec::new();
-    let mut last_send = 0u64;
-    let mut end_ns = 0u64;
+    let (mut last_send, mut end_ns) = (carry.last_send, carry.end_ns);
     let mut nals = Vec::new();
     let mut dropped = 0u64;
     let mut unreported = 0u64;
@@ -926,8 +1017,9 @@ fn track_plan(
         }
         if video && s.sync && packets.len() > first {
             packets[first].flags |= FLAG_RANDOM_ACCESS;
+            let packet = carry.packets + first as u64;
             sync.push(SyncPoint {
-                packet: u32::try_from(first).map_err(|_| FormatError::TooLarge)?,
+                packet: u32::try_from(packet).map_err(|_| FormatError::TooLarge)?,
                 time_ns: clamp_ns(pts),
             });
         }
@@ -939,21 +1031,25 @@ fn track_plan(
         ));
     }
     // Seeking needs entry times that grow with the packet index.
-    let mut latest = 0;
+    let mut latest = carry.latest_sync;
     sync.retain(|p| {
         let keep = p.time_ns >= latest;
         latest = latest.max(p.time_ns);
         keep
     });
-    Ok((
-        TrackPlan {
-            desc,
-            packets,
-            sync,
-            fec: None,
-        },
+    *carry = growing::Carry {
+        next_dts: carry.next_dts,
+        last_send,
         end_ns,
-    ))
+        latest_sync: latest,
+        packets: carry.packets + packets.len() as u64,
+    };
+    Ok(TrackPlan {
+        desc,
+        packets,
+        sync,
+        fec: None,
+    })
 }
 
 fn video_desc(pt: u8, encoding: &str, fmtp: String) -> TrackDesc {

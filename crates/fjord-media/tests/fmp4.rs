@@ -200,7 +200,9 @@ fn a_growing_fragmented_file_is_indexed_up_to_its_durable_length() {
         .collect();
     assert!(moofs.len() >= 4, "{} fragments", moofs.len());
     let snap = |len: usize| {
-        let idx = fjord_media::ingest::snapshot(&frag, len as u64, &Default::default()).unwrap();
+        let idx = fjord_media::ingest::snapshot(&frag, len as u64, &Default::default(), None)
+            .unwrap()
+            .index;
         let records: Vec<Vec<_>> = (idx.tracks())
             .map(|t| {
                 (0..t.packet_count())
@@ -236,7 +238,10 @@ fn a_growing_fragmented_file_is_indexed_up_to_its_durable_length() {
     );
     // Bad lengths: past the end, or no fragment yet.
     assert!(
-        fjord_media::ingest::snapshot(&frag, data.len() as u64 + 1, &Default::default()).is_err()
+        fjord_media::ingest::snapshot(&frag, data.len() as u64 + 1, &Default::default(), None)
+            .is_err()
     );
-    assert!(fjord_media::ingest::snapshot(&frag, moofs[0] as u64, &Default::default()).is_err());
+    assert!(
+        fjord_media::ingest::snapshot(&frag, moofs[0] as u64, &Default::default(), None).is_err()
+    );
 }

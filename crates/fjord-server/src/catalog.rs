@@ -146,6 +146,8 @@ struct Loaded {
     origin: Option<crate::edge::Version>,
     /// A snapshot of a growing recording, `size` its durable bytes.
     growing: Option<growing::Made>,
+    /// Where the next snapshot may plan on from.
+    resume: Option<fjord_media::mp4::growing::Resume>,
 }
 
 impl Catalog {
@@ -344,6 +346,7 @@ impl Catalog {
             head,
             origin: None,
             growing: None,
+            resume: None,
         });
         Ok((key, title))
     }
@@ -377,16 +380,28 @@ impl Catalog {
             growing::Open::Snapshot(len) => len,
         };
         let options = self.options;
+        // Planned on from the snapshot loaded when it can be.
+        let prev = snapshot.and_then(|l| Some((l.title.clone(), l.resume.clone()?)));
         let at = Instant::now();
-        let t = tokio::task::spawn_blocking(move || {
-            let index = fjord_media::ingest::snapshot(&path, len, &options).map_err(classify)?;
-            let mut t = Title::new(index, &path)
+        let (t, resume, incremental) = tokio::task::spawn_blocking(move || {
+            let prev = prev.as_ref().map(|(t, r)| (t.index(), r));
+            let s = fjord_media::ingest::snapshot(&path, len, &options, prev).map_err(classify)?;
+            let mut t = Title::new(s.index, &path)
                 .map_err(|e| failed(&format_args!("{}: {e}", path.display())))?;
             t.grows();
-            Ok::<_, CatalogError>(Arc::new(t))
+            Ok::<_, CatalogError>((Arc::new(t), s.resume, s.incremental))
         })
         .await
         .map_err(|e| CatalogError::Failed(e.to_string()))??;
+        let took = at.elapsed();
+        self.growing.made(incremental);
+        tracing::debug!(
+            title,
+            len,
+            incremental,
+            took_us = took.as_micros() as u64,
+            "snapshot made"
+        );
         *loaded = Some(Loaded {
             title: t.clone(),
             size: len,
@@ -395,8 +410,10 @@ impl Catalog {
             origin: None,
             growing: Some(growing::Made {
                 at,
-                took: at.elapsed(),
+                took,
+                planned_on: !incremental && resume.is_some(),
             }),
+            resume,
         });
         Ok((key, t))
     }
@@ -430,6 +447,7 @@ impl Catalog {
             head: Some(head),
             origin: Some(version),
             growing: None,
+            resume: None,
         });
         Ok((key, t))
     }

@@ -60,13 +60,16 @@ pub(super) fn defaults(data: &[u8], moov: BoxRef) -> Result<Vec<(u32, Defaults)>
 }
 
 /// Appends the samples of track `id` in every fragment of `moofs` (file
-/// offset of the box's header, and the box; in file order) to `samples`. A fragment that cannot be read ends the track
-/// there with a warning, unless it is the first (then the file is refused).
+/// offset of the box's header, and the box; in file order) to `samples`,
+/// `next_dts` the decode time of the next (a `tfdt` sets it). A fragment
+/// that cannot be read ends the track there with a warning, unless it is
+/// the first of `moofs` (then an error: the file is refused).
 pub(super) fn append(
     data: &[u8],
     moofs: &[super::Moof],
     id: u32,
     trex: &[(u32, Defaults)],
+    next_dts: &mut i64,
     samples: &mut Vec<Sample>,
     warnings: &mut Vec<String>,
 ) -> Result<(), FormatError> {
@@ -75,11 +78,8 @@ pub(super) fn append(
         .find(|(t, _)| *t == id)
         .map(|&(_, d)| d)
         .unwrap_or_default();
-    let mut next_dts = samples
-        .last()
-        .map_or(0, |s| s.dts.saturating_add(i64::from(s.dur)));
     for (i, &(header, moof)) in moofs.iter().enumerate() {
-        if let Err(e) = fragment(data, header, moof, id, base, &mut next_dts, samples) {
+        if let Err(e) = fragment(data, header, moof, id, base, next_dts, samples) {
             if i == 0 {
                 return Err(e);
             }

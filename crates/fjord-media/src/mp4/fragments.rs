@@ -101,7 +101,7 @@ pub fn fragment(
 
 /// The served tracks of the MP4 file `data`, in order.
 fn sources(data: &[u8]) -> Result<Vec<Source>, FormatError> {
-    let (moov, moofs) = top_level(data)?;
+    let (moov, moofs, _) = top_level(data, 0)?;
     let moov = moov.ok_or_else(|| invalid("no 'moov' box"))?;
     let trex = fragmented::defaults(data, moov)?;
     let movie_timescale = movie_timescale(data, moov)?;
@@ -118,7 +118,9 @@ fn sources(data: &[u8]) -> Result<Vec<Source>, FormatError> {
             continue;
         };
         let frags = (&moofs[..], &trex[..]);
-        add_fragments(data, trak, frags, &mut track, &mut truncated, &mut warnings)?;
+        let mut next = super::growing::Carry::after(&track.samples).next_dts;
+        let (cut, w) = (&mut truncated, &mut warnings);
+        add_fragments(data, trak, frags, &mut track, &mut next, cut, w)?;
         if matches!(track.codec, Codec::Other(_)) || track.samples.is_empty() {
             continue;
         }

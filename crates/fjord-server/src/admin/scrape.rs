@@ -258,6 +258,18 @@ async fn sessions(reg: &mut Registry, server: &Server) {
         "Titles a file of which failed to read while playing (run fjord repair)",
         [(vec![], repair)],
     );
+    let (incremental, whole) = server.catalog.growing().snapshots();
+    let planned = |how: &str| vec![("planned", how.to_owned())];
+    counter(
+        reg,
+        "fjord_recording_snapshots",
+        "Snapshots of growing recordings made, by how: incremental (only the fragments \
+         since the last), whole (the whole prefix)",
+        [
+            (planned("incremental"), incremental),
+            (planned("whole"), whole),
+        ],
+    );
     let jobs = server.catalog.pending_jobs() as i64;
     gauge(
         reg,

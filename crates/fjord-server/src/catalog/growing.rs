@@ -2,7 +2,9 @@
 //! titles: the recording's thread says how much of its file is durable
 //! (whole fragments, synced) after each fragment; the catalog opens such a
 //! title as a snapshot of that prefix (`fjord_media::ingest::snapshot`),
-//! made again when a request comes and the file has grown since. Sessions
+//! made again when a request comes and the file has grown since (planned
+//! on from the snapshot before when it can be: a fragmented MP4's), at
+//! most once per [`SNAPSHOT_DUTY`] times what the last took. Sessions
 //! keep the snapshot they started with. When the recording ends it is
 //! forgotten here, and the next open ingests the whole file as any title's.
 //!
@@ -19,7 +21,10 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::Mutex,
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -34,6 +39,9 @@ const ENDED_KEPT: usize = 1024;
 #[derive(Default)]
 pub struct Growing {
     state: Mutex<State>,
+    /// Snapshots made: planned on from the one before, or whole.
+    incremental: AtomicU64,
+    whole: AtomicU64,
 }
 
 #[derive(Default)]
@@ -108,6 +116,23 @@ impl Growing {
     pub fn latest(&self, name: &str) -> Option<String> {
         self.lock().latest.get(name).cloned()
     }
+
+    /// A snapshot was made, `incremental`ly (planned on from the one
+    /// before) or whole.
+    pub fn made(&self, incremental: bool) {
+        let n = if incremental {
+            &self.incremental
+        } else {
+            &self.whole
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Snapshots made since the start: (incrementally, whole).
+    pub fn snapshots(&self) -> (u64, u64) {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (n(&self.incremental), n(&self.whole))
+    }
 }
 
 impl State {
@@ -168,10 +193,15 @@ pub enum Open {
 }
 
 /// A snapshot is made again at most once per this many times what the
-/// last one took. Each plans the whole prefix (not only what was added),
-/// so without a bound a recording hours long would keep a core planning
-/// for its viewers: at 5 Mbit/s an hour takes some 0.7 s, so its viewers
-/// then see a snapshot up to 14 s older than the newest fragment.
+/// last one took, so its viewers keep at most a twentieth of a core per
+/// recording planning. A snapshot is planned on from the one before
+/// (`fjord_media::mp4::growing`: a fragmented MP4's), so it costs what the
+/// new fragments and copying the index cost (some 50 ms at an hour of 5
+/// Mbit/s): its viewers see it about a fragment behind. One planned whole
+/// (the first, a `.ts` recording's, or one a fault stops from being
+/// planned on) costs what the whole prefix does (some 0.35 s an hour),
+/// and holds back the next accordingly, unless that one is planned on
+/// from it ([`Made::planned_on`]).
 const SNAPSHOT_DUTY: u32 = 20;
 
 /// When the snapshot loaded was made and what making it took.
@@ -179,6 +209,10 @@ const SNAPSHOT_DUTY: u32 = 20;
 pub struct Made {
     pub at: Instant,
     pub took: Duration,
+    /// It was planned whole and the next is planned on from it: that one
+    /// costs a fraction of it and is not held back by it (so planning
+    /// takes at most twice the duty's share, once, after a whole plan).
+    pub planned_on: bool,
 }
 
 /// What to do at `now` for a request of a recording `durable` bytes of
@@ -188,7 +222,7 @@ pub fn open(durable: u64, loaded: Option<(u64, Made)>, now: Instant) -> Open {
     match loaded {
         _ if durable == 0 => Open::NotYet,
         Some((len, _)) if len >= durable => Open::Loaded,
-        Some((_, m)) if now < m.at + m.took * SNAPSHOT_DUTY => Open::Loaded,
+        Some((_, m)) if !m.planned_on && now < m.at + m.took * SNAPSHOT_DUTY => Open::Loaded,
         _ => Open::Snapshot(durable),
     }
 }
@@ -290,6 +324,7 @@ mod tests {
         let made = Made {
             at: t0,
             took: Duration::from_millis(20),
+            planned_on: false,
         };
         assert_eq!(open(1000, None, t0), Open::Snapshot(1000));
         let later = t0 + Duration::from_secs(1);
@@ -303,6 +338,7 @@ mod tests {
         let made = Made {
             at: t0,
             took: Duration::from_millis(700),
+            planned_on: false,
         };
         let loaded = Some((1000, made));
         let soon = t0 + Duration::from_secs(13);
@@ -310,5 +346,14 @@ mod tests {
         let late = t0 + Duration::from_secs(14);
         assert_eq!(open(2500, loaded, late), Open::Snapshot(2500));
         assert_eq!(open(0, loaded, late), Open::NotYet);
+        // Planned whole, and the next planned on from it: made at once.
+        let whole = Made {
+            planned_on: true,
+            ..made
+        };
+        let next = t0 + Duration::from_millis(800);
+        let loaded = Some((1000, whole));
+        assert_eq!(open(2500, loaded, next), Open::Snapshot(2500));
+        assert_eq!(open(1000, loaded, next), Open::Loaded);
     }
 }

@@ -159,6 +159,39 @@ fn recording(root: &Path, dir: &str) -> (PathBuf, String) {
     (files[0].clone(), format!("{dir}/{name}"))
 }
 
+/// The snapshots of a recording fjord wrote, at each of its fragments'
+/// ends, each planned on from the one before, are the whole prefix's,
+/// byte for byte (of a copy: a snapshot's index is written beside it).
+fn assert_snapshots_are_incremental(file: &Path) {
+    use fjord_media::ingest::{Snapshot, snapshot};
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("rec.mp4");
+    std::fs::copy(file, &copy).unwrap();
+    let data = std::fs::read(&copy).unwrap();
+    let (mut at, mut ends, mut incremental) = (0, 0, 0);
+    let mut prev: Option<Snapshot> = None;
+    while at + 8 <= data.len() {
+        let size = u32::from_be_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+        let kind = &data[at + 4..at + 8];
+        at += size;
+        if kind != b"mdat" {
+            continue;
+        }
+        let from = prev
+            .as_ref()
+            .and_then(|p| Some((&p.index, p.resume.as_ref()?)));
+        let got = snapshot(&copy, at as u64, &Default::default(), from).unwrap();
+        let whole = snapshot(&copy, at as u64, &Default::default(), None).unwrap();
+        assert!(got.index.bytes() == whole.index.bytes(), "at {at}");
+        (ends, incremental) = (ends + 1, incremental + usize::from(got.incremental));
+        prev = Some(got);
+    }
+    assert!(
+        ends >= 4 && incremental == ends - 1,
+        "{incremental} of {ends}"
+    );
+}
+
 /// `got` is `src` from its start, but for at most `missing` at the end.
 fn assert_prefix(got: &[String], src: &[String], missing: usize, what: &str) {
     assert!(
@@ -214,6 +247,7 @@ fn a_published_stream_is_recorded_as_a_title_with_the_published_packets() {
     // Played over RTSP from fjord, the frames are the published ones.
     let played = decoded_md5s(&server.url(&title));
     assert_prefix(&played, &decoded_md5s(src), 0, "frames played over RTSP");
+    assert_snapshots_are_incremental(&file);
     // A stream at a path live_record does not match is not recorded.
     let other = publish(&server, "other/x").wait_with_output().unwrap();
     assert!(other.status.success());
@@ -557,6 +591,18 @@ fn a_growing_recording_is_played_over_rtsp_and_hls_while_it_is_recorded() {
         second.starts_with(&first[first.find("#EXTM3U").unwrap()..first.rfind("#EXTINF").unwrap()]),
         "the playlist changed:\n{first}\n{second}"
     );
+    // The first snapshot planned the prefix whole; the later ones only
+    // the fragments since the one before.
+    let metrics = format!("{}/metrics", server.admin());
+    let (metrics, _) = curl(&["--digest", "-u", "ops:pager", &metrics]);
+    let made = |how: &str| -> u64 {
+        let line = format!("fjord_recording_snapshots_total{{planned=\"{how}\"}} ");
+        (metrics.lines().find_map(|l| l.strip_prefix(&line)))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{metrics}"))
+    };
+    assert_eq!(made("whole"), 1, "{metrics}");
+    assert!(made("incremental") >= 2, "{metrics}");
     let (file, _) = closed_recording(&server, p, "live/grow");
     assert!(std::fs::read(&file).unwrap().starts_with(&download));
     let frames = decoded_md5s(file.to_str().unwrap());
