@@ -7,6 +7,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use fjord_proto::rtcp::NtpTime;
+
 use crate::{
     Title,
     datapath::{Counters, UdpSocket},
@@ -186,6 +188,18 @@ pub struct LiveViewer {
     pub sent: (u32, u32),
 }
 
+/// A live track's publisher's latest RTCP sender report, in the stream's
+/// numbering (`fjord_live::handover`): RTP time `rtp` is NTP time `ntp` of
+/// the publisher's clock; it arrived at `at`. Each track's comes from the
+/// publisher's one NTP clock, so the viewers' reports of them keep the
+/// tracks in sync as the publisher meant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveSync {
+    pub ntp: NtpTime,
+    pub rtp: u32,
+    pub at: Instant,
+}
+
 pub enum Command {
     Add(Box<SessionSpec>),
     /// Gives session `id` a repair stream; ignored when its title has no
@@ -285,6 +299,14 @@ pub enum Command {
     LiveRemove {
         id: u64,
     },
+    /// Live track `feed`'s sender report mapping, for its viewers' sender
+    /// reports; none: the publisher changed and its successor sent none
+    /// yet. One per publisher report, not per packet: ordered with the
+    /// packets and read without a lock.
+    LiveSync {
+        feed: u64,
+        sync: Option<LiveSync>,
+    },
     /// The live track ended: its viewers get RTCP BYE.
     LiveEnd {
         feed: u64,
@@ -315,6 +337,7 @@ impl Command {
             Command::LiveAdd(_) => "LiveAdd",
             Command::LivePackets { .. } => "LivePackets",
             Command::LiveRemove { .. } => "LiveRemove",
+            Command::LiveSync { .. } => "LiveSync",
             Command::LiveEnd { .. } => "LiveEnd",
             Command::Stats { .. } => "Stats",
         }

@@ -22,8 +22,15 @@
 //! (copied once, within the connection's bound) rather than lost: a TCP
 //! viewer gets every packet or is dropped as stalled.
 //!
+//! Sender reports ([`report`]): a viewer's first goes just before its
+//! first packets, then all the thread's viewers get one every
+//! `rtcp_interval_s` (checked at each flush), each of its feed's
+//! publisher's mapping ([`Command::LiveSync`]); a feed without one gets
+//! none until its BYE.
+//!
 //! [`Command::LivePackets`]: crate::Command::LivePackets
 //! [`Command::Bye`]: crate::Command::Bye
+//! [`Command::LiveSync`]: crate::Command::LiveSync
 
 mod report;
 
@@ -38,7 +45,7 @@ use report::Clock;
 
 use crate::{
     Output,
-    command::{Backlog, LiveBatch, LivePacket, LiveViewer, ThreadStats},
+    command::{Backlog, LiveBatch, LivePacket, LiveSync, LiveViewer, ThreadStats},
     datapath::{self, Batch, Burst, DataPath, MAX_BATCH_PACKETS, MmapWritev, Packet},
     interleaved::Connection,
 };
@@ -68,8 +75,13 @@ pub(crate) struct Live {
     /// For a thread whose path cannot send from memory, or failed here.
     fallback: MmapWritev,
     use_fallback: bool,
-    /// Each feed's clock, for the sender report of a BYE ([`report`]).
+    /// Each feed's clock, for the sender report of a BYE when its
+    /// publisher sent none ([`report`]).
     clocks: HashMap<u64, Clock>,
+    /// Each feed's publisher's last sender report, for its viewers'.
+    syncs: HashMap<u64, LiveSync>,
+    /// When the viewers' next sender reports are due.
+    next_report: Option<Instant>,
 }
 
 /// Where a packet is sent and what the thread counts.
@@ -77,6 +89,7 @@ pub(crate) struct Sink<'a> {
     pub connections: &'a mut HashMap<u64, Connection>,
     pub stats: &'a mut ThreadStats,
     pub cname: &'a str,
+    pub rtcp_interval: Duration,
 }
 
 /// The thread's data path and its reused batch, lent for a flush.
@@ -119,6 +132,19 @@ impl Live {
         }
     }
 
+    /// Feed `feed`'s publisher's sender report mapping, or none (its
+    /// publisher changed): its viewers' next reports carry it.
+    pub(crate) fn sync(&mut self, feed: u64, sync: Option<LiveSync>) {
+        match sync {
+            Some(s) if self.feeds.contains_key(&feed) => {
+                self.syncs.insert(feed, s);
+            }
+            _ => {
+                self.syncs.remove(&feed);
+            }
+        }
+    }
+
     /// Whether enough waits that the thread should flush before reading on.
     pub(crate) fn must_flush(&self) -> bool {
         self.pending_packets >= FLUSH_AT
@@ -147,8 +173,9 @@ impl Live {
         if (self.feeds.values().flatten()).any(|v| v.id == id) {
             self.flush(out, sink);
             for (feed, viewers) in &self.feeds {
+                let time = (self.syncs.get(feed), self.clocks.get(feed));
                 for v in viewers.iter().filter(|v| v.id == id) {
-                    report::send(v, self.clocks.get(feed), sink, true);
+                    report::send(v, time, sink, true);
                 }
             }
             self.remove(id);
@@ -159,9 +186,9 @@ impl Live {
     /// and is forgotten.
     pub(crate) fn end(&mut self, feed: u64, out: &mut Out<'_>, sink: &mut Sink<'_>) {
         self.flush(out, sink);
-        let clock = self.clocks.remove(&feed);
+        let (sync, clock) = (self.syncs.remove(&feed), self.clocks.remove(&feed));
         for v in self.feeds.remove(&feed).unwrap_or_default() {
-            report::send(&v, clock.as_ref(), sink, true);
+            report::send(&v, (sync.as_ref(), clock.as_ref()), sink, true);
         }
     }
 
@@ -178,6 +205,7 @@ impl Live {
         self.feeds.retain(|_, v| !v.is_empty());
         let feeds = &self.feeds;
         self.clocks.retain(|f, _| feeds.contains_key(f));
+        self.syncs.retain(|f, _| feeds.contains_key(f));
         self.pending.retain(|(f, _)| feeds.contains_key(f));
         self.pending_packets = self.pending.iter().map(|(_, p)| p.len()).sum();
         if self.pending.is_empty() {
@@ -203,6 +231,7 @@ impl Live {
             pending,
             fallback,
             use_fallback,
+            syncs,
             ..
         } = self;
         for (feed, packets) in pending.iter() {
@@ -226,7 +255,13 @@ impl Live {
                 .filter(|(f, _)| f == feed)
                 .flat_map(|(_, p)| p.iter());
             for v in viewers.iter().filter(|v| v.started) {
-                let run = v.backlog.iter().chain(new.clone());
+                let mut run = v.backlog.iter().chain(new.clone()).peekable();
+                // Its first report before its first packet: a player that
+                // maps a track by its first report (ffmpeg) then has the
+                // mapping from the start, not a jump to it.
+                if let (Some(sync), (0, 0), Some(_)) = (syncs.get(feed), v.sent, run.peek()) {
+                    report::send(v, (Some(sync), None), sink, false);
+                }
                 match &v.output {
                     Output::Udp { rtp, rtp_peer, .. } => {
                         let to = (rtp.socket(), *rtp_peer);
@@ -262,6 +297,25 @@ impl Live {
         self.pending_packets = 0;
         self.since = None;
         self.backlog_due = false;
+        self.report(sink);
+    }
+
+    /// Sends each started viewer whose feed has a publisher's mapping a
+    /// sender report when they are due.
+    fn report(&mut self, sink: &mut Sink<'_>) {
+        // The first are an interval on: a viewer's first went before its
+        // first packets.
+        let now = Instant::now();
+        if now < *self.next_report.get_or_insert(now + sink.rtcp_interval) {
+            return;
+        }
+        self.next_report = Some(now + sink.rtcp_interval);
+        for (feed, sync) in &self.syncs {
+            let viewers = self.feeds.get(feed).into_iter().flatten();
+            for v in viewers.filter(|v| v.started && v.sent != (0, 0)) {
+                report::send(v, (Some(sync), None), sink, false);
+            }
+        }
     }
 }
 
@@ -489,6 +543,7 @@ mod tests {
             connections: &mut connections,
             stats: &mut stats,
             cname: "fjord",
+            rtcp_interval: Duration::from_secs(5),
         };
         f(&mut out, &mut sink);
         stats
@@ -645,6 +700,79 @@ mod tests {
             )
         });
         assert!(counted, "{parsed:?}");
+    }
+
+    /// The sender report `rx` holds now, if any: (NTP, RTP, packets).
+    fn report_on(rx: &std::net::UdpSocket) -> Option<(u64, u32, u32)> {
+        let mut buf = [0u8; 256];
+        let n = rx.recv(&mut buf).ok()?;
+        let parsed = fjord_proto::rtcp::parse_compound(&buf[..n]).unwrap();
+        parsed.into_iter().find_map(|i| match i {
+            fjord_proto::rtcp::RtcpInfo::SenderReport {
+                ntp,
+                rtp_ts,
+                packets,
+                ..
+            } => Some((ntp.0, rtp_ts, packets)),
+            _ => None,
+        })
+    }
+
+    /// A feed's publisher's mapping reaches its viewers' reports in each
+    /// one's numbering: a viewer that starts after it gets one before its
+    /// first packet; the BYE's carries it; a feed without one (none came,
+    /// or it was cleared at a handover) gets none before the BYE's, which
+    /// then says the wall clock.
+    #[test]
+    fn viewers_report_the_publishers_mapping_in_their_numbering() {
+        let rx: Vec<_> = (0..2)
+            .map(|_| {
+                let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                rx.set_nonblocking(true).unwrap();
+                rx
+            })
+            .collect();
+        let viewer_to = |id, port, rx: &std::net::UdpSocket| {
+            let mut v = viewer(id, port, vec![packet(1)]);
+            v.started = true;
+            if let Output::Udp { rtcp_peer, .. } = &mut v.output {
+                *rtcp_peer = rx.local_addr().unwrap();
+            }
+            v
+        };
+        // In 1909, unlike the wall clock; the RTP time about to wrap.
+        let sync = LiveSync {
+            ntp: fjord_proto::rtcp::NtpTime(0x1234_5678_0000_0000),
+            rtp: u32::MAX - 1000,
+            at: Instant::now(),
+        };
+        // On the line of `sync`, shifted by the viewer's `delta`.
+        let on_line = |(ntp, rtp, _): (u64, u32, u32), delta: u32| {
+            let ticks = rtp.wrapping_sub(delta).wrapping_sub(sync.rtp);
+            ticks < 90_000 && ntp - sync.ntp.0 == (u64::from(ticks) << 32) / 90_000
+        };
+        let mut live = Live::default();
+        let mut path = Recorder::default();
+        with(&mut path, |out, sink| {
+            live.sync(7, Some(sync));
+            live.add(viewer_to(1, 5000, &rx[0]), out, sink);
+            live.flush(out, sink);
+            assert_eq!(report_on(&rx[0]), None, "a mapping before any viewer is not kept");
+            live.sync(7, Some(sync));
+            live.add(viewer_to(2, 6000, &rx[1]), out, sink);
+            live.flush(out, sink);
+            let first = report_on(&rx[1]).expect("a report before its first packet");
+            assert!(on_line(first, 6000) && first.2 == 0, "{first:?}");
+            assert_eq!(report_on(&rx[0]), None, "not due for viewer 1");
+            live.bye(1, out, sink);
+            let bye = report_on(&rx[0]).unwrap();
+            assert!(on_line(bye, 5000) && bye.2 == 1, "{bye:?}");
+            live.sync(7, None);
+            live.bye(2, out, sink);
+        });
+        let (ntp, _, packets) = report_on(&rx[1]).unwrap();
+        assert_eq!(packets, 1);
+        assert!(ntp >> 32 > 0xe000_0000, "the wall clock, cleared: {ntp:x}");
     }
 
     /// Through a real data path (GSO) to a real socket: a viewer's socket
