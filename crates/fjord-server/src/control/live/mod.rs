@@ -31,7 +31,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fjord_engine::{Command, LivePacket};
+use fjord_engine::{Command, LivePacket, LiveSync};
 use fjord_live::{handover::Renumber, publish::Paths, ring::Ring, sdp::Codec};
 use fjord_proto::rtsp::{
     framing::{Method, Request},
@@ -112,6 +112,10 @@ struct TrackIn {
     reception: fjord_live::reception::Reception,
     /// When a publisher over TCP is next sent a receiver report.
     next_report: Option<Instant>,
+    /// The current publisher's last sender report, in viewers' numbering
+    /// (as the engine threads with viewers were told it): the mapping
+    /// their sender reports carry.
+    sync: Option<LiveSync>,
 }
 
 impl Live {

@@ -285,7 +285,11 @@ pub(super) fn play(server: &Server, id: &str) -> Reply {
     let mut starts = Vec::new();
     for v in viewers {
         starts.push((key, v.id));
+        let feed = v.feed;
         server.engine.send(key, Command::LiveAdd(Box::new(v)));
+        if let Some(t) = stream.tracks.iter().find(|t| t.feed == feed) {
+            super::rtcp::share_sync(server, key, t);
+        }
     }
     stream.threads.insert(key % server.engine.threads() as u64);
     let infos: Vec<String> = (viewing.group_tracks().iter())

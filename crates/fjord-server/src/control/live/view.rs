@@ -456,6 +456,7 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
         server
             .engine
             .send(conn.id(), Command::LiveAdd(Box::new(viewer)));
+        super::rtcp::share_sync(server, conn.id(), t);
         starts.push((conn.id(), w.id));
     }
     stream.threads.insert(thread);
