@@ -59,6 +59,11 @@ impl Reception {
         ours
     }
 
+    /// The source whose packets are counted; none before a packet came.
+    pub fn source(&self) -> Option<u32> {
+        self.ssrc
+    }
+
     /// The report block for now, `at`; none before a packet came. The
     /// next one's fraction lost counts from here.
     pub fn block(&mut self, at: Instant) -> Option<ReportBlock> {

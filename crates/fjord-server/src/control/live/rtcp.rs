@@ -102,10 +102,11 @@ pub(super) fn read_interleaved(
 }
 
 /// The publisher's RTCP `reports` on track `track` of stream `id`: a
-/// sender report of the source its packets come from is noted for the next
-/// receiver report and, once its packets set the renumbering, is the
-/// track's mapping, handed to the engine threads with viewers (a command
-/// per report: ordered with the packets, no lock on the engine's side).
+/// sender report of the source its packets come from (or of any before
+/// its first packet) is noted for the next receiver report and, once its
+/// packets set the renumbering, is the track's mapping, handed to the
+/// engine threads with viewers (a command per report: ordered with the
+/// packets, no lock on the engine's side).
 fn sender_reports(server: &Server, state: &mut State, (id, track): (u64, usize), reports: Vec<RtcpInfo>) {
     let Some(stream) = state.streams.get_mut(&id) else {
         return;
@@ -121,7 +122,10 @@ fn sender_reports(server: &Server, state: &mut State, (id, track): (u64, usize),
         else {
             continue;
         };
-        if !t.reception.sender_report(ssrc, ntp, now) {
+        // ffmpeg sends its first report just before its first packet:
+        // a source not seen yet is taken at its word.
+        let ours = t.reception.sender_report(ssrc, ntp, now);
+        if !ours && t.reception.source().is_some() {
             continue;
         }
         if let Some(rtp) = t.renumber.timestamp(rtp_ts) {
