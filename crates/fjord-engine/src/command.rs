@@ -186,6 +186,14 @@ pub struct LiveViewer {
     /// Packets and payload octets sent to it, for its sender reports:
     /// counted by the engine, zero when added.
     pub sent: (u32, u32),
+    /// Whether it is sent the publisher's mapping in sender reports: set
+    /// when every track of its session had one at its PLAY, so each
+    /// track's first report leaves before its first packet (kept only if
+    /// its feed still has one then). A player that aligns tracks by their
+    /// first reports (ffmpeg) shifts a track whose first report comes
+    /// after its packets, by as much as its first packet's time differs
+    /// from the first reported track's: frames out of order.
+    pub relay: bool,
 }
 
 /// A live track's publisher's latest RTCP sender report, in the stream's

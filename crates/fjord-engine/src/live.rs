@@ -173,9 +173,9 @@ impl Live {
         if (self.feeds.values().flatten()).any(|v| v.id == id) {
             self.flush(out, sink);
             for (feed, viewers) in &self.feeds {
-                let time = (self.syncs.get(feed), self.clocks.get(feed));
                 for v in viewers.iter().filter(|v| v.id == id) {
-                    report::send(v, time, sink, true);
+                    let sync = self.syncs.get(feed).filter(|_| v.relay);
+                    report::send(v, (sync, self.clocks.get(feed)), sink, true);
                 }
             }
             self.remove(id);
@@ -188,7 +188,8 @@ impl Live {
         self.flush(out, sink);
         let (sync, clock) = (self.syncs.remove(&feed), self.clocks.remove(&feed));
         for v in self.feeds.remove(&feed).unwrap_or_default() {
-            report::send(&v, (sync.as_ref(), clock.as_ref()), sink, true);
+            let sync = sync.as_ref().filter(|_| v.relay);
+            report::send(&v, (sync, clock.as_ref()), sink, true);
         }
     }
 
@@ -240,6 +241,7 @@ impl Live {
                 v.backlog.chunks.push(packets.clone());
             }
         }
+        first_reports(feeds, pending, syncs, sink);
         *use_fallback |= !out.path.sends_memory();
         let mut flow = Flow {
             path: &mut *out.path,
@@ -255,13 +257,7 @@ impl Live {
                 .filter(|(f, _)| f == feed)
                 .flat_map(|(_, p)| p.iter());
             for v in viewers.iter().filter(|v| v.started) {
-                let mut run = v.backlog.iter().chain(new.clone()).peekable();
-                // Its first report before its first packet: a player that
-                // maps a track by its first report (ffmpeg) then has the
-                // mapping from the start, not a jump to it.
-                if let (Some(sync), (0, 0), Some(_)) = (syncs.get(feed), v.sent, run.peek()) {
-                    report::send(v, (Some(sync), None), sink, false);
-                }
+                let run = v.backlog.iter().chain(new.clone());
                 match &v.output {
                     Output::Udp { rtp, rtp_peer, .. } => {
                         let to = (rtp.socket(), *rtp_peer);
@@ -312,8 +308,32 @@ impl Live {
         self.next_report = Some(now + sink.rtcp_interval);
         for (feed, sync) in &self.syncs {
             let viewers = self.feeds.get(feed).into_iter().flatten();
-            for v in viewers.filter(|v| v.started && v.sent != (0, 0)) {
+            for v in viewers.filter(|v| v.started && v.relay && v.sent != (0, 0)) {
                 report::send(v, (Some(sync), None), sink, false);
+            }
+        }
+    }
+}
+
+/// Before a flush sends `pending`: each started viewer about to get its
+/// first packets gets its first sender report now, if its feed has a
+/// publisher's mapping and it relays them, and else relays none: a player
+/// that maps a track by its first report (ffmpeg) then has the mapping
+/// from the start, never a jump to it.
+fn first_reports(
+    feeds: &mut HashMap<u64, Vec<LiveViewer>>,
+    pending: &[(u64, LiveBatch)],
+    syncs: &HashMap<u64, LiveSync>,
+    sink: &mut Sink<'_>,
+) {
+    for (feed, viewers) in feeds.iter_mut() {
+        let new = pending.iter().any(|(f, p)| f == feed && !p.is_empty());
+        let first = viewers.iter_mut().filter(|v| v.started && v.sent == (0, 0));
+        for v in first.filter(|v| new || v.backlog.iter().next().is_some()) {
+            let sync = syncs.get(feed).filter(|_| v.relay);
+            v.relay = sync.is_some();
+            if sync.is_some() {
+                report::send(v, (sync, None), sink, false);
             }
         }
     }
@@ -516,6 +536,7 @@ mod tests {
             started: false,
             clock_rate: 90_000,
             sent: (0, 0),
+            relay: true,
         }
     }
 
@@ -719,60 +740,70 @@ mod tests {
     }
 
     /// A feed's publisher's mapping reaches its viewers' reports in each
-    /// one's numbering: a viewer that starts after it gets one before its
-    /// first packet; the BYE's carries it; a feed without one (none came,
-    /// or it was cleared at a handover) gets none before the BYE's, which
-    /// then says the wall clock.
+    /// one's numbering: a viewer that relays them and starts after it came
+    /// gets one before its first packet, and its BYE's carries it; a
+    /// viewer whose first packets left without one, or that relays none
+    /// (its session had a track without), gets none, its BYE's the wall
+    /// clock; so does a feed whose mapping was cleared (a handover).
     #[test]
     fn viewers_report_the_publishers_mapping_in_their_numbering() {
-        let rx: Vec<_> = (0..2)
+        let rx: Vec<_> = (0..4)
             .map(|_| {
                 let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
                 rx.set_nonblocking(true).unwrap();
                 rx
             })
             .collect();
-        let viewer_to = |id, port, rx: &std::net::UdpSocket| {
-            let mut v = viewer(id, port, vec![packet(1)]);
-            v.started = true;
+        let viewer_to = |id: u64, relay| {
+            let mut v = viewer(id, 5000 + id as u16, vec![packet(1)]);
+            (v.started, v.relay) = (true, relay);
             if let Output::Udp { rtcp_peer, .. } = &mut v.output {
-                *rtcp_peer = rx.local_addr().unwrap();
+                *rtcp_peer = rx[id as usize - 1].local_addr().unwrap();
             }
             v
         };
+        let report = |id: usize| report_on(&rx[id - 1]);
         // In 1909, unlike the wall clock; the RTP time about to wrap.
         let sync = LiveSync {
             ntp: fjord_proto::rtcp::NtpTime(0x1234_5678_0000_0000),
             rtp: u32::MAX - 1000,
             at: Instant::now(),
         };
-        // On the line of `sync`, shifted by the viewer's `delta`.
-        let on_line = |(ntp, rtp, _): (u64, u32, u32), delta: u32| {
-            let ticks = rtp.wrapping_sub(delta).wrapping_sub(sync.rtp);
+        // On the line of `sync`, shifted by viewer `id`'s delta.
+        let on_line = |(ntp, rtp, _): (u64, u32, u32), id: u32| {
+            let ticks = rtp.wrapping_sub(5000 + id).wrapping_sub(sync.rtp);
             ticks < 90_000 && ntp - sync.ntp.0 == (u64::from(ticks) << 32) / 90_000
         };
+        let wall = |(ntp, _, _): (u64, u32, u32)| ntp >> 32 > 0xe000_0000;
         let mut live = Live::default();
         let mut path = Recorder::default();
         with(&mut path, |out, sink| {
             live.sync(7, Some(sync));
-            live.add(viewer_to(1, 5000, &rx[0]), out, sink);
+            live.add(viewer_to(1, true), out, sink);
             live.flush(out, sink);
-            assert_eq!(report_on(&rx[0]), None, "a mapping before any viewer is not kept");
+            assert_eq!(report(1), None, "a mapping before any viewer is not kept");
             live.sync(7, Some(sync));
-            live.add(viewer_to(2, 6000, &rx[1]), out, sink);
+            live.add(viewer_to(2, true), out, sink);
+            live.add(viewer_to(3, false), out, sink);
+            live.add(viewer_to(4, true), out, sink);
             live.flush(out, sink);
-            let first = report_on(&rx[1]).expect("a report before its first packet");
-            assert!(on_line(first, 6000) && first.2 == 0, "{first:?}");
-            assert_eq!(report_on(&rx[0]), None, "not due for viewer 1");
-            live.bye(1, out, sink);
-            let bye = report_on(&rx[0]).unwrap();
-            assert!(on_line(bye, 5000) && bye.2 == 1, "{bye:?}");
+            for id in [2, 4] {
+                let first = report(id).expect("a report before its first packet");
+                assert!(on_line(first, id as u32) && first.2 == 0, "{first:?}");
+            }
+            assert_eq!(report(1), None, "its first packets went without");
+            assert_eq!(report(3), None, "it relays none");
+            live.bye(4, out, sink);
+            let bye = report(4).unwrap();
+            assert!(on_line(bye, 4) && bye.2 == 1, "{bye:?}");
+            for id in [1, 3] {
+                live.bye(id as u64, out, sink);
+                assert!(report(id).is_some_and(wall), "viewer {id}");
+            }
             live.sync(7, None);
             live.bye(2, out, sink);
+            assert!(report(2).is_some_and(wall), "cleared");
         });
-        let (ntp, _, packets) = report_on(&rx[1]).unwrap();
-        assert_eq!(packets, 1);
-        assert!(ntp >> 32 > 0xe000_0000, "the wall clock, cleared: {ntp:x}");
     }
 
     /// Through a real data path (GSO) to a real socket: a viewer's socket

@@ -10,6 +10,7 @@
 //! no sequence gap and a timestamp jump of the outage); past the grace, or
 //! when the new publisher announces other media, the viewers get RTCP BYE.
 //! A viewer silent (no request, no RTCP) for `session_timeout_s` is ended.
+//! A viewer gets the publisher's sender reports relayed in its numbering.
 //! Packets a publisher lost on the way in are counted in the admin API.
 
 use std::io::{Read, Write};

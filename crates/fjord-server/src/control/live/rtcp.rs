@@ -129,6 +129,9 @@ fn sender_reports(server: &Server, state: &mut State, (id, track): (u64, usize),
             continue;
         }
         if let Some(rtp) = t.renumber.timestamp(rtp_ts) {
+            if t.sync.is_none() {
+                tracing::info!(path = stream.path, track, "live track's sender reports relayed");
+            }
             t.sync = Some(LiveSync { ntp, rtp, at: now });
             for &thread in &stream.threads {
                 let sync = t.sync;
@@ -150,6 +153,13 @@ pub(super) fn clear_syncs(server: &Server, stream: &mut Stream) {
             server.engine.send(thread, Command::LiveSync { feed, sync: None });
         }
     }
+}
+
+/// Whether each of `tracks` of `stream` has a publisher's mapping now: a
+/// viewer of them relays the reports only then
+/// ([`fjord_engine::LiveViewer::relay`]).
+pub(super) fn all_synced(stream: &Stream, mut tracks: impl Iterator<Item = usize>) -> bool {
+    tracks.all(|i| stream.tracks.get(i).is_some_and(|t| t.sync.is_some()))
 }
 
 /// Track `t`'s mapping, if it has one, to the engine thread of `key`,
