@@ -58,8 +58,8 @@ mod trick;
 mod wheel;
 
 pub use command::{
-    Backlog, Command, LATE, LiveBatch, LivePacket, LiveSync, LiveViewer, MAX_SCALE, Output, PlayInfo,
-    REAL_TIME, RepairSpec, SessionSpec, Start, ThreadStats, Until,
+    Backlog, Command, LATE, LiveBatch, LivePacket, LiveSync, LiveViewer, MAX_SCALE, Output,
+    PlayInfo, REAL_TIME, RepairSpec, SessionSpec, Start, ThreadStats, Until,
 };
 pub use datapath::UdpSocket;
 pub use thread::{DEFAULT_BURST, Engine, EngineConfig, wake_grid};

@@ -209,7 +209,11 @@ mod tests {
     #[test]
     fn a_report_time_is_renumbered_as_its_publishers_packets() {
         let (mut r, t0) = (Renumber::default(), Instant::now());
-        assert_eq!(r.timestamp(u32::MAX), Some(u32::MAX), "the first keeps its own");
+        assert_eq!(
+            r.timestamp(u32::MAX),
+            Some(u32::MAX),
+            "the first keeps its own"
+        );
         r.map((1, 1000), t0, 90_000);
         r.next_publisher();
         assert_eq!(r.timestamp(7), None, "the new one sent no packet yet");

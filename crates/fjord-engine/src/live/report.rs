@@ -2,10 +2,11 @@
 //! payload octets counted on what the viewer was sent, and the time
 //! mapping of the publisher's own last sender report of the track
 //! ([`LiveSync`]) carried into the viewer's numbering (its `ts_delta`). A
-//! viewer gets one before its first packets, then every `rtcp_interval_s`
-//! while packets flow, and one with its BYE, once its track has a
-//! publisher report; none before (the BYE's then says the wall clock and
-//! the feed's first packet's timestamp run on from its arrival, [`Clock`]).
+//! viewer that relays them ([`LiveViewer::relay`]) gets one before its
+//! first packets, then every `rtcp_interval_s` while packets flow, and one
+//! with its BYE; one whose track had no publisher report at its first
+//! packets gets none but the BYE's, which then says the wall clock and
+//! the feed's first packet's timestamp run on from its arrival ([`Clock`]).
 //!
 //! The publisher's pair is run forward to when the report leaves: both
 //! times by the same whole ticks at the track's rate, so the pair stays on
@@ -69,16 +70,7 @@ pub(super) fn send(
     let rtp = rtp.wrapping_add(v.ts_delta);
     let mut buf = [0u8; SENDER_REPORT_MAX_LEN];
     let (packets, octets) = v.sent;
-    let n = sender_report(
-        &mut buf,
-        v.ssrc,
-        ntp,
-        rtp,
-        packets,
-        octets,
-        sink.cname,
-        bye,
-    );
+    let n = sender_report(&mut buf, v.ssrc, ntp, rtp, packets, octets, sink.cname, bye);
     let report = &buf[..n];
     match &v.output {
         Output::Udp {

@@ -847,7 +847,10 @@ fn a_live_viewer_of_ffmpeg_gets_its_reports_and_a_bye_that_counts_what_it_was_se
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     let now = now.unwrap().as_secs_f64();
     for sr in &srs {
-        assert!((now - ntp_unix(sr.1)).abs() < 15.0, "NTP is not the wall clock");
+        assert!(
+            (now - ntp_unix(sr.1)).abs() < 15.0,
+            "NTP is not the wall clock"
+        );
     }
     let (_, _, _, packets, octets) = srs[srs.len() - 1];
     assert_eq!(packets as usize, cap.packets.len(), "the SR's packet count");
@@ -864,13 +867,14 @@ fn a_live_viewer_of_ffmpeg_gets_its_reports_and_a_bye_that_counts_what_it_was_se
 #[test]
 fn a_live_viewer_gets_the_publishers_sender_reports_in_its_numbering() {
     use fjord_proto::rtcp::NtpTime;
-    let server = Server::start(&format!(
-        "rtcp_interval_s = 1\nlive_grace_s = 0\n{USERS}"
-    ));
+    let server = Server::start(&format!("rtcp_interval_s = 1\nlive_grace_s = 0\n{USERS}"));
     let mut s = TcpStream::connect(server.addr()).unwrap();
     let (rtp, rtcp) = fjord_client::bind_pair("127.0.0.1".parse().unwrap()).unwrap();
     let port = rtp.local_addr().unwrap().port();
-    let udp = format!("RTP/AVP/UDP;unicast;client_port={port}-{};mode=record", port + 1);
+    let udp = format!(
+        "RTP/AVP/UDP;unicast;client_port={port}-{};mode=record",
+        port + 1
+    );
     let reply = publish_by_hand_over(&server, &mut s, ("open/relay", SDP), &udp);
     let transport = (reply.lines())
         .find_map(|l| l.strip_prefix("Transport: "))
@@ -889,7 +893,7 @@ fn a_live_viewer_gets_the_publishers_sender_reports_in_its_numbering() {
         p.extend((i as u16).to_be_bytes());
         p.extend(ts.to_be_bytes());
         p.extend(0x5151_5151u32.to_be_bytes());
-        p.push(if i % 25 == 0 { 0x65 } else { 0x41 });
+        p.push(if i.is_multiple_of(25) { 0x65 } else { 0x41 });
         p.extend(ts.to_be_bytes());
         p
     };
@@ -928,7 +932,8 @@ fn a_live_viewer_gets_the_publishers_sender_reports_in_its_numbering() {
                 if i == 76 {
                     second_line = Instant::now();
                 }
-                rtcp.send_to(&report(i, u32::from(i >= 75)), rtcp_to).unwrap();
+                rtcp.send_to(&report(i, u32::from(i >= 75)), rtcp_to)
+                    .unwrap();
             }
         }
         drop(s);

@@ -107,7 +107,12 @@ pub(super) fn read_interleaved(
 /// packets set the renumbering, is the track's mapping, handed to the
 /// engine threads with viewers (a command per report: ordered with the
 /// packets, no lock on the engine's side).
-fn sender_reports(server: &Server, state: &mut State, (id, track): (u64, usize), reports: Vec<RtcpInfo>) {
+fn sender_reports(
+    server: &Server,
+    state: &mut State,
+    (id, track): (u64, usize),
+    reports: Vec<RtcpInfo>,
+) {
     let Some(stream) = state.streams.get_mut(&id) else {
         return;
     };
@@ -130,12 +135,18 @@ fn sender_reports(server: &Server, state: &mut State, (id, track): (u64, usize),
         }
         if let Some(rtp) = t.renumber.timestamp(rtp_ts) {
             if t.sync.is_none() {
-                tracing::info!(path = stream.path, track, "live track's sender reports relayed");
+                tracing::info!(
+                    path = stream.path,
+                    track,
+                    "live track's sender reports relayed"
+                );
             }
             t.sync = Some(LiveSync { ntp, rtp, at: now });
             for &thread in &stream.threads {
                 let sync = t.sync;
-                server.engine.send(thread, Command::LiveSync { feed: t.feed, sync });
+                server
+                    .engine
+                    .send(thread, Command::LiveSync { feed: t.feed, sync });
             }
         }
     }
@@ -150,7 +161,9 @@ pub(super) fn clear_syncs(server: &Server, stream: &mut Stream) {
         }
         for &thread in &stream.threads {
             let feed = t.feed;
-            server.engine.send(thread, Command::LiveSync { feed, sync: None });
+            server
+                .engine
+                .send(thread, Command::LiveSync { feed, sync: None });
         }
     }
 }
@@ -167,7 +180,13 @@ pub(super) fn all_synced(stream: &Stream, mut tracks: impl Iterator<Item = usize
 pub(super) fn share_sync(server: &Server, key: u64, t: &TrackIn) {
     if let Some(sync) = t.sync {
         let feed = t.feed;
-        server.engine.send(key, Command::LiveSync { feed, sync: Some(sync) });
+        server.engine.send(
+            key,
+            Command::LiveSync {
+                feed,
+                sync: Some(sync),
+            },
+        );
     }
 }
 
