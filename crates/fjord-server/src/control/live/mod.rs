@@ -5,7 +5,10 @@
 //! handed to the engine threads that have viewers of it, which send it to
 //! each by reference. A viewer joins at the last key frame (the
 //! [`fjord_live::ring::Ring`] of the stream). Multicast viewers share the
-//! stream's one group (`multicast.rs`), sent each packet once.
+//! stream's one group (`multicast.rs`), sent each packet once. The
+//! publisher's RTCP sender reports are read (`rtcp.rs`) and each track's
+//! latest handed to the engine threads with viewers, which relay it in
+//! each viewer's numbering ([`fjord_engine::LiveSync`]).
 //!
 //! A stream whose publisher went (its connection closed, or it sent nothing
 //! for `live_timeout_s`) is held `live_grace_s` with its viewers: a
