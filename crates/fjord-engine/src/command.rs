@@ -7,6 +7,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use fjord_proto::rtcp::NtpTime;
+
 use crate::{
     Title,
     datapath::{Counters, UdpSocket},
@@ -184,6 +186,26 @@ pub struct LiveViewer {
     /// Packets and payload octets sent to it, for its sender reports:
     /// counted by the engine, zero when added.
     pub sent: (u32, u32),
+    /// Whether it is sent the publisher's mapping in sender reports: set
+    /// when every track of its session had one at its PLAY, so each
+    /// track's first report leaves before its first packet (kept only if
+    /// its feed still has one then). A player that aligns tracks by their
+    /// first reports (ffmpeg) shifts a track whose first report comes
+    /// after its packets, by as much as its first packet's time differs
+    /// from the first reported track's: frames out of order.
+    pub relay: bool,
+}
+
+/// A live track's publisher's latest RTCP sender report, in the stream's
+/// numbering (`fjord_live::handover`): RTP time `rtp` is NTP time `ntp` of
+/// the publisher's clock; it arrived at `at`. Each track's comes from the
+/// publisher's one NTP clock, so the viewers' reports of them keep the
+/// tracks in sync as the publisher meant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveSync {
+    pub ntp: NtpTime,
+    pub rtp: u32,
+    pub at: Instant,
 }
 
 pub enum Command {
@@ -285,6 +307,14 @@ pub enum Command {
     LiveRemove {
         id: u64,
     },
+    /// Live track `feed`'s sender report mapping, for its viewers' sender
+    /// reports; none: the publisher changed and its successor sent none
+    /// yet. One per publisher report, not per packet: ordered with the
+    /// packets and read without a lock.
+    LiveSync {
+        feed: u64,
+        sync: Option<LiveSync>,
+    },
     /// The live track ended: its viewers get RTCP BYE.
     LiveEnd {
         feed: u64,
@@ -315,6 +345,7 @@ impl Command {
             Command::LiveAdd(_) => "LiveAdd",
             Command::LivePackets { .. } => "LivePackets",
             Command::LiveRemove { .. } => "LiveRemove",
+            Command::LiveSync { .. } => "LiveSync",
             Command::LiveEnd { .. } => "LiveEnd",
             Command::Stats { .. } => "Stats",
         }

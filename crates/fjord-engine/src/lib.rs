@@ -32,7 +32,9 @@
 //! receive batch at a time ([`LiveBatch`] of [`LivePacket`]s, each held
 //! once, reference-counted); the thread sends them to all its viewers in
 //! the batches of its data path, with only the 12-byte RTP header
-//! rewritten per viewer, the rest by reference.
+//! rewritten per viewer, the rest by reference. Each viewer gets RTCP
+//! sender reports of the publisher's own mapping ([`LiveSync`], from
+//! [`Command::LiveSync`]) in its numbering, once the publisher sent one.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -56,8 +58,8 @@ mod trick;
 mod wheel;
 
 pub use command::{
-    Backlog, Command, LATE, LiveBatch, LivePacket, LiveViewer, MAX_SCALE, Output, PlayInfo,
-    REAL_TIME, RepairSpec, SessionSpec, Start, ThreadStats, Until,
+    Backlog, Command, LATE, LiveBatch, LivePacket, LiveSync, LiveViewer, MAX_SCALE, Output,
+    PlayInfo, REAL_TIME, RepairSpec, SessionSpec, Start, ThreadStats, Until,
 };
 pub use datapath::UdpSocket;
 pub use thread::{DEFAULT_BURST, Engine, EngineConfig, wake_grid};

@@ -22,8 +22,15 @@
 //! (copied once, within the connection's bound) rather than lost: a TCP
 //! viewer gets every packet or is dropped as stalled.
 //!
+//! Sender reports ([`report`]): a viewer's first goes just before its
+//! first packets, then all the thread's viewers get one every
+//! `rtcp_interval_s` (checked at each flush), each of its feed's
+//! publisher's mapping ([`Command::LiveSync`]); a feed without one gets
+//! none until its BYE.
+//!
 //! [`Command::LivePackets`]: crate::Command::LivePackets
 //! [`Command::Bye`]: crate::Command::Bye
+//! [`Command::LiveSync`]: crate::Command::LiveSync
 
 mod report;
 
@@ -38,7 +45,7 @@ use report::Clock;
 
 use crate::{
     Output,
-    command::{Backlog, LiveBatch, LivePacket, LiveViewer, ThreadStats},
+    command::{Backlog, LiveBatch, LivePacket, LiveSync, LiveViewer, ThreadStats},
     datapath::{self, Batch, Burst, DataPath, MAX_BATCH_PACKETS, MmapWritev, Packet},
     interleaved::Connection,
 };
@@ -68,8 +75,13 @@ pub(crate) struct Live {
     /// For a thread whose path cannot send from memory, or failed here.
     fallback: MmapWritev,
     use_fallback: bool,
-    /// Each feed's clock, for the sender report of a BYE ([`report`]).
+    /// Each feed's clock, for the sender report of a BYE when its
+    /// publisher sent none ([`report`]).
     clocks: HashMap<u64, Clock>,
+    /// Each feed's publisher's last sender report, for its viewers'.
+    syncs: HashMap<u64, LiveSync>,
+    /// When the viewers' next sender reports are due.
+    next_report: Option<Instant>,
 }
 
 /// Where a packet is sent and what the thread counts.
@@ -77,6 +89,7 @@ pub(crate) struct Sink<'a> {
     pub connections: &'a mut HashMap<u64, Connection>,
     pub stats: &'a mut ThreadStats,
     pub cname: &'a str,
+    pub rtcp_interval: Duration,
 }
 
 /// The thread's data path and its reused batch, lent for a flush.
@@ -119,6 +132,19 @@ impl Live {
         }
     }
 
+    /// Feed `feed`'s publisher's sender report mapping, or none (its
+    /// publisher changed): its viewers' next reports carry it.
+    pub(crate) fn sync(&mut self, feed: u64, sync: Option<LiveSync>) {
+        match sync {
+            Some(s) if self.feeds.contains_key(&feed) => {
+                self.syncs.insert(feed, s);
+            }
+            _ => {
+                self.syncs.remove(&feed);
+            }
+        }
+    }
+
     /// Whether enough waits that the thread should flush before reading on.
     pub(crate) fn must_flush(&self) -> bool {
         self.pending_packets >= FLUSH_AT
@@ -148,7 +174,8 @@ impl Live {
             self.flush(out, sink);
             for (feed, viewers) in &self.feeds {
                 for v in viewers.iter().filter(|v| v.id == id) {
-                    report::send(v, self.clocks.get(feed), sink, true);
+                    let sync = self.syncs.get(feed).filter(|_| v.relay);
+                    report::send(v, (sync, self.clocks.get(feed)), sink, true);
                 }
             }
             self.remove(id);
@@ -159,9 +186,10 @@ impl Live {
     /// and is forgotten.
     pub(crate) fn end(&mut self, feed: u64, out: &mut Out<'_>, sink: &mut Sink<'_>) {
         self.flush(out, sink);
-        let clock = self.clocks.remove(&feed);
+        let (sync, clock) = (self.syncs.remove(&feed), self.clocks.remove(&feed));
         for v in self.feeds.remove(&feed).unwrap_or_default() {
-            report::send(&v, clock.as_ref(), sink, true);
+            let sync = sync.as_ref().filter(|_| v.relay);
+            report::send(&v, (sync, clock.as_ref()), sink, true);
         }
     }
 
@@ -178,6 +206,7 @@ impl Live {
         self.feeds.retain(|_, v| !v.is_empty());
         let feeds = &self.feeds;
         self.clocks.retain(|f, _| feeds.contains_key(f));
+        self.syncs.retain(|f, _| feeds.contains_key(f));
         self.pending.retain(|(f, _)| feeds.contains_key(f));
         self.pending_packets = self.pending.iter().map(|(_, p)| p.len()).sum();
         if self.pending.is_empty() {
@@ -203,6 +232,7 @@ impl Live {
             pending,
             fallback,
             use_fallback,
+            syncs,
             ..
         } = self;
         for (feed, packets) in pending.iter() {
@@ -211,6 +241,7 @@ impl Live {
                 v.backlog.chunks.push(packets.clone());
             }
         }
+        first_reports(feeds, pending, syncs, sink);
         *use_fallback |= !out.path.sends_memory();
         let mut flow = Flow {
             path: &mut *out.path,
@@ -262,6 +293,49 @@ impl Live {
         self.pending_packets = 0;
         self.since = None;
         self.backlog_due = false;
+        self.report(sink);
+    }
+
+    /// Sends each started viewer whose feed has a publisher's mapping a
+    /// sender report when they are due.
+    fn report(&mut self, sink: &mut Sink<'_>) {
+        // The first are an interval on: a viewer's first went before its
+        // first packets.
+        let now = Instant::now();
+        if now < *self.next_report.get_or_insert(now + sink.rtcp_interval) {
+            return;
+        }
+        self.next_report = Some(now + sink.rtcp_interval);
+        for (feed, sync) in &self.syncs {
+            let viewers = self.feeds.get(feed).into_iter().flatten();
+            for v in viewers.filter(|v| v.started && v.relay && v.sent != (0, 0)) {
+                report::send(v, (Some(sync), None), sink, false);
+            }
+        }
+    }
+}
+
+/// Before a flush sends `pending`: each started viewer about to get its
+/// first packets gets its first sender report now, if its feed has a
+/// publisher's mapping and it relays them, and else relays none: a player
+/// that maps a track by its first report (ffmpeg) then has the mapping
+/// from the start, never a jump to it.
+fn first_reports(
+    feeds: &mut HashMap<u64, Vec<LiveViewer>>,
+    pending: &[(u64, LiveBatch)],
+    syncs: &HashMap<u64, LiveSync>,
+    sink: &mut Sink<'_>,
+) {
+    for (feed, viewers) in feeds.iter_mut() {
+        let new = pending.iter().any(|(f, p)| f == feed && !p.is_empty());
+        let first = viewers.iter_mut().filter(|v| v.started && v.sent == (0, 0));
+        for v in first.filter(|v| new || v.backlog.iter().next().is_some()) {
+            let sync = syncs.get(feed).filter(|_| v.relay);
+            v.relay = sync.is_some();
+            if sync.is_some() {
+                report::send(v, (sync, None), sink, false);
+            }
+        }
     }
 }
 
@@ -462,6 +536,7 @@ mod tests {
             started: false,
             clock_rate: 90_000,
             sent: (0, 0),
+            relay: true,
         }
     }
 
@@ -489,6 +564,7 @@ mod tests {
             connections: &mut connections,
             stats: &mut stats,
             cname: "fjord",
+            rtcp_interval: Duration::from_secs(5),
         };
         f(&mut out, &mut sink);
         stats
@@ -645,6 +721,89 @@ mod tests {
             )
         });
         assert!(counted, "{parsed:?}");
+    }
+
+    /// The sender report `rx` holds now, if any: (NTP, RTP, packets).
+    fn report_on(rx: &std::net::UdpSocket) -> Option<(u64, u32, u32)> {
+        let mut buf = [0u8; 256];
+        let n = rx.recv(&mut buf).ok()?;
+        let parsed = fjord_proto::rtcp::parse_compound(&buf[..n]).unwrap();
+        parsed.into_iter().find_map(|i| match i {
+            fjord_proto::rtcp::RtcpInfo::SenderReport {
+                ntp,
+                rtp_ts,
+                packets,
+                ..
+            } => Some((ntp.0, rtp_ts, packets)),
+            _ => None,
+        })
+    }
+
+    /// A feed's publisher's mapping reaches its viewers' reports in each
+    /// one's numbering: a viewer that relays them and starts after it came
+    /// gets one before its first packet, and its BYE's carries it; a
+    /// viewer whose first packets left without one, or that relays none
+    /// (its session had a track without), gets none, its BYE's the wall
+    /// clock; so does a feed whose mapping was cleared (a handover).
+    #[test]
+    fn viewers_report_the_publishers_mapping_in_their_numbering() {
+        let rx: Vec<_> = (0..4)
+            .map(|_| {
+                let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                rx.set_nonblocking(true).unwrap();
+                rx
+            })
+            .collect();
+        let viewer_to = |id: u64, relay| {
+            let mut v = viewer(id, 5000 + id as u16, vec![packet(1)]);
+            (v.started, v.relay) = (true, relay);
+            if let Output::Udp { rtcp_peer, .. } = &mut v.output {
+                *rtcp_peer = rx[id as usize - 1].local_addr().unwrap();
+            }
+            v
+        };
+        let report = |id: usize| report_on(&rx[id - 1]);
+        // In 1909, unlike the wall clock; the RTP time about to wrap.
+        let sync = LiveSync {
+            ntp: fjord_proto::rtcp::NtpTime(0x1234_5678_0000_0000),
+            rtp: u32::MAX - 1000,
+            at: Instant::now(),
+        };
+        // On the line of `sync`, shifted by viewer `id`'s delta.
+        let on_line = |(ntp, rtp, _): (u64, u32, u32), id: u32| {
+            let ticks = rtp.wrapping_sub(5000 + id).wrapping_sub(sync.rtp);
+            ticks < 90_000 && ntp - sync.ntp.0 == (u64::from(ticks) << 32) / 90_000
+        };
+        let wall = |(ntp, _, _): (u64, u32, u32)| ntp >> 32 > 0xe000_0000;
+        let mut live = Live::default();
+        let mut path = Recorder::default();
+        with(&mut path, |out, sink| {
+            live.sync(7, Some(sync));
+            live.add(viewer_to(1, true), out, sink);
+            live.flush(out, sink);
+            assert_eq!(report(1), None, "a mapping before any viewer is not kept");
+            live.sync(7, Some(sync));
+            live.add(viewer_to(2, true), out, sink);
+            live.add(viewer_to(3, false), out, sink);
+            live.add(viewer_to(4, true), out, sink);
+            live.flush(out, sink);
+            for id in [2, 4] {
+                let first = report(id).expect("a report before its first packet");
+                assert!(on_line(first, id as u32) && first.2 == 0, "{first:?}");
+            }
+            assert_eq!(report(1), None, "its first packets went without");
+            assert_eq!(report(3), None, "it relays none");
+            live.bye(4, out, sink);
+            let bye = report(4).unwrap();
+            assert!(on_line(bye, 4) && bye.2 == 1, "{bye:?}");
+            for id in [1, 3] {
+                live.bye(id as u64, out, sink);
+                assert!(report(id).is_some_and(wall), "viewer {id}");
+            }
+            live.sync(7, None);
+            live.bye(2, out, sink);
+            assert!(report(2).is_some_and(wall), "cleared");
+        });
     }
 
     /// Through a real data path (GSO) to a real socket: a viewer's socket

@@ -575,6 +575,7 @@ impl Worker {
                 }
             }
             Command::LiveRemove { id } => self.live.remove(id),
+            Command::LiveSync { feed, sync } => self.live.sync(feed, sync),
             Command::LiveEnd { feed } => self.live(|live, out, sink| live.end(feed, out, sink)),
             Command::Stats { reply } => reply(self.thread_stats()),
             Command::AttachConnection { conn, fd, seal } => {
@@ -605,6 +606,7 @@ impl Worker {
             connections: &mut self.connections,
             stats: &mut self.stats,
             cname: &self.config.cname,
+            rtcp_interval: self.config.rtcp_interval,
         };
         f(&mut self.live, &mut out, &mut sink);
         if let Some(at) = (self.connections.values())

@@ -5,7 +5,9 @@
 //! timestamp gap of the time nobody published; past the grace it ends.
 //!
 //! Renumbering is done once per packet as it arrives (not per viewer):
-//! each viewer's own offsets and SSRC stay as they were.
+//! each viewer's own offsets and SSRC stay as they were. A publisher's
+//! sender report's RTP time is renumbered as its packets are, once they
+//! set the offsets ([`Renumber::timestamp`]).
 
 use std::time::{Duration, Instant};
 
@@ -102,6 +104,14 @@ impl Renumber {
         self.last.map(|(s, t, _)| (s, t))
     }
 
+    /// A time `ts` of the current publisher's RTP clock (its sender
+    /// report's) as viewers number it; none from a
+    /// [`Renumber::next_publisher`] until its first packet sets the
+    /// offsets: the last publisher's would place it wrongly.
+    pub fn timestamp(&self, ts: u32) -> Option<u32> {
+        (!self.rebase).then(|| ts.wrapping_add(self.ts))
+    }
+
     /// Whether packets are renumbered (a second publisher or later): the
     /// intake then writes a new header, else it keeps the publisher's.
     pub fn shifts(&self) -> bool {
@@ -194,6 +204,24 @@ mod tests {
         r.next_publisher();
         assert_eq!(r.map((5, 50), t0, 90_000), (5, 50));
         assert!(!r.shifts());
+    }
+
+    #[test]
+    fn a_report_time_is_renumbered_as_its_publishers_packets() {
+        let (mut r, t0) = (Renumber::default(), Instant::now());
+        assert_eq!(
+            r.timestamp(u32::MAX),
+            Some(u32::MAX),
+            "the first keeps its own"
+        );
+        r.map((1, 1000), t0, 90_000);
+        r.next_publisher();
+        assert_eq!(r.timestamp(7), None, "the new one sent no packet yet");
+        let t1 = t0 + Duration::from_secs(1);
+        let first = r.map((9, u32::MAX - 10), t1, 90_000);
+        assert_eq!(first.1, 91_000);
+        // 20 ticks after its first packet, wrapping: 20 after it for viewers.
+        assert_eq!(r.timestamp(9), Some(91_020));
     }
 
     proptest::proptest! {

@@ -25,7 +25,8 @@
 //! - [`handover`]: a stream whose publisher went, held for the next one
 //!   (`live_grace_s`): whether a new ANNOUNCE continues it, and the
 //!   renumbering that keeps its viewers' sequence numbers and timestamps
-//!   continuous (instants are given, never read from a clock).
+//!   continuous, which a publisher's sender report's RTP time goes through
+//!   too (instants are given, never read from a clock).
 //!
 //! The contract: no sockets, clocks or threads; nothing panics on any
 //! input; every buffer is bounded by a [`Limits`] field. The server holds

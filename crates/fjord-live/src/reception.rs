@@ -49,11 +49,19 @@ impl Reception {
         }
     }
 
-    /// A sender report of this source, of NTP time `ntp`, arrived at `at`.
-    pub fn sender_report(&mut self, ssrc: u32, ntp: NtpTime, at: Instant) {
-        if self.ssrc == Some(ssrc) {
+    /// A sender report of source `ssrc`, of NTP time `ntp`, arrived at
+    /// `at`; false (and ignored) when its packets are not this source's.
+    pub fn sender_report(&mut self, ssrc: u32, ntp: NtpTime, at: Instant) -> bool {
+        let ours = self.ssrc == Some(ssrc);
+        if ours {
             self.sender_report = Some((ntp.middle32(), at));
         }
+        ours
+    }
+
+    /// The source whose packets are counted; none before a packet came.
+    pub fn source(&self) -> Option<u32> {
+        self.ssrc
     }
 
     /// The report block for now, `at`; none before a packet came. The
@@ -138,9 +146,9 @@ mod tests {
         let mut r = Reception::default();
         r.packet((7, 1, 0), 90_000, t0);
         let ntp = NtpTime(0x1122_3344_5566_7788);
-        r.sender_report(8, NtpTime(1), t0);
+        assert!(!r.sender_report(8, NtpTime(1), t0));
         assert_eq!(r.block(t0).unwrap().lsr, 0, "another source's");
-        r.sender_report(7, ntp, t0);
+        assert!(r.sender_report(7, ntp, t0));
         let b = r.block(t0 + Duration::from_millis(1500)).unwrap();
         assert_eq!(b.lsr, 0x3344_5566);
         assert_eq!(b.dlsr, 65_536 * 3 / 2);

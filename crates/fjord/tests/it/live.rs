@@ -10,6 +10,7 @@
 //! no sequence gap and a timestamp jump of the outage); past the grace, or
 //! when the new publisher announces other media, the viewers get RTCP BYE.
 //! A viewer silent (no request, no RTCP) for `session_timeout_s` is ended.
+//! A viewer gets the publisher's sender reports relayed in its numbering.
 //! Packets a publisher lost on the way in are counted in the admin API.
 
 use std::io::{Read, Write};
@@ -813,11 +814,13 @@ fn a_tcp_publisher_gets_receiver_reports_on_its_rtcp_channel() {
     assert_reports_what_arrived(&block);
 }
 
-/// A live viewer's BYE carries a sender report (RFC 3550 §6.4.1) whose NTP
-/// time is the wall clock and whose counts are every packet and payload
-/// octet the viewer was sent.
+/// A live viewer of ffmpeg gets sender reports (RFC 3550 §6.4.1) every
+/// `rtcp_interval_s`, ffmpeg's own mapping relayed (its first report goes
+/// just before its first packet), so their NTP time is ffmpeg's wall
+/// clock; the BYE's counts every packet and payload octet the viewer was
+/// sent.
 #[test]
-fn a_live_viewers_bye_counts_what_it_was_sent() {
+fn a_live_viewer_of_ffmpeg_gets_its_reports_and_a_bye_that_counts_what_it_was_sent() {
     let server = Server::start(&format!("rtcp_interval_s = 1\nlive_grace_s = 1\n{USERS}"));
     let url = with(&server, "pub:secret", "live/sr");
     let mut p = publish(&url, "udp");
@@ -839,16 +842,284 @@ fn a_live_viewers_bye_counts_what_it_was_sent() {
     let cap = own.join().unwrap();
     assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
     let srs = crate::common::sender_reports(&cap);
-    assert_eq!(srs.len(), 1, "the BYE's sender report alone");
+    assert!(srs.len() >= 4, "{} sender reports in some 5 s", srs.len());
     let ntp_unix = |ntp: u64| (ntp >> 32) as f64 - 2_208_988_800.0;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     let now = now.unwrap().as_secs_f64();
-    assert!(
-        (now - ntp_unix(srs[0].1)).abs() < 15.0,
-        "NTP is not the wall clock"
-    );
-    let (_, _, _, packets, octets) = srs[0];
+    for sr in &srs {
+        assert!(
+            (now - ntp_unix(sr.1)).abs() < 15.0,
+            "NTP is not the wall clock"
+        );
+    }
+    let (_, _, _, packets, octets) = srs[srs.len() - 1];
     assert_eq!(packets as usize, cap.packets.len(), "the SR's packet count");
     let bytes: usize = cap.packets.iter().map(|p| p.payload.len()).sum();
     assert_eq!(octets as usize, bytes, "the SR's octet count");
+}
+
+/// A live viewer gets the publisher's own sender reports relayed (RFC
+/// 3550 §6.4.1): one before its first packet, then every
+/// `rtcp_interval_s`, each (NTP, RTP) pair on the line of the publisher's
+/// latest report, its RTP time in the viewer's numbering (the publisher's
+/// plus the shift seen in the viewer's packets), its counts the viewer's
+/// own; the BYE's too.
+#[test]
+fn a_live_viewer_gets_the_publishers_sender_reports_in_its_numbering() {
+    use fjord_proto::rtcp::NtpTime;
+    let server = Server::start(&format!("rtcp_interval_s = 1\nlive_grace_s = 0\n{USERS}"));
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    let (rtp, rtcp) = fjord_client::bind_pair("127.0.0.1".parse().unwrap()).unwrap();
+    let port = rtp.local_addr().unwrap().port();
+    let udp = format!(
+        "RTP/AVP/UDP;unicast;client_port={port}-{};mode=record",
+        port + 1
+    );
+    let reply = publish_by_hand_over(&server, &mut s, ("open/relay", SDP), &udp);
+    let transport = (reply.lines())
+        .find_map(|l| l.strip_prefix("Transport: "))
+        .unwrap();
+    let ports = crate::common::transport_param(transport, "server_port").unwrap();
+    let server_rtp: u16 = ports.split('-').next().unwrap().parse().unwrap();
+    let rtp_to = std::net::SocketAddr::from(([127, 0, 0, 1], server_rtp));
+    let rtcp_to = std::net::SocketAddr::from(([127, 0, 0, 1], server_rtp + 1));
+
+    // Packet i is at 40 ms × i, its timestamp 3,600 on from just before
+    // the wrap, which its payload repeats; a key frame a second.
+    let ts0 = u32::MAX - 2 * 90_000;
+    let packet = move |i: u32| {
+        let ts = ts0.wrapping_add(3600 * i);
+        let mut p = vec![0x80, 96];
+        p.extend((i as u16).to_be_bytes());
+        p.extend(ts.to_be_bytes());
+        p.extend(0x5151_5151u32.to_be_bytes());
+        p.push(if i.is_multiple_of(25) { 0x65 } else { 0x41 });
+        p.extend(ts.to_be_bytes());
+        p
+    };
+    // Its reports' line: NTP from `N0` at packet 0; the second line 10 ms
+    // (900 ticks) on, as a publisher whose clock was corrected.
+    const N0: u64 = 0xe000_0000_0000_0000;
+    let on = move |line: u32, ntp: u64| {
+        let ticks = (u128::from(ntp.wrapping_sub(N0)) * 90_000) >> 32;
+        ts0.wrapping_add(ticks as u32).wrapping_add(900 * line)
+    };
+    let report = move |i: u32, line: u32| {
+        let ntp = N0 + ((u64::from(i) * 40) << 32) / 1000;
+        let mut sr = [0u8; 128];
+        // Counts no viewer's: they must not be relayed.
+        let n = fjord_proto::rtcp::sender_report(
+            &mut sr,
+            0x5151_5151,
+            NtpTime(ntp),
+            on(line, ntp),
+            999_999,
+            999_999,
+            "publisher",
+            false,
+        );
+        sr[..n].to_vec()
+    };
+    // Six seconds; a report a second, on the second line from 3 s.
+    let publisher = std::thread::spawn(move || {
+        let start = Instant::now();
+        let mut second_line = start;
+        for i in 0u32..150 {
+            let at = start + Duration::from_millis(40 * u64::from(i));
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            rtp.send_to(&packet(i), rtp_to).unwrap();
+            if i % 25 == 1 {
+                if i == 76 {
+                    second_line = Instant::now();
+                }
+                rtcp.send_to(&report(i, u32::from(i >= 75)), rtcp_to)
+                    .unwrap();
+            }
+        }
+        drop(s);
+        second_line
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    let mut c = fjord_client::RtspClient::connect(&server.url("open/relay")).unwrap();
+    let d = c.describe().unwrap();
+    let (_, mut rx) = c.setup_udp(&d.track_urls[0]).unwrap();
+    c.play(None).unwrap();
+    let limit = Duration::from_secs(15);
+    let cap = fjord_client::capture(&mut rx, Duration::from_secs(4), limit, None).unwrap();
+    let second_line = publisher.join().unwrap();
+    assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
+
+    // The viewer's shift of the publisher's timestamps, one for all.
+    let p = &cap.packets;
+    assert!(p.len() > 100, "{} packets", p.len());
+    let shift = |x: &fjord_client::Received| {
+        let ts = u32::from_be_bytes(x.payload[1..5].try_into().unwrap());
+        x.rtp_ts.wrapping_sub(ts)
+    };
+    let delta = shift(&p[0]);
+    assert!(p.iter().all(|x| shift(x) == delta), "the shift changed");
+    let srs = crate::common::sender_reports(&cap);
+    assert!(srs.len() >= 5, "{} sender reports in some 5 s", srs.len());
+    assert_eq!(srs[0].3, 0, "the first report goes before any packet");
+    let mut lines = Vec::new();
+    for &(arrival, ntp, rtp_ts, packets, octets) in &srs {
+        let ours = rtp_ts.wrapping_sub(delta);
+        let off = |line| (ours.wrapping_sub(on(line, ntp)) as i32).abs();
+        let line = (0..2).find(|&l| off(l) <= 1);
+        let line = line.unwrap_or_else(|| panic!("off both lines: {} ticks", off(0)));
+        if arrival > second_line + Duration::from_millis(500) {
+            assert_eq!(line, 1, "a report after the second line came");
+        }
+        lines.push(line);
+        assert_eq!(octets, packets * 5, "counts of the viewer's own packets");
+        let before = p.iter().filter(|x| x.arrival < arrival).count() as i64;
+        assert!(
+            (i64::from(packets) - before).abs() <= 25,
+            "{packets} packets counted, {before} came before"
+        );
+    }
+    assert_eq!(lines[0], 0, "the first report is of the first line");
+    let (.., packets, _) = srs[srs.len() - 1];
+    assert_eq!(packets as usize, p.len(), "the BYE's count");
+    for w in srs.windows(2) {
+        let gap = w[1].0 - w[0].0;
+        assert!(gap < Duration::from_millis(2500), "{gap:?} between reports");
+    }
+}
+
+/// A new publisher that continues a stream is renumbered to follow the
+/// last one; the last one's sender reports map the last one's clock, so
+/// a viewer gets none of them once the new publisher's packets flow, and
+/// the new one's, on its own line in the viewer's numbering, once it sends
+/// them.
+#[test]
+fn a_new_publisher_is_never_reported_on_the_last_ones_line() {
+    use fjord_proto::rtcp::NtpTime;
+    let server = Server::start(&format!("rtcp_interval_s = 1\nlive_grace_s = 2\n{USERS}"));
+    let frame = |channel: u8, payload: &[u8]| {
+        let mut f = vec![b'$', channel];
+        f.extend((payload.len() as u16).to_be_bytes());
+        f.extend(payload);
+        f
+    };
+    // Publisher `k`'s packet i: its own timestamps (repeated in the
+    // payload), from `base`; its reports' line: NTP `ntp0` at packet 0.
+    let packet = |ssrc: u32, base: u32, i: u32| {
+        let ts = base.wrapping_add(3600 * i);
+        let mut p = vec![0x80, 96];
+        p.extend((i as u16).to_be_bytes());
+        p.extend(ts.to_be_bytes());
+        p.extend(ssrc.to_be_bytes());
+        p.push(if i.is_multiple_of(25) { 0x65 } else { 0x41 });
+        p.extend(ts.to_be_bytes());
+        p
+    };
+    let on = |(base, ntp0): (u32, u64), ntp: u64| {
+        let ticks = (u128::from(ntp.wrapping_sub(ntp0)) * 90_000) >> 32;
+        base.wrapping_add(ticks as u32)
+    };
+    let report = |ssrc: u32, line: (u32, u64), i: u32| {
+        let ntp = line.1 + ((u64::from(i) * 40) << 32) / 1000;
+        let mut sr = [0u8; 128];
+        let n = fjord_proto::rtcp::sender_report(
+            &mut sr,
+            ssrc,
+            NtpTime(ntp),
+            on(line, ntp),
+            1,
+            1,
+            "publisher",
+            false,
+        );
+        sr[..n].to_vec()
+    };
+    // Two publishers' clocks a minute and 1e9 ticks apart.
+    let (a, b) = (
+        (1_000u32, 0xe000_0000_0000_0000u64),
+        (1_000_001_000u32, 0xe000_003c_0000_0000u64),
+    );
+    // Sends 60 packets at 25 a second; a report after packet `sr_at`.
+    let publish = |s: &mut TcpStream, ssrc: u32, line: (u32, u64), sr_at: u32| {
+        let start = Instant::now();
+        for i in 0u32..60 {
+            let at = start + Duration::from_millis(40 * u64::from(i));
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            s.write_all(&frame(0, &packet(ssrc, line.0, i))).unwrap();
+            if i == sr_at {
+                s.write_all(&frame(1, &report(ssrc, line, i))).unwrap();
+            }
+        }
+    };
+    let mut first = TcpStream::connect(server.addr()).unwrap();
+    publish_by_hand(&server, &mut first, "open/handover-sr", SDP);
+    let viewer = std::thread::spawn({
+        let url = server.url("open/handover-sr");
+        move || {
+            std::thread::sleep(Duration::from_millis(800));
+            let mut c = fjord_client::RtspClient::connect(&url).unwrap();
+            let d = c.describe().unwrap();
+            let (_, mut rx) = c.setup_udp(&d.track_urls[0]).unwrap();
+            c.play(None).unwrap();
+            let limit = Duration::from_secs(20);
+            fjord_client::capture(&mut rx, Duration::from_secs(4), limit, None).unwrap()
+        }
+    });
+    publish(&mut first, 0xaaaa, a, 1);
+    drop(first);
+    server.wait_for_log("live stream held", Duration::from_secs(5));
+    let mut second = TcpStream::connect(server.addr()).unwrap();
+    publish_by_hand(&server, &mut second, "open/handover-sr", SDP);
+    let second_sr = Instant::now() + Duration::from_millis(40 * 30);
+    publish(&mut second, 0xbbbb, b, 30);
+    drop(second);
+    let cap = viewer.join().unwrap();
+    assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
+
+    // Each publisher's shift into the viewer's numbering, seen in its
+    // packets; the second's first packet.
+    let shift = |x: &fjord_client::Received| {
+        let ts = u32::from_be_bytes(x.payload[1..5].try_into().unwrap());
+        x.rtp_ts.wrapping_sub(ts)
+    };
+    let p = &cap.packets;
+    let is_second = |x: &&fjord_client::Received| {
+        let ts = u32::from_be_bytes(x.payload[1..5].try_into().unwrap());
+        ts.wrapping_sub(b.0) < 60 * 3600
+    };
+    let second_at = p
+        .iter()
+        .position(|x| is_second(&x))
+        .expect("no packet of the second");
+    let (shift_a, shift_b) = (shift(&p[0]), shift(&p[second_at]));
+    assert!(p[..second_at].iter().all(|x| shift(x) == shift_a));
+    assert!(p[second_at..].iter().all(|x| shift(x) == shift_b));
+    let on_line = |(arrival, ntp, rtp_ts, _, _): (Instant, u64, u32, u32, u32)| {
+        let of = |line, shift: u32| {
+            (rtp_ts.wrapping_sub(shift).wrapping_sub(on(line, ntp)) as i32).abs() <= 1
+        };
+        match (of(a, shift_a), of(b, shift_b)) {
+            (true, false) => ('a', arrival),
+            (false, true) => ('b', arrival),
+            _ => panic!("a report on neither line: NTP {ntp:x}, RTP {rtp_ts}"),
+        }
+    };
+    let lines: Vec<_> = crate::common::sender_reports(&cap)
+        .into_iter()
+        .map(on_line)
+        .collect();
+    let switch = p[second_at].arrival;
+    assert!(lines.iter().any(|&(l, _)| l == 'a'), "{lines:?}");
+    for &(line, arrival) in &lines {
+        if arrival > switch + Duration::from_millis(100) {
+            assert_eq!(
+                line, 'b',
+                "the first publisher's line after the second's packets"
+            );
+        }
+    }
+    let after = lines
+        .iter()
+        .filter(|&&(l, t)| l == 'b' && t > second_sr)
+        .count();
+    assert!(after >= 1, "none of the second's reports: {lines:?}");
 }

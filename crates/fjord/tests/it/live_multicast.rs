@@ -6,7 +6,7 @@
 //! viewer, another stream gets another; the group ends (RTCP BYE) with its
 //! last member's TEARDOWN, or its silence for `session_timeout_s`, and its
 //! address goes to the next group; a PLAY's RTP-Info numbers the group's
-//! next packet; without
+//! next packet; the group gets the publisher's sender reports; without
 //! `multicast = true` a multicast SETUP of a live path gets 461.
 
 use std::process::Child;
@@ -164,8 +164,9 @@ fn next_seq(socket: &std::net::UdpSocket, ssrc: u32) -> u16 {
     panic!("no packet of the group within 2 s");
 }
 
-/// Whether an RTCP BYE (packet type 203) arrives on `socket` within `limit`.
-fn bye_within(socket: &std::net::UdpSocket, limit: Duration) -> bool {
+/// Whether an RTCP packet of type `pt` (200 a sender report, 203 BYE)
+/// arrives on `socket` within `limit`.
+fn rtcp_within(socket: &std::net::UdpSocket, pt: u8, limit: Duration) -> bool {
     let (end, mut buf) = (Instant::now() + limit, [0u8; 1500]);
     while Instant::now() < end {
         let Ok(n) = socket.recv(&mut buf) else {
@@ -173,7 +174,7 @@ fn bye_within(socket: &std::net::UdpSocket, limit: Duration) -> bool {
         };
         let mut at = 0;
         while at + 4 <= n {
-            if buf[at + 1] == 203 {
+            if buf[at + 1] == pt {
                 return true;
             }
             at += 4 * (usize::from(u16::from_be_bytes([buf[at + 2], buf[at + 3]])) + 1);
@@ -224,6 +225,12 @@ fn a_live_group_ends_with_its_last_member_and_its_address_goes_to_the_next() {
             count_ssrc(&rtp, ssrc, Duration::from_secs(1)) > 10,
             "the group flows"
         );
+        // ffmpeg's reports, relayed to the group: the first went before
+        // its first packet.
+        assert!(
+            rtcp_within(&rtcp, 200, Duration::from_secs(1)),
+            "the group's sender report"
+        );
         let r = request(&mut b, "PLAY", &url, &sb);
         assert_eq!(r.status, 200, "{r:?}");
         let ahead = info_seq(&r).wrapping_sub(next_seq(&rtp, ssrc)) as i16;
@@ -234,11 +241,14 @@ fn a_live_group_ends_with_its_last_member_and_its_address_goes_to_the_next() {
             "b still a member"
         );
         assert!(
-            !bye_within(&rtcp, Duration::from_millis(100)),
+            !rtcp_within(&rtcp, 203, Duration::from_millis(100)),
             "no BYE while b watches"
         );
         assert_eq!(request(&mut b, "TEARDOWN", &url, &sb).status, 200);
-        assert!(bye_within(&rtcp, Duration::from_secs(2)), "the group's BYE");
+        assert!(
+            rtcp_within(&rtcp, 203, Duration::from_secs(2)),
+            "the group's BYE"
+        );
         server.wait_for_log("live multicast group ended", Duration::from_secs(2));
         std::thread::sleep(Duration::from_millis(100));
         while rtp.recv(&mut [0u8; 2048]).is_ok() {}
@@ -287,7 +297,10 @@ fn a_silent_last_member_ends_the_group_at_the_session_timeout() {
         let r = request(&mut c, "PLAY", &server.url("live/t"), &session);
         assert_eq!(r.status, 200, "{r:?}");
         assert!(count_ssrc(&rtp, ssrc, Duration::from_millis(500)) > 3);
-        assert!(bye_within(&rtcp, Duration::from_secs(5)), "the group's BYE");
+        assert!(
+            rtcp_within(&rtcp, 203, Duration::from_secs(5)),
+            "the group's BYE"
+        );
         server.wait_for_log("live viewer timed out", Duration::from_secs(1));
         server.wait_for_log("live multicast group ended", Duration::from_secs(1));
         std::thread::sleep(Duration::from_millis(100));

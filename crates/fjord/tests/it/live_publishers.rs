@@ -1,7 +1,8 @@
 //! Live publishers other than ffmpeg's H.264 (`docs/live.md`), against
 //! real peers: GStreamer's `rtspclientsink` publishes H.264 (x264enc) +
 //! Opus (opusenc), over UDP (its default) and over TCP; ffmpeg views it and decodes every frame from the key
-//! frame it joins at, and the recording's H.264 packets are the
+//! frame it joins at, also when it joins after both tracks' sender
+//! reports and gets them relayed, and the recording's H.264 packets are the
 //! published ones. ffmpeg publishes H.265 (libx265) and the recording's
 //! video packets are the source's. GStreamer publishes MPEG-TS
 //! (`mpegtsmux`, MP2T over RTP) and a viewer that joins gets the
@@ -100,17 +101,17 @@ fn gstreamer_rtspclientsink_publishes_h264_and_opus_over_tcp() {
     rtspclientsink_publishes("tcp");
 }
 
-/// `rtspclientsink` publishes over `protocols`; ffmpeg views it and the
-/// recording holds the published H.264 packets.
-fn rtspclientsink_publishes(protocols: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("gst.mkv");
-    // 6 s, a key frame a second, encoded by GStreamer's x264enc and opusenc.
+/// `seconds` of 320x240 H.264 at 25 fps, a key frame a second, and 48 kHz
+/// Opus, encoded by GStreamer's x264enc and opusenc into `dir/gst.mkv`.
+fn gst_source(dir: &Path, seconds: u32) -> String {
+    let src = dir.join("gst.mkv");
     let encode = format!(
-        "videotestsrc num-buffers=150 ! video/x-raw,width=320,height=240,framerate=25/1 ! \
+        "videotestsrc num-buffers={} ! video/x-raw,width=320,height=240,framerate=25/1 ! \
          x264enc key-int-max=25 speed-preset=veryfast ! h264parse ! queue ! mux. \
-         audiotestsrc num-buffers=300 samplesperbuffer=960 ! audio/x-raw,rate=48000 ! opusenc ! \
+         audiotestsrc num-buffers={} samplesperbuffer=960 ! audio/x-raw,rate=48000 ! opusenc ! \
          queue ! mux. matroskamux name=mux ! filesink location={}",
+        seconds * 25,
+        seconds * 50,
         src.display()
     );
     let args: Vec<&str> = ["-q", "-e"]
@@ -118,24 +119,37 @@ fn rtspclientsink_publishes(protocols: &str) {
         .chain(encode.split_whitespace())
         .collect();
     stdout_of("gst-launch-1.0", &args, Duration::from_secs(30));
-    let src = src.to_str().unwrap();
-    let server = Server::start(CONFIG);
+    src.to_str().unwrap().to_owned()
+}
+
+/// `rtspclientsink` publishing `src` ([`gst_source`]) in real time to
+/// `live/gst` over `protocols`; its errors go to `said`.
+fn rtspclientsink(server: &Server, src: &str, protocols: &str, said: &Path) -> Child {
     let publish = format!(
         "filesrc location={src} ! matroskademux name=d d.video_0 ! queue ! h264parse ! s.sink_0 \
          d.audio_0 ! queue ! opusparse ! s.sink_1 rtspclientsink name=s protocols={protocols} \
          location={}",
-        publisher_url(&server, "live/gst")
+        publisher_url(server, "live/gst")
     );
-    // Its errors, for the assertion on how it ended.
-    let said = server.root.path().join("rtspclientsink.log");
-    let publisher = Command::new("gst-launch-1.0")
+    Command::new("gst-launch-1.0")
         .args(["-q", "-e"])
         .args(publish.split_whitespace())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&said).unwrap())
+        .stderr(std::fs::File::create(said).unwrap())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// `rtspclientsink` publishes over `protocols`; ffmpeg views it and the
+/// recording holds the published H.264 packets.
+fn rtspclientsink_publishes(protocols: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = &gst_source(dir.path(), 6);
+    let server = Server::start(CONFIG);
+    // Its errors, for the assertion on how it ended.
+    let said = server.root.path().join("rtspclientsink.log");
+    let publisher = rtspclientsink(&server, src, protocols, &said);
     server.wait_for_log("live stream recording", Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(1200));
     // A viewer joining a second in decodes every frame from a key frame.
@@ -177,6 +191,54 @@ fn rtspclientsink_publishes(protocols: &str) {
     );
     assert_eq!(got, sent, "the recording's H.264 packets");
     assert!(!md5s(&file, "0:a", true, Duration::from_secs(30)).is_empty());
+}
+
+/// A viewer that joins once both of `rtspclientsink`'s tracks sent sender
+/// reports gets them relayed, each track's first before its first
+/// packet, then every second; ffmpeg, which aligns its tracks by them,
+/// decodes every frame from the key frame it joins at. rtspclientsink does
+/// not send its tracks in step: reports mapped from the packets' arrival
+/// once made ffmpeg drop the frames after that key frame.
+#[test]
+fn ffmpeg_decodes_every_frame_of_rtspclientsink_with_its_reports_relayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = &gst_source(dir.path(), 12);
+    let server = Server::start(&format!("rtcp_interval_s = 1\n{CONFIG}"));
+    let said = server.root.path().join("rtspclientsink.log");
+    let mut publisher = rtspclientsink(&server, src, "udp", &said);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.log_text().matches("sender reports relayed").count() < 2 {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Our own viewer of the video beside ffmpeg, to see the reports.
+    let own = std::thread::spawn({
+        let url = server.url("live/gst");
+        move || {
+            let mut c = fjord_client::RtspClient::connect(&url).unwrap();
+            let d = c.describe().unwrap();
+            let (_, mut rx) = c.setup_udp(&d.track_urls[0]).unwrap();
+            c.play(None).unwrap();
+            let (quiet, limit) = (Duration::from_secs(3), Duration::from_secs(25));
+            fjord_client::capture(&mut rx, quiet, limit, None).unwrap()
+        }
+    });
+    let viewed = md5s(
+        &server.url("live/gst"),
+        "0:v",
+        false,
+        Duration::from_secs(30),
+    );
+    let decoded = md5s(src, "0:v", false, Duration::from_secs(30));
+    let at = (decoded.iter().position(|m| *m == viewed[0])).expect("a published frame");
+    assert_eq!(at % 25, 0, "joined at frame {at}, not a key frame");
+    assert!(viewed.len() >= 125, "viewed {} frames", viewed.len());
+    assert_prefix(&viewed, &decoded[at..], "frames viewed");
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+    let srs = crate::common::sender_reports(&own.join().unwrap());
+    assert!(srs.len() >= 5, "{} sender reports", srs.len());
+    assert_eq!(srs[0].3, 0, "the first report goes before any packet");
 }
 
 #[test]

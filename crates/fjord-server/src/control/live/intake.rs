@@ -139,7 +139,7 @@ pub(super) fn interleaved(server: &Server, conn: u64, channel: u8, payload: &[u8
             true
         }
         Some((id, track, false)) => {
-            super::rtcp::read_interleaved(&mut state, (id, track), payload);
+            super::rtcp::read_interleaved(server, &mut state, (id, track), payload);
             true
         }
         None => false,

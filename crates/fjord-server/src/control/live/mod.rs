@@ -5,7 +5,10 @@
 //! handed to the engine threads that have viewers of it, which send it to
 //! each by reference. A viewer joins at the last key frame (the
 //! [`fjord_live::ring::Ring`] of the stream). Multicast viewers share the
-//! stream's one group (`multicast.rs`), sent each packet once.
+//! stream's one group (`multicast.rs`), sent each packet once. The
+//! publisher's RTCP sender reports are read (`rtcp.rs`) and each track's
+//! latest handed to the engine threads with viewers, which relay it in
+//! each viewer's numbering ([`fjord_engine::LiveSync`]).
 //!
 //! A stream whose publisher went (its connection closed, or it sent nothing
 //! for `live_timeout_s`) is held `live_grace_s` with its viewers: a
@@ -31,7 +34,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fjord_engine::{Command, LivePacket};
+use fjord_engine::{Command, LivePacket, LiveSync};
 use fjord_live::{handover::Renumber, publish::Paths, ring::Ring, sdp::Codec};
 use fjord_proto::rtsp::{
     framing::{Method, Request},
@@ -112,6 +115,10 @@ struct TrackIn {
     reception: fjord_live::reception::Reception,
     /// When a publisher over TCP is next sent a receiver report.
     next_report: Option<Instant>,
+    /// The current publisher's last sender report, in viewers' numbering
+    /// (as the engine threads with viewers were told it): the mapping
+    /// their sender reports carry.
+    sync: Option<LiveSync>,
 }
 
 impl Live {

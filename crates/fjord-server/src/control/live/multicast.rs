@@ -122,6 +122,8 @@ impl Group {
                     started: false,
                     clock_rate,
                     sent: (0, 0),
+                    // Set by the caller, which knows the stream's reports.
+                    relay: false,
                 })
             })
             .collect()
@@ -283,9 +285,15 @@ pub(super) fn play(server: &Server, id: &str) -> Reply {
     let viewers = group.start(&feeds, |t| backlog(stream, t));
     let key = group.key();
     let mut starts = Vec::new();
-    for v in viewers {
+    let relay = super::rtcp::all_synced(stream, 0..stream.tracks.len());
+    for mut v in viewers {
+        v.relay = relay;
         starts.push((key, v.id));
+        let feed = v.feed;
         server.engine.send(key, Command::LiveAdd(Box::new(v)));
+        if let Some(t) = stream.tracks.iter().find(|t| t.feed == feed) {
+            super::rtcp::share_sync(server, key, t);
+        }
     }
     stream.threads.insert(key % server.engine.threads() as u64);
     let infos: Vec<String> = (viewing.group_tracks().iter())

@@ -50,6 +50,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
             loss: Default::default(),
             reception: Default::default(),
             next_report: None,
+            sync: None,
         })
         .collect();
     let id = server.next_id();
@@ -117,6 +118,8 @@ fn take_over(
     for t in &mut stream.tracks {
         t.renumber.next_publisher();
     }
+    // The last publisher's reports map its clock, not this one's.
+    super::rtcp::clear_syncs(server, stream);
     if let Some(r) = stream.recording.as_mut() {
         r.next_publisher(&server.metrics);
     }

@@ -1,5 +1,7 @@
 //! RTCP with a publisher (RFC 3550 §6.4): its sender reports are read
-//! (their time is echoed back), and every `rtcp_interval_s` it gets a
+//! (their time is echoed back; their NTP-to-RTP mapping, renumbered as its
+//! packets are, goes to the engine threads with viewers of the stream,
+//! whose sender reports carry it: [`fjord_engine::LiveSync`]), and every `rtcp_interval_s` it gets a
 //! receiver report of each track: loss, highest sequence number and
 //! jitter of its own numbering ([`fjord_live::reception`]). Over UDP a task
 //! per track reads its RTCP port and sends ([`report`]; it ends with the
@@ -16,7 +18,9 @@ use std::{
 use fjord_live::reception::Reception;
 use fjord_proto::rtcp::{RECEIVER_REPORT_MAX_LEN, RtcpInfo, parse_compound, write_receiver_report};
 
-use super::State;
+use fjord_engine::{Command, LiveSync};
+
+use super::{State, Stream, TrackIn};
 use crate::Server;
 
 /// Reads track `track` of stream `id`'s RTCP from `socket` and reports to
@@ -48,12 +52,10 @@ pub(super) async fn report(
                 }
                 let Some(server) = server.upgrade() else { return };
                 let mut state = server.live.lock();
-                let Some(r) = reception(&mut state, (id, track, publisher)) else { return };
-                for info in reports {
-                    if let RtcpInfo::SenderReport { ssrc, ntp, .. } = info {
-                        r.sender_report(ssrc, ntp, Instant::now());
-                    }
+                if reception(&mut state, (id, track, publisher)).is_none() {
+                    return;
                 }
+                sender_reports(&server, &mut state, (id, track), reports);
                 continue;
             }
             _ = tick.tick() => {
@@ -86,19 +88,105 @@ fn reception(
     stream.tracks.get_mut(track).map(|t| &mut t.reception)
 }
 
-/// An interleaved publisher's RTCP on track `track` of stream `id`: its
-/// sender reports are noted for the next receiver report.
-pub(super) fn read_interleaved(state: &mut State, (id, track): (u64, usize), payload: &[u8]) {
-    let Ok(reports) = parse_compound(payload) else {
+/// An interleaved publisher's RTCP on track `track` of stream `id`
+/// ([`sender_reports`]).
+pub(super) fn read_interleaved(
+    server: &Server,
+    state: &mut State,
+    (id, track): (u64, usize),
+    payload: &[u8],
+) {
+    if let Ok(reports) = parse_compound(payload) {
+        sender_reports(server, state, (id, track), reports);
+    }
+}
+
+/// The publisher's RTCP `reports` on track `track` of stream `id`: a
+/// sender report of the source its packets come from (or of any before
+/// its first packet) is noted for the next receiver report and, once its
+/// packets set the renumbering, is the track's mapping, handed to the
+/// engine threads with viewers (a command per report: ordered with the
+/// packets, no lock on the engine's side).
+fn sender_reports(
+    server: &Server,
+    state: &mut State,
+    (id, track): (u64, usize),
+    reports: Vec<RtcpInfo>,
+) {
+    let Some(stream) = state.streams.get_mut(&id) else {
         return;
     };
-    let Some(t) = (state.streams.get_mut(&id)).and_then(|s| s.tracks.get_mut(track)) else {
+    let Some(t) = stream.tracks.get_mut(track) else {
         return;
     };
+    let now = Instant::now();
     for info in reports {
-        if let RtcpInfo::SenderReport { ssrc, ntp, .. } = info {
-            t.reception.sender_report(ssrc, ntp, Instant::now());
+        let RtcpInfo::SenderReport {
+            ssrc, ntp, rtp_ts, ..
+        } = info
+        else {
+            continue;
+        };
+        // ffmpeg sends its first report just before its first packet:
+        // a source not seen yet is taken at its word.
+        let ours = t.reception.sender_report(ssrc, ntp, now);
+        if !ours && t.reception.source().is_some() {
+            continue;
         }
+        if let Some(rtp) = t.renumber.timestamp(rtp_ts) {
+            if t.sync.is_none() {
+                tracing::info!(
+                    path = stream.path,
+                    track,
+                    "live track's sender reports relayed"
+                );
+            }
+            t.sync = Some(LiveSync { ntp, rtp, at: now });
+            for &thread in &stream.threads {
+                let sync = t.sync;
+                server
+                    .engine
+                    .send(thread, Command::LiveSync { feed: t.feed, sync });
+            }
+        }
+    }
+}
+
+/// A new publisher continues `stream`: the last one's mappings are
+/// forgotten, here and by the engine threads, until it sends its own.
+pub(super) fn clear_syncs(server: &Server, stream: &mut Stream) {
+    for t in &mut stream.tracks {
+        if t.sync.take().is_none() {
+            continue;
+        }
+        for &thread in &stream.threads {
+            let feed = t.feed;
+            server
+                .engine
+                .send(thread, Command::LiveSync { feed, sync: None });
+        }
+    }
+}
+
+/// Whether each of `tracks` of `stream` has a publisher's mapping now: a
+/// viewer of them relays the reports only then
+/// ([`fjord_engine::LiveViewer::relay`]).
+pub(super) fn all_synced(stream: &Stream, mut tracks: impl Iterator<Item = usize>) -> bool {
+    tracks.all(|i| stream.tracks.get(i).is_some_and(|t| t.sync.is_some()))
+}
+
+/// Track `t`'s mapping, if it has one, to the engine thread of `key`,
+/// after a viewer of it was added there.
+pub(super) fn share_sync(server: &Server, key: u64, t: &TrackIn) {
+    if let Some(sync) = t.sync {
+        let feed = t.feed;
+        server.engine.send(
+            key,
+            Command::LiveSync {
+                feed,
+                sync: Some(sync),
+            },
+        );
     }
 }
 

@@ -422,6 +422,7 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
     }
     let thread = conn.id() % server.engine.threads() as u64;
     let (mut infos, mut starts) = (Vec::new(), Vec::new());
+    let relay = super::rtcp::all_synced(stream, viewing.tracks.iter().map(|w| w.track));
     for w in &mut viewing.tracks {
         let Some(output) = w.output.take() else {
             continue;
@@ -452,10 +453,12 @@ fn play(server: &Server, conn: &dyn Client, id: &str) -> Reply {
             started: false,
             clock_rate: t.clock_rate,
             sent: (0, 0),
+            relay,
         };
         server
             .engine
             .send(conn.id(), Command::LiveAdd(Box::new(viewer)));
+        super::rtcp::share_sync(server, conn.id(), t);
         starts.push((conn.id(), w.id));
     }
     stream.threads.insert(thread);
