@@ -133,7 +133,11 @@ impl Live {
     }
 
     /// Feed `feed`'s publisher's sender report mapping, or none (its
-    /// publisher changed): its viewers' next reports carry it.
+    /// publisher changed): its viewers' next reports carry it. Viewers
+    /// there when the publisher changed relay no more: the stream's
+    /// timestamps go on without the time it was held, so the next
+    /// publisher's line differs from the last by that time, and a player
+    /// moves its timeline at such a change (ffmpeg then drops a frame).
     pub(crate) fn sync(&mut self, feed: u64, sync: Option<LiveSync>) {
         match sync {
             Some(s) if self.feeds.contains_key(&feed) => {
@@ -141,6 +145,9 @@ impl Live {
             }
             _ => {
                 self.syncs.remove(&feed);
+                for v in self.feeds.get_mut(&feed).into_iter().flatten() {
+                    v.relay = false;
+                }
             }
         }
     }

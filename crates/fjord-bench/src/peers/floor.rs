@@ -539,9 +539,10 @@ mod tests {
 
     #[test]
     fn a_tick_is_its_grid_step() {
-        assert_eq!(tick(0), (0, 5_000_000));
-        assert_eq!(tick(4_999_999), (0, 5_000_000));
-        assert_eq!(tick(12_500_000), (10_000_000, 15_000_000));
+        let g = GRID_NS;
+        assert_eq!(tick(0), (0, g));
+        assert_eq!(tick(g - 1), (0, g));
+        assert_eq!(tick(g * 5 / 2), (2 * g, 3 * g));
     }
 
     #[test]

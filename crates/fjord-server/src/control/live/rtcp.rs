@@ -153,7 +153,8 @@ fn sender_reports(
 }
 
 /// A new publisher continues `stream`: the last one's mappings are
-/// forgotten, here and by the engine threads, until it sends its own.
+/// forgotten, here and by the engine threads (whose viewers there now
+/// then relay no more), until it sends its own.
 pub(super) fn clear_syncs(server: &Server, stream: &mut Stream) {
     for t in &mut stream.tracks {
         if t.sync.take().is_none() {
