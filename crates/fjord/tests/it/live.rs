@@ -14,7 +14,7 @@
 //! Packets a publisher lost on the way in are counted in the admin API.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -561,6 +561,34 @@ fn publish_by_hand(server: &Server, s: &mut TcpStream, path: &str, sdp: &str) {
     publish_by_hand_over(server, s, (path, sdp), tcp);
 }
 
+/// A publisher by hand to `path` over UDP, on `s`: its RTP and RTCP
+/// sockets, and the server's RTP and RTCP addresses it sends to.
+fn publish_over_udp(
+    server: &Server,
+    s: &mut TcpStream,
+    path: &str,
+) -> (UdpSocket, UdpSocket, SocketAddr, SocketAddr) {
+    let (rtp, rtcp) = fjord_client::bind_pair("127.0.0.1".parse().unwrap()).unwrap();
+    let port = rtp.local_addr().unwrap().port();
+    let udp = format!(
+        "RTP/AVP/UDP;unicast;client_port={port}-{};mode=record",
+        port + 1
+    );
+    let reply = publish_by_hand_over(server, s, (path, SDP), &udp);
+    let transport = (reply.lines())
+        .find_map(|l| l.strip_prefix("Transport: "))
+        .unwrap();
+    let ports = crate::common::transport_param(transport, "server_port").unwrap();
+    let server_rtp: u16 = ports.split('-').next().unwrap().parse().unwrap();
+    let rtp_to = SocketAddr::from(([127, 0, 0, 1], server_rtp));
+    (
+        rtp,
+        rtcp,
+        rtp_to,
+        SocketAddr::from(([127, 0, 0, 1], server_rtp + 1)),
+    )
+}
+
 /// ANNOUNCE, SETUP of its one track with `transport`, RECORD; the SETUP
 /// reply.
 fn publish_by_hand_over(
@@ -677,20 +705,7 @@ fn a_udp_publisher_gets_receiver_reports_of_what_arrived() {
     use fjord_proto::rtcp::{RtcpInfo, parse_compound};
     let server = Server::start(&format!("rtcp_interval_s = 1\n{USERS}"));
     let mut s = TcpStream::connect(server.addr()).unwrap();
-    let (rtp, rtcp) = fjord_client::bind_pair("127.0.0.1".parse().unwrap()).unwrap();
-    let port = rtp.local_addr().unwrap().port();
-    let udp = format!(
-        "RTP/AVP/UDP;unicast;client_port={port}-{};mode=record",
-        port + 1
-    );
-    let reply = publish_by_hand_over(&server, &mut s, ("open/rr", SDP), &udp);
-    let transport = (reply.lines())
-        .find_map(|l| l.strip_prefix("Transport: "))
-        .unwrap();
-    let ports = crate::common::transport_param(transport, "server_port").unwrap();
-    let server_rtp: u16 = ports.split('-').next().unwrap().parse().unwrap();
-    let rtp_to = std::net::SocketAddr::from(([127, 0, 0, 1], server_rtp));
-    let rtcp_to = std::net::SocketAddr::from(([127, 0, 0, 1], server_rtp + 1));
+    let (rtp, rtcp, rtp_to, rtcp_to) = publish_over_udp(&server, &mut s, "open/rr");
     for packet in packets_with_two_lost() {
         rtp.send_to(&packet, rtp_to).unwrap();
     }
@@ -869,20 +884,7 @@ fn a_live_viewer_gets_the_publishers_sender_reports_in_its_numbering() {
     use fjord_proto::rtcp::NtpTime;
     let server = Server::start(&format!("rtcp_interval_s = 1\nlive_grace_s = 0\n{USERS}"));
     let mut s = TcpStream::connect(server.addr()).unwrap();
-    let (rtp, rtcp) = fjord_client::bind_pair("127.0.0.1".parse().unwrap()).unwrap();
-    let port = rtp.local_addr().unwrap().port();
-    let udp = format!(
-        "RTP/AVP/UDP;unicast;client_port={port}-{};mode=record",
-        port + 1
-    );
-    let reply = publish_by_hand_over(&server, &mut s, ("open/relay", SDP), &udp);
-    let transport = (reply.lines())
-        .find_map(|l| l.strip_prefix("Transport: "))
-        .unwrap();
-    let ports = crate::common::transport_param(transport, "server_port").unwrap();
-    let server_rtp: u16 = ports.split('-').next().unwrap().parse().unwrap();
-    let rtp_to = std::net::SocketAddr::from(([127, 0, 0, 1], server_rtp));
-    let rtcp_to = std::net::SocketAddr::from(([127, 0, 0, 1], server_rtp + 1));
+    let (rtp, rtcp, rtp_to, rtcp_to) = publish_over_udp(&server, &mut s, "open/relay");
 
     // Packet i is at 40 ms × i, its timestamp 3,600 on from just before
     // the wrap, which its payload repeats; a key frame a second.
