@@ -210,7 +210,9 @@ impl Runner<'_> {
         let s = &mut sessions[i];
         let (rtp_ch, rtcp_ch) = s.channels;
         let repair_ch = s.fec.as_ref().map(|f| f.channel);
-        let playing = s.phase == Phase::Playing && *measuring;
+        // Frames read with the PLAY reply (the server's first burst follows
+        // it at once) count: PLAY is answered before any frame is sent.
+        let playing = matches!(s.phase, Phase::PlaySent | Phase::Playing) && *measuring;
         let mut frames = 0u64;
         let mut responses = Vec::new();
         let used = parse_stream(&rbuf[..len], |item| match item {
