@@ -11,9 +11,10 @@
 //
 // --max-buffer-s: hls.js buffers at most S seconds ahead (default 30), so
 // that it is still fetching segments while the test does something.
-// --live-back-s: a live (growing) playlist: once S + 1 s have played,
-// seek back S s and play on at twice the pace to the end, once the
-// playlist has one (`live_at_seek`: hls.js still took it for live).
+// --live-back-s: a live (growing) playlist or manifest: once S + 1 s
+// have played, seek back S s and play on at twice the pace to the end,
+// once the playlist has one (`live_at_seek`: hls.js still took it for
+// live, dash.js the manifest for dynamic).
 //
 // `fetched` lists every segment and init segment the page received:
 // URL, status and MD5 of the body, for the test to compare.
@@ -73,7 +74,7 @@ try {
   page.on("console", (m) => m.type() === "error" && console_errors.push(m.text()));
   const fetched = [];
   page.on("response", async (r) => {
-    if (!/\/(seg-[^/]*|init\.mp4)$/.test(new URL(r.url()).pathname)) return;
+    if (!/\/(seg-[^/]*|init(-\d+)?\.(mp4|webm))$/.test(new URL(r.url()).pathname)) return;
     const body = await r.body().catch(() => null);
     const md5 = body && createHash("md5").update(body).digest("hex");
     fetched.push({ url: r.url(), status: r.status(), md5 });
@@ -116,6 +117,7 @@ function play({ player, url, timeoutMs, maxBufferS, liveBackS }) {
       resolve(r);
     };
     let hls = null;
+    let dash = null;
     if (player === "hls") {
       hls = new Hls(maxBufferS === null ? {} :
         { maxBufferLength: maxBufferS, maxMaxBufferLength: maxBufferS });
@@ -127,6 +129,7 @@ function play({ player, url, timeoutMs, maxBufferS, liveBackS }) {
       hls.attachMedia(v);
     } else {
       const p = dashjs.MediaPlayer().create();
+      dash = p;
       p.on(dashjs.MediaPlayer.events.ERROR, (e) => {
         const msg = e.error?.message ?? JSON.stringify(e.error);
         log(`dash error ${msg}`);
@@ -145,7 +148,8 @@ function play({ player, url, timeoutMs, maxBufferS, liveBackS }) {
       if (seeked) r.played_after_seek = Math.max(r.played_after_seek ?? 0, v.currentTime);
       if (liveBackS !== null) {
         if (r.seeked_to === null && v.currentTime > liveBackS + 1) {
-          r.live_at_seek = hls?.levels[hls.currentLevel]?.details?.live ?? null;
+          r.live_at_seek = hls ? hls.levels[hls.currentLevel]?.details?.live ?? null
+            : dash.isDynamic();
           r.seeked_from = v.currentTime;
           r.seeked_to = v.currentTime - liveBackS;
           v.currentTime = r.seeked_to;
@@ -172,7 +176,10 @@ function play({ player, url, timeoutMs, maxBufferS, liveBackS }) {
     };
     for (const e of ["ended", "pause", "timeupdate"]) v.addEventListener(e, atEnd);
     v.muted = true;
-    v.play().catch((e) => log(`play(): ${e}`));
+    // dash.js plays it itself (autoplay): a play() before it listens
+    // would leave its manifest updates paused, a live manifest never
+    // fetched again.
+    if (hls) v.play().catch((e) => log(`play(): ${e}`));
     setTimeout(() => { r.errors.push("timed out before the end"); finish(); }, timeoutMs);
   });
 }

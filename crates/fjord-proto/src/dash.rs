@@ -1,11 +1,15 @@
-//! MPEG-DASH manifests (ISO/IEC 23009-1, static), written without I/O:
-//! a stored title served as fragmented MP4 (live profile), one
-//! representation per track, whose segments of every track are cut at the
-//! same places so one timeline serves them all; or an MPEG-TS title
-//! (MPEG-2 TS simple profile) whose segments are byte ranges of the file.
+//! MPEG-DASH manifests (ISO/IEC 23009-1), written without I/O: a stored
+//! title served as fragmented MP4 (live profile), one representation per
+//! track, whose segments of every track are cut at the same places so one
+//! timeline serves them all; or an MPEG-TS title (MPEG-2 TS simple
+//! profile) whose segments are byte ranges of the file. A stored title's
+//! manifest is static; a recording still being written has a dynamic one
+//! ([`Presentation::Dynamic`]) that players fetch again as it grows.
 //!
 //! In: the segments' durations and each track's codec facts and segment
-//! lengths, or the file's byte ranges. Out: the MPD's text, whose URLs are
+//! lengths, or the file's byte ranges, and the presentation (for a
+//! dynamic one its times, as text: no clock is read here). Out: the MPD's
+//! text, whose URLs are
 //! `init-$RepresentationID$.mp4` and `seg-$RepresentationID$-$Number$.m4s`
 //! (from 0; `.webm` both for WebM representations) relative to the
 //! manifest, or the file's URI with
@@ -32,18 +36,31 @@ pub struct Representation {
 /// The timeline's unit: milliseconds.
 const TIMESCALE: u64 = 1000;
 
+/// How the manifest presents the segments it lists.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Presentation<'a> {
+    /// A stored title, or a recording that ended: every segment, its
+    /// whole duration. (A player that followed the recording as it grew
+    /// takes this as its end: DASH-IF IOP 4.6.4, dynamic to static.)
+    Static,
+    /// A recording still being written (`type="dynamic"`): the segments
+    /// so far, all of them kept (no time-shift limit), the manifest
+    /// fetched again every `update_s`. Times are `xs:dateTime` text, UTC.
+    Dynamic {
+        /// When the recording's time 0 was: segment `i` is available from
+        /// this plus its end.
+        available_since: &'a str,
+        /// Now: the manifest's publish time, and the clock players set
+        /// theirs by (`UTCTiming` direct: no time server is needed).
+        now: &'a str,
+        update_s: u64,
+    },
+}
+
 /// The manifest of a title whose segments last `durations_ns`, tracks
 /// `reps` (representation IDs are their positions).
-pub fn mpd(durations_ns: &[u64], reps: &[Representation]) -> String {
-    let total_ns: u64 = durations_ns.iter().sum();
-    let mut m = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-         <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" type=\"static\" \
-         profiles=\"urn:mpeg:dash:profile:isoff-live:2011\" \
-         mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
-         <Period id=\"0\" start=\"PT0S\">\n",
-        duration(total_ns)
-    );
+pub fn mpd(durations_ns: &[u64], reps: &[Representation], how: Presentation<'_>) -> String {
+    let mut m = head("isoff-live:2011", durations_ns, how);
     let timeline = timeline(durations_ns);
     for (id, r) in reps.iter().enumerate() {
         let kind = if r.video { "video" } else { "audio" };
@@ -81,25 +98,62 @@ pub fn mpd(durations_ns: &[u64], reps: &[Representation]) -> String {
              </Representation>\n</AdaptationSet>\n"
         );
     }
-    m.push_str("</Period>\n</MPD>\n");
+    m.push_str("</Period>\n");
+    m.push_str(&tail(how));
     m
+}
+
+/// The `MPD` element's start and the period's, for `profile`
+/// (`urn:mpeg:dash:profile:` omitted).
+fn head(profile: &str, durations_ns: &[u64], how: Presentation<'_>) -> String {
+    let total = duration(durations_ns.iter().sum());
+    let timing = match how {
+        Presentation::Static => format!("type=\"static\" mediaPresentationDuration=\"{total}\""),
+        Presentation::Dynamic {
+            available_since,
+            now,
+            update_s,
+        } => format!(
+            "type=\"dynamic\" availabilityStartTime=\"{}\" publishTime=\"{}\" \
+             minimumUpdatePeriod=\"PT{update_s}S\"",
+            xml_escape(available_since),
+            xml_escape(now)
+        ),
+    };
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+         <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" {timing} \
+         profiles=\"urn:mpeg:dash:profile:{profile}\" minBufferTime=\"PT2S\">\n\
+         <Period id=\"0\" start=\"PT0S\">\n"
+    )
+}
+
+/// What follows the period: a dynamic manifest's clock, then the end.
+fn tail(how: Presentation<'_>) -> String {
+    match how {
+        Presentation::Static => "</MPD>\n".to_owned(),
+        Presentation::Dynamic { now, .. } => format!(
+            "<UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:direct:2014\" value=\"{}\"/>\n</MPD>\n",
+            xml_escape(now)
+        ),
+    }
 }
 
 /// The manifest of an MPEG-TS title whose segments are `ranges` of the
 /// file at `uri` (relative to the manifest), lasting `durations_ns`.
-pub fn mpd_of_ranges(durations_ns: &[u64], ranges: &[std::ops::Range<u64>], uri: &str) -> String {
-    let total_ns: u64 = durations_ns.iter().sum();
+pub fn mpd_of_ranges(
+    durations_ns: &[u64],
+    ranges: &[std::ops::Range<u64>],
+    uri: &str,
+    how: Presentation<'_>,
+) -> String {
     let bytes: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
-    let mut m = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-         <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" type=\"static\" \
-         profiles=\"urn:mpeg:dash:profile:mp2t-simple:2011\" \
-         mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
-         <Period id=\"0\" start=\"PT0S\">\n\
-         <AdaptationSet id=\"0\" mimeType=\"video/mp2t\" segmentAlignment=\"true\" startWithSAP=\"1\">\n\
+    let mut m = head("mp2t-simple:2011", durations_ns, how);
+    let _ = write!(
+        m,
+        "<AdaptationSet id=\"0\" mimeType=\"video/mp2t\" segmentAlignment=\"true\" startWithSAP=\"1\">\n\
          <Representation id=\"0\" bandwidth=\"{}\">\n\
          <SegmentList timescale=\"{TIMESCALE}\">\n<SegmentTimeline>\n{}</SegmentTimeline>\n",
-        duration(total_ns),
         peak_bps(&bytes, durations_ns),
         timeline(durations_ns)
     );
@@ -112,7 +166,8 @@ pub fn mpd_of_ranges(durations_ns: &[u64], ranges: &[std::ops::Range<u64>], uri:
             r.end.saturating_sub(1)
         );
     }
-    m.push_str("</SegmentList>\n</Representation>\n</AdaptationSet>\n</Period>\n</MPD>\n");
+    m.push_str("</SegmentList>\n</Representation>\n</AdaptationSet>\n</Period>\n");
+    m.push_str(&tail(how));
     m
 }
 
@@ -207,7 +262,7 @@ mod tests {
             sample_rate: Some(48_000),
             ..Default::default()
         };
-        let m = mpd(&durations, &[video, audio]);
+        let m = mpd(&durations, &[video, audio], Presentation::Static);
         assert!(m.contains("mediaPresentationDuration=\"PT20.500S\""), "{m}");
         assert!(
             m.contains("<S t=\"0\" d=\"6000\" r=\"2\"/>\n<S d=\"2500\"/>"),
@@ -234,7 +289,7 @@ mod tests {
             webm: true,
             ..Default::default()
         };
-        let m = mpd(&[S], &[vp8]);
+        let m = mpd(&[S], &[vp8], Presentation::Static);
         assert!(m.contains("mimeType=\"video/webm\""), "{m}");
         assert!(
             m.contains("initialization=\"init-$RepresentationID$.webm\" media=\"seg-$RepresentationID$-$Number$.webm\""),
@@ -244,7 +299,12 @@ mod tests {
 
     #[test]
     fn a_ts_title_is_byte_ranges_of_its_file() {
-        let m = mpd_of_ranges(&[6 * S, 3 * S], &[0..6000, 6000..7000], "../a&b.ts");
+        let m = mpd_of_ranges(
+            &[6 * S, 3 * S],
+            &[0..6000, 6000..7000],
+            "../a&b.ts",
+            Presentation::Static,
+        );
         assert!(
             m.contains("profiles=\"urn:mpeg:dash:profile:mp2t-simple:2011\""),
             "{m}"
@@ -256,6 +316,41 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("<SegmentURL media=\"../a&amp;b.ts\" mediaRange=\"0-5999\"/>\n<SegmentURL media=\"../a&amp;b.ts\" mediaRange=\"6000-6999\"/>"), "{m}");
+    }
+
+    #[test]
+    fn a_growing_recording_is_dynamic() {
+        let audio = Representation {
+            codecs: "mp4a.40.2".into(),
+            segment_bytes: vec![1000, 1000],
+            ..Default::default()
+        };
+        let grows = Presentation::Dynamic {
+            available_since: "2026-11-29T18:51:45Z",
+            now: "2026-11-29T18:52:00.250Z",
+            update_s: 2,
+        };
+        let m = mpd(&[6 * S, 6 * S], std::slice::from_ref(&audio), grows);
+        assert!(
+            m.contains(
+                "type=\"dynamic\" availabilityStartTime=\"2026-11-29T18:51:45Z\" \
+                 publishTime=\"2026-11-29T18:52:00.250Z\" minimumUpdatePeriod=\"PT2S\" "
+            ),
+            "{m}"
+        );
+        assert!(!m.contains("mediaPresentationDuration"), "{m}");
+        assert!(
+            m.ends_with(
+                "</Period>\n<UTCTiming schemeIdUri=\"urn:mpeg:dash:utc:direct:2014\" \
+                 value=\"2026-11-29T18:52:00.250Z\"/>\n</MPD>\n"
+            ),
+            "{m}"
+        );
+        assert!(m.contains("<S t=\"0\" d=\"6000\" r=\"1\"/>"), "{m}");
+        let m = mpd_of_ranges(&[6 * S, 3 * S], &[0..10, 10..20], "a.ts", grows);
+        assert!(m.contains("type=\"dynamic\""), "{m}");
+        assert!(m.contains("<UTCTiming"), "{m}");
+        assert!(!m.contains("mediaPresentationDuration"), "{m}");
     }
 
     #[test]

@@ -168,9 +168,12 @@ pub fn newest(names: impl Iterator<Item = String>, ext: &str) -> Option<String> 
 }
 
 fn is_recording(name: &str, ext: &str) -> bool {
-    let Some(stamp) = name.strip_suffix(ext).and_then(|n| n.strip_suffix("Z.")) else {
-        return false;
-    };
+    (name.strip_suffix(ext).and_then(|n| n.strip_suffix("Z."))).is_some_and(is_stamp)
+}
+
+/// Whether `stamp` is a recording's start as its name writes it:
+/// `YYYY-MM-DDTHH-MM-SS` (UTC).
+fn is_stamp(stamp: &str) -> bool {
     let b = stamp.as_bytes();
     let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
     b.len() == 19
@@ -178,6 +181,19 @@ fn is_recording(name: &str, ext: &str) -> bool {
         && [0..4, 5..7, 8..10, 11..13, 14..16, 17..19]
             .into_iter()
             .all(digits)
+}
+
+/// When the recording `title` (`PATH/STAMP.EXT` or `PATH/STAMP-N.EXT`)
+/// began, to the second, in RFC 3339 (`2026-11-29T18:51:45Z`): its name
+/// says it.
+pub fn started_at(title: &str) -> Option<String> {
+    let name = title.rsplit('/').next()?;
+    let (stamp, rest) = (name.get(..19)?, name.get(19..)?);
+    if !is_stamp(stamp) || !(rest.starts_with("Z.") || rest.starts_with("Z-")) {
+        return None;
+    }
+    let (date, time) = stamp.split_at(10);
+    Some(format!("{date}{}Z", time.replace('-', ":")))
 }
 
 /// What an open of a growing title does.
@@ -316,6 +332,26 @@ mod tests {
         let ts = ["2026-11-28T00-00-00Z.ts".to_string(), "x.ts".to_string()];
         let latest = newest(names.chain(ts), "ts");
         assert_eq!(latest.as_deref(), Some("2026-11-28T00-00-00Z.ts"));
+    }
+
+    #[test]
+    fn a_recordings_name_says_when_it_began() {
+        let at = |t| started_at(t);
+        assert_eq!(
+            at("live/a/2026-11-29T18-51-45Z.mp4").as_deref(),
+            Some("2026-11-29T18:51:45Z")
+        );
+        assert_eq!(
+            at("2026-11-29T18-51-45Z-2.ts").as_deref(),
+            Some("2026-11-29T18:51:45Z")
+        );
+        for other in [
+            "live/a/latest.mp4",
+            "2026-11-29T18-51-45.mp4",
+            "2026-11-29x18-51-45Z.mp4",
+        ] {
+            assert_eq!(at(other), None, "{other}");
+        }
     }
 
     #[test]

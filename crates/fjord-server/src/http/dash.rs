@@ -6,14 +6,21 @@
 //! (`init-K.webm`, `seg-K-N.webm`: Chromium plays VP8 from WebM only); an
 //! MPEG-TS title one representation whose segments are the byte ranges
 //! of the file HLS uses.
+//!
+//! A live recording still being written has a dynamic manifest of the
+//! segments no later snapshot changes (those its HLS playlist lists),
+//! fetched again by players as it grows; once it ends, a static one, which
+//! players that followed it take as its end (DASH-IF IOP 4.6.4).
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
-use fjord_proto::dash::{self, Representation};
+use fjord_proto::dash::{self, Presentation, Representation};
 
 use super::fmp4::Cache;
-use super::hls::{Form, form};
+use super::hls::{Form, form, settled, settled_of};
 use crate::Server;
+use crate::catalog::growing::started_at;
 
 /// The manifest's text, or the status and why not.
 pub(crate) async fn manifest(
@@ -31,24 +38,44 @@ pub(crate) async fn manifest(
         }
         Form::Fragmented(all) => all,
         Form::Ranges { segments, uri, .. } => {
-            let ranges: Vec<_> = segments
-                .iter()
+            let growing = server.catalog.growing().durable(title).is_some();
+            let durations: Vec<_> = segments.iter().map(|s| s.duration_ns).collect();
+            let n = if growing {
+                settled(&durations)
+            } else {
+                durations.len()
+            };
+            let ranges: Vec<_> = (segments[..n].iter())
                 .map(|s| s.offset..s.offset + s.len)
                 .collect();
-            let durations: Vec<_> = segments.iter().map(|s| s.duration_ns).collect();
-            return Ok(dash::mpd_of_ranges(&durations, &ranges, &uri));
+            let clock = Clock::of(server, title, growing);
+            let how = clock.presentation(server);
+            return Ok(dash::mpd_of_ranges(&durations[..n], &ranges, &uri, how));
         }
     };
-    let durations: Vec<u64> = all.title.fragments.iter().map(|f| f.duration_ns).collect();
     let webm = is_webm(server, title).await
         && (all.title.tracks.iter())
             .all(|t| t.codec == "vp8" || t.codec == "opus" || t.codec.starts_with("vp09."));
+    let mut tracks = Vec::new();
+    for k in 0..all.title.tracks.len() {
+        tracks.push(cache.get(server, title, Some(k), webm).await?);
+    }
+    // A growing recording's segments that will not change, in every
+    // track (each track's are served only once settled too).
+    let n = (tracks.iter().map(|t| settled_of(t)))
+        .chain([settled_of(&all)])
+        .min()
+        .unwrap_or(0);
+    let durations: Vec<u64> = (all.title.fragments[..n].iter())
+        .map(|f| f.duration_ns)
+        .collect();
     let mut reps = Vec::new();
-    for (k, info) in all.title.tracks.iter().enumerate() {
-        let one = cache.get(server, title, Some(k), webm).await?;
+    for (info, one) in all.title.tracks.iter().zip(&tracks) {
         reps.push(Representation {
             video: info.video,
-            segment_bytes: one.title.fragments.iter().map(|f| f.len()).collect(),
+            segment_bytes: (one.title.fragments.iter().take(n))
+                .map(|f| f.len())
+                .collect(),
             resolution: info.video.then_some(all.title.resolution).flatten(),
             codecs: info.codec.clone(),
             frame_rate: info.video.then_some(all.title.frame_rate).flatten(),
@@ -56,7 +83,38 @@ pub(crate) async fn manifest(
             webm,
         });
     }
-    Ok(dash::mpd(&durations, &reps))
+    let clock = Clock::of(server, title, all.growing.is_some());
+    Ok(dash::mpd(&durations, &reps, clock.presentation(server)))
+}
+
+/// A growing recording's times (when it began, now), for its dynamic
+/// manifest; `None`: a stored title's, static.
+struct Clock(Option<(String, String)>);
+
+impl Clock {
+    /// `title`'s, if it is a recording that still grows (`growing`): its
+    /// file's name (`latest.EXT` resolved) says when it began.
+    fn of(server: &Server, title: &str, growing: bool) -> Clock {
+        if !growing {
+            return Clock(None);
+        }
+        let file = server.catalog.growing().latest(title);
+        let since = started_at(file.as_deref().unwrap_or(title));
+        let now = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+        Clock(since.map(|since| (since, now)))
+    }
+
+    fn presentation(&self, server: &Server) -> Presentation<'_> {
+        match &self.0 {
+            None => Presentation::Static,
+            Some((since, now)) => Presentation::Dynamic {
+                available_since: since,
+                now,
+                // Segments are cut about this far apart.
+                update_s: server.config().hls_segment_s.max(1),
+            },
+        }
+    }
 }
 
 /// Whether ingest found the title a WebM file.

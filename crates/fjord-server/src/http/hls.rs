@@ -334,7 +334,7 @@ const SETTLED_NS: u64 = 1_000_000_000;
 /// later snapshot changes: its last takes the rest of the file, and grows
 /// with it; the ones before it, unless they end within [`SETTLED_NS`] of
 /// the end.
-fn settled(durations_ns: &[u64]) -> usize {
+pub(super) fn settled(durations_ns: &[u64]) -> usize {
     let total: u64 = durations_ns.iter().sum();
     let mut end = 0;
     (durations_ns[..durations_ns.len().saturating_sub(1)].iter())

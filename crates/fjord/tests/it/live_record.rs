@@ -681,3 +681,69 @@ fn hls_js_seeks_back_into_a_growing_recording_and_plays_it_to_the_end() {
     }
     server.assert_healthy();
 }
+
+/// dash.js in chromium follows a growing recording's dynamic manifest,
+/// seeks back 20 s into it and plays on to its end once the manifest,
+/// static then, says the recording ended; every segment it was sent is,
+/// byte for byte, the one the ended recording serves.
+#[test]
+fn dash_js_follows_a_growing_recordings_dynamic_manifest_to_the_end() {
+    let (mut server, http) = Server::start_http(CONFIG);
+    let p = publish_file(&server, "live/dash", source_30s());
+    let base = format!("http://127.0.0.1:{http}/live/dash/latest.mp4");
+    let mpd = format!("{base}/manifest.mpd");
+    let listed = Instant::now() + Duration::from_secs(15);
+    let growing = loop {
+        let (text, _) = curl(&[&mpd]);
+        if text.contains("<S ") {
+            break text;
+        }
+        assert!(Instant::now() < listed, "no segment listed:\n{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        growing.contains("type=\"dynamic\"") && growing.contains("minimumUpdatePeriod="),
+        "{growing}"
+    );
+    assert!(!growing.contains("mediaPresentationDuration"), "{growing}");
+    let r = chromium_plays("dash", &mpd, &["--live-back-s", "20"], 120, "live-dash.png");
+    let said = r.to_string();
+    assert_eq!(r["live_at_seek"], true, "{said}");
+    assert!(r["played_after_seek"].as_f64().unwrap() > 29.0, "{said}");
+    closed_recording(&server, p, "live/dash");
+    // Ended: static, its duration given (dash.js took it as the end).
+    let (ended, _) = curl(&[&mpd]);
+    assert!(
+        ended.contains("type=\"static\" mediaPresentationDuration="),
+        "{ended}"
+    );
+    let fetched = r["fetched"].as_array().unwrap();
+    let ok: Vec<&str> = (fetched.iter())
+        .filter(|f| f["status"] == 200)
+        .map(|f| f["url"].as_str().unwrap())
+        .collect();
+    // Both representations' init segments and last segments (it played
+    // to the end); their one timeline is written in each.
+    let repeats = |l: &str| -> usize {
+        (l.split(" r=\"").nth(1))
+            .and_then(|r| r.split('"').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let in_both: usize = (ended.lines().filter(|l| l.starts_with("<S ")))
+        .map(|l| 1 + repeats(l))
+        .sum();
+    let last = in_both / 2 - 1;
+    for k in 0..2 {
+        for name in [format!("/init-{k}.mp4"), format!("/seg-{k}-{last}.m4s")] {
+            assert!(ok.iter().any(|u| u.ends_with(&name)), "{name}: {said}");
+        }
+    }
+    for url in ok {
+        let now: String = (md5::Md5::digest(curl_bytes(url)).iter())
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let f = fetched.iter().find(|f| f["url"] == url).unwrap();
+        assert_eq!(f["md5"].as_str(), Some(now.as_str()), "{url}");
+    }
+    server.assert_healthy();
+}
