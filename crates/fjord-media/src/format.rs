@@ -167,9 +167,7 @@ pub fn plan_growing(
 /// planned on from there (plan the whole prefix).
 pub fn plan_on(data: &[u8], opts: &TsOptions, from: &Resume) -> Option<(MediaPlan, Resume)> {
     match from {
-        Resume::Mp4(r) => {
-            crate::mp4::growing::plan_on(data, r).map(|(p, r)| (p, Resume::Mp4(r)))
-        }
+        Resume::Mp4(r) => crate::mp4::growing::plan_on(data, r).map(|(p, r)| (p, Resume::Mp4(r))),
         Resume::Ts(r) => {
             ts::growing::plan_on(data, opts, r).map(|(p, r)| (p.into_plan(), Resume::Ts(r)))
         }

@@ -825,24 +825,9 @@ fn lay_out(
             (start, rap)
         })
         .collect();
-    // Where each key frame ends: before the next PES start of its stream.
-    let key_frame_ends: Vec<u64> = match video_raps {
-        Some(v) => {
-            let pes: Vec<u64> = (scan.pes_starts.iter())
-                .filter(|&&(_, p)| p == v)
-                .map(|&(o, _)| o)
-                .collect();
-            let open = before.filter(|b| b.key_frame_open);
-            (open.and_then(|_| pes.first().copied()).into_iter())
-                .chain(
-                    (entries.iter()).filter_map(|&(_, rap)| {
-                        pes.get(pes.partition_point(|&o| o <= rap)).copied()
-                    }),
-                )
-                .collect()
-        }
-        None => vec![],
-    };
+    let key_frame_ends = video_raps.map_or_else(Vec::new, |v| {
+        key_frame_ends(&scan.pes_starts, v, &entries, before)
+    });
     // An RTP packet begins at every entry point: a seek then delivers from
     // exactly there, never the tail of the previous picture. One begins
     // after each key frame, too, so trick play sends key frames whole and
@@ -892,7 +877,20 @@ fn lay_out(
             });
         }
     }
-    // One sync point per packet, the earliest; none earlier than one before.
+    let sync = keep_sync(candidates, before);
+    Laid {
+        packets,
+        sync,
+        groups,
+        entries,
+        video_raps,
+        before: before.copied(),
+    }
+}
+
+/// Of the sync point candidates, one per packet, the earliest, and none
+/// earlier than one before (planned on from F, those before F too).
+fn keep_sync(mut candidates: Vec<SyncPoint>, before: Option<&Before>) -> Vec<SyncPoint> {
     candidates.sort_by_key(|s| (s.packet, s.time_ns));
     let mut sync = Vec::with_capacity(candidates.len() + 1);
     let (mut last_packet, mut latest) = match before {
@@ -911,14 +909,27 @@ fn lay_out(
             }
         }
     }
-    Laid {
-        packets,
-        sync,
-        groups,
-        entries,
-        video_raps,
-        before: before.copied(),
-    }
+    sync
+}
+
+/// Where each entry's key frame ends: before the next PES start of its
+/// stream, `video` (planned on from F, also the one open before F).
+fn key_frame_ends(
+    pes_starts: &[(u64, u16)],
+    video: u16,
+    entries: &[(u64, u64)],
+    before: Option<&Before>,
+) -> Vec<u64> {
+    let pes: Vec<u64> = (pes_starts.iter())
+        .filter(|&&(_, p)| p == video)
+        .map(|&(o, _)| o)
+        .collect();
+    let open = before.filter(|b| b.key_frame_open);
+    let ends = (entries.iter()).filter_map(|&(_, rap)| pes.get(pes.partition_point(|&o| o <= rap)));
+    (open.and_then(|_| pes.first()).into_iter())
+        .chain(ends)
+        .copied()
+        .collect()
 }
 
 fn finish(run: Run, opts: &TsOptions) -> Packetization {
@@ -954,7 +965,12 @@ fn assemble(
     mut warnings: Vec<String>,
     opts: &TsOptions,
 ) -> Packetization {
-    let Laid { packets, sync, before, .. } = laid;
+    let Laid {
+        packets,
+        sync,
+        before,
+        ..
+    } = laid;
     let (before, last_time) = before.map_or((0, 0), |b| (b.packets, b.last_time));
     if c.resyncs > 0 {
         warnings.push(format!(

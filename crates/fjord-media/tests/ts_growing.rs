@@ -259,7 +259,10 @@ fn garbage_or_a_packet_cut_short_after_the_cut_plans_as_the_whole_prefix() {
         s.index.report().warnings
     );
     // Half a packet, then the rest of it: both incremental.
-    assert_eq!(grow(&file, &[len, at as u64 + 94, at as u64 + 188 * 60], None), 2);
+    assert_eq!(
+        grow(&file, &[len, at as u64 + 94, at as u64 + 188 * 60], None),
+        2
+    );
 }
 
 /// Synthetic streams (`synth`): what lets a plan be cut, and where.

@@ -111,7 +111,14 @@ pub fn plan_whole(
     let settled = (resyncs == 0 && skipped == start as u64)
         .then(|| settled(&scan))
         .flatten();
-    let laid = lay_out(&scan, groups, &timing, u32::from(per_rtp), None, &mut warnings);
+    let laid = lay_out(
+        &scan,
+        groups,
+        &timing,
+        u32::from(per_rtp),
+        None,
+        &mut warnings,
+    );
     let cut = settled.and_then(|(samples, clock, pmt_pid, pmt)| {
         let (k, before, at) = cut(&scan, &laid, &timing, clock, samples.get(1..)?)?;
         (scan.pmt_pid_at < before.ordinal).then_some((k, before, at, pmt_pid, pmt))
@@ -157,7 +164,14 @@ pub fn plan_on(data: &[u8], opts: &TsOptions, from: &Resume) -> Option<(Packetiz
         ..Scan::default()
     };
     let first = from.before.ordinal;
-    let run = scan_from(data, from.pos, first, scan, u32::from(per_rtp), &mut |_, _| {});
+    let run = scan_from(
+        data,
+        from.pos,
+        first,
+        scan,
+        u32::from(per_rtp),
+        &mut |_, _| {},
+    );
     let packets = run.groups.offsets.len() as u64 + from.packets();
     if run.resyncs > 0 || run.skipped > 0 || packets > u64::from(u32::MAX) {
         return None;
