@@ -44,6 +44,9 @@ const MAX_FILE_LEN: u64 = 1 << 48;
 const PROGRESS_STEP: usize = 8 << 20;
 /// PES-timestamp clocks tracked at most (bounds memory on garbage input).
 const MAX_PES_CLOCKS: usize = 64;
+/// An entry point starts at the PAT before its random access point when
+/// that is at most this much earlier.
+const PAT_LOOKBACK_NS: u64 = 1_000_000_000;
 /// Measured bitrates outside this range are not believed.
 const PLAUSIBLE_BPS: std::ops::RangeInclusive<f64> = 10_000.0..=2_000_000_000.0;
 /// Stream types that carry video (MPEG-1/2, MPEG-4 part 2, H.264, SVC, MVC,
@@ -820,7 +823,7 @@ fn lay_out(
                 .and_then(|i| scan.pats.get(i))
                 .map(|&p| (p, time_ns(p)))
                 .or(pat_before)
-                .filter(|&(_, t)| rap_time - t.min(rap_time) <= 1_000_000_000)
+                .filter(|&(_, t)| rap_time - t.min(rap_time) <= PAT_LOOKBACK_NS)
                 .map_or(rap, |(p, _)| p);
             (start, rap)
         })

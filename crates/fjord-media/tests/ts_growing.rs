@@ -312,6 +312,49 @@ mod condition {
         assert!((last.offset + u64::from(last.len)) / 188 <= 900);
     }
 
+    /// Plans of `data` cut at each of `cuts`, each planned on from the
+    /// one before, joined, are each the cut plan of its whole prefix.
+    fn chain(data: &[u8], cuts: &[usize]) {
+        let opts = TsOptions::default();
+        let (mut joined, mut resume) = plan_whole(&data[..cuts[0]], &opts).unwrap();
+        for &cut in &cuts[1..] {
+            let (more, next) = plan_on(&data[..cut], &opts, &resume.unwrap()).unwrap();
+            joined.packets.extend(more.packets);
+            joined.sync.extend(more.sync);
+            (joined.duration_ns, joined.report) = (more.duration_ns, more.report);
+            let (alone, alone_next) = plan_whole(&data[..cut], &opts).unwrap();
+            assert_eq!(joined, alone, "at {cut}");
+            assert_eq!(Some(&next), alone_next.as_ref());
+            resume = Some(next);
+        }
+    }
+
+    /// The end of the last RTP packet, in TS packets.
+    fn end(p: &Packetization) -> u64 {
+        let last = p.packets.last().unwrap();
+        (last.offset + u64::from(last.len)) / 188
+    }
+
+    #[test]
+    fn a_pat_a_second_before_the_last_pcr_no_longer_holds_the_cut() {
+        // PATs at 0, 1100, 2200, one RAP (at 2): at 1 ms a packet, the
+        // last PCR of 3300 packets is 1.09 s after the last PAT; of 3150,
+        // 0.94 s.
+        let s = |n| Stream {
+            n,
+            psi_every: 1100,
+            gop: 5000,
+            ..Stream::default()
+        };
+        let far = s(3300).cbr(1_000_000);
+        let (p, resume) = whole(&far);
+        assert!(resume.is_some() && end(&p) > 3200, "ends at {}", end(&p));
+        let near = s(3150).cbr(1_000_000);
+        let (p, resume) = whole(&near);
+        assert!(resume.is_some() && end(&p) <= 2200, "ends at {}", end(&p));
+        chain(&far, &(1..66).map(|k| k * 50 * 188).collect::<Vec<_>>());
+    }
+
     #[test]
     fn no_pcr_no_raps_or_pcr_off_the_pmt_pid_plan_whole_without_a_cut() {
         let full = |s: &Stream| {

@@ -11,7 +11,8 @@
 //! a growing file is therefore cut at its *final point* F: the first TS
 //! packet of the RTP packet that holds the last PCR (on the PCR PID), or
 //! of the one holding the last PAT before that PCR if no entry point
-//! ending by that PCR starts at that PAT. Before F nothing a longer
+//! ending by that PCR starts at that PAT and it is within a second of
+//! that PCR (a later RAP's entry may start there). Before F nothing a longer
 //! prefix adds changes: send times there lie between PCRs read, the
 //! entry points and key frame ends still to come cut at F or after. The
 //! cut plan holds the RTP packets before F, the sync points starting
@@ -35,9 +36,9 @@
 //! not whole packets: the caller plans the whole prefix.
 
 use super::{
-    Before, Clock, Counts, Laid, MAX_FILE_LEN, Packetization, PcrSample, Pmt, Run, Scan,
-    TS_PACKET_LEN, Timing, TimingSource, TsError, TsOptions, assemble, initial_sync, jumps_warning,
-    lay_out, pcr_clock, pcr_pid, scan_from, timing,
+    Before, Clock, Counts, Laid, MAX_FILE_LEN, PAT_LOOKBACK_NS, Packetization, PcrSample, Pmt, Run,
+    Scan, TS_PACKET_LEN, Timing, TimingSource, TsError, TsOptions, assemble, initial_sync,
+    jumps_warning, lay_out, pcr_clock, pcr_pid, scan_from, timing,
 };
 
 /// Where the cut plan of a prefix of a TS file stopped (its final point),
@@ -233,9 +234,12 @@ fn cut(
     let first = laid.before.map_or(0, |b| b.ordinal);
     let last_pcr = steps.last().map_or(clock.ordinal, |s| s.ordinal);
     let pats_to = |end: u64| &scan.pats[..scan.pats.partition_point(|&p| p < end)];
-    // A PAT no entry point starts at yet may start a later one.
-    let open_pat = (pats_to(last_pcr + 1).last())
-        .filter(|&&p| !(laid.entries.iter()).any(|&(s, r)| s == p && r <= last_pcr));
+    // A PAT no entry point starts at yet may start a later one, unless
+    // it is too far back already (send times never go back).
+    let open_pat = (pats_to(last_pcr + 1).last()).filter(|&&p| {
+        timing.ns(last_pcr).saturating_sub(timing.ns(p)) <= PAT_LOOKBACK_NS
+            && !(laid.entries.iter()).any(|&(s, r)| s == p && r <= last_pcr)
+    });
     let x = open_pat.map_or(last_pcr, |&p| p.min(last_pcr));
     let groups = &laid.groups;
     let k = if x < first {
