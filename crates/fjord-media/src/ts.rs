@@ -9,6 +9,9 @@
 //! timestamps) are parsed by hand over the byte slice: that is simpler and much
 //! faster than a general demuxer, and allocates nothing per packet.
 //!
+//! [`growing`] plans a file still being written on from where the plan of a
+//! shorter prefix of it is final, with the same pass and layout.
+//!
 //! PSI limits: only PAT and PMT sections that fit in one TS packet are read
 //! (true of practically every file), only the first program is used, and CRCs
 //! are not checked (a wrong PMT only changes which PID is preferred).
