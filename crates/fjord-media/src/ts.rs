@@ -117,6 +117,16 @@ pub fn packetize_with_progress(
     opts: &TsOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Packetization, TsError> {
+    let (_, run) = whole_run(data, opts, progress)?;
+    Ok(finish(run, opts))
+}
+
+/// The pass over all of `data`: where its first packet is, and what it found.
+fn whole_run(
+    data: &[u8],
+    opts: &TsOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(usize, Run), TsError> {
     if data.is_empty() {
         return Err(TsError::Empty);
     }
@@ -130,7 +140,7 @@ pub fn packetize_with_progress(
     if run.groups.offsets.len() > u32::MAX as usize {
         return Err(TsError::TooLarge);
     }
-    Ok(finish(run, opts))
+    Ok((start, run))
 }
 
 /// What a pass over the packets from some position on found.

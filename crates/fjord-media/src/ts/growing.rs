@@ -37,8 +37,8 @@
 
 use super::{
     Before, Clock, Counts, Laid, MAX_FILE_LEN, PAT_LOOKBACK_NS, Packetization, PcrSample, Pmt, Run,
-    Scan, TS_PACKET_LEN, Timing, TimingSource, TsError, TsOptions, assemble, initial_sync,
-    jumps_warning, lay_out, pcr_clock, pcr_pid, scan_from, timing,
+    Scan, TS_PACKET_LEN, Timing, TimingSource, TsError, TsOptions, assemble, jumps_warning,
+    lay_out, pcr_clock, pcr_pid, scan_from, timing, whole_run,
 };
 
 /// Where the cut plan of a prefix of a TS file stopped (its final point),
@@ -79,26 +79,8 @@ pub fn plan_whole(
     data: &[u8],
     opts: &TsOptions,
 ) -> Result<(Packetization, Option<Resume>), TsError> {
-    if data.is_empty() {
-        return Err(TsError::Empty);
-    }
-    if data.len() as u64 >= MAX_FILE_LEN {
-        return Err(TsError::TooLarge);
-    }
-    let start = initial_sync(data).ok_or(TsError::NotTs)?;
     let per_rtp = opts.ts_per_rtp.clamp(1, 7);
-    let mut run = scan_from(
-        data,
-        start,
-        0,
-        Scan::default(),
-        u32::from(per_rtp),
-        &mut |_, _| {},
-    );
-    run.skipped += start as u64;
-    if run.groups.offsets.len() > u32::MAX as usize {
-        return Err(TsError::TooLarge);
-    }
+    let (start, run) = whole_run(data, opts, &mut |_, _| {})?;
     let Run {
         scan,
         groups,
