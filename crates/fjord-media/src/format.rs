@@ -99,11 +99,7 @@ pub fn plan(
     match Container::sniff(data)? {
         Container::MpegTs => ts::packetize_with_progress(data, opts, progress)
             .map(ts::Packetization::into_plan)
-            .map_err(|e| match e {
-                TsError::Empty => FormatError::Empty,
-                TsError::TooLarge => FormatError::TooLarge,
-                TsError::NotTs => FormatError::Unsupported(e.to_string()),
-            }),
+            .map_err(ts_error),
         Container::Mp4 => crate::mp4::plan(data, progress),
         Container::Matroska => crate::mkv::plan(data, progress),
         Container::MpegPs => ps::plan(data),
@@ -113,15 +109,67 @@ pub fn plan(
     }
 }
 
-/// [`plan`] for a file still being written: also, for a fragmented MP4,
-/// where a plan of a longer prefix may go on from
-/// ([`crate::mp4::growing`]).
+fn ts_error(e: TsError) -> FormatError {
+    match e {
+        TsError::Empty => FormatError::Empty,
+        TsError::TooLarge => FormatError::TooLarge,
+        TsError::NotTs => FormatError::Unsupported(e.to_string()),
+    }
+}
+
+/// Where the plan of a prefix of a file still being written stopped, for
+/// a plan of a longer prefix to go on from ([`plan_on`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resume {
+    Mp4(crate::mp4::growing::Resume),
+    Ts(ts::growing::Resume),
+}
+
+impl Resume {
+    /// Bytes planned.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Resume::Mp4(r) => r.bytes(),
+            Resume::Ts(r) => r.bytes(),
+        }
+    }
+
+    /// Packets planned, per served track.
+    pub fn packets(&self) -> Vec<u64> {
+        match self {
+            Resume::Mp4(r) => r.packets().collect(),
+            Resume::Ts(r) => vec![r.packets()],
+        }
+    }
+}
+
+/// [`plan`] for a file still being written: also, for a fragmented MP4
+/// ([`crate::mp4::growing`]) or an MPEG-TS ([`ts::growing`], whose plan
+/// is then cut where it is final), where a plan of a longer prefix may go
+/// on from.
 pub fn plan_growing(
     data: &[u8],
     opts: &TsOptions,
-) -> Result<(MediaPlan, Option<crate::mp4::growing::Resume>), FormatError> {
+) -> Result<(MediaPlan, Option<Resume>), FormatError> {
     match Container::sniff(data)? {
-        Container::Mp4 => crate::mp4::growing::plan_whole(data),
+        Container::Mp4 => {
+            crate::mp4::growing::plan_whole(data).map(|(p, r)| (p, r.map(Resume::Mp4)))
+        }
+        Container::MpegTs => ts::growing::plan_whole(data, opts)
+            .map(|(p, r)| (p.into_plan(), r.map(Resume::Ts)))
+            .map_err(ts_error),
         _ => Ok((plan(data, opts, &mut |_, _| {})?, None)),
+    }
+}
+
+/// What planning `data`, a longer prefix of the file `from` was planned
+/// from, adds to that plan, and where it stopped; `None` if it cannot be
+/// planned on from there (plan the whole prefix).
+pub fn plan_on(data: &[u8], opts: &TsOptions, from: &Resume) -> Option<(MediaPlan, Resume)> {
+    match from {
+        Resume::Mp4(r) => crate::mp4::growing::plan_on(data, r).map(|(p, r)| (p, Resume::Mp4(r))),
+        Resume::Ts(r) => {
+            ts::growing::plan_on(data, opts, r).map(|(p, r)| (p.into_plan(), Resume::Ts(r)))
+        }
     }
 }

@@ -4,10 +4,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::format::{self, FormatError};
+use crate::format::{self, FormatError, Resume};
 use crate::guard::Guarded;
 use crate::index::{self, Index, SourceId};
-use crate::mp4::growing::{self, Resume};
 use crate::plan::{ChooseLayouts, IngestReport};
 use crate::ts::TsOptions;
 
@@ -194,7 +193,7 @@ pub fn ingest_paced(
 pub struct Snapshot {
     pub index: Index,
     /// Where a later snapshot of the same file may plan on from (a
-    /// fragmented MP4's, when nothing in it stops that).
+    /// fragmented MP4's or an MPEG-TS's, when nothing in it stops that).
     pub resume: Option<Resume>,
     /// Whether only what follows the previous snapshot was planned.
     pub incremental: bool,
@@ -207,10 +206,12 @@ pub struct Snapshot {
 /// never taken for the whole file's index: the next ingest makes that
 /// afresh. Reads the prefix (planning), never hashes it.
 ///
-/// With `prev`, a snapshot of a shorter prefix of the same file and its
-/// [`Snapshot::resume`], only the fragments after it are planned and
-/// joined to its index (`mp4::growing`): the index is the one planning
-/// the whole prefix makes; when it cannot be planned on from there, the
+/// An MPEG-TS's plan is cut where it is final (`ts::growing`: up to
+/// the last PCR or so). With `prev`, a snapshot of a shorter prefix of
+/// the same file and its [`Snapshot::resume`], only the fragments (TS
+/// packets) after it are planned and joined to its index
+/// (`mp4::growing`, `ts::growing`): the index is the one planning the
+/// whole prefix makes; when it cannot be planned on from there, the
 /// whole prefix is planned.
 pub fn snapshot(
     media: &Path,
@@ -231,7 +232,7 @@ pub fn snapshot(
     let prefix = data.get(..len as usize).ok_or_else(changed)?;
     let tail = prev
         .filter(|(idx, r)| follows(idx, r))
-        .and_then(|(idx, r)| Some((idx, growing::plan_on(prefix, r)?)));
+        .and_then(|(idx, r)| Some((idx, format::plan_on(prefix, opts, r)?)));
     let incremental = tail.is_some();
     let (joined, plan, resume) = match tail {
         Some((idx, (plan, resume))) => (Some(idx), plan, Some(resume)),
@@ -272,9 +273,10 @@ pub fn snapshot(
 
 /// Whether `resume` is where the plan of the index `idx` stopped.
 fn follows(idx: &Index, resume: &Resume) -> bool {
+    let packets = resume.packets();
     idx.source().size == resume.bytes() as u64
-        && idx.track_count() == resume.packets().count()
-        && (idx.tracks().zip(resume.packets())).all(|(t, n)| t.packet_count() as u64 == n)
+        && idx.track_count() == packets.len()
+        && (idx.tracks().zip(packets)).all(|(t, n)| t.packet_count() as u64 == n)
 }
 
 fn format_error(path: &Path) -> impl Fn(FormatError) -> IngestError {

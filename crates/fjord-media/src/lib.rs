@@ -13,8 +13,9 @@
 //! heads and byte ranges), [`mp4::fragments`] reads an MP4's `moov` and
 //! [`mkv::fragments`] a Matroska file's blocks (never their samples) into
 //! it; [`mp4::growing`] plans a fragmented MP4 still being written on from
-//! the plan of a shorter prefix of it, the index [`ingest::snapshot`]
-//! writes then the one planning the whole prefix makes;
+//! the plan of a shorter prefix of it, and [`ts::growing`] an MPEG-TS (its
+//! plan cut where it is final), the index [`ingest::snapshot`] writes then
+//! the one planning the whole prefix makes;
 //! [`ts::params`] reads the codec facts an HLS playlist names from a TS's
 //! first key frame.
 

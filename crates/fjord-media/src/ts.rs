@@ -9,6 +9,9 @@
 //! timestamps) are parsed by hand over the byte slice: that is simpler and much
 //! faster than a general demuxer, and allocates nothing per packet.
 //!
+//! [`growing`] plans a file still being written on from where the plan of a
+//! shorter prefix of it is final, with the same pass and layout.
+//!
 //! PSI limits: only PAT and PMT sections that fit in one TS packet are read
 //! (true of practically every file), only the first program is used, and CRCs
 //! are not checked (a wrong PMT only changes which PID is preferred).
@@ -22,6 +25,7 @@ pub use crate::plan::{
 /// Size of an MPEG-TS packet; fjord serves 188-byte packets only (not 192/204).
 pub const TS_PACKET_LEN: usize = 188;
 
+pub mod growing;
 pub mod params;
 
 const SYNC: u8 = 0x47;
@@ -43,6 +47,9 @@ const MAX_FILE_LEN: u64 = 1 << 48;
 const PROGRESS_STEP: usize = 8 << 20;
 /// PES-timestamp clocks tracked at most (bounds memory on garbage input).
 const MAX_PES_CLOCKS: usize = 64;
+/// An entry point starts at the PAT before its random access point when
+/// that is at most this much earlier.
+const PAT_LOOKBACK_NS: u64 = 1_000_000_000;
 /// Measured bitrates outside this range are not believed.
 const PLAUSIBLE_BPS: std::ops::RangeInclusive<f64> = 10_000.0..=2_000_000_000.0;
 /// Stream types that carry video (MPEG-1/2, MPEG-4 part 2, H.264, SVC, MVC,
@@ -110,6 +117,16 @@ pub fn packetize_with_progress(
     opts: &TsOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Packetization, TsError> {
+    let (_, run) = whole_run(data, opts, progress)?;
+    Ok(finish(run, opts))
+}
+
+/// The pass over all of `data`: where its first packet is, and what it found.
+fn whole_run(
+    data: &[u8],
+    opts: &TsOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(usize, Run), TsError> {
     if data.is_empty() {
         return Err(TsError::Empty);
     }
@@ -118,16 +135,41 @@ pub fn packetize_with_progress(
     }
     let start = initial_sync(data).ok_or(TsError::NotTs)?;
     let per_rtp = opts.ts_per_rtp.clamp(1, 7) as u32;
-    let total = data.len() as u64;
+    let mut run = scan_from(data, start, 0, Scan::default(), per_rtp, progress);
+    run.skipped += start as u64;
+    if run.groups.offsets.len() > u32::MAX as usize {
+        return Err(TsError::TooLarge);
+    }
+    Ok((start, run))
+}
 
-    let mut scan = Scan::default();
+/// What a pass over the packets from some position on found.
+struct Run {
+    scan: Scan,
+    groups: Groups,
+    /// Ordinal after the last whole packet.
+    ordinal: u64,
+    resyncs: u64,
+    skipped: u64,
+    truncated: u64,
+}
+
+/// Scans the packets of `data` from `pos` on, the first numbered
+/// `ordinal`, into `scan`.
+fn scan_from(
+    data: &[u8],
+    mut pos: usize,
+    mut ordinal: u64,
+    mut scan: Scan,
+    per_rtp: u32,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Run {
+    let total = data.len() as u64;
     let mut groups = Groups::default();
     let mut resyncs = 0u64;
-    let mut skipped = start as u64;
+    let mut skipped = 0u64;
     let mut truncated = 0u64;
-    let mut pos = start;
-    let mut ordinal = 0u64;
-    let mut next_progress = PROGRESS_STEP;
+    let mut next_progress = pos + PROGRESS_STEP;
     loop {
         if pos >= next_progress {
             progress(pos as u64, total);
@@ -167,12 +209,14 @@ pub fn packetize_with_progress(
     }
     groups.close();
     progress(total, total);
-    if groups.offsets.len() > u32::MAX as usize {
-        return Err(TsError::TooLarge);
+    Run {
+        scan,
+        groups,
+        ordinal,
+        resyncs,
+        skipped,
+        truncated,
     }
-    Ok(finish(
-        scan, groups, ordinal, opts, resyncs, skipped, truncated,
-    ))
 }
 
 /// First position that starts a run of sync bytes, within the sniff limit.
@@ -303,7 +347,7 @@ struct PesClock {
     span: i64,
 }
 
-#[derive(Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Pmt {
     pcr_pid: u16,
     video_pid: Option<u16>,
@@ -314,6 +358,8 @@ struct Pmt {
 #[derive(Default)]
 struct Scan {
     pmt_pid: Option<u16>,
+    /// Ordinal of the PAT that gave it: packets before are read without.
+    pmt_pid_at: u64,
     pmt: Option<Pmt>,
     pcrs: Vec<PcrSample>,
     /// (ordinal, pid) of PES starts flagged random_access_indicator.
@@ -364,6 +410,7 @@ impl Scan {
             self.pats.push(ordinal);
             if self.pmt_pid.is_none() {
                 self.pmt_pid = parse_pat(payload);
+                self.pmt_pid_at = ordinal;
             }
         } else if Some(pid) == self.pmt_pid {
             if self.pmt.is_none() {
@@ -532,62 +579,110 @@ impl Timeline {
     }
 }
 
+/// The PCR clock at a sample: what the next interval is judged and timed
+/// by. [`growing`] carries it from one plan to the next.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Clock {
+    ordinal: u64,
+    pcr: u64,
+    /// Ticks at this sample since the first.
+    ticks: f64,
+    /// What an interval the clock jumped over is timed at: the last good
+    /// interval's rate (before one, the first good one's).
+    rate: f64,
+    /// The last good interval's rate, which judges the next.
+    last_rate: Option<f64>,
+    /// Samples so far, and intervals the clock jumped over.
+    count: u64,
+    jumps: u64,
+}
+
+impl Clock {
+    fn step(&mut self, s: &PcrSample) {
+        let dn = s.ordinal - self.ordinal;
+        let d = (s.pcr + PCR_WRAP - self.pcr) % PCR_WRAP;
+        if jumped(s.discontinuity, d, dn, self.last_rate) {
+            self.jumps += 1;
+            self.ticks += dn as f64 * self.rate;
+        } else {
+            self.rate = d as f64 / dn as f64;
+            self.last_rate = Some(self.rate);
+            self.ticks += d as f64;
+        }
+        self.ordinal = s.ordinal;
+        self.pcr = s.pcr;
+        self.count += 1;
+    }
+
+    /// The timeline from this sample through `samples` (later ones), and
+    /// the clock at the last.
+    fn timeline(mut self, samples: &[PcrSample]) -> (Timeline, Clock) {
+        let mut points = Vec::with_capacity(samples.len() + 1);
+        points.push((self.ordinal, self.ticks));
+        let mut head_rate = None;
+        for s in samples {
+            self.step(s);
+            head_rate.get_or_insert(self.rate);
+            points.push((s.ordinal, self.ticks));
+        }
+        let timeline = Timeline {
+            points,
+            head_rate: head_rate.unwrap_or(self.rate),
+            tail_rate: self.rate,
+        };
+        (timeline, self)
+    }
+}
+
+/// Whether the clock jumped over an interval of `dn` packets in which the
+/// PCR went on by `d` (mod its wrap), judged by the last good rate.
+fn jumped(discontinuity: bool, d: u64, dn: u64, last_rate: Option<f64>) -> bool {
+    let df = d as f64;
+    discontinuity
+        || d > PCR_WRAP / 2
+        || (df > PCR_HZ && last_rate.is_none_or(|r| df > dn as f64 * r + PCR_HZ))
+}
+
+/// The PID whose PCRs time the stream: the PMT's PCR PID if it has any,
+/// else the first with one.
+fn pcr_pid(scan: &Scan) -> Option<u16> {
+    let first_pid = scan.pcrs.first()?.pid;
+    Some(match scan.pmt {
+        Some(pmt) if scan.pcrs.iter().any(|s| s.pid == pmt.pcr_pid) => pmt.pcr_pid,
+        _ => first_pid,
+    })
+}
+
+/// The samples of the PCR PID and the clock at the first, or None if no
+/// interval between them is usable.
+fn pcr_clock(scan: &Scan) -> Option<(Vec<PcrSample>, Clock)> {
+    let pid = pcr_pid(scan)?;
+    let samples: Vec<PcrSample> = scan.pcrs.iter().filter(|s| s.pid == pid).copied().collect();
+    let first_good = samples.windows(2).find_map(|w| {
+        let [a, b] = w else { return None };
+        let dn = b.ordinal - a.ordinal;
+        let d = (b.pcr + PCR_WRAP - a.pcr) % PCR_WRAP;
+        (!jumped(b.discontinuity, d, dn, None)).then(|| d as f64 / dn as f64)
+    })?;
+    let first = samples.first()?;
+    let clock = Clock {
+        ordinal: first.ordinal,
+        pcr: first.pcr,
+        ticks: 0.0,
+        rate: first_good,
+        last_rate: None,
+        count: 1,
+        jumps: 0,
+    };
+    Some((samples, clock))
+}
+
 /// Clock from PCRs, or None if fewer than two usable ones. Also returns the
 /// number of PCRs used and of discontinuities bridged.
 fn pcr_timeline(scan: &Scan) -> Option<(Timeline, u64, u64)> {
-    let first_pid = scan.pcrs.first()?.pid;
-    let pid = match scan.pmt {
-        Some(pmt) if scan.pcrs.iter().any(|s| s.pid == pmt.pcr_pid) => pmt.pcr_pid,
-        _ => first_pid,
-    };
-    let samples: Vec<PcrSample> = scan.pcrs.iter().filter(|s| s.pid == pid).copied().collect();
-    // Per interval: packets spanned and the PCR advance, None where the clock jumped.
-    let mut intervals: Vec<(u64, Option<u64>)> = Vec::with_capacity(samples.len());
-    let mut last_rate: Option<f64> = None;
-    for w in samples.windows(2) {
-        let [a, b] = w else { continue };
-        let dn = b.ordinal - a.ordinal;
-        let d = (b.pcr + PCR_WRAP - a.pcr) % PCR_WRAP;
-        let df = d as f64;
-        let jumped = b.discontinuity
-            || d > PCR_WRAP / 2
-            || (df > PCR_HZ && last_rate.is_none_or(|r| df > dn as f64 * r + PCR_HZ));
-        if jumped {
-            intervals.push((dn, None));
-        } else {
-            last_rate = Some(df / dn as f64);
-            intervals.push((dn, Some(d)));
-        }
-    }
-    let first_good = intervals
-        .iter()
-        .find_map(|&(dn, d)| Some(d? as f64 / dn as f64))?;
-    let mut points = Vec::with_capacity(samples.len());
-    let mut ticks = 0.0;
-    let mut rate = first_good;
-    let mut jumps = 0;
-    let mut head_rate = None;
-    points.extend(samples.first().map(|s| (s.ordinal, ticks)));
-    for (&(dn, d), s) in intervals.iter().zip(samples.iter().skip(1)) {
-        match d {
-            Some(d) => {
-                rate = d as f64 / dn as f64;
-                ticks += d as f64;
-            }
-            None => {
-                jumps += 1;
-                ticks += dn as f64 * rate;
-            }
-        }
-        head_rate.get_or_insert(rate);
-        points.push((s.ordinal, ticks));
-    }
-    let timeline = Timeline {
-        points,
-        head_rate: head_rate.unwrap_or(first_good),
-        tail_rate: rate,
-    };
-    Some((timeline, samples.len() as u64, jumps))
+    let (samples, clock) = pcr_clock(scan)?;
+    let (timeline, clock) = clock.timeline(samples.get(1..).unwrap_or_default());
+    Some((timeline, clock.count, clock.jumps))
 }
 
 /// Constant bitrate measured from PES timestamps, if believable.
@@ -610,26 +705,32 @@ fn pts_bitrate(scan: &Scan) -> Option<f64> {
     PLAUSIBLE_BPS.contains(&bps).then_some(bps)
 }
 
-fn finish(
-    scan: Scan,
-    groups: Groups,
-    ts_packets: u64,
-    opts: &TsOptions,
-    resyncs: u64,
-    skipped_bytes: u64,
-    truncated_tail_bytes: u64,
-) -> Packetization {
-    let mut warnings = Vec::new();
-    let (timeline, timing, pcr_count) = match pcr_timeline(&scan) {
+/// How a plan is timed: the clock and the ticks at the file's start.
+struct Timing {
+    timeline: Timeline,
+    origin: f64,
+    source: TimingSource,
+    pcr_count: u64,
+}
+
+impl Timing {
+    /// Send time of TS packet `ordinal`, ns from the file's start.
+    fn ns(&self, ordinal: u64) -> u64 {
+        let ns = (self.timeline.ticks(ordinal) - self.origin) * 1000.0 / 27.0;
+        ns.round().max(0.0) as u64
+    }
+}
+
+/// The stream's clock: PCR, else a bitrate from PTS, else the assumed one.
+fn timing(scan: &Scan, opts: &TsOptions, warnings: &mut Vec<String>) -> Timing {
+    let (timeline, source, pcr_count) = match pcr_timeline(scan) {
         Some((t, count, jumps)) => {
             if jumps > 0 {
-                warnings.push(format!(
-                    "{jumps} PCR discontinuities; timing carried on across them at the previous rate"
-                ));
+                warnings.push(jumps_warning(jumps));
             }
             (t, TimingSource::Pcr, count)
         }
-        None => match pts_bitrate(&scan) {
+        None => match pts_bitrate(scan) {
             Some(bps) => {
                 warnings.push(format!(
                     "no PCR in file; pacing at a rate measured from PTS: {:.2} Mbit/s",
@@ -647,16 +748,67 @@ fn finish(
             }
         },
     };
-    let origin = timeline.ticks(0);
-    let time_ns = |ordinal: u64| -> u64 {
-        let ns = (timeline.ticks(ordinal) - origin) * 1000.0 / 27.0;
-        ns.round().max(0.0) as u64
-    };
+    Timing {
+        origin: timeline.ticks(0),
+        timeline,
+        source,
+        pcr_count,
+    }
+}
 
+fn jumps_warning(jumps: u64) -> String {
+    format!("{jumps} PCR discontinuities; timing carried on across them at the previous rate")
+}
+
+/// What a plan laid out from TS packet F of a longer one takes from the
+/// packets before F ([`growing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Before {
+    /// F.
+    ordinal: u64,
+    /// RTP packets before F, and the last one's send time (send times
+    /// never go back).
+    packets: u32,
+    last_time: u64,
+    /// The last PAT before F and its time: an entry point may start there.
+    pat: Option<(u64, u64)>,
+    /// A key frame before F ends at the video's first PES start from F on.
+    key_frame_open: bool,
+    /// The last sync point candidate's packet, and the latest sync point's
+    /// time: the next candidates are kept against them.
+    sync_packet: u32,
+    sync_time: u64,
+}
+
+/// Packets and sync points laid out, and what they were made of.
+struct Laid {
+    packets: Vec<PacketRecord>,
+    /// Numbered from the title's first packet.
+    sync: Vec<SyncPoint>,
+    groups: Groups,
+    /// (start, random access point) of each entry point.
+    entries: Vec<(u64, u64)>,
+    /// The video PID, if its RAPs are the entry points (key frames end at
+    /// its next PES start).
+    video_raps: Option<u16>,
+    before: Option<Before>,
+}
+
+/// RTP packets, their flags and the sync points, from the packets scanned
+/// (from `before`'s F on, if given, else the whole file).
+fn lay_out(
+    scan: &Scan,
+    groups: Groups,
+    timing: &Timing,
+    per_rtp: u32,
+    before: Option<&Before>,
+    warnings: &mut Vec<String>,
+) -> Laid {
+    let time_ns = |ordinal| timing.ns(ordinal);
     // Random access points: RAI-flagged PES starts on the video PID (or any
     // PID if there is no video), else every PAT. Playback from one starts at
     // the PAT before it when that is near, so a joining player gets PAT and
-    // PMT first.
+    // PMT first. A plan laid out from F is one of a file with RAPs.
     let video = scan.pmt.and_then(|p| p.video_pid);
     let mut raps: Vec<u64> = scan
         .raps
@@ -664,14 +816,15 @@ fn finish(
         .filter(|&&(_, pid)| video.is_none_or(|v| v == pid))
         .map(|&(o, _)| o)
         .collect();
-    let video_raps = video.filter(|_| !raps.is_empty());
-    if raps.is_empty() {
+    let video_raps = video.filter(|_| before.is_some() || !raps.is_empty());
+    if raps.is_empty() && before.is_none() {
         warnings.push(
             "no random access indicators on the video stream; seeking snaps to PAT positions"
                 .to_owned(),
         );
         raps.clone_from(&scan.pats);
     }
+    let pat_before = before.and_then(|b| b.pat);
     let entries: Vec<(u64, u64)> = raps
         .iter()
         .map(|&rap| {
@@ -681,24 +834,16 @@ fn finish(
                 .partition_point(|&p| p <= rap)
                 .checked_sub(1)
                 .and_then(|i| scan.pats.get(i))
-                .filter(|&&p| rap_time - time_ns(p).min(rap_time) <= 1_000_000_000)
-                .map_or(rap, |&p| p);
+                .map(|&p| (p, time_ns(p)))
+                .or(pat_before)
+                .filter(|&(_, t)| rap_time - t.min(rap_time) <= PAT_LOOKBACK_NS)
+                .map_or(rap, |(p, _)| p);
             (start, rap)
         })
         .collect();
-    // Where each key frame ends: before the next PES start of its stream.
-    let key_frame_ends: Vec<u64> = match video_raps {
-        Some(v) => {
-            let pes: Vec<u64> = (scan.pes_starts.iter())
-                .filter(|&&(_, p)| p == v)
-                .map(|&(o, _)| o)
-                .collect();
-            (entries.iter())
-                .filter_map(|&(_, rap)| pes.get(pes.partition_point(|&o| o <= rap)).copied())
-                .collect()
-        }
-        None => vec![],
-    };
+    let key_frame_ends = video_raps.map_or_else(Vec::new, |v| {
+        key_frame_ends(&scan.pes_starts, v, &entries, before)
+    });
     // An RTP packet begins at every entry point: a seek then delivers from
     // exactly there, never the tail of the previous picture. One begins
     // after each key frame, too, so trick play sends key frames whole and
@@ -706,10 +851,10 @@ fn finish(
     let mut starts: Vec<u64> = entries.iter().map(|&(s, _)| s).collect();
     starts.extend(&key_frame_ends);
     starts.sort_unstable();
-    let groups = groups.regroup(&starts, u32::from(opts.ts_per_rtp.clamp(1, 7)));
+    let groups = groups.regroup(&starts, per_rtp);
 
     let mut packets = Vec::with_capacity(groups.offsets.len());
-    let mut last_time = 0;
+    let mut last_time = before.map_or(0, |b| b.last_time);
     for ((&offset, &count), &first) in groups
         .offsets
         .iter()
@@ -726,60 +871,156 @@ fn finish(
         ));
     }
 
+    // What starts or ends before F was laid out with the packets before it.
+    let first = before.map_or(0, |b| b.ordinal);
     for &end in &key_frame_ends {
-        if let Some(p) = packets.get_mut(groups.containing(end - 1) as usize) {
+        if end > first
+            && let Some(p) = packets.get_mut(groups.containing(end - 1) as usize)
+        {
             p.flags |= FLAG_KEY_FRAME_END;
         }
     }
-
-    let mut sync = vec![SyncPoint::default()];
+    let base = before.map_or(0, |b| b.packets);
+    let mut candidates = Vec::with_capacity(entries.len());
     for &(start, rap) in &entries {
         if let Some(p) = packets.get_mut(groups.containing(rap) as usize) {
             p.flags |= FLAG_RANDOM_ACCESS;
         }
-        sync.push(SyncPoint {
-            packet: groups.containing(start),
-            time_ns: time_ns(rap),
-        });
+        if start >= first {
+            candidates.push(SyncPoint {
+                packet: base + groups.containing(start),
+                time_ns: time_ns(rap),
+            });
+        }
     }
-    sync.sort_by_key(|s| (s.packet, s.time_ns));
-    sync.dedup_by_key(|s| s.packet);
-    let mut latest = 0;
-    sync.retain(|s| {
-        let keep = s.time_ns >= latest;
-        latest = latest.max(s.time_ns);
-        keep
-    });
+    let sync = keep_sync(candidates, before);
+    Laid {
+        packets,
+        sync,
+        groups,
+        entries,
+        video_raps,
+        before: before.copied(),
+    }
+}
 
-    if resyncs > 0 {
+/// Of the sync point candidates, one per packet, the earliest, and none
+/// earlier than one before (planned on from F, those before F too).
+fn keep_sync(mut candidates: Vec<SyncPoint>, before: Option<&Before>) -> Vec<SyncPoint> {
+    candidates.sort_by_key(|s| (s.packet, s.time_ns));
+    let mut sync = Vec::with_capacity(candidates.len() + 1);
+    let (mut last_packet, mut latest) = match before {
+        Some(b) => (b.sync_packet, b.sync_time),
+        None => {
+            sync.push(SyncPoint::default());
+            (0, 0)
+        }
+    };
+    for s in candidates {
+        if s.packet != last_packet {
+            last_packet = s.packet;
+            if s.time_ns >= latest {
+                latest = s.time_ns;
+                sync.push(s);
+            }
+        }
+    }
+    sync
+}
+
+/// Where each entry's key frame ends: before the next PES start of its
+/// stream, `video` (planned on from F, also the one open before F).
+fn key_frame_ends(
+    pes_starts: &[(u64, u16)],
+    video: u16,
+    entries: &[(u64, u64)],
+    before: Option<&Before>,
+) -> Vec<u64> {
+    let pes: Vec<u64> = (pes_starts.iter())
+        .filter(|&&(_, p)| p == video)
+        .map(|&(o, _)| o)
+        .collect();
+    let open = before.filter(|b| b.key_frame_open);
+    let ends = (entries.iter()).filter_map(|&(_, rap)| pes.get(pes.partition_point(|&o| o <= rap)));
+    (open.and_then(|_| pes.first()).into_iter())
+        .chain(ends)
+        .copied()
+        .collect()
+}
+
+fn finish(run: Run, opts: &TsOptions) -> Packetization {
+    let mut warnings = Vec::new();
+    let timing = timing(&run.scan, opts, &mut warnings);
+    let per_rtp = u32::from(opts.ts_per_rtp.clamp(1, 7));
+    let laid = lay_out(&run.scan, run.groups, &timing, per_rtp, None, &mut warnings);
+    let counts = Counts {
+        ts_packets: run.ordinal,
+        resyncs: run.resyncs,
+        skipped: run.skipped,
+        truncated: run.truncated,
+        pcr_count: timing.pcr_count,
+    };
+    assemble(laid, &timing, counts, warnings, opts)
+}
+
+/// The report's counts.
+struct Counts {
+    ts_packets: u64,
+    resyncs: u64,
+    skipped: u64,
+    truncated: u64,
+    pcr_count: u64,
+}
+
+/// The packetization of the packets laid out (after `before`'s), its
+/// duration to TS packet `ts_packets`.
+fn assemble(
+    laid: Laid,
+    timing: &Timing,
+    c: Counts,
+    mut warnings: Vec<String>,
+    opts: &TsOptions,
+) -> Packetization {
+    let Laid {
+        packets,
+        sync,
+        before,
+        ..
+    } = laid;
+    let (before, last_time) = before.map_or((0, 0), |b| (b.packets, b.last_time));
+    if c.resyncs > 0 {
         warnings.push(format!(
-            "lost sync {resyncs} times; skipped {skipped_bytes} bytes of garbage"
+            "lost sync {} times; skipped {} bytes of garbage",
+            c.resyncs, c.skipped
         ));
-    } else if skipped_bytes > 0 {
+    } else if c.skipped > 0 {
         warnings.push(format!(
-            "skipped {skipped_bytes} bytes before the first TS packet"
+            "skipped {} bytes before the first TS packet",
+            c.skipped
         ));
     }
-    if truncated_tail_bytes > 0 {
+    if c.truncated > 0 {
         warnings.push(format!(
-            "last TS packet is cut short ({truncated_tail_bytes} bytes); not served"
+            "last TS packet is cut short ({} bytes); not served",
+            c.truncated
         ));
     }
-    let duration_ns = time_ns(ts_packets).max(last_time);
+    let last_time = packets.last().map_or(last_time, |p| p.send_time_ns);
+    let duration_ns = timing.ns(c.ts_packets).max(last_time);
     let bitrate_bps = if duration_ns > 0 {
-        (ts_packets as f64 * PACKET_BITS * 1e9 / duration_ns as f64) as u64
+        (c.ts_packets as f64 * PACKET_BITS * 1e9 / duration_ns as f64) as u64
     } else {
         0
     };
     let report = IngestReport {
         format: "MPEG-TS".to_owned(),
-        ts_packets,
-        rtp_packets: packets.len() as u64,
-        resyncs,
-        skipped_bytes,
-        truncated_tail_bytes,
-        pcr_count,
-        timing,
+        ts_packets: c.ts_packets,
+        rtp_packets: u64::from(before) + packets.len() as u64,
+        resyncs: c.resyncs,
+        skipped_bytes: c.skipped,
+        truncated_tail_bytes: c.truncated,
+        pcr_count: c.pcr_count,
+        timing: timing.source,
         warnings,
         bitrate_bps,
     };

@@ -147,7 +147,7 @@ struct Loaded {
     /// A snapshot of a growing recording, `size` its durable bytes.
     growing: Option<growing::Made>,
     /// Where the next snapshot may plan on from.
-    resume: Option<fjord_media::mp4::growing::Resume>,
+    resume: Option<fjord_media::format::Resume>,
 }
 
 impl Catalog {

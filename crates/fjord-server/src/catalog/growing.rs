@@ -211,11 +211,11 @@ pub enum Open {
 /// A snapshot is made again at most once per this many times what the
 /// last one took, so its viewers keep at most a twentieth of a core per
 /// recording planning. A snapshot is planned on from the one before
-/// (`fjord_media::mp4::growing`: a fragmented MP4's), so it costs what the
-/// new fragments and copying the index cost (some 50 ms at an hour of 5
-/// Mbit/s): its viewers see it about a fragment behind. One planned whole
-/// (the first, a `.ts` recording's, or one a fault stops from being
-/// planned on) costs what the whole prefix does (some 0.35 s an hour),
+/// (`fjord_media::mp4::growing`, `fjord_media::ts::growing`), so it costs
+/// what the new fragments or TS packets and copying the index cost (some
+/// 50 ms at an hour of 5 Mbit/s): its viewers see it about a fragment
+/// behind. One planned whole (the first, or one a fault stops from being
+/// planned on) costs what the whole prefix does (some 0.35-0.65 s an hour),
 /// and holds back the next accordingly, unless that one is planned on
 /// from it ([`Made::planned_on`]).
 const SNAPSHOT_DUTY: u32 = 20;

@@ -357,14 +357,17 @@ fn gstreamer_publishes_mpeg_ts_and_a_viewer_gets_its_packets_from_a_key_frame() 
 /// grows, the path's `latest.ts` is a title of what is durable: a
 /// DESCRIBE says a second or more of it, a download is whole TS packets,
 /// the published stream's start, its HLS playlist an EVENT one that only
-/// grows. Once the publisher is gone the recording
+/// grows, its later snapshots planned on from the one before (`/metrics`).
+/// Once the publisher is gone the recording
 /// is `PATH/STAMP.ts`, byte for byte the published TS, and ffmpeg playing
 /// it over RTSP from fjord decodes every published frame.
 #[test]
 fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
     // Segments of a second (a key frame a second): some settle while the
     // six seconds are recorded.
-    let (server, http) = Server::start_http(&format!("hls_segment_s = 1\n{CONFIG}"));
+    let (server, http) = Server::start_http(&format!(
+        "hls_segment_s = 1\n{CONFIG}[[user]]\nname = \"ops\"\npassword = \"pager\"\nadmin = true\n"
+    ));
     let sent = server.root.path().join("published.ts");
     let mut publisher = publish_ts(&server, "live/tsrec", 150, Some(&sent));
     server.wait_for_log("live stream recorded", Duration::from_secs(20));
@@ -412,6 +415,21 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
         "{growing}"
     );
     assert!(!growing.contains("#EXT-X-ENDLIST"), "{growing}");
+    // Asked again as it grows: snapshots planned on from the one before
+    // (`ts::growing`), which only grow the playlist.
+    let mut later = growing.clone();
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(1200));
+        later = crate::common::curl(&[&hls]).0;
+        assert!(later.starts_with(&growing), "{growing}\n{later}");
+    }
+    let metrics = format!("{}/metrics", server.admin());
+    let (metrics, _) = crate::common::curl(&["--digest", "-u", "ops:pager", &metrics]);
+    let line = "fjord_recording_snapshots_total{planned=\"incremental\"} ";
+    let incremental: u64 = (metrics.lines().find_map(|l| l.strip_prefix(line)))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(incremental >= 1, "{metrics}");
     let deadline = Instant::now() + Duration::from_secs(20);
     while publisher.try_wait().unwrap().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
@@ -422,8 +440,8 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
     // Ended: the same playlist, lines appended, the last `#EXT-X-ENDLIST`.
     let (ended, _) = crate::common::curl(&[&hls]);
     assert!(
-        ended.starts_with(&growing) && ended.ends_with("#EXT-X-ENDLIST\n"),
-        "growing:\n{growing}\nended:\n{ended}"
+        ended.starts_with(&later) && ended.ends_with("#EXT-X-ENDLIST\n"),
+        "growing:\n{later}\nended:\n{ended}"
     );
     let file = recording(&server.media_root(), "live/tsrec", "ts");
     let (got, ts) = (std::fs::read(&file).unwrap(), std::fs::read(&sent).unwrap());
