@@ -42,7 +42,7 @@ impl LeadConfig {
 impl Default for LeadConfig {
     /// Refills at twice the disk's worst latency of the last 10 s, at least
     /// 500 ms ahead (a hypervisor's pause of 100-200 ms and the engine's
-    /// 40 ms burst, with room), at most 4 s (8 s with the read): a disk
+    /// 80 ms burst, with room), at most 4 s (8 s with the read): a disk
     /// slower than that is over its load. 1 MiB reads: a refill is one or
     /// two requests (its packets, now and then its table pages), so it
     /// reads twice a disk's knee or more; a 120 MB/s, 300 IOPS disk's is

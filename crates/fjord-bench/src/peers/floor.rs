@@ -36,11 +36,11 @@ use crate::{capacity::pin_current_thread, cpu::ThreadCpu, procfs::Schedstat, wor
 pub const PAYLOAD: usize = 1316;
 pub const PACKET: usize = RTP_HEADER_LEN + PAYLOAD;
 /// Floor bursts when none are asked for: fjord's measured burst (from its
-/// `/metrics`) falls between them and is compared by interpolation; 12 is
-/// near its usual burst at the default 40 ms limit (about 12.4 packets per
-/// send), so that comparison does not lean on rows far from it.
-pub const DEFAULT_BURSTS: [usize; 4] = [1, 4, 12, 16];
-/// Wake-ups fall on fjord's engine's grid at its default burst limit (5 ms):
+/// `/metrics`) falls between them and is compared by interpolation; 24 is
+/// its usual burst at the default 80 ms limit (24.0 packets per send at
+/// 100 sessions), so that comparison does not lean on rows far from it.
+pub const DEFAULT_BURSTS: [usize; 4] = [1, 4, 24, 32];
+/// Wake-ups fall on fjord's engine's grid at its default burst limit (10 ms):
 /// bursts due within one step leave in one tick, as the engine's sessions
 /// share its wake-ups. A finer grid would charge the floor wake-ups fjord
 /// does not pay, and put it above fjord at light loads.

@@ -19,8 +19,9 @@ pub struct CapacityArgs {
     #[arg(long)]
     sessions: Option<usize>,
     /// How far ahead of schedule a packet may leave (the server's burst_ms);
-    /// smaller bursts mean more wake-ups and smaller batches
-    #[arg(long, default_value_t = 40)]
+    /// smaller bursts mean more wake-ups and smaller batches (default: the
+    /// server's)
+    #[arg(long, default_value_t = fjord_engine::DEFAULT_BURST.as_millis() as u64)]
     burst_ms: u64,
     /// Data path of the engine thread (auto: the server's default)
     #[arg(long, default_value = "auto")]
