@@ -11,7 +11,8 @@
 //! when the new publisher announces other media, the viewers get RTCP BYE.
 //! A viewer silent (no request, no RTCP) for `session_timeout_s` is ended.
 //! A viewer gets the publisher's sender reports relayed in its numbering.
-//! Packets a publisher lost on the way in are counted in the admin API.
+//! Packets a publisher lost on the way in are counted in the admin API;
+//! those it sent over UDP right behind its TEARDOWN reach its viewers.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -561,13 +562,18 @@ fn publish_by_hand(server: &Server, s: &mut TcpStream, path: &str, sdp: &str) {
     publish_by_hand_over(server, s, (path, sdp), tcp);
 }
 
-/// A publisher by hand to `path` over UDP, on `s`: its RTP and RTCP
-/// sockets, and the server's RTP and RTCP addresses it sends to.
-fn publish_over_udp(
-    server: &Server,
-    s: &mut TcpStream,
-    path: &str,
-) -> (UdpSocket, UdpSocket, SocketAddr, SocketAddr) {
+/// A publisher by hand over UDP ([`publish_over_udp`]): its RTP and RTCP
+/// sockets, the server's RTP and RTCP addresses it sends to, its session.
+struct UdpPublisher {
+    rtp: UdpSocket,
+    rtcp: UdpSocket,
+    rtp_to: SocketAddr,
+    rtcp_to: SocketAddr,
+    session: String,
+}
+
+/// A publisher by hand to `path` over UDP, on `s`.
+fn publish_over_udp(server: &Server, s: &mut TcpStream, path: &str) -> UdpPublisher {
     let (rtp, rtcp) = fjord_client::bind_pair("127.0.0.1".parse().unwrap()).unwrap();
     let port = rtp.local_addr().unwrap().port();
     let udp = format!(
@@ -575,18 +581,16 @@ fn publish_over_udp(
         port + 1
     );
     let reply = publish_by_hand_over(server, s, (path, SDP), &udp);
-    let transport = (reply.lines())
-        .find_map(|l| l.strip_prefix("Transport: "))
-        .unwrap();
-    let ports = crate::common::transport_param(transport, "server_port").unwrap();
+    let header = |name: &str| (reply.lines()).find_map(|l| l.strip_prefix(name)).unwrap();
+    let ports = crate::common::transport_param(header("Transport: "), "server_port").unwrap();
     let server_rtp: u16 = ports.split('-').next().unwrap().parse().unwrap();
-    let rtp_to = SocketAddr::from(([127, 0, 0, 1], server_rtp));
-    (
+    UdpPublisher {
         rtp,
         rtcp,
-        rtp_to,
-        SocketAddr::from(([127, 0, 0, 1], server_rtp + 1)),
-    )
+        rtp_to: SocketAddr::from(([127, 0, 0, 1], server_rtp)),
+        rtcp_to: SocketAddr::from(([127, 0, 0, 1], server_rtp + 1)),
+        session: header("Session: ").split(';').next().unwrap().to_owned(),
+    }
 }
 
 /// ANNOUNCE, SETUP of its one track with `transport`, RECORD; the SETUP
@@ -696,6 +700,53 @@ fn packets_a_publisher_lost_are_counted_in_the_api() {
     );
 }
 
+/// A UDP publisher's packets sent right behind its TEARDOWN, whose
+/// connection then closes at once, still reach its viewers with no
+/// `live_grace_s`: the close once ended the stream before its drain (a
+/// recording lost its last packet).
+#[test]
+fn a_publishers_packets_behind_its_teardown_reach_its_viewers() {
+    let server = Server::start(&format!("live_grace_s = 0\n{USERS}"));
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    let p = publish_over_udp(&server, &mut s, "open/last");
+    // Key frames (IDR slices), a viewer may join at each.
+    let idr = |seq: u16| {
+        let mut rtp = vec![0x80, 0xe0];
+        rtp.extend(seq.to_be_bytes());
+        rtp.extend((u32::from(seq) * 3600).to_be_bytes());
+        rtp.extend(0x1234_5678u32.to_be_bytes());
+        rtp.extend([0x65, 0x88, 0x80, 0x40]);
+        rtp
+    };
+    p.rtp.send_to(&idr(0), p.rtp_to).unwrap();
+    let mut viewer = fjord_client::RtspClient::connect(&server.url("open/last")).unwrap();
+    let d = viewer.describe().unwrap();
+    viewer.setup_tcp(&d.track_urls[0]).unwrap();
+    viewer.play(None).unwrap();
+    let teardown = format!(
+        "TEARDOWN {} RTSP/1.0\r\nCSeq: 4\r\nSession: {}\r\n\r\n",
+        server.url("open/last"),
+        p.session
+    );
+    s.write_all(teardown.as_bytes()).unwrap();
+    drop(s);
+    for seq in 1..=5 {
+        p.rtp.send_to(&idr(seq), p.rtp_to).unwrap();
+    }
+    let limit = Duration::from_secs(5);
+    let cap = fjord_client::capture(&mut viewer, limit, limit, None).unwrap();
+    assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
+    // From the key frame it joined at (the first) to the last sent.
+    let span =
+        |p: &[fjord_client::Received]| Some(p.last()?.rtp_ts.wrapping_sub(p.first()?.rtp_ts));
+    assert_eq!(
+        span(&cap.packets),
+        Some(5 * 3600),
+        "{} packets",
+        cap.packets.len()
+    );
+}
+
 /// A UDP publisher gets receiver reports on its RTCP port (RFC 3550
 /// §6.4.2): of its own SSRC and numbering, the packets it lost on the way
 /// and the highest sequence number, and its last sender report echoed
@@ -705,7 +756,13 @@ fn a_udp_publisher_gets_receiver_reports_of_what_arrived() {
     use fjord_proto::rtcp::{RtcpInfo, parse_compound};
     let server = Server::start(&format!("rtcp_interval_s = 1\n{USERS}"));
     let mut s = TcpStream::connect(server.addr()).unwrap();
-    let (rtp, rtcp, rtp_to, rtcp_to) = publish_over_udp(&server, &mut s, "open/rr");
+    let UdpPublisher {
+        rtp,
+        rtcp,
+        rtp_to,
+        rtcp_to,
+        ..
+    } = publish_over_udp(&server, &mut s, "open/rr");
     for packet in packets_with_two_lost() {
         rtp.send_to(&packet, rtp_to).unwrap();
     }
@@ -884,7 +941,13 @@ fn a_live_viewer_gets_the_publishers_sender_reports_in_its_numbering() {
     use fjord_proto::rtcp::NtpTime;
     let server = Server::start(&format!("rtcp_interval_s = 1\nlive_grace_s = 0\n{USERS}"));
     let mut s = TcpStream::connect(server.addr()).unwrap();
-    let (rtp, rtcp, rtp_to, rtcp_to) = publish_over_udp(&server, &mut s, "open/relay");
+    let UdpPublisher {
+        rtp,
+        rtcp,
+        rtp_to,
+        rtcp_to,
+        ..
+    } = publish_over_udp(&server, &mut s, "open/relay");
 
     // Packet i is at 40 ms × i, its timestamp 3,600 on from just before
     // the wrap, which its payload repeats; a key frame a second.
