@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use fjord_media::ingest::{Snapshot, snapshot};
+use media::growing::grow;
 use media::*;
 use proptest::prelude::*;
 
@@ -100,45 +101,6 @@ fn box_ends(data: &[u8]) -> Vec<u64> {
     ends
 }
 
-/// Snapshots at each of `cuts` (growing), each planned on from the one
-/// before, each compared with the snapshot of its whole prefix; returns
-/// how many were made incrementally.
-fn grow(media: &Path, cuts: &[u64]) -> usize {
-    let mut prev: Option<Snapshot> = None;
-    let mut incremental = 0;
-    for &len in cuts {
-        let from = prev
-            .as_ref()
-            .and_then(|p| Some((&p.index, p.resume.as_ref()?)));
-        let got = snapshot(media, len, &Default::default(), from);
-        let whole = snapshot(media, len, &Default::default(), None);
-        match (got, whole) {
-            (Ok(got), Ok(whole)) => {
-                let (a, b) = (got.index.bytes(), whole.index.bytes());
-                let differ = (a.iter().zip(b)).position(|(x, y)| x != y);
-                assert!(
-                    a == b,
-                    "{}: at {len} after {:?}: {} and {} bytes, first differing at {differ:?}",
-                    media.display(),
-                    prev.as_ref().map(|p| p.index.source().size),
-                    a.len(),
-                    b.len(),
-                );
-                assert_eq!(got.resume, whole.resume);
-                incremental += usize::from(got.incremental);
-                prev = Some(got);
-            }
-            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
-            (a, b) => panic!(
-                "at {len}: {:?} against {:?}",
-                a.map(|s| s.index.source()),
-                b.map(|s| s.index.source())
-            ),
-        }
-    }
-    incremental
-}
-
 #[test]
 fn snapshots_at_every_fragment_end_are_made_incrementally_and_equal_the_whole() {
     let dir = scratch();
@@ -149,7 +111,12 @@ fn snapshots_at_every_fragment_end_are_made_incrementally_and_equal_the_whole() 
         // per track, also the first that holds audio (a track served
         // now that was not).
         let whole = if file.ends_with("separate.mp4") { 4 } else { 3 };
-        assert_eq!(grow(file, ends), ends.len() - whole, "{}", file.display());
+        assert_eq!(
+            grow(file, ends, |_| {}),
+            ends.len() - whole,
+            "{}",
+            file.display()
+        );
         assert!(ends.len() >= 12, "{}: {} boxes", file.display(), ends.len());
     }
 }
@@ -172,7 +139,7 @@ proptest! {
             .collect();
         cuts.sort_unstable();
         cuts.dedup();
-        grow(file, &cuts);
+        grow(file, &cuts, |_| {});
     }
 }
 
@@ -197,7 +164,7 @@ proptest! {
             data[len as usize + i.index((next - len) as usize)] ^= byte | 1;
         }
         std::fs::write(file, &data).unwrap();
-        grow(file, &[len, next]);
+        grow(file, &[len, next], |_| {});
     }
 }
 
@@ -220,10 +187,16 @@ fn a_broken_or_half_written_fragment_after_the_cut_plans_as_the_whole_prefix() {
     let broken = path_in(&dir, "broken.mp4");
     std::fs::write(&broken, &data).unwrap();
     let half = (ends[k + 3] + ends[k + 4]) / 2;
-    assert_eq!(grow(&broken, &[ends[k], ends[k + 4], ends[k + 6]]), 0);
+    assert_eq!(
+        grow(&broken, &[ends[k], ends[k + 4], ends[k + 6]], |_| {}),
+        0
+    );
     // Half a fragment: planned whole, and the next too (it cannot resume
     // there); the one after is incremental again.
-    assert_eq!(grow(file, &[ends[k], half, ends[k + 4], ends[k + 5]]), 1);
+    assert_eq!(
+        grow(file, &[ends[k], half, ends[k + 4], ends[k + 5]], |_| {}),
+        1
+    );
     let s = snapshot(&broken, ends[k + 4], &Default::default(), None).unwrap();
     assert!(
         s.index

@@ -76,47 +76,14 @@ fn copy(which: usize, dir: &tempfile::TempDir) -> (PathBuf, u64) {
     (own, len)
 }
 
-/// Snapshots at each of `cuts` (growing), each planned on from the one
-/// before, each compared with the snapshot of its whole prefix and with
-/// the plan of the whole file `whole` (when the bytes are the file's);
-/// returns how many were made incrementally.
+/// [`media::growing::grow`], each snapshot cut also compared with the
+/// plan of the whole file `whole` (when the bytes are the file's).
 fn grow(media: &Path, cuts: &[u64], whole: Option<&Packetization>) -> usize {
-    let mut prev: Option<Snapshot> = None;
-    let mut incremental = 0;
-    for &len in cuts {
-        let from = prev
-            .as_ref()
-            .and_then(|p| Some((&p.index, p.resume.as_ref()?)));
-        let got = snapshot(media, len, &Default::default(), from);
-        let alone = snapshot(media, len, &Default::default(), None);
-        match (got, alone) {
-            (Ok(got), Ok(alone)) => {
-                let (a, b) = (got.index.bytes(), alone.index.bytes());
-                let differ = (a.iter().zip(b)).position(|(x, y)| x != y);
-                assert!(
-                    a == b,
-                    "{}: at {len} after {:?}: {} and {} bytes, first differing at {differ:?}",
-                    media.display(),
-                    prev.as_ref().map(|p| p.index.source().size),
-                    a.len(),
-                    b.len(),
-                );
-                assert_eq!(got.resume, alone.resume);
-                if let (Some(whole), Some(_)) = (whole, &got.resume) {
-                    assert_serves_the_whole(&got, whole);
-                }
-                incremental += usize::from(got.incremental);
-                prev = Some(got);
-            }
-            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
-            (a, b) => panic!(
-                "at {len}: {:?} against {:?}",
-                a.map(|s| s.index.source()),
-                b.map(|s| s.index.source())
-            ),
+    media::growing::grow(media, cuts, |s| {
+        if let (Some(whole), Some(_)) = (whole, &s.resume) {
+            assert_serves_the_whole(s, whole);
         }
-    }
-    incremental
+    })
 }
 
 /// A cut snapshot's packets and sync points are the whole file's first.
