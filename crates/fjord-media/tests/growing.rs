@@ -8,7 +8,7 @@ mod media;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use fjord_media::ingest::{Snapshot, snapshot};
+use fjord_media::ingest::snapshot;
 use media::growing::grow;
 use media::*;
 use proptest::prelude::*;
@@ -223,16 +223,7 @@ fn snapshot_cost() {
     let last = *ends.last().unwrap();
     let all = snapshot(&media, last, &Default::default(), None).unwrap();
     let per_minute = last as f64 * 60e9 / all.index.duration_ns() as f64;
-    let best = |f: &dyn Fn() -> Snapshot| {
-        (0..3)
-            .map(|_| {
-                let t = std::time::Instant::now();
-                let s = f();
-                (t.elapsed(), s)
-            })
-            .min_by_key(|(t, _)| *t)
-            .unwrap()
-    };
+    let best = media::growing::best_of_three;
     for m in minutes.split(',').map(|m| m.parse::<f64>().unwrap()) {
         let at = ends
             .partition_point(|&e| (e as f64) < m * per_minute)

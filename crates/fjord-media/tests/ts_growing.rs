@@ -404,16 +404,7 @@ fn snapshot_cost() {
     let total = std::fs::metadata(&media).unwrap().len();
     let head = snapshot(&media, 64 << 20, &Default::default(), None).unwrap();
     let per_minute = (64 << 20) as f64 * 60e9 / head.index.duration_ns() as f64;
-    let best = |f: &dyn Fn() -> Snapshot| {
-        (0..3)
-            .map(|_| {
-                let t = std::time::Instant::now();
-                let s = f();
-                (t.elapsed(), s)
-            })
-            .min_by_key(|(t, _)| *t)
-            .unwrap()
-    };
+    let best = media::growing::best_of_three;
     for m in minutes.split(',').map(|m| m.parse::<f64>().unwrap()) {
         let len = ((m * per_minute) as u64 / 188 * 188).min(total - (1 << 20));
         let next = len + (1 << 20);

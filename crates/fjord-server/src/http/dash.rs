@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use fjord_proto::dash::{self, Presentation, Representation};
+use fjord_proto::hls::Segment;
 
 use super::fmp4::Cache;
 use super::hls::{Form, form, settled, settled_of};
@@ -37,21 +38,7 @@ pub(crate) async fn manifest(
             ));
         }
         Form::Fragmented(all) => all,
-        Form::Ranges { segments, uri, .. } => {
-            let growing = server.catalog.growing().durable(title).is_some();
-            let durations: Vec<_> = segments.iter().map(|s| s.duration_ns).collect();
-            let n = if growing {
-                settled(&durations)
-            } else {
-                durations.len()
-            };
-            let ranges: Vec<_> = (segments[..n].iter())
-                .map(|s| s.offset..s.offset + s.len)
-                .collect();
-            let clock = Clock::of(server, title, growing);
-            let how = clock.presentation(server);
-            return Ok(dash::mpd_of_ranges(&durations[..n], &ranges, &uri, how));
-        }
+        Form::Ranges { segments, uri, .. } => return Ok(of_ranges(server, title, &segments, &uri)),
     };
     let webm = is_webm(server, title).await
         && (all.title.tracks.iter())
@@ -85,6 +72,22 @@ pub(crate) async fn manifest(
     }
     let clock = Clock::of(server, title, all.growing.is_some());
     Ok(dash::mpd(&durations, &reps, clock.presentation(server)))
+}
+
+/// The manifest of an MPEG-TS title whose segments are `segments` of
+/// the file at `uri`: of a growing recording, those that will not change.
+fn of_ranges(server: &Server, title: &str, segments: &[Segment], uri: &str) -> String {
+    let growing = server.catalog.growing().durable(title).is_some();
+    let durations: Vec<_> = segments.iter().map(|s| s.duration_ns).collect();
+    let n = match growing {
+        true => settled(&durations),
+        false => durations.len(),
+    };
+    let ranges: Vec<_> = (segments[..n].iter())
+        .map(|s| s.offset..s.offset + s.len)
+        .collect();
+    let clock = Clock::of(server, title, growing);
+    dash::mpd_of_ranges(&durations[..n], &ranges, uri, clock.presentation(server))
 }
 
 /// A growing recording's times (when it began, now), for its dynamic

@@ -266,18 +266,16 @@ fn end_soon(server: &Server, id: u64, why: &'static str) {
 /// its viewers waiting for a publisher to continue it (its UDP ports read
 /// for [`DRAIN`] more); with no grace it ends.
 fn lose(server: &Server, id: u64, why: &str) {
-    // Torn down: it ends after its drain ([`end_soon`]), its publisher's
-    // last UDP packets, behind the TEARDOWN, recorded too.
-    if (server.live.lock().streams.get(&id)).is_some_and(|s| s.torn_down) {
-        return;
-    }
     let grace = Duration::from_secs(server.config().live_grace_s);
-    let Some(until) = fjord_live::handover::hold(Instant::now(), grace) else {
-        return end(server, id, why);
-    };
     let mut state = server.live.lock();
+    // Held already; or torn down: it ends after its drain ([`end_soon`]),
+    // its publisher's last UDP packets, behind the TEARDOWN, taken too.
     let Some(s) = (state.streams.get_mut(&id)).filter(|s| s.held.is_none() && !s.torn_down) else {
         return;
+    };
+    let Some(until) = fjord_live::handover::hold(Instant::now(), grace) else {
+        drop(state);
+        return end(server, id, why);
     };
     s.held = Some(until);
     s.conn = None;
