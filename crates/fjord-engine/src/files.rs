@@ -186,7 +186,13 @@ impl Files {
     /// index is replaced by the next snapshot's (not compared).
     pub(crate) fn grows(&mut self) {
         self.compare(Slot::Media, Compare::Appended);
-        self.compare(Slot::Index, Compare::Never);
+        self.replaced(Slot::Index);
+    }
+
+    /// File `slot` may be replaced or rewritten while the title is served
+    /// (a growing recording's parity): the title keeps its mapping.
+    pub(crate) fn replaced(&mut self, slot: Slot) {
+        self.compare(slot, Compare::Never);
     }
 
     fn compare(&mut self, slot: Slot, compare: Compare) {

@@ -282,14 +282,41 @@ impl Title {
                 })
             })
             .collect();
-        self.files
-            .set(Slot::Parity, sidecar_path, &file, sidecar.bytes())?;
+        self.set_parity(sidecar_path, file, sidecar, windows_ns)?;
+        Ok(())
+    }
+
+    fn set_parity(
+        &mut self,
+        path: &Path,
+        file: File,
+        sidecar: Sidecar<Guarded>,
+        windows_ns: Vec<u64>,
+    ) -> io::Result<()> {
+        self.files.set(Slot::Parity, path, &file, sidecar.bytes())?;
         self.fec = Some(Parity {
             file,
             sidecar,
             windows_ns,
             live: false,
         });
+        Ok(())
+    }
+
+    /// Attaches a growing recording's parity ([`fjord_fec::growing`]) to
+    /// its snapshot: the whole blocks made so far, each track's packets
+    /// past them sent without repair. Not bound to this index (the
+    /// snapshots share the sidecar, which grows in place; the title keeps
+    /// what it mapped now).
+    pub fn attach_growing_fec(&mut self, sidecar_path: &Path) -> Result<(), SidecarError> {
+        let (file, sidecar) = fjord_fec::sidecar::open_unverified(sidecar_path)?;
+        sidecar.check_covers(&self.index)?;
+        let windows_ns = (0..sidecar.track_count())
+            .map(|t| sidecar.track(t).and_then(|f| f.repair_window_ns()))
+            .map(Option::unwrap_or_default)
+            .collect();
+        self.set_parity(sidecar_path, file, sidecar, windows_ns)?;
+        self.files.replaced(Slot::Parity);
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use fjord_media::{BlockLayout, Index, PacketRecord, Track, durable};
+use fjord_media::{BlockLayout, Index, PacketRecord, SourceId, Track, durable};
 
 use crate::FecError;
 use crate::params::FecParams;
@@ -33,27 +33,41 @@ pub struct EncodeSummary {
     pub source_bytes: u64,
 }
 
+/// One block to encode: its track's packets `first..first + count`, its
+/// repair symbols at `repair_off` in the sidecar.
 #[derive(Debug, Clone, Copy)]
-struct BlockPlan {
-    track: usize,
-    first: u64,
-    count: u16,
-    m: u16,
-    symbol_len: u32,
-    repair_off: u64,
-    payload_bytes: u64,
+pub(crate) struct BlockPlan {
+    pub(crate) track: usize,
+    pub(crate) first: u64,
+    pub(crate) count: u16,
+    pub(crate) m: u16,
+    pub(crate) symbol_len: u32,
+    pub(crate) repair_off: u64,
+    pub(crate) payload_bytes: u64,
 }
 
 impl BlockPlan {
-    fn repair_len(&self) -> u64 {
+    pub(crate) fn repair_len(&self) -> u64 {
         u64::from(self.m) * u64::from(self.symbol_len)
+    }
+
+    /// The block's entry in the sidecar's block table.
+    pub(crate) fn entry(&self, r: &BlockResult) -> [u8; BLOCK_ENTRY_LEN] {
+        let mut e = [0u8; BLOCK_ENTRY_LEN];
+        e[..8].copy_from_slice(&self.repair_off.to_le_bytes());
+        e[8..12].copy_from_slice(&self.symbol_len.to_le_bytes());
+        e[12..14].copy_from_slice(&self.count.to_le_bytes());
+        e[14..16].copy_from_slice(&self.m.to_le_bytes());
+        e[16..48].copy_from_slice(&r.source_hash);
+        e[48..].copy_from_slice(&r.repair_hash);
+        e
     }
 }
 
-struct BlockResult {
+pub(crate) struct BlockResult {
     source_hash: [u8; 32],
     repair_hash: [u8; 32],
-    symbol_hashes: Vec<[u8; SYMBOL_HASH_LEN]>,
+    pub(crate) symbol_hashes: Vec<[u8; SYMBOL_HASH_LEN]>,
 }
 
 /// The parts of a packet's RTP payload: payload header, then its file runs.
@@ -101,13 +115,14 @@ pub(crate) fn source_hash(symbol_hashes: &[[u8; SYMBOL_HASH_LEN]]) -> [u8; 32] {
 
 /// Per-thread encoder state, reused across blocks.
 #[derive(Default)]
-struct Worker {
+pub(crate) struct Worker {
     scratch: Vec<u8>,
     codec: Codec,
 }
 
 impl Worker {
-    fn encode(
+    /// Encodes block `plan` of `track` into `out` (its repair symbols).
+    pub(crate) fn encode(
         &mut self,
         track: &Track<'_>,
         media: &[u8],
@@ -395,6 +410,56 @@ pub fn repair_window_ns(track: &Track<'_>, k: u16) -> u64 {
         .unwrap_or(0)
 }
 
+/// The sidecar's header: the media and index it belongs to, how long its
+/// tables are and where its repair data lies.
+pub(crate) fn header(
+    src: &SourceId,
+    index_checksum: &[u8; 32],
+    tracks: usize,
+    meta_len: u64,
+    (data_off, data_len): (u64, u64),
+) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(HEADER_LEN + TRACK_ENTRY_LEN * tracks);
+    buf.extend_from_slice(&MAGIC);
+    buf.extend_from_slice(&VERSION.to_le_bytes());
+    buf.extend_from_slice(&(tracks as u32).to_le_bytes());
+    buf.extend_from_slice(&src.size.to_le_bytes());
+    buf.extend_from_slice(&src.mtime_ns.to_le_bytes());
+    buf.extend_from_slice(&src.content_hash);
+    buf.extend_from_slice(&src.sample_hash);
+    buf.extend_from_slice(index_checksum);
+    for v in [meta_len, data_off, data_len, 0] {
+        buf.extend_from_slice(&v.to_le_bytes());
+    }
+    buf
+}
+
+/// A track's entry in the sidecar.
+pub(crate) struct TrackEntry {
+    pub(crate) packets: u64,
+    pub(crate) params: FecParams,
+    pub(crate) symbol_len: u32,
+    pub(crate) blocks: u64,
+    pub(crate) blocks_off: u64,
+    pub(crate) hashes_off: u64,
+    pub(crate) window_ns: u64,
+}
+
+impl TrackEntry {
+    pub(crate) fn bytes(&self) -> [u8; TRACK_ENTRY_LEN] {
+        let mut e = [0u8; TRACK_ENTRY_LEN];
+        e[..8].copy_from_slice(&self.packets.to_le_bytes());
+        e[8..10].copy_from_slice(&self.params.k.to_le_bytes());
+        e[10..12].copy_from_slice(&self.params.m.to_le_bytes());
+        e[12..16].copy_from_slice(&self.symbol_len.to_le_bytes());
+        e[16..24].copy_from_slice(&self.blocks.to_le_bytes());
+        e[24..32].copy_from_slice(&self.blocks_off.to_le_bytes());
+        e[32..40].copy_from_slice(&self.hashes_off.to_le_bytes());
+        e[40..].copy_from_slice(&self.window_ns.to_le_bytes());
+        e
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn encode_meta(
     index: &Index,
@@ -407,16 +472,6 @@ fn encode_meta(
     data_off: u64,
     data_len: u64,
 ) -> Vec<u8> {
-    let src = index.source();
-    let mut buf = Vec::with_capacity(HEADER_LEN);
-    buf.extend_from_slice(&MAGIC);
-    buf.extend_from_slice(&VERSION.to_le_bytes());
-    buf.extend_from_slice(&(params.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&src.size.to_le_bytes());
-    buf.extend_from_slice(&src.mtime_ns.to_le_bytes());
-    buf.extend_from_slice(&src.content_hash);
-    buf.extend_from_slice(&src.sample_hash);
-    buf.extend_from_slice(index_checksum);
     let entries_len = TRACK_ENTRY_LEN * params.len();
     let blocks_len: u64 = block_counts.iter().sum::<u64>() * BLOCK_ENTRY_LEN as u64;
     let hashes_len: u64 = results
@@ -425,9 +480,13 @@ fn encode_meta(
         .sum::<u64>()
         * SYMBOL_HASH_LEN as u64;
     let meta_len = (HEADER_LEN + entries_len) as u64 + blocks_len + hashes_len;
-    for v in [meta_len, data_off, data_len, 0] {
-        buf.extend_from_slice(&v.to_le_bytes());
-    }
+    let mut buf = header(
+        &index.source(),
+        index_checksum,
+        params.len(),
+        meta_len,
+        (data_off, data_len),
+    );
     let mut blocks_off = (HEADER_LEN + entries_len) as u64;
     let mut hashes_off = blocks_off + blocks_len;
     for (t, (track, (p, &blocks))) in index
@@ -436,24 +495,21 @@ fn encode_meta(
         .enumerate()
     {
         let packets = track.packet_count() as u64;
-        buf.extend_from_slice(&packets.to_le_bytes());
-        buf.extend_from_slice(&p.k.to_le_bytes());
-        buf.extend_from_slice(&p.m.to_le_bytes());
-        buf.extend_from_slice(&symbol_lens[t].to_le_bytes());
-        buf.extend_from_slice(&blocks.to_le_bytes());
-        buf.extend_from_slice(&blocks_off.to_le_bytes());
-        buf.extend_from_slice(&hashes_off.to_le_bytes());
-        buf.extend_from_slice(&repair_window_ns(&track, p.k).to_le_bytes());
+        let entry = TrackEntry {
+            packets,
+            params: *p,
+            symbol_len: symbol_lens[t],
+            blocks,
+            blocks_off,
+            hashes_off,
+            window_ns: repair_window_ns(&track, p.k),
+        };
+        buf.extend_from_slice(&entry.bytes());
         blocks_off += blocks * BLOCK_ENTRY_LEN as u64;
         hashes_off += packets * SYMBOL_HASH_LEN as u64;
     }
     for (p, r) in plans.iter().zip(results) {
-        buf.extend_from_slice(&p.repair_off.to_le_bytes());
-        buf.extend_from_slice(&p.symbol_len.to_le_bytes());
-        buf.extend_from_slice(&p.count.to_le_bytes());
-        buf.extend_from_slice(&p.m.to_le_bytes());
-        buf.extend_from_slice(&r.source_hash);
-        buf.extend_from_slice(&r.repair_hash);
+        buf.extend_from_slice(&p.entry(r));
     }
     for r in results {
         for h in &r.symbol_hashes {

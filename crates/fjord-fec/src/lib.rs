@@ -5,13 +5,17 @@
 //! receivers rebuild lost packets without retransmission ([`decode`]), and
 //! kept beside the media it finds and repairs damaged storage ([`storage`]).
 //! [`encode`] writes it at ingest into the [`sidecar`]; serving only reads
-//! repair symbols by reference. The wire format is in `docs/fec.md`.
+//! repair symbols by reference. A recording still being written gets its
+//! parity block by block as its snapshots grow ([`growing`]), in a sidecar
+//! of the same layout that no whole title takes for its own. The wire
+//! format is in `docs/fec.md`.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod decode;
 pub mod encode;
 pub mod gf;
+pub mod growing;
 pub mod live;
 pub mod params;
 pub mod rs;

@@ -93,6 +93,10 @@ pub enum SidecarError {
     Corrupt(&'static str),
     #[error("parity sidecar does not belong to this media and index: {0}")]
     Mismatch(&'static str),
+    /// A recording's parity made while it was written ([`crate::growing`]):
+    /// no title's own, made again for the whole file.
+    #[error("the parity sidecar is a growing recording's, made again for the whole file")]
+    Growing,
 }
 
 /// One block's entry.
@@ -284,6 +288,9 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
     /// (block tables and symbol hashes) and every block entry. `before` is
     /// called with each piece of the meta before it is read.
     pub fn verify(&self, before: BeforeRead<'_>) -> Result<(), SidecarError> {
+        if self.is_growing() {
+            return Err(SidecarError::Growing);
+        }
         let b = self.bytes.as_ref();
         let meta_len = usize::try_from(u64_at(b, 128)?).map_err(|_| corrupt("meta length"))?;
         let sum: [u8; CHECKSUM_LEN] = get(b, meta_len)?;
@@ -353,6 +360,9 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
         index: &Index,
         index_checksum: &[u8; 32],
     ) -> Result<(), SidecarError> {
+        if self.is_growing() {
+            return Err(SidecarError::Growing);
+        }
         if self.source() != index.source() {
             return Err(SidecarError::Mismatch(
                 "it was made from a different media file (size, mtime or content hash differ)",
@@ -381,6 +391,27 @@ impl<B: AsRef<[u8]>> Sidecar<B> {
             ));
         }
         Ok(())
+    }
+}
+
+impl<B: AsRef<[u8]>> Sidecar<B> {
+    /// Whether this is a growing recording's parity: it names no media
+    /// (size 0) and no index (a zero checksum).
+    pub fn is_growing(&self) -> bool {
+        self.source().size == 0 && self.index_checksum() == [0; 32]
+    }
+
+    /// Checks that a growing recording's parity ([`crate::growing`]) fits
+    /// its snapshot `index`: the same tracks, none with parity for more
+    /// packets than the index has (not bound to one index: the snapshots
+    /// share it).
+    pub fn check_covers(&self, index: &Index) -> Result<(), SidecarError> {
+        let covers = self.track_count() == index.track_count()
+            && (self.tracks.iter().zip(index.tracks()))
+                .all(|(s, t)| s.packet_count <= t.packet_count() as u64);
+        covers
+            .then_some(())
+            .ok_or(SidecarError::Mismatch("its tracks differ from the index's"))
     }
 }
 

@@ -58,6 +58,21 @@ pub fn replace(tmp: NamedTempFile, path: &Path, mode: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Sends the bytes `range` of `file` to the disk without waiting for them
+/// (best effort: a failure only leaves them to the kernel's own writeback).
+pub fn start_writeback(file: &File, range: std::ops::Range<u64>) {
+    let len = range.end.saturating_sub(range.start);
+    // SAFETY: sync_file_range takes any fd and range.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            range.start as i64,
+            len as i64,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
+
 /// How much of a file [`WriteBehind`] lets be dirty before it starts
 /// writing it back.
 const WINDOW: u64 = 8 << 20;
@@ -99,12 +114,11 @@ impl<'a> WriteBehind<'a> {
             return;
         }
         let fd = self.file.as_raw_fd();
+        start_writeback(self.file, self.unsent..end);
         // Best effort: an error here only loses the bound, and the final
         // sync in [`persist`] reports what matters.
         // SAFETY: sync_file_range and posix_fadvise take any fd and range.
         unsafe {
-            let (from, len) = (self.unsent as i64, (end - self.unsent) as i64);
-            libc::sync_file_range(fd, from, len, libc::SYNC_FILE_RANGE_WRITE);
             let (from, len) = (self.sent as i64, (self.unsent - self.sent) as i64);
             if len > 0 {
                 libc::sync_file_range(

@@ -9,6 +9,7 @@
 //! ([`growing`]): a snapshot of what of it is durable.
 
 pub mod growing;
+mod growing_parity;
 
 use std::{
     io,
@@ -148,6 +149,8 @@ struct Loaded {
     growing: Option<growing::Made>,
     /// Where the next snapshot may plan on from.
     resume: Option<fjord_media::format::Resume>,
+    /// A growing recording's parity, which the next snapshot extends.
+    parity: Option<Arc<growing_parity::RecordingParity>>,
 }
 
 impl Catalog {
@@ -347,6 +350,7 @@ impl Catalog {
             origin: None,
             growing: None,
             resume: None,
+            parity: None,
         });
         Ok((key, title))
     }
@@ -379,21 +383,35 @@ impl Catalog {
             }
             growing::Open::Snapshot(len) => len,
         };
-        let options = self.options;
+        let (options, fec) = (self.options, self.fec);
         // Planned on from the snapshot loaded when it can be.
         let prev = snapshot.and_then(|l| Some((l.title.clone(), l.resume.clone()?)));
+        let prev_parity = snapshot.and_then(|l| l.parity.clone());
+        let parity_path = self.pool.parity_target(&path);
         let at = Instant::now();
-        let (t, resume, incremental) = tokio::task::spawn_blocking(move || {
+        let (t, resume, incremental, parity) = tokio::task::spawn_blocking(move || {
             let prev = prev.as_ref().map(|(t, r)| (t.index(), r));
             let s = fjord_media::ingest::snapshot(&path, len, &options, prev).map_err(classify)?;
             let mut t = Title::new(s.index, &path)
                 .map_err(|e| failed(&format_args!("{}: {e}", path.display())))?;
             t.grows();
-            Ok::<_, CatalogError>((Arc::new(t), s.resume, s.incremental))
+            let parity = growing_parity::RecordingParity::for_snapshot(
+                prev_parity,
+                s.incremental,
+                &t,
+                &parity_path,
+                fec,
+            );
+            let more = parity.as_ref().is_some_and(|p| p.extend_and_attach(&mut t));
+            let parity = parity.map(|p| (p, more));
+            Ok::<_, CatalogError>((Arc::new(t), s.resume, s.incremental, parity))
         })
         .await
         .map_err(|e| CatalogError::Failed(e.to_string()))??;
         let took = at.elapsed();
+        if let Some((p, true)) = &parity {
+            p.clone().extend_in_background(t.clone());
+        }
         self.growing.made(incremental);
         tracing::debug!(
             title,
@@ -414,6 +432,7 @@ impl Catalog {
                 planned_on: !incremental && resume.is_some(),
             }),
             resume,
+            parity: parity.map(|(p, _)| p),
         });
         Ok((key, t))
     }
@@ -448,6 +467,7 @@ impl Catalog {
             origin: Some(version),
             growing: None,
             resume: None,
+            parity: None,
         });
         Ok((key, t))
     }
@@ -759,6 +779,10 @@ fn load(
         }
         Err(fjord_fec::SidecarError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
             tracing::info!(file = %path.display(), "no parity sidecar yet");
+            Parity::Missing
+        }
+        Err(e @ fjord_fec::SidecarError::Growing) => {
+            tracing::info!(file = %path.display(), "{e}");
             Parity::Missing
         }
         Err(e) => {

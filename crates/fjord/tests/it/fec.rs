@@ -91,7 +91,7 @@ pub(crate) fn play_url(url: &str, dir: &Path, name: &str, args: &[&str]) -> (Rep
 /// Asserts `got` is `want` with the TS packets of `missing` RTP packets (1
 /// to 7 each) left out: greedy matching of TS packets finds a subsequence
 /// if there is one.
-fn assert_source_minus_packets(want: &[u8], got: &[u8], missing: u64, what: &str) {
+pub(crate) fn assert_source_minus_packets(want: &[u8], got: &[u8], missing: u64, what: &str) {
     let mut at = 0;
     let mut skipped = 0;
     for piece in want.chunks(TS) {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Server, stdout_of};
 
-const CONFIG: &str = "live_timeout_s = 2\nlive_grace_s = 0\nlive_record = [\"live/**\"]\n\
+pub(crate) const CONFIG: &str = "live_timeout_s = 2\nlive_grace_s = 0\nlive_record = [\"live/**\"]\n\
 [[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\"]\n\
 [[user]]\npaths = [\"**\"]\n";
 
@@ -40,7 +40,7 @@ fn md5s(input: &str, map: &str, packets: bool, limit: Duration) -> Vec<String> {
 /// GStreamer publishes `frames` of live 320x240 H.264 at 25 fps (a key
 /// frame a second), muxed once into MPEG-TS, to `path` over TCP; the same
 /// bytes go to the file `copy` too, when given.
-fn publish_ts(server: &Server, path: &str, frames: u32, copy: Option<&Path>) -> Child {
+pub(crate) fn publish_ts(server: &Server, path: &str, frames: u32, copy: Option<&Path>) -> Child {
     let tee = copy.map_or(String::new(), |c| {
         format!(
             "tee name=t t. ! queue ! filesink location={} t. ! queue ! ",
@@ -62,6 +62,21 @@ fn publish_ts(server: &Server, path: &str, frames: u32, copy: Option<&Path>) -> 
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
+}
+
+/// Waits up to 20 s for `publisher` to exit by itself.
+fn wait_for_exit(publisher: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while publisher.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Lets `publisher` end (its frames sent), killed if it outlives 20 s.
+pub(crate) fn end_of(publisher: &mut Child) {
+    wait_for_exit(publisher);
+    let _ = publisher.kill();
+    let _ = publisher.wait();
 }
 
 fn publisher_url(server: &Server, path: &str) -> String {
@@ -168,10 +183,7 @@ fn rtspclientsink_publishes(protocols: &str) {
     // machine it was once seen to stay at EOS instead, sending keep-alives:
     // then it is killed after 20 s and live_timeout_s ends the stream.
     let mut publisher = publisher;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while publisher.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_exit(&mut publisher);
     match publisher.try_wait().unwrap() {
         Some(status) => {
             let said = std::fs::read_to_string(&said).unwrap_or_default();
@@ -325,12 +337,7 @@ fn gstreamer_publishes_mpeg_ts_and_a_viewer_gets_its_packets_from_a_key_frame() 
     viewer.play(None).unwrap();
     let watch = Duration::from_secs(4);
     let cap = fjord_client::capture(&mut viewer, watch, watch, None).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while publisher.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = publisher.kill();
-    let _ = publisher.wait();
+    end_of(&mut publisher);
     let ts = std::fs::read(&sent).unwrap();
     let (from, to) = crate::common::assert_contiguous(&ts, &cap.packets, "MP2T viewer");
     // Its first RTP packet holds the key frame's start; packets go whole,
@@ -430,12 +437,7 @@ fn gstreamer_publishes_mpeg_ts_and_its_recording_is_the_published_ts() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{metrics}"));
     assert!(incremental >= 1, "{metrics}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while publisher.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = publisher.kill();
-    let _ = publisher.wait();
+    end_of(&mut publisher);
     server.wait_for_log("live recording closed", Duration::from_secs(10));
     // Ended: the same playlist, lines appended, the last `#EXT-X-ENDLIST`.
     let (ended, _) = crate::common::curl(&[&hls]);

@@ -29,6 +29,7 @@ mod limits;
 mod live;
 mod live_multicast;
 mod live_mutated;
+mod live_parity;
 mod live_publishers;
 mod live_record;
 mod load;

@@ -1,0 +1,100 @@
+//! The parity of a recording while it is written (`docs/live.md`): one
+//! sidecar a recording file ([`fjord_fec::growing`]), made where the
+//! file's parity goes and extended as its snapshots add whole blocks, so a
+//! snapshot's sessions get repair streams too. A snapshot extends it by
+//! [`BATCH_BLOCKS`] before it is served (what a few seconds of a stream
+//! complete), and a background task takes the rest, a batch at a time:
+//! parity that lags (a recording no one asked for in an hour) never holds a
+//! request up. When the recording ends its title is ingested whole and
+//! gets its own parity, as any title.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fjord_engine::Title;
+use fjord_fec::FecChoice;
+use fjord_fec::growing::GrowingParity;
+
+/// Blocks encoded per hold of the lock: a snapshot attaches between batches.
+const BATCH_BLOCKS: u64 = 64;
+
+/// A recording file's growing parity.
+pub(super) struct RecordingParity {
+    path: PathBuf,
+    /// `None` once making it failed (logged): snapshots go without until
+    /// one plans the whole file again.
+    parity: Mutex<Option<GrowingParity>>,
+    /// A background task is extending it.
+    extending: AtomicBool,
+}
+
+impl RecordingParity {
+    /// The parity for a new snapshot `title`: `prev`, the last snapshot's,
+    /// when this one was planned on from it (its packets are that one's and
+    /// more), else a new one at `path`. `None` when `fec` makes none, or
+    /// when its tracks cannot be rated yet.
+    pub(super) fn for_snapshot(
+        prev: Option<Arc<RecordingParity>>,
+        incremental: bool,
+        title: &Title,
+        path: &Path,
+        fec: FecChoice,
+    ) -> Option<Arc<RecordingParity>> {
+        if let Some(prev) = prev.filter(|_| incremental) {
+            return Some(prev);
+        }
+        let params = fjord_fec::growing::params_for(title.index(), fec)?;
+        let parity = GrowingParity::create(path, &params)
+            .inspect_err(|e| tracing::warn!(parity = %path.display(), "no parity while the recording grows: {e}"))
+            .ok();
+        Some(Arc::new(RecordingParity {
+            path: path.to_owned(),
+            parity: Mutex::new(parity),
+            extending: AtomicBool::new(false),
+        }))
+    }
+
+    /// Extends the parity by a batch of `title`'s whole blocks, then
+    /// attaches all there is to it; whether blocks are left.
+    pub(super) fn extend_and_attach(&self, title: &mut Title) -> bool {
+        let more = self.extend(title);
+        let guard = self.parity.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_some()
+            && let Err(e) = title.attach_growing_fec(&self.path)
+        {
+            tracing::warn!(parity = %self.path.display(), "snapshot served without repair streams: {e}");
+        }
+        more
+    }
+
+    /// Extends the parity to every whole block of `title`, a batch at a
+    /// time, on a blocking thread; nothing if a task is at it already (it
+    /// stops at its own snapshot's end; the next snapshot goes on).
+    pub(super) fn extend_in_background(self: Arc<Self>, title: Arc<Title>) {
+        if self.extending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tokio::task::spawn_blocking(move || {
+            while self.extend(&title) {}
+            self.extending.store(false, Ordering::Release);
+        });
+    }
+
+    /// One batch; whether blocks are left. A failure is logged and ends
+    /// the parity.
+    fn extend(&self, title: &Title) -> bool {
+        let mut guard = self.parity.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(parity) = guard.as_mut() else {
+            return false;
+        };
+        match parity.extend(title.index(), title.media(), BATCH_BLOCKS) {
+            Ok(done) => done.more,
+            Err(e) => {
+                tracing::warn!(parity = %self.path.display(), "the growing recording's parity stops here: {e}");
+                *guard = None;
+                false
+            }
+        }
+    }
+}
