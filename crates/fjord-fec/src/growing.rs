@@ -145,14 +145,15 @@ impl GrowingParity {
         Ok(parity)
     }
 
-    /// Encodes up to `max_blocks` whole blocks of `index` (a later
-    /// snapshot of the same recording, its media `media`) not encoded yet,
-    /// the earliest sent first across tracks, and makes them readable.
+    /// Encodes whole blocks of `index` (a later snapshot of the same
+    /// recording, its media `media`) not encoded yet, the earliest sent
+    /// first across tracks, until their source payloads reach `budget`
+    /// bytes, and makes them readable.
     pub fn extend(
         &mut self,
         index: &Index,
         media: &[u8],
-        max_blocks: u64,
+        budget: u64,
     ) -> Result<Extended, FecError> {
         if index.track_count() != self.tracks.len() {
             return Err(FecError::Invalid(
@@ -161,15 +162,15 @@ impl GrowingParity {
         }
         let tracks: Vec<fjord_media::Track<'_>> = index.tracks().collect();
         let appended = self.data_end;
-        let mut blocks = 0;
+        let (mut blocks, mut bytes) = (0, 0);
         let more = loop {
             let Some(t) = self.next_track(&tracks) else {
                 break false;
             };
-            if blocks == max_blocks {
+            if bytes >= budget {
                 break true;
             }
-            self.encode_next(t, &tracks[t], media)?;
+            bytes += self.encode_next(t, &tracks[t], media)?;
             blocks += 1;
         };
         let io_err = |source| FecError::Io {
@@ -197,13 +198,13 @@ impl GrowingParity {
     }
 
     /// Encodes track `t`'s next block and writes its repair symbols, entry
-    /// and symbol hashes.
+    /// and symbol hashes; its source payload bytes.
     fn encode_next(
         &mut self,
         t: usize,
         track: &fjord_media::Track<'_>,
         media: &[u8],
-    ) -> Result<(), FecError> {
+    ) -> Result<u64, FecError> {
         let entry = &self.tracks[t];
         let (k, first) = (entry.params.k, entry.packets);
         let mut payload_bytes = 0;
@@ -240,7 +241,7 @@ impl GrowingParity {
         entry.packets += u64::from(k);
         entry.blocks += 1;
         self.data_end += plan.repair_len();
-        Ok(())
+        Ok(payload_bytes)
     }
 
     /// Writes the header and track entries: what a reader parses.

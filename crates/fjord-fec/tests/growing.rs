@@ -67,12 +67,13 @@ fn a_growing_recordings_blocks_are_the_whole_titles_and_stay_where_they_were_rea
     let (_, empty) = sidecar::open_unverified(&path).unwrap();
     assert_eq!(empty.track(0).unwrap().block_count(), 0);
 
-    // 37 packets: 3 whole blocks, the 4th unfinished; then at most 2 a call.
+    // 37 packets: 3 whole blocks, the 4th unfinished; a call stops at the
+    // block that reaches its budget of source bytes.
     let at_37 = snapshot(dir.path(), &full, 37);
-    let done = parity.extend(&at_37, &data, 2).unwrap();
-    assert_eq!((done.blocks, done.more), (2, true));
+    let done = parity.extend(&at_37, &data, 1).unwrap();
+    assert_eq!((done.blocks, done.more), (1, true));
     let done = parity.extend(&at_37, &data, u64::MAX).unwrap();
-    assert_eq!((done.blocks, done.more), (1, false));
+    assert_eq!((done.blocks, done.more), (2, false));
     let (_, early) = sidecar::open_unverified(&path).unwrap();
     early.check_covers(&at_37).unwrap();
     let early_fec = early.track(0).unwrap();
