@@ -222,7 +222,7 @@ fn exchange(s: &mut TcpStream, text: &str) -> String {
     String::from_utf8_lossy(&got).into_owned()
 }
 
-const SDP: &str = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=x\r\nt=0 0\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\na=control:streamid=0\r\n";
+pub(crate) const SDP: &str = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=x\r\nt=0 0\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\na=control:streamid=0\r\n";
 
 fn announce(server: &Server, path: &str, sdp: &str) -> String {
     format!(
@@ -557,7 +557,7 @@ fn a_live_viewer_silent_for_the_session_timeout_is_ended() {
 }
 
 /// ANNOUNCE, SETUP (interleaved) and RECORD of `sdp` at `path` on `s`.
-fn publish_by_hand(server: &Server, s: &mut TcpStream, path: &str, sdp: &str) {
+pub(crate) fn publish_by_hand(server: &Server, s: &mut TcpStream, path: &str, sdp: &str) {
     let tcp = "RTP/AVP/TCP;unicast;interleaved=0-1;mode=record";
     publish_by_hand_over(server, s, (path, sdp), tcp);
 }
@@ -1050,145 +1050,4 @@ fn a_live_viewer_gets_the_publishers_sender_reports_in_its_numbering() {
         let gap = w[1].0 - w[0].0;
         assert!(gap < Duration::from_millis(2500), "{gap:?} between reports");
     }
-}
-
-/// A new publisher that continues a stream is renumbered to follow the
-/// last one; the last one's sender reports map the last one's clock, so
-/// a viewer gets none of them once the new publisher's packets flow. Nor
-/// does it get the new one's: their line differs from the last by the
-/// time the stream was held, and a player would move its timeline at it
-/// (ffmpeg dropped a frame). Only its BYE's report comes, on the wall
-/// clock.
-#[test]
-fn a_new_publisher_is_never_reported_on_the_last_ones_line() {
-    use fjord_proto::rtcp::NtpTime;
-    let server = Server::start(&format!("rtcp_interval_s = 1\nlive_grace_s = 2\n{USERS}"));
-    let frame = |channel: u8, payload: &[u8]| {
-        let mut f = vec![b'$', channel];
-        f.extend((payload.len() as u16).to_be_bytes());
-        f.extend(payload);
-        f
-    };
-    // Publisher `k`'s packet i: its own timestamps (repeated in the
-    // payload), from `base`; its reports' line: NTP `ntp0` at packet 0.
-    let packet = |ssrc: u32, base: u32, i: u32| {
-        let ts = base.wrapping_add(3600 * i);
-        let mut p = vec![0x80, 96];
-        p.extend((i as u16).to_be_bytes());
-        p.extend(ts.to_be_bytes());
-        p.extend(ssrc.to_be_bytes());
-        p.push(if i.is_multiple_of(25) { 0x65 } else { 0x41 });
-        p.extend(ts.to_be_bytes());
-        p
-    };
-    let on = |(base, ntp0): (u32, u64), ntp: u64| {
-        let ticks = (u128::from(ntp.wrapping_sub(ntp0)) * 90_000) >> 32;
-        base.wrapping_add(ticks as u32)
-    };
-    let report = |ssrc: u32, line: (u32, u64), i: u32| {
-        let ntp = line.1 + ((u64::from(i) * 40) << 32) / 1000;
-        let mut sr = [0u8; 128];
-        let n = fjord_proto::rtcp::sender_report(
-            &mut sr,
-            ssrc,
-            NtpTime(ntp),
-            on(line, ntp),
-            1,
-            1,
-            "publisher",
-            false,
-        );
-        sr[..n].to_vec()
-    };
-    // Two publishers' clocks a minute and 1e9 ticks apart.
-    let (a, b) = (
-        (1_000u32, 0xe000_0000_0000_0000u64),
-        (1_000_001_000u32, 0xe000_003c_0000_0000u64),
-    );
-    // Sends 60 packets at 25 a second; a report after packet `sr_at`.
-    let publish = |s: &mut TcpStream, ssrc: u32, line: (u32, u64), sr_at: u32| {
-        let start = Instant::now();
-        for i in 0u32..60 {
-            let at = start + Duration::from_millis(40 * u64::from(i));
-            std::thread::sleep(at.saturating_duration_since(Instant::now()));
-            s.write_all(&frame(0, &packet(ssrc, line.0, i))).unwrap();
-            if i == sr_at {
-                s.write_all(&frame(1, &report(ssrc, line, i))).unwrap();
-            }
-        }
-    };
-    let mut first = TcpStream::connect(server.addr()).unwrap();
-    publish_by_hand(&server, &mut first, "open/handover-sr", SDP);
-    let viewer = std::thread::spawn({
-        let url = server.url("open/handover-sr");
-        move || {
-            std::thread::sleep(Duration::from_millis(800));
-            let mut c = fjord_client::RtspClient::connect(&url).unwrap();
-            let d = c.describe().unwrap();
-            let (_, mut rx) = c.setup_udp(&d.track_urls[0]).unwrap();
-            c.play(None).unwrap();
-            let limit = Duration::from_secs(20);
-            fjord_client::capture(&mut rx, Duration::from_secs(4), limit, None).unwrap()
-        }
-    });
-    publish(&mut first, 0xaaaa, a, 1);
-    drop(first);
-    server.wait_for_log("live stream held", Duration::from_secs(5));
-    let mut second = TcpStream::connect(server.addr()).unwrap();
-    publish_by_hand(&server, &mut second, "open/handover-sr", SDP);
-    let second_sr = Instant::now() + Duration::from_millis(40 * 30);
-    publish(&mut second, 0xbbbb, b, 30);
-    drop(second);
-    let cap = viewer.join().unwrap();
-    assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
-
-    // Each publisher's shift into the viewer's numbering, seen in its
-    // packets; the second's first packet.
-    let shift = |x: &fjord_client::Received| {
-        let ts = u32::from_be_bytes(x.payload[1..5].try_into().unwrap());
-        x.rtp_ts.wrapping_sub(ts)
-    };
-    let p = &cap.packets;
-    let is_second = |x: &&fjord_client::Received| {
-        let ts = u32::from_be_bytes(x.payload[1..5].try_into().unwrap());
-        ts.wrapping_sub(b.0) < 60 * 3600
-    };
-    let second_at = p
-        .iter()
-        .position(|x| is_second(&x))
-        .expect("no packet of the second");
-    let (shift_a, shift_b) = (shift(&p[0]), shift(&p[second_at]));
-    assert!(p[..second_at].iter().all(|x| shift(x) == shift_a));
-    assert!(p[second_at..].iter().all(|x| shift(x) == shift_b));
-    let on_line = |(arrival, ntp, rtp_ts, _, _): (Instant, u64, u32, u32, u32)| {
-        let of = |line, shift: u32| {
-            (rtp_ts.wrapping_sub(shift).wrapping_sub(on(line, ntp)) as i32).abs() <= 1
-        };
-        match (of(a, shift_a), of(b, shift_b)) {
-            (true, false) => ('a', arrival),
-            (false, true) => ('b', arrival),
-            _ => ('-', arrival),
-        }
-    };
-    let lines: Vec<_> = crate::common::sender_reports(&cap)
-        .into_iter()
-        .map(on_line)
-        .collect();
-    let switch = p[second_at].arrival;
-    let before: Vec<_> = lines.iter().filter(|&&(_, t)| t < switch).collect();
-    assert!(
-        !before.is_empty() && before.iter().all(|&&(l, _)| l == 'a'),
-        "{lines:?}"
-    );
-    // After the switch (and past the second's report): the BYE's alone.
-    let after: Vec<_> = lines
-        .iter()
-        .filter(|&&(_, t)| t > switch + Duration::from_millis(100))
-        .collect();
-    assert_eq!(after.len(), 1, "{lines:?}");
-    assert_eq!(after[0].0, '-', "the BYE's report on a publisher's line");
-    assert!(
-        second_sr < after[0].1,
-        "the BYE came before the second's report"
-    );
 }

@@ -32,6 +32,7 @@ mod live_mutated;
 mod live_parity;
 mod live_publishers;
 mod live_record;
+mod live_reports;
 mod load;
 mod multicast;
 mod operate;

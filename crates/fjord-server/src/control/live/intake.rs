@@ -69,6 +69,7 @@ fn take(
         r.packet(&server.metrics, (track, key), &packet);
     }
     batch.push(packet);
+    super::rtcp::early_report(server, stream, track);
     true
 }
 

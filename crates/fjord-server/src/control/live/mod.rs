@@ -119,6 +119,10 @@ struct TrackIn {
     /// (as the engine threads with viewers were told it): the mapping
     /// their sender reports carry.
     sync: Option<LiveSync>,
+    /// A new publisher's sender report (NTP time, its own RTP time, when
+    /// it came) sent before its first packet set the renumbering (ffmpeg's
+    /// first): the mapping once that packet came ([`rtcp::early_report`]).
+    early_report: Option<(fjord_proto::rtcp::NtpTime, u32, Instant)>,
 }
 
 impl Live {

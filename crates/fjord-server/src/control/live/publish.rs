@@ -51,6 +51,7 @@ pub(super) fn announce(server: &Server, conn: &dyn Client, req: &Request, now: I
             reception: Default::default(),
             next_report: None,
             sync: None,
+            early_report: None,
         })
         .collect();
     let id = server.next_id();
@@ -117,6 +118,9 @@ fn take_over(
     }
     for t in &mut stream.tracks {
         t.renumber.next_publisher();
+        // Its reports are its own: a report it sends before its first
+        // packet (ffmpeg's first) is of no other source's.
+        t.reception = Default::default();
     }
     // The last publisher's reports map its clock, not this one's.
     super::rtcp::clear_syncs(server, stream);

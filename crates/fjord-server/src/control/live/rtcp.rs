@@ -116,9 +116,6 @@ fn sender_reports(
     let Some(stream) = state.streams.get_mut(&id) else {
         return;
     };
-    let Some(t) = stream.tracks.get_mut(track) else {
-        return;
-    };
     let now = Instant::now();
     for info in reports {
         let RtcpInfo::SenderReport {
@@ -127,28 +124,56 @@ fn sender_reports(
         else {
             continue;
         };
+        let Some(t) = stream.tracks.get_mut(track) else {
+            return;
+        };
         // ffmpeg sends its first report just before its first packet:
         // a source not seen yet is taken at its word.
         let ours = t.reception.sender_report(ssrc, ntp, now);
         if !ours && t.reception.source().is_some() {
             continue;
         }
-        if let Some(rtp) = t.renumber.timestamp(rtp_ts) {
-            if t.sync.is_none() {
-                tracing::info!(
-                    path = stream.path,
-                    track,
-                    "live track's sender reports relayed"
-                );
-            }
-            t.sync = Some(LiveSync { ntp, rtp, at: now });
-            for &thread in &stream.threads {
-                let sync = t.sync;
-                server
-                    .engine
-                    .send(thread, Command::LiveSync { feed: t.feed, sync });
-            }
+        match t.renumber.timestamp(rtp_ts) {
+            Some(rtp) => set_sync(server, stream, track, LiveSync { ntp, rtp, at: now }),
+            // A publisher continuing a held stream, before its first
+            // packet sets its renumbering: kept for that packet.
+            None => t.early_report = Some((ntp, rtp_ts, now)),
         }
+    }
+}
+
+/// After a packet of track `track` of `stream`: the sender report its
+/// publisher sent before its first packet, now that the renumbering is
+/// set, is the track's mapping.
+pub(super) fn early_report(server: &Server, stream: &mut Stream, track: usize) {
+    let Some(t) = stream.tracks.get_mut(track) else {
+        return;
+    };
+    let Some((ntp, rtp_ts, at)) = t.early_report.take() else {
+        return;
+    };
+    if let Some(rtp) = t.renumber.timestamp(rtp_ts) {
+        set_sync(server, stream, track, LiveSync { ntp, rtp, at });
+    }
+}
+
+/// `sync` is track `track`'s mapping, handed to the engine threads with
+/// viewers of `stream`.
+fn set_sync(server: &Server, stream: &mut Stream, track: usize, sync: LiveSync) {
+    let Some(t) = stream.tracks.get_mut(track) else {
+        return;
+    };
+    if t.sync.is_none() {
+        tracing::info!(
+            path = stream.path,
+            track,
+            "live track's sender reports relayed"
+        );
+    }
+    t.sync = Some(sync);
+    for &thread in &stream.threads {
+        let (feed, sync) = (t.feed, t.sync);
+        server.engine.send(thread, Command::LiveSync { feed, sync });
     }
 }
 
@@ -157,6 +182,7 @@ fn sender_reports(
 /// then relay no more), until it sends its own.
 pub(super) fn clear_syncs(server: &Server, stream: &mut Stream) {
     for t in &mut stream.tracks {
+        t.early_report = None;
         if t.sync.take().is_none() {
             continue;
         }
