@@ -7,9 +7,10 @@
 //! last member's TEARDOWN, or its silence for `session_timeout_s`, and its
 //! address goes to the next group; a PLAY's RTP-Info numbers the group's
 //! next packet; the group gets the publisher's sender reports; members
-//! whose RTCP reaches the group's RTCP port outlive `session_timeout_s`
-//! without a request; without `multicast = true` a multicast SETUP of a
-//! live path gets 461.
+//! whose RTCP reaches the group's RTCP port (hand-made, and GStreamer's
+//! with no RTSP keep-alive) outlive `session_timeout_s` without a
+//! request; without `multicast = true` a multicast SETUP of a live path
+//! gets 461.
 
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -367,6 +368,51 @@ fn members_whose_rtcp_reaches_the_group_outlive_the_session_timeout() {
             std::thread::sleep(Duration::from_millis(100));
         }
         assert_eq!(viewers(&server, "live/r"), 0);
+        server.assert_alive();
+        stop(publishers);
+    });
+}
+
+/// GStreamer's multicast viewer sends its receiver reports to the group:
+/// told to send no RTSP keep-alive (`do-rtsp-keep-alive=false`), it stays
+/// a member past `session_timeout_s` on them alone (they come every 2 to 6
+/// s, RFC 3550 §6.3.1's randomised 5 s).
+#[test]
+fn a_gstreamer_member_sending_no_keep_alive_lives_on_its_rtcp() {
+    in_private_network(|| {
+        // Else a report sent from 0.0.0.0:PORT leaves from 0.0.0.0, which
+        // is no member's address: lo's 127.0.0.1 is of host scope.
+        let route = ["route", "replace", "239.0.0.0/8", "dev", "lo", "src", "127.0.0.1"];
+        let out = std::process::Command::new("ip").args(route).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let (mut server, publishers) = serve_live("session_timeout_s = 7\n", &["live/g"]);
+        let pipeline = format!(
+            "rtspsrc location={} protocols=udp-mcast do-rtsp-keep-alive=false name=src \
+             src. ! application/x-rtp,media=video ! fakesink \
+             src. ! application/x-rtp,media=audio ! fakesink",
+            server.url("live/g")
+        );
+        let mut gst = std::process::Command::new("gst-launch-1.0")
+            .arg("-q")
+            .args(pipeline.split_whitespace())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        server.wait_for_log("method=\"PLAY\"", Duration::from_secs(5));
+        // Past the timeout and the second's check after it; the 12 s the
+        // publisher sends are not over yet.
+        std::thread::sleep(Duration::from_secs(9));
+        let log = server.log_text();
+        let after_play = &log[log.find("method=\"PLAY\"").unwrap()..];
+        assert!(
+            !after_play.contains("method=\"GET_PARAMETER\"")
+                && !after_play.contains("method=\"OPTIONS\""),
+            "no keep-alive: {log}"
+        );
+        assert!(!log.contains("live viewer timed out"), "{log}");
+        assert_eq!(viewers(&server, "live/g"), 1, "{log}");
+        let _ = gst.kill();
+        let _ = gst.wait();
         server.assert_alive();
         stop(publishers);
     });
