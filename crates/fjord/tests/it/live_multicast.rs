@@ -330,8 +330,7 @@ fn viewers(server: &Server, path: &str) -> u64 {
 #[test]
 fn members_whose_rtcp_reaches_the_group_outlive_the_session_timeout() {
     in_private_network(|| {
-        let (mut server, publishers) =
-            serve_live("session_timeout_s = 2\n", &["live/r", "live/s"]);
+        let (mut server, publishers) = serve_live("session_timeout_s = 2\n", &["live/r", "live/s"]);
         std::thread::sleep(Duration::from_millis(500));
         let (mut a, sa, ta) = setup(&server, "live/r");
         let (mut b, sb, _) = setup(&server, "live/r");
@@ -356,8 +355,16 @@ fn members_whose_rtcp_reaches_the_group_outlive_the_session_timeout() {
         }
         let log = server.log_text();
         assert_eq!(log.matches("live viewer timed out").count(), 1, "{log}");
-        assert_eq!(viewers(&server, "live/r"), 2, "both members behind the address");
-        assert_eq!(viewers(&server, "live/s"), 0, "RTCP cut short keeps none alive");
+        assert_eq!(
+            viewers(&server, "live/r"),
+            2,
+            "both members behind the address"
+        );
+        assert_eq!(
+            viewers(&server, "live/s"),
+            0,
+            "RTCP cut short keeps none alive"
+        );
         assert!(
             count_ssrc(&rtp, ssrc, Duration::from_millis(500)) > 3,
             "the group still flows"
@@ -382,8 +389,19 @@ fn a_gstreamer_member_sending_no_keep_alive_lives_on_its_rtcp() {
     in_private_network(|| {
         // Else a report sent from 0.0.0.0:PORT leaves from 0.0.0.0, which
         // is no member's address: lo's 127.0.0.1 is of host scope.
-        let route = ["route", "replace", "239.0.0.0/8", "dev", "lo", "src", "127.0.0.1"];
-        let out = std::process::Command::new("ip").args(route).output().unwrap();
+        let route = [
+            "route",
+            "replace",
+            "239.0.0.0/8",
+            "dev",
+            "lo",
+            "src",
+            "127.0.0.1",
+        ];
+        let out = std::process::Command::new("ip")
+            .args(route)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{out:?}");
         let (mut server, publishers) = serve_live("session_timeout_s = 7\n", &["live/g"]);
         let pipeline = format!(

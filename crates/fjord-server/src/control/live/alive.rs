@@ -184,7 +184,11 @@ mod tests {
         let sdes = [0x81, 202, 0, 2, 1, 2, 3, 4, 1, 1, b'a', 0];
         assert_eq!(sign(&sdes), None, "SDES first");
         assert_eq!(sign(&[0x81, 201, 0, 7, 1, 2, 3, 4]), None, "cut short");
-        assert_eq!(sign(&[&RR[..], &[0xff; 3]].concat()), None, "trailing bytes");
+        assert_eq!(
+            sign(&[&RR[..], &[0xff; 3]].concat()),
+            None,
+            "trailing bytes"
+        );
         assert_eq!(sign(&RR[..4]), None, "a header alone");
         assert_eq!(sign(&[]), None, "empty");
         let compound = [&RR[..], &sdes].concat();
@@ -218,11 +222,17 @@ mod tests {
         assert!(viewer.mark(&mut state, &[ip("10.0.0.3"), ip("10.0.0.2")], later));
         assert_eq!(state.viewers["live1"].last, later);
         state.viewers.clear();
-        assert!(!viewer.mark(&mut state, &[ip("10.0.0.2")], later), "it ended");
+        assert!(
+            !viewer.mark(&mut state, &[ip("10.0.0.2")], later),
+            "it ended"
+        );
         let group = Heard::Group {
             stream: 7,
             own: addr("127.0.0.1:40001"),
         };
-        assert!(!group.mark(&mut state, &[ip("10.0.0.2")], later), "no stream 7");
+        assert!(
+            !group.mark(&mut state, &[ip("10.0.0.2")], later),
+            "no stream 7"
+        );
     }
 }

@@ -161,7 +161,9 @@ impl Group {
     /// stream's end says it to every viewer itself), its address back in
     /// the pool.
     fn end(self, server: &Server, bye: bool) {
-        self.readers.iter().for_each(tokio::task::AbortHandle::abort);
+        self.readers
+            .iter()
+            .for_each(tokio::task::AbortHandle::abort);
         if self.started && bye {
             let key = self.key();
             for s in &self.senders {
@@ -242,8 +244,7 @@ fn join(
         return Err(refuse(404, "the stream ended"));
     };
     let transport = (group.transport(track)).ok_or_else(|| refuse(404, "no such track"))?;
-    let viewing =
-        (viewers.entry(id.to_owned())).or_insert_with(|| Viewing::new(conn.id(), stream));
+    let viewing = (viewers.entry(id.to_owned())).or_insert_with(|| Viewing::new(conn.id(), stream));
     if viewing.watch_group(track)? {
         group.members.insert(id.to_owned(), peer.to_canonical());
     }
@@ -496,7 +497,11 @@ mod tests {
             ids.sort();
             ids
         };
-        assert_eq!(heard(&[ip("10.0.0.2")]), ["a", "b"], "both behind one address");
+        assert_eq!(
+            heard(&[ip("10.0.0.2")]),
+            ["a", "b"],
+            "both behind one address"
+        );
         assert_eq!(heard(&[ip("10.0.0.3"), ip("10.0.0.9")]), ["c"]);
         assert!(heard(&[ip("10.0.0.9")]).is_empty(), "no member there");
         assert!(heard(&[]).is_empty());
