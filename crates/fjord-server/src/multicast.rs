@@ -8,7 +8,8 @@
 //! group's engine streams, their admission and their address belong to the
 //! group, which ends (RTCP BYE, streams removed, address free) when its last
 //! session does. Sender reports and BYE go to the group; receiver reports
-//! sent to the group are not read.
+//! sent to a title's group are not read (a live stream's group reads them,
+//! [`hear`]).
 //!
 //! The groups are plain state in the control core ([`Groups`], no lock):
 //! a group's new stream asks the driver for its sockets as a UDP SETUP
@@ -247,6 +248,25 @@ pub(crate) fn ports(base: u16, n: usize) -> (u16, u16) {
 pub(crate) fn destination(addr: IpAddr, base: u16, n: usize) -> (SocketAddr, SocketAddr) {
     let (rtp, rtcp) = ports(base, n);
     (SocketAddr::new(addr, rtp), SocketAddr::new(addr, rtcp))
+}
+
+/// A socket hearing what members send to group address `to` (a port of
+/// it: RFC 3550 §6, receivers send their reports to the group): bound to
+/// it with `SO_REUSEADDR` (players on this host bind the port too), so it
+/// gets that group's datagrams only, the group joined on the interface of
+/// `local` (IPv4; IPv6: the one the routing table picks). Closing it
+/// leaves the group.
+pub(crate) fn hear(to: SocketAddr, local: IpAddr) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(to), Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_address(true)?;
+    s.bind(&to.into())?;
+    match (to.ip(), local.to_canonical()) {
+        (IpAddr::V4(group), IpAddr::V4(on)) => s.join_multicast_v4(&group, &on)?,
+        (IpAddr::V4(group), _) => s.join_multicast_v4(&group, &Ipv4Addr::UNSPECIFIED)?,
+        (IpAddr::V6(group), _) => s.join_multicast_v6(&group, 0)?,
+    }
+    Ok(s.into())
 }
 
 /// The first address of `pool` neither in use nor well-known.

@@ -6,8 +6,11 @@
 //! viewer, another stream gets another; the group ends (RTCP BYE) with its
 //! last member's TEARDOWN, or its silence for `session_timeout_s`, and its
 //! address goes to the next group; a PLAY's RTP-Info numbers the group's
-//! next packet; the group gets the publisher's sender reports; without
-//! `multicast = true` a multicast SETUP of a live path gets 461.
+//! next packet; the group gets the publisher's sender reports; members
+//! whose RTCP reaches the group's RTCP port (hand-made, and GStreamer's
+//! with no RTSP keep-alive) outlive `session_timeout_s` without a
+//! request; without `multicast = true` a multicast SETUP of a live path
+//! gets 461.
 
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -306,6 +309,128 @@ fn a_silent_last_member_ends_the_group_at_the_session_timeout() {
         std::thread::sleep(Duration::from_millis(100));
         while rtp.recv(&mut [0u8; 2048]).is_ok() {}
         assert_eq!(count_ssrc(&rtp, ssrc, Duration::from_millis(500)), 0);
+        server.assert_alive();
+        stop(publishers);
+    });
+}
+
+/// Live viewers of `path` the admin API counts.
+fn viewers(server: &Server, path: &str) -> u64 {
+    let live = api(server, "live");
+    let stream = (live.as_array().unwrap().iter()).find(|s| s["path"] == path);
+    stream.map_or(0, |s| s["viewers"].as_u64().unwrap())
+}
+
+/// Members' RTCP sent to their group's RTCP port (RFC 3550 §6) keeps them
+/// alive with no RTSP request: with `session_timeout_s = 2`, two members
+/// of one stream's group, behind one address whose receiver reports reach
+/// the group every second, outlive it and still get the group's packets;
+/// a member of another stream's group, whose port gets only RTCP cut
+/// short, is ended at it; once the reports stop, so are the two.
+#[test]
+fn members_whose_rtcp_reaches_the_group_outlive_the_session_timeout() {
+    in_private_network(|| {
+        let (mut server, publishers) = serve_live("session_timeout_s = 2\n", &["live/r", "live/s"]);
+        std::thread::sleep(Duration::from_millis(500));
+        let (mut a, sa, ta) = setup(&server, "live/r");
+        let (mut b, sb, _) = setup(&server, "live/r");
+        let (mut c, sc, tc) = setup(&server, "live/s");
+        let (r, s) = (server.url("live/r"), server.url("live/s"));
+        for (client, session, url) in [(&mut a, &sa, &r), (&mut b, &sb, &r), (&mut c, &sc, &s)] {
+            let reply = request(client, "PLAY", url, session);
+            assert_eq!(reply.status, 200, "{reply:?}");
+        }
+        let (group_r, group_s) = (param(&ta, "destination"), param(&tc, "destination"));
+        let rtp = join(&group_r, 5004);
+        let ssrc = u32::from_str_radix(&param(&ta, "ssrc"), 16).unwrap();
+        // From the members' address, as a player's reports leave.
+        let player = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let rr = [0x80, 201, 0, 1, 0xde, 0xad, 0xbe, 0xef];
+        let cut = [0x81, 201, 0, 7, 0xde, 0xad, 0xbe, 0xef];
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            player.send_to(&rr, (group_r.as_str(), 5005)).unwrap();
+            player.send_to(&cut, (group_s.as_str(), 5005)).unwrap();
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        let log = server.log_text();
+        assert_eq!(log.matches("live viewer timed out").count(), 1, "{log}");
+        assert_eq!(
+            viewers(&server, "live/r"),
+            2,
+            "both members behind the address"
+        );
+        assert_eq!(
+            viewers(&server, "live/s"),
+            0,
+            "RTCP cut short keeps none alive"
+        );
+        assert!(
+            count_ssrc(&rtp, ssrc, Duration::from_millis(500)) > 3,
+            "the group still flows"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while server.log_text().matches("live viewer timed out").count() < 3 {
+            assert!(Instant::now() < deadline, "{}", server.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(viewers(&server, "live/r"), 0);
+        server.assert_alive();
+        stop(publishers);
+    });
+}
+
+/// GStreamer's multicast viewer sends its receiver reports to the group:
+/// told to send no RTSP keep-alive (`do-rtsp-keep-alive=false`), it stays
+/// a member past `session_timeout_s` on them alone (they come every 2 to 6
+/// s, RFC 3550 §6.3.1's randomised 5 s).
+#[test]
+fn a_gstreamer_member_sending_no_keep_alive_lives_on_its_rtcp() {
+    in_private_network(|| {
+        // Else a report sent from 0.0.0.0:PORT leaves from 0.0.0.0, which
+        // is no member's address: lo's 127.0.0.1 is of host scope.
+        let route = [
+            "route",
+            "replace",
+            "239.0.0.0/8",
+            "dev",
+            "lo",
+            "src",
+            "127.0.0.1",
+        ];
+        let out = std::process::Command::new("ip")
+            .args(route)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let (mut server, publishers) = serve_live("session_timeout_s = 7\n", &["live/g"]);
+        let pipeline = format!(
+            "rtspsrc location={} protocols=udp-mcast do-rtsp-keep-alive=false name=src \
+             src. ! application/x-rtp,media=video ! fakesink \
+             src. ! application/x-rtp,media=audio ! fakesink",
+            server.url("live/g")
+        );
+        let mut gst = std::process::Command::new("gst-launch-1.0")
+            .arg("-q")
+            .args(pipeline.split_whitespace())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        server.wait_for_log("method=\"PLAY\"", Duration::from_secs(5));
+        // Past the timeout and the second's check after it; the 12 s the
+        // publisher sends are not over yet.
+        std::thread::sleep(Duration::from_secs(9));
+        let log = server.log_text();
+        let after_play = &log[log.find("method=\"PLAY\"").unwrap()..];
+        assert!(
+            !after_play.contains("method=\"GET_PARAMETER\"")
+                && !after_play.contains("method=\"OPTIONS\""),
+            "no keep-alive: {log}"
+        );
+        assert!(!log.contains("live viewer timed out"), "{log}");
+        assert_eq!(viewers(&server, "live/g"), 1, "{log}");
+        let _ = gst.kill();
+        let _ = gst.wait();
         server.assert_alive();
         stop(publishers);
     });

@@ -5,7 +5,8 @@
 //! handed to the engine threads that have viewers of it, which send it to
 //! each by reference. A viewer joins at the last key frame (the
 //! [`fjord_live::ring::Ring`] of the stream). Multicast viewers share the
-//! stream's one group (`multicast.rs`), sent each packet once. The
+//! stream's one group (`multicast.rs`), sent each packet once. Viewers'
+//! RTCP, their members' to a group too, keeps them alive (`alive.rs`). The
 //! publisher's RTCP sender reports are read (`rtcp.rs`) and each track's
 //! latest handed to the engine threads with viewers, which relay it in
 //! each viewer's numbering ([`fjord_engine::LiveSync`]).
@@ -20,6 +21,7 @@
 //! the handover) are `fjord-live`'s; this module is their I/O: sockets,
 //! tasks, the engine commands, the timeouts.
 
+mod alive;
 mod intake;
 mod multicast;
 mod publish;

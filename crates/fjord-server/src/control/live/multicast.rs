@@ -9,18 +9,29 @@
 //! in the pool) with its last member (TEARDOWN, timeout, connection
 //! closed) or with the stream.
 //!
+//! Members' RTCP sent to the group (RFC 3550 §6: receivers send their
+//! reports to it, at each track's RTCP port) is heard on a socket per
+//! track that joined the group, and keeps the members at the address it
+//! comes from alive (`alive.rs`): a member that sends receiver reports
+//! but no RTSP keep-alive outlives `session_timeout_s`.
+//!
 //! The server picks the group, its ports and TTL (`multicast_ttl`): a
 //! client's `destination=`, `port=` and `ttl=` are ignored, as for VOD
 //! groups, and the reply's Transport says what it gets.
 
-use std::net::IpAddr;
+use std::{
+    collections::HashMap,
+    net::{IpAddr, SocketAddr},
+};
 
 use fjord_engine::{Backlog, Command, LiveViewer, Output};
 use fjord_proto::rtsp::{response::Response, transport};
 
 use super::super::{Client, Reply};
 use super::{
-    State, Stream, refuse, session_header, session_id,
+    State, Stream,
+    alive::{self, Heard},
+    refuse, session_header, session_id,
     view::{self, Viewing, backlog, header_of},
 };
 use crate::{Server, multicast};
@@ -36,10 +47,13 @@ pub(super) struct Group {
     /// Added to the publisher's sequence numbers and timestamps.
     seq_delta: u16,
     ts_delta: u32,
-    /// Sessions that set up a track of it.
-    members: usize,
+    /// Sessions that set up a track of it, and the address of each one's
+    /// RTSP connection (where its RTCP comes from).
+    members: HashMap<String, IpAddr>,
     /// Its viewers are the engine's (its first member played).
     started: bool,
+    /// The tasks hearing members' RTCP, ended with it.
+    readers: Vec<tokio::task::AbortHandle>,
 }
 
 /// The engine viewer sending one track to the group.
@@ -68,8 +82,9 @@ impl Group {
             senders,
             seq_delta: rand::random(),
             ts_delta: rand::random(),
-            members: 0,
+            members: HashMap::new(),
             started: false,
+            readers: Vec::new(),
         }
     }
 
@@ -129,16 +144,26 @@ impl Group {
             .collect()
     }
 
-    /// A session leaves; true when it was the last.
-    fn leave(&mut self) -> bool {
-        self.members = self.members.saturating_sub(1);
-        self.members == 0
+    /// Session `id` leaves; true when it was the last.
+    fn leave(&mut self, id: &str) -> bool {
+        self.members.remove(id);
+        self.members.is_empty()
+    }
+
+    /// Its members whose RTSP connection comes from one of `from`.
+    pub(super) fn members_at<'a>(&'a self, from: &'a [IpAddr]) -> impl Iterator<Item = &'a str> {
+        (self.members.iter())
+            .filter(|(_, at)| from.contains(at))
+            .map(|(id, _)| id.as_str())
     }
 
     /// Ends the group: RTCP BYE from its engine viewers (when `bye`; the
     /// stream's end says it to every viewer itself), its address back in
     /// the pool.
     fn end(self, server: &Server, bye: bool) {
+        self.readers
+            .iter()
+            .for_each(tokio::task::AbortHandle::abort);
         if self.started && bye {
             let key = self.key();
             for s in &self.senders {
@@ -185,9 +210,9 @@ pub(super) fn setup(
         // Another SETUP made one meanwhile, or the stream ended.
         other => other,
     };
-    let reply = join(&mut state, conn.id(), (stream, &id), track);
+    let reply = join(&mut state, conn, (stream, &id), track);
     let unused = match state.groups.get(&stream) {
-        Some(g) if g.members == 0 => state.groups.remove(&stream),
+        Some(g) if g.members.is_empty() => state.groups.remove(&stream),
         _ => None,
     };
     drop(state);
@@ -207,10 +232,11 @@ pub(super) fn setup(
 /// the reply's Transport.
 fn join(
     state: &mut State,
-    conn: u64,
+    conn: &dyn Client,
     (stream, id): (u64, &str),
     track: usize,
 ) -> Result<String, Reply> {
+    let peer = conn.peer().map_err(|e| refuse(500, &e.to_string()))?.ip();
     let State {
         viewers, groups, ..
     } = state;
@@ -218,15 +244,16 @@ fn join(
         return Err(refuse(404, "the stream ended"));
     };
     let transport = (group.transport(track)).ok_or_else(|| refuse(404, "no such track"))?;
-    let viewing = (viewers.entry(id.to_owned())).or_insert_with(|| Viewing::new(conn, stream));
+    let viewing = (viewers.entry(id.to_owned())).or_insert_with(|| Viewing::new(conn.id(), stream));
     if viewing.watch_group(track)? {
-        group.members += 1;
+        group.members.insert(id.to_owned(), peer.to_canonical());
     }
     Ok(transport)
 }
 
 /// A group for stream `stream`: an address of the pool, and per track a
-/// pair of sockets sending to it from the connection's local address.
+/// pair of sockets sending to it from the connection's local address and
+/// a task hearing its RTCP port.
 fn open(server: &Server, conn: &dyn Client, stream: u64) -> Result<Group, Reply> {
     let local = conn.local().map_err(|e| refuse(500, &e.to_string()))?.ip();
     let tracks = (server.live.lock().streams.get(&stream)).map(|s| s.tracks.len());
@@ -249,7 +276,35 @@ fn open(server: &Server, conn: &dyn Client, stream: u64) -> Result<Group, Reply>
             }
         }
     }
-    Ok(Group::new((addr, port, ttl), senders))
+    let readers = (senders.iter().enumerate())
+        .filter_map(|(i, (_, out))| {
+            let to = multicast::destination(addr, port, i).1;
+            hear_members(server, stream, (to, local), out)
+        })
+        .collect();
+    let mut group = Group::new((addr, port, ttl), senders);
+    group.readers = readers;
+    Ok(group)
+}
+
+/// Starts hearing what members send to `to`, a track's RTCP port of the
+/// group, joined on the interface of `local`; the group's own reports,
+/// sent from `output`, are not theirs. `None`: it cannot be heard, and
+/// its members live on their requests alone.
+fn hear_members(
+    server: &Server,
+    stream: u64,
+    (to, local): (SocketAddr, IpAddr),
+    output: &Output,
+) -> Option<tokio::task::AbortHandle> {
+    let Output::Udp { rtcp, .. } = output else {
+        return None;
+    };
+    let own = rtcp.socket().local_addr().ok()?.as_socket()?;
+    let socket = multicast::hear(to, local)
+        .inspect_err(|e| tracing::warn!(group = %to, "members' RTCP not heard: {e}"))
+        .ok()?;
+    alive::read(server, Heard::Group { stream, own }, socket)
 }
 
 /// PLAY of member `id`: the group's first PLAY starts it, from the
@@ -316,10 +371,10 @@ fn next_packet(stream: &mut Stream, track: usize, started: bool) -> Option<(u16,
     first.or_else(after)
 }
 
-/// Member session of `stream` gone: the last one ends the group.
-pub(super) fn leave(server: &Server, stream: u64) {
+/// Member session `id` of `stream` gone: the last one ends the group.
+pub(super) fn leave(server: &Server, (stream, id): (u64, &str)) {
     let mut state = server.live.lock();
-    let last = state.groups.get_mut(&stream).is_some_and(Group::leave);
+    let last = (state.groups.get_mut(&stream)).is_some_and(|g| g.leave(id));
     let ended = last.then(|| state.groups.remove(&stream)).flatten();
     drop(state);
     if let Some(g) = ended {
@@ -418,9 +473,37 @@ mod tests {
     #[test]
     fn the_last_member_leaving_ends_the_group() {
         let mut g = group();
-        g.members = 2;
-        assert!(!g.leave());
-        assert!(g.leave());
-        assert!(g.leave(), "an empty group stays ended");
+        let at = "10.0.0.2".parse().unwrap();
+        g.members = HashMap::from([("a".into(), at), ("b".into(), at)]);
+        assert!(!g.leave("a"));
+        assert!(!g.leave("a"), "once");
+        assert!(g.leave("b"));
+        assert!(g.leave("b"), "an empty group stays ended");
+    }
+
+    /// RTCP from an address is a sign of life of every member there, and
+    /// of no other.
+    #[test]
+    fn rtcp_from_an_address_is_heard_from_its_members() {
+        let mut g = group();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        g.members = HashMap::from([
+            ("a".into(), ip("10.0.0.2")),
+            ("b".into(), ip("10.0.0.2")),
+            ("c".into(), ip("10.0.0.3")),
+        ]);
+        let heard = |from: &[IpAddr]| {
+            let mut ids: Vec<String> = g.members_at(from).map(str::to_owned).collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(
+            heard(&[ip("10.0.0.2")]),
+            ["a", "b"],
+            "both behind one address"
+        );
+        assert_eq!(heard(&[ip("10.0.0.3"), ip("10.0.0.9")]), ["c"]);
+        assert!(heard(&[ip("10.0.0.9")]).is_empty(), "no member there");
+        assert!(heard(&[]).is_empty());
     }
 }

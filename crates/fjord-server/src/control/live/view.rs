@@ -4,14 +4,11 @@
 //! sends; this hands it each viewer's output and numbering, and the
 //! packets it joins with. A viewer that sends neither
 //! a request nor RTCP for `session_timeout_s` is ended (RFC 2326 §12.37),
-//! as a VOD session is: its UDP RTCP is read by a task per track, its
-//! interleaved RTCP comes with the connection's `$` frames.
+//! as a VOD session is: its UDP RTCP is read by a task per track
+//! (`alive.rs`; a multicast member's, by its group's), its interleaved
+//! RTCP comes with the connection's `$` frames.
 
-use std::{
-    net::{IpAddr, SocketAddr},
-    sync::Weak,
-    time::Instant,
-};
+use std::{net::SocketAddr, time::Instant};
 
 use fjord_engine::{Backlog, Command, LiveViewer, Output};
 use fjord_proto::rtsp::{
@@ -22,7 +19,7 @@ use fjord_proto::rtsp::{
 };
 
 use super::super::{Client, PlayStart, Reply};
-use super::{Stream, refuse, session_header, session_id};
+use super::{Stream, alive::Heard, refuse, session_header, session_id};
 use crate::{Server, outbox::Outbox};
 
 /// A viewer's RTSP session.
@@ -36,7 +33,7 @@ pub(super) struct Viewing {
     group: Vec<usize>,
     pub playing: bool,
     /// When it last sent a request or RTCP.
-    last: Instant,
+    pub last: Instant,
 }
 
 impl Viewing {
@@ -262,8 +259,7 @@ type Made = (Output, Option<[u8; 2]>, String);
 
 /// Starts reading the RTCP of viewer session `id` arriving on `output`'s
 /// RTCP socket (UDP; `None` for interleaved, or when the socket cannot be
-/// shared or there is no runtime: the viewer then lives on its requests
-/// alone).
+/// shared or read: the viewer then lives on its requests alone).
 fn read_rtcp(server: &Server, id: &str, output: &Output) -> Option<tokio::task::AbortHandle> {
     let Output::Udp {
         rtcp, rtcp_peer, ..
@@ -271,45 +267,9 @@ fn read_rtcp(server: &Server, id: &str, output: &Output) -> Option<tokio::task::
     else {
         return None;
     };
-    let runtime = tokio::runtime::Handle::try_current().ok()?;
     let socket = rtcp.socket().try_clone().ok()?;
-    socket.set_nonblocking(true).ok()?;
-    let socket = tokio::net::UdpSocket::from_std(socket.into()).ok()?;
-    let weak = (server.live.server.get().cloned()).unwrap_or_default();
-    let (id, from) = (id.to_owned(), rtcp_peer.ip());
-    Some(
-        runtime
-            .spawn(rtcp_reader(weak, id, from, socket))
-            .abort_handle(),
-    )
-}
-
-/// Reads a UDP viewer's RTCP while it watches: a compound packet from its
-/// address is a sign of life. Only its first header is read (the rest of
-/// the datagram is let go): the task lives as long as the viewer, and a
-/// whole datagram's buffer in each was most of a live viewer's memory.
-async fn rtcp_reader(
-    server: Weak<Server>,
-    id: String,
-    from: IpAddr,
-    socket: tokio::net::UdpSocket,
-) {
-    let mut head = [0u8; 4];
-    loop {
-        let Ok((n, src)) = socket.recv_from(&mut head).await else {
-            return;
-        };
-        if src.ip() != from || !fjord_proto::rtcp::starts_compound(&head[..n]) {
-            continue;
-        }
-        let Some(server) = server.upgrade() else {
-            return;
-        };
-        match server.live.lock().viewers.get_mut(&id) {
-            Some(v) => v.last = Instant::now(),
-            None => return,
-        }
-    }
+    let (id, from) = (id.to_owned(), rtcp_peer.ip().to_canonical());
+    super::alive::read(server, Heard::Viewer { id, from }, socket.into())
 }
 
 /// A `$` frame on connection `conn`: taken when it is RTCP of one of its
@@ -518,7 +478,7 @@ pub(super) fn remove(server: &Server, id: &str) -> Vec<[u8; 2]> {
     }
     viewing.stop_reading();
     if !viewing.group.is_empty() {
-        super::multicast::leave(server, viewing.stream);
+        super::multicast::leave(server, (viewing.stream, id));
     }
     viewing.tracks.iter().filter_map(|w| w.channels).collect()
 }
