@@ -21,8 +21,9 @@ pub struct Reception {
     /// timestamp, wrapping), and the instant arrivals are counted from.
     transit: Option<u32>,
     epoch: Option<Instant>,
-    /// The last sender report: its NTP time's middle 32 bits, when it came.
-    sender_report: Option<(u32, Instant)>,
+    /// The last sender report: its source, its NTP time's middle 32 bits,
+    /// when it came.
+    sender_report: Option<(u32, u32, Instant)>,
     /// Expected and received at the last report (for its fraction lost).
     prior: (u64, u64),
 }
@@ -33,8 +34,12 @@ impl Reception {
     /// a new publisher, or one that restarted.
     pub fn packet(&mut self, (ssrc, seq, ts): (u32, u16, u32), clock_rate: u32, at: Instant) {
         if self.ssrc != Some(ssrc) {
+            // A report the source sent before its first packet (ffmpeg's
+            // first) stays.
+            let sender_report = self.sender_report.filter(|r| r.0 == ssrc);
             *self = Reception {
                 ssrc: Some(ssrc),
+                sender_report,
                 ..Reception::default()
             };
         }
@@ -50,11 +55,13 @@ impl Reception {
     }
 
     /// A sender report of source `ssrc`, of NTP time `ntp`, arrived at
-    /// `at`; false (and ignored) when its packets are not this source's.
+    /// `at`; false when no packet of `ssrc` came yet (kept before any
+    /// packet, for the source whose packets follow; ignored after another
+    /// source's).
     pub fn sender_report(&mut self, ssrc: u32, ntp: NtpTime, at: Instant) -> bool {
         let ours = self.ssrc == Some(ssrc);
-        if ours {
-            self.sender_report = Some((ntp.middle32(), at));
+        if ours || self.ssrc.is_none() {
+            self.sender_report = Some((ssrc, ntp.middle32(), at));
         }
         ours
     }
@@ -77,7 +84,7 @@ impl Reception {
             0 => 0,
             n => ((lost << 8) / n).min(255) as u8,
         };
-        let (lsr, dlsr) = self.sender_report.map_or((0, 0), |(lsr, when)| {
+        let (lsr, dlsr) = self.sender_report.map_or((0, 0), |(_, lsr, when)| {
             (lsr, units_of_65536ths(at.saturating_duration_since(when)))
         });
         Some(ReportBlock {
@@ -152,6 +159,22 @@ mod tests {
         let b = r.block(t0 + Duration::from_millis(1500)).unwrap();
         assert_eq!(b.lsr, 0x3344_5566);
         assert_eq!(b.dlsr, 65_536 * 3 / 2);
+    }
+
+    /// ffmpeg sends its first report just before its first packet: it is
+    /// echoed once the packets come, unless they are another source's.
+    #[test]
+    fn a_report_before_the_first_packet_is_echoed() {
+        let t0 = Instant::now();
+        let ntp = NtpTime(0x1122_3344_5566_7788);
+        let mut r = Reception::default();
+        assert!(!r.sender_report(7, ntp, t0), "no source yet");
+        r.packet((7, 1, 0), 90_000, t0);
+        assert_eq!(r.block(t0).unwrap().lsr, 0x3344_5566);
+        let mut other = Reception::default();
+        other.sender_report(8, ntp, t0);
+        other.packet((7, 1, 0), 90_000, t0);
+        assert_eq!(other.block(t0).unwrap().lsr, 0, "another source's");
     }
 
     #[test]
