@@ -357,8 +357,8 @@ impl Catalog {
 
     /// A recording being written, `durable` bytes of its file at `path`
     /// whole fragments: the snapshot loaded if it holds them all, else one
-    /// made now (no parity, packets or verification: they are made when
-    /// the recording ends and it is ingested whole).
+    /// made now, with its parity so far (no packets or verification: they
+    /// are made when the recording ends and it is ingested whole).
     async fn open_growing(
         &self,
         title: &str,
@@ -395,15 +395,12 @@ impl Catalog {
             let mut t = Title::new(s.index, &path)
                 .map_err(|e| failed(&format_args!("{}: {e}", path.display())))?;
             t.grows();
-            let parity = growing_parity::RecordingParity::for_snapshot(
-                prev_parity,
-                s.incremental,
-                &t,
+            let parity = growing_parity::RecordingParity::attach(
+                prev_parity.filter(|_| s.incremental),
+                &mut t,
                 &parity_path,
                 fec,
             );
-            let more = parity.as_ref().is_some_and(|p| p.extend_and_attach(&mut t));
-            let parity = parity.map(|p| (p, more));
             Ok::<_, CatalogError>((Arc::new(t), s.resume, s.incremental, parity))
         })
         .await

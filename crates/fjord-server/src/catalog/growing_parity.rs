@@ -4,9 +4,9 @@
 //! snapshot's sessions get repair streams too. A snapshot extends it by
 //! up to [`INLINE_BATCHES`] of [`BATCH_BYTES`] of source before it is
 //! served, and a background task takes the rest, a batch at a time:
-//! parity that lags (a recording no one asked for in an hour) never holds a
-//! request up. When the recording ends its title is ingested whole and
-//! gets its own parity, as any title.
+//! parity that lags (a recording no one asked for in an hour) holds a
+//! request up by that share at most. When the recording ends its title
+//! is ingested whole and gets its own parity, as any title.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,42 +35,44 @@ pub(super) struct RecordingParity {
 }
 
 impl RecordingParity {
-    /// The parity for a new snapshot `title`: `prev`, the last snapshot's,
-    /// when this one was planned on from it (its packets are that one's and
-    /// more), else a new one at `path`. `None` when `fec` makes none, or
-    /// when its tracks cannot be rated yet.
-    pub(super) fn for_snapshot(
+    /// Attaches to a new snapshot `title` its parity so far, extended by
+    /// up to [`INLINE_BATCHES`]: `prev`'s (the last snapshot's, when this
+    /// one was planned on from it: its packets are that one's and more),
+    /// else a new one at `path`. Whether blocks are left for
+    /// [`RecordingParity::extend_in_background`]. `None` when `fec` makes
+    /// none, or its tracks cannot be rated yet.
+    pub(super) fn attach(
         prev: Option<Arc<RecordingParity>>,
-        incremental: bool,
-        title: &Title,
+        title: &mut Title,
         path: &Path,
         fec: FecChoice,
-    ) -> Option<Arc<RecordingParity>> {
-        if let Some(prev) = prev.filter(|_| incremental) {
-            return Some(prev);
+    ) -> Option<(Arc<RecordingParity>, bool)> {
+        let parity = match prev {
+            Some(prev) => prev,
+            None => Arc::new(Self::new(title, path, fec)?),
+        };
+        let more = (0..INLINE_BATCHES).all(|_| parity.extend(title));
+        let guard = parity.parity.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_some()
+            && let Err(e) = title.attach_growing_fec(&parity.path)
+        {
+            tracing::warn!(parity = %parity.path.display(), "snapshot served without repair streams: {e}");
         }
+        drop(guard);
+        Some((parity, more))
+    }
+
+    /// A new sidecar for `title`'s tracks at `path`.
+    fn new(title: &Title, path: &Path, fec: FecChoice) -> Option<RecordingParity> {
         let params = fjord_fec::growing::params_for(title.index(), fec)?;
         let parity = GrowingParity::create(path, &params)
             .inspect_err(|e| tracing::warn!(parity = %path.display(), "no parity while the recording grows: {e}"))
             .ok();
-        Some(Arc::new(RecordingParity {
+        Some(RecordingParity {
             path: path.to_owned(),
             parity: Mutex::new(parity),
             extending: AtomicBool::new(false),
-        }))
-    }
-
-    /// Extends the parity by up to [`INLINE_BATCHES`] of `title`'s whole
-    /// blocks, then attaches all there is to it; whether blocks are left.
-    pub(super) fn extend_and_attach(&self, title: &mut Title) -> bool {
-        let more = (0..INLINE_BATCHES).all(|_| self.extend(title));
-        let guard = self.parity.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.is_some()
-            && let Err(e) = title.attach_growing_fec(&self.path)
-        {
-            tracing::warn!(parity = %self.path.display(), "snapshot served without repair streams: {e}");
-        }
-        more
+        })
     }
 
     /// Extends the parity to every whole block of `title`, a batch at a
