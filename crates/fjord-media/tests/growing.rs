@@ -159,11 +159,7 @@ proptest! {
         let (file, ends) = &copy(which, &dir);
         let at = 2 + cut.index(ends.len() - 3);
         let (len, next) = (ends[at], ends[(at + more).min(ends.len() - 1)]);
-        let mut data = std::fs::read(file).unwrap();
-        for (i, byte) in &damage {
-            data[len as usize + i.index((next - len) as usize)] ^= byte | 1;
-        }
-        std::fs::write(file, &data).unwrap();
+        media::growing::damage(file, len..next, &damage);
         grow(file, &[len, next], |_| {});
     }
 }

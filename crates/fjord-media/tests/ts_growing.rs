@@ -195,11 +195,7 @@ proptest! {
         let (file, len) = copy(which, &dir);
         let cut = 100 + cut.index(len as usize / 188 - 400) as u64;
         let (len, next) = (cut * 188, (cut + more) * 188);
-        let mut data = std::fs::read(&file).unwrap();
-        for (i, byte) in &damage {
-            data[len as usize + i.index((next - len) as usize)] ^= byte | 1;
-        }
-        std::fs::write(&file, &data).unwrap();
+        media::growing::damage(&file, len..next, &damage);
         grow(&file, &[len, next, next + 188 * 50], None);
     }
 }

@@ -48,6 +48,16 @@ pub fn grow(media: &Path, cuts: &[u64], mut each: impl FnMut(&Snapshot)) -> usiz
     incremental
 }
 
+/// Changes `file`'s bytes in `range` (after a snapshot's end) at the
+/// random `flips`: each picks a byte of it and flips some of its bits.
+pub fn damage(file: &Path, range: std::ops::Range<u64>, flips: &[(proptest::sample::Index, u8)]) {
+    let mut data = std::fs::read(file).unwrap();
+    for (i, byte) in flips {
+        data[range.start as usize + i.index((range.end - range.start) as usize)] ^= byte | 1;
+    }
+    std::fs::write(file, &data).unwrap();
+}
+
 /// The fastest of three runs of `f` (a snapshot), and what it made.
 pub fn best_of_three(f: &dyn Fn() -> Snapshot) -> (Duration, Snapshot) {
     (0..3)

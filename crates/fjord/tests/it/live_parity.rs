@@ -6,24 +6,13 @@
 //! grows in place as later snapshots add blocks.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::{Server, TS};
 use crate::fec::{assert_source_minus_packets, play_url};
-use crate::live_publishers::{CONFIG, end_of, publish_ts};
+use crate::live_publishers::{CONFIG, end_of, publish_ts, recording};
 
 const K: u64 = 12;
-
-/// The one parity sidecar under `dir`.
-fn sidecar(dir: &Path) -> PathBuf {
-    let files: Vec<PathBuf> = (std::fs::read_dir(dir).unwrap())
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "fjfec"))
-        .collect();
-    assert_eq!(files.len(), 1, "{files:?}");
-    files[0].clone()
-}
 
 #[test]
 fn a_growing_recordings_repair_streams_rebuild_lost_packets_bit_exact() {
@@ -38,7 +27,7 @@ fn a_growing_recordings_repair_streams_rebuild_lost_packets_bit_exact() {
         let sdp = c.describe_fec().unwrap().sdp;
         assert!(sdp.contains("a=group:FEC-FR S1 R1\r\n"), "{sdp}");
         assert!(sdp.contains(&format!("k={K}; repair=8;")), "{sdp}");
-        let parity = sidecar(&server.media_root().join("live/fecrec"));
+        let parity = recording(&server.media_root(), "live/fecrec", "fjfec");
         std::fs::metadata(&parity).unwrap()
     };
     let before = describe();

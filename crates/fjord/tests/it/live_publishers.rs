@@ -86,7 +86,7 @@ fn publisher_url(server: &Server, path: &str) -> String {
 }
 
 /// The one recording under `root/dir`, of extension `ext`.
-fn recording(root: &Path, dir: &str, ext: &str) -> String {
+pub(crate) fn recording(root: &Path, dir: &str, ext: &str) -> String {
     let files: Vec<_> = (std::fs::read_dir(root.join(dir)).unwrap())
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == ext))
