@@ -24,6 +24,8 @@ pub(crate) struct DiskLead {
     cfg: LeadConfig,
     model: Mutex<DiskModel>,
     low_ns: AtomicU64,
+    /// The worst latency of the window, for the workers' hand-off.
+    worst_ns: AtomicU64,
     epoch: Instant,
 }
 
@@ -33,6 +35,7 @@ impl DiskLead {
             cfg,
             model: Mutex::new(DiskModel::new(WINDOW)),
             low_ns: AtomicU64::new(cfg.floor.as_nanos() as u64),
+            worst_ns: AtomicU64::new(0),
             epoch,
         }
     }
@@ -76,6 +79,14 @@ impl DiskLead {
         let worst = m.estimate(self.ns(now)).worst_latency;
         let low = lead::low(&self.cfg, worst, cap);
         self.low_ns.store(low.as_nanos() as u64, Relaxed);
+        let worst = worst.unwrap_or_default().as_nanos();
+        self.worst_ns
+            .store(u64::try_from(worst).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    /// The disk's worst latency in the window (zero before any read).
+    pub fn worst(&self) -> Duration {
+        Duration::from_nanos(self.worst_ns.load(Relaxed))
     }
 
     pub fn low(&self) -> Duration {
