@@ -69,7 +69,10 @@ fn sessions_of_a_cached_title_cost_fewer_wake_ups_than_refills() {
         for (i, r) in (0..).zip(&sessions) {
             // As the engine does: it publishes its place as it reads.
             let next = start(i) + (us + i * 250) / 10_000;
-            assert!(r.cursor().ready_from(next) > 0, "session {i}: {next} resident");
+            assert!(
+                r.cursor().ready_from(next) > 0,
+                "session {i}: {next} resident"
+            );
         }
     }
     let (runs, reads) = (worker_runs() - runs, s.stats().reads - reads);
