@@ -39,7 +39,7 @@ mod sys;
 mod tests;
 mod title;
 
-pub use config::{FecOptions, LoadConfig, SessionStart};
+pub use config::{DEFAULT_STAGGER, FecOptions, LoadConfig, SessionStart};
 pub use report::{
     ClientCpu, FecCounts, FecSetup, LoadReport, ReceiverInfo, SessionReport, Totals, Worst,
 };

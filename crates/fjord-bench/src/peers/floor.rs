@@ -21,7 +21,10 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use fjord_client::recv::{BATCH, Epoll, RecvBatch, receive_options};
+use fjord_client::{
+    load::DEFAULT_STAGGER,
+    recv::{BATCH, Epoll, RecvBatch, receive_options},
+};
 use fjord_engine::{
     DEFAULT_BURST,
     datapath::cmsg::{MAX_SEGMENTED_BYTES, MAX_SEGMENTS, send_segmented},
@@ -98,6 +101,16 @@ impl Schedule {
     pub fn due_before(&self, t_ns: u64) -> u64 {
         (u128::from(t_ns) * u128::from(self.sessions)).div_ceil(u128::from(self.period_ns)) as u64
     }
+}
+
+/// How many packets session `s` is behind the first when sessions start
+/// `stagger` apart, as the receivers start the servers' sessions, in whole
+/// bursts (a burst stays contiguous in the ring). So the floor's sessions
+/// read as much of the title as a server's do (1,000 sessions: a second
+/// of it, 0.57 MB) rather than the same burst all together.
+pub fn lag(s: usize, burst: u64, stagger: Duration, pps: f64) -> u64 {
+    let packets = (s as f64 * stagger.as_secs_f64() * pps) as u64;
+    packets / burst.max(1) * burst.max(1)
 }
 
 /// The tick of a burst due at `due_ns`: wake at the start of its grid
@@ -190,8 +203,8 @@ pub fn label(burst: usize, sessions: usize, gro: bool) -> String {
 }
 
 /// Prebuilt packets: the title's bytes in order, each behind an RTP header.
-/// Every session sends its packet k from slot k, as sessions reading one
-/// title near the same place read the same pages.
+/// Every session sends its packet k from slot k plus its [`lag`], as
+/// sessions started a millisecond apart read the title that far apart.
 pub struct Ring {
     bytes: Vec<u8>,
 }
@@ -349,8 +362,9 @@ fn send_loop(plan: &Plan, socks: &[UdpSocket], ring: &Ring) -> anyhow::Result<Se
         let now_ns = now.duration_since(plan.start).as_nanos() as u64;
         let last = sched.due_before(tick_end);
         for ev in e..last {
-            let fd = socks[sched.session(ev)].as_raw_fd();
-            send_burst(fd, ring.burst(sched.first_packet(ev), b), b)?;
+            let (session, first) = (sched.session(ev), sched.first_packet(ev));
+            let first = first + lag(session, sched.burst, DEFAULT_STAGGER, session_pps());
+            send_burst(socks[session].as_raw_fd(), ring.burst(first, b), b)?;
             s.total += b as u64;
             // Late as the servers' packets are: leaving over 2 ms after due.
             let late = now_ns.saturating_sub(sched.due_ns(ev));
@@ -635,6 +649,20 @@ mod tests {
             label(1, 20, true),
             "kernel floor: prebuilt packets, a send per packet, 20 receivers with UDP GRO"
         );
+    }
+
+    #[test]
+    fn sessions_lag_a_stagger_of_the_title_each_in_whole_bursts() {
+        let ms = Duration::from_millis(1);
+        let pps = session_pps();
+        assert_eq!(lag(0, 24, ms, pps), 0);
+        // 427 packets a second: session 100 started 100 ms later, 42.7
+        // packets behind, read from the start of the burst it is in.
+        assert_eq!(lag(100, 24, ms, pps), 24);
+        assert_eq!(lag(100, 1, ms, pps), 42);
+        // 1,000 sessions span a second of the title.
+        let last = lag(999, 24, ms, pps);
+        assert!((400..=427).contains(&last) && last % 24 == 0, "{last}");
     }
 
     #[test]

@@ -165,7 +165,8 @@ fn floor_note(r: &PeersReport) -> Option<String> {
          header + 1316 bytes of the title, from a ring of them) on a connected UDP socket per \
          session to {} UDP receivers on CPU {} (epoll at most every 1 ms, recvmmsg of 32, kernel \
          timestamps, 4 MiB buffers: as `fjord load`), {pps:.1} packets/s per session, sessions \
-         phased evenly, in bursts of B per session per send (one `sendmsg` with UDP_SEGMENT per \
+         phased evenly and each a millisecond of the title behind the one before (as the \
+         receivers start the servers' sessions a millisecond apart), in bursts of B per session per send (one `sendmsg` with UDP_SEGMENT per \
          burst; a `send` per packet for B = 1), waking on a {grid_ms} ms grid as fjord's \
          engine does at its default burst limit (the bursts due within a step leave together). CPU is that thread's (CLOCK_THREAD_CPUTIME_ID) over {:.1} s after \
          0.5 s of warm-up, per packet the receivers counted. Bursts measured: {}. fjord's burst \

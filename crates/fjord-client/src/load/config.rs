@@ -75,6 +75,9 @@ pub struct FecOptions {
     pub seed: u64,
 }
 
+/// Time between session starts unless set: N sessions start over N ms.
+pub const DEFAULT_STAGGER: Duration = Duration::from_millis(1);
+
 impl LoadConfig {
     /// `sessions` sessions of `url` for `duration`, over UDP, with defaults.
     pub fn new(url: impl Into<String>, sessions: usize, duration: Duration) -> LoadConfig {
@@ -83,7 +86,7 @@ impl LoadConfig {
             sessions,
             duration,
             tcp: false,
-            stagger: Duration::from_millis(1),
+            stagger: DEFAULT_STAGGER,
             replay: true,
             late_threshold: Duration::from_millis(2),
             rr_interval: Duration::from_secs(5),
