@@ -1,8 +1,9 @@
 //! How a disk's workers find their next refill: the looks that fall due
 //! (together, within [`EARLY`]), the one timer a sleeping worker holds
 //! for the next look, and the scheduler's pick (earliest deadline first,
-//! bulk turns handed over on the way). A worker wakes for work, never on
-//! a timer of its own.
+//! bulk turns handed over on the way). Workers wake for work: a look
+//! falling due (the timer's holder only), a refill queued, a session
+//! registered or moved.
 
 use std::{
     cmp::Reverse,
