@@ -11,24 +11,6 @@ use std::time::Duration;
 use common::*;
 use fjord_storage::{Mode, REAL_TIME, Uses};
 
-/// Times the storage workers of this process were put on a CPU.
-fn worker_runs() -> u64 {
-    let mut runs = 0;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if !comm.starts_with("fjord-storage") {
-            continue;
-        }
-        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
-        runs += stat
-            .split_whitespace()
-            .nth(2)
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    runs
-}
-
 #[test]
 fn workers_wake_for_looks_and_refills_not_on_a_timer() {
     let dir = tempfile::tempdir().unwrap();

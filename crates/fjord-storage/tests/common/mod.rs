@@ -153,3 +153,21 @@ pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Times the storage workers of this process were put on a CPU.
+pub fn worker_runs() -> u64 {
+    let mut runs = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("fjord-storage") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        runs += stat
+            .split_whitespace()
+            .nth(2)
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    runs
+}
