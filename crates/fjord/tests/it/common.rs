@@ -16,6 +16,7 @@ pub use http::{curl, curl_bytes, curl_status, get_json};
 pub use media::{TsClip, clip_bytes, generate_media, ingest, media, muxed_10mbit, vbr_bytes};
 pub use net::{
     free_port, in_private_network, raw_exchange, read_until_close, status_of, transport_param,
+    view_udp,
 };
 pub use process::{Output, run_bounded, run_bounded_with, stdout_of};
 pub use s3::S3Server;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use md5::Digest;
 
-use crate::common::{Server, generate_media, run_bounded, run_bounded_with, status_of};
+use crate::common::{Server, generate_media, run_bounded, run_bounded_with, status_of, view_udp};
 
 /// Connections idle for 4 s are closed, but not those of publishers
 /// and viewers. Who publishes: `pub` to `live/**` (and reads everything), alice only
@@ -899,14 +899,7 @@ fn a_live_viewer_of_ffmpeg_gets_its_reports_and_a_bye_that_counts_what_it_was_se
     server.wait_for_log("live stream recording", Duration::from_secs(20));
     let own = std::thread::spawn({
         let url = server.url("live/sr");
-        move || {
-            let mut c = fjord_client::RtspClient::connect(&url).unwrap();
-            let d = c.describe().unwrap();
-            let (_, mut rx) = c.setup_udp(&d.track_urls[0]).unwrap();
-            c.play(None).unwrap();
-            let limit = Duration::from_secs(12);
-            fjord_client::capture(&mut rx, Duration::from_secs(4), limit, None).unwrap()
-        }
+        move || view_udp(&url, Duration::from_secs(4), Duration::from_secs(12))
     });
     std::thread::sleep(Duration::from_secs(5));
     p.kill().unwrap();
@@ -1005,12 +998,8 @@ fn a_live_viewer_gets_the_publishers_sender_reports_in_its_numbering() {
         second_line
     });
     std::thread::sleep(Duration::from_millis(1200));
-    let mut c = fjord_client::RtspClient::connect(&server.url("open/relay")).unwrap();
-    let d = c.describe().unwrap();
-    let (_, mut rx) = c.setup_udp(&d.track_urls[0]).unwrap();
-    c.play(None).unwrap();
-    let limit = Duration::from_secs(15);
-    let cap = fjord_client::capture(&mut rx, Duration::from_secs(4), limit, None).unwrap();
+    let relay = server.url("open/relay");
+    let cap = view_udp(&relay, Duration::from_secs(4), Duration::from_secs(15));
     let second_line = publisher.join().unwrap();
     assert!(cap.saw_bye(), "no BYE: {:?}", cap.end);
 

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Server, stdout_of};
+use crate::common::{Server, stdout_of, view_udp};
 
 pub(crate) const CONFIG: &str = "live_timeout_s = 2\nlive_grace_s = 0\nlive_record = [\"live/**\"]\n\
 [[user]]\nname = \"pub\"\npassword = \"secret\"\npaths = [\"**\"]\npublish = [\"live/**\"]\n\
@@ -242,14 +242,7 @@ fn ffmpeg_decodes_every_frame_of_rtspclientsink_with_its_reports_relayed() {
     // Our own viewer of the video beside ffmpeg, to see the reports.
     let own = std::thread::spawn({
         let url = server.url("live/gst");
-        move || {
-            let mut c = fjord_client::RtspClient::connect(&url).unwrap();
-            let d = c.describe().unwrap();
-            let (_, mut rx) = c.setup_udp(&d.track_urls[0]).unwrap();
-            c.play(None).unwrap();
-            let (quiet, limit) = (Duration::from_secs(3), Duration::from_secs(25));
-            fjord_client::capture(&mut rx, quiet, limit, None).unwrap()
-        }
+        move || view_udp(&url, Duration::from_secs(3), Duration::from_secs(25))
     });
     let viewed = md5s(
         &server.url("live/gst"),

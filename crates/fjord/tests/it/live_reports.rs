@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::common::Server;
+use crate::common::{Server, view_udp};
 use crate::live::{SDP, USERS, publish_by_hand};
 
 /// A new publisher that continues a stream is renumbered to follow the
@@ -86,12 +86,7 @@ fn a_new_publisher_is_never_reported_on_the_last_ones_line() {
         let url = url.clone();
         std::thread::spawn(move || {
             std::thread::sleep(after);
-            let mut c = fjord_client::RtspClient::connect(&url).unwrap();
-            let d = c.describe().unwrap();
-            let (_, mut rx) = c.setup_udp(&d.track_urls[0]).unwrap();
-            c.play(None).unwrap();
-            let limit = Duration::from_secs(20);
-            fjord_client::capture(&mut rx, Duration::from_secs(4), limit, None).unwrap()
+            view_udp(&url, Duration::from_secs(4), Duration::from_secs(20))
         })
     };
     let first_viewer = viewer(Duration::from_millis(800));

@@ -86,3 +86,13 @@ pub fn in_private_network<T: Send>(f: impl FnOnce() -> T + Send) -> T {
         joined.unwrap_or_else(|e| std::panic::resume_unwind(e))
     })
 }
+
+/// What a player of `url`'s first track over UDP receives: SETUP and PLAY,
+/// then packets until `quiet` passes without one (or `limit`).
+pub fn view_udp(url: &str, quiet: Duration, limit: Duration) -> fjord_client::Capture {
+    let mut c = fjord_client::RtspClient::connect(url).unwrap();
+    let d = c.describe().unwrap();
+    let (_, mut rx) = c.setup_udp(&d.track_urls[0]).unwrap();
+    c.play(None).unwrap();
+    fjord_client::capture(&mut rx, quiet, limit, None).unwrap()
+}
